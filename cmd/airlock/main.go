@@ -1,0 +1,25 @@
+// Command airlock runs commands in disposable, isolated, bounded Linux
+// sandboxes.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/sbinit"
+)
+
+func main() {
+	// A sandbox's init is this binary re-executed; it must take over
+	// before anything else runs.
+	if sbinit.IsInit() {
+		os.Exit(sbinit.Main())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	err := cli.Run(ctx, os.Args, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(cli.ExitCode(err, os.Stderr))
+}

@@ -1,0 +1,276 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/units"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return units.FormatSize(*f.v)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := units.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*f.v = n
+	return nil
+}
+
+type countFlag struct{ v *int64 }
+
+func (f countFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return fmt.Sprint(*f.v)
+}
+
+func (f countFlag) Set(s string) error {
+	var n int64
+	if _, err := fmt.Sscan(s, &n); err != nil || fmt.Sprint(n) != strings.TrimSpace(s) || n <= 0 {
+		return fmt.Errorf("invalid count %q: want a positive whole number", s)
+	}
+	*f.v = n
+	return nil
+}
+
+type durationFlag struct {
+	v         *time.Duration
+	allowZero bool
+}
+
+func (f durationFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return f.v.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := units.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d == 0 && !f.allowZero {
+		return fmt.Errorf("invalid duration %q: must be positive", s)
+	}
+	*f.v = d
+	return nil
+}
+
+type cpuFlag struct{ v *int64 }
+
+func (f cpuFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return fmt.Sprintf("%g", float64(*f.v)/1000)
+}
+
+func (f cpuFlag) Set(s string) error {
+	if s == "0" || s == "none" {
+		*f.v = 0
+		return nil
+	}
+	m, err := units.ParseCPU(s)
+	if err != nil {
+		return err
+	}
+	*f.v = m
+	return nil
+}
+
+type envFlag struct{ v *[]string }
+
+func (f envFlag) String() string { return "" }
+
+func (f envFlag) Set(s string) error {
+	k, _, ok := strings.Cut(s, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("invalid %q: want KEY=VALUE", s)
+	case k == "":
+		return fmt.Errorf("invalid %q: empty name", s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Errorf("invalid %q: contains a NUL byte", s)
+	}
+	*f.v = append(*f.v, s)
+	return nil
+}
+
+type runFlags struct {
+	limits       sandbox.Limits
+	env          []string
+	workdir      string
+	json, events bool
+	sampleEvery  time.Duration
+	opts         sandbox.Options
+}
+
+func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
+	rf := &runFlags{limits: sandbox.DefaultLimits(), sampleEvery: 250 * time.Millisecond}
+	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	l := &rf.limits
+	fs.Var(sizeFlag{&l.Memory}, "memory", "memory+swap ceiling of the whole sandbox (e.g. 512MiB)")
+	fs.Var(countFlag{&l.Pids}, "pids", "ceiling on processes and threads")
+	fs.Var(sizeFlag{&l.Disk}, "disk", "writable space of /workspace, /tmp and /dev/shm together; inodes are bounded too")
+	fs.Var(countFlag{&l.FDs}, "fds", "open file descriptors per process")
+	fs.Var(sizeFlag{&l.Output}, "output", "stdout+stderr ceiling")
+	fs.Var(durationFlag{v: &l.Time}, "time", "wall-clock ceiling (e.g. 30s, 5m)")
+	fs.Var(cpuFlag{&l.CPUMilli}, "cpu", "CPU bandwidth in cores (e.g. 0.5, 2); 0 for unthrottled")
+	fs.Var(durationFlag{v: &l.CPUTime, allowZero: true}, "cpu-time", "CPU-time budget of the command (e.g. 10s); 0 for none")
+	fs.Var(envFlag{&rf.env}, "env", "set KEY=VALUE in the command's environment (repeatable)")
+	fs.StringVar(&rf.workdir, "workdir", sandbox.HomeDir, "working directory inside the sandbox")
+	fs.BoolVar(&rf.json, "json", false, "capture output and print one JSON result object at the end")
+	fs.BoolVar(&rf.events, "events", false, "print NDJSON events live (stdout, stderr, sample, result)")
+	fs.Var(durationFlag{v: &rf.sampleEvery}, "sample-interval", "how often resource samples are taken")
+	fs.StringVar(&rf.opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
+	fs.StringVar(&rf.opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: airlock run [flags] -- COMMAND [ARG...]\n\nRuns COMMAND in a fresh sandbox that is destroyed afterwards.\nExit status: the command's own; 128+N if killed by signal N; 124 if a ceiling\nwas breached; 125 if airlock itself failed.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, &ExitError{Code: 0}
+		}
+		return nil, nil, &ExitError{Code: ExitFailure} // flag printed the error
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(stderr, "airlock run: no command given; usage: airlock run [flags] -- COMMAND [ARG...]")
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	if rf.json && rf.events {
+		fmt.Fprintln(stderr, "airlock run: --json and --events are exclusive")
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	if !filepath.IsAbs(rf.workdir) {
+		fmt.Fprintf(stderr, "airlock run: invalid value %q for flag -workdir: must be an absolute path\n", rf.workdir)
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	if err := rf.limits.Validate(); err != nil {
+		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	return rf, argv, nil
+}
+
+func runCmd(ctx context.Context, args []string, stdio IO) error {
+	rf, argv, err := parseRun(args, stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	r := runOnce(ctx, rf, argv, stdio)
+	return finish(ctx, r, rf, stdio)
+}
+
+// syncWriter serialises writes of concurrent streams to one writer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func (s *syncWriter) event(e result.Event) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	_, _ = s.Write(append(b, '\n'))
+}
+
+func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result.Result {
+	rt, err := sandbox.New(ctx, rf.opts)
+	if err != nil {
+		return &result.Result{Outcome: result.Error, Error: err.Error()}
+	}
+	sb, err := rt.Create(ctx, sandbox.Spec{Limits: rf.limits})
+	if err != nil {
+		return &result.Result{Outcome: result.Error, Error: err.Error()}
+	}
+	req := sandbox.ExecRequest{
+		Argv:        argv,
+		Env:         rf.env,
+		Dir:         rf.workdir,
+		Stdin:       stdio.Stdin,
+		SampleEvery: rf.sampleEvery,
+	}
+	out := &syncWriter{w: stdio.Stdout}
+	switch {
+	case rf.json:
+		req.Capture = true
+	case rf.events:
+		req.OnEvent = out.event
+	default:
+		req.Stdout, req.Stderr = stdio.Stdout, stdio.Stderr
+	}
+	r := sb.Exec(ctx, req)
+	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
+		// The command's outcome stands; the caller still hears that
+		// cleanup failed.
+		fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
+	}
+	if rf.events {
+		out.event(result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r})
+	}
+	return r
+}
+
+// finish prints what the mode calls for and chooses the exit code.
+func finish(ctx context.Context, r *result.Result, rf *runFlags, stdio IO) error {
+	if rf.json {
+		enc := json.NewEncoder(stdio.Stdout)
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("print result: %w", err)
+		}
+	}
+	switch r.Outcome {
+	case result.Exited:
+		return exitCode(r.ExitCode)
+	case result.Signaled:
+		return exitCode(128 + r.Signal)
+	case result.LimitExceeded:
+		fmt.Fprintf(stdio.Stderr, "airlock: limit exceeded: %s\n", r.Limit)
+		return &ExitError{Code: ExitLimit}
+	default:
+		if ctx.Err() != nil {
+			fmt.Fprintln(stdio.Stderr, "airlock: interrupted; sandbox destroyed")
+			return &ExitError{Code: 130}
+		}
+		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", r.Error)
+		return &ExitError{Code: ExitFailure}
+	}
+}
+
+func exitCode(c int) error {
+	if c == 0 {
+		return nil
+	}
+	return &ExitError{Code: c}
+}

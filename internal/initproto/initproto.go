@@ -1,0 +1,276 @@
+// Package initproto is the control protocol between the airlock process on the
+// host and the init process (PID 1) inside a sandbox. Messages are JSON, one
+// per datagram on a SOCK_SEQPACKET unix socket pair; file descriptors (the
+// command's stdin, stdout and stderr) travel with a message as SCM_RIGHTS.
+//
+// Messages from init are untrusted input to the host: once setup is done init
+// lives inside the sandbox, so the host validates everything it decodes.
+package initproto
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxMessage is the largest datagram either side accepts.
+const MaxMessage = 256 << 10
+
+// maxFDs is the most descriptors one message may carry.
+const maxFDs = 3
+
+// Kind names a message.
+type Kind string
+
+// Message kinds.
+const (
+	// KindSetup (host→init) carries Setup; it is the first message.
+	KindSetup Kind = "setup"
+	// KindReady (init→host): setup finished, waiting for exec requests.
+	KindReady Kind = "ready"
+	// KindFail (init→host): setup failed; Error says why.
+	KindFail Kind = "fail"
+	// KindExec (host→init) carries Exec and three descriptors: the
+	// command's stdin, stdout and stderr.
+	KindExec Kind = "exec"
+	// KindStarted (init→host): the command with ID runs as Pid.
+	KindStarted Kind = "started"
+	// KindExit (init→host): the command with ID ended with wait status
+	// Status, or could not be started (Errno set).
+	KindExit Kind = "exit"
+)
+
+// Message is one datagram.
+type Message struct {
+	Kind  Kind   `json:"k"`
+	ID    uint64 `json:"id,omitempty"`
+	Setup *Setup `json:"setup,omitempty"`
+	Exec  *Exec  `json:"exec,omitempty"`
+	Pid   int    `json:"pid,omitempty"`
+	// Status is a raw wait(2) status.
+	Status int `json:"status,omitempty"`
+	// Errno is set when the command could not be executed.
+	Errno int    `json:"errno,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Bind is a host path bound read-only into the sandbox.
+type Bind struct {
+	Source string `json:"src"`
+	Target string `json:"dst"`
+	// File is true when the source is not a directory.
+	File bool `json:"file,omitempty"`
+}
+
+// Symlink is a symlink created in the sandbox's root.
+type Symlink struct {
+	Target string `json:"target"`
+	Path   string `json:"path"`
+}
+
+// File is a file generated into the sandbox's /etc.
+type File struct {
+	Path string `json:"path"`
+	Data string `json:"data"`
+	Mode uint32 `json:"mode"`
+}
+
+// Rlimit is one resource limit applied to every command.
+type Rlimit struct {
+	Resource int    `json:"res"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Setup is everything init needs to build the sandbox from the inside.
+type Setup struct {
+	// RootDir is an empty host directory the new root is mounted over
+	// (inside the sandbox's own mount namespace).
+	RootDir  string `json:"root"`
+	Hostname string `json:"hostname"`
+	// UID and GID are the identity commands run as, inside the sandbox.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// DiskBytes and DiskInodes size the tmpfs behind /workspace, /tmp and
+	// /dev/shm.
+	DiskBytes  int64     `json:"disk_bytes"`
+	DiskInodes int64     `json:"disk_inodes"`
+	Binds      []Bind    `json:"binds"`
+	Symlinks   []Symlink `json:"symlinks"`
+	Files      []File    `json:"files"`
+	// Devices are host device nodes bound into /dev (null, zero, ...).
+	Devices []string `json:"devices"`
+	Rlimits []Rlimit `json:"rlimits"`
+	// Workdir is the default working directory of commands.
+	Workdir string `json:"workdir"`
+	// NoSeccomp and NoLandlock exist for diagnosis only; the CLI never
+	// sets them.
+	NoSeccomp  bool `json:"no_seccomp,omitempty"`
+	NoLandlock bool `json:"no_landlock,omitempty"`
+}
+
+// Exec asks init to start one command.
+type Exec struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+}
+
+// ErrClosed is returned by Recv when the peer closed the socket.
+var ErrClosed = errors.New("control channel closed")
+
+// Send writes one message with optional descriptors.
+func Send(fd int, m *Message, fds []int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", m.Kind, err)
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("encode %s: message of %d bytes exceeds %d", m.Kind, len(b), MaxMessage)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	for {
+		err = unix.Sendmsg(fd, b, oob, nil, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("send %s: %w", m.Kind, err)
+	}
+	return nil
+}
+
+// Recv reads one message. buf must hold MaxMessage bytes. Descriptors that
+// arrive with it are returned; the caller owns them. A malformed message
+// closes any descriptors it carried and returns an error.
+func Recv(fd int, buf []byte) (*Message, []int, error) {
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	var n, oobn, flags int
+	var err error
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("receive: %w", err)
+	}
+	fds, ferr := parseRights(oob[:oobn])
+	if n == 0 && oobn == 0 {
+		return nil, nil, ErrClosed
+	}
+	m, derr := Decode(buf[:n], flags)
+	if err := errors.Join(ferr, derr); err != nil {
+		closeAll(fds)
+		return nil, nil, err
+	}
+	return m, fds, nil
+}
+
+// Decode parses one datagram. flags are the recvmsg flags (truncation is an
+// error).
+func Decode(b []byte, flags int) (*Message, error) {
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return nil, errors.New("receive: message truncated")
+	}
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	switch m.Kind {
+	case KindSetup, KindReady, KindFail, KindExec, KindStarted, KindExit:
+	default:
+		return nil, fmt.Errorf("decode: unknown message kind %q", m.Kind)
+	}
+	if m.Pid < 0 {
+		return nil, fmt.Errorf("decode: negative pid %d", m.Pid)
+	}
+	return &m, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("receive: control message: %w", err)
+	}
+	var fds []int
+	var errs error
+	for _, cm := range msgs {
+		got, err := unix.ParseUnixRights(&cm)
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("receive: rights: %w", err))
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	return fds, errs
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// Conn is the host's end of the control channel. It goes through the Go
+// runtime's poller, so an idle sandbox costs a parked goroutine, not a
+// blocked thread.
+type Conn struct {
+	c   *net.UnixConn
+	buf []byte
+	oob []byte
+}
+
+// NewConn wraps a connected SOCK_SEQPACKET unix socket.
+func NewConn(c *net.UnixConn) *Conn {
+	return &Conn{c: c, buf: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+}
+
+// Send writes one message with optional descriptors.
+func (c *Conn) Send(m *Message, fds []int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", m.Kind, err)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := c.c.WriteMsgUnix(b, oob, nil); err != nil {
+		return fmt.Errorf("send %s: %w", m.Kind, err)
+	}
+	return nil
+}
+
+// Recv reads one message; it is not safe for concurrent use. Descriptors
+// are never accepted from init: any that arrive are closed and the message
+// is refused.
+func (c *Conn) Recv() (*Message, error) {
+	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+	if err != nil {
+		return nil, fmt.Errorf("receive: %w", err)
+	}
+	if n == 0 && oobn == 0 {
+		return nil, ErrClosed
+	}
+	if oobn > 0 {
+		fds, _ := parseRights(c.oob[:oobn])
+		closeAll(fds)
+		return nil, errors.New("receive: unexpected descriptors from init")
+	}
+	return Decode(c.buf[:n], flags)
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }

@@ -1,0 +1,4 @@
+package cgroup
+
+// Procs lists the pids of the processes in the group.
+func (g *Group) Procs() ([]int, error) { return g.procs() }

@@ -1,0 +1,279 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// CPU bandwidth constants shared by both versions.
+const (
+	cpuPeriodUsec   = 100_000 // 100ms, the kernel default period
+	cpuMinQuotaUsec = 1_000   // the kernel rejects quotas below 1ms
+)
+
+// cpuQuota converts millicores to a quota in microseconds per period.
+func cpuQuota(milli int64) int64 {
+	return max(cpuPeriodUsec*milli/1000, cpuMinQuotaUsec)
+}
+
+func openV1(mounts []mountEntry, parent string) (*Parent, error) {
+	l, err := discoverV1(mounts)
+	if err != nil {
+		return nil, err
+	}
+	p := &Parent{version: V1, path: parent, v1: l}
+	// containerd creates the parent in each of our hierarchies; being
+	// MkdirAll underneath, it is a no-op for directories that exist.
+	if _, err := cgroup1.New(cgroup1.StaticPath(parent), &specs.LinuxResources{}, cgroup1.WithHierarchy(l.subsystemsFn)); err != nil {
+		return nil, fmt.Errorf("cgroup: create parent %s: %w", parent, err)
+	}
+	dir := func(c int) string { return filepath.Join(l.hier[l.idx[c]].point, parent) }
+	if !exists(filepath.Join(dir(ctrlCPU), "cpu.cfs_quota_us")) {
+		return nil, fmt.Errorf("cgroup v1 controller \"cpu\" has no bandwidth control under %s (no cpu.cfs_quota_us; the kernel lacks CONFIG_CFS_BANDWIDTH)", parent)
+	}
+	p.memsw = exists(filepath.Join(dir(ctrlMemory), "memory.memsw.limit_in_bytes"))
+	mem, pids, acct := l.idx[ctrlMemory], l.idx[ctrlPids], l.idx[ctrlCPUAcct]
+	p.files = [numFiles]fileSpec{
+		fMemory:     {dir: mem, name: "memory.usage_in_bytes"},
+		fMemoryPeak: {dir: mem, name: "memory.max_usage_in_bytes"},
+		fOOM:        {dir: mem, name: "memory.oom_control", key: "oom_kill"},
+		fPids:       {dir: pids, name: "pids.current"},
+		fPidsPeak:   {dir: pids, name: "pids.peak", optional: true},
+		fPidsEvents: {dir: pids, name: "pids.events", key: "max"},
+		fCPU:        {dir: acct, name: "cpuacct.usage"},
+		fPopulated:  {dir: mem, name: "cgroup.procs", fresh: true},
+	}
+	return p, nil
+}
+
+// v1Resources translates Limits for containerd's cgroup1. Only the fields
+// set here are written, so an unlimited dimension costs no write at all.
+func (p *Parent) v1Resources(l Limits) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if l.MemoryBytes > 0 {
+		m := l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m}
+		// containerd writes limit_in_bytes before memsw.limit_in_bytes,
+		// the order the kernel needs (memsw may never be below the
+		// limit). Without swap accounting the memsw files do not exist
+		// and swap is not charged at all.
+		if p.memsw {
+			r.Memory.Swap = &m
+		}
+	}
+	if l.Pids > 0 {
+		n := l.Pids
+		r.Pids = &specs.LinuxPids{Limit: &n}
+	}
+	if l.CPUMilli > 0 {
+		q, per := cpuQuota(l.CPUMilli), uint64(cpuPeriodUsec)
+		r.CPU = &specs.LinuxCPU{Period: &per, Quota: &q}
+	}
+	return r
+}
+
+func (p *Parent) createV1(id string, l Limits) (*Group, error) {
+	g := p.newGroup(id)
+	// containerd creates directories with MkdirAll, which would silently
+	// adopt an existing group. An exclusive mkdir in the memory hierarchy
+	// first makes "already exists" an error, atomically, even between
+	// concurrent airlock processes.
+	memDir := g.dirs[p.v1.idx[ctrlMemory]]
+	if err := unix.Mkdir(memDir, 0o755); err != nil {
+		if err == unix.EEXIST {
+			return nil, fmt.Errorf("cgroup: group %s already exists: %w", id, &fs.PathError{Op: "mkdir", Path: memDir, Err: err})
+		}
+		return nil, fmt.Errorf("cgroup: create group %s: %w", id, &fs.PathError{Op: "mkdir", Path: memDir, Err: err})
+	}
+	cg, err := cgroup1.New(cgroup1.StaticPath(path.Join(p.path, id)), p.v1Resources(l), cgroup1.WithHierarchy(p.v1.subsystemsFn))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
+	}
+	g.cg1 = cg
+	return g, nil
+}
+
+func (p *Parent) loadV1(id string) (*Group, error) {
+	g := p.newGroup(id)
+	cg, err := cgroup1.Load(cgroup1.StaticPath(path.Join(p.path, id)), cgroup1.WithHierarchy(p.v1.subsystemsFn))
+	if err != nil {
+		if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			return nil, fmt.Errorf("cgroup: group %s under %s: %w", id, p.path, fs.ErrNotExist)
+		}
+		return nil, fmt.Errorf("cgroup: load group %s: %w", id, err)
+	}
+	g.cg1 = cg
+	return g, nil
+}
+
+// hostDir maps a cgroup path as /proc/<pid>/cgroup shows it to the
+// directory under this hierarchy's mount. The two differ when the mount
+// shows only a subtree of the hierarchy (inside a container, say).
+func (h *hierarchy) hostDir(cg string) (string, error) {
+	if h.root == "/" {
+		return filepath.Join(h.point, cg), nil
+	}
+	if cg == h.root || strings.HasPrefix(cg, h.root+"/") {
+		return filepath.Join(h.point, strings.TrimPrefix(cg, h.root)), nil
+	}
+	return "", fmt.Errorf("cgroup: %s cgroup %s is outside the subtree %s mounted at %s", h.name, cg, h.root, h.point)
+}
+
+// EnterThread moves the calling OS thread into the group, in every
+// hierarchy the package uses, and returns leave, which moves it back to
+// exactly the cgroups it was in before. It is for cgroup v1, where there
+// is no CLONE_INTO_CGROUP: a process cloned from the thread in between is
+// born inside the group, so none of its work goes uncounted, and a
+// CLONE_NEWCGROUP in that clone makes the group the namespace's root.
+//
+// The caller must hold runtime.LockOSThread from before EnterThread until
+// after leave returns, and clone on that thread. The Go runtime does not
+// start new threads from a locked one, so nothing else inherits the
+// group. If leave fails, the error names the hierarchy; the thread is then
+// in a mix of cgroups, and the caller should let its goroutine exit
+// without unlocking so the runtime discards the thread.
+//
+// The thread is moved by writing "0" (the caller itself) to each tasks
+// file. The kernel then skips the global threadgroup lock it takes for
+// moving another task, whose write side waits for an RCU grace period.
+// Only the count of tasks changes in the group while the thread is
+// there: with a pids limit of 1 the clone would be refused.
+func (g *Group) EnterThread() (leave func() error, err error) {
+	if g.p.version != V1 {
+		return nil, errors.New("cgroup: EnterThread is for cgroup v1; on v2 clone with CLONE_INTO_CGROUP and DirFD")
+	}
+	hier := g.p.v1.hier
+	back, err := currentTasksFiles(hier, "/proc/thread-self/cgroup", "tasks")
+	if err != nil {
+		return nil, err
+	}
+	for i := range hier {
+		if err := writeFile(g.dirs[i]+"/tasks", "0"); err != nil {
+			return nil, errors.Join(
+				fmt.Errorf("cgroup: move thread into group %s in the %s hierarchy: %w", g.id, hier[i].name, err),
+				moveBack(hier[:i], back[:i], "0", "thread"))
+		}
+	}
+	done := false
+	return func() error {
+		if done {
+			return nil
+		}
+		done = true
+		return moveBack(hier, back, "0", "thread")
+	}, nil
+}
+
+// currentTasksFiles returns, per hierarchy, the given control file
+// ("tasks" or "cgroup.procs") of the cgroup a task is in now, read from
+// its /proc cgroup file.
+func currentTasksFiles(hier []hierarchy, procFile, file string) ([]string, error) {
+	var buf [4096]byte
+	data, err := readFile(procFile, buf[:])
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	out := make([]string, len(hier))
+	for i := range hier {
+		cg, ok := procCgroupPath(data, hier[i].name)
+		if !ok {
+			return nil, fmt.Errorf("cgroup: %s lists no %s hierarchy", procFile, hier[i].name)
+		}
+		dir, err := hier[i].hostDir(cg)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = dir + "/" + file
+	}
+	return out, nil
+}
+
+// moveBack writes what (a pid, or "0" for the calling thread) to each
+// file, naming every hierarchy that refused.
+func moveBack(hier []hierarchy, files []string, what, who string) error {
+	var errs []error
+	for i := range files {
+		if err := writeFile(files[i], what); err != nil {
+			errs = append(errs, fmt.Errorf("cgroup: move %s back in the %s hierarchy: %w", who, hier[i].name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *Group) addProcV1(pid int) error {
+	hier := g.p.v1.hier
+	procFile := "/proc/" + strconv.Itoa(pid) + "/cgroup"
+	back, err := currentTasksFiles(hier, procFile, "cgroup.procs")
+	if err != nil {
+		return err
+	}
+	for i := range hier {
+		if err := writeProcs(g.dirs[i]+"/cgroup.procs", pid); err != nil {
+			return errors.Join(
+				fmt.Errorf("cgroup: move process %d into group %s in the %s hierarchy: %w", pid, g.id, hier[i].name, err),
+				moveBack(hier[:i], back[:i], strconv.Itoa(pid), "process "+strconv.Itoa(pid)))
+		}
+	}
+	return nil
+}
+
+// writeProcs writes pid to a cgroup.procs file, retrying on EINVAL: the
+// kernel refuses to move a task that is still being forked (TASK_NEW), a
+// window a caller that has just started the process can hit. runc and
+// containerd retry the same way.
+func writeProcs(file string, pid int) error {
+	s := strconv.Itoa(pid)
+	var err error
+	for range 5 {
+		if err = writeFile(file, s); !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return err
+}
+
+// procsV1 lists the pids of the group and its descendants through
+// containerd, in the freezer hierarchy (the one Kill freezes), falling back
+// to another hierarchy if an interrupted Delete already removed that one.
+func (g *Group) procsV1() ([]int, error) {
+	l := g.p.v1
+	for _, c := range []int{ctrlFreezer, ctrlMemory, ctrlPids, ctrlCPU} {
+		i := l.idx[c]
+		if !exists(g.dirs[i]) {
+			continue
+		}
+		ps, err := g.cg1.Processes(l.hier[i].list, true)
+		if err != nil {
+			if isNotExist(err) || errors.Is(err, cgroup1.ErrCgroupDeleted) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("cgroup: list processes of group %s: %w", g.id, err)
+		}
+		pids := make([]int, len(ps))
+		for j, p := range ps {
+			pids[j] = p.Pid
+		}
+		return pids, nil
+	}
+	return nil, nil
+}
+
+// deleteV1 removes the group from every hierarchy through containerd.
+func (g *Group) deleteV1() error {
+	err := g.cg1.Delete()
+	if err == nil || errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,257 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
+)
+
+// openV2 opens parent on the cgroup2 hierarchy mounted at root and
+// delegates ctrls to its children. Open passes the real mount and
+// v2Controllers; tests pass other roots and controller sets.
+//
+// The ancestors are walked here rather than through containerd's
+// ToggleControllers because that reports only the last failure, and a
+// missing controller has to be reported at the level where it is missing.
+func openV2(root, parent string, ctrls []string) (*Parent, error) {
+	dir, cg := root, "/"
+	comps := strings.Split(strings.TrimPrefix(parent, "/"), "/")
+	for i := 0; ; i++ {
+		if err := delegateV2(dir, cg, ctrls); err != nil {
+			return nil, err
+		}
+		if i == len(comps) {
+			break
+		}
+		dir, cg = filepath.Join(dir, comps[i]), path.Join(cg, comps[i])
+		if err := unix.Mkdir(dir, 0o755); err != nil && err != unix.EEXIST {
+			return nil, fmt.Errorf("cgroup: create %s: %w", cg, &fs.PathError{Op: "mkdir", Path: dir, Err: err})
+		}
+	}
+	mgr, err := cgroup2.Load(parent, cgroup2.WithMountpoint(root))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: load parent %s: %w", parent, err)
+	}
+	p := &Parent{version: V2, path: parent, root: root, ctrls: ctrls, mgr: mgr}
+	mem, pids := p.hasCtrl("memory"), p.hasCtrl("pids")
+	// Features are probed on the parent: it runs on the same kernel and,
+	// with the controllers enabled in its own parent, has the same files
+	// a child will have.
+	p.hasKill = exists(filepath.Join(dir, "cgroup.kill"))
+	p.hasOOMGroup = mem && exists(filepath.Join(dir, "memory.oom.group"))
+	p.hasSwapMax = mem && exists(filepath.Join(dir, "memory.swap.max"))
+	name := func(ok bool, n string) string {
+		if ok {
+			return n
+		}
+		return ""
+	}
+	p.files = [numFiles]fileSpec{
+		fMemory:     {name: name(mem, "memory.current")},
+		fMemoryPeak: {name: name(mem, "memory.peak"), optional: true},
+		fOOM:        {name: name(mem, "memory.events"), key: "oom_kill"},
+		fPids:       {name: name(pids, "pids.current")},
+		fPidsPeak:   {name: name(pids, "pids.peak"), optional: true},
+		fPidsEvents: {name: name(pids, "pids.events"), key: "max"},
+		// cpu.stat exists in every group, with or without the cpu
+		// controller; usage_usec is its first line.
+		fCPU:       {name: "cpu.stat", key: "usage_usec", scale: 1000},
+		fPopulated: {name: "cgroup.events", key: "populated"},
+	}
+	return p, nil
+}
+
+// delegateV2 makes sure the group at dir (cgroup path cg) offers ctrls and
+// enables them for its children.
+func delegateV2(dir, cg string, ctrls []string) error {
+	if len(ctrls) == 0 {
+		return nil
+	}
+	var buf [512]byte
+	avail, err := readFile(filepath.Join(dir, "cgroup.controllers"), buf[:])
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	for _, c := range ctrls {
+		if !hasWord(avail, c) {
+			return fmt.Errorf("cgroup v2 controller %q not available under %s (its cgroup.controllers lists %q); the host must delegate it to this group", c, cg, string(bytes.TrimSpace(avail)))
+		}
+	}
+	var buf2 [512]byte
+	enabled, err := readFile(filepath.Join(dir, "cgroup.subtree_control"), buf2[:])
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	var missing []string
+	for _, c := range ctrls {
+		if !hasWord(enabled, c) {
+			missing = append(missing, "+"+c)
+		}
+	}
+	if len(missing) == 0 {
+		// Skipping the write matters: it takes the cgroup-wide lock and,
+		// for the root, is refused inside some containers.
+		return nil
+	}
+	if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(missing, " ")); err != nil {
+		hint := ""
+		if errors.Is(err, unix.EBUSY) {
+			hint = " (the group holds processes of its own, and cgroup v2 lets only groups without processes hand controllers to children)"
+		}
+		return fmt.Errorf("cgroup v2: enable %s for the children of %s: %w%s", strings.Join(missing, " "), cg, err, hint)
+	}
+	return nil
+}
+
+// hasWord reports whether the space-separated list contains w.
+func hasWord(list []byte, w string) bool {
+	for f := range bytes.FieldsSeq(list) {
+		if string(f) == w {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Parent) hasCtrl(c string) bool { return slices.Contains(p.ctrls, c) }
+
+// v2Resources translates Limits for containerd's cgroup2, or returns nil
+// when there is nothing to write.
+func (p *Parent) v2Resources(l Limits) (*cgroup2.Resources, error) {
+	r := &cgroup2.Resources{}
+	need := func(c string) error {
+		if !p.hasCtrl(c) {
+			return fmt.Errorf("cgroup v2 controller %q is not enabled under %s", c, p.path)
+		}
+		return nil
+	}
+	if l.MemoryBytes > 0 {
+		if err := need("memory"); err != nil {
+			return nil, err
+		}
+		m := l.MemoryBytes
+		r.Memory = &cgroup2.Memory{Max: &m}
+		if p.hasSwapMax {
+			// memory.max bounds only RAM on v2; without this, swap
+			// would extend the ceiling.
+			zero := int64(0)
+			r.Memory.Swap = &zero
+		}
+	}
+	if p.hasOOMGroup {
+		// One OOM kill takes the whole sandbox down instead of leaving it
+		// running with a random process missing.
+		if r.Memory == nil {
+			r.Memory = &cgroup2.Memory{}
+		}
+		t := true
+		r.Memory.OOMGroup = &t
+	}
+	if l.Pids > 0 {
+		if err := need("pids"); err != nil {
+			return nil, err
+		}
+		r.Pids = &cgroup2.Pids{Max: l.Pids}
+	}
+	if l.CPUMilli > 0 {
+		if err := need("cpu"); err != nil {
+			return nil, err
+		}
+		q, per := cpuQuota(l.CPUMilli), uint64(cpuPeriodUsec)
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &per)}
+	}
+	if r.Memory == nil && r.Pids == nil && r.CPU == nil {
+		return nil, nil
+	}
+	return r, nil
+}
+
+func (p *Parent) createV2(id string, l Limits) (*Group, error) {
+	res, err := p.v2Resources(l)
+	if err != nil {
+		return nil, err
+	}
+	g := p.newGroup(id)
+	// As on v1: containerd would adopt an existing directory, so an
+	// exclusive mkdir comes first.
+	if err := unix.Mkdir(g.dirs[0], 0o755); err != nil {
+		if err == unix.EEXIST {
+			return nil, fmt.Errorf("cgroup: group %s already exists: %w", id, &fs.PathError{Op: "mkdir", Path: g.dirs[0], Err: err})
+		}
+		return nil, fmt.Errorf("cgroup: create group %s: %w", id, &fs.PathError{Op: "mkdir", Path: g.dirs[0], Err: err})
+	}
+	// NewChild with nil resources only makes the directory (already
+	// there); with resources it would also rewrite subtree_control of
+	// every ancestor, which Open has done once for all children.
+	mgr, err := p.mgr.NewChild(id, nil)
+	if err == nil && res != nil {
+		err = mgr.Update(res)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
+	}
+	g.cg2 = mgr
+	return g, nil
+}
+
+func (p *Parent) loadV2(id string) (*Group, error) {
+	g := p.newGroup(id)
+	if !exists(g.dirs[0]) {
+		return nil, fmt.Errorf("cgroup: group %s under %s: %w", id, p.path, fs.ErrNotExist)
+	}
+	mgr, err := cgroup2.Load(path.Join(p.path, id), cgroup2.WithMountpoint(p.root))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: load group %s: %w", id, err)
+	}
+	g.cg2 = mgr
+	return g, nil
+}
+
+// DirFD returns a new O_DIRECTORY|O_CLOEXEC descriptor of the group's
+// directory, for clone3 with CLONE_INTO_CGROUP (syscall.SysProcAttr's
+// UseCgroupFD and CgroupFD), which places the child in the group
+// atomically at birth. The caller closes it. It is for cgroup v2 only.
+func (g *Group) DirFD() (int, error) {
+	if g.p.version != V2 {
+		return -1, errors.New("cgroup: DirFD needs cgroup v2 (CLONE_INTO_CGROUP); on v1 use EnterThread")
+	}
+	fd, err := openRetry(g.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("cgroup: group %s: %w", g.id, &fs.PathError{Op: "open", Path: g.dirs[0], Err: err})
+	}
+	return fd, nil
+}
+
+// procsV2 lists the pids of the group and its descendants through
+// containerd.
+func (g *Group) procsV2() ([]int, error) {
+	ps, err := g.cg2.Procs(true)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cgroup: list processes of group %s: %w", g.id, err)
+	}
+	pids := make([]int, len(ps))
+	for i, p := range ps {
+		pids[i] = int(p)
+	}
+	return pids, nil
+}
+
+// deleteV2 removes the group through containerd.
+func (g *Group) deleteV2() error {
+	err := g.cg2.Delete()
+	if err != nil && !exists(g.dirs[0]) {
+		return nil
+	}
+	return err
+}

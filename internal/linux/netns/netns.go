@@ -1,0 +1,95 @@
+// Package netns creates network namespaces for sandboxes. A namespace made
+// here is owned by the caller's (host) user namespace, so code inside a
+// sandbox's own user namespace holds no capability over it and cannot add
+// interfaces, routes or addresses: it gets exactly the loopback device this
+// package brings up, and nothing else.
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// NewAndRun creates a fresh network namespace with only `lo`, up, and calls
+// fn on an OS thread that is inside it, so that a process cloned by fn is
+// born in the namespace. It returns a descriptor of the namespace (the
+// caller closes it; the namespace lives while a process or descriptor holds
+// it) and fn's error.
+//
+// The thread is switched back to its original namespace afterwards. If that
+// fails the thread is never unlocked, so the Go runtime destroys it instead of
+// running other goroutines in the wrong namespace.
+func NewAndRun(fn func() error) (*os.File, error) {
+	type res struct {
+		ns  *os.File
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err, restored := newAndRun(fn)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		done <- res{ns, err}
+	}()
+	r := <-done
+	return r.ns, r.err
+}
+
+func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("open current network namespace: %w", err), true
+	}
+	defer orig.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("create network namespace: %w", err), true
+	}
+	defer func() {
+		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+			err = errors.Join(err, fmt.Errorf("restore network namespace: %w", serr))
+			restored = false
+			return
+		}
+		restored = true
+	}()
+	ns, err = os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("open new network namespace: %w", err), false
+	}
+	if err := loopbackUp(); err != nil {
+		ns.Close()
+		return nil, err, false
+	}
+	if err := fn(); err != nil {
+		ns.Close()
+		return nil, err, false
+	}
+	return ns, nil, false
+}
+
+// loopbackUp sets IFF_UP on lo in the calling thread's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: set flags: %w", err)
+	}
+	return nil
+}

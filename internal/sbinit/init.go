@@ -1,0 +1,188 @@
+package sbinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 is the argv[0] the host gives init; the binary's entry point checks it
+// before doing anything else.
+const Arg0 = "airlock-init"
+
+// ctrlFD is where the host places init's end of the control socket.
+const ctrlFD = 3
+
+// IsInit reports whether this process was started as a sandbox init.
+func IsInit() bool { return len(os.Args) == 1 && os.Args[0] == Arg0 }
+
+// Main runs init and returns its exit code. It never returns while the
+// sandbox is in use: it exits when the host closes the control channel.
+func Main() int {
+	// Every command is forked from this thread, which carries the
+	// per-thread parts of the confinement (capabilities, no_new_privs,
+	// Landlock) that children inherit.
+	runtime.LockOSThread()
+	// A command may signal PID 1 with anything it likes; with a handler
+	// installed for every catchable signal, none of them can kill init or
+	// make it dump core. SIGKILL and SIGSTOP from inside the namespace are
+	// already discarded by the kernel for a namespace's init.
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	go func() {
+		for range sigs {
+		}
+	}()
+	syscall.CloseOnExec(ctrlFD)
+	buf := make([]byte, initproto.MaxMessage)
+	m, fds, err := initproto.Recv(ctrlFD, buf)
+	closeFDs(fds)
+	if err != nil {
+		return 2
+	}
+	if m.Kind != initproto.KindSetup || m.Setup == nil {
+		fail(fmt.Errorf("first message is %q, want setup", m.Kind))
+		return 2
+	}
+	if err := setup(m.Setup); err != nil {
+		fail(err)
+		return 2
+	}
+	if err := confine(m.Setup); err != nil {
+		fail(err)
+		return 2
+	}
+	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
+		return 2
+	}
+	s := &server{cmds: make(map[int]uint64), wake: make(chan struct{}, 1)}
+	go s.reap()
+	return s.serve(buf)
+}
+
+func fail(err error) {
+	_ = initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindFail, Error: err.Error()}, nil)
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// server runs commands and reports their ends.
+type server struct {
+	sendMu sync.Mutex
+
+	mu sync.Mutex
+	// cmds maps the pid of a running command to its request id. Other
+	// children (orphans re-parented to init) are reaped and ignored.
+	cmds map[int]uint64
+	wake chan struct{}
+}
+
+func (s *server) send(m *initproto.Message) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return initproto.Send(ctrlFD, m, nil)
+}
+
+func (s *server) serve(buf []byte) int {
+	for {
+		m, fds, err := initproto.Recv(ctrlFD, buf)
+		if err != nil {
+			// The host is gone or broken: exiting kills everything in
+			// the sandbox, which is what the host would do anyway.
+			return 0
+		}
+		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 {
+			closeFDs(fds)
+			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: int(unix.EINVAL), Error: "malformed exec request"})
+			continue
+		}
+		s.start(m.ID, m.Exec, fds)
+		closeFDs(fds)
+	}
+}
+
+func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
+	if len(e.Argv) == 0 {
+		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.EINVAL), Error: "empty command"})
+		return
+	}
+	path, err := lookPath(e.Argv[0], e.Env)
+	if err != nil {
+		s.execFailed(id, e.Argv[0], err, fds[2])
+		return
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   e.Dir,
+		Env:   e.Env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	}
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(path, e.Argv, attr)
+	if err == nil {
+		s.cmds[pid] = id
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.execFailed(id, e.Argv[0], err, fds[2])
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: pid})
+}
+
+// execFailed reports a command that could not be started, the way a shell
+// would: a message on the command's stderr and errno for the host.
+func (s *server) execFailed(id uint64, name string, err error, stderr int) {
+	errno := unix.EINVAL
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		errno = unix.Errno(en)
+	}
+	msg := fmt.Sprintf("airlock: %s: %v\n", name, err)
+	if errno == unix.ENOENT {
+		msg = fmt.Sprintf("airlock: %s: command not found\n", name)
+	}
+	_, _ = unix.Write(stderr, []byte(msg))
+	_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(errno), Error: err.Error()})
+}
+
+// reap is init's duty as PID 1: collect every child that exits, report the
+// commands, and discard orphans.
+func (s *server) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ECHILD {
+			<-s.wake
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		id, ok := s.cmds[pid]
+		delete(s.cmds, pid)
+		s.mu.Unlock()
+		if ok {
+			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Pid: pid, Status: int(ws)})
+		}
+	}
+}

@@ -1,0 +1,375 @@
+package sbinit
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"golang.org/x/sys/unix"
+)
+
+// scratchDir is where the scratch tmpfs is staged inside the new root
+// before its subdirectories are bound into place; it is detached and
+// removed before any command runs.
+const scratchDir = ".airlock-scratch"
+
+// maskedProc are /proc entries hidden from the sandbox, after runc's
+// defaults: they expose kernel memory (kcore), keyrings, kernel timers and
+// addresses, or hardware state that only helps an attacker.
+var maskedProc = []string{
+	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats",
+	"timer_list", "timer_stats", "sched_debug", "scsi", "kmsg",
+	"kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "pagetypeinfo",
+	"slabinfo", "vmallocinfo", "sysrq-trigger", "config.gz",
+}
+
+// readOnlyProc are /proc entries the sandbox may read but never write:
+// kernel tunables (/proc/sys) and hardware interfaces.
+var readOnlyProc = []string{"bus", "fs", "irq", "sys", "driver", "tty"}
+
+func setup(c *initproto.Setup) error {
+	if err := validate(c); err != nil {
+		return err
+	}
+	// Nothing done from here on may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	root := c.RootDir
+	if err := mountTmpfs(root, "mode=0755,size=2m,nr_inodes=4096", unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	scratch := filepath.Join(root, scratchDir)
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d", c.DiskBytes, c.DiskInodes)
+	if err := mountTmpfs(scratch, opts, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return fmt.Errorf("scratch: %w", err)
+	}
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+		own  bool
+	}{{"workspace", 0o755, true}, {"tmp", 0o1777, false}, {"shm", 0o1777, false}} {
+		p := filepath.Join(scratch, d.name)
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+		if d.own {
+			if err := os.Chown(p, c.UID, c.GID); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range c.Binds {
+		if err := bindReadOnly(b.Source, filepath.Join(root, b.Target), b.File); err != nil {
+			return fmt.Errorf("bind %s: %w", b.Target, err)
+		}
+	}
+	for _, s := range c.Symlinks {
+		p := filepath.Join(root, s.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(s.Target, p); err != nil {
+			return fmt.Errorf("symlink %s: %w", s.Path, err)
+		}
+	}
+	for _, f := range c.Files {
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+	}
+	if err := setupDev(root, scratch, c.Devices); err != nil {
+		return fmt.Errorf("/dev: %w", err)
+	}
+	if err := setupProc(root); err != nil {
+		return fmt.Errorf("/proc: %w", err)
+	}
+	for _, d := range []string{"workspace", "tmp"} {
+		if err := bindScratch(filepath.Join(scratch, d), filepath.Join(root, d)); err != nil {
+			return fmt.Errorf("/%s: %w", d, err)
+		}
+	}
+	if err := unix.Unmount(scratch, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach scratch: %w", err)
+	}
+	if err := os.Remove(scratch); err != nil {
+		return err
+	}
+	if err := remount(filepath.Join(root, "dev"), unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+		return fmt.Errorf("/dev read-only: %w", err)
+	}
+	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
+		return fmt.Errorf("hostname: %w", err)
+	}
+	if err := pivot(root); err != nil {
+		return err
+	}
+	if err := remount("/", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return fmt.Errorf("root read-only: %w", err)
+	}
+	if err := os.Chdir(c.Workdir); err != nil {
+		return fmt.Errorf("workdir: %w", err)
+	}
+	return nil
+}
+
+func validate(c *initproto.Setup) error {
+	if !filepath.IsAbs(c.RootDir) || c.DiskBytes <= 0 || c.DiskInodes <= 0 || !filepath.IsAbs(c.Workdir) {
+		return errors.New("invalid setup: root, disk size, inodes and workdir are required")
+	}
+	for _, b := range c.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || strings.Contains(b.Target, "..") {
+			return fmt.Errorf("invalid bind %q -> %q", b.Source, b.Target)
+		}
+	}
+	return nil
+}
+
+func mountTmpfs(dst, opts string, flags uintptr) error {
+	if err := unix.Mount("tmpfs", dst, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dst, err)
+	}
+	return nil
+}
+
+// makeTarget creates an empty directory or file to mount over.
+func makeTarget(p string, file bool) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if !file {
+		return os.MkdirAll(p, 0o755)
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// bindReadOnly binds src onto dst and makes it read-only, nosuid and nodev.
+// A plain bind is tried first; a mount with submounts cannot be bound alone
+// inside a user namespace (that would uncover what the submounts hide), so it
+// is then bound recursively and every submount made read-only too.
+func bindReadOnly(src, dst string, file bool) error {
+	if err := makeTarget(dst, file); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
+	err := unix.Mount(src, dst, "", unix.MS_BIND, "")
+	if err == unix.EINVAL {
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		return remountTree(dst, flags)
+	}
+	if err != nil {
+		return err
+	}
+	return remount(dst, flags)
+}
+
+func bindScratch(src, dst string) error {
+	if err := makeTarget(dst, false); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return remount(dst, unix.MS_NOSUID|unix.MS_NODEV)
+}
+
+// remount changes the per-mount flags of the mount at p. Flags the kernel
+// locked when the mount came from a more privileged namespace (noexec,
+// nosuid, nodev, atime) must be kept, or the kernel refuses the remount.
+func remount(p string, flags uintptr) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return err
+	}
+	flags |= lockedFlags(st.Flags)
+	return unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
+}
+
+func lockedFlags(stFlags int64) uintptr {
+	var f uintptr
+	for _, m := range []struct {
+		st int64
+		ms uintptr
+	}{
+		{unix.ST_NOSUID, unix.MS_NOSUID},
+		{unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if stFlags&m.st != 0 {
+			f |= m.ms
+		}
+	}
+	return f
+}
+
+// remountTree applies flags to the mount at p and every mount below it.
+func remountTree(p string, flags uintptr) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == p || strings.HasPrefix(mp, p+"/") {
+			points = append(points, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	for _, mp := range points {
+		if err := remount(mp, flags); err != nil {
+			return fmt.Errorf("remount %s: %w", mp, err)
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space...) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			v := (int(s[i+1]-'0') << 6) | (int(s[i+2]-'0') << 3) | int(s[i+3]-'0')
+			b.WriteByte(byte(v))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func setupDev(root, scratch string, devices []string) error {
+	dev := filepath.Join(root, "dev")
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := mountTmpfs(dev, "mode=0755,size=64k,nr_inodes=64", unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		p := filepath.Join(dev, d)
+		if err := makeTarget(p, true); err != nil {
+			return err
+		}
+		if err := unix.Mount(filepath.Join("/dev", d), p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", d, err)
+		}
+		if err := remount(p, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return fmt.Errorf("remount %s: %w", d, err)
+		}
+	}
+	pts := filepath.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return err
+	}
+	// A private devpts instance: the sandbox can open pseudo-terminals of
+	// its own but sees none of the host's. There is no /dev/tty and no
+	// /dev/console: commands never get a controlling terminal of the host.
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("devpts: %w", err)
+	}
+	if err := bindScratch(filepath.Join(scratch, "shm"), filepath.Join(dev, "shm")); err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setupProc(root string) error {
+	proc := filepath.Join(root, "proc")
+	if err := os.Mkdir(proc, 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount proc: %w", err)
+	}
+	null := filepath.Join(root, "dev", "null")
+	for _, name := range maskedProc {
+		p := filepath.Join(proc, name)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue // not on this kernel
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,nr_inodes=1,mode=0555")
+		} else {
+			err = unix.Mount(null, p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", name, err)
+		}
+	}
+	for _, name := range readOnlyProc {
+		p := filepath.Join(proc, name)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", name, err)
+		}
+		if err := remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
+			return fmt.Errorf("read-only %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// pivot makes root the filesystem root and detaches the old one, so no path
+// inside the sandbox leads back to the host's tree (chroot would leave it
+// reachable).
+func pivot(root string) error {
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return os.Chdir("/")
+}

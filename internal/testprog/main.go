@@ -1,0 +1,275 @@
+// Command testprog is run inside sandboxes by airlock's integration tests.
+// Each subcommand tries one thing a hostile command would try, or consumes
+// one resource, and prints a JSON report; the tests judge the effect from
+// the host. It is never shipped.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// report is printed as one JSON line.
+type report struct {
+	OK    bool   `json:"ok"`
+	Errno int    `json:"errno,omitempty"`
+	Error string `json:"error,omitempty"`
+	Value string `json:"value,omitempty"`
+}
+
+func errnoOf(err error) int {
+	if en, ok := err.(syscall.Errno); ok {
+		return int(en)
+	}
+	if pe, ok := err.(*os.PathError); ok {
+		return errnoOf(pe.Err)
+	}
+	if se, ok := err.(*os.SyscallError); ok {
+		return errnoOf(se.Err)
+	}
+	return -1
+}
+
+func result(err error) report {
+	if err != nil {
+		return report{Errno: errnoOf(err), Error: err.Error()}
+	}
+	return report{OK: true}
+}
+
+func rawErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+var attacks = map[string]func(args []string) report{
+	"unshare-user": func([]string) report { return result(unix.Unshare(unix.CLONE_NEWUSER)) },
+	"unshare-net":  func([]string) report { return result(unix.Unshare(unix.CLONE_NEWNET)) },
+	"mount-tmpfs": func([]string) report {
+		return result(unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""))
+	},
+	"remount-root-rw": func([]string) report {
+		return result(unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND, ""))
+	},
+	"ptrace-init": func([]string) report {
+		return result(unix.PtraceAttach(1))
+	},
+	"read-init-mem": func([]string) report {
+		f, err := os.Open("/proc/1/mem")
+		if err == nil {
+			f.Close()
+		}
+		return result(err)
+	},
+	"read-init-environ": func([]string) report {
+		b, err := os.ReadFile("/proc/1/environ")
+		r := result(err)
+		r.Value = string(b)
+		return r
+	},
+	"open-init-ctrl": func([]string) report {
+		f, err := os.OpenFile("/proc/1/fd/3", os.O_RDWR, 0)
+		if err == nil {
+			f.Close()
+		}
+		return result(err)
+	},
+	"kill-init": func([]string) report {
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGSEGV, syscall.SIGKILL} {
+			_ = syscall.Kill(1, sig)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return result(syscall.Kill(1, 0))
+	},
+	"write-sysctl": func([]string) report {
+		return result(os.WriteFile("/proc/sys/kernel/hostname", []byte("pwned"), 0))
+	},
+	"sysrq": func([]string) report {
+		return result(os.WriteFile("/proc/sysrq-trigger", []byte("h"), 0))
+	},
+	"read-kcore": func([]string) report {
+		b := make([]byte, 16)
+		f, err := os.Open("/proc/kcore")
+		if err != nil {
+			return result(err)
+		}
+		defer f.Close()
+		n, err := f.Read(b)
+		r := result(err)
+		r.Value = strconv.Itoa(n)
+		return r
+	},
+	"mknod": func([]string) report {
+		return result(unix.Mknod("/tmp/sda", unix.S_IFBLK|0o600, int(unix.Mkdev(8, 0))))
+	},
+	"write-usr": func([]string) report {
+		return result(os.WriteFile("/usr/airlock-pwned", []byte("x"), 0o644))
+	},
+	"write-etc": func([]string) report {
+		return result(os.WriteFile("/etc/passwd", []byte("x"), 0o644))
+	},
+	"chroot": func([]string) report { return result(unix.Chroot("/tmp")) },
+	"keyctl": func([]string) report {
+		_, err := unix.KeyctlJoinSessionKeyring("airlock")
+		return result(err)
+	},
+	"bpf": func([]string) report {
+		_, _, e := unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+		return result(rawErr(e))
+	},
+	"perf": func([]string) report {
+		_, _, e := unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
+		return result(rawErr(e))
+	},
+	"userfaultfd": func([]string) report {
+		_, _, e := unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)
+		return result(rawErr(e))
+	},
+	"io-uring": func([]string) report {
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)
+		return result(rawErr(e))
+	},
+	"clone3": func([]string) report {
+		_, _, e := unix.Syscall(unix.SYS_CLONE3, 0, 0, 0)
+		return result(rawErr(e))
+	},
+	"socket-packet": func([]string) report {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	},
+	"socket-raw": func([]string) report {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	},
+	"socket-mptcp": func([]string) report {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 262)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	},
+	"socket-netlink-audit": func([]string) report {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	},
+	"socket-tcp": func([]string) report {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return result(err)
+	},
+	"tiocsti": func(args []string) report {
+		return result(tiocsti(args))
+	},
+	"int80": func([]string) report {
+		// getpid through the i386 entry point; the filter must kill us.
+		pid := int80getpid()
+		return report{OK: true, Value: strconv.Itoa(int(pid))}
+	},
+	"setuid-root": func([]string) report { return result(unix.Setresuid(0, 0, 0)) },
+	"caps": func([]string) report {
+		b, err := os.ReadFile("/proc/self/status")
+		r := result(err)
+		r.Value = string(b)
+		return r
+	},
+	"connect": func(args []string) report {
+		sa := &unix.SockaddrInet4{Port: atoi(args[0])}
+		copy(sa.Addr[:], []byte{127, 0, 0, 1})
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return result(err)
+		}
+		defer unix.Close(fd)
+		return result(unix.Connect(fd, sa))
+	},
+	// Resource consumers.
+	"balloon": func(args []string) report {
+		n := atoi(args[0]) << 20
+		b := make([]byte, n)
+		for i := 0; i < n; i += 4096 {
+			b[i] = 1
+		}
+		return report{OK: true}
+	},
+	"fds": func([]string) report {
+		var err error
+		n := 0
+		for {
+			_, err = unix.Open("/dev/null", unix.O_RDONLY, 0)
+			if err != nil {
+				break
+			}
+			n++
+		}
+		fmt.Println(`{"ok":true,"value":"` + strconv.Itoa(n) + `"}`)
+		// Hold the descriptors. Not time.Sleep: the runtime's timers need
+		// one more descriptor, and there is none left.
+		for {
+			_ = unix.Pause()
+		}
+	},
+	"spin": func([]string) report {
+		for {
+		}
+	},
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testprog: bad number", s)
+		os.Exit(2)
+	}
+	return n
+}
+
+func tiocsti(args []string) error {
+	ptmx, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ptmx)
+	c := byte('x')
+	req := uintptr(unix.TIOCSTI)
+	if len(args) > 0 && args[0] == "high" {
+		// The kernel truncates the request to 32 bits; a filter comparing
+		// all 64 would miss this.
+		req |= 1 << 32
+	}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(ptmx), req, uintptr(unsafe.Pointer(&c)))
+	return rawErr(e)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testprog ATTACK [ARG...]")
+		os.Exit(2)
+	}
+	f, ok := attacks[os.Args[1]]
+	if !ok {
+		fmt.Fprintln(os.Stderr, "testprog: unknown", os.Args[1])
+		os.Exit(2)
+	}
+	b, _ := json.Marshal(f(os.Args[2:]))
+	fmt.Println(string(b))
+}

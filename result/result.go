@@ -1,0 +1,170 @@
+// Package result defines the outcome of one command run in a sandbox: the
+// object that `airlock run --json` prints and that the API, MCP server and Go
+// client carry unchanged.
+package result
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Outcome says how a run ended. Every run ends in exactly one.
+type Outcome string
+
+// The four outcomes.
+const (
+	// Exited: the command exited on its own; ExitCode holds its status.
+	Exited Outcome = "exited"
+	// Signaled: the command was killed by a signal; Signal holds it.
+	Signaled Outcome = "signaled"
+	// LimitExceeded: a ceiling was breached and the sandbox destroyed;
+	// Limit names it.
+	LimitExceeded Outcome = "limit"
+	// Error: airlock itself failed; Error says why.
+	Error Outcome = "error"
+)
+
+// Limit names. They are part of the wire format.
+const (
+	LimitMemory = "memory"
+	LimitPids   = "pids"
+	LimitDisk   = "disk"
+	LimitFDs    = "fds"
+	LimitOutput = "output"
+	LimitTime   = "time"
+	LimitCPU    = "cpu"
+)
+
+// Units for Limit.Ceiling and Limit.Observed.
+const (
+	UnitBytes  = "bytes"
+	UnitCount  = "count"
+	UnitInodes = "inodes"
+	UnitMillis = "ms"
+)
+
+// Limit describes a breached ceiling.
+type Limit struct {
+	// Name is one of the Limit* constants.
+	Name string `json:"name"`
+	// Ceiling is the configured value, in Unit.
+	Ceiling int64 `json:"ceiling"`
+	// Observed is what was measured when the breach was detected, in Unit.
+	Observed int64 `json:"observed"`
+	// Unit is bytes, count, inodes or ms.
+	Unit string `json:"unit"`
+}
+
+// String renders the limit the way the CLI prints it.
+func (l *Limit) String() string {
+	unit := l.Unit
+	if unit == UnitMillis {
+		unit = "ms"
+	}
+	return fmt.Sprintf("%s (ceiling %d %s, observed %d)", l.Name, l.Ceiling, unit, l.Observed)
+}
+
+// LimitError is the error form of a breach, for callers that use errors.
+type LimitError struct{ Limit Limit }
+
+func (e *LimitError) Error() string { return "limit exceeded: " + e.Limit.String() }
+
+// Usage is what the whole sandbox consumed during the run.
+type Usage struct {
+	WallMillis      int64 `json:"wall_ms"`
+	CPUMillis       int64 `json:"cpu_ms"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+	PidsPeak        int64 `json:"pids_peak"`
+	DiskPeakBytes   int64 `json:"disk_peak_bytes"`
+}
+
+// Sample is one resource reading of the whole sandbox, taken from the host.
+type Sample struct {
+	// Millis is the time since the command started.
+	Millis      int64 `json:"t_ms"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	Pids        int64 `json:"pids"`
+	DiskBytes   int64 `json:"disk_bytes"`
+	DiskInodes  int64 `json:"disk_inodes"`
+	CPUMillis   int64 `json:"cpu_ms"`
+}
+
+// Output is captured command output. It is a JSON string when the bytes are
+// valid UTF-8 and an object {"base64": "..."} otherwise, so nothing is lost.
+type Output []byte
+
+// MarshalJSON implements json.Marshaler.
+func (o Output) MarshalJSON() ([]byte, error) {
+	if utf8.Valid(o) {
+		return json.Marshal(string(o))
+	}
+	return json.Marshal(struct {
+		Base64 string `json:"base64"`
+	}{base64.StdEncoding.EncodeToString(o)})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (o *Output) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*o = Output(s)
+		return nil
+	}
+	var obj struct {
+		Base64 string `json:"base64"`
+	}
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return fmt.Errorf("output: want a string or {\"base64\":...}: %w", err)
+	}
+	d, err := base64.StdEncoding.DecodeString(obj.Base64)
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	*o = d
+	return nil
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	SandboxID string  `json:"sandbox_id"`
+	Outcome   Outcome `json:"outcome"`
+	// ExitCode is the command's exit status when Outcome is exited, else 0.
+	ExitCode int `json:"exit_code"`
+	// Signal is the number of the signal that killed the command when
+	// Outcome is signaled, else 0.
+	Signal int `json:"signal"`
+	// Limit is set when Outcome is limit.
+	Limit *Limit `json:"limit"`
+	// Error is set when Outcome is error. It is written for the caller and
+	// never holds host paths or secrets.
+	Error string `json:"error"`
+	// Stdout and Stderr are the captured output (only when captured).
+	Stdout Output `json:"stdout"`
+	Stderr Output `json:"stderr"`
+	// Truncated reports that output was cut at the output ceiling.
+	Truncated bool  `json:"truncated"`
+	Usage     Usage `json:"usage"`
+	// Evidence holds the last resource samples, oldest first.
+	Evidence []Sample `json:"evidence"`
+}
+
+// Event is one line of a live NDJSON event stream.
+type Event struct {
+	// Type is stdout, stderr, sample or result.
+	Type string `json:"type"`
+	// Millis is the time since the command started.
+	Millis int64   `json:"t_ms"`
+	Data   Output  `json:"data,omitempty"`
+	Sample *Sample `json:"sample,omitempty"`
+	Result *Result `json:"result,omitempty"`
+}
+
+// Event types.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventSample = "sample"
+	EventResult = "result"
+)

@@ -1,0 +1,296 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/internal/sbinit"
+	"golang.org/x/sys/unix"
+)
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	Limits Limits
+	// Hostname inside the sandbox. Default "sandbox".
+	Hostname string
+	// Diagnostic switches; never set by the CLI.
+	NoSeccomp, NoLandlock bool
+}
+
+// readyTimeout bounds how long init may take to build the sandbox.
+const readyTimeout = 30 * time.Second
+
+// Sandbox is one created sandbox. Its methods are safe for concurrent use.
+type Sandbox struct {
+	id     string
+	rt     *Runtime
+	limits Limits
+
+	proc    *os.Process
+	exited  chan struct{} // closed when init has been reaped
+	conn    *initproto.Conn
+	group   *cgroup.Group
+	netns   *os.File
+	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
+	ids     *idRange
+	lock    *lockFile
+	initLog *os.File
+
+	mu sync.Mutex
+	// waiters receive init's messages for one exec request id.
+	waiters map[uint64]chan *initproto.Message
+	nextID  uint64
+	// dead is closed when the control channel ends (init gone).
+	dead     chan struct{}
+	killed   bool
+	destroy  sync.Once
+	destroyE error
+}
+
+// ID is the sandbox's identifier; it also names its cgroup.
+func (s *Sandbox) ID() string { return s.id }
+
+// Limits are the sandbox's ceilings.
+func (s *Sandbox) Limits() Limits { return s.limits }
+
+// InitPid is init's pid on the host.
+func (s *Sandbox) InitPid() int { return s.proc.Pid }
+
+// NetNS returns the sandbox's network namespace. The caller must not close
+// it.
+func (s *Sandbox) NetNS() *os.File { return s.netns }
+
+// HostIDBase is the host uid (and gid) that uid 0 inside maps to.
+func (s *Sandbox) HostIDBase() uint32 { return s.ids.base }
+
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Create builds a sandbox and returns once its init is waiting for
+// commands. On failure nothing of it remains.
+func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+	l := spec.Limits
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = "sandbox"
+	}
+	s := &Sandbox{
+		id:      newID(),
+		rt:      rt,
+		limits:  l,
+		exited:  make(chan struct{}),
+		waiters: make(map[uint64]chan *initproto.Message),
+		dead:    make(chan struct{}),
+		scratch: -1,
+	}
+	// Anything built so far is torn down if a later step fails.
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, s.teardown(context.WithoutCancel(ctx)))
+		}
+	}()
+	// The lock file exists before the cgroup, so a sweeping process never
+	// mistakes a sandbox being built for a leftover.
+	if s.lock, err = tryLock(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
+		return nil, errors.Join(errors.New("claim sandbox id"), err)
+	}
+	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots); err != nil {
+		return nil, err
+	}
+	if s.group, err = rt.cg.Create(s.id, cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}); err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	hostEnd, initEnd := os.NewFile(uintptr(pair[0]), "ctrl"), os.NewFile(uintptr(pair[1]), "ctrl-init")
+	defer initEnd.Close()
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		hostEnd.Close()
+		return nil, err
+	}
+	defer logW.Close()
+	s.initLog = logR
+	fc, err := net.FileConn(hostEnd)
+	hostEnd.Close()
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	s.conn = initproto.NewConn(fc.(*net.UnixConn))
+
+	if err := s.start(initEnd, logW); err != nil {
+		return nil, err
+	}
+	go func() {
+		_, _ = s.proc.Wait()
+		close(s.exited)
+	}()
+	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec)}, nil); err != nil {
+		return nil, fmt.Errorf("sandbox init: %w", err)
+	}
+	if err := s.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	// Open the scratch tmpfs through init's root before any command runs,
+	// so the host's disk readings never follow a path the sandbox controls.
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root/tmp", s.proc.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox scratch: %w", err)
+	}
+	s.scratch = fd
+	go s.readLoop()
+	return s, nil
+}
+
+// start clones init into its namespaces and cgroup.
+func (s *Sandbox) start(ctrl, log *os.File) error {
+	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(s.ids.base), Size: idRangeSize}}
+	sys := &syscall.SysProcAttr{
+		// The network namespace is not among these: it comes from the
+		// thread that clones (see netns.NewAndRun), so it belongs to the
+		// host's user namespace and the sandbox can never reconfigure it.
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+		UidMappings:                maps,
+		GidMappings:                maps,
+		GidMappingsEnableSetgroups: true,
+		// Clears the host's supplementary groups: a kernel gid kept from
+		// the host would still grant access to host files by group.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		Pdeathsig:  unix.SIGKILL,
+	}
+	attr := &os.ProcAttr{
+		Env: []string{},
+		// Init holds nothing of the host's beyond its control channel and
+		// a pipe for its own diagnostics; stdin stays closed.
+		Files: []*os.File{nil, log, log, ctrl},
+		Sys:   sys,
+	}
+	if s.group.Version() == cgroup.V2 {
+		fd, err := s.group.DirFD()
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		// Born in its cgroup, so a CLONE_NEWCGROUP root is the sandbox's
+		// own cgroup and nothing runs uncounted.
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+	}
+	var err error
+	s.netns, err = netns.NewAndRun(func() error {
+		leave := func() error { return nil }
+		if s.group.Version() == cgroup.V1 {
+			// No CLONE_INTO_CGROUP on v1: the cloning thread visits the
+			// cgroup so the child is born there.
+			l, err := s.group.EnterThread()
+			if err != nil {
+				return err
+			}
+			leave = l
+		}
+		p, err := os.StartProcess(s.rt.opts.InitPath, []string{sbinit.Arg0}, attr)
+		s.proc = p
+		return errors.Join(err, leave())
+	})
+	if err != nil && s.proc != nil {
+		_ = s.proc.Kill()
+		_, _ = s.proc.Wait()
+		s.proc = nil
+	}
+	if err != nil {
+		return fmt.Errorf("start sandbox init: %w", err)
+	}
+	return nil
+}
+
+func (rt *Runtime) setup(s *Sandbox, spec Spec) *initproto.Setup {
+	l := s.limits
+	return &initproto.Setup{
+		RootDir:    rt.rootDir,
+		Hostname:   spec.Hostname,
+		UID:        sandboxUID,
+		GID:        sandboxGID,
+		DiskBytes:  l.Disk,
+		DiskInodes: l.inodes(),
+		Binds:      rt.image.binds,
+		Symlinks:   rt.image.symlinks,
+		Files:      etcFiles(spec.Hostname),
+		Devices:    rt.image.devices,
+		Rlimits: []initproto.Rlimit{
+			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.FDs), Max: uint64(l.FDs)},
+			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+			// Locked memory is charged outside the cgroup's reach.
+			{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
+		},
+		Workdir:    HomeDir,
+		NoSeccomp:  spec.NoSeccomp,
+		NoLandlock: spec.NoLandlock,
+	}
+}
+
+func (s *Sandbox) awaitReady(ctx context.Context) error {
+	type res struct {
+		m   *initproto.Message
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		m, err := s.conn.Recv()
+		ch <- res{m, err}
+	}()
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		switch {
+		case r.err != nil:
+			return fmt.Errorf("sandbox init: %w%s", r.err, s.initDiagnostics())
+		case r.m.Kind == initproto.KindFail:
+			return fmt.Errorf("sandbox setup: %s", r.m.Error)
+		case r.m.Kind != initproto.KindReady:
+			return fmt.Errorf("sandbox init: unexpected %q before ready", r.m.Kind)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("sandbox init not ready after %v", readyTimeout)
+	}
+}
+
+// initDiagnostics returns what init printed before failing (a Go panic, for
+// instance), for airlock's own error message.
+func (s *Sandbox) initDiagnostics() string {
+	_ = s.proc.Kill()
+	select {
+	case <-s.exited:
+	case <-time.After(time.Second):
+	}
+	_ = s.initLog.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	b := make([]byte, 2048)
+	n, _ := s.initLog.Read(b)
+	if n == 0 {
+		return ""
+	}
+	return ": init said: " + string(b[:n])
+}

@@ -1,0 +1,123 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"golang.org/x/sys/unix"
+)
+
+// destroyTimeout bounds teardown when the caller's context has no deadline.
+const destroyTimeout = 30 * time.Second
+
+// readLoop routes init's messages to the exec waiting for them. When the
+// channel ends, init is gone and every waiter is released.
+func (s *Sandbox) readLoop() {
+	defer func() {
+		s.mu.Lock()
+		close(s.dead)
+		for id, ch := range s.waiters {
+			close(ch)
+			delete(s.waiters, id)
+		}
+		s.mu.Unlock()
+	}()
+	for {
+		m, err := s.conn.Recv()
+		if err != nil {
+			return
+		}
+		if m.Kind != initproto.KindStarted && m.Kind != initproto.KindExit {
+			continue // init has nothing else to say after ready
+		}
+		s.mu.Lock()
+		ch := s.waiters[m.ID]
+		s.mu.Unlock()
+		if ch == nil {
+			continue
+		}
+		select {
+		case ch <- m:
+		default:
+			// A waiter holds at most a started and an exit message; a
+			// misbehaving init cannot block the loop.
+		}
+	}
+}
+
+// kill destroys every process of the sandbox at once. Killing init makes
+// the kernel kill everything else in its pid namespace, including stopped
+// processes and processes that ignore signals, and refuse new forks while
+// it does so.
+func (s *Sandbox) kill() {
+	s.mu.Lock()
+	s.killed = true
+	s.mu.Unlock()
+	if s.proc != nil {
+		_ = s.proc.Kill()
+	}
+}
+
+// Destroy kills everything in the sandbox and removes every trace of it:
+// processes, cgroup, network namespace, mounts (they die with the mount
+// namespace), lock files. It is safe to call more than once.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroy.Do(func() {
+		s.kill()
+		s.destroyE = s.teardown(context.WithoutCancel(ctx))
+	})
+	return s.destroyE
+}
+
+// teardown releases whatever has been built, in reverse order. It is also
+// the undo of a failed Create.
+func (s *Sandbox) teardown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
+	defer cancel()
+	var errs []error
+	if s.proc != nil {
+		_ = s.proc.Kill()
+		select {
+		case <-s.exited:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("sandbox %s: init did not exit: %w", s.id, ctx.Err()))
+		}
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	if s.initLog != nil {
+		_ = s.initLog.Close()
+	}
+	if s.scratch >= 0 {
+		_ = unix.Close(s.scratch)
+		s.scratch = -1
+	}
+	if s.group != nil {
+		// Init's death normally leaves the cgroup empty; Kill is the
+		// backstop that freezes and kills anything still there.
+		if pop, err := s.group.Populated(); err != nil || pop {
+			errs = append(errs, s.group.Kill(ctx))
+		}
+		errs = append(errs, s.group.Delete(ctx))
+	}
+	if s.netns != nil {
+		errs = append(errs, s.netns.Close())
+		s.netns = nil
+	}
+	if s.ids != nil {
+		errs = append(errs, s.ids.lock.release())
+		s.ids = nil
+	}
+	// The lock goes last: until it is released, a sweeper leaves the
+	// cgroup alone.
+	errs = append(errs, s.lock.release())
+	s.lock = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
+	}
+	return nil
+}

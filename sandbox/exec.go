@@ -1,0 +1,392 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+// ExecRequest is one command to run in a sandbox.
+type ExecRequest struct {
+	// Argv is the command and its arguments; Argv[0] is looked up in the
+	// command's PATH inside the sandbox.
+	Argv []string
+	// Env is added to DefaultEnv, overriding names it already has.
+	Env []string
+	// Dir is the working directory inside; default /workspace.
+	Dir string
+	// Stdin is copied to the command's standard input; nil means empty.
+	Stdin io.Reader
+	// Stdout and Stderr, when set, receive output live.
+	Stdout, Stderr io.Writer
+	// Capture keeps output in the result.
+	Capture bool
+	// OnEvent, when set, receives output chunks and samples live. It must
+	// not block for long.
+	OnEvent func(result.Event)
+	// SampleEvery is the sampling interval for evidence; default 250ms.
+	SampleEvery time.Duration
+	// KeepAlive leaves the sandbox running after the command ends (for
+	// sessions). By default the sandbox is killed when the command ends,
+	// so that nothing it started outlives it.
+	KeepAlive bool
+}
+
+const (
+	defaultSampleEvery = 250 * time.Millisecond
+	// checkEvery is how often ceilings are checked while a command runs.
+	checkEvery = 10 * time.Millisecond
+	// fdCheckEvery: descriptor counts need a /proc walk, so less often.
+	fdCheckEvery = 50 * time.Millisecond
+	// evidenceKept is how many samples the result carries.
+	evidenceKept = 8
+	// drainGrace is how long output from background processes may keep
+	// arriving after the command ends when the sandbox is kept alive.
+	drainGrace = 100 * time.Millisecond
+)
+
+// ErrDead is returned for a sandbox that can no longer run commands.
+var ErrDead = errors.New("sandbox is no longer running")
+
+// Exec runs one command and returns its result; it never returns nil. A
+// breach of any ceiling kills the whole sandbox and yields outcome limit.
+func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
+	r := &result.Result{SandboxID: s.id}
+	if len(req.Argv) == 0 {
+		return errResult(r, fmt.Errorf("%w: empty command", ErrInvalid))
+	}
+	if req.Dir == "" {
+		req.Dir = HomeDir
+	}
+	if req.SampleEvery <= 0 {
+		req.SampleEvery = defaultSampleEvery
+	}
+	x, err := s.newExec(req)
+	if err != nil {
+		return errResult(r, err)
+	}
+	return x.run(ctx, r)
+}
+
+func errResult(r *result.Result, err error) *result.Result {
+	r.Outcome = result.Error
+	r.Error = err.Error()
+	return r
+}
+
+// execution is the state of one running command.
+type execution struct {
+	s     *Sandbox
+	req   ExecRequest
+	id    uint64
+	msgs  chan *initproto.Message
+	start time.Time
+
+	stdinW           *os.File
+	stdoutR, stderrR *os.File
+	out              *outputCounter
+
+	mu sync.Mutex
+	// breach is the first ceiling found breached.
+	breach   *result.Limit
+	breached chan struct{}
+	samples  []result.Sample
+	usage    result.Usage
+	base     cpuBase
+}
+
+type cpuBase struct{ nanos int64 }
+
+func (s *Sandbox) newExec(req ExecRequest) (*execution, error) {
+	select {
+	case <-s.dead:
+		return nil, ErrDead
+	default:
+	}
+	x := &execution{s: s, req: req, msgs: make(chan *initproto.Message, 2), breached: make(chan struct{})}
+	var toClose []*os.File
+	defer func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{inR, inW, outR, outW} {
+			f.Close()
+		}
+		return nil, err
+	}
+	// The sandbox's ends leave with the request; the host keeps its own.
+	toClose = append(toClose, inR, outW, errW)
+	x.stdinW, x.stdoutR, x.stderrR = inW, outR, errR
+
+	s.mu.Lock()
+	s.nextID++
+	x.id = s.nextID
+	s.waiters[x.id] = x.msgs
+	s.mu.Unlock()
+
+	env := mergeEnv(DefaultEnv, req.Env)
+	m := &initproto.Message{Kind: initproto.KindExec, ID: x.id, Exec: &initproto.Exec{Argv: req.Argv, Env: env, Dir: req.Dir}}
+	if err := s.conn.Send(m, []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}); err != nil {
+		x.closeHostEnds()
+		x.unregister()
+		return nil, fmt.Errorf("%w: %w", ErrDead, err)
+	}
+	return x, nil
+}
+
+func (x *execution) unregister() {
+	x.s.mu.Lock()
+	delete(x.s.waiters, x.id)
+	x.s.mu.Unlock()
+}
+
+func (x *execution) closeHostEnds() {
+	x.stdinW.Close()
+	x.stdoutR.Close()
+	x.stderrR.Close()
+}
+
+// mergeEnv returns base with over applied; later entries win.
+func mergeEnv(base, over []string) []string {
+	idx := make(map[string]int, len(base)+len(over))
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range append(append([]string{}, base...), over...) {
+		k := kv
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				k = kv[:i]
+				break
+			}
+		}
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// setBreach records the first breach and kills the sandbox at once.
+func (x *execution) setBreach(l *result.Limit) {
+	x.mu.Lock()
+	first := x.breach == nil
+	if first {
+		x.breach = l
+		close(x.breached)
+	}
+	x.mu.Unlock()
+	if first {
+		x.s.kill()
+	}
+}
+
+func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
+	s := x.s
+	defer x.unregister()
+	x.start = time.Now()
+	if c, err := s.group.Counters(); err == nil {
+		x.base.nanos = c.CPUUsageNanos
+	}
+	x.out = &outputCounter{x: x, limit: s.limits.Output}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); x.out.pump(x.stdoutR, result.EventStdout, x.req.Stdout) }()
+	go func() { defer wg.Done(); x.out.pump(x.stderrR, result.EventStderr, x.req.Stderr) }()
+	go x.feedStdin()
+
+	monCtx, stopMon := context.WithCancel(ctx)
+	monDone := make(chan struct{})
+	go func() { defer close(monDone); x.monitor(monCtx) }()
+
+	timer := time.NewTimer(s.limits.Time)
+	defer timer.Stop()
+	var exit *initproto.Message
+	var runErr error
+wait:
+	for {
+		select {
+		case m, ok := <-x.msgs:
+			if !ok {
+				// Init is gone: killed for a breach, or died.
+				if x.getBreach() == nil {
+					runErr = ErrDead
+				}
+				break wait
+			}
+			if m.Kind == initproto.KindExit {
+				exit = m
+				break wait
+			}
+		case <-x.breached:
+			break wait
+		case <-timer.C:
+			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.start).Milliseconds(), Unit: result.UnitMillis})
+		case <-ctx.Done():
+			runErr = ctx.Err()
+			s.kill()
+			break wait
+		}
+	}
+	wall := time.Since(x.start)
+	// The command has ended; a last look catches a breach that ended it
+	// (an OOM kill of a child, a full disk) before anything is torn down.
+	stopMon()
+	<-monDone
+	if x.getBreach() == nil {
+		x.check(false)
+	}
+	x.sample()
+	if !x.req.KeepAlive || x.getBreach() != nil || runErr != nil {
+		s.kill()
+		<-s.exited
+		wg.Wait()
+	} else {
+		x.drain(&wg)
+	}
+	x.closeHostEnds()
+
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r.Usage = x.usage
+	r.Usage.WallMillis = wall.Milliseconds()
+	r.Evidence = append([]result.Sample(nil), x.samples...)
+	r.Stdout, r.Stderr, r.Truncated = x.out.result()
+	switch {
+	case x.breach != nil:
+		r.Outcome = result.LimitExceeded
+		r.Limit = x.breach
+	case runErr != nil:
+		return errResult(r, runErr)
+	case exit.Errno != 0:
+		// The command could not be started; report it as a shell does.
+		r.Outcome, r.ExitCode = result.Exited, 126
+		if exit.Errno == int(unix.ENOENT) {
+			r.ExitCode = 127
+		}
+	default:
+		ws := unix.WaitStatus(exit.Status)
+		switch {
+		case ws.Exited():
+			r.Outcome, r.ExitCode = result.Exited, ws.ExitStatus()
+		case ws.Signaled():
+			r.Outcome, r.Signal = result.Signaled, int(ws.Signal())
+		default:
+			return errResult(r, fmt.Errorf("unexpected wait status %#x", exit.Status))
+		}
+	}
+	return r
+}
+
+func (x *execution) getBreach() *result.Limit {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.breach
+}
+
+// drain waits briefly for background processes to finish writing, then
+// stops reading their output.
+func (x *execution) drain(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainGrace):
+		x.stdoutR.SetReadDeadline(time.Now())
+		x.stderrR.SetReadDeadline(time.Now())
+		<-done
+	}
+}
+
+func (x *execution) feedStdin() {
+	defer x.stdinW.Close()
+	if x.req.Stdin == nil {
+		return
+	}
+	// Errors end the copy: the command closed its stdin or ended.
+	_, _ = io.Copy(x.stdinW, x.req.Stdin)
+}
+
+// outputCounter enforces the output ceiling across stdout and stderr.
+type outputCounter struct {
+	x     *execution
+	limit int64
+
+	mu        sync.Mutex
+	total     int64
+	truncated bool
+	stdout    []byte
+	stderr    []byte
+}
+
+func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			o.deliver(kind, buf[:n], live)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (o *outputCounter) deliver(kind string, b []byte, live io.Writer) {
+	o.mu.Lock()
+	attempted := o.total + int64(len(b))
+	room := o.limit - o.total
+	over := int64(len(b)) > room
+	if over {
+		b = b[:max(room, 0)]
+		o.truncated = true
+	}
+	o.total += int64(len(b))
+	if o.x.req.Capture {
+		if kind == result.EventStdout {
+			o.stdout = append(o.stdout, b...)
+		} else {
+			o.stderr = append(o.stderr, b...)
+		}
+	}
+	o.mu.Unlock()
+	if len(b) > 0 {
+		if live != nil {
+			_, _ = live.Write(b)
+		}
+		if o.x.req.OnEvent != nil {
+			o.x.req.OnEvent(result.Event{Type: kind, Millis: time.Since(o.x.start).Milliseconds(), Data: append([]byte(nil), b...)})
+		}
+	}
+	if over {
+		o.x.setBreach(&result.Limit{Name: result.LimitOutput, Ceiling: o.limit, Observed: attempted, Unit: result.UnitBytes})
+	}
+}
+
+func (o *outputCounter) result() (stdout, stderr []byte, truncated bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stdout, o.stderr, o.truncated
+}

@@ -1,0 +1,279 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	// The sandboxes these tests create re-execute the test binary as their
+	// init.
+	if sbinit.IsInit() {
+		os.Exit(sbinit.Main())
+	}
+	os.Exit(m.Run())
+}
+
+// requireRoot skips tests that need root; CI runs as root so they always
+// run there.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sandboxes use user namespaces with private uid ranges, cgroups and network namespaces (CI runs as root)")
+	}
+}
+
+const (
+	testStateDir = "/run/airlock-test-sandbox"
+	testCgroup   = "/airlock-test-sandbox"
+)
+
+var (
+	rtOnce sync.Once
+	rtVal  *Runtime
+	rtErr  error
+)
+
+func testRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	requireRoot(t)
+	rtOnce.Do(func() {
+		rtVal, rtErr = New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup})
+	})
+	if rtErr != nil {
+		t.Fatal(rtErr)
+	}
+	return rtVal
+}
+
+var (
+	progOnce sync.Once
+	progPath string
+	progErr  error
+)
+
+// testProg builds the attack program once per test binary.
+func testProg(t testing.TB) []byte {
+	t.Helper()
+	progOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-testprog")
+		if err != nil {
+			progErr = err
+			return
+		}
+		progPath = filepath.Join(dir, "testprog")
+		cmd := exec.Command("go", "build", "-o", progPath, "github.com/airlockhq/airlock/internal/testprog")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			progErr = fmt.Errorf("build testprog: %v: %s", err, out)
+		}
+	})
+	if progErr != nil {
+		t.Fatal(progErr)
+	}
+	b, err := os.ReadFile(progPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// withProg wraps args so that the attack program, fed on stdin, is
+// installed in /workspace and run with them.
+func withProg(args ...string) []string {
+	return append([]string{"/bin/sh", "-c", `cat > /workspace/t && chmod +x /workspace/t && exec /workspace/t "$@"`, "sh"}, args...)
+}
+
+type runOpts struct {
+	limits *Limits
+	stdin  []byte
+	env    []string
+	spec   func(*Spec)
+	// during is called with the live sandbox before the command runs.
+	during func(*Sandbox)
+}
+
+// run creates a sandbox, runs argv, destroys it and checks that nothing
+// of it is left on the host.
+func run(t *testing.T, o runOpts, argv ...string) *result.Result {
+	t.Helper()
+	rt := testRuntime(t)
+	spec := Spec{Limits: DefaultLimits()}
+	spec.Limits.Time = 30e9
+	if o.limits != nil {
+		spec.Limits = *o.limits
+	}
+	if o.spec != nil {
+		o.spec(&spec)
+	}
+	sb, err := rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := traceOf(t, sb)
+	if o.during != nil {
+		o.during(sb)
+	}
+	req := ExecRequest{Argv: argv, Env: o.env, Capture: true}
+	if o.stdin != nil {
+		req.Stdin = bytes.NewReader(o.stdin)
+	}
+	r := sb.Exec(t.Context(), req)
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Errorf("Destroy: %v", err)
+	}
+	trace.assertGone(t)
+	return r
+}
+
+// attack runs the test program with args and decodes its report.
+func attack(t *testing.T, args ...string) (report, *result.Result) {
+	t.Helper()
+	r := run(t, runOpts{stdin: testProg(t)}, withProg(args...)...)
+	var rep report
+	line := strings.TrimSpace(string(r.Stdout))
+	if r.Outcome == result.Exited && r.ExitCode == 0 {
+		if err := json.Unmarshal([]byte(line), &rep); err != nil {
+			t.Fatalf("%v: bad report %q (stderr %q): %v", args, line, r.Stderr, err)
+		}
+	}
+	return rep, r
+}
+
+type report struct {
+	OK    bool   `json:"ok"`
+	Errno int    `json:"errno"`
+	Error string `json:"error"`
+	Value string `json:"value"`
+}
+
+// trace records what a sandbox owns on the host, to prove later that all
+// of it is gone.
+type trace struct {
+	id       string
+	initPid  int
+	uidBase  uint32
+	netnsIno uint64
+	lock     string
+}
+
+func traceOf(t *testing.T, sb *Sandbox) *trace {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(sb.NetNS().Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return &trace{
+		id:       sb.ID(),
+		initPid:  sb.InitPid(),
+		uidBase:  sb.HostIDBase(),
+		netnsIno: st.Ino,
+		lock:     filepath.Join(testStateDir, "sandboxes", sb.ID()),
+	}
+}
+
+func (tr *trace) assertGone(t *testing.T) {
+	t.Helper()
+	if paths := cgroupDirs(tr.id); len(paths) > 0 {
+		t.Errorf("cgroup of sandbox %s left: %v", tr.id, paths)
+	}
+	if _, err := os.Stat(tr.lock); !os.IsNotExist(err) {
+		t.Errorf("lock file %s left (err %v)", tr.lock, err)
+	}
+	if pids := procsInRange(tr.uidBase); len(pids) > 0 {
+		t.Errorf("processes of sandbox %s left: %v", tr.id, pids)
+	}
+	if pids := netnsHolders(tr.netnsIno); len(pids) > 0 {
+		t.Errorf("network namespace of sandbox %s still held by %v", tr.id, pids)
+	}
+	if m := hostMountsUnder(testStateDir); len(m) > 0 {
+		t.Errorf("mounts left under the state dir: %v", m)
+	}
+}
+
+// cgroupDirs finds the sandbox's cgroup in any hierarchy.
+func cgroupDirs(id string) []string {
+	var found []string
+	for _, pat := range []string{"/sys/fs/cgroup/*" + testCgroup + "/" + id, "/sys/fs/cgroup" + testCgroup + "/" + id} {
+		m, _ := filepath.Glob(pat)
+		found = append(found, m...)
+	}
+	return found
+}
+
+// procsInRange lists host processes whose uid lies in the sandbox's range.
+func procsInRange(base uint32) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		uid, ok := procUID(pid)
+		if ok && uid >= base && uid < base+idRangeSize {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func procUID(pid int) (uint32, bool) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
+			fields := strings.Fields(v)
+			if len(fields) > 0 {
+				n, err := strconv.ParseUint(fields[0], 10, 32)
+				return uint32(n), err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+func netnsHolders(ino uint64) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == ino {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func hostMountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}

@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+)
+
+// Identity of commands inside the sandbox. Init maps ids 0..idRange-1 of
+// the sandbox onto the sandbox's private host range.
+const (
+	sandboxUID = 1000
+	sandboxGID = 1000
+	// HomeDir is also the default working directory.
+	HomeDir = "/workspace"
+)
+
+// DefaultEnv is what every command gets unless the caller overrides a
+// name. Nothing of the caller's own environment is ever passed in.
+var DefaultEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + HomeDir,
+	"LANG=C.UTF-8",
+	"TERM=dumb",
+}
+
+// hostImage describes the embedded default image "host": the host's own
+// system directories, read-only, and a generated /etc that holds nothing
+// of the host's but the loader cache and the CA certificates.
+type hostImage struct {
+	binds    []initproto.Bind
+	symlinks []initproto.Symlink
+	devices  []string
+}
+
+// hostDirs are bound from the host when present. Where the host has a
+// symlink instead (merged /usr), the same symlink is created.
+var hostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// hostEtc are the only host /etc entries a sandbox sees: the dynamic loader
+// cache (so programs start) and the CA certificates (so TLS verifies).
+var hostEtc = []string{
+	"/etc/ld.so.cache",
+	"/etc/ssl/certs",
+	"/etc/ssl/cert.pem",
+	"/etc/pki/tls/certs",
+	"/etc/pki/ca-trust/extracted",
+}
+
+func loadHostImage() (*hostImage, error) {
+	img := &hostImage{devices: []string{"null", "zero", "full", "random", "urandom"}}
+	for _, d := range hostDirs {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(d)
+			if err != nil {
+				return nil, fmt.Errorf("image host: %w", err)
+			}
+			img.symlinks = append(img.symlinks, initproto.Symlink{Target: target, Path: d})
+		case fi.IsDir():
+			img.binds = append(img.binds, initproto.Bind{Source: d, Target: d})
+		}
+	}
+	if len(img.binds) == 0 {
+		return nil, fmt.Errorf("image host: none of %s is a directory", strings.Join(hostDirs, ", "))
+	}
+	for _, p := range hostEtc {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		img.binds = append(img.binds, initproto.Bind{Source: p, Target: p, File: !fi.IsDir()})
+	}
+	// Debian-style /etc/alternatives is a directory of symlinks that many
+	// commands (awk, editor, ...) resolve through. The links are recreated;
+	// no host file behind /etc is exposed.
+	if ents, err := os.ReadDir("/etc/alternatives"); err == nil {
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink == 0 {
+				continue
+			}
+			p := filepath.Join("/etc/alternatives", e.Name())
+			target, err := os.Readlink(p)
+			if err != nil || !filepath.IsAbs(target) {
+				continue
+			}
+			img.symlinks = append(img.symlinks, initproto.Symlink{Target: target, Path: p})
+		}
+	}
+	for _, d := range img.devices {
+		if _, err := os.Stat(filepath.Join("/dev", d)); err != nil {
+			return nil, fmt.Errorf("image host: /dev/%s: %w", d, err)
+		}
+	}
+	return img, nil
+}
+
+// etcFiles are generated for every sandbox.
+func etcFiles(hostname string) []initproto.File {
+	return []initproto.File{
+		{Path: "/etc/passwd", Mode: 0o644, Data: "root:x:0:0:root:/root:/bin/sh\n" +
+			fmt.Sprintf("sandbox:x:%d:%d:sandbox:%s:/bin/sh\n", sandboxUID, sandboxGID, HomeDir) +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+		{Path: "/etc/group", Mode: 0o644, Data: "root:x:0:\n" +
+			fmt.Sprintf("sandbox:x:%d:\n", sandboxGID) + "nogroup:x:65534:\n"},
+		{Path: "/etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		{Path: "/etc/hostname", Mode: 0o644, Data: hostname + "\n"},
+		// No network yet: lookups fail fast on loopback instead of
+		// reaching any resolver of the host's.
+		{Path: "/etc/resolv.conf", Mode: 0o644, Data: "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"},
+		{Path: "/etc/nsswitch.conf", Mode: 0o644, Data: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"},
+	}
+}

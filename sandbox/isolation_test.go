@@ -1,0 +1,334 @@
+package sandbox
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+func TestEchoAndExitCodes(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		outcome result.Outcome
+		code    int
+		signal  int
+		stdout  string
+	}{
+		{"echo", []string{"echo", "hello"}, result.Exited, 0, 0, "hello\n"},
+		{"exit code", []string{"sh", "-c", "exit 3"}, result.Exited, 3, 0, ""},
+		{"signal", []string{"sh", "-c", "kill -TERM $$"}, result.Signaled, 0, 15, ""},
+		{"not found", []string{"no-such-command"}, result.Exited, 127, 0, ""},
+		{"not executable", []string{"/etc/passwd"}, result.Exited, 126, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := run(t, runOpts{}, tt.argv...)
+			if r.Outcome != tt.outcome || r.ExitCode != tt.code || r.Signal != tt.signal {
+				t.Fatalf("got %s code %d signal %d (error %q, stderr %q), want %s code %d signal %d",
+					r.Outcome, r.ExitCode, r.Signal, r.Error, r.Stderr, tt.outcome, tt.code, tt.signal)
+			}
+			if tt.stdout != "" && string(r.Stdout) != tt.stdout {
+				t.Fatalf("got stdout %q, want %q", r.Stdout, tt.stdout)
+			}
+		})
+	}
+}
+
+func TestStdinAndEnv(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_HOST_SECRET", "s3cr3t")
+	r := run(t, runOpts{stdin: []byte("from stdin\n"), env: []string{"FOO=bar", "HOME=/tmp"}},
+		"sh", "-c", "cat; env | sort")
+	out := string(r.Stdout)
+	if !strings.HasPrefix(out, "from stdin\n") {
+		t.Fatalf("stdin not forwarded: %q", out)
+	}
+	for _, want := range []string{"FOO=bar", "HOME=/tmp", "PATH=", "LANG=C.UTF-8", "TERM=dumb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("env lacks %q: %q", want, out)
+		}
+	}
+	if strings.Contains(out, "s3cr3t") || strings.Contains(out, "AIRLOCK_TEST_HOST_SECRET") {
+		t.Errorf("host environment leaked into the sandbox: %q", out)
+	}
+}
+
+func TestIdentityAndUIDRange(t *testing.T) {
+	var initUID uint32
+	var base uint32
+	r := run(t, runOpts{during: func(sb *Sandbox) {
+		base = sb.HostIDBase()
+		initUID, _ = procUID(sb.InitPid())
+	}}, "sh", "-c", "id; cat /proc/self/uid_map /proc/self/gid_map; hostname")
+	out := string(r.Stdout)
+	if !strings.Contains(out, "uid=1000(sandbox) gid=1000(sandbox) groups=1000(sandbox)") {
+		t.Errorf("id: got %q", out)
+	}
+	if want := fmt.Sprintf("0 %d 65536", base); !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+		t.Errorf("uid_map: got %q, want %q", out, want)
+	}
+	if base < 1<<16 {
+		t.Errorf("sandbox range starts at host uid %d, inside ordinary host ids", base)
+	}
+	if want := base + 1000; initUID != want {
+		t.Errorf("init runs as host uid %d, want %d (never host root)", initUID, want)
+	}
+}
+
+func TestConcurrentSandboxesHaveDistinctRanges(t *testing.T) {
+	rt := testRuntime(t)
+	const n = 6
+	var mu sync.Mutex
+	seen := map[uint32]bool{}
+	var sbs []*Sandbox
+	for range n {
+		sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbs = append(sbs, sb)
+		mu.Lock()
+		if seen[sb.HostIDBase()] {
+			t.Errorf("uid range %d handed out twice", sb.HostIDBase())
+		}
+		seen[sb.HostIDBase()] = true
+		mu.Unlock()
+	}
+	for _, sb := range sbs {
+		tr := traceOf(t, sb)
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Error(err)
+		}
+		tr.assertGone(t)
+	}
+}
+
+func nsInode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+func TestNamespaces(t *testing.T) {
+	run(t, runOpts{during: func(sb *Sandbox) {
+		for _, ns := range []string{"user", "pid", "mnt", "ipc", "uts", "cgroup", "net"} {
+			host := nsInode(t, "/proc/self/ns/"+ns)
+			in := nsInode(t, fmt.Sprintf("/proc/%d/ns/%s", sb.InitPid(), ns))
+			if host == in {
+				t.Errorf("%s namespace shared with the host", ns)
+			}
+		}
+		// The network namespace belongs to the host's user namespace, so
+		// the sandbox's root has no power over it.
+		owner, err := unix.IoctlRetInt(int(sb.NetNS().Fd()), unix.NS_GET_USERNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(owner)
+		var st unix.Stat_t
+		if err := unix.Fstat(owner, &st); err != nil {
+			t.Fatal(err)
+		}
+		if host := nsInode(t, "/proc/self/ns/user"); st.Ino != host {
+			t.Errorf("network namespace owned by user namespace %d, want the host's %d", st.Ino, host)
+		}
+	}}, "true")
+}
+
+func TestNetworkIsLoopbackOnly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	r := run(t, runOpts{}, "sh", "-c", "cat /proc/net/dev; cat /proc/net/route")
+	out := string(r.Stdout)
+	if strings.Count(out, ":") != 1 || !strings.Contains(out, "lo:") {
+		t.Errorf("interfaces: got %q, want only lo", out)
+	}
+	rep, _ := attack(t, "connect", fmt.Sprint(port))
+	if rep.OK {
+		t.Errorf("connected to the host's loopback listener from inside")
+	}
+	select {
+	case <-accepted:
+		t.Errorf("host listener accepted a connection from the sandbox")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestFilesystem(t *testing.T) {
+	r := run(t, runOpts{}, "sh", "-c", `
+		ls -A /etc | tr '\n' ' '; echo
+		ls -A / | tr '\n' ' '; echo
+		pwd
+		echo x > /workspace/f && echo x > /tmp/f && echo x > /dev/shm/f && echo writable
+		cat /proc/self/mountinfo
+		ls /dev | tr '\n' ' '; echo
+		stat -c %a /tmp
+	`)
+	out := string(r.Stdout)
+	lines := strings.Split(out, "\n")
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("got %s %d: %s", r.Outcome, r.ExitCode, r.Stderr)
+	}
+	for _, f := range strings.Fields(lines[0]) {
+		switch f {
+		case "passwd", "group", "hosts", "hostname", "resolv.conf", "nsswitch.conf", "ld.so.cache", "ssl", "pki", "alternatives":
+		default:
+			t.Errorf("unexpected /etc entry %q (only generated files and CA certificates belong there)", f)
+		}
+	}
+	for _, must := range []string{"usr", "proc", "dev", "etc", "tmp", "workspace"} {
+		if !strings.Contains(" "+lines[1]+" ", " "+must+" ") {
+			t.Errorf("/ lacks %s: %q", must, lines[1])
+		}
+	}
+	if lines[2] != "/workspace" {
+		t.Errorf("working directory %q, want /workspace", lines[2])
+	}
+	if lines[3] != "writable" {
+		t.Errorf("scratch not writable: %q", lines[3])
+	}
+	if strings.Contains(out, testStateDir) || strings.Contains(out, "airlock-scratch") {
+		t.Errorf("mountinfo reveals host paths: %q", out)
+	}
+	for _, dev := range []string{"null", "zero", "full", "random", "urandom", "pts", "shm", "ptmx"} {
+		if !strings.Contains(out, dev) {
+			t.Errorf("/dev lacks %s", dev)
+		}
+	}
+	if strings.Contains(out, " tty ") || strings.Contains(out, "console") || strings.Contains(out, "sda") {
+		t.Errorf("/dev has host devices: %q", out)
+	}
+}
+
+func TestEscapeAttempts(t *testing.T) {
+	// Each attempt must fail; the set of errnos accepted is what a kernel
+	// may answer for a refused call.
+	eperm := []unix.Errno{unix.EPERM, unix.EACCES}
+	tests := []struct {
+		args  []string
+		errno []unix.Errno
+	}{
+		{[]string{"unshare-user"}, eperm},
+		{[]string{"unshare-net"}, eperm},
+		{[]string{"mount-tmpfs"}, eperm},
+		{[]string{"remount-root-rw"}, eperm},
+		{[]string{"chroot"}, eperm},
+		{[]string{"ptrace-init"}, eperm},
+		{[]string{"read-init-mem"}, eperm},
+		{[]string{"read-init-environ"}, eperm},
+		{[]string{"open-init-ctrl"}, eperm},
+		{[]string{"write-sysctl"}, append(eperm, unix.EROFS)},
+		// ENOENT: kernels without CONFIG_MAGIC_SYSRQ have no such file.
+		{[]string{"sysrq"}, append(eperm, unix.EROFS, unix.ENOENT)},
+		{[]string{"mknod"}, eperm},
+		{[]string{"write-usr"}, append(eperm, unix.EROFS)},
+		{[]string{"write-etc"}, append(eperm, unix.EROFS)},
+		{[]string{"keyctl"}, eperm},
+		{[]string{"bpf"}, eperm},
+		{[]string{"perf"}, eperm},
+		{[]string{"userfaultfd"}, eperm},
+		{[]string{"io-uring"}, eperm},
+		{[]string{"clone3"}, []unix.Errno{unix.ENOSYS}},
+		{[]string{"socket-packet"}, append(eperm, unix.EAFNOSUPPORT)},
+		{[]string{"socket-raw"}, append(eperm, unix.EAFNOSUPPORT, unix.EPROTONOSUPPORT)},
+		{[]string{"socket-mptcp"}, append(eperm, unix.EAFNOSUPPORT, unix.EPROTONOSUPPORT)},
+		{[]string{"socket-netlink-audit"}, append(eperm, unix.EAFNOSUPPORT, unix.EPROTONOSUPPORT)},
+		{[]string{"tiocsti"}, eperm},
+		{[]string{"tiocsti", "high"}, eperm},
+		{[]string{"setuid-root"}, eperm},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, "-"), func(t *testing.T) {
+			rep, r := attack(t, tt.args...)
+			if r.Outcome != result.Exited || r.ExitCode != 0 {
+				t.Fatalf("attack program: %s %d: %s", r.Outcome, r.ExitCode, r.Stderr)
+			}
+			if rep.OK {
+				t.Fatalf("%v succeeded inside the sandbox (value %q)", tt.args, rep.Value)
+			}
+			ok := false
+			for _, e := range tt.errno {
+				ok = ok || rep.Errno == int(e)
+			}
+			if !ok {
+				t.Fatalf("%v failed with errno %d (%s), want one of %v", tt.args, rep.Errno, rep.Error, tt.errno)
+			}
+		})
+	}
+}
+
+func TestSocketTCPAllowed(t *testing.T) {
+	rep, _ := attack(t, "socket-tcp")
+	if !rep.OK {
+		t.Fatalf("plain TCP socket refused: %s", rep.Error)
+	}
+}
+
+func TestInt80IsKilled(t *testing.T) {
+	// Control: without the filter, does this kernel (or hypervisor) route
+	// int 0x80 at all? Some fault it (SIGSEGV, which the Go runtime turns
+	// into exit status 2) before any filter runs.
+	ctl := run(t, runOpts{stdin: testProg(t), spec: func(s *Spec) { s.NoSeccomp = true }}, withProg("int80")...)
+	_, r := attack(t, "int80")
+	if r.Outcome == result.Signaled && r.Signal == int(unix.SIGSYS) {
+		return
+	}
+	if strings.Contains(string(ctl.Stderr), "signal SIGSEGV") && strings.Contains(string(r.Stderr), "signal SIGSEGV") {
+		t.Skip("this kernel faults int 0x80 itself, with or without the filter; the filter's arch check is covered by the seccomp package's tests")
+	}
+	t.Fatalf("i386 syscall: got %s code %d signal %d stdout %q (control without filter: %s %d), want killed by SIGSYS",
+		r.Outcome, r.ExitCode, r.Signal, r.Stdout, ctl.Outcome, ctl.ExitCode)
+}
+
+func TestInitSurvivesSignals(t *testing.T) {
+	rep, _ := attack(t, "kill-init")
+	if rep.OK {
+		return // kill(1, 0) still succeeds: init is alive
+	}
+	t.Fatalf("init did not survive signals from a command: %s", rep.Error)
+}
+
+func TestNoCapabilities(t *testing.T) {
+	rep, _ := attack(t, "caps")
+	for _, line := range strings.Split(rep.Value, "\n") {
+		for _, field := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"} {
+			if v, ok := strings.CutPrefix(line, field); ok && strings.TrimSpace(v) != "0000000000000000" {
+				t.Errorf("%s %s, want none", field, strings.TrimSpace(v))
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok && strings.TrimSpace(v) != "1" {
+			t.Errorf("NoNewPrivs %s, want 1", strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok && strings.TrimSpace(v) != "2" {
+			t.Errorf("Seccomp mode %s, want 2 (filter)", strings.TrimSpace(v))
+		}
+	}
+}
+
+func TestHostProcessesInvisible(t *testing.T) {
+	r := run(t, runOpts{}, "sh", "-c", "ls /proc | grep -c '^[0-9]'")
+	// init, sh, grep, ls: a handful, none of the host's.
+	if n := strings.TrimSpace(string(r.Stdout)); len(n) > 1 {
+		t.Errorf("sandbox sees %s processes", n)
+	}
+}

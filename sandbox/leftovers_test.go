@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+// TestSurvivors starts processes that try to outlive the command; run()
+// asserts that none of them, nor anything else of the sandbox, remains.
+func TestSurvivors(t *testing.T) {
+	tests := []struct {
+		name string
+		argv []string
+	}{
+		{"setsid", []string{"sh", "-c", "setsid sleep 100 & echo started"}},
+		{"double fork", []string{"sh", "-c", "(sh -c 'sleep 100 &' &); echo started"}},
+		{"nohup ignoring hangup", []string{"sh", "-c", "trap '' HUP TERM; nohup sleep 100 >/dev/null 2>&1 & echo started"}},
+		{"racing forks", []string{"sh", "-c", "for i in 1 2 3 4 5 6 7 8; do (while :; do sleep 1 & done) & done; sleep 0.2; echo started"}},
+		{"stopped child", []string{"sh", "-c", "sleep 100 & kill -STOP $!; echo started"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := run(t, runOpts{}, tt.argv...)
+			if r.Outcome != result.Exited && r.Outcome != result.LimitExceeded {
+				t.Fatalf("got %s: %s %s", r.Outcome, r.Error, r.Stderr)
+			}
+		})
+	}
+}
+
+// TestSweepAfterCrash kills an airlock process that owns a live sandbox
+// and checks that the next runtime removes everything it left.
+func TestSweepAfterCrash(t *testing.T) {
+	testRuntime(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldSandbox$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_HOLD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var id string
+	var pid int
+	var base uint32
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "holding %s %d %d", &id, &pid, &base); err == nil {
+			break
+		}
+	}
+	if id == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("holder did not report a sandbox")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// Pdeathsig takes init down with its parent; the cgroup and lock file
+	// stay behind until a sweep.
+	deadline := time.Now().Add(5 * time.Second)
+	for unix.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(cgroupDirs(id)) == 0 {
+		t.Fatalf("crashed holder left no cgroup to sweep; test is not testing anything")
+	}
+	rt := testRuntime(t)
+	n, err := rt.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1 {
+		t.Errorf("swept %d sandboxes, want >= 1", n)
+	}
+	tr := &trace{id: id, initPid: pid, uidBase: base, lock: testStateDir + "/sandboxes/" + id}
+	tr.assertGone(t)
+}
+
+// TestHoldSandbox is the crashing holder of TestSweepAfterCrash.
+func TestHoldSandbox(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_HOLD") != "1" {
+		t.Skip("helper for TestSweepAfterCrash")
+	}
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("holding %s %d %d\n", sb.ID(), sb.InitPid(), sb.HostIDBase())
+	go sb.Exec(t.Context(), ExecRequest{Argv: []string{"sleep", "100"}})
+	time.Sleep(time.Minute)
+}
+
+// TestSoak runs many sandboxes one after another and checks that the host
+// ends with none of their cgroups, namespaces, mounts or processes.
+func TestSoak(t *testing.T) {
+	rt := testRuntime(t)
+	n := 2000
+	if testing.Short() {
+		n = 200
+	}
+	before := countHostProcs()
+	start := time.Now()
+	for i := range n {
+		sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/true"}})
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("run %d: %s %d %s", i, r.Outcome, r.ExitCode, r.Error)
+		}
+	}
+	t.Logf("%d sequential runs in %v", n, time.Since(start))
+	ids, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 0 {
+		t.Errorf("%d sandbox cgroups left: %v", len(ids), ids)
+	}
+	if m := hostMountsUnder(testStateDir); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	ents, _ := os.ReadDir(testStateDir + "/sandboxes")
+	if len(ents) != 0 {
+		t.Errorf("%d lock files left", len(ents))
+	}
+	if after := countHostProcs(); after > before+5 {
+		t.Errorf("host has %d processes after the soak, %d before", after, before)
+	}
+	if n := countForeignNetns(); n > 0 {
+		t.Errorf("%d processes in sandbox network namespaces remain", n)
+	}
+}
+
+func countHostProcs() int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if e.Name()[0] >= '0' && e.Name()[0] <= '9' {
+			n++
+		}
+	}
+	return n
+}
+
+// countForeignNetns counts processes whose uid is in the sandbox id space.
+func countForeignNetns() int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		if uid, ok := procUID(pid); ok && uid >= 1<<30 {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = strings.TrimSpace

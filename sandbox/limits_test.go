@@ -1,0 +1,139 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+func TestLimitsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Limits)
+		want string
+	}{
+		{"defaults", func(*Limits) {}, ""},
+		{"tiny memory", func(l *Limits) { l.Memory = 1 }, "memory"},
+		{"zero pids", func(l *Limits) { l.Pids = 0 }, "pids"},
+		{"tiny disk", func(l *Limits) { l.Disk = 10 }, "disk"},
+		{"fds", func(l *Limits) { l.FDs = 1 << 30 }, "fds"},
+		{"output", func(l *Limits) { l.Output = 0 }, "output"},
+		{"time", func(l *Limits) { l.Time = 0 }, "time"},
+		{"cpu", func(l *Limits) { l.CPUMilli = -1 }, "cpu"},
+		{"cpu-time", func(l *Limits) { l.CPUTime = -1 }, "cpu-time"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := DefaultLimits()
+			tt.mod(&l)
+			err := l.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("got %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
+				t.Fatalf("got %v, want error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func limits(mod func(*Limits)) *Limits {
+	l := DefaultLimits()
+	l.Time = 20 * time.Second
+	mod(&l)
+	return &l
+}
+
+// TestCeilings drives every ceiling to a breach and checks the outcome
+// names it; run() checks nothing of the sandbox is left afterwards.
+func TestCeilings(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits *Limits
+		prog   bool
+		argv   []string
+		want   string
+		unit   string
+	}{
+		{"memory balloon", limits(func(l *Limits) { l.Memory = 32 << 20 }), true, withProg("balloon", "200"), result.LimitMemory, result.UnitBytes},
+		{"memory in a child", limits(func(l *Limits) { l.Memory = 32 << 20 }), true,
+			[]string{"/bin/sh", "-c", `cat > /workspace/t && chmod +x /workspace/t && (/workspace/t balloon 200; sleep 15)`}, result.LimitMemory, result.UnitBytes},
+		{"fork bomb", limits(func(l *Limits) { l.Pids = 32 }), false,
+			[]string{"/bin/sh", "-c", `b() { b | b & }; b; sleep 15`}, result.LimitPids, result.UnitCount},
+		{"disk fill", limits(func(l *Limits) { l.Disk = 4 << 20 }), false,
+			[]string{"/bin/sh", "-c", `head -c 100000000 /dev/zero > /workspace/big; sleep 15`}, result.LimitDisk, result.UnitBytes},
+		{"disk fill, then exit", limits(func(l *Limits) { l.Disk = 4 << 20 }), false,
+			[]string{"/bin/sh", "-c", `head -c 100000000 /dev/zero > /tmp/big`}, result.LimitDisk, result.UnitBytes},
+		{"inode fill", limits(func(l *Limits) { l.Inodes = 1100 }), false,
+			[]string{"/bin/sh", "-c", `i=0; while touch /tmp/f$i 2>/dev/null; do i=$((i+1)); done; sleep 15`}, result.LimitDisk, result.UnitInodes},
+		{"fd exhaustion", limits(func(l *Limits) { l.FDs = 64 }), true, withProg("fds"), result.LimitFDs, result.UnitCount},
+		{"output flood", limits(func(l *Limits) { l.Output = 1 << 20 }), false,
+			[]string{"/bin/sh", "-c", `yes airlock`}, result.LimitOutput, result.UnitBytes},
+		{"sleep", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }), false,
+			[]string{"sleep", "30"}, result.LimitTime, result.UnitMillis},
+		{"stopped tree", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }), false,
+			[]string{"/bin/sh", "-c", `sleep 30 & kill -STOP $$`}, result.LimitTime, result.UnitMillis},
+		{"busy loop ignoring signals", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }), false,
+			[]string{"/bin/sh", "-c", `trap '' TERM INT HUP; while :; do :; done`}, result.LimitTime, result.UnitMillis},
+		{"cpu time", limits(func(l *Limits) { l.CPUTime = 200 * time.Millisecond }), true, withProg("spin"), result.LimitCPU, result.UnitMillis},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := runOpts{limits: tt.limits}
+			if tt.prog {
+				o.stdin = testProg(t)
+			}
+			start := time.Now()
+			r := run(t, o, tt.argv...)
+			if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != tt.want || r.Limit.Unit != tt.unit {
+				t.Fatalf("got outcome %s limit %+v exit %d signal %d err %q stderr %q, want limit %s (%s)",
+					r.Outcome, r.Limit, r.ExitCode, r.Signal, r.Error, r.Stderr, tt.want, tt.unit)
+			}
+			if r.Limit.Ceiling <= 0 || r.Limit.Observed <= 0 {
+				t.Errorf("limit %+v lacks ceiling or observation", r.Limit)
+			}
+			// Breaches end the run at once, not when the 15s sleeps end.
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("breach took %v to end the run", d)
+			}
+		})
+	}
+}
+
+func TestOutputTruncatedAtCeiling(t *testing.T) {
+	r := run(t, runOpts{limits: limits(func(l *Limits) { l.Output = 1000 })}, "sh", "-c", "yes | head -c 5000")
+	if got := len(r.Stdout) + len(r.Stderr); got != 1000 || !r.Truncated {
+		t.Fatalf("got %d bytes, truncated=%v, want 1000 and true", got, r.Truncated)
+	}
+}
+
+func TestUsageAndEvidence(t *testing.T) {
+	rt := testRuntime(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	var samples int
+	r := sb.Exec(t.Context(), ExecRequest{
+		Argv:        []string{"sh", "-c", "head -c 3000000 /dev/zero > /tmp/x; sleep 0.5"},
+		SampleEvery: 50 * time.Millisecond,
+		OnEvent: func(e result.Event) {
+			if e.Type == result.EventSample {
+				samples++
+			}
+		},
+	})
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("got %s %d %s", r.Outcome, r.ExitCode, r.Error)
+	}
+	if samples < 3 || len(r.Evidence) < 3 {
+		t.Errorf("got %d live samples and %d kept, want several", samples, len(r.Evidence))
+	}
+	u := r.Usage
+	if u.WallMillis < 500 || u.MemoryPeakBytes <= 0 || u.PidsPeak <= 0 || u.DiskPeakBytes < 3000000 {
+		t.Errorf("usage %+v: want wall >= 500ms, memory, pids and >= 3MB disk", u)
+	}
+}

@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile is an exclusive, crash-safe claim on a name: an flock on a file
+// that the kernel releases when its holder dies, however it dies.
+type lockFile struct {
+	f    *os.File
+	path string
+}
+
+// tryLock claims path, creating it. It returns (nil, nil) when another
+// holder has it.
+func tryLock(path string) (*lockFile, error) {
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		// The previous holder may have unlinked the file between our open
+		// and our lock; a lock on an unlinked file claims nothing, so
+		// check that the path still names what we locked.
+		var a, b unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := unix.Stat(path, &b); err != nil || a.Ino != b.Ino || a.Dev != b.Dev {
+			f.Close()
+			continue
+		}
+		return &lockFile{f: f, path: path}, nil
+	}
+}
+
+// release removes the file, then drops the lock.
+func (l *lockFile) release() error {
+	if l == nil {
+		return nil
+	}
+	err := os.Remove(l.path)
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	return errors.Join(err, l.f.Close())
+}
+
+// idRange is a host uid/gid range owned by one live sandbox.
+type idRange struct {
+	base uint32
+	lock *lockFile
+}
+
+// idRangeSize ids are mapped per sandbox: 0..65535 inside, so images that
+// use ordinary system and user ids work.
+const idRangeSize = 65536
+
+// allocIDRange claims a free slot. Slots are claimed with lock files in one
+// host-wide directory, so sandboxes of different airlock processes never
+// share a range.
+func allocIDRange(dir string, base uint32, slots int) (*idRange, error) {
+	start := rand.IntN(slots)
+	for i := range slots {
+		slot := (start + i) % slots
+		l, err := tryLock(filepath.Join(dir, strconv.Itoa(slot)))
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			return &idRange{base: base + uint32(slot)*idRangeSize, lock: l}, nil
+		}
+	}
+	return nil, fmt.Errorf("all %d uid ranges are in use", slots)
+}

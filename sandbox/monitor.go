@@ -1,0 +1,174 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+// monitor checks the ceilings while the command runs and takes samples.
+// Enforcement is the kernel's; this only notices a breach the kernel has
+// already enforced (an OOM kill, a refused fork, a full tmpfs) and turns
+// it into the destruction of the whole sandbox and a named outcome.
+func (x *execution) monitor(ctx context.Context) {
+	check := time.NewTicker(checkEvery)
+	defer check.Stop()
+	nextSample := time.Now().Add(x.req.SampleEvery)
+	nextFD := time.Now().Add(fdCheckEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-x.breached:
+			return
+		case now := <-check.C:
+			fds := now.After(nextFD)
+			if fds {
+				nextFD = now.Add(fdCheckEvery)
+			}
+			if x.check(fds) {
+				return
+			}
+			if now.After(nextSample) {
+				nextSample = now.Add(x.req.SampleEvery)
+				if smp, ok := x.sample(); ok && x.req.OnEvent != nil {
+					x.req.OnEvent(result.Event{Type: result.EventSample, Millis: smp.Millis, Sample: &smp})
+				}
+			}
+		}
+	}
+}
+
+// check looks for a breach and reports whether it found one.
+func (x *execution) check(fds bool) bool {
+	s := x.s
+	l := s.limits
+	c, err := s.group.Counters()
+	if err == nil {
+		x.noteUsage(c.MemoryPeakBytes, c.MemoryBytes, max(c.PidsPeak, c.Pids), c.CPUUsageNanos)
+		switch {
+		case c.OOMKills > 0:
+			x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: l.Memory, Observed: max(c.MemoryPeakBytes, c.MemoryBytes), Unit: result.UnitBytes})
+			return true
+		case c.PidsMaxEvents > 0:
+			x.setBreach(&result.Limit{Name: result.LimitPids, Ceiling: l.Pids, Observed: max(c.PidsPeak, c.Pids, l.Pids), Unit: result.UnitCount})
+			return true
+		case l.CPUTime > 0 && c.CPUUsageNanos-x.base.nanos >= l.CPUTime.Nanoseconds():
+			x.setBreach(&result.Limit{Name: result.LimitCPU, Ceiling: l.CPUTime.Milliseconds(), Observed: (c.CPUUsageNanos - x.base.nanos) / 1e6, Unit: result.UnitMillis})
+			return true
+		}
+	}
+	if d, ok := x.disk(); ok {
+		switch {
+		case d.freeBlocks == 0:
+			x.setBreach(&result.Limit{Name: result.LimitDisk, Ceiling: l.Disk, Observed: d.used, Unit: result.UnitBytes})
+			return true
+		case d.freeInodes == 0:
+			x.setBreach(&result.Limit{Name: result.LimitDisk, Ceiling: l.inodes(), Observed: d.inodes, Unit: result.UnitInodes})
+			return true
+		}
+	}
+	if fds {
+		if pid, n := x.fdHolder(); n > 0 {
+			_ = pid
+			x.setBreach(&result.Limit{Name: result.LimitFDs, Ceiling: l.FDs, Observed: n, Unit: result.UnitCount})
+			return true
+		}
+	}
+	return false
+}
+
+type diskUse struct {
+	used, inodes           int64
+	freeBlocks, freeInodes uint64
+}
+
+func (x *execution) disk() (diskUse, bool) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(x.s.scratch, &st); err != nil {
+		return diskUse{}, false
+	}
+	d := diskUse{
+		used:       int64(st.Blocks-st.Bfree) * st.Bsize,
+		inodes:     int64(st.Files - st.Ffree),
+		freeBlocks: st.Bfree,
+		freeInodes: st.Ffree,
+	}
+	x.mu.Lock()
+	x.usage.DiskPeakBytes = max(x.usage.DiskPeakBytes, d.used)
+	x.mu.Unlock()
+	return d, true
+}
+
+// fdHolder finds a process holding its whole descriptor ceiling: its
+// highest allowed descriptor is open and its table is full. Init is
+// skipped; it holds only a few.
+func (x *execution) fdHolder() (pid int, count int64) {
+	ceiling := x.s.limits.FDs
+	pids, err := x.s.group.Procs()
+	if err != nil {
+		return 0, 0
+	}
+	last := strconv.FormatInt(ceiling-1, 10)
+	for _, p := range pids {
+		if p == x.s.proc.Pid {
+			continue
+		}
+		dir := "/proc/" + strconv.Itoa(p) + "/fd/"
+		var st unix.Stat_t
+		if unix.Lstat(dir+last, &st) != nil {
+			continue
+		}
+		f, err := os.Open(dir)
+		if err != nil {
+			continue
+		}
+		names, _ := f.Readdirnames(-1)
+		f.Close()
+		if int64(len(names)) >= ceiling {
+			return p, int64(len(names))
+		}
+	}
+	return 0, 0
+}
+
+func (x *execution) noteUsage(memPeak, mem, pids, cpuNanos int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.usage.MemoryPeakBytes = max(x.usage.MemoryPeakBytes, memPeak, mem)
+	x.usage.PidsPeak = max(x.usage.PidsPeak, pids)
+	x.usage.CPUMillis = (cpuNanos - x.base.nanos) / 1e6
+}
+
+// sample takes one reading and keeps it as evidence.
+func (x *execution) sample() (result.Sample, bool) {
+	c, err := x.s.group.Counters()
+	if err != nil {
+		return result.Sample{}, false
+	}
+	smp := result.Sample{
+		Millis:      time.Since(x.start).Milliseconds(),
+		MemoryBytes: c.MemoryBytes,
+		Pids:        c.Pids,
+		CPUMillis:   (c.CPUUsageNanos - x.base.nanos) / 1e6,
+	}
+	if d, ok := x.disk(); ok {
+		smp.DiskBytes, smp.DiskInodes = d.used, d.inodes
+	}
+	x.noteUsage(c.MemoryPeakBytes, c.MemoryBytes, c.Pids, c.CPUUsageNanos)
+	x.mu.Lock()
+	x.samples = append(x.samples, smp)
+	if len(x.samples) > evidenceKept {
+		x.samples = x.samples[len(x.samples)-evidenceKept:]
+	}
+	x.mu.Unlock()
+	return smp, true
+}
+
+// String is for logs.
+func (d diskUse) String() string { return fmt.Sprintf("%d bytes, %d inodes", d.used, d.inodes) }

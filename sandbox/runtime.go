@@ -1,0 +1,190 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+)
+
+// Options configure a Runtime. Zero values take the documented defaults.
+type Options struct {
+	// StateDir holds the runtime's lock files and the empty directory new
+	// roots are mounted over. Default /run/airlock. Every airlock process
+	// sharing a StateDir must share CgroupParent too, and vice versa.
+	StateDir string
+	// CgroupParent is the cgroup under which each sandbox gets its own,
+	// relative to the cgroup root(s). Default /airlock.
+	CgroupParent string
+	// IDLockDir holds one lock per host uid range in use. It must be the
+	// same for every airlock process on the host. Default /run/airlock/ids.
+	IDLockDir string
+	// UIDBase is the first host uid (and gid) of the sandbox ranges;
+	// slot n maps ids 0..65535 onto UIDBase+n*65536... Default 1<<30.
+	UIDBase uint32
+	// UIDSlots is how many ranges exist, the most live sandboxes on the
+	// host. Default 4096.
+	UIDSlots int
+	// InitPath is the binary re-executed as each sandbox's init. Default
+	// /proc/self/exe: the running binary must call sbinit.Main when
+	// sbinit.IsInit.
+	InitPath string
+	// Logger receives the runtime's own diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.StateDir == "" {
+		o.StateDir = "/run/airlock"
+	}
+	if o.CgroupParent == "" {
+		o.CgroupParent = "/airlock"
+	}
+	if o.IDLockDir == "" {
+		o.IDLockDir = "/run/airlock/ids"
+	}
+	if o.UIDBase == 0 {
+		o.UIDBase = 1 << 30
+	}
+	if o.UIDSlots == 0 {
+		o.UIDSlots = 4096
+	}
+	if o.InitPath == "" {
+		o.InitPath = "/proc/self/exe"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Runtime creates sandboxes. One Runtime serves a whole process; it is safe
+// for concurrent use.
+type Runtime struct {
+	opts    Options
+	cg      *cgroup.Parent
+	image   *hostImage
+	rootDir string
+	lockDir string
+}
+
+// ErrInvalid marks bad input from a caller.
+var ErrInvalid = errors.New("invalid")
+
+// New prepares the state directory and cgroup parent and sweeps leftovers
+// of airlock processes that died without cleaning up.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	opts.defaults()
+	if os.Geteuid() != 0 {
+		return nil, errors.New("airlock needs root to create sandboxes (user namespaces with a private uid range, cgroups, network namespaces)")
+	}
+	if uint64(opts.UIDBase)+uint64(opts.UIDSlots)*idRangeSize > 1<<32-1 {
+		return nil, fmt.Errorf("uid base %d with %d slots overflows the uid space: %w", opts.UIDBase, opts.UIDSlots, ErrInvalid)
+	}
+	if opts.UIDBase < idRangeSize {
+		return nil, fmt.Errorf("uid base %d overlaps ordinary host users: %w", opts.UIDBase, ErrInvalid)
+	}
+	rt := &Runtime{
+		opts:    opts,
+		rootDir: filepath.Join(opts.StateDir, "root"),
+		lockDir: filepath.Join(opts.StateDir, "sandboxes"),
+	}
+	// The state dir must be traversable by the sandbox's init, which runs
+	// as an unmapped uid and mounts the new root over rootDir.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
+	}
+	img, err := loadHostImage()
+	if err != nil {
+		return nil, err
+	}
+	rt.image = img
+	cg, err := cgroup.Open(opts.CgroupParent)
+	if err != nil {
+		return nil, err
+	}
+	rt.cg = cg
+	if n, err := rt.Sweep(ctx); err != nil {
+		return nil, fmt.Errorf("sweep leftovers: %w", err)
+	} else if n > 0 {
+		opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
+	}
+	return rt, nil
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9]{1,32}$`)
+
+// Sweep destroys sandboxes whose owning airlock process is gone: their
+// lock file is free (or missing) while their cgroup remains. Sandboxes of
+// live processes sharing this state directory are untouched. It returns how
+// many it removed.
+func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
+	ids, err := rt.cg.Children()
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		if !idPattern.MatchString(id) {
+			continue // not ours
+		}
+		l, err := tryLock(filepath.Join(rt.lockDir, id))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if l == nil {
+			continue // alive
+		}
+		g, err := rt.cg.Load(id)
+		if err == nil {
+			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = errors.Join(g.Kill(kctx), g.Delete(kctx))
+			cancel()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+		} else {
+			n++
+		}
+		errs = append(errs, l.release())
+	}
+	// Lock files of dead holders with no cgroup left (the holder died
+	// between creating the two), and uid ranges of dead holders.
+	for _, dir := range []string{rt.lockDir, rt.opts.IDLockDir} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			l, err := tryLock(filepath.Join(dir, e.Name()))
+			if err == nil && l != nil {
+				errs = append(errs, l.release())
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// CgroupVersion reports which cgroup hierarchy the runtime uses (1 or 2).
+func (rt *Runtime) CgroupVersion() int {
+	if rt.cg.Version() == cgroup.V2 {
+		return 2
+	}
+	return 1
+}
