@@ -243,6 +243,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec) *initproto.Setup {
 			{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
 		},
 		Workdir:    HomeDir,
+		Seccomp:    rt.seccomp,
 		NoSeccomp:  spec.NoSeccomp,
 		NoLandlock: spec.NoLandlock,
 	}

@@ -78,20 +78,18 @@ func loadHostImage() (*hostImage, error) {
 		}
 		img.binds = append(img.binds, initproto.Bind{Source: p, Target: p, File: !fi.IsDir()})
 	}
-	// Debian-style /etc/alternatives is a directory of symlinks that many
-	// commands (awk, editor, ...) resolve through. The links are recreated;
-	// no host file behind /etc is exposed.
-	if ents, err := os.ReadDir("/etc/alternatives"); err == nil {
+	// Debian-style /etc/alternatives is a directory of symlinks into /usr
+	// that many commands (awk, editor, ...) resolve through. It is bound
+	// read-only only while it holds nothing but symlinks, so no host file
+	// behind /etc is ever exposed (Debian's own README there excepted);
+	// otherwise the sandbox goes without it.
+	if ents, err := os.ReadDir("/etc/alternatives"); err == nil && len(ents) > 0 {
+		onlyLinks := true
 		for _, e := range ents {
-			if e.Type()&os.ModeSymlink == 0 {
-				continue
-			}
-			p := filepath.Join("/etc/alternatives", e.Name())
-			target, err := os.Readlink(p)
-			if err != nil || !filepath.IsAbs(target) {
-				continue
-			}
-			img.symlinks = append(img.symlinks, initproto.Symlink{Target: target, Path: p})
+			onlyLinks = onlyLinks && (e.Type()&os.ModeSymlink != 0 || e.Name() == "README" && e.Type().IsRegular())
+		}
+		if onlyLinks {
+			img.binds = append(img.binds, initproto.Bind{Source: "/etc/alternatives", Target: "/etc/alternatives"})
 		}
 	}
 	for _, d := range img.devices {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/seccomp"
 )
 
 // Options configure a Runtime. Zero values take the documented defaults.
@@ -67,9 +68,11 @@ func (o *Options) defaults() {
 // Runtime creates sandboxes. One Runtime serves a whole process; it is safe
 // for concurrent use.
 type Runtime struct {
-	opts    Options
-	cg      *cgroup.Parent
-	image   *hostImage
+	opts  Options
+	cg    *cgroup.Parent
+	image *hostImage
+	// seccomp is the compiled filter every init installs.
+	seccomp []byte
 	rootDir string
 	lockDir string
 }
@@ -113,6 +116,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	rt.image = img
+	prog, err := seccomp.DefaultProfile().Compile()
+	if err != nil {
+		return nil, err
+	}
+	rt.seccomp = seccomp.Encode(prog)
 	cg, err := cgroup.Open(opts.CgroupParent)
 	if err != nil {
 		return nil, err

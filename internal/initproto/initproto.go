@@ -106,6 +106,9 @@ type Setup struct {
 	Rlimits []Rlimit `json:"rlimits"`
 	// Workdir is the default working directory of commands.
 	Workdir string `json:"workdir"`
+	// Seccomp is the compiled filter (seccomp.Encode), compiled once by
+	// the host.
+	Seccomp []byte `json:"seccomp"`
 	// NoSeccomp and NoLandlock exist for diagnosis only; the CLI never
 	// sets them.
 	NoSeccomp  bool `json:"no_seccomp,omitempty"`

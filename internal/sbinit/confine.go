@@ -12,13 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// confine drops everything init will never need again. Per-thread state
-// (capabilities, securebits, no_new_privs, Landlock) is set on the locked
-// main thread, from which every command is forked, and on every other
-// thread where the runtime allows it; seccomp is synchronised to all threads
-// by the kernel. Order matters: the bounding set and securebits need
-// CAP_SETPCAP, so they go before the uid change that clears capabilities;
-// seccomp goes last because it refuses the calls made before it.
+// confine drops everything init will never need again. Commands are forked
+// only from init's locked main thread, so per-thread state (securebits, the
+// capability bounding set, ambient and inheritable capabilities,
+// no_new_privs) is set there, directly; the uid and gid change is made on
+// every thread by the Go runtime, which clears the capabilities of all of
+// them; Landlock and seccomp are applied to every thread. Order matters: the
+// bounding set and securebits need CAP_SETPCAP, so they go before the uid
+// change; seccomp goes last because it refuses calls made before it.
 func confine(c *initproto.Setup) error {
 	for _, r := range c.Rlimits {
 		// syscall.Setrlimit (not unix.) so that the Go runtime stops
@@ -32,12 +33,12 @@ func confine(c *initproto.Setup) error {
 	bits := uintptr(secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup |
 		secbitNoSetuidFixupLocked | secbitKeepCapsLocked |
 		secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLocked)
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0); err != nil {
+	if err := thisThread(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0); err != nil {
 		return fmt.Errorf("securebits: %w", err)
 	}
 	// The bounding set caps what any later exec could ever gain.
 	for capNr := uintptr(0); ; capNr++ {
-		err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, capNr, 0)
+		err := thisThread(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, capNr, 0)
 		if errors.Is(err, unix.EINVAL) {
 			break // past the kernel's last capability
 		}
@@ -45,14 +46,11 @@ func confine(c *initproto.Setup) error {
 			return fmt.Errorf("drop bounding capability %d: %w", capNr, err)
 		}
 	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+	if err := thisThread(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	// Host supplementary groups were already cleared when init started;
-	// these calls are process-wide in Go.
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
-	}
+	// Supplementary groups were cleared when init was cloned
+	// (Credential.Groups); the uid and gid change every thread.
 	if err := syscall.Setresgid(c.GID, c.GID, c.GID); err != nil {
 		return fmt.Errorf("setresgid: %w", err)
 	}
@@ -62,10 +60,10 @@ func confine(c *initproto.Setup) error {
 	// Clear what is left (inheritable, and everything for uid 0).
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+	if err := thisThread(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+	if err := thisThread(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	// Not dumpable: a command running as the same uid cannot ptrace init,
@@ -86,7 +84,7 @@ func confine(c *initproto.Setup) error {
 		}
 	}
 	if !c.NoSeccomp {
-		prog, err := seccomp.DefaultProfile().Compile()
+		prog, err := seccomp.Decode(c.Seccomp)
 		if err != nil {
 			return fmt.Errorf("seccomp: %w", err)
 		}
@@ -108,16 +106,10 @@ const (
 	secbitNoCapAmbientRaiseLocked = 1 << 7
 )
 
-// allThreads runs a per-thread syscall on every thread of init. When the
-// runtime cannot (a binary built with cgo), it applies it to the calling
-// thread only: that is the locked thread every command is forked from, so
-// commands are confined either way.
-func allThreads(trap, a1, a2, a3 uintptr) error {
-	_, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3)
-	if errno == unix.ENOTSUP {
-		_, _, errno = syscall.RawSyscall(trap, a1, a2, a3)
-	}
-	if errno != 0 {
+// thisThread makes a per-thread syscall on the calling thread, which is
+// locked: it is the thread every command is forked from.
+func thisThread(trap, a1, a2, a3 uintptr) error {
+	if _, _, errno := syscall.RawSyscall(trap, a1, a2, a3); errno != 0 {
 		return errno
 	}
 	return nil
