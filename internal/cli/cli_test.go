@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// airlockBin builds the real binary once: the CLI is tested as users run it.
+func airlockBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-cli-test")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "airlock")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/airlockhq/airlock/cmd/airlock")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build: %v: %s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create sandboxes (CI runs as root)")
+	}
+}
+
+type outcome struct {
+	code           int
+	stdout, stderr string
+}
+
+// airlock runs `airlock run` with test-private state and cgroup parent.
+func airlock(t *testing.T, stdin string, args ...string) outcome {
+	t.Helper()
+	full := append([]string{"run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}, args...)
+	cmd := exec.Command(airlockBin(t), full...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_TEST_SECRET=hunter2"}
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return outcome{code, out.String(), errb.String()}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string
+		stderrHas  string
+		stdoutNone string
+	}{
+		{"hello", []string{"--", "sh", "-c", "echo hello from a sandbox; id -u"}, 0, "hello from a sandbox\n1000\n", "", ""},
+		{"own exit code", []string{"--", "sh", "-c", "exit 7"}, 7, "", "", ""},
+		{"signal", []string{"--", "sh", "-c", "kill -KILL $$"}, 128 + 9, "", "", ""},
+		{"limit", []string{"--time", "200ms", "--", "sleep", "10"}, ExitLimit, "", "airlock: limit exceeded: time (ceiling 200 ms, observed ", ""},
+		{"memory limit line", []string{"--memory", "16MiB", "--", "sh", "-c", "head -c 100000000 /dev/zero > /dev/shm/x; sleep 10"}, ExitLimit, "", "airlock: limit exceeded: ", ""},
+		{"not found", []string{"--", "no-such-cmd"}, 127, "", "command not found", ""},
+		{"env flag and no host env", []string{"--env", "A=b", "--", "sh", "-c", "echo $A; env"}, 0, "", "", "hunter2"},
+		{"workdir", []string{"--workdir", "/tmp", "--", "pwd"}, 0, "/tmp\n", "", ""},
+		{"bad size", []string{"--memory", "12XB", "--", "true"}, ExitFailure, "", "-memory", ""},
+		{"bad count", []string{"--pids", "-3", "--", "true"}, ExitFailure, "", "-pids", ""},
+		{"bad duration", []string{"--time", "soon", "--", "true"}, ExitFailure, "", "-time", ""},
+		{"bad cpu", []string{"--cpu", "lots", "--", "true"}, ExitFailure, "", "-cpu", ""},
+		{"bad env", []string{"--env", "NOEQUALS", "--", "true"}, ExitFailure, "", "-env", ""},
+		{"relative workdir", []string{"--workdir", "rel", "--", "true"}, ExitFailure, "", "-workdir", ""},
+		{"no command", []string{}, ExitFailure, "", "no command", ""},
+		{"memory too small", []string{"--memory", "1KiB", "--", "true"}, ExitFailure, "", "memory", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := airlock(t, "", tt.args...)
+			if o.code != tt.code {
+				t.Fatalf("exit %d, want %d (stdout %q stderr %q)", o.code, tt.code, o.stdout, o.stderr)
+			}
+			if tt.stdout != "" && o.stdout != tt.stdout {
+				t.Errorf("stdout %q, want %q", o.stdout, tt.stdout)
+			}
+			if !strings.Contains(o.stderr, tt.stderrHas) {
+				t.Errorf("stderr %q lacks %q", o.stderr, tt.stderrHas)
+			}
+			if tt.stdoutNone != "" && strings.Contains(o.stdout, tt.stdoutNone) {
+				t.Errorf("stdout %q contains %q", o.stdout, tt.stdoutNone)
+			}
+		})
+	}
+}
+
+func TestRunStdin(t *testing.T) {
+	requireRoot(t)
+	o := airlock(t, "print(6*7)\n", "--", "python3")
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		o = airlock(t, "echo $((6*7))\n", "--", "sh")
+	}
+	if o.code != 0 || o.stdout != "42\n" {
+		t.Fatalf("got %d %q %q, want 0 and 42", o.code, o.stdout, o.stderr)
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	requireRoot(t)
+	o := airlock(t, "", "--json", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if o.code != 3 {
+		t.Fatalf("exit %d, want 3: %s", o.code, o.stderr)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(o.stdout), &raw); err != nil {
+		t.Fatalf("not one JSON object: %q: %v", o.stdout, err)
+	}
+	for _, f := range []string{"sandbox_id", "outcome", "exit_code", "signal", "limit", "error", "stdout", "stderr", "truncated", "usage", "evidence"} {
+		if _, ok := raw[f]; !ok {
+			t.Errorf("result lacks %q", f)
+		}
+	}
+	var r result.Result
+	if err := json.Unmarshal([]byte(o.stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != result.Exited || r.ExitCode != 3 || string(r.Stdout) != "out\n" || string(r.Stderr) != "err\n" || r.SandboxID == "" {
+		t.Errorf("got %+v", r)
+	}
+	var usage map[string]json.RawMessage
+	json.Unmarshal(raw["usage"], &usage)
+	for _, f := range []string{"wall_ms", "cpu_ms", "memory_peak_bytes", "pids_peak", "disk_peak_bytes"} {
+		if _, ok := usage[f]; !ok {
+			t.Errorf("usage lacks %q", f)
+		}
+	}
+}
+
+func TestRunJSONLimit(t *testing.T) {
+	requireRoot(t)
+	o := airlock(t, "", "--json", "--output", "100", "--", "yes")
+	var r result.Result
+	if err := json.Unmarshal([]byte(o.stdout), &r); err != nil {
+		t.Fatalf("%q: %v", o.stdout, err)
+	}
+	if o.code != ExitLimit || r.Outcome != result.LimitExceeded || r.Limit.Name != "output" || r.Limit.Ceiling != 100 || !r.Truncated || len(r.Stdout) != 100 {
+		t.Fatalf("got exit %d %+v", o.code, r)
+	}
+}
+
+func TestRunEvents(t *testing.T) {
+	requireRoot(t)
+	o := airlock(t, "", "--events", "--sample-interval", "50ms", "--", "sh", "-c", "echo a; sleep 0.3; echo b >&2")
+	sc := bufio.NewScanner(strings.NewReader(o.stdout))
+	var types []string
+	var last result.Event
+	for sc.Scan() {
+		var e result.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		types = append(types, e.Type)
+		last = e
+	}
+	joined := strings.Join(types, ",")
+	if !strings.HasPrefix(joined, "stdout") || !strings.Contains(joined, "sample") || !strings.Contains(joined, "stderr") || last.Type != "result" || last.Result == nil || last.Result.Outcome != result.Exited {
+		t.Fatalf("events %s, last %+v", joined, last)
+	}
+}
+
+// TestRunKilledLeavesNothing kills `airlock run` itself while its command
+// runs; the next run sweeps whatever the dead one left.
+func TestRunKilledLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli", "--", "sh", "-c", "echo up; sleep 100")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(out).ReadString('\n')
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	time.Sleep(100 * time.Millisecond)
+	// The next airlock sweeps leftovers before it starts work.
+	if o := airlock(t, "", "--", "true"); o.code != 0 {
+		t.Fatalf("next run: %d %s", o.code, o.stderr)
+	}
+	for _, pat := range []string{"/sys/fs/cgroup/*/airlock-test-cli/*", "/sys/fs/cgroup/airlock-test-cli/*"} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				t.Errorf("cgroup left: %s", p)
+			}
+		}
+	}
+	ents, _ := os.ReadDir("/run/airlock-test-cli/sandboxes")
+	if len(ents) != 0 {
+		t.Errorf("%d lock files left", len(ents))
+	}
+}
+
+func TestInterruptDestroys(t *testing.T) {
+	requireRoot(t)
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli", "--", "sh", "-c", "echo up; sleep 100")
+	out, _ := cmd.StdoutPipe()
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(out).ReadString('\n')
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Fatalf("got %v, want exit 130 (stderr %q)", err, errb.String())
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	cmd := exec.Command(airlockBin(t), "version")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "airlock ") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+	cmd = exec.Command(airlockBin(t), "frobnicate")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}

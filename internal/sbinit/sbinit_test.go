@@ -1,0 +1,81 @@
+package sbinit
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+	"golang.org/x/sys/unix"
+)
+
+func TestUnescapeMountinfo(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"/usr", "/usr"},
+		{`/a\040b`, "/a b"},
+		{`/tab\011x\134y`, "/tab\tx\\y"},
+		{`/trailing\04`, `/trailing\04`},
+	}
+	for _, tt := range tests {
+		if got := unescapeMountinfo(tt.in); got != tt.want {
+			t.Errorf("unescapeMountinfo(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestLockedFlags(t *testing.T) {
+	got := lockedFlags(unix.ST_NOSUID | unix.ST_NOEXEC | unix.ST_RDONLY)
+	if want := uintptr(unix.MS_NOSUID | unix.MS_NOEXEC); got != want {
+		t.Fatalf("got %#x, want %#x (read-only is not a locked flag)", got, want)
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "tool")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noexec := filepath.Join(dir, "data")
+	if err := os.WriteFile(noexec, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=/nonexistent:" + dir}
+	tests := []struct {
+		name    string
+		want    string
+		wantErr error
+	}{
+		{"tool", exe, nil},
+		{"./rel/x", "./rel/x", nil},
+		{"missing", "", unix.ENOENT},
+		{"sub", "", unix.ENOENT},
+	}
+	for _, tt := range tests {
+		got, err := lookPath(tt.name, env)
+		if got != tt.want || err != tt.wantErr {
+			t.Errorf("lookPath(%q) = %q, %v; want %q, %v", tt.name, got, err, tt.want, tt.wantErr)
+		}
+	}
+	if os.Geteuid() != 0 { // root may execute anything with an x bit only
+		if _, err := lookPath("data", env); err != unix.EACCES {
+			t.Errorf("lookPath(data) error %v, want EACCES", err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := validate(&setupOK); err != nil {
+		t.Fatalf("valid setup refused: %v", err)
+	}
+	bad := setupOK
+	bad.RootDir = "relative"
+	if validate(&bad) == nil {
+		t.Error("relative root accepted")
+	}
+}
+
+var setupOK = initproto.Setup{RootDir: "/run/x", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace"}
