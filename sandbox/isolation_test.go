@@ -232,6 +232,8 @@ func TestEscapeAttempts(t *testing.T) {
 		{[]string{"unshare-net"}, eperm},
 		{[]string{"mount-tmpfs"}, eperm},
 		{[]string{"remount-root-rw"}, eperm},
+		{[]string{"mount-cgroup"}, eperm},
+		{[]string{"write-cgroup"}, append(eperm, unix.ENOENT, unix.EROFS)},
 		{[]string{"chroot"}, eperm},
 		{[]string{"ptrace-init"}, eperm},
 		{[]string{"read-init-mem"}, eperm},

@@ -137,3 +137,20 @@ func TestUsageAndEvidence(t *testing.T) {
 		t.Errorf("usage %+v: want wall >= 500ms, memory, pids and >= 3MB disk", u)
 	}
 }
+
+func TestCPUThrottle(t *testing.T) {
+	// A spinning command held to a fifth of a core for a second of wall
+	// time gets about 200ms of CPU; unthrottled it would get a whole
+	// second. The bound is loose: this checks the throttle exists, not
+	// its precision.
+	r := run(t, runOpts{stdin: testProg(t), limits: limits(func(l *Limits) {
+		l.CPUMilli = 200
+		l.Time = time.Second
+	})}, withProg("spin")...)
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitTime {
+		t.Fatalf("got %s %+v, want the time limit", r.Outcome, r.Limit)
+	}
+	if r.Usage.CPUMillis > 600 {
+		t.Fatalf("used %d ms of CPU in 1s at 0.2 cores", r.Usage.CPUMillis)
+	}
+}

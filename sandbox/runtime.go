@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -134,7 +133,18 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	return rt, nil
 }
 
-var idPattern = regexp.MustCompile(`^[a-z0-9]{1,32}$`)
+// isSandboxID reports whether a cgroup name is one of ours (newID's form).
+func isSandboxID(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
 
 // Sweep destroys sandboxes whose owning airlock process is gone: their
 // lock file is free (or missing) while their cgroup remains. Sandboxes of
@@ -148,7 +158,7 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 	var errs []error
 	n := 0
 	for _, id := range ids {
-		if !idPattern.MatchString(id) {
+		if !isSandboxID(id) {
 			continue // not ours
 		}
 		l, err := tryLock(filepath.Join(rt.lockDir, id))

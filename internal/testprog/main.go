@@ -57,6 +57,18 @@ var attacks = map[string]func(args []string) report{
 	"mount-tmpfs": func([]string) report {
 		return result(unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""))
 	},
+	"mount-cgroup": func([]string) report {
+		return result(unix.Mount("cgroup2", "/tmp", "cgroup2", 0, ""))
+	},
+	"write-cgroup": func([]string) report {
+		// No cgroupfs is visible; try the host's usual paths anyway.
+		for _, p := range []string{"/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/memory/cgroup.procs", "/proc/1/cgroup"} {
+			if err := os.WriteFile(p, []byte("1"), 0); err == nil {
+				return report{OK: true, Value: p}
+			}
+		}
+		return report{Errno: int(unix.ENOENT), Error: "no writable cgroup file"}
+	},
 	"remount-root-rw": func([]string) report {
 		return result(unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND, ""))
 	},

@@ -82,7 +82,9 @@ type Counters struct {
 }
 
 // Parent is the airlock-owned cgroup that holds one child group per
-// sandbox. It is safe for concurrent use.
+// sandbox. It is safe for concurrent use. On v1 it keeps a few descriptors
+// open for as long as it lives (see EnterThread), so a process should open
+// one Parent and share it.
 type Parent struct {
 	version Version
 	path    string // absolute cgroup path of the parent, e.g. "/airlock"
@@ -90,6 +92,10 @@ type Parent struct {
 	// v1
 	v1    *v1Layout
 	memsw bool // memory.memsw.* exist (swap accounting enabled)
+	// retFDs are kept descriptors of the tasks files threads return to
+	// after EnterThread, by path; see returnThread.
+	retMu  sync.Mutex
+	retFDs map[string]int
 
 	// v2
 	root        string   // cgroup2 mount point

@@ -190,6 +190,7 @@ func TestOOMKill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Counters: %v", err)
 	}
+	t.Logf("counters after the OOM kill: %+v", c)
 	if c.OOMKills < 1 {
 		t.Errorf("Counters().OOMKills = %d, want >= 1 (counters %+v)", c.OOMKills, c)
 	}

@@ -18,9 +18,9 @@
 // cgroup files instead, each for a reason documented where it happens:
 // the hot counters (read through kept file descriptors, because a monitor
 // polls them every few milliseconds), moving the cloning thread on v1
-// (writing "0" to tasks avoids a global lock), and the freezer (the
-// library's Freeze spins without a deadline, while Kill must honour its
-// context).
+// (the library moves only whole processes or tasks by id, while the
+// thread must move itself by writing "0"), and the freezer (the library's
+// Freeze spins without a deadline, while Kill must honour its context).
 //
 // Everything here needs root, except the parsers.
 package cgroup

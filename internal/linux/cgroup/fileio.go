@@ -112,9 +112,23 @@ func (b *backoff) wait(ctx context.Context) error {
 	if b.d == 0 {
 		b.d = backoffMin
 	}
-	t := time.NewTimer(b.d)
-	defer t.Stop()
+	d := b.d
 	b.d = min(2*b.d, backoffMax)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d < time.Millisecond {
+		// Go timers fire about a millisecond late on an otherwise idle
+		// runtime, ten times longer than a killed process usually takes
+		// to go. A short nanosleep blocks this thread instead, which the
+		// scheduler tolerates for waits this short; ctx is checked before
+		// each one.
+		ts := unix.NsecToTimespec(int64(d))
+		_ = unix.Nanosleep(&ts, nil)
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

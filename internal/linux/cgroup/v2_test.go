@@ -157,16 +157,20 @@ func TestV2Lifecycle(t *testing.T) {
 		t.Errorf("Create with a memory limit and no memory controller: %v, want a clear error", err)
 	}
 
+	hasKill := p.hasKill
 	for _, mode := range []struct {
 		name    string
 		hasKill bool
 	}{{"cgroup.kill", true}, {"freezer fallback", false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			if mode.hasKill && !p.hasKill {
+			if mode.hasKill && !hasKill {
 				t.Skip("kernel has no cgroup.kill (< 5.14)")
 			}
-			q := *p
-			q.hasKill = mode.hasKill
+			// Subtests run one after another, so toggling the probed
+			// feature on the shared Parent is safe.
+			p.hasKill = mode.hasKill
+			defer func() { p.hasKill = hasKill }()
+			q := p
 			id := strings.ReplaceAll(mode.name, ".", "-")
 			id = strings.ReplaceAll(id, " ", "-")
 			g, err := q.Create(id, Limits{})
@@ -180,7 +184,7 @@ func TestV2Lifecycle(t *testing.T) {
 			stubborn := exec.Command("sh", "-c", `trap "" TERM; sleep 100; true`)
 			startInGroup(t, g, stopped)
 			startInGroup(t, g, stubborn)
-			assertInGroup(t, &q, stopped.Process.Pid, g)
+			assertInGroup(t, q, stopped.Process.Pid, g)
 			if err := unix.Kill(stopped.Process.Pid, unix.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
