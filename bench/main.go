@@ -36,9 +36,10 @@ func main() {
 	n := flag.Int("n", 200, "iterations per whole-process command")
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
-	idle := flag.Int("idle", 50, "sandboxes held idle to measure the footprint")
+	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput or idle")
 	flag.Parse()
-	if err := run(*n, *inproc, *tput, *idle); err != nil {
+	if err := run(*only, *n, *inproc, *tput, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -58,10 +59,60 @@ func (s *series) pct(p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
-func run(n, inproc int, tput time.Duration, idle int) error {
+func run(only string, n, inproc int, tput time.Duration, idle int) error {
+	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
 	}
+	host, _ := os.Hostname()
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
+	if want("process") {
+		if err := wholeProcess(n); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"})
+	if err != nil {
+		return err
+	}
+	lim := sandbox.DefaultLimits()
+	one := func() (create, total time.Duration, err error) {
+		start := time.Now()
+		sb, err := rt.Create(ctx, sandbox.Spec{Limits: lim})
+		if err != nil {
+			return 0, 0, err
+		}
+		create = time.Since(start)
+		r := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/true"}})
+		if err := sb.Destroy(ctx); err != nil {
+			return 0, 0, err
+		}
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			return 0, 0, fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+		}
+		return create, time.Since(start), nil
+	}
+	if want("inproc") {
+		if err := inProcess(one, inproc); err != nil {
+			return err
+		}
+	}
+	if want("throughput") {
+		if err := throughput(one, tput); err != nil {
+			return err
+		}
+	}
+	if want("idle") {
+		return footprint(ctx, rt, lim, idle)
+	}
+	return nil
+}
+
+// wholeProcess times airlock and its peers as whole commands, interleaved
+// so that they see the same machine.
+func wholeProcess(n int) error {
 	if err := ensureBwrap(); err != nil {
 		return err
 	}
@@ -76,10 +127,6 @@ func run(n, inproc int, tput time.Duration, idle int) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build airlock: %v: %s", err, out)
 	}
-	host, _ := os.Hostname()
-	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-
 	cmds := []struct {
 		name string
 		argv []string
@@ -111,29 +158,12 @@ func run(n, inproc int, tput time.Duration, idle int) error {
 	for _, s := range res {
 		fmt.Printf("| `%s` | %s | %s | %.2f× |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)), float64(s.pct(0.5))/float64(bw))
 	}
+	return nil
+}
 
-	ctx := context.Background()
-	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"})
-	if err != nil {
-		return err
-	}
-	lim := sandbox.DefaultLimits()
-	one := func() (create, total time.Duration, err error) {
-		start := time.Now()
-		sb, err := rt.Create(ctx, sandbox.Spec{Limits: lim})
-		if err != nil {
-			return 0, 0, err
-		}
-		create = time.Since(start)
-		r := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/true"}})
-		if err := sb.Destroy(ctx); err != nil {
-			return 0, 0, err
-		}
-		if r.Outcome != result.Exited || r.ExitCode != 0 {
-			return 0, 0, fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
-		}
-		return create, time.Since(start), nil
-	}
+type oneFunc func() (create, total time.Duration, err error)
+
+func inProcess(one oneFunc, inproc int) error {
 	cr, tot := &series{name: "create (until init is ready)"}, &series{name: "create → run /bin/true → destroyed"}
 	for range inproc {
 		c, t, err := one()
@@ -146,7 +176,10 @@ func run(n, inproc int, tput time.Duration, idle int) error {
 	for _, s := range []*series{cr, tot} {
 		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
 	}
+	return nil
+}
 
+func throughput(one oneFunc, tput time.Duration) error {
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -172,16 +205,35 @@ func run(n, inproc int, tput time.Duration, idle int) error {
 	el := time.Since(start)
 	fmt.Printf("\n## Throughput\n\n4 concurrent workers, each creating a sandbox, running `/bin/true` and destroying it: **%.0f sandboxes/s** (%d in %v).\n",
 		float64(done.Load())/el.Seconds(), done.Load(), el.Round(time.Millisecond))
-
-	return footprint(ctx, rt, lim, idle)
+	return nil
 }
 
 // footprint holds idle sandboxes and reports what they cost the host: the
-// drop in MemAvailable (user and kernel memory, page tables, namespaces,
-// cgroups) and what their cgroups are charged.
+// growth of the host's used memory (user and kernel memory — processes,
+// page tables, namespaces, cgroups, mounts — but not the page cache), the
+// median of three rounds.
 func footprint(ctx context.Context, rt *sandbox.Runtime, lim sandbox.Limits, k int) error {
+	var per, charged []float64
+	for range 3 {
+		p, c, err := footprintRound(ctx, rt, lim, k)
+		if err != nil {
+			return err
+		}
+		per, charged = append(per, p), append(charged, c)
+	}
+	slices.Sort(per)
+	slices.Sort(charged)
+	mib := func(f float64) float64 { return f / (1 << 20) }
+	fmt.Printf("\n## Idle footprint\n\n%d sandboxes created and waiting for work: the host's used memory (user and kernel, excluding page cache) "+
+		"grew by **%.2f MiB per sandbox** (median of 3 rounds: %.2f, %.2f, %.2f). Their cgroups were charged %.2f MiB each (median), "+
+		"which also counts binary pages they were first to read back after the cache was dropped.\n",
+		k, mib(per[1]), mib(per[0]), mib(per[1]), mib(per[2]), mib(charged[1]))
+	return nil
+}
+
+func footprintRound(ctx context.Context, rt *sandbox.Runtime, lim sandbox.Limits, k int) (perSandbox, charged float64, err error) {
 	settle()
-	before := memAvailable()
+	before := memUsed()
 	var sbs []*sandbox.Sandbox
 	defer func() {
 		for _, sb := range sbs {
@@ -191,49 +243,48 @@ func footprint(ctx context.Context, rt *sandbox.Runtime, lim sandbox.Limits, k i
 	for range k {
 		sb, err := rt.Create(ctx, sandbox.Spec{Limits: lim})
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		sbs = append(sbs, sb)
 	}
 	settle()
-	after := memAvailable()
-	var rss int64
+	perSandbox = float64(memUsed()-before) / float64(k)
+	var sum int64
 	for _, sb := range sbs {
-		rss += statusKB(sb.InitPid(), "VmRSS:") * 1024
+		smp, err := sb.Sample()
+		if err != nil {
+			return 0, 0, err
+		}
+		sum += smp.MemoryBytes
 	}
-	per := float64(before-after) / float64(k)
-	fmt.Printf("\n## Idle footprint\n\n%d sandboxes created and waiting: host MemAvailable fell by **%.2f MiB per sandbox** (init's resident set: %.2f MiB each, most of it the binary's shared pages).\n",
-		k, per/(1<<20), float64(rss)/float64(k)/(1<<20))
-	return nil
+	return perSandbox, float64(sum) / float64(k), nil
 }
 
 func settle() {
 	time.Sleep(500 * time.Millisecond)
-	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0)
+	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
 	time.Sleep(200 * time.Millisecond)
 }
 
-func memAvailable() int64 {
+// memUsed is what `free` calls used: total minus free, buffers, page cache
+// and reclaimable slab.
+func memUsed() int64 {
 	b, _ := os.ReadFile("/proc/meminfo")
+	v := map[string]int64{}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
-			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			return n * 1024
+		k, rest, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			v[k] = n * 1024
 		}
 	}
-	return 0
+	return v["MemTotal"] - v["MemFree"] - v["Buffers"] - v["Cached"] - v["SReclaimable"]
 }
 
-func statusKB(pid int, field string) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field); ok {
-			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
 
 func numCPU() int {
 	b, _ := os.ReadFile("/proc/cpuinfo")

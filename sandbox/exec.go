@@ -150,6 +150,9 @@ func (s *Sandbox) newExec(req ExecRequest) (*execution, error) {
 	if err := s.conn.Send(m, []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}); err != nil {
 		x.closeHostEnds()
 		x.unregister()
+		if errors.Is(err, initproto.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: command line and environment exceed %d KiB", ErrInvalid, initproto.MaxMessage>>10)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrDead, err)
 	}
 	return x, nil

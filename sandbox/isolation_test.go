@@ -334,3 +334,10 @@ func TestHostProcessesInvisible(t *testing.T) {
 		t.Errorf("sandbox sees %s processes", n)
 	}
 }
+
+func TestHugeCommandLineRefused(t *testing.T) {
+	r := run(t, runOpts{}, "echo", strings.Repeat("x", 300<<10))
+	if r.Outcome != result.Error || !strings.Contains(r.Error, "exceed") {
+		t.Fatalf("got %s %q, want a clear error", r.Outcome, r.Error)
+	}
+}

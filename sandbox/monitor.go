@@ -172,3 +172,20 @@ func (x *execution) sample() (result.Sample, bool) {
 
 // String is for logs.
 func (d diskUse) String() string { return fmt.Sprintf("%d bytes, %d inodes", d.used, d.inodes) }
+
+// Sample reads the sandbox's current resource use from the host: memory
+// (everything its cgroup is charged, kernel objects included), processes,
+// CPU time since creation, and scratch disk.
+func (s *Sandbox) Sample() (result.Sample, error) {
+	c, err := s.group.Counters()
+	if err != nil {
+		return result.Sample{}, err
+	}
+	smp := result.Sample{MemoryBytes: c.MemoryBytes, Pids: c.Pids, CPUMillis: c.CPUUsageNanos / 1e6}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(s.scratch, &st); err == nil {
+		smp.DiskBytes = int64(st.Blocks-st.Bfree) * st.Bsize
+		smp.DiskInodes = int64(st.Files - st.Ffree)
+	}
+	return smp, nil
+}

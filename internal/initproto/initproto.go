@@ -12,12 +12,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// MaxMessage is the largest datagram either side accepts.
+// MaxMessage is the largest datagram init accepts (an exec request's
+// command line and environment must fit).
 const MaxMessage = 256 << 10
+
+// maxReply is the largest datagram the host accepts from init: init only
+// ever says ready, started, exit or why setup failed. Keeping the host's
+// buffer small keeps an idle sandbox cheap.
+const maxReply = 16 << 10
 
 // maxFDs is the most descriptors one message may carry.
 const maxFDs = 3
@@ -122,6 +129,9 @@ type Exec struct {
 	Dir  string   `json:"dir"`
 }
 
+// ErrTooLarge is returned by Send for a message over MaxMessage bytes.
+var ErrTooLarge = fmt.Errorf("message exceeds %d bytes", MaxMessage)
+
 // ErrClosed is returned by Recv when the peer closed the socket.
 var ErrClosed = errors.New("control channel closed")
 
@@ -132,7 +142,7 @@ func Send(fd int, m *Message, fds []int) error {
 		return fmt.Errorf("encode %s: %w", m.Kind, err)
 	}
 	if len(b) > MaxMessage {
-		return fmt.Errorf("encode %s: message of %d bytes exceeds %d", m.Kind, len(b), MaxMessage)
+		return fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -150,9 +160,10 @@ func Send(fd int, m *Message, fds []int) error {
 	return nil
 }
 
-// Recv reads one message. buf must hold MaxMessage bytes. Descriptors that
-// arrive with it are returned; the caller owns them. A malformed message
-// closes any descriptors it carried and returns an error.
+// Recv reads one message from a blocking socket. buf must hold MaxMessage
+// bytes. Descriptors that arrive with it are returned; the caller owns them.
+// A malformed message closes any descriptors it carried and returns an
+// error.
 func Recv(fd int, buf []byte) (*Message, []int, error) {
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	var n, oobn, flags int
@@ -163,6 +174,26 @@ func Recv(fd int, buf []byte) (*Message, []int, error) {
 			break
 		}
 	}
+	return finishRecv(buf, oob, n, oobn, flags, err)
+}
+
+// RecvRaw is Recv on a non-blocking socket through the Go runtime's poller,
+// so that a waiting reader parks its goroutine instead of blocking a thread.
+func RecvRaw(rc syscall.RawConn, buf []byte) (*Message, []int, error) {
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	var n, oobn, flags int
+	var err error
+	rerr := rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN
+	})
+	if rerr != nil {
+		err = rerr
+	}
+	return finishRecv(buf, oob, n, oobn, flags, err)
+}
+
+func finishRecv(buf, oob []byte, n, oobn, flags int, err error) (*Message, []int, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("receive: %w", err)
 	}
@@ -237,7 +268,7 @@ type Conn struct {
 
 // NewConn wraps a connected SOCK_SEQPACKET unix socket.
 func NewConn(c *net.UnixConn) *Conn {
-	return &Conn{c: c, buf: make([]byte, MaxMessage), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+	return &Conn{c: c, buf: make([]byte, maxReply), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
 }
 
 // Send writes one message with optional descriptors.
@@ -245,6 +276,9 @@ func (c *Conn) Send(m *Message, fds []int) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", m.Kind, err)
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
 	}
 	var oob []byte
 	if len(fds) > 0 {

@@ -36,13 +36,17 @@ func Main() int {
 	// already discarded by the kernel for a namespace's init.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	go func() {
-		for range sigs {
-		}
-	}()
 	syscall.CloseOnExec(ctrlFD)
+	if err := syscall.SetNonblock(ctrlFD, true); err != nil {
+		return 2
+	}
+	// Through the poller, waiting for the host costs no thread.
+	ctrl, err := os.NewFile(ctrlFD, "ctrl").SyscallConn()
+	if err != nil {
+		return 2
+	}
 	buf := make([]byte, initproto.MaxMessage)
-	m, fds, err := initproto.Recv(ctrlFD, buf)
+	m, fds, err := initproto.RecvRaw(ctrl, buf)
 	closeFDs(fds)
 	if err != nil {
 		return 2
@@ -62,9 +66,9 @@ func Main() int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]uint64), wake: make(chan struct{}, 1)}
-	go s.reap()
-	return s.serve(buf)
+	s := &server{cmds: make(map[int]uint64)}
+	go s.reap(sigs)
+	return s.serve(ctrl, buf)
 }
 
 func fail(err error) {
@@ -85,7 +89,6 @@ type server struct {
 	// cmds maps the pid of a running command to its request id. Other
 	// children (orphans re-parented to init) are reaped and ignored.
 	cmds map[int]uint64
-	wake chan struct{}
 }
 
 func (s *server) send(m *initproto.Message) error {
@@ -94,9 +97,9 @@ func (s *server) send(m *initproto.Message) error {
 	return initproto.Send(ctrlFD, m, nil)
 }
 
-func (s *server) serve(buf []byte) int {
+func (s *server) serve(ctrl syscall.RawConn, buf []byte) int {
 	for {
-		m, fds, err := initproto.Recv(ctrlFD, buf)
+		m, fds, err := initproto.RecvRaw(ctrl, buf)
 		if err != nil {
 			// The host is gone or broken: exiting kills everything in
 			// the sandbox, which is what the host would do anyway.
@@ -138,10 +141,6 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		s.execFailed(id, e.Argv[0], err, fds[2])
 		return
 	}
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: pid})
 }
 
@@ -162,27 +161,30 @@ func (s *server) execFailed(id uint64, name string, err error, stderr int) {
 }
 
 // reap is init's duty as PID 1: collect every child that exits, report the
-// commands, and discard orphans.
-func (s *server) reap() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		if err == unix.EINTR {
+// commands, and discard orphans. It runs on SIGCHLD rather than blocking in
+// wait4, so an idle init keeps no thread waiting. Every other signal is
+// received here and dropped.
+func (s *server) reap(sigs <-chan os.Signal) {
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
 			continue
 		}
-		if err == unix.ECHILD {
-			<-s.wake
-			continue
-		}
-		if err != nil {
-			continue
-		}
-		s.mu.Lock()
-		id, ok := s.cmds[pid]
-		delete(s.cmds, pid)
-		s.mu.Unlock()
-		if ok {
-			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Pid: pid, Status: int(ws)})
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			s.mu.Lock()
+			id, ok := s.cmds[pid]
+			delete(s.cmds, pid)
+			s.mu.Unlock()
+			if ok {
+				_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Pid: pid, Status: int(ws)})
+			}
 		}
 	}
 }
