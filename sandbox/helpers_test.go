@@ -214,15 +214,22 @@ func cgroupDirs(id string) []string {
 	return found
 }
 
-// procsInRange lists host processes whose uid lies in the sandbox's range.
-func procsInRange(base uint32) []int {
+// hostPids lists every process on the host.
+func hostPids() []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
 		}
+	}
+	return pids
+}
+
+// procsInRange lists host processes whose uid lies in the sandbox's range.
+func procsInRange(base uint32) []int {
+	var pids []int
+	for _, pid := range hostPids() {
 		uid, ok := procUID(pid)
 		if ok && uid >= base && uid < base+idRangeSize {
 			pids = append(pids, pid)
@@ -252,12 +259,7 @@ func procUID(pid int) (uint32, bool) {
 
 func netnsHolders(ino uint64) []int {
 	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range hostPids() {
 		var st unix.Stat_t
 		if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == ino {
 			pids = append(pids, pid)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -146,36 +145,20 @@ func TestSoak(t *testing.T) {
 	if after := countHostProcs(); after > before+5 {
 		t.Errorf("host has %d processes after the soak, %d before", after, before)
 	}
-	if n := countForeignNetns(); n > 0 {
-		t.Errorf("%d processes in sandbox network namespaces remain", n)
+	if n := countSandboxProcs(); n > 0 {
+		t.Errorf("%d sandbox processes remain on the host", n)
 	}
 }
 
-func countHostProcs() int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if e.Name()[0] >= '0' && e.Name()[0] <= '9' {
-			n++
-		}
-	}
-	return n
-}
+func countHostProcs() int { return len(hostPids()) }
 
-// countForeignNetns counts processes whose uid is in the sandbox id space.
-func countForeignNetns() int {
+// countSandboxProcs counts processes whose uid is in the sandbox id space.
+func countSandboxProcs() int {
 	n := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
-			continue
-		}
+	for _, pid := range hostPids() {
 		if uid, ok := procUID(pid); ok && uid >= 1<<30 {
 			n++
 		}
 	}
 	return n
 }
-
-var _ = strings.TrimSpace

@@ -135,18 +135,27 @@ var ErrTooLarge = fmt.Errorf("message exceeds %d bytes", MaxMessage)
 // ErrClosed is returned by Recv when the peer closed the socket.
 var ErrClosed = errors.New("control channel closed")
 
-// Send writes one message with optional descriptors.
-func Send(fd int, m *Message, fds []int) error {
-	b, err := json.Marshal(m)
+// encode renders a message and its descriptors as a datagram and its
+// control data.
+func encode(m *Message, fds []int) (b, oob []byte, err error) {
+	b, err = json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", m.Kind, err)
+		return nil, nil, fmt.Errorf("encode %s: %w", m.Kind, err)
 	}
 	if len(b) > MaxMessage {
-		return fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
+		return nil, nil, fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
 	}
-	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
+	}
+	return b, oob, nil
+}
+
+// Send writes one message with optional descriptors on a blocking socket.
+func Send(fd int, m *Message, fds []int) error {
+	b, oob, err := encode(m, fds)
+	if err != nil {
+		return err
 	}
 	for {
 		err = unix.Sendmsg(fd, b, oob, nil, 0)
@@ -273,16 +282,9 @@ func NewConn(c *net.UnixConn) *Conn {
 
 // Send writes one message with optional descriptors.
 func (c *Conn) Send(m *Message, fds []int) error {
-	b, err := json.Marshal(m)
+	b, oob, err := encode(m, fds)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", m.Kind, err)
-	}
-	if len(b) > MaxMessage {
-		return fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
+		return err
 	}
 	if _, _, err := c.c.WriteMsgUnix(b, oob, nil); err != nil {
 		return fmt.Errorf("send %s: %w", m.Kind, err)
