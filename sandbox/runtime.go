@@ -206,3 +206,7 @@ func (rt *Runtime) CgroupVersion() int {
 	}
 	return 1
 }
+
+// Close releases what the runtime holds. Sandboxes must be destroyed first;
+// the runtime does not track them (a pool or daemon does).
+func (rt *Runtime) Close() error { return rt.cg.Close() }

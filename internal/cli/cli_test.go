@@ -94,6 +94,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"not found", []string{"--", "no-such-cmd"}, 127, "", "command not found", ""},
 		{"env flag and no host env", []string{"--env", "A=b", "--", "sh", "-c", "echo $A; env"}, 0, "", "", "hunter2"},
 		{"workdir", []string{"--workdir", "/tmp", "--", "pwd"}, 0, "/tmp\n", "", ""},
+		{"missing workdir", []string{"--workdir", "/nope", "--", "pwd"}, 126, "", "working directory /nope", ""},
 		{"bad size", []string{"--memory", "12XB", "--", "true"}, ExitFailure, "", "-memory", ""},
 		{"bad count", []string{"--pids", "-3", "--", "true"}, ExitFailure, "", "-pids", ""},
 		{"bad duration", []string{"--time", "soon", "--", "true"}, ExitFailure, "", "-time", ""},

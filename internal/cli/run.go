@@ -210,6 +210,7 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
+	defer rt.Close()
 	sb, err := rt.Create(ctx, sandbox.Spec{Limits: rf.limits})
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}

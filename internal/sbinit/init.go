@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -120,6 +121,15 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.EINVAL), Error: "empty command"})
 		return
 	}
+	if fi, err := os.Stat(e.Dir); err != nil || !fi.IsDir() {
+		msg := fmt.Sprintf("airlock: working directory %s: not a directory", e.Dir)
+		if err != nil {
+			msg = fmt.Sprintf("airlock: working directory %s: %v", e.Dir, errors.Unwrap(err))
+		}
+		_, _ = unix.Write(fds[2], []byte(msg+"\n"))
+		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.ENOTDIR), Error: msg})
+		return
+	}
 	path, err := lookPath(e.Argv[0], e.Env)
 	if err != nil {
 		s.execFailed(id, e.Argv[0], err, fds[2])
@@ -153,7 +163,7 @@ func (s *server) execFailed(id uint64, name string, err error, stderr int) {
 		errno = unix.Errno(en)
 	}
 	msg := fmt.Sprintf("airlock: %s: %v\n", name, err)
-	if errno == unix.ENOENT {
+	if errno == unix.ENOENT && !strings.Contains(name, "/") {
 		msg = fmt.Sprintf("airlock: %s: command not found\n", name)
 	}
 	_, _ = unix.Write(stderr, []byte(msg))
