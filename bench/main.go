@@ -24,14 +24,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
 func main() {
-	if sbinit.IsInit() {
-		os.Exit(sbinit.Main())
+	if code, ok := sandbox.Child(); ok {
+		os.Exit(code)
 	}
 	n := flag.Int("n", 200, "iterations per whole-process command")
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")

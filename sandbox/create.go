@@ -9,13 +9,13 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/internal/spawner"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,8 +37,9 @@ type Sandbox struct {
 	rt     *Runtime
 	limits Limits
 
-	proc    *os.Process
-	exited  chan struct{} // closed when init has been reaped
+	pid     int
+	pidfd   *os.File      // init's pidfd; init is the spawner's child
+	exited  chan struct{} // closed when init has exited (its pid namespace is empty)
 	conn    *initproto.Conn
 	group   *cgroup.Group
 	netns   *os.File
@@ -65,7 +66,7 @@ func (s *Sandbox) ID() string { return s.id }
 func (s *Sandbox) Limits() Limits { return s.limits }
 
 // InitPid is init's pid on the host.
-func (s *Sandbox) InitPid() int { return s.proc.Pid }
+func (s *Sandbox) InitPid() int { return s.pid }
 
 // NetNS returns the sandbox's network namespace. The caller must not close
 // it.
@@ -141,10 +142,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err := s.start(initEnd, logW); err != nil {
 		return nil, err
 	}
-	go func() {
-		_, _ = s.proc.Wait()
-		close(s.exited)
-	}()
+	go s.watchExit()
 	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec)}, nil); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
@@ -153,7 +151,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	// Open the scratch tmpfs through init's root before any command runs,
 	// so the host's disk readings never follow a path the sandbox controls.
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root/tmp", s.proc.Pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root/tmp", s.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox scratch: %w", err)
 	}
@@ -162,32 +160,22 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	return s, nil
 }
 
-// start clones init into its namespaces and cgroup.
+// start has the spawner clone init into its namespaces and cgroup.
 func (s *Sandbox) start(ctrl, log *os.File) error {
-	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(s.ids.base), Size: idRangeSize}}
-	sys := &syscall.SysProcAttr{
-		// The network namespace is not among these: it comes from the
-		// thread that clones (see netns.NewAndRun), so it belongs to the
-		// host's user namespace and the sandbox can never reconfigure it.
-		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-		UidMappings:                maps,
-		GidMappings:                maps,
-		GidMappingsEnableSetgroups: true,
-		// Clears the host's supplementary groups: a kernel gid kept from
-		// the host would still grant access to host files by group.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-		Pdeathsig:  unix.SIGKILL,
+	var err error
+	if s.netns, err = netns.New(); err != nil {
+		return fmt.Errorf("network namespace: %w", err)
 	}
-	attr := &os.ProcAttr{
+	fds := []int{int(ctrl.Fd()), int(log.Fd()), int(s.netns.Fd())}
+	req := spawner.Request{
+		Path: s.rt.opts.InitPath,
+		Arg0: sbinit.Arg0,
 		// Init's environment is not the commands' (each exec request
 		// carries its own); one Go runtime setting keeps init's thread
 		// count, and so its start-up cost and footprint, small.
-		Env: []string{"GOMAXPROCS=1"},
-		// Init holds nothing of the host's beyond its control channel and
-		// a pipe for its own diagnostics; stdin stays closed.
-		Files: []*os.File{nil, log, log, ctrl},
-		Sys:   sys,
+		Env:    []string{"GOMAXPROCS=1"},
+		IDBase: int(s.ids.base),
+		IDSize: idRangeSize,
 	}
 	if s.group.Version() == cgroup.V2 {
 		fd, err := s.group.DirFD()
@@ -195,35 +183,43 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 			return err
 		}
 		defer unix.Close(fd)
-		// Born in its cgroup, so a CLONE_NEWCGROUP root is the sandbox's
-		// own cgroup and nothing runs uncounted.
-		sys.UseCgroupFD, sys.CgroupFD = true, fd
+		fds = append(fds, fd)
+	} else {
+		req.Cgroup = s.id
 	}
-	var err error
-	s.netns, err = netns.NewAndRun(func() error {
-		leave := func() error { return nil }
-		if s.group.Version() == cgroup.V1 {
-			// No CLONE_INTO_CGROUP on v1: the cloning thread visits the
-			// cgroup so the child is born there.
-			l, err := s.group.EnterThread()
-			if err != nil {
-				return err
-			}
-			leave = l
-		}
-		p, err := os.StartProcess(s.rt.opts.InitPath, []string{sbinit.Arg0}, attr)
-		s.proc = p
-		return errors.Join(err, leave())
-	})
-	if err != nil && s.proc != nil {
-		_ = s.proc.Kill()
-		_, _ = s.proc.Wait()
-		s.proc = nil
-	}
+	pid, pidfd, err := s.rt.spawner.spawn(req, fds)
 	if err != nil {
 		return fmt.Errorf("start sandbox init: %w", err)
 	}
+	s.pid, s.pidfd = pid, pidfd
 	return nil
+}
+
+// watchExit reaps init and then closes s.exited. Init is the host's child
+// (the spawner clones it with CLONE_PARENT); its pidfd becomes readable
+// when it has exited, which is after the kernel has killed everything else
+// in its pid namespace, and waitid on the pidfd reaps exactly it.
+func (s *Sandbox) watchExit() {
+	defer close(s.exited)
+	reap := func(fd uintptr) bool {
+		// With WNOHANG and nothing to reap, waitid leaves si_signo 0.
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+		return err != unix.EINTR && (err != nil || info.Signo == int32(unix.SIGCHLD))
+	}
+	rc, err := s.pidfd.SyscallConn()
+	if err == nil {
+		err = rc.Read(reap)
+	}
+	if err == nil || rc == nil {
+		return
+	}
+	// Not pollable through the runtime: wait on a thread instead.
+	_ = rc.Control(func(fd uintptr) {
+		var info unix.Siginfo
+		for unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED, nil) == unix.EINTR {
+		}
+	})
 }
 
 func (rt *Runtime) setup(s *Sandbox, spec Spec) *initproto.Setup {
@@ -285,7 +281,7 @@ func (s *Sandbox) awaitReady(ctx context.Context) error {
 // initDiagnostics returns what init printed before failing (a Go panic, for
 // instance), for airlock's own error message.
 func (s *Sandbox) initDiagnostics() string {
-	_ = s.proc.Kill()
+	s.kill()
 	select {
 	case <-s.exited:
 	case <-time.After(time.Second):

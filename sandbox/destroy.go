@@ -56,8 +56,13 @@ func (s *Sandbox) kill() {
 	s.mu.Lock()
 	s.killed = true
 	s.mu.Unlock()
-	if s.proc != nil {
-		_ = s.proc.Kill()
+	if s.pidfd != nil {
+		// The pidfd names this init even if its pid were reused.
+		if rc, err := s.pidfd.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				_ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0)
+			})
+		}
 	}
 }
 
@@ -78,13 +83,15 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
 	defer cancel()
 	var errs []error
-	if s.proc != nil {
-		_ = s.proc.Kill()
+	if s.pidfd != nil {
+		s.kill()
 		select {
 		case <-s.exited:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("sandbox %s: init did not exit: %w", s.id, ctx.Err()))
 		}
+		_ = s.pidfd.Close()
+		s.pidfd = nil
 	}
 	if s.conn != nil {
 		_ = s.conn.Close()

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
@@ -21,8 +20,8 @@ import (
 func TestMain(m *testing.M) {
 	// The sandboxes these tests create re-execute the test binary as their
 	// init.
-	if sbinit.IsInit() {
-		os.Exit(sbinit.Main())
+	if code, ok := Child(); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

@@ -162,3 +162,32 @@ func countSandboxProcs() int {
 	}
 	return n
 }
+
+// TestSpawnerRestart kills the spawner; a sandbox created before keeps
+// working (its init is the host's child), and the next Create starts a new
+// spawner.
+func TestSpawnerRestart(t *testing.T) {
+	rt := testRuntime(t)
+	before, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Destroy(t.Context())
+	rt.spawner.mu.Lock()
+	p := rt.spawner.proc
+	rt.spawner.mu.Unlock()
+	if p == nil {
+		t.Fatal("no spawner running after Create")
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if r := before.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("sandbox created before the spawner died: %s %s", r.Outcome, r.Error)
+	}
+	r := run(t, runOpts{}, "echo", "again")
+	if string(r.Stdout) != "again\n" {
+		t.Fatalf("after the spawner died: %s %q %s", r.Outcome, r.Stdout, r.Error)
+	}
+}

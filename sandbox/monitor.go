@@ -116,7 +116,7 @@ func (x *execution) fdHolder() (pid int, count int64) {
 	}
 	last := strconv.FormatInt(ceiling-1, 10)
 	for _, p := range pids {
-		if p == x.s.proc.Pid {
+		if p == x.s.pid {
 			continue
 		}
 		dir := "/proc/" + strconv.Itoa(p) + "/fd/"

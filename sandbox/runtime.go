@@ -72,6 +72,7 @@ type Runtime struct {
 	image *hostImage
 	// seccomp is the compiled filter every init installs.
 	seccomp []byte
+	spawner *spawnerClient
 	rootDir string
 	lockDir string
 }
@@ -120,6 +121,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	rt.seccomp = seccomp.Encode(prog)
+	rt.spawner = &spawnerClient{initPath: opts.InitPath, cgroupParent: opts.CgroupParent}
 	cg, err := cgroup.Open(opts.CgroupParent)
 	if err != nil {
 		return nil, err
@@ -209,4 +211,7 @@ func (rt *Runtime) CgroupVersion() int {
 
 // Close releases what the runtime holds. Sandboxes must be destroyed first;
 // the runtime does not track them (a pool or daemon does).
-func (rt *Runtime) Close() error { return rt.cg.Close() }
+func (rt *Runtime) Close() error {
+	rt.spawner.Close()
+	return rt.cg.Close()
+}

@@ -31,6 +31,12 @@ func Main() int {
 	// per-thread parts of the confinement (capabilities, no_new_privs,
 	// Landlock) that children inherit.
 	runtime.LockOSThread()
+	// Die with the host. (Set here, not at clone time: the spawner clones
+	// init as the host's child.) Should the host have died before this
+	// line, the control channel is already closed and init exits below.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return 2
+	}
 	// A command may signal PID 1 with anything it likes; with a handler
 	// installed for every catchable signal, none of them can kill init or
 	// make it dump core. SIGKILL and SIGSTOP from inside the namespace are

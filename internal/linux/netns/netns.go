@@ -14,9 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// New creates a fresh network namespace with only `lo`, up, and returns a
+// descriptor of it. A process that setns(2)es into it from the host's user
+// namespace, or is cloned by a thread that did, lives in it.
+func New() (*os.File, error) { return NewAndRun(nil) }
+
 // NewAndRun creates a fresh network namespace with only `lo`, up, and calls
-// fn on an OS thread that is inside it, so that a process cloned by fn is
-// born in the namespace. It returns a descriptor of the namespace (the
+// fn (if not nil) on an OS thread that is inside it, so that a process
+// cloned by fn is born in the namespace. It returns a descriptor of the namespace (the
 // caller closes it; the namespace lives while a process or descriptor holds
 // it) and fn's error.
 //
@@ -66,9 +71,11 @@ func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
 		ns.Close()
 		return nil, err, false
 	}
-	if err := fn(); err != nil {
-		ns.Close()
-		return nil, err, false
+	if fn != nil {
+		if err := fn(); err != nil {
+			ns.Close()
+			return nil, err, false
+		}
 	}
 	return ns, nil, false
 }

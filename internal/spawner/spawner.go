@@ -1,0 +1,242 @@
+// Package spawner is a small helper process that clones each sandbox's init
+// for the host.
+//
+// Go can clone a child into a new user namespace only with a full fork (not
+// vfork), because the parent must write the child's uid map while the child
+// waits. A full fork write-protects every page of the parent, and the parent
+// then takes a page fault for each page it writes afterwards: for a daemon
+// with a large heap that is thousands of faults for every sandbox created.
+// The spawner takes that fork instead. It is the airlock binary re-executed
+// with argv[0] = Arg0, its heap is tiny, and it does nothing but clone
+// inits: into the network namespace and (cgroup v1) cgroup it is handed, or
+// (cgroup v2) straight into the cgroup whose directory it is handed.
+//
+// Inits are cloned as children of the host (CLONE_PARENT), which reaps them.
+// The spawner and every init die with the host (parent-death signal), so
+// nothing outlives a crashed airlock process but what the next one sweeps.
+package spawner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 is the argv[0] the host starts the spawner with.
+const Arg0 = "airlock-spawner"
+
+// connFD is where the host places the spawner's end of its socket.
+const connFD = 3
+
+// IsSpawner reports whether this process was started as the spawner.
+func IsSpawner() bool { return len(os.Args) == 2 && os.Args[0] == Arg0 }
+
+// Request asks for one init. Its descriptors, in order: the init's end of
+// the control socket, the write end of its diagnostics pipe, the network
+// namespace to clone into, and on cgroup v2 the cgroup directory.
+type Request struct {
+	ID uint64 `json:"id"`
+	// Path is the binary to execute as init; Arg0 is its argv[0].
+	Path string `json:"path"`
+	Arg0 string `json:"arg0"`
+	// Env is init's whole environment.
+	Env []string `json:"env"`
+	// IDBase is the first host uid and gid of the sandbox's range; IDSize
+	// how many ids it maps.
+	IDBase int `json:"id_base"`
+	IDSize int `json:"id_size"`
+	// Cgroup is the sandbox's cgroup under the spawner's parent (cgroup
+	// v1). On v2 the directory descriptor is used instead.
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// Reply answers a Request. A successful reply carries a pidfd of the init.
+type Reply struct {
+	ID    uint64 `json:"id"`
+	Pid   int    `json:"pid"`
+	Error string `json:"error,omitempty"`
+}
+
+// Config is the argument the host starts the spawner with (JSON in argv[1]).
+type Config struct {
+	// CgroupParent is the runtime's cgroup parent.
+	CgroupParent string `json:"cgroup_parent"`
+}
+
+// Main runs the spawner and returns its exit code.
+func Main() int {
+	var cfg Config
+	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config:", err)
+		return 2
+	}
+	cg, err := cgroup.Open(cfg.CgroupParent)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-spawner:", err)
+		return 2
+	}
+	hostNet, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-spawner:", err)
+		return 2
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(connFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return 0 // the host is gone
+		}
+		fds := rights(oob[:oobn])
+		var req Request
+		reply := Reply{}
+		if err := json.Unmarshal(buf[:n], &req); err != nil {
+			reply.Error = "bad request: " + err.Error()
+		} else {
+			reply.ID = req.ID
+		}
+		var pidfd int = -1
+		if reply.Error == "" {
+			var ok bool
+			reply.Pid, pidfd, ok, err = spawn(cg, int(hostNet.Fd()), &req, fds)
+			if err != nil {
+				reply.Error = err.Error()
+			}
+			if !ok {
+				// A thread stuck in a sandbox's namespace or cgroup: stop
+				// rather than clone anything else from a broken state.
+				send(&reply, pidfd)
+				return 3
+			}
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if err := send(&reply, pidfd); err != nil {
+			return 0
+		}
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+	}
+}
+
+func rights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}
+
+func send(r *Reply, pidfd int) error {
+	b, _ := json.Marshal(r)
+	var oob []byte
+	if pidfd >= 0 {
+		oob = unix.UnixRights(pidfd)
+	}
+	return unix.Sendmsg(connFD, b, oob, nil, 0)
+}
+
+// spawn clones one init on a locked thread that visits the sandbox's
+// network namespace (and, on cgroup v1, its cgroup) for the clone. ok is
+// false when the thread could not be brought back.
+func spawn(cg *cgroup.Parent, hostNet int, req *Request, fds []int) (pid, pidfd int, ok bool, err error) {
+	want := 3
+	if cg.Version() == cgroup.V2 {
+		want = 4
+	}
+	if len(fds) != want {
+		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
+	}
+	ctrl, log, netns := fds[0], fds[1], fds[2]
+	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.IDBase, Size: req.IDSize}}
+	pidfd = -1
+	sys := &syscall.SysProcAttr{
+		// The network namespace comes from the cloning thread, so it
+		// belongs to the host's user namespace and the sandbox can never
+		// reconfigure it.
+		//
+		// CLONE_PARENT makes init the host's child, not ours: the host
+		// reaps it, so when the host sees it gone, it is gone (no zombie
+		// waiting for us). Init sets its own parent-death signal, since
+		// the runtime's check for that would see an unexpected parent.
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_PARENT,
+		UidMappings:                maps,
+		GidMappings:                maps,
+		GidMappingsEnableSetgroups: true,
+		// Clears supplementary groups: a host gid kept here would still
+		// grant access to host files by group.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		PidFD:      &pidfd,
+	}
+	if cg.Version() == cgroup.V2 {
+		// Born in its cgroup, so its cgroup namespace is rooted there
+		// and nothing it does runs uncounted.
+		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
+	}
+	attr := &syscall.ProcAttr{
+		Env: req.Env,
+		// Init holds nothing of the host's beyond its control channel and
+		// a pipe for its own diagnostics; stdin stays closed.
+		Files: []uintptr{^uintptr(0), uintptr(log), uintptr(log), uintptr(ctrl)},
+		Sys:   sys,
+	}
+	runtime.LockOSThread()
+	ok = true
+	defer func() {
+		if ok {
+			runtime.UnlockOSThread()
+		}
+	}()
+	if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
+		return 0, -1, true, fmt.Errorf("enter network namespace: %w", err)
+	}
+	defer func() {
+		if serr := unix.Setns(hostNet, unix.CLONE_NEWNET); serr != nil {
+			ok = false
+			err = errors.Join(err, fmt.Errorf("restore network namespace: %w", serr))
+		}
+	}()
+	leave := func() error { return nil }
+	if cg.Version() == cgroup.V1 {
+		g, err := cg.Load(req.Cgroup)
+		if err != nil {
+			return 0, -1, true, err
+		}
+		defer g.Close()
+		// No CLONE_INTO_CGROUP on v1: the cloning thread visits the
+		// cgroup so that the child is born there.
+		if leave, err = g.EnterThread(); err != nil {
+			return 0, -1, true, err
+		}
+	}
+	pid, err = syscall.ForkExec(req.Path, []string{req.Arg0}, attr)
+	if lerr := leave(); lerr != nil {
+		ok = false
+		err = errors.Join(err, lerr)
+	}
+	if err != nil {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		return 0, -1, ok, fmt.Errorf("clone init: %w", err)
+	}
+	return pid, pidfd, ok, nil
+}

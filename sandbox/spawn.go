@@ -1,0 +1,170 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/airlockhq/airlock/internal/spawner"
+	"golang.org/x/sys/unix"
+)
+
+// spawnerClient talks to the runtime's spawner process, starting it on
+// first use and again after it died.
+type spawnerClient struct {
+	initPath     string
+	cgroupParent string
+
+	mu   sync.Mutex
+	proc *os.Process
+	conn *net.UnixConn
+	next uint64
+	// release ends the thread the spawner was started from.
+	release chan struct{}
+}
+
+// start launches the spawner. The caller holds c.mu.
+func (c *spawnerClient) start() error {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("spawner socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "spawner"), os.NewFile(uintptr(pair[1]), "spawner-child")
+	defer theirs.Close()
+	cfg, _ := json.Marshal(spawner.Config{CgroupParent: c.cgroupParent})
+	// The spawner and every init (cloned as our children) get SIGKILL
+	// when the thread that started the spawner exits. That thread is
+	// therefore reserved: locked, parked, and released only when the
+	// spawner is stopped, so only the death of this process fires it.
+	type started struct {
+		p   *os.Process
+		err error
+	}
+	res := make(chan started)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, string(cfg)}, &os.ProcAttr{
+			Env:   []string{"GOMAXPROCS=1"},
+			Files: []*os.File{nil, os.Stderr, os.Stderr, theirs},
+			// Its own process group: a terminal's ^C goes to airlock,
+			// which then destroys its sandboxes in order.
+			Sys: &unix.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true},
+		})
+		res <- started{p, err}
+		<-release
+		runtime.UnlockOSThread()
+	}()
+	r := <-res
+	p, err := r.p, r.err
+	if err != nil {
+		close(release)
+	} else {
+		c.release = release
+	}
+	if err != nil {
+		ours.Close()
+		return fmt.Errorf("start spawner: %w", err)
+	}
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		_ = p.Kill()
+		_, _ = p.Wait()
+		close(release)
+		c.release = nil
+		return fmt.Errorf("spawner socket: %w", err)
+	}
+	c.proc, c.conn = p, fc.(*net.UnixConn)
+	return nil
+}
+
+// stop ends the spawner; inits it cloned die with it. The caller holds c.mu.
+func (c *spawnerClient) stop() {
+	if c.proc == nil {
+		return
+	}
+	_ = c.conn.Close()
+	_ = c.proc.Kill()
+	_, _ = c.proc.Wait()
+	close(c.release)
+	c.proc, c.conn, c.release = nil, nil, nil
+}
+
+// Close stops the spawner.
+func (c *spawnerClient) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stop()
+}
+
+// spawn asks for one init and returns its pid and a pidfd.
+func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *os.File, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		if err := c.start(); err != nil {
+			return 0, nil, err
+		}
+	}
+	c.next++
+	req.ID = c.next
+	b, err := json.Marshal(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, _, err := c.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+		// The spawner died since the last request; a new one gets it.
+		c.stop()
+		if err := c.start(); err != nil {
+			return 0, nil, err
+		}
+		if _, _, err := c.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+			c.stop()
+			return 0, nil, fmt.Errorf("spawner: %w", err)
+		}
+	}
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
+	if err != nil || n == 0 {
+		c.stop()
+		return 0, nil, errors.Join(errors.New("spawner died"), err)
+	}
+	var got []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if r, err := unix.ParseUnixRights(&m); err == nil {
+				got = append(got, r...)
+			}
+		}
+	}
+	var reply spawner.Reply
+	if err := json.Unmarshal(buf[:n], &reply); err != nil || reply.ID != req.ID {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		c.stop()
+		return 0, nil, fmt.Errorf("spawner: bad reply %q", buf[:n])
+	}
+	if reply.Error != "" || len(got) != 1 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		if reply.Error == "" {
+			reply.Error = "no pidfd in reply"
+		}
+		return 0, nil, fmt.Errorf("spawner: %s", reply.Error)
+	}
+	// Non-blocking, so that waiting for init's exit parks a goroutine in
+	// the runtime's poller instead of holding a thread.
+	if err := unix.SetNonblock(got[0], true); err != nil {
+		unix.Close(got[0])
+		return 0, nil, fmt.Errorf("pidfd: %w", err)
+	}
+	return reply.Pid, os.NewFile(uintptr(got[0]), "pidfd"), nil
+}
