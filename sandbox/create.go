@@ -187,9 +187,39 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	} else {
 		req.Cgroup = s.id
 	}
-	pid, pidfd, err := s.rt.spawner.spawn(req, fds)
+	if s.rt.hostNet == nil {
+		pid, pidfd, err := s.rt.spawner.spawn(req, fds)
+		if err != nil {
+			return fmt.Errorf("start sandbox init: %w", err)
+		}
+		s.pid, s.pidfd = pid, pidfd
+		return nil
+	}
+	// On a goroutine of its own: should Clone fail to bring its thread
+	// back from the sandbox's namespace or cgroup, it leaves the thread
+	// locked, and the goroutine's end then retires the thread.
+	type cloned struct {
+		pid, fd int
+		ok      bool
+		err     error
+	}
+	ch := make(chan cloned, 1)
+	go func() {
+		var c cloned
+		c.pid, c.fd, c.ok, c.err = spawner.Clone(s.rt.cg, int(s.rt.hostNet.Fd()), &req, fds, false)
+		ch <- c
+	}()
+	c := <-ch
+	pid, fd, err := c.pid, c.fd, c.err
+	if !c.ok {
+		s.rt.opts.Logger.Error("clone thread could not be restored; retired it", "err", err)
+	}
 	if err != nil {
 		return fmt.Errorf("start sandbox init: %w", err)
+	}
+	pidfd, err := pidFile(fd)
+	if err != nil {
+		return err
 	}
 	s.pid, s.pidfd = pid, pidfd
 	return nil

@@ -341,3 +341,28 @@ func TestHugeCommandLineRefused(t *testing.T) {
 		t.Fatalf("got %s %q, want a clear error", r.Outcome, r.Error)
 	}
 }
+
+// TestCloneInProcess covers the CLI's path, where the runtime clones inits
+// itself instead of through the spawner.
+func TestCloneInProcess(t *testing.T) {
+	requireRoot(t)
+	testRuntime(t)
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, CloneInProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := traceOf(t, sb)
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "id -u; cat /proc/self/uid_map"}, Capture: true})
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tr.assertGone(t)
+	if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), "1000\n") {
+		t.Fatalf("got %s %q %s", r.Outcome, r.Stdout, r.Error)
+	}
+}

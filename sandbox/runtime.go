@@ -38,6 +38,12 @@ type Options struct {
 	InitPath string
 	// Logger receives the runtime's own diagnostics. Default: discard.
 	Logger *slog.Logger
+	// CloneInProcess clones each init from this process instead of from
+	// the spawner helper. That saves starting the helper, but every clone
+	// is a full fork of this process's memory, after which this process
+	// takes a page fault for every page it writes: right for a short-lived
+	// process with a small heap (the one-shot CLI), wrong for a daemon.
+	CloneInProcess bool
 }
 
 func (o *Options) defaults() {
@@ -73,6 +79,8 @@ type Runtime struct {
 	// seccomp is the compiled filter every init installs.
 	seccomp []byte
 	spawner *spawnerClient
+	// hostNet is this process's network namespace (CloneInProcess only).
+	hostNet *os.File
 	rootDir string
 	lockDir string
 }
@@ -122,6 +130,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	rt.seccomp = seccomp.Encode(prog)
 	rt.spawner = &spawnerClient{initPath: opts.InitPath, cgroupParent: opts.CgroupParent}
+	if opts.CloneInProcess {
+		if rt.hostNet, err = os.Open("/proc/self/ns/net"); err != nil {
+			return nil, err
+		}
+	}
 	cg, err := cgroup.Open(opts.CgroupParent)
 	if err != nil {
 		return nil, err
@@ -213,5 +226,8 @@ func (rt *Runtime) CgroupVersion() int {
 // the runtime does not track them (a pool or daemon does).
 func (rt *Runtime) Close() error {
 	rt.spawner.Close()
+	if rt.hostNet != nil {
+		rt.hostNet.Close()
+	}
 	return rt.cg.Close()
 }

@@ -160,11 +160,16 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 		}
 		return 0, nil, fmt.Errorf("spawner: %s", reply.Error)
 	}
-	// Non-blocking, so that waiting for init's exit parks a goroutine in
-	// the runtime's poller instead of holding a thread.
-	if err := unix.SetNonblock(got[0], true); err != nil {
-		unix.Close(got[0])
-		return 0, nil, fmt.Errorf("pidfd: %w", err)
+	pidfd, err = pidFile(got[0])
+	return reply.Pid, pidfd, err
+}
+
+// pidFile wraps a pidfd, non-blocking, so that waiting for init's exit parks
+// a goroutine in the runtime's poller instead of holding a thread.
+func pidFile(fd int) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pidfd: %w", err)
 	}
-	return reply.Pid, os.NewFile(uintptr(got[0]), "pidfd"), nil
+	return os.NewFile(uintptr(fd), "pidfd"), nil
 }

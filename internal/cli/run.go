@@ -206,6 +206,9 @@ func (s *syncWriter) event(e result.Event) {
 }
 
 func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result.Result {
+	// One short-lived sandbox: cloning from this small process is cheaper
+	// than starting the spawner helper.
+	rf.opts.CloneInProcess = true
 	rt, err := sandbox.New(ctx, rf.opts)
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}

@@ -107,7 +107,7 @@ func Main() int {
 		var pidfd int = -1
 		if reply.Error == "" {
 			var ok bool
-			reply.Pid, pidfd, ok, err = spawn(cg, int(hostNet.Fd()), &req, fds)
+			reply.Pid, pidfd, ok, err = Clone(cg, int(hostNet.Fd()), &req, fds, true)
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -153,10 +153,17 @@ func send(r *Reply, pidfd int) error {
 	return unix.Sendmsg(connFD, b, oob, nil, 0)
 }
 
-// spawn clones one init on a locked thread that visits the sandbox's
-// network namespace (and, on cgroup v1, its cgroup) for the clone. ok is
-// false when the thread could not be brought back.
-func spawn(cg *cgroup.Parent, hostNet int, req *Request, fds []int) (pid, pidfd int, ok bool, err error) {
+// Clone clones one init on a locked thread that visits the sandbox's
+// network namespace (and, on cgroup v1, its cgroup) for the clone, and
+// returns its pid and a pidfd. fds are as in Request; hostNet is the
+// caller's own network namespace, to return to. With asSibling the init
+// becomes the caller's parent's child (CLONE_PARENT), as the spawner does
+// for its host; without, the caller's own. ok is false when the thread
+// could not be brought back: the caller must then stop cloning.
+//
+// The spawner calls it for the host; a short-lived host with a small heap
+// may call it itself instead, accepting the full fork of its own memory.
+func Clone(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bool) (pid, pidfd int, ok bool, err error) {
 	want := 3
 	if cg.Version() == cgroup.V2 {
 		want = 4
@@ -172,12 +179,13 @@ func spawn(cg *cgroup.Parent, hostNet int, req *Request, fds []int) (pid, pidfd 
 		// belongs to the host's user namespace and the sandbox can never
 		// reconfigure it.
 		//
-		// CLONE_PARENT makes init the host's child, not ours: the host
-		// reaps it, so when the host sees it gone, it is gone (no zombie
-		// waiting for us). Init sets its own parent-death signal, since
-		// the runtime's check for that would see an unexpected parent.
+		// With asSibling, CLONE_PARENT makes init the host's child, not
+		// the spawner's: the host reaps it, so when the host sees it
+		// gone, it is gone (no zombie waiting for the spawner). Init sets
+		// its own parent-death signal, since the runtime's check for that
+		// would see an unexpected parent.
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_PARENT,
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
 		UidMappings:                maps,
 		GidMappings:                maps,
 		GidMappingsEnableSetgroups: true,
@@ -185,6 +193,9 @@ func spawn(cg *cgroup.Parent, hostNet int, req *Request, fds []int) (pid, pidfd 
 		// grant access to host files by group.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
 		PidFD:      &pidfd,
+	}
+	if asSibling {
+		sys.Cloneflags |= unix.CLONE_PARENT
 	}
 	if cg.Version() == cgroup.V2 {
 		// Born in its cgroup, so its cgroup namespace is rooted there
