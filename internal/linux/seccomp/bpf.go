@@ -207,7 +207,15 @@ func (p *Profile) segments() []segment {
 		uncovered = uint64(r.Nr) + 1
 	}
 	if uncovered <= 0xffffffff {
-		add(segment{start: uint32(uncovered), action: p.DefaultAction})
+		switch {
+		case p.FutureFrom == 0:
+			add(segment{start: uint32(uncovered), action: p.DefaultAction})
+		case uint64(p.FutureFrom) > uncovered:
+			add(segment{start: uint32(uncovered), action: p.DefaultAction})
+			add(segment{start: p.FutureFrom, action: p.FutureAction})
+		default:
+			add(segment{start: uint32(uncovered), action: p.FutureAction})
+		}
 	}
 	return segs
 }

@@ -152,6 +152,9 @@ func reference(p *Profile, d seccompData) Action {
 		}
 		return r.Action
 	}
+	if p.FutureFrom != 0 && d.nr >= p.FutureFrom {
+		return p.FutureAction
+	}
 	return p.DefaultAction
 }
 

@@ -149,6 +149,14 @@ type Profile struct {
 	KillX32 bool
 	// DefaultAction applies to every syscall without a rule.
 	DefaultAction Action
+	// FutureFrom, when not zero, is the first syscall number newer than
+	// anything the profile was reviewed against; FutureAction applies from
+	// there on. ENOSYS there (rather than EPERM) is what libc and language
+	// runtimes expect of a kernel that lacks a call, so they fall back to
+	// an older one instead of failing (the clone3 and faccessat2 breakage
+	// container runtimes met with EPERM).
+	FutureFrom   uint32
+	FutureAction Action
 	// Rules are the syscalls the profile decides explicitly.
 	Rules []Rule
 	// Refused are syscalls that must get DefaultAction. Compile fails if
@@ -387,6 +395,11 @@ func (t *archTable) profile() *Profile {
 			}
 		}
 	}
+	highest := p.Rules[len(p.Rules)-1].Nr
+	for _, r := range p.Refused {
+		highest = max(highest, r.Nr)
+	}
+	p.FutureFrom, p.FutureAction = highest+1, ActErrno(unix.ENOSYS)
 	return p
 }
 
