@@ -183,6 +183,7 @@ func TestFilesystem(t *testing.T) {
 		cat /proc/self/mountinfo
 		ls /dev | tr '\n' ' '; echo
 		stat -c %a /tmp
+		cat /proc/self/cgroup
 	`)
 	out := string(r.Stdout)
 	lines := strings.Split(out, "\n")
@@ -209,6 +210,10 @@ func TestFilesystem(t *testing.T) {
 	}
 	if strings.Contains(out, testStateDir) || strings.Contains(out, "airlock-scratch") {
 		t.Errorf("mountinfo reveals host paths: %q", out)
+	}
+	// The cgroup namespace is rooted at the sandbox's own cgroup.
+	if strings.Contains(out, testCgroup) {
+		t.Errorf("/proc/self/cgroup reveals the host's cgroup tree: %q", out)
 	}
 	for _, dev := range []string{"null", "zero", "full", "random", "urandom", "pts", "shm", "ptmx"} {
 		if !strings.Contains(out, dev) {
