@@ -31,9 +31,11 @@ func Main() int {
 	// per-thread parts of the confinement (capabilities, no_new_privs,
 	// Landlock) that children inherit.
 	runtime.LockOSThread()
-	// Die with the host. (Set here, not at clone time: the spawner clones
-	// init as the host's child.) Should the host have died before this
-	// line, the control channel is already closed and init exits below.
+	// Die with the host. What guarantees it is the control channel: the
+	// host's end is held by the host alone, so its death is an EOF that
+	// ends init (and with it the sandbox). The parent-death signal is a
+	// backstop for the time before init reads: set here, not at clone
+	// time, because the spawner clones init as the host's child.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 2
 	}
