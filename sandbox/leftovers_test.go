@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,5 +190,46 @@ func TestSpawnerRestart(t *testing.T) {
 	r := run(t, runOpts{}, "echo", "again")
 	if string(r.Stdout) != "again\n" {
 		t.Fatalf("after the spawner died: %s %q %s", r.Outcome, r.Stdout, r.Error)
+	}
+}
+
+// TestConcurrentRuns creates, uses and destroys sandboxes from several
+// goroutines at once (the race detector run covers the shared runtime).
+func TestConcurrentRuns(t *testing.T) {
+	rt := testRuntime(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+				if err != nil {
+					errs <- err
+					return
+				}
+				msg := fmt.Sprintf("w%d-%d", w, i)
+				r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"echo", msg}, Capture: true})
+				smp, serr := sb.Sample()
+				if err := sb.Destroy(t.Context()); err != nil {
+					errs <- err
+					return
+				}
+				if string(r.Stdout) != msg+"\n" {
+					errs <- fmt.Errorf("%s: got %s %q %s", msg, r.Outcome, r.Stdout, r.Error)
+					return
+				}
+				if serr == nil && smp.MemoryBytes <= 0 {
+					errs <- fmt.Errorf("%s: sample %+v has no memory", msg, smp)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
