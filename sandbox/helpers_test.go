@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
@@ -26,14 +26,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requireRoot skips tests that need root; CI runs as root so they always
-// run there.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: sandboxes use user namespaces with private uid ranges, cgroups and network namespaces (CI runs as root)")
-	}
-}
+func requireRoot(t testing.TB) { testutil.RequireRoot(t) }
 
 const (
 	testStateDir = "/run/airlock-test-sandbox"
@@ -58,32 +51,10 @@ func testRuntime(t testing.TB) *Runtime {
 	return rtVal
 }
 
-var (
-	progOnce sync.Once
-	progPath string
-	progErr  error
-)
-
-// testProg builds the attack program once per test binary.
+// testProg returns the attack program, built once per test binary.
 func testProg(t testing.TB) []byte {
 	t.Helper()
-	progOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-testprog")
-		if err != nil {
-			progErr = err
-			return
-		}
-		progPath = filepath.Join(dir, "testprog")
-		cmd := exec.Command("go", "build", "-o", progPath, "github.com/airlockhq/airlock/internal/testprog")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			progErr = fmt.Errorf("build testprog: %v: %s", err, out)
-		}
-	})
-	if progErr != nil {
-		t.Fatal(progErr)
-	}
-	b, err := os.ReadFile(progPath)
+	b, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testprog"))
 	if err != nil {
 		t.Fatal(err)
 	}

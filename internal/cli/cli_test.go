@@ -4,53 +4,24 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// airlockBin builds the real binary once: the CLI is tested as users run it.
+// airlockBin is the real binary: the CLI is tested as users run it.
 func airlockBin(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-cli-test")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "airlock")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/airlockhq/airlock/cmd/airlock")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("build: %v: %s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock")
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create sandboxes (CI runs as root)")
-	}
-}
+func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
 
 type outcome struct {
 	code           int

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -47,12 +49,7 @@ func allocHelper() {
 }
 
 // requireRoot skips tests that create real cgroups.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates and removes cgroups under the host's cgroup mounts")
-	}
-}
+func requireRoot(t testing.TB) { testutil.RequireRoot(t) }
 
 // testParentName returns a parent path no other run uses.
 func testParentName(t testing.TB) string {

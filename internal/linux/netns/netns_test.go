@@ -6,15 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CI runs as root)")
-	}
-}
+func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
 
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()
