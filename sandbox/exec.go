@@ -25,7 +25,9 @@ type ExecRequest struct {
 	Dir string
 	// Stdin is copied to the command's standard input; nil means empty.
 	Stdin io.Reader
-	// Stdout and Stderr, when set, receive output live.
+	// Stdout and Stderr, when set, receive output live. When a write to
+	// one fails, that stream is closed towards the command too, which then
+	// sees a broken pipe as it would outside.
 	Stdout, Stderr io.Writer
 	// Capture keeps output in the result.
 	Capture bool
@@ -348,8 +350,12 @@ func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)
-		if n > 0 {
-			o.deliver(kind, buf[:n], live)
+		if n > 0 && !o.deliver(kind, buf[:n], live) {
+			// Whoever reads the live output has gone: pass the broken
+			// pipe on, so the command's next write fails as it would
+			// outside a sandbox.
+			f.Close()
+			return
 		}
 		if err != nil {
 			return
@@ -357,7 +363,8 @@ func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
 	}
 }
 
-func (o *outputCounter) deliver(kind string, b []byte, live io.Writer) {
+// deliver hands b on; it reports false when the live writer failed.
+func (o *outputCounter) deliver(kind string, b []byte, live io.Writer) bool {
 	o.mu.Lock()
 	attempted := o.total + int64(len(b))
 	room := o.limit - o.total
@@ -375,9 +382,11 @@ func (o *outputCounter) deliver(kind string, b []byte, live io.Writer) {
 		}
 	}
 	o.mu.Unlock()
+	ok := true
 	if len(b) > 0 {
 		if live != nil {
-			_, _ = live.Write(b)
+			_, err := live.Write(b)
+			ok = err == nil
 		}
 		if o.x.req.OnEvent != nil {
 			o.x.req.OnEvent(result.Event{Type: kind, Millis: time.Since(o.x.start).Milliseconds(), Data: append([]byte(nil), b...)})
@@ -386,6 +395,7 @@ func (o *outputCounter) deliver(kind string, b []byte, live io.Writer) {
 	if over {
 		o.x.setBreach(&result.Limit{Name: result.LimitOutput, Ceiling: o.limit, Observed: attempted, Unit: result.UnitBytes})
 	}
+	return ok
 }
 
 func (o *outputCounter) result() (stdout, stderr []byte, truncated bool) {

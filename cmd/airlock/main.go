@@ -18,6 +18,10 @@ func main() {
 	if code, ok := sandbox.Child(); ok {
 		os.Exit(code)
 	}
+	// A reader that goes away (`airlock run -- yes | head -1`) makes writes
+	// fail with EPIPE instead of killing airlock before it has destroyed
+	// the sandbox; the command then gets the broken pipe in turn.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := cli.Run(ctx, os.Args, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()

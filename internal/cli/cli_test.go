@@ -228,3 +228,27 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Fatal("unknown command accepted")
 	}
 }
+
+// TestRunReaderGoesAway closes airlock's stdout early: the command must get
+// the broken pipe (and airlock say so) instead of running until its time
+// limit, and airlock must still clean up.
+func TestRunReaderGoesAway(t *testing.T) {
+	requireRoot(t)
+	script := airlockBin(t) + ` run --state-dir /run/airlock-test-cli --cgroup-parent /airlock-test-cli --time 60s -- yes | head -1; echo "${PIPESTATUS[0]}" >&2`
+	cmd := exec.Command("bash", "-c", script)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(errb.String()); got != "141" {
+		t.Fatalf("airlock exit status %q, want 141 (the command killed by SIGPIPE)", got)
+	}
+	if out.String() != "y\n" {
+		t.Fatalf("stdout %q", out.String())
+	}
+	ents, _ := os.ReadDir("/run/airlock-test-cli/sandboxes")
+	if len(ents) != 0 {
+		t.Errorf("%d lock files left", len(ents))
+	}
+}
