@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/spawner"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
@@ -231,5 +233,18 @@ func TestConcurrentRuns(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestSpawnerRefusesBadRequest sends the spawner a request without the
+// descriptors it needs: it must answer with an error and keep serving.
+func TestSpawnerRefusesBadRequest(t *testing.T) {
+	rt := testRuntime(t)
+	_, _, err := rt.spawner.spawn(spawner.Request{Path: "/proc/self/exe", Arg0: "x", IDBase: 1 << 30, IDSize: 1}, []int{0})
+	if err == nil || !strings.Contains(err.Error(), "descriptors") {
+		t.Fatalf("got %v, want an error about descriptors", err)
+	}
+	if r := run(t, runOpts{}, "true"); r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("after a bad request: %s %s", r.Outcome, r.Error)
 	}
 }
