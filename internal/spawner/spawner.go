@@ -104,7 +104,7 @@ func Main() int {
 		} else {
 			reply.ID = req.ID
 		}
-		var pidfd int = -1
+		pidfd := -1
 		if reply.Error == "" {
 			var ok bool
 			reply.Pid, pidfd, ok, err = Clone(cg, int(hostNet.Fd()), &req, fds, true)
