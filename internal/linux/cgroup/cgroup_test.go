@@ -194,8 +194,11 @@ func TestOOMKill(t *testing.T) {
 	if c.OOMKills < 1 {
 		t.Errorf("Counters().OOMKills = %d, want >= 1 (counters %+v)", c.OOMKills, c)
 	}
-	if p.version == V1 && (c.MemoryPeakBytes <= 0 || c.MemoryPeakBytes > 32<<20) {
-		t.Errorf("Counters().MemoryPeakBytes = %d, want in (0, 32 MiB]", c.MemoryPeakBytes)
+	// The kernel may record a peak a few pages over the limit (charges
+	// race the reclaim that enforces it), never far over.
+	const slack = 256 << 10
+	if p.version == V1 && (c.MemoryPeakBytes <= 0 || c.MemoryPeakBytes > 32<<20+slack) {
+		t.Errorf("Counters().MemoryPeakBytes = %d, want in (0, 32 MiB + %d]", c.MemoryPeakBytes, slack)
 	}
 }
 
