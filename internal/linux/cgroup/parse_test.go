@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -268,5 +269,13 @@ func TestDiscoverV1(t *testing.T) {
 				t.Errorf("discoverV1 error = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestParsePids(t *testing.T) {
+	got := parsePids([]byte("12\n345\n\nx\n-1\n7"))
+	want := []int{12, 345, 7}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parsePids = %v, want %v", got, want)
 	}
 }
