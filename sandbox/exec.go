@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,11 +64,11 @@ var ErrDead = errors.New("sandbox is no longer running")
 // breach of any ceiling kills the whole sandbox and yields outcome limit.
 func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	r := &result.Result{SandboxID: s.id}
-	if len(req.Argv) == 0 {
-		return errResult(r, fmt.Errorf("%w: empty command", ErrInvalid))
-	}
 	if req.Dir == "" {
 		req.Dir = HomeDir
+	}
+	if err := req.validate(); err != nil {
+		return errResult(r, err)
 	}
 	if req.SampleEvery <= 0 {
 		req.SampleEvery = defaultSampleEvery
@@ -77,6 +78,33 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 		return errResult(r, err)
 	}
 	return x.run(ctx, r)
+}
+
+// validate refuses requests the kernel would reject in confusing ways.
+func (req *ExecRequest) validate() error {
+	switch {
+	case len(req.Argv) == 0 || req.Argv[0] == "":
+		return fmt.Errorf("%w: empty command", ErrInvalid)
+	case !strings.HasPrefix(req.Dir, "/"):
+		return fmt.Errorf("%w: working directory %q is not absolute", ErrInvalid, req.Dir)
+	case strings.ContainsRune(req.Dir, 0):
+		return fmt.Errorf("%w: working directory contains a NUL byte", ErrInvalid)
+	}
+	for i, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%w: argument %d contains a NUL byte", ErrInvalid, i)
+		}
+	}
+	for _, kv := range req.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "":
+			return fmt.Errorf("%w: environment entry %q is not NAME=VALUE", ErrInvalid, kv)
+		case strings.ContainsRune(kv, 0):
+			return fmt.Errorf("%w: environment entry for %q contains a NUL byte", ErrInvalid, k)
+		}
+	}
+	return nil
 }
 
 func errResult(r *result.Result, err error) *result.Result {
