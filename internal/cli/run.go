@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/sandbox"
 )
 
+// sizeFlag is a flag.Value for byte sizes ("64MiB").
 type sizeFlag struct{ v *int64 }
 
 func (f sizeFlag) String() string {
@@ -35,6 +36,7 @@ func (f sizeFlag) Set(s string) error {
 	return nil
 }
 
+// countFlag is a flag.Value for positive whole numbers.
 type countFlag struct{ v *int64 }
 
 func (f countFlag) String() string {
@@ -53,6 +55,7 @@ func (f countFlag) Set(s string) error {
 	return nil
 }
 
+// durationFlag is a flag.Value for durations ("30s", or plain seconds).
 type durationFlag struct {
 	v         *time.Duration
 	allowZero bool
@@ -77,6 +80,7 @@ func (f durationFlag) Set(s string) error {
 	return nil
 }
 
+// cpuFlag is a flag.Value for CPU bandwidth in cores.
 type cpuFlag struct{ v *int64 }
 
 func (f cpuFlag) String() string {
@@ -99,6 +103,7 @@ func (f cpuFlag) Set(s string) error {
 	return nil
 }
 
+// envFlag is a repeatable flag.Value collecting KEY=VALUE pairs.
 type envFlag struct{ v *[]string }
 
 func (f envFlag) String() string { return "" }
@@ -117,6 +122,7 @@ func (f envFlag) Set(s string) error {
 	return nil
 }
 
+// runFlags are the parsed flags of `airlock run`.
 type runFlags struct {
 	limits       sandbox.Limits
 	env          []string
