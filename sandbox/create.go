@@ -206,7 +206,7 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	ch := make(chan cloned, 1)
 	go func() {
 		var c cloned
-		c.pid, c.fd, c.ok, c.err = spawner.Clone(s.rt.cg, int(s.rt.hostNet.Fd()), &req, fds, false)
+		c.pid, c.fd, c.ok, c.err = spawner.CloneInto(s.rt.cg, int(s.rt.hostNet.Fd()), &req, fds, false)
 		ch <- c
 	}()
 	c := <-ch

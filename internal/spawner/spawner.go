@@ -107,7 +107,7 @@ func Main() int {
 		pidfd := -1
 		if reply.Error == "" {
 			var ok bool
-			reply.Pid, pidfd, ok, err = Clone(cg, int(hostNet.Fd()), &req, fds, true)
+			reply.Pid, pidfd, ok, err = CloneInto(cg, int(hostNet.Fd()), &req, fds, true)
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -153,17 +153,17 @@ func send(r *Reply, pidfd int) error {
 	return unix.Sendmsg(connFD, b, oob, nil, 0)
 }
 
-// Clone clones one init on a locked thread that visits the sandbox's
-// network namespace (and, on cgroup v1, its cgroup) for the clone, and
-// returns its pid and a pidfd. fds are as in Request; hostNet is the
-// caller's own network namespace, to return to. With asSibling the init
-// becomes the caller's parent's child (CLONE_PARENT), as the spawner does
-// for its host; without, the caller's own. ok is false when the thread
-// could not be brought back: the caller must then stop cloning.
+// CloneInto clones one init for the sandbox whose cgroup (under cg) is
+// req.Cgroup on v1, or the directory fds[3] on v2. fds are as in Request;
+// hostNet is the caller's own network namespace, to return to. With
+// asSibling the init becomes the caller's parent's child (CLONE_PARENT),
+// as the spawner does for its host; without, the caller's own. ok is false
+// when the cloning thread could not be brought back: the caller must then
+// stop cloning from this process.
 //
 // The spawner calls it for the host; a short-lived host with a small heap
 // may call it itself instead, accepting the full fork of its own memory.
-func Clone(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bool) (pid, pidfd int, ok bool, err error) {
+func CloneInto(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bool) (pid, pidfd int, ok bool, err error) {
 	want := 3
 	if cg.Version() == cgroup.V2 {
 		want = 4
@@ -171,7 +171,37 @@ func Clone(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bo
 	if len(fds) != want {
 		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
 	}
-	ctrl, log, netns := fds[0], fds[1], fds[2]
+	place := Placement{DirFD: -1}
+	if cg.Version() == cgroup.V2 {
+		place.DirFD = fds[3]
+	} else {
+		g, err := cg.Load(req.Cgroup)
+		if err != nil {
+			return 0, -1, true, err
+		}
+		defer g.Close()
+		place.Enter = g.EnterThread
+	}
+	return Clone(hostNet, req, fds[0], fds[1], fds[2], place, asSibling)
+}
+
+// Placement says how a clone is put in its cgroup.
+type Placement struct {
+	// DirFD, when not -1, is a cgroup v2 directory the child is cloned
+	// straight into (CLONE_INTO_CGROUP).
+	DirFD int
+	// Enter, when set, moves the calling thread into the cgroup (v1,
+	// which has no CLONE_INTO_CGROUP) so that the child is born there,
+	// and returns how to move the thread back.
+	Enter func() (leave func() error, err error)
+}
+
+// Clone clones one init on a locked thread that visits the network
+// namespace netns (and, through place.Enter, the cgroup) for the clone, and
+// returns its pid and a pidfd. ctrl and log become the init's control
+// socket (fd 3) and its stdout and stderr. See CloneInto for hostNet,
+// asSibling and ok.
+func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, ok bool, err error) {
 	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.IDBase, Size: req.IDSize}}
 	pidfd = -1
 	sys := &syscall.SysProcAttr{
@@ -197,10 +227,10 @@ func Clone(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bo
 	if asSibling {
 		sys.Cloneflags |= unix.CLONE_PARENT
 	}
-	if cg.Version() == cgroup.V2 {
+	if place.DirFD != -1 {
 		// Born in its cgroup, so its cgroup namespace is rooted there
 		// and nothing it does runs uncounted.
-		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
+		sys.UseCgroupFD, sys.CgroupFD = true, place.DirFD
 	}
 	attr := &syscall.ProcAttr{
 		Env: req.Env,
@@ -226,15 +256,8 @@ func Clone(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bo
 		}
 	}()
 	leave := func() error { return nil }
-	if cg.Version() == cgroup.V1 {
-		g, err := cg.Load(req.Cgroup)
-		if err != nil {
-			return 0, -1, true, err
-		}
-		defer g.Close()
-		// No CLONE_INTO_CGROUP on v1: the cloning thread visits the
-		// cgroup so that the child is born there.
-		if leave, err = g.EnterThread(); err != nil {
+	if place.Enter != nil {
+		if leave, err = place.Enter(); err != nil {
 			return 0, -1, true, err
 		}
 	}
