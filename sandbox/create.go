@@ -53,7 +53,8 @@ type Sandbox struct {
 	waiters map[uint64]chan *initproto.Message
 	nextID  uint64
 	// dead is closed when the control channel ends (init gone).
-	dead     chan struct{}
+	dead chan struct{}
+	// killed is set once init has been sent SIGKILL: no exec may start.
 	killed   bool
 	destroy  sync.Once
 	destroyE error

@@ -137,10 +137,16 @@ type execution struct {
 type cpuBase struct{ nanos int64 }
 
 func (s *Sandbox) newExec(req ExecRequest) (*execution, error) {
+	s.mu.Lock()
+	killed := s.killed
+	s.mu.Unlock()
 	select {
 	case <-s.dead:
 		return nil, ErrDead
 	default:
+		if killed {
+			return nil, ErrDead
+		}
 	}
 	x := &execution{s: s, req: req, msgs: make(chan *initproto.Message, 2), breached: make(chan struct{})}
 	var toClose []*os.File

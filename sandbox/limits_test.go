@@ -154,3 +154,23 @@ func TestCPUThrottle(t *testing.T) {
 		t.Fatalf("used %d ms of CPU in 1s at 0.2 cores", r.Usage.CPUMillis)
 	}
 }
+
+// TestNoExecAfterBreach: a breach destroys the sandbox; it never runs
+// another command (a session ends with its breach).
+func TestNoExecAfterBreach(t *testing.T) {
+	rt := testRuntime(t)
+	l := DefaultLimits()
+	l.Time = 200 * time.Millisecond
+	sb, err := rt.Create(t.Context(), Spec{Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sleep", "10"}, KeepAlive: true})
+	if r.Outcome != result.LimitExceeded {
+		t.Fatalf("got %s, want limit", r.Outcome)
+	}
+	if r2 := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r2.Outcome != result.Error {
+		t.Fatalf("exec after a breach: got %s, want error", r2.Outcome)
+	}
+}

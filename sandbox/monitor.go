@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -74,8 +73,7 @@ func (x *execution) check(fds bool) bool {
 		}
 	}
 	if fds {
-		if pid, n := x.fdHolder(); n > 0 {
-			_ = pid
+		if n := x.fdHolder(); n > 0 {
 			x.setBreach(&result.Limit{Name: result.LimitFDs, Ceiling: l.FDs, Observed: n, Unit: result.UnitCount})
 			return true
 		}
@@ -108,11 +106,11 @@ func (x *execution) disk() (diskUse, bool) {
 // fdHolder finds a process holding its whole descriptor ceiling: its
 // highest allowed descriptor is open and its table is full. Init is
 // skipped; it holds only a few.
-func (x *execution) fdHolder() (pid int, count int64) {
+func (x *execution) fdHolder() (count int64) {
 	ceiling := x.s.limits.FDs
 	pids, err := x.s.group.Procs()
 	if err != nil {
-		return 0, 0
+		return 0
 	}
 	last := strconv.FormatInt(ceiling-1, 10)
 	for _, p := range pids {
@@ -131,10 +129,10 @@ func (x *execution) fdHolder() (pid int, count int64) {
 		names, _ := f.Readdirnames(-1)
 		f.Close()
 		if int64(len(names)) >= ceiling {
-			return p, int64(len(names))
+			return int64(len(names))
 		}
 	}
-	return 0, 0
+	return 0
 }
 
 func (x *execution) noteUsage(memPeak, mem, pids, cpuNanos int64) {
@@ -169,9 +167,6 @@ func (x *execution) sample() (result.Sample, bool) {
 	x.mu.Unlock()
 	return smp, true
 }
-
-// String is for logs.
-func (d diskUse) String() string { return fmt.Sprintf("%d bytes, %d inodes", d.used, d.inodes) }
 
 // Sample reads the sandbox's current resource use from the host: memory
 // (everything its cgroup is charged, kernel objects included), processes,
