@@ -371,3 +371,27 @@ func TestCloneInProcess(t *testing.T) {
 		t.Fatalf("got %s %q %s", r.Outcome, r.Stdout, r.Error)
 	}
 }
+
+// TestKeepAlive runs several commands in one sandbox, as a session will:
+// files persist between them, and a background process that keeps the
+// output pipe open does not hold the first command's result back.
+func TestKeepAlive(t *testing.T) {
+	rt := testRuntime(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := traceOf(t, sb)
+	r1 := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "echo kept > /workspace/f; sleep 30 & echo started"}, Capture: true, KeepAlive: true})
+	r2 := sb.Exec(t.Context(), ExecRequest{Argv: []string{"cat", "/workspace/f"}, Capture: true, KeepAlive: true})
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tr.assertGone(t)
+	if r1.Outcome != result.Exited || string(r1.Stdout) != "started\n" {
+		t.Fatalf("first: %s %q %s", r1.Outcome, r1.Stdout, r1.Error)
+	}
+	if r2.Outcome != result.Exited || string(r2.Stdout) != "kept\n" {
+		t.Fatalf("second: %s %q %s", r2.Outcome, r2.Stdout, r2.Error)
+	}
+}
