@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -394,4 +395,48 @@ func TestKeepAlive(t *testing.T) {
 	if r2.Outcome != result.Exited || string(r2.Stdout) != "kept\n" {
 		t.Fatalf("second: %s %q %s", r2.Outcome, r2.Stdout, r2.Error)
 	}
+}
+
+// TestInitHoldsNoHostFiles lists init's descriptors from the host: its
+// control socket, its diagnostics pipe, the runtime's anonymous objects
+// (epoll, eventfd, pidfds), and files only on the sandbox's own mounts —
+// never a file or directory of a host mount.
+func TestInitHoldsNoHostFiles(t *testing.T) {
+	run(t, runOpts{during: func(sb *Sandbox) {
+		pid := sb.InitPid()
+		own := map[string]bool{}
+		mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				own[f[0]] = true
+			}
+		}
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			target, err := os.Readlink(dir + "/" + e.Name())
+			if err != nil {
+				continue
+			}
+			if strings.HasPrefix(target, "pipe:") || strings.HasPrefix(target, "socket:") || strings.HasPrefix(target, "anon_inode:") {
+				continue
+			}
+			info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+			mnt := ""
+			for _, l := range strings.Split(string(info), "\n") {
+				if v, ok := strings.CutPrefix(l, "mnt_id:"); ok {
+					mnt = strings.TrimSpace(v)
+				}
+			}
+			if !own[mnt] {
+				t.Errorf("init holds fd %s -> %s on host mount %s", e.Name(), target, mnt)
+			}
+		}
+	}}, "true")
 }

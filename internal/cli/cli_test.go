@@ -252,3 +252,26 @@ func TestRunReaderGoesAway(t *testing.T) {
 		t.Errorf("%d lock files left", len(ents))
 	}
 }
+
+// TestInheritedDescriptorsStayOutside starts airlock with an extra open
+// descriptor, as a shell redirection or a supervisor would leave it: the
+// command inside must not get it.
+func TestInheritedDescriptorsStayOutside(t *testing.T) {
+	requireRoot(t)
+	secret, err := os.CreateTemp(t.TempDir(), "host-file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer secret.Close()
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli",
+		"--", "sh", "-c", "ls /proc/self/fd")
+	cmd.ExtraFiles = []*os.File{secret, secret, secret} // fds 3, 4, 5 of airlock, without close-on-exec
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sh's 0, 1, 2 and the directory ls reads; nothing else.
+	if got := strings.Fields(string(out)); len(got) > 4 {
+		t.Fatalf("command holds descriptors %v", got)
+	}
+}

@@ -118,6 +118,13 @@ func setup(c *initproto.Setup) error {
 	if err := pivot(root); err != nil {
 		return err
 	}
+	// The Go runtime opened the host's /dev/null as stdin (init starts
+	// with it closed); swap in the sandbox's own, so init holds nothing of
+	// the host's.
+	if fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		_ = unix.Dup3(fd, 0, 0)
+		unix.Close(fd)
+	}
 	if err := remount("/", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return fmt.Errorf("root read-only: %w", err)
 	}
