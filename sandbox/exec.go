@@ -47,9 +47,6 @@ const (
 	defaultSampleEvery = 250 * time.Millisecond
 	// checkEvery is how often ceilings are checked while a command runs.
 	checkEvery = 10 * time.Millisecond
-	// fdCheckEvery: descriptor checks read cgroup.procs and stat one
-	// /proc entry per process.
-	fdCheckEvery = 10 * time.Millisecond
 	// evidenceKept is how many samples the result carries.
 	evidenceKept = 8
 	// drainGrace is how long output from background processes may keep

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/testutil"
+
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
@@ -110,14 +112,7 @@ func TestConcurrentSandboxesHaveDistinctRanges(t *testing.T) {
 	}
 }
 
-func nsInode(t *testing.T, path string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
+func nsInode(t *testing.T, path string) uint64 { return testutil.Inode(t, path) }
 
 func TestNamespaces(t *testing.T) {
 	run(t, runOpts{during: func(sb *Sandbox) {

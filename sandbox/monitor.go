@@ -18,7 +18,6 @@ func (x *execution) monitor(ctx context.Context) {
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
 	nextSample := time.Now().Add(x.req.SampleEvery)
-	nextFD := time.Now().Add(fdCheckEvery)
 	for {
 		select {
 		case <-ctx.Done():
@@ -26,11 +25,7 @@ func (x *execution) monitor(ctx context.Context) {
 		case <-x.breached:
 			return
 		case now := <-check.C:
-			fds := now.After(nextFD)
-			if fds {
-				nextFD = now.Add(fdCheckEvery)
-			}
-			if x.check(fds) {
+			if x.check(true) {
 				return
 			}
 			if now.After(nextSample) {
@@ -43,7 +38,8 @@ func (x *execution) monitor(ctx context.Context) {
 	}
 }
 
-// check looks for a breach and reports whether it found one.
+// check looks for a breach and reports whether it found one; fds adds the
+// descriptor check, which needs a look at every process.
 func (x *execution) check(fds bool) bool {
 	s := x.s
 	l := s.limits

@@ -132,7 +132,7 @@ type Exec struct {
 // ErrTooLarge is returned by Send for a message over MaxMessage bytes.
 var ErrTooLarge = fmt.Errorf("message exceeds %d bytes", MaxMessage)
 
-// ErrClosed is returned by Recv when the peer closed the socket.
+// ErrClosed is returned by RecvRaw and Conn.Recv when the peer closed the socket.
 var ErrClosed = errors.New("control channel closed")
 
 // encode renders a message and its descriptors as a datagram and its
@@ -169,25 +169,11 @@ func Send(fd int, m *Message, fds []int) error {
 	return nil
 }
 
-// Recv reads one message from a blocking socket. buf must hold MaxMessage
-// bytes. Descriptors that arrive with it are returned; the caller owns them.
-// A malformed message closes any descriptors it carried and returns an
-// error.
-func Recv(fd int, buf []byte) (*Message, []int, error) {
-	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
-	var n, oobn, flags int
-	var err error
-	for {
-		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	return finishRecv(buf, oob, n, oobn, flags, err)
-}
-
-// RecvRaw is Recv on a non-blocking socket through the Go runtime's poller,
-// so that a waiting reader parks its goroutine instead of blocking a thread.
+// RecvRaw reads one message from a non-blocking socket through the Go
+// runtime's poller, so that a waiting reader parks its goroutine instead of
+// blocking a thread. buf must hold MaxMessage bytes. Descriptors that arrive
+// with it are returned; the caller owns them. A malformed message closes any
+// descriptors it carried and returns an error.
 func RecvRaw(rc syscall.RawConn, buf []byte) (*Message, []int, error) {
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	var n, oobn, flags int

@@ -14,8 +14,23 @@ func pair(t *testing.T) (int, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+	t.Cleanup(func() { unix.Close(fds[0]) })
 	return fds[0], fds[1]
+}
+
+// recv reads from fd as init does: non-blocking, through the poller.
+func recv(t *testing.T, fd int, buf []byte) (*Message, []int, error) {
+	t.Helper()
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "b")
+	t.Cleanup(func() { f.Close() })
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return RecvRaw(rc, buf)
 }
 
 func TestSendRecvWithDescriptors(t *testing.T) {
@@ -31,7 +46,7 @@ func TestSendRecvWithDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, MaxMessage)
-	got, fds, err := Recv(b, buf)
+	got, fds, err := recv(t, b, buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +68,12 @@ func TestSendRecvWithDescriptors(t *testing.T) {
 }
 
 func TestRecvClosed(t *testing.T) {
-	a, b := pair(t)
-	unix.Close(a)
-	_, _, err := Recv(b, make([]byte, MaxMessage))
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fds[0])
+	_, _, err = recv(t, fds[1], make([]byte, MaxMessage))
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}

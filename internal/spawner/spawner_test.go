@@ -43,14 +43,7 @@ func cgroup2Mount(t *testing.T) string {
 	return ""
 }
 
-func inode(t *testing.T, path string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
+func inode(t *testing.T, path string) uint64 { return testutil.Inode(t, path) }
 
 // TestCloneIntoV2Cgroup clones through the cgroup v2 path
 // (CLONE_INTO_CGROUP) that sandboxes use on v2 hosts, into a cgroup that

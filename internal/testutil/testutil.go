@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // RequireRoot skips a test that needs root (namespaces, cgroups, private
@@ -46,4 +48,15 @@ func Binary(t testing.TB, pkg string) string {
 	}
 	built[pkg] = p
 	return p
+}
+
+// Inode returns the inode number of path (for namespace files, the
+// namespace's identity).
+func Inode(t testing.TB, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

@@ -12,14 +12,7 @@ import (
 
 func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
 
-func inode(t *testing.T, path string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
+func inode(t *testing.T, path string) uint64 { return testutil.Inode(t, path) }
 
 func TestNewAndRunChildIsolated(t *testing.T) {
 	requireRoot(t)
