@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -148,17 +149,67 @@ type Result struct {
 	Usage     Usage `json:"usage"`
 	// Evidence holds the last resource samples, oldest first.
 	Evidence []Sample `json:"evidence"`
+	// Egress lists the sandbox's network decisions (proxy, transparent and
+	// DNS), oldest first; at most MaxEgressEvents, after which
+	// EgressDropped counts the rest.
+	Egress        []EgressEvent `json:"egress"`
+	EgressDropped int           `json:"egress_dropped,omitempty"`
+}
+
+// MaxEgressEvents bounds Result.Egress; the live event stream carries all.
+const MaxEgressEvents = 1000
+
+// Egress event kinds.
+const (
+	// EgressProxy: a request to the HTTP proxy (CONNECT or absolute-form).
+	EgressProxy = "proxy"
+	// EgressTransparent: a connection to a name's transparent address.
+	EgressTransparent = "transparent"
+	// EgressDNS: a query to the sandbox's resolver.
+	EgressDNS = "dns"
+)
+
+// EgressEvent is one egress decision: a connection the sandbox asked for
+// (logged when it ends, with what it carried) or a DNS query.
+type EgressEvent struct {
+	// Time is when the decision was made.
+	Time time.Time `json:"time"`
+	// Kind is proxy, transparent or dns.
+	Kind    string `json:"kind"`
+	Tool    string `json:"tool,omitempty"`
+	Sandbox string `json:"sandbox"`
+	// Destination is what the sandbox asked for: host:port, or the name
+	// queried.
+	Destination string `json:"destination"`
+	// Method is the HTTP method (CONNECT, GET, ...), the TLS server name
+	// check ("tls" or "plain") for transparent connections, or the query
+	// type for DNS.
+	Method string `json:"method,omitempty"`
+	// Address is the address airlock dialed (ip:port), or the address a
+	// DNS answer handed out.
+	Address string `json:"address,omitempty"`
+	Allow   bool   `json:"allow"`
+	// Reason says why the decision went as it did, or why an allowed
+	// connection ended early.
+	Reason string `json:"reason,omitempty"`
+	// Status is the HTTP status the proxy answered with, if any.
+	Status int `json:"status,omitempty"`
+	// BytesOut went from the sandbox to the destination, BytesIn back.
+	BytesOut   int64 `json:"bytes_out"`
+	BytesIn    int64 `json:"bytes_in"`
+	DurationMs int64 `json:"duration_ms"`
 }
 
 // Event is one line of a live NDJSON event stream.
 type Event struct {
-	// Type is stdout, stderr, sample or result.
+	// Type is stdout, stderr, sample, egress or result.
 	Type string `json:"type"`
 	// Millis is the time since the command started.
-	Millis int64   `json:"t_ms"`
-	Data   Output  `json:"data,omitempty"`
-	Sample *Sample `json:"sample,omitempty"`
-	Result *Result `json:"result,omitempty"`
+	Millis int64        `json:"t_ms"`
+	Data   Output       `json:"data,omitempty"`
+	Sample *Sample      `json:"sample,omitempty"`
+	Egress *EgressEvent `json:"egress,omitempty"`
+	Result *Result      `json:"result,omitempty"`
 }
 
 // Event types.
@@ -166,5 +217,6 @@ const (
 	EventStdout = "stdout"
 	EventStderr = "stderr"
 	EventSample = "sample"
+	EventEgress = "egress"
 	EventResult = "result"
 )

@@ -100,6 +100,10 @@ func loadHostImage() (*hostImage, error) {
 	return img, nil
 }
 
+// ResolverIP is the address /etc/resolv.conf names. The egress gateway
+// serves DNS there (internal/egress.ResolverAddr).
+const ResolverIP = "127.0.0.53"
+
 // etcFiles are generated for every sandbox.
 func etcFiles(hostname string) []initproto.File {
 	return []initproto.File{
@@ -110,9 +114,10 @@ func etcFiles(hostname string) []initproto.File {
 			fmt.Sprintf("sandbox:x:%d:\n", sandboxGID) + "nogroup:x:65534:\n"},
 		{Path: "/etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
 		{Path: "/etc/hostname", Mode: 0o644, Data: hostname + "\n"},
-		// No network yet: lookups fail fast on loopback instead of
-		// reaching any resolver of the host's.
-		{Path: "/etc/resolv.conf", Mode: 0o644, Data: "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"},
+		// The only resolver is the one airlock's egress gateway serves
+		// inside the sandbox's namespace; without a gateway lookups fail
+		// fast on loopback instead of reaching any resolver of the host's.
+		{Path: "/etc/resolv.conf", Mode: 0o644, Data: "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
 		{Path: "/etc/nsswitch.conf", Mode: 0o644, Data: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"},
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -130,6 +132,11 @@ type runFlags struct {
 	json, events bool
 	sampleEvery  time.Duration
 	opts         sandbox.Options
+	// configPath and tool select a tool from the config file.
+	configPath, tool string
+	// egress are the allowed destinations (the tool's, then --allow's).
+	egress  []policy.Destination
+	network egress.Limits
 }
 
 func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
@@ -150,6 +157,9 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	fs.BoolVar(&rf.json, "json", false, "capture output and print one JSON result object at the end")
 	fs.BoolVar(&rf.events, "events", false, "print NDJSON events live (stdout, stderr, sample, result)")
 	fs.Var(durationFlag{v: &rf.sampleEvery}, "sample-interval", "how often resource samples are taken")
+	fs.StringVar(&rf.configPath, "config", "", "config file (default: $AIRLOCK_CONFIG, ./airlock.yaml, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&rf.tool, "tool", "", "use the named tool's settings from the config file; flags override them")
+	fs.Var(allowFlag{&rf.egress}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.StringVar(&rf.opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&rf.opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
 	fs.Usage = func() {
@@ -165,6 +175,12 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	argv := fs.Args()
 	if len(argv) == 0 {
 		fmt.Fprintln(stderr, "airlock run: no command given; usage: airlock run [flags] -- COMMAND [ARG...]")
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := rf.applyTool(set); err != nil {
+		fmt.Fprintf(stderr, "airlock run: %v\n", err)
 		return nil, nil, &ExitError{Code: ExitFailure}
 	}
 	if rf.json && rf.events {
@@ -224,14 +240,25 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
+	out := &syncWriter{w: stdio.Stdout}
+	elog := &egressLog{start: time.Now()}
+	switch {
+	case rf.events:
+		elog.live = out.event
+	case !rf.json:
+		elog.stderr = stdio.Stderr
+	}
+	gw, err := attachEgress(ctx, rf, sb, elog)
+	if err != nil {
+		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: errors.Join(err, sb.Destroy(ctx)).Error()}
+	}
 	req := sandbox.ExecRequest{
 		Argv:        argv,
-		Env:         rf.env,
+		Env:         append(egress.Env(), rf.env...),
 		Dir:         rf.workdir,
 		Stdin:       stdio.Stdin,
 		SampleEvery: rf.sampleEvery,
 	}
-	out := &syncWriter{w: stdio.Stdout}
 	switch {
 	case rf.json:
 		req.Capture = true
@@ -241,6 +268,12 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		req.Stdout, req.Stderr = stdio.Stdout, stdio.Stderr
 	}
 	r := sb.Exec(ctx, req)
+	// The gateway closes first so that connections still open end (and
+	// are logged) before the result is complete.
+	if err := closeEgress(ctx, gw); err != nil {
+		fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
+	}
+	r.Egress, r.EgressDropped = elog.result()
 	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
 		// The command's outcome stands; the caller still hears that
 		// cleanup failed.

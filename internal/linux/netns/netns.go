@@ -80,7 +80,9 @@ func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
 	return ns, nil, false
 }
 
-// loopbackUp sets IFF_UP on lo in the calling thread's network namespace.
+// LoopbackUp sets IFF_UP on lo in the calling thread's network namespace.
+func LoopbackUp() error { return loopbackUp() }
+
 func loopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -99,4 +101,41 @@ func loopbackUp() error {
 		return fmt.Errorf("loopback: set flags: %w", err)
 	}
 	return nil
+}
+
+// Do calls fn on an OS thread that has entered the network namespace ns, so
+// that sockets fn creates belong to that namespace (a socket keeps the
+// namespace it was created in for its whole life). fn must not start
+// goroutines that create sockets: they would run on other threads.
+//
+// The thread is switched back afterwards; if that fails it is never
+// unlocked, so the Go runtime destroys it rather than reuse it in the wrong
+// namespace.
+func Do(ns *os.File, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err, restored := do(ns, fn)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+func do(ns *os.File, fn func() error) (err error, restored bool) {
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return fmt.Errorf("open current network namespace: %w", err), true
+	}
+	defer orig.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter network namespace: %w", err), true
+	}
+	err = fn()
+	if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+		return errors.Join(err, fmt.Errorf("restore network namespace: %w", serr)), false
+	}
+	return err, true
 }

@@ -57,3 +57,41 @@ func TestNewAndRunErrorClosesNamespace(t *testing.T) {
 		t.Fatalf("got ns=%v err=%v, want nil and error", ns, err)
 	}
 }
+
+func TestDoCreatesSocketsInNamespace(t *testing.T) {
+	requireRoot(t)
+	ns, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var fd int
+	err = Do(ns, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// SIOCGSKNS opens the namespace a socket belongs to.
+	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nsfd)
+	var got, want unix.Stat_t
+	if err := unix.Fstat(nsfd, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(int(ns.Fd()), &want); err != nil {
+		t.Fatal(err)
+	}
+	if got.Ino != want.Ino {
+		t.Fatalf("socket in namespace %d, want %d", got.Ino, want.Ino)
+	}
+	if err := Do(ns, func() error { return os.ErrClosed }); err != os.ErrClosed {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+}

@@ -1,0 +1,315 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// MaxFileSize is the largest config file Load and Parse accept, in bytes.
+const MaxFileSize = 1 << 20
+
+// Where Find looks.
+const (
+	// EnvVar names the environment variable that points at a config file.
+	EnvVar = "AIRLOCK_CONFIG"
+	// SystemPath is the host-wide config file.
+	SystemPath = "/etc/airlock/airlock.yaml"
+)
+
+// ImageHost is the only image today: the sandbox sees the host's /usr
+// and friends, read-only.
+const ImageHost = "host"
+
+// DefaultWorkdir is a tool's working directory unless it names one.
+const DefaultWorkdir = sandbox.HomeDir
+
+// Config is a parsed airlock.yaml.
+type Config struct {
+	// Path is the file the config came from; "" for the built-in default.
+	Path string
+	// Tools maps tool names to tools.
+	Tools map[string]*Tool
+	// Order lists the tool names in file order.
+	Order []string
+}
+
+// Tool is one named sandbox profile: what an agent asks for by name.
+type Tool struct {
+	// Name is the tool's key in the file.
+	Name string
+	// Description is free text for people and agents; may be empty.
+	Description string
+	// Image is the root file system; always ImageHost today.
+	Image string
+	// Workdir is the absolute, clean working directory of commands.
+	Workdir string
+	// Env holds "KEY=VALUE" entries in file order, added to the sandbox's
+	// default environment.
+	Env []string
+	// Limits are the tool's overrides of the default ceilings.
+	Limits Limits
+	// Egress lists the destinations the tool may reach; empty means none.
+	Egress []policy.Destination
+	// Network holds the per-sandbox egress caps, defaults filled in.
+	Network Network
+	// Line is the line of the tool's key, for later error messages.
+	Line int
+}
+
+// Limits are a tool's overrides of sandbox ceilings. A nil pointer leaves
+// the ceiling as it is.
+type Limits struct {
+	// Memory, Disk and Output are in bytes; Pids and FDs are counts. See
+	// sandbox.Limits for what each ceiling covers.
+	Memory, Pids, Disk, FDs, Output *int64
+	// CPUMilli is in millicores; 0 means unthrottled.
+	CPUMilli *int64
+	Time     *time.Duration
+	// CPUTime is the CPU budget of one command; 0 means none.
+	CPUTime *time.Duration
+}
+
+// Apply returns base with the overrides of l put on top.
+func (l Limits) Apply(base sandbox.Limits) sandbox.Limits {
+	set := func(dst *int64, src *int64) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	set(&base.Memory, l.Memory)
+	set(&base.Pids, l.Pids)
+	set(&base.Disk, l.Disk)
+	set(&base.FDs, l.FDs)
+	set(&base.Output, l.Output)
+	set(&base.CPUMilli, l.CPUMilli)
+	if l.Time != nil {
+		base.Time = *l.Time
+	}
+	if l.CPUTime != nil {
+		base.CPUTime = *l.CPUTime
+	}
+	return base
+}
+
+// Network holds the egress caps of one sandbox.
+type Network struct {
+	// Connections caps concurrent outbound connections (1..65536).
+	Connections int
+	// Bytes caps the bytes sent and received by all connections together.
+	Bytes int64
+	// DNSRate caps DNS queries per second (1..10000).
+	DNSRate int
+}
+
+// Bounds and defaults of Network.
+const (
+	maxConnections = 65536
+	maxDNSRate     = 10000
+)
+
+// DefaultNetwork returns the caps a tool gets unless it sets its own.
+func DefaultNetwork() Network {
+	return Network{Connections: 256, Bytes: 4 << 30, DNSRate: 100}
+}
+
+// Empty returns the built-in default config: no tools.
+func Empty() *Config {
+	return &Config{Tools: map[string]*Tool{}}
+}
+
+// Tool returns the tool called name. An unknown name gives an error that
+// matches ErrNotFound and lists the known names.
+func (c *Config) Tool(name string) (*Tool, error) {
+	if c != nil {
+		if t, ok := c.Tools[name]; ok {
+			return t, nil
+		}
+	}
+	var names []string
+	if c != nil {
+		for n := range c.Tools {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("tool %s %w (no tools are configured)", quote(name), ErrNotFound)
+	}
+	slices.Sort(names)
+	return nil, fmt.Errorf("tool %s %w (known tools: %s)", quote(name), ErrNotFound, strings.Join(names, ", "))
+}
+
+// Find picks the config file to use and returns its path, or "" when there
+// is none and the built-in default applies. In order:
+//
+//  1. explicit (the --config flag), if not empty; it must exist;
+//  2. $AIRLOCK_CONFIG, if set and not empty; it must exist;
+//  3. ./airlock.yaml, if it exists;
+//  4. /etc/airlock/airlock.yaml, if it exists.
+//
+// getenv and exists stand for os.Getenv and Exists, and are parameters so
+// that tests need not touch the real environment or file system. A missing
+// explicit or $AIRLOCK_CONFIG file gives an error that matches ErrNotFound.
+func Find(explicit string, getenv func(string) string, exists func(string) bool) (string, error) {
+	if explicit != "" {
+		if !exists(explicit) {
+			return "", fmt.Errorf("config file %s (from --config) %w", quote(explicit), ErrNotFound)
+		}
+		return explicit, nil
+	}
+	if p := getenv(EnvVar); p != "" {
+		if !exists(p) {
+			return "", fmt.Errorf("config file %s (from $%s) %w", quote(p), EnvVar, ErrNotFound)
+		}
+		return p, nil
+	}
+	// The current directory is deliberately not searched: a repository
+	// the operator happens to be in must not be able to supply the tools'
+	// egress policy.
+	if exists(SystemPath) {
+		return SystemPath, nil
+	}
+	return "", nil
+}
+
+// Exists reports whether path exists, for Find. Only "does not exist"
+// counts as absent: a file that exists but cannot be read is found, so
+// that Load reports the real problem instead of silently skipping it.
+func Exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// Discover finds the config file as Find does, with the real environment
+// and file system, and loads it; with no file it returns Empty().
+func Discover(explicit string) (*Config, error) {
+	path, err := Find(explicit, os.Getenv, Exists)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return Empty(), nil
+	}
+	return Load(path)
+}
+
+// Load reads and parses the config file at path. A file larger than
+// MaxFileSize is refused before parsing. Errors reading the file are
+// returned wrapped (matching fs.ErrNotExist and the like); problems in the
+// file are *Error.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses the contents of a config file. file names it in error
+// messages and in Config.Path. Every error is an *Error.
+func Parse(file string, data []byte) (*Config, error) {
+	p := &parser{file: file}
+	if len(data) > MaxFileSize {
+		return nil, p.errAt(nil, "", "the file is larger than %d MiB", MaxFileSize>>20)
+	}
+	root, err := p.decode(data)
+	if err != nil {
+		return nil, err
+	}
+	c := Empty()
+	c.Path = file
+	if root == nil || isNull(root) {
+		return c, nil // empty file, only comments, or just "~"
+	}
+	if err := p.checkTree(root, "", 0); err != nil {
+		return nil, err
+	}
+	top, err := p.fields(root, "", "a mapping at the top level", []string{"tools"})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range top { // only "tools"
+		tools, err := p.fields(f.val, "tools", "a mapping of tool names to their settings", nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, tf := range tools {
+			t, err := p.tool(tf)
+			if err != nil {
+				return nil, err
+			}
+			c.Tools[t.Name] = t
+			c.Order = append(c.Order, t.Name)
+		}
+	}
+	return c, nil
+}
+
+// syntaxErr matches the position the YAML library puts in its messages.
+var syntaxErr = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// decode parses data into a node tree and returns the content of its
+// only document, or nil if data holds no document at all.
+func (p *parser) decode(data []byte) (root *yaml.Node, err error) {
+	// The YAML library reports its own errors by panicking and recovering;
+	// a bug of it that escapes must not take the caller down with it.
+	defer func() {
+		if r := recover(); r != nil {
+			root, err = nil, p.errAt(nil, "", "the YAML parser failed: %v", r)
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, p.syntaxError(err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, p.errAt(&next, "", "more than one YAML document (---); a config file has exactly one")
+	case !errors.Is(err, io.EOF):
+		return nil, p.syntaxError(err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// syntaxError turns a YAML library error into an *Error, with the line
+// taken from its message when it has one.
+func (p *parser) syntaxError(err error) *Error {
+	msg := err.Error()
+	e := &Error{File: p.file}
+	if m := syntaxErr.FindStringSubmatch(msg); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+			e.Line = n
+		}
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	e.Msg = "invalid YAML: " + msg
+	return e
+}

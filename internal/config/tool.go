@@ -1,0 +1,272 @@
+package config
+
+import (
+	"errors"
+	"path"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/units"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Allowed keys of each mapping, sorted: they are listed in errors.
+var (
+	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "workdir"}
+	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
+	egressKeys  = []string{"addresses", "host", "ports", "private"}
+	networkKeys = []string{"bytes", "connections", "dns_rate"}
+)
+
+// maxPath is the longest workdir accepted, PATH_MAX less the NUL.
+const maxPath = 4095
+
+// validToolName reports whether name is 1-64 letters, digits, '_' and '-',
+// starting with a letter or digit. Names reach command lines, MCP tool
+// lists and log lines, so they are kept to characters that need no quoting
+// anywhere.
+func validToolName(name string) bool {
+	if name == "" || len(name) > 64 || name[0] == '_' || name[0] == '-' {
+		return false
+	}
+	return strings.IndexFunc(name, func(r rune) bool { return !isNameChar(r) }) < 0
+}
+
+// validEnvName reports whether name is [A-Za-z_][A-Za-z0-9_]*, the names
+// every shell can set and read.
+func validEnvName(name string) bool {
+	if name == "" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, r := range name {
+		if !(isNameChar(r) && r != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// tool parses one entry of tools.
+func (p *parser) tool(tf field) (*Tool, error) {
+	name := tf.name
+	at := join("tools", name)
+	if !validToolName(name) {
+		return nil, p.errAt(tf.key, at, "invalid tool name %s: use 1-64 letters, digits, '_' and '-', starting with a letter or digit", quote(name))
+	}
+	t := &Tool{
+		Name:    name,
+		Image:   ImageHost,
+		Workdir: DefaultWorkdir,
+		Network: DefaultNetwork(),
+		Line:    tf.key.Line,
+	}
+	fs, err := p.fields(tf.val, at, "a mapping of tool settings", toolKeys)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		switch f.name {
+		case "description":
+			t.Description, err = p.str(f.val, sub)
+		case "image":
+			t.Image, err = p.image(f.val, sub)
+		case "workdir":
+			t.Workdir, err = p.workdir(f.val, sub)
+		case "env":
+			t.Env, err = p.env(f.val, sub)
+		case "limits":
+			t.Limits, err = p.limits(f, sub)
+		case "egress":
+			t.Egress, err = p.egress(f.val, sub)
+		case "network":
+			t.Network, err = p.network(f.val, sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// image parses image: only "host" exists today.
+func (p *parser) image(n *yaml.Node, at string) (string, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return "", err
+	}
+	if s != ImageHost {
+		return "", p.errAt(n, at, "unknown image %s (known: %s)", quote(s), ImageHost)
+	}
+	return s, nil
+}
+
+// workdir parses workdir: an absolute path without ".", ".." or empty
+// elements. Requiring the clean form means the path means what it says;
+// nothing downstream has to resolve "..".
+func (p *parser) workdir(n *yaml.Node, at string) (string, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !path.IsAbs(s):
+		return "", p.errAt(n, at, "%s is not an absolute path", quote(s))
+	case len(s) > maxPath:
+		return "", p.errAt(n, at, "path is longer than %d bytes", maxPath)
+	case path.Clean(s) != s:
+		return "", p.errAt(n, at, `%s is not a clean path: no ".", ".." or empty elements and no trailing slash`, quote(s))
+	}
+	return s, nil
+}
+
+// env parses env: a mapping of names to string values, kept in file order.
+func (p *parser) env(n *yaml.Node, at string) ([]string, error) {
+	fs, err := p.fields(n, at, "a mapping of NAME: value", nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range fs {
+		sub := join(at, f.name)
+		if !validEnvName(f.name) {
+			return nil, p.errAt(f.key, sub, "invalid environment variable name %s: use letters, digits and '_', not starting with a digit", quote(f.name))
+		}
+		v, err := p.str(f.val, sub)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f.name+"="+v)
+	}
+	return out, nil
+}
+
+// limits parses limits and checks the result against the sandbox's own
+// bounds, reporting a failure at the limits key.
+func (p *parser) limits(lf field, at string) (Limits, error) {
+	var l Limits
+	fs, err := p.fields(lf.val, at, "a mapping of limit names to values", limitKeys)
+	if err != nil {
+		return l, err
+	}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		switch f.name {
+		case "memory":
+			l.Memory, err = p.size(f.val, sub)
+		case "disk":
+			l.Disk, err = p.size(f.val, sub)
+		case "output":
+			l.Output, err = p.size(f.val, sub)
+		case "pids":
+			l.Pids, err = p.count(f.val, sub)
+		case "fds":
+			l.FDs, err = p.count(f.val, sub)
+		case "time":
+			l.Time, err = p.duration(f.val, sub, false)
+		case "cpu_time":
+			l.CPUTime, err = p.duration(f.val, sub, true)
+		case "cpu":
+			l.CPUMilli, err = p.cpu(f.val, sub)
+		}
+		if err != nil {
+			return l, err
+		}
+	}
+	if err := l.Apply(sandbox.DefaultLimits()).Validate(); err != nil {
+		// Validate may join several errors with newlines; one line
+		// reads better after "file:line:col:".
+		return l, p.wrapAt(lf.key, at, errors.New(strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	return l, nil
+}
+
+// size parses a byte size as the CLI flags do ("256MiB").
+func (p *parser) size(n *yaml.Node, at string) (*int64, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return nil, err
+	}
+	v, err := units.ParseSize(s)
+	if err != nil {
+		return nil, p.wrapAt(n, at, err)
+	}
+	return &v, nil
+}
+
+// count parses a positive whole number (pids, fds).
+func (p *parser) count(n *yaml.Node, at string) (*int64, error) {
+	v, err := p.integer(n, at, 1, 1<<62)
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// duration parses a duration as the CLI flags do ("30s", "5m", plain
+// seconds). Zero is allowed only where it means "none".
+func (p *parser) duration(n *yaml.Node, at string, allowZero bool) (*time.Duration, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return nil, err
+	}
+	d, err := units.ParseDuration(s)
+	if err != nil {
+		return nil, p.wrapAt(n, at, err)
+	}
+	if d == 0 && !allowZero {
+		return nil, p.errAt(n, at, "invalid duration %s: must be positive", quote(s))
+	}
+	return &d, nil
+}
+
+// cpu parses CPU bandwidth in cores as the --cpu flag does: "0" or "none"
+// for unthrottled, else a ParseCPU value.
+func (p *parser) cpu(n *yaml.Node, at string) (*int64, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return nil, err
+	}
+	var v int64
+	if s != "0" && s != "none" {
+		if v, err = units.ParseCPU(s); err != nil {
+			return nil, p.wrapAt(n, at, err)
+		}
+	}
+	return &v, nil
+}
+
+// network parses network, starting from the defaults.
+func (p *parser) network(n *yaml.Node, at string) (Network, error) {
+	nw := DefaultNetwork()
+	fs, err := p.fields(n, at, "a mapping of network settings", networkKeys)
+	if err != nil {
+		return nw, err
+	}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		var v int64
+		switch f.name {
+		case "connections":
+			v, err = p.integer(f.val, sub, 1, maxConnections)
+			nw.Connections = int(v)
+		case "dns_rate":
+			v, err = p.integer(f.val, sub, 1, maxDNSRate)
+			nw.DNSRate = int(v)
+		case "bytes":
+			var b *int64
+			if b, err = p.size(f.val, sub); err == nil && *b <= 0 {
+				err = p.errAt(f.val, sub, "%s must be more than zero", quote(f.val.Value))
+			}
+			if err == nil {
+				nw.Bytes = *b
+			}
+		}
+		if err != nil {
+			return nw, err
+		}
+	}
+	return nw, nil
+}

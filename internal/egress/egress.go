@@ -1,0 +1,299 @@
+// Package egress gives a sandbox the network it is allowed and nothing else.
+//
+// A sandbox's network namespace holds only `lo`, so no packet can leave it.
+// A Gateway opens listeners inside that namespace, on loopback, and serves
+// them from the host: an HTTP proxy (CONNECT and absolute-form), a DNS
+// resolver that answers only allowed names, and one transparent listener per
+// allowed name and port for clients that ignore proxy settings. Every
+// outbound connection is dialed by the host after the destination is matched
+// against the policy and every address it resolves to is classified; the
+// address checked is the address dialed, so DNS rebinding cannot slip a
+// private address through. Every decision becomes an event.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/egress/dns"
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/result"
+)
+
+// Fixed addresses inside every sandbox. They sit below port 1024 or on
+// addresses of their own, and are bound before any command runs, so code in
+// the sandbox (which holds no capability over the namespace) can neither
+// take them first nor collide with its own 127.0.0.1 servers.
+const (
+	// ProxyAddr is the HTTP proxy that HTTP_PROXY and HTTPS_PROXY name.
+	ProxyAddr = "127.0.0.2:3128"
+	// ResolverAddr is the DNS resolver; the sandbox's /etc/resolv.conf
+	// names its address.
+	ResolverAddr = "127.0.0.53:53"
+)
+
+// transparentBase is the first transparent address; names get
+// 127.1.0.1, 127.1.0.2, ... in the order they are first looked up.
+var transparentBase = netip.MustParseAddr("127.1.0.0")
+
+// Limits cap what one sandbox may do on the network.
+type Limits struct {
+	// Connections caps concurrent outbound connections.
+	Connections int
+	// Bytes caps bytes carried both ways over the sandbox's life.
+	Bytes int64
+	// DNSRate caps DNS queries per second.
+	DNSRate int
+	// Names caps how many names get a transparent address.
+	Names int
+}
+
+// DefaultLimits are used for any zero field of Config.Limits.
+func DefaultLimits() Limits {
+	return Limits{Connections: 256, Bytes: 4 << 30, DNSRate: 100, Names: 256}
+}
+
+// Resolver looks up host names on the host. *net.Resolver satisfies it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config describes one sandbox's egress.
+type Config struct {
+	// Tool and SandboxID label every event.
+	Tool, SandboxID string
+	// Policy holds the allowed destinations; nil allows nothing.
+	Policy *policy.Policy
+	Limits Limits
+	// OnEvent receives every decision. It is called from many goroutines
+	// and must not block for long. Nil discards events.
+	OnEvent func(result.EgressEvent)
+	// Resolver resolves names that are not pinned; nil is the host's.
+	Resolver Resolver
+	// DialTimeout bounds one outbound dial; 0 means 10s.
+	DialTimeout time.Duration
+	// Logger receives airlock's own diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Gateway serves one sandbox's egress. Close it when the sandbox is done.
+type Gateway struct {
+	cfg    Config
+	ns     *os.File
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	proxy  *http.Server
+	dns    *dns.Server
+
+	active atomic.Int64 // outbound connections open now
+	bytes  atomic.Int64 // bytes carried both ways so far
+
+	mu       sync.Mutex
+	closed   bool
+	closers  map[io.Closer]struct{} // listeners and live connections
+	names    map[string]netip.Addr  // transparent address of each name
+	nextAddr netip.Addr
+}
+
+// Attach opens the proxy, the resolver and (lazily, as names are looked up)
+// the transparent listeners inside the network namespace ns, and serves
+// them until Close. The caller keeps ns open until Close returns.
+func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error) {
+	def := DefaultLimits()
+	if cfg.Limits.Connections <= 0 {
+		cfg.Limits.Connections = def.Connections
+	}
+	if cfg.Limits.Bytes <= 0 {
+		cfg.Limits.Bytes = def.Bytes
+	}
+	if cfg.Limits.DNSRate <= 0 {
+		cfg.Limits.DNSRate = def.DNSRate
+	}
+	if cfg.Limits.Names <= 0 {
+		cfg.Limits.Names = def.Names
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.New(nil)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{
+		cfg:      cfg,
+		ns:       ns,
+		closers:  make(map[io.Closer]struct{}),
+		names:    make(map[string]netip.Addr),
+		nextAddr: transparentBase,
+	}
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, g.Close(context.WithoutCancel(ctx)))
+		}
+	}()
+
+	var proxyLn net.Listener
+	var udp net.PacketConn
+	var tcp net.Listener
+	if err := netns.Do(ns, func() error {
+		var err error
+		if proxyLn, err = net.Listen("tcp4", ProxyAddr); err != nil {
+			return err
+		}
+		if udp, err = net.ListenPacket("udp4", ResolverAddr); err != nil {
+			proxyLn.Close()
+			return err
+		}
+		if tcp, err = net.Listen("tcp4", ResolverAddr); err != nil {
+			proxyLn.Close()
+			udp.Close()
+			return err
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("egress: open listeners in the sandbox: %w", err)
+	}
+	g.track(proxyLn)
+	g.track(udp)
+	g.track(tcp)
+
+	g.proxy = &http.Server{
+		Handler:           http.HandlerFunc(g.serveProxy),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return g.ctx },
+	}
+	g.dns = &dns.Server{
+		Resolve: g.resolveName,
+		Log:     g.logQuery,
+		Rate:    float64(cfg.Limits.DNSRate),
+		Burst:   2 * cfg.Limits.DNSRate,
+	}
+	g.goServe(func() error { return g.proxy.Serve(proxyLn) })
+	g.goServe(func() error { return g.dns.ServeUDP(g.ctx, udp) })
+	g.goServe(func() error { return g.dns.ServeTCP(g.ctx, tcp) })
+	return g, nil
+}
+
+func (g *Gateway) goServe(serve func() error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := serve(); err != nil && g.ctx.Err() == nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			g.cfg.Logger.Warn("egress listener stopped", "sandbox", g.cfg.SandboxID, "err", err)
+		}
+	}()
+}
+
+// Env is what a command's environment needs to use the proxy. Both
+// spellings are set because tools disagree on which they read.
+func Env() []string {
+	const url = "http://" + ProxyAddr
+	const noProxy = "localhost,127.0.0.0/8,::1"
+	return []string{
+		"HTTP_PROXY=" + url, "http_proxy=" + url,
+		"HTTPS_PROXY=" + url, "https_proxy=" + url,
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+	}
+}
+
+// track registers c to be closed by Close. It reports false (and closes c)
+// when the gateway is already closed.
+func (g *Gateway) track(c io.Closer) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		c.Close()
+		return false
+	}
+	g.closers[c] = struct{}{}
+	return true
+}
+
+func (g *Gateway) untrack(c io.Closer) {
+	g.mu.Lock()
+	delete(g.closers, c)
+	g.mu.Unlock()
+}
+
+// Close stops every listener, cuts every connection, and waits for the
+// gateway's goroutines (their last events included) until ctx ends.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	cs := make([]io.Closer, 0, len(g.closers))
+	for c := range g.closers {
+		cs = append(cs, c)
+	}
+	g.closers = nil
+	g.mu.Unlock()
+
+	g.cancel()
+	if g.proxy != nil {
+		g.proxy.Close()
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("egress: close: %w", ctx.Err())
+	}
+}
+
+// emit sends ev to the event sink, filling in the labels.
+func (g *Gateway) emit(ev result.EgressEvent) {
+	if g.cfg.OnEvent == nil {
+		return
+	}
+	ev.Tool = g.cfg.Tool
+	ev.Sandbox = g.cfg.SandboxID
+	g.cfg.OnEvent(ev)
+}
+
+func (g *Gateway) logQuery(q dns.Query) {
+	ev := result.EgressEvent{
+		Time:        time.Now().Add(-q.Duration),
+		Kind:        result.EgressDNS,
+		Destination: q.Name,
+		Method:      q.Type,
+		Allow:       q.Allow,
+		Reason:      q.Reason,
+		DurationMs:  q.Duration.Milliseconds(),
+	}
+	if q.Answer.IsValid() {
+		ev.Address = q.Answer.String()
+	}
+	g.emit(ev)
+}

@@ -1,0 +1,392 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+func hello(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) }
+
+func pinned(host string, port uint16) policy.Spec {
+	return policy.Spec{Host: host + ":" + strconv.Itoa(int(port)), Addresses: []string{"127.0.0.1"}, Private: true}
+}
+
+func TestResolverAddressMatchesSandbox(t *testing.T) {
+	if got := netip.MustParseAddrPort(ResolverAddr).Addr().String(); got != sandbox.ResolverIP {
+		t.Fatalf("egress serves DNS on %s but sandboxes' resolv.conf names %s", got, sandbox.ResolverIP)
+	}
+}
+
+func TestProxyForwardAllowed(t *testing.T) {
+	_, port := upstream(t, hello, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, nil)
+	resp, err := f.client(nil).Get(fmt.Sprintf("http://up.test:%d/x", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != fmt.Sprintf("hello up.test:%d", port) {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	ev := f.evs.wait(t, "allowed GET", func(e result.EgressEvent) bool { return e.Method == "GET" })
+	want := fmt.Sprintf("127.0.0.1:%d", port)
+	if !ev.Allow || ev.Kind != result.EgressProxy || ev.Address != want || ev.Status != 200 || ev.BytesIn == 0 || ev.BytesOut == 0 || ev.Sandbox != "sb1" || ev.Tool != "test" {
+		t.Fatalf("event %+v; want allowed proxy GET to %s with bytes both ways", ev, want)
+	}
+}
+
+func TestProxyConnectTLS(t *testing.T) {
+	srv, port := upstream(t, hello, true)
+	// httptest's certificate is for example.com.
+	f := gateway(t, []policy.Spec{pinned("example.com", port)}, nil)
+	resp, err := f.client(roots(srv)).Get(fmt.Sprintf("https://example.com:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello example.com") {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	ev := f.evs.wait(t, "CONNECT", func(e result.EgressEvent) bool { return e.Method == "CONNECT" })
+	if !ev.Allow || ev.BytesIn == 0 || ev.BytesOut == 0 || ev.Status != 200 {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+// rawProxy sends one request line to the proxy and returns the status and
+// body.
+func rawProxy(t *testing.T, f *fixture, req string) (int, string) {
+	t.Helper()
+	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestProxyRefusals(t *testing.T) {
+	_, port := upstream(t, hello, false)
+	f := gateway(t, []policy.Spec{
+		pinned("up.test", port),
+		{Host: "localhost:" + strconv.Itoa(int(port))}, // listed, but resolves to loopback without private
+		{Host: "*.google.internal:80"},                 // must not cover metadata.google.internal
+	}, nil)
+	tests := []struct {
+		name, req string
+		status    int
+		reason    string
+	}{
+		{"unlisted name", "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", 403, "not an allowed destination"},
+		{"unlisted name connect", "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", 403, "not an allowed destination"},
+		{"unlisted port", fmt.Sprintf("CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port+1), 403, "port"},
+		{"metadata ip", "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n", 403, ""},
+		{"metadata decimal", "GET http://2852039166/ HTTP/1.1\r\nHost: 2852039166\r\n\r\n", 403, ""},
+		{"metadata hex connect", "CONNECT 0xA9FEA9FE:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, ""},
+		{"metadata name under wildcard", "GET http://metadata.google.internal/ HTTP/1.1\r\nHost: metadata.google.internal\r\n\r\n", 403, "metadata"},
+		{"internal address connect", fmt.Sprintf("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
+		{"short loopback", fmt.Sprintf("CONNECT 127.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
+		{"ipv6 loopback", fmt.Sprintf("CONNECT [::1]:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
+		{"mapped metadata", "CONNECT [::ffff:169.254.169.254]:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, ""},
+		{"listed name resolving to loopback", fmt.Sprintf("GET http://localhost:%d/ HTTP/1.1\r\nHost: localhost\r\n\r\n", port), 403, "loopback"},
+		{"connect without port", "CONNECT up.test HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, ""},
+		{"origin form", "GET / HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "not a proxy request"},
+		{"https absolute form", "GET https://up.test/ HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "CONNECT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := rawProxy(t, f, tt.req)
+			if status != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock: ") {
+				t.Fatalf("got %d %q, want %d mentioning %q", status, body, tt.status, tt.reason)
+			}
+		})
+	}
+	// Every refusal is logged with its reason, and nothing was allowed.
+	f.evs.mu.Lock()
+	defer f.evs.mu.Unlock()
+	if len(f.evs.evs) != len(tests) {
+		t.Fatalf("got %d events for %d refusals: %+v", len(f.evs.evs), len(tests), f.evs.evs)
+	}
+	for _, ev := range f.evs.evs {
+		if ev.Allow || ev.Reason == "" || ev.Address != "" {
+			t.Errorf("refusal logged as %+v", ev)
+		}
+	}
+}
+
+func TestProxyDoesNotFollowRedirectToMetadata(t *testing.T) {
+	_, port := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/iam", http.StatusFound)
+	}, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, nil)
+	// The proxy hands the redirect back as is.
+	status, _ := rawProxy(t, f, fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port))
+	if status != http.StatusFound {
+		t.Fatalf("got %d, want the 302 itself", status)
+	}
+	// A client that follows it asks the proxy again, and is refused.
+	resp, err := f.client(nil).Get(fmt.Sprintf("http://up.test:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("following the redirect got %d, want 403", resp.StatusCode)
+	}
+	f.evs.wait(t, "metadata refusal", func(e result.EgressEvent) bool {
+		return !e.Allow && strings.HasPrefix(e.Destination, "169.254.169.254")
+	})
+}
+
+func TestDNS(t *testing.T) {
+	f := gateway(t, []policy.Spec{
+		{Host: "api.example.com"},
+		{Host: "*.cdn.example.com"},
+		{Host: "*.google.internal"},
+	}, nil)
+	ctx := t.Context()
+	a, err := f.lookup(ctx, "api.example.com")
+	if err != nil || len(a) != 1 || !a[0].Is4() || a[0].As4()[0] != 127 || a[0].As4()[1] != 1 {
+		t.Fatalf("allowed name: got %v, %v; want one 127.1.x.y address", a, err)
+	}
+	again, err := f.lookup(ctx, "API.example.com.")
+	if err != nil || len(again) != 1 || again[0] != a[0] {
+		t.Fatalf("same name again: got %v, %v; want %v", again, err, a[0])
+	}
+	b, err := f.lookup(ctx, "img.cdn.example.com")
+	if err != nil || len(b) != 1 || b[0] == a[0] {
+		t.Fatalf("wildcard name: got %v, %v; want an address of its own", b, err)
+	}
+	refused := []string{
+		"example.com",     // apex not covered by a wildcard of a subdomain
+		"cdn.example.com", // wildcard's own apex
+		"evil.test",       // unlisted
+		"metadata.google.internal",
+		"mfrggzdfmztwq2lknnwg23tpobyxe43uov3ho6dzpjqwezdfmztwq2lknnwg23tpobyxe.evil.test", // exfiltration-shaped
+	}
+	for _, n := range refused {
+		if got, err := f.lookup(ctx, n); err == nil {
+			t.Errorf("lookup %q: got %v, want refused", n, got)
+		}
+	}
+	f.evs.wait(t, "refused lookup logged", func(e result.EgressEvent) bool {
+		return e.Kind == result.EgressDNS && !e.Allow && e.Destination == "evil.test" && strings.Contains(e.Reason, "not an allowed destination")
+	})
+	f.evs.wait(t, "allowed lookup logged", func(e result.EgressEvent) bool {
+		return e.Kind == result.EgressDNS && e.Allow && e.Destination == "api.example.com" && e.Address == a[0].String()
+	})
+}
+
+func TestTransparent(t *testing.T) {
+	plain, pport := upstream(t, hello, false)
+	_ = plain
+	srv, tport := upstream(t, hello, true)
+	f := gateway(t, []policy.Spec{
+		pinned("plain.test", pport),
+		pinned("example.com", tport),
+	}, nil)
+	ctx := t.Context()
+	addrs, err := f.lookup(ctx, "plain.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Plain HTTP, no proxy: the client connects to the address the
+	// resolver handed out.
+	noProxy := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			_, p, _ := net.SplitHostPort(addr)
+			return f.dialIn(ctx, network, net.JoinHostPort(addrs[0].String(), p))
+		},
+		DisableKeepAlives: true,
+	}}
+	resp, err := noProxy.Get(fmt.Sprintf("http://plain.test:%d/", pport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != fmt.Sprintf("hello plain.test:%d", pport) {
+		t.Fatalf("got %q", body)
+	}
+	ev := f.evs.wait(t, "transparent plain", func(e result.EgressEvent) bool { return e.Kind == result.EgressTransparent })
+	if !ev.Allow || ev.Method != "plain" || ev.Address != fmt.Sprintf("127.0.0.1:%d", pport) || ev.BytesIn == 0 {
+		t.Fatalf("event %+v", ev)
+	}
+
+	taddrs, err := f.lookup(ctx, "example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsTo := func(serverName string) error {
+		c, err := f.dialIn(ctx, "tcp", net.JoinHostPort(taddrs[0].String(), strconv.Itoa(int(tport))))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		tc := tls.Client(c, &tls.Config{ServerName: serverName, RootCAs: roots(srv), InsecureSkipVerify: serverName != "example.com"})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		return tc.Handshake()
+	}
+	if err := tlsTo("example.com"); err != nil {
+		t.Fatalf("TLS with the right server name: %v", err)
+	}
+	if err := tlsTo("other.example.net"); err == nil {
+		t.Fatal("TLS with another server name got through")
+	}
+	f.evs.wait(t, "SNI mismatch refusal", func(e result.EgressEvent) bool {
+		return e.Kind == result.EgressTransparent && !e.Allow && strings.Contains(e.Reason, "does not match")
+	})
+	// A port the destination does not list has no listener at all.
+	if c, err := f.dialIn(ctx, "tcp", net.JoinHostPort(taddrs[0].String(), "22")); err == nil {
+		c.Close()
+		t.Fatal("connected to an unlisted port of a transparent address")
+	}
+}
+
+func TestConnectionCap(t *testing.T) {
+	_, port := upstream(t, hello, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, func(c *Config) { c.Limits.Connections = 2 })
+	var held []net.Conn
+	for range 2 {
+		c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		held = append(held, c)
+	}
+	status, body := rawProxy(t, f, fmt.Sprintf("CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port))
+	if status != http.StatusTooManyRequests || !strings.Contains(body, "connection limit") {
+		t.Fatalf("third connection got %d %q, want 429", status, body)
+	}
+	held[0].Close()
+	f.evs.wait(t, "closed tunnel logged", func(e result.EgressEvent) bool { return e.Allow && e.Method == "CONNECT" })
+	if status, _ := rawProxy(t, f, fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port)); status != 200 {
+		t.Fatalf("after one closed, got %d", status)
+	}
+}
+
+func TestByteCap(t *testing.T) {
+	big := strings.Repeat("x", 8<<20)
+	_, port := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) }, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, func(c *Config) { c.Limits.Bytes = 3 << 20 })
+	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: up.test\r\n\r\n")
+	n, _ := io.Copy(io.Discard, br)
+	if n >= 8<<20 || n < 2<<20 {
+		t.Fatalf("read %d bytes through a 3 MiB cap", n)
+	}
+	ev := f.evs.wait(t, "cut tunnel", func(e result.EgressEvent) bool { return e.Method == "CONNECT" })
+	if !strings.Contains(ev.Reason, "byte limit") || ev.BytesIn > 4<<20 {
+		t.Fatalf("event %+v", ev)
+	}
+	// Once spent, nothing more is dialed.
+	if status, body := rawProxy(t, f, fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port)); status != http.StatusTooManyRequests {
+		t.Fatalf("after the cap got %d %q", status, body)
+	}
+}
+
+// fakeResolver answers from a map, standing in for the host's resolver.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func TestResolvedAddressesClassified(t *testing.T) {
+	res := fakeResolver{
+		"rebind.test": {netip.MustParseAddr("169.254.169.254")},
+		"mixed.test":  {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("8.8.8.8")},
+		"v6.test":     {netip.MustParseAddr("::ffff:127.0.0.1"), netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
+	}
+	f := gateway(t, []policy.Spec{{Host: "rebind.test:80"}, {Host: "mixed.test:80"}, {Host: "v6.test:80"}, {Host: "gone.test:80"}},
+		func(c *Config) { c.Resolver = res; c.DialTimeout = 500 * time.Millisecond })
+	tests := []struct {
+		host   string
+		status int
+		reason string
+	}{
+		{"rebind.test", 403, "metadata"},
+		{"v6.test", 403, ""},
+		{"gone.test", 403, "could not resolve"},
+		// Only the public address is dialed; this namespace has no route
+		// to it, so the dial fails here instead of leaving the machine.
+		{"mixed.test", 502, ""},
+	}
+	for _, tt := range tests {
+		status, body := rawProxy(t, f, fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", tt.host, tt.host))
+		if status != tt.status || !strings.Contains(body, tt.reason) {
+			t.Errorf("%s: got %d %q, want %d %q", tt.host, status, body, tt.status, tt.reason)
+		}
+	}
+	ev := f.evs.wait(t, "mixed dial", func(e result.EgressEvent) bool { return strings.HasPrefix(e.Destination, "mixed.test") })
+	if !ev.Allow || !strings.Contains(ev.Reason, "connect failed") {
+		t.Fatalf("mixed event %+v: want allowed with a failed connect to 8.8.8.8 only", ev)
+	}
+}
+
+func TestCloseCutsConnections(t *testing.T) {
+	_, port := upstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, nil)
+	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.gw.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.evs.wait(t, "tunnel logged at close", func(e result.EgressEvent) bool { return e.Method == "CONNECT" && e.Allow })
+	if _, err := f.dialIn(t.Context(), "tcp", ProxyAddr); err == nil {
+		t.Fatal("proxy still listening after Close")
+	}
+}

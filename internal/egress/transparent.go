@@ -1,0 +1,220 @@
+package egress
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/egress/dns"
+	"github.com/airlockhq/airlock/internal/egress/sni"
+	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/result"
+)
+
+const (
+	// firstByteWait is how long a transparent connection may stay silent
+	// before it is taken for a protocol where the server speaks first
+	// (SSH, SMTP), which carries no TLS server name to check.
+	firstByteWait = 250 * time.Millisecond
+	// helloWait bounds reading the rest of a TLS ClientHello.
+	helloWait = 10 * time.Second
+	// listenTries is how many addresses are tried when one cannot be
+	// bound (the sandbox may already hold a high port on the next one).
+	listenTries = 8
+)
+
+// resolveName is the resolver's policy: an allowed name gets its
+// transparent address (listeners are opened on first lookup).
+func (g *Gateway) resolveName(name string) dns.Verdict {
+	ports := g.portsFor(name)
+	if len(ports) == 0 {
+		return dns.Verdict{Reason: fmt.Sprintf("%q is not an allowed destination", name)}
+	}
+	// Match applies the name rules (metadata names are never allowed,
+	// even under a wildcard).
+	if _, dec := g.cfg.Policy.Match(name, ports[0]); !dec.Allow {
+		return dns.Verdict{Reason: dec.Reason}
+	}
+	addr, err := g.transparentAddr(name, ports)
+	if err != nil {
+		return dns.Verdict{Reason: err.Error()}
+	}
+	return dns.Verdict{Allow: true, Addr: addr}
+}
+
+// portsFor returns every port any name destination allows for name.
+func (g *Gateway) portsFor(name string) []uint16 {
+	var ports []uint16
+	for _, d := range g.cfg.Policy.Destinations() {
+		if d.Prefix.IsValid() {
+			continue
+		}
+		covered := name == d.Name
+		if d.Wildcard {
+			covered = strings.HasSuffix(name, "."+d.Name)
+		}
+		if covered {
+			ports = append(ports, d.Ports...)
+		}
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports)
+}
+
+// transparentAddr returns name's transparent address, opening its
+// listeners the first time.
+func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if a, ok := g.names[name]; ok {
+		return a, nil
+	}
+	if g.closed {
+		return netip.Addr{}, errors.New("sandbox network is closing")
+	}
+	if len(g.names) >= g.cfg.Limits.Names {
+		return netip.Addr{}, fmt.Errorf("more than %d names looked up", g.cfg.Limits.Names)
+	}
+	for range listenTries {
+		g.nextAddr = g.nextAddr.Next()
+		addr := g.nextAddr
+		lns, err := g.listenAll(addr, ports)
+		if err != nil {
+			g.cfg.Logger.Debug("transparent address not usable", "sandbox", g.cfg.SandboxID, "addr", addr, "err", err)
+			continue
+		}
+		g.names[name] = addr
+		for i, ln := range lns {
+			g.closers[ln] = struct{}{}
+			g.goServe(func() error { return g.acceptTransparent(ln, name, ports[i]) })
+		}
+		return addr, nil
+	}
+	return netip.Addr{}, errors.New("no transparent address could be bound")
+}
+
+// listenAll opens a listener on addr for every port inside the sandbox's
+// namespace, or none.
+func (g *Gateway) listenAll(addr netip.Addr, ports []uint16) ([]net.Listener, error) {
+	var lns []net.Listener
+	err := netns.Do(g.ns, func() error {
+		for _, p := range ports {
+			ln, err := net.Listen("tcp4", netip.AddrPortFrom(addr, p).String())
+			if err != nil {
+				return err
+			}
+			lns = append(lns, ln)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return nil, err
+	}
+	return lns, nil
+}
+
+func (g *Gateway) acceptTransparent(ln net.Listener, name string, port uint16) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		if !g.track(c) {
+			return net.ErrClosed
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.untrack(c)
+			defer c.Close()
+			g.serveTransparent(c, name, port)
+		}()
+	}
+}
+
+// serveTransparent splices one connection to name:port, after checking a
+// TLS client's server name.
+func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
+	ev := result.EgressEvent{
+		Time:        time.Now(),
+		Kind:        result.EgressTransparent,
+		Destination: net.JoinHostPort(name, strconv.Itoa(int(port))),
+		Method:      "plain",
+	}
+	done := func(reason string) {
+		ev.Reason = reason
+		ev.DurationMs = time.Since(ev.Time).Milliseconds()
+		g.emit(ev)
+	}
+	pre, reason := g.checkHello(c, name, &ev)
+	if reason != "" {
+		done(reason) // closing the connection is the client's answer
+		return
+	}
+	out, dec, err := g.dial(g.ctx, name, port)
+	ev.Allow = dec.Allow
+	if !dec.Allow || err != nil {
+		done(dec.Reason)
+		return
+	}
+	var cut string
+	defer func() { done(cut) }() // after the slot is released
+	defer g.release()
+	up := out.conn
+	ev.Address = out.addr.String()
+	if !g.track(up) {
+		up.Close()
+		return
+	}
+	defer func() {
+		g.untrack(up)
+		up.Close()
+	}()
+	ev.BytesOut, ev.BytesIn, cut = g.pipe(c, up, pre)
+}
+
+// checkHello reads what the client sends first. A TLS ClientHello must
+// name the destination: otherwise a client could look up an allowed name
+// and speak TLS for another host served at the same address. It returns
+// the bytes read (to replay upstream) or a refusal reason.
+func (g *Gateway) checkHello(c net.Conn, name string, ev *result.EgressEvent) ([]byte, string) {
+	var first [1]byte
+	c.SetReadDeadline(time.Now().Add(firstByteWait))
+	n, err := c.Read(first[:])
+	if n == 0 {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.SetReadDeadline(time.Time{})
+			return nil, "" // the server speaks first
+		}
+		return nil, "client closed before sending"
+	}
+	c.SetReadDeadline(time.Now().Add(helloWait))
+	defer c.SetReadDeadline(time.Time{})
+	raw, server, err := sni.Read(io.MultiReader(bytes.NewReader(first[:]), c))
+	switch {
+	case errors.Is(err, sni.ErrNotTLS):
+		return raw, ""
+	case err != nil:
+		ev.Method = "tls"
+		return nil, "malformed TLS ClientHello"
+	}
+	ev.Method = "tls"
+	switch {
+	case server == "":
+		return nil, "TLS ClientHello without a server name"
+	case !strings.EqualFold(strings.TrimSuffix(server, "."), name):
+		return nil, fmt.Sprintf("TLS server name %q does not match %q", server, name)
+	}
+	return raw, ""
+}
