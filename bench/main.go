@@ -5,7 +5,9 @@
 //     util-linux unshare, interleaved so they see the same machine;
 //   - in process: create a sandbox, run /bin/true, destroy it;
 //   - throughput: fresh sandboxes per second with 4 concurrent workers;
-//   - idle footprint: host memory held by one created, waiting sandbox.
+//   - idle footprint: host memory held by one created, waiting sandbox;
+//   - egress: a request through the sandbox's proxy vs direct, bulk
+//     throughput, and many connections held at once.
 //
 // It needs root. Run it with `go run ./bench`.
 package main
@@ -17,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +39,24 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput or idle")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, idle or egress")
+	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
+	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
+	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
-	if err := run(*only, *n, *inproc, *tput, *idle); err != nil {
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*only, *n, *inproc, *tput, *idle, egressArgs{*egressN, *egressSize, *egressConns}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -58,7 +75,13 @@ func (s *series) pct(p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
-func run(only string, n, inproc int, tput time.Duration, idle int) error {
+type egressArgs struct {
+	n     int
+	size  int64
+	conns int
+}
+
+func run(only string, n, inproc int, tput time.Duration, idle int, eg egressArgs) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -69,6 +92,14 @@ func run(only string, n, inproc int, tput time.Duration, idle int) error {
 	if want("process") {
 		if err := wholeProcess(n); err != nil {
 			return err
+		}
+	}
+	if want("egress") {
+		if err := egressBench(eg.n, eg.size, eg.conns); err != nil {
+			return err
+		}
+		if only == "egress" {
+			return nil
 		}
 	}
 	ctx := context.Background()

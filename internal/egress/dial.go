@@ -56,7 +56,7 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	}
 	dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel()
-	var d0 net.Dialer
+	d0 := net.Dialer{KeepAlive: -1} // connections end with the sandbox
 	var last error
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a, port)

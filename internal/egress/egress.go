@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"os"
 	"sync"
@@ -89,13 +90,14 @@ type Config struct {
 
 // Gateway serves one sandbox's egress. Close it when the sandbox is done.
 type Gateway struct {
-	cfg    Config
-	ns     *os.File
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	proxy  *http.Server
-	dns    *dns.Server
+	cfg     Config
+	ns      *os.File
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	proxy   *http.Server
+	forward *httputil.ReverseProxy
+	dns     *dns.Server
 
 	active atomic.Int64 // outbound connections open now
 	bytes  atomic.Int64 // bytes carried both ways so far
@@ -155,14 +157,14 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	var tcp net.Listener
 	if err := netns.Do(ns, func() error {
 		var err error
-		if proxyLn, err = net.Listen("tcp4", ProxyAddr); err != nil {
+		if proxyLn, err = listen("tcp4", ProxyAddr); err != nil {
 			return err
 		}
 		if udp, err = net.ListenPacket("udp4", ResolverAddr); err != nil {
 			proxyLn.Close()
 			return err
 		}
-		if tcp, err = net.Listen("tcp4", ResolverAddr); err != nil {
+		if tcp, err = listen("tcp4", ResolverAddr); err != nil {
 			proxyLn.Close()
 			udp.Close()
 			return err
@@ -175,6 +177,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.track(udp)
 	g.track(tcp)
 
+	g.forward = g.newForwarder()
 	g.proxy = &http.Server{
 		Handler:           http.HandlerFunc(g.serveProxy),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -193,6 +196,15 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.goServe(func() error { return g.dns.ServeUDP(g.ctx, udp) })
 	g.goServe(func() error { return g.dns.ServeTCP(g.ctx, tcp) })
 	return g, nil
+}
+
+// listenConfig opens the gateway's TCP listeners. They live on the
+// sandbox's loopback, where TCP keep-alive probes are pointless and cost
+// system calls per connection.
+var listenConfig = net.ListenConfig{KeepAlive: -1}
+
+func listen(network, addr string) (net.Listener, error) {
+	return listenConfig.Listen(context.Background(), network, addr)
 }
 
 func (g *Gateway) goServe(serve func() error) {

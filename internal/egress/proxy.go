@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -178,45 +179,75 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ev result
 		g.untrack(cc)
 		cc.Close()
 	}()
-	var used atomic.Bool
-	var status atomic.Int64
-	rp := &httputil.ReverseProxy{
+	st := &forwardState{cc: cc, ev: &ev}
+	g.forward.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, st)))
+	ev.Status = int(st.status.Load())
+	ev.BytesOut, ev.BytesIn = cc.out.Load(), cc.in.Load()
+	if cc.capped.Load() {
+		ev.Reason = fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)
+	}
+}
+
+// forwardKey carries a relayed request's forwardState in its context.
+type forwardKey struct{}
+
+// forwardState is what the shared reverse proxy needs of one request.
+type forwardState struct {
+	cc     *countedConn // dialed and checked for this request only
+	used   atomic.Bool
+	status atomic.Int64
+	ev     *result.EgressEvent
+}
+
+func stateOf(ctx context.Context) *forwardState {
+	st, _ := ctx.Value(forwardKey{}).(*forwardState)
+	return st
+}
+
+// newForwarder builds the reverse proxy that relays absolute-form
+// requests, one per gateway. It never dials by itself: each request
+// brings the one connection that was dialed and checked for it, and
+// keep-alives are off, so no request can ride a connection made for
+// another destination.
+func (g *Gateway) newForwarder() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = pr.In.URL
 			pr.Out.Host = pr.In.Host
 		},
 		Transport: &http.Transport{
-			// One request, one connection: the one dialed and checked
-			// above, never a pooled one to somewhere else.
-			DialContext: func(context.Context, string, string) (net.Conn, error) {
-				if used.Swap(true) {
-					return nil, errors.New("connection already used")
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				st := stateOf(ctx)
+				if st == nil || st.used.Swap(true) {
+					return nil, errors.New("no checked connection for this request")
 				}
-				return cc, nil
+				return st.cc, nil
 			},
 			DisableKeepAlives:  true,
 			DisableCompression: true,
 			Proxy:              nil,
 		},
-		FlushInterval: -1,
+		// Zero still flushes streaming responses (unknown length,
+		// text/event-stream) at once, and saves a write per response
+		// otherwise.
+		FlushInterval: 0,
 		ModifyResponse: func(resp *http.Response) error {
-			status.Store(int64(resp.StatusCode))
+			if st := stateOf(resp.Request.Context()); st != nil {
+				st.status.Store(int64(resp.StatusCode))
+			}
 			return nil
 		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			status.Store(http.StatusBadGateway)
-			ev.Reason = "upstream failed: " + dialReason(err)
-			if cc.capped.Load() {
-				ev.Reason = fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			st := stateOf(r.Context())
+			if st == nil {
+				refuse(w, http.StatusBadGateway, "request failed")
+				return
 			}
-			refuse(w, http.StatusBadGateway, fmt.Sprintf("request to %q failed", ev.Destination))
+			st.status.Store(http.StatusBadGateway)
+			st.ev.Reason = "upstream failed: " + dialReason(err)
+			refuse(w, http.StatusBadGateway, fmt.Sprintf("request to %q failed", st.ev.Destination))
 		},
-	}
-	rp.ServeHTTP(w, r)
-	ev.Status = int(status.Load())
-	ev.BytesOut, ev.BytesIn = cc.out.Load(), cc.in.Load()
-	if cc.capped.Load() && ev.Reason == "" {
-		ev.Reason = fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)
+		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
 	}
 }
 

@@ -106,7 +106,7 @@ func (g *Gateway) listenAll(addr netip.Addr, ports []uint16) ([]net.Listener, er
 	var lns []net.Listener
 	err := netns.Do(g.ns, func() error {
 		for _, p := range ports {
-			ln, err := net.Listen("tcp4", netip.AddrPortFrom(addr, p).String())
+			ln, err := listen("tcp4", netip.AddrPortFrom(addr, p).String())
 			if err != nil {
 				return err
 			}

