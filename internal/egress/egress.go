@@ -99,8 +99,9 @@ type Gateway struct {
 	forward *httputil.ReverseProxy
 	dns     *dns.Server
 
-	active atomic.Int64 // outbound connections open now
-	bytes  atomic.Int64 // bytes carried both ways so far
+	active  atomic.Int64  // outbound connections open now
+	bytes   atomic.Int64  // bytes carried both ways so far
+	inbound chan struct{} // one token per sandbox-side connection open now
 
 	mu       sync.Mutex
 	closed   bool
@@ -144,6 +145,10 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 		closers:  make(map[io.Closer]struct{}),
 		names:    make(map[string]netip.Addr),
 		nextAddr: transparentBase,
+		// Connections the sandbox opens to the gateway cost host
+		// goroutines and descriptors, so they are bounded too; those
+		// over the bound wait in the listen backlog.
+		inbound: make(chan struct{}, cfg.Limits.Connections+inboundSlack),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -176,10 +181,11 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.track(proxyLn)
 	g.track(udp)
 	g.track(tcp)
+	proxyLn = &limitListener{Listener: proxyLn, tokens: g.inbound, done: g.ctx.Done()}
 
 	g.forward = g.newForwarder()
 	g.proxy = &http.Server{
-		Handler:           http.HandlerFunc(g.serveProxy),
+		Handler:           g.tracked(g.serveProxy),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -205,6 +211,60 @@ var listenConfig = net.ListenConfig{KeepAlive: -1}
 
 func listen(network, addr string) (net.Listener, error) {
 	return listenConfig.Listen(context.Background(), network, addr)
+}
+
+// inboundSlack is how many sandbox-side connections beyond the outbound
+// cap may be open, for requests that are refused or still being read.
+const inboundSlack = 64
+
+// limitListener holds a token from tokens for every accepted connection
+// until it is closed.
+type limitListener struct {
+	net.Listener
+	tokens chan struct{}
+	done   <-chan struct{} // the gateway is closing
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.tokens <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.tokens
+		return nil, err
+	}
+	return &tokenConn{Conn: c, tokens: l.tokens}, nil
+}
+
+type tokenConn struct {
+	net.Conn
+	tokens chan struct{}
+	once   sync.Once
+}
+
+func (c *tokenConn) Close() error {
+	c.once.Do(func() { <-c.tokens })
+	return c.Conn.Close()
+}
+
+// tracked makes Close wait for handler h, so that the events of tunnels it
+// cuts are emitted before Close returns.
+func (g *Gateway) tracked(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			refuse(w, http.StatusServiceUnavailable, "the sandbox's network is closing")
+			return
+		}
+		g.wg.Add(1) // under mu, so never after Close began to wait
+		g.mu.Unlock()
+		defer g.wg.Done()
+		h(w, r)
+	})
 }
 
 func (g *Gateway) goServe(serve func() error) {

@@ -390,3 +390,70 @@ func TestCloseCutsConnections(t *testing.T) {
 		t.Fatal("proxy still listening after Close")
 	}
 }
+
+func TestInboundConnectionsBounded(t *testing.T) {
+	_, port := upstream(t, hello, false)
+	f := gateway(t, []policy.Spec{pinned("up.test", port)}, func(c *Config) { c.Limits.Connections = 1 })
+	// Idle connections to the proxy hold every inbound slot...
+	var idle []net.Conn
+	for range 1 + inboundSlack {
+		c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	// ...so the next one is accepted by the kernel but not served.
+	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port)
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection beyond the inbound bound was served")
+	}
+	// Freeing one slot lets it through.
+	idle[0].Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after a slot freed: %v %v", resp, err)
+	}
+}
+
+func TestTransparentServerSpeaksFirst(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "SSH-2.0-test\r\n")
+			c.Close()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	f := gateway(t, []policy.Spec{pinned("ssh.test", port)}, nil)
+	addrs, err := f.lookup(t.Context(), "ssh.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.dialIn(t.Context(), "tcp", netip.AddrPortFrom(addrs[0], port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	banner, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || banner != "SSH-2.0-test\r\n" {
+		t.Fatalf("got %q, %v; want the server's banner", banner, err)
+	}
+}

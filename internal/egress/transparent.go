@@ -25,6 +25,8 @@ const (
 	firstByteWait = 250 * time.Millisecond
 	// helloWait bounds reading the rest of a TLS ClientHello.
 	helloWait = 10 * time.Second
+	// tlsHandshake starts every TLS connection (a handshake record).
+	tlsHandshake = 0x16
 	// listenTries is how many addresses are tried when one cannot be
 	// bound (the sandbox may already hold a high port on the next one).
 	listenTries = 8
@@ -93,7 +95,8 @@ func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, erro
 		g.names[name] = addr
 		for i, ln := range lns {
 			g.closers[ln] = struct{}{}
-			g.goServe(func() error { return g.acceptTransparent(ln, name, ports[i]) })
+			lim := &limitListener{Listener: ln, tokens: g.inbound, done: g.ctx.Done()}
+			g.goServe(func() error { return g.acceptTransparent(lim, name, ports[i]) })
 		}
 		return addr, nil
 	}
@@ -198,6 +201,10 @@ func (g *Gateway) checkHello(c net.Conn, name string, ev *result.EgressEvent) ([
 			return nil, "" // the server speaks first
 		}
 		return nil, "client closed before sending"
+	}
+	if first[0] != tlsHandshake {
+		c.SetReadDeadline(time.Time{})
+		return first[:], "" // not TLS: nothing to check
 	}
 	c.SetReadDeadline(time.Now().Add(helloWait))
 	defer c.SetReadDeadline(time.Time{})
