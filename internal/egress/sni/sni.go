@@ -61,8 +61,8 @@ func Read(r io.Reader) (raw []byte, serverName string, err error) {
 		}
 		start := len(raw)
 		raw = append(raw, make([]byte, size)...)
-		if _, err := io.ReadFull(r, raw[start:]); err != nil {
-			return raw, "", fmt.Errorf("%w: %w", ErrMalformed, unexpected(err))
+		if n, err := io.ReadFull(r, raw[start:]); err != nil {
+			return raw[:start+n], "", fmt.Errorf("%w: %w", ErrMalformed, unexpected(err))
 		}
 		hs = append(hs, raw[start:]...)
 		if len(hs) < 4 {

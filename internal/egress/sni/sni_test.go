@@ -153,7 +153,7 @@ func FuzzRead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		raw, name, err := Read(bytes.NewReader(in))
 		if !bytes.HasPrefix(in, raw) {
-			t.Fatalf("raw %x is not a prefix of the input", raw)
+			t.Fatalf("raw (%d bytes) is not a prefix of the input (%d bytes)", len(raw), len(in))
 		}
 		if err == nil && len(name) > maxServerNameLen {
 			t.Fatalf("name of %d bytes accepted", len(name))
