@@ -231,6 +231,7 @@ func (g *Gateway) newForwarder() *httputil.ReverseProxy {
 		// text/event-stream) at once, and saves a write per response
 		// otherwise.
 		FlushInterval: 0,
+		BufferPool:    bytePool{},
 		ModifyResponse: func(resp *http.Response) error {
 			if st := stateOf(resp.Request.Context()); st != nil {
 				st.status.Store(int64(resp.StatusCode))
@@ -248,6 +249,17 @@ func (g *Gateway) newForwarder() *httputil.ReverseProxy {
 			refuse(w, http.StatusBadGateway, fmt.Sprintf("request to %q failed", st.ev.Destination))
 		},
 		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
+	}
+}
+
+// bytePool lends the reverse proxy the same 64 KiB buffers the tunnels
+// use (its default is a fresh 32 KiB buffer per request).
+type bytePool struct{}
+
+func (bytePool) Get() []byte { return bufs.Get().(*[bufSize]byte)[:] }
+func (bytePool) Put(b []byte) {
+	if len(b) == bufSize {
+		bufs.Put((*[bufSize]byte)(b))
 	}
 }
 
