@@ -32,8 +32,9 @@ var (
 
 // dial matches host:port against the policy, resolves it (pinned addresses
 // first, else the host's resolver), keeps only the addresses the
-// destination may reach, and dials them in order. The returned decision is
-// the policy's; when it allows, err says whether a connection was made.
+// destination may reach, and dials them in order. A request the policy
+// allows is still denied (err errCapped) when a per-sandbox cap is
+// reached; an allowed request whose dial failed has err errUnreachable.
 // The caller owns out.conn and must call release once it is closed.
 func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbound, dec Decision, err error) {
 	d, dec := g.cfg.Policy.Match(host, port)
@@ -48,11 +49,11 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	// counts against them.
 	if n := g.active.Add(1); n > int64(g.cfg.Limits.Connections) {
 		g.active.Add(-1)
-		return out, Decision{Allow: true, Reason: fmt.Sprintf("connection limit of %d reached", g.cfg.Limits.Connections)}, errCapped
+		return out, Decision{Reason: fmt.Sprintf("connection limit of %d reached", g.cfg.Limits.Connections)}, errCapped
 	}
 	if g.bytes.Load() >= g.cfg.Limits.Bytes {
 		g.active.Add(-1)
-		return out, Decision{Allow: true, Reason: fmt.Sprintf("byte limit of %d reached", g.cfg.Limits.Bytes)}, errCapped
+		return out, Decision{Reason: fmt.Sprintf("byte limit of %d reached", g.cfg.Limits.Bytes)}, errCapped
 	}
 	dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel()

@@ -291,7 +291,10 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("third connection got %d %q, want 429", status, body)
 	}
 	held[0].Close()
-	f.evs.wait(t, "closed tunnel logged", func(e result.EgressEvent) bool { return e.Allow && e.Method == "CONNECT" })
+	f.evs.wait(t, "closed tunnel logged", func(e result.EgressEvent) bool { return e.Allow && e.Method == "CONNECT" && e.Status == 200 })
+	f.evs.wait(t, "capped connection logged as denied", func(e result.EgressEvent) bool {
+		return !e.Allow && e.Status == http.StatusTooManyRequests && strings.Contains(e.Reason, "connection limit of 2")
+	})
 	if status, _ := rawProxy(t, f, fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port)); status != 200 {
 		t.Fatalf("after one closed, got %d", status)
 	}

@@ -79,10 +79,10 @@ func (g *Gateway) dialFor(w http.ResponseWriter, r *http.Request, ev *result.Egr
 	out, dec, err := g.dial(r.Context(), host, port)
 	ev.Allow = dec.Allow
 	switch {
-	case !dec.Allow:
-		g.deny(w, *ev, http.StatusForbidden, dec.Reason)
 	case errors.Is(err, errCapped):
 		g.deny(w, *ev, http.StatusTooManyRequests, dec.Reason)
+	case !dec.Allow:
+		g.deny(w, *ev, http.StatusForbidden, dec.Reason)
 	case err != nil:
 		g.deny(w, *ev, http.StatusBadGateway, dec.Reason)
 	default:
@@ -295,8 +295,15 @@ func (c *countedConn) Write(b []byte) (int, error) {
 	if !c.budget() {
 		return 0, errByteCap
 	}
+	// Counted before the write: the transport writes on a goroutine of
+	// its own, and the answer to these bytes may be relayed (and the
+	// event logged) before that goroutine would get to count them.
+	c.out.Add(int64(len(b)))
+	c.g.bytes.Add(int64(len(b)))
 	n, err := c.Conn.Write(b)
-	c.out.Add(int64(n))
-	c.g.bytes.Add(int64(n))
+	if short := int64(len(b) - n); short > 0 {
+		c.out.Add(-short)
+		c.g.bytes.Add(-short)
+	}
 	return n, err
 }
