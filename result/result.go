@@ -154,6 +154,41 @@ type Result struct {
 	// EgressDropped counts the rest.
 	Egress        []EgressEvent `json:"egress"`
 	EgressDropped int           `json:"egress_dropped,omitempty"`
+	// Broker lists the calls the sandbox made to the credential broker,
+	// allowed or refused, oldest first; at most MaxEgressEvents, after
+	// which BrokerDropped counts the rest.
+	Broker        []BrokerEvent `json:"broker"`
+	BrokerDropped int           `json:"broker_dropped,omitempty"`
+}
+
+// BrokerEvent is one call to the credential broker. It never holds the
+// secret or a request or response body.
+type BrokerEvent struct {
+	Time    time.Time `json:"time"`
+	Tool    string    `json:"tool,omitempty"`
+	Sandbox string    `json:"sandbox"`
+	// Service is the service named in the call's path ("" if none).
+	Service string `json:"service"`
+	// Operation is the matched operation as configured, e.g.
+	// "GET /repos/{owner}/{repo}/issues"; "" when none matched.
+	Operation string `json:"operation,omitempty"`
+	Method    string `json:"method"`
+	// Path is the normalised path below the service, or the raw path
+	// (quoted and shortened) when it was refused before normalising.
+	Path  string `json:"path"`
+	Allow bool   `json:"allow"`
+	// Reason says why the call was refused or cut short.
+	Reason string `json:"reason,omitempty"`
+	// Status is the status the sandbox got: the upstream's, or the
+	// broker's own for a refusal.
+	Status int `json:"status"`
+	// Upstream is true when the call reached the upstream.
+	Upstream bool `json:"upstream"`
+	// BytesOut is the request body sent upstream, BytesIn the response
+	// body returned to the sandbox.
+	BytesOut   int64 `json:"bytes_out"`
+	BytesIn    int64 `json:"bytes_in"`
+	DurationMs int64 `json:"duration_ms"`
 }
 
 // MaxEgressEvents bounds Result.Egress; the live event stream carries all.
@@ -202,13 +237,14 @@ type EgressEvent struct {
 
 // Event is one line of a live NDJSON event stream.
 type Event struct {
-	// Type is stdout, stderr, sample, egress or result.
+	// Type is stdout, stderr, sample, egress, broker or result.
 	Type string `json:"type"`
 	// Millis is the time since the command started.
 	Millis int64        `json:"t_ms"`
 	Data   Output       `json:"data,omitempty"`
 	Sample *Sample      `json:"sample,omitempty"`
 	Egress *EgressEvent `json:"egress,omitempty"`
+	Broker *BrokerEvent `json:"broker,omitempty"`
 	Result *Result      `json:"result,omitempty"`
 }
 
@@ -218,5 +254,6 @@ const (
 	EventStderr = "stderr"
 	EventSample = "sample"
 	EventEgress = "egress"
+	EventBroker = "broker"
 	EventResult = "result"
 )

@@ -31,9 +31,15 @@ type outcome struct {
 // airlock runs `airlock run` with test-private state and cgroup parent.
 func airlock(t *testing.T, stdin string, args ...string) outcome {
 	t.Helper()
+	return airlockEnv(t, nil, stdin, args...)
+}
+
+// airlockEnv is airlock with extra variables in airlock's own environment.
+func airlockEnv(t *testing.T, env []string, stdin string, args ...string) outcome {
+	t.Helper()
 	full := append([]string{"run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}, args...)
 	cmd := exec.Command(airlockBin(t), full...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_TEST_SECRET=hunter2"}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "AIRLOCK_TEST_SECRET=hunter2"}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/units"
@@ -137,6 +138,10 @@ type runFlags struct {
 	// egress are the allowed destinations (the tool's, then --allow's).
 	egress  []policy.Destination
 	network egress.Limits
+	// services are the broker services of the tool, with the secrets
+	// they name.
+	services []*config.Service
+	secrets  map[string]*config.Secret
 }
 
 func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
@@ -241,7 +246,7 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	out := &syncWriter{w: stdio.Stdout}
-	elog := &egressLog{start: time.Now()}
+	elog := &netLog{start: time.Now()}
 	switch {
 	case rf.events:
 		elog.live = out.event
@@ -252,9 +257,17 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	if err != nil {
 		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: errors.Join(err, sb.Destroy(ctx)).Error()}
 	}
+	br, brokerEnv, err := attachBroker(ctx, rf, sb, elog)
+	if err != nil {
+		err = errors.Join(err, closeBounded(ctx, gw.Close), sb.Destroy(ctx))
+		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+	}
+	// Later entries win: the tool's and the caller's own variables over
+	// the services' placeholders.
+	env := append(egress.Env(), brokerEnv...)
 	req := sandbox.ExecRequest{
 		Argv:        argv,
-		Env:         append(egress.Env(), rf.env...),
+		Env:         append(env, rf.env...),
 		Dir:         rf.workdir,
 		Stdin:       stdio.Stdin,
 		SampleEvery: rf.sampleEvery,
@@ -270,10 +283,15 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	r := sb.Exec(ctx, req)
 	// The gateway closes first so that connections still open end (and
 	// are logged) before the result is complete.
-	if err := closeEgress(ctx, gw); err != nil {
+	if err := closeBounded(ctx, gw.Close); err != nil {
 		fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
 	}
-	r.Egress, r.EgressDropped = elog.result()
+	if br != nil {
+		if err := closeBounded(ctx, br.Close); err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
+		}
+	}
+	elog.fill(r)
 	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
 		// The command's outcome stands; the caller still hears that
 		// cleanup failed.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -24,8 +25,8 @@ const MaxFileSize = 1 << 20
 
 // Where Find looks.
 const (
-	// EnvVar names the environment variable that points at a config file.
-	EnvVar = "AIRLOCK_CONFIG"
+	// PathEnv names the environment variable that points at a config file.
+	PathEnv = "AIRLOCK_CONFIG"
 	// SystemPath is the host-wide config file.
 	SystemPath = "/etc/airlock/airlock.yaml"
 )
@@ -45,6 +46,13 @@ type Config struct {
 	Tools map[string]*Tool
 	// Order lists the tool names in file order.
 	Order []string
+	// Secrets maps secret names to where their values are read from.
+	Secrets map[string]*Secret
+	// Services maps service names to the services the credential broker
+	// forwards to.
+	Services map[string]*Service
+	// ServiceOrder lists the service names in file order.
+	ServiceOrder []string
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -66,6 +74,10 @@ type Tool struct {
 	Egress []policy.Destination
 	// Network holds the per-sandbox egress caps, defaults filled in.
 	Network Network
+	// Services names the services, defined in Config.Services, whose
+	// operations the tool's sandboxes may call through the credential
+	// broker; in file order, without duplicates.
+	Services []string
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }
@@ -126,30 +138,43 @@ func DefaultNetwork() Network {
 	return Network{Connections: 256, Bytes: 4 << 30, DNSRate: 100}
 }
 
-// Empty returns the built-in default config: no tools.
+// Empty returns the built-in default config: no tools, secrets or
+// services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
 // matches ErrNotFound and lists the known names.
 func (c *Config) Tool(name string) (*Tool, error) {
+	var tools map[string]*Tool
 	if c != nil {
-		if t, ok := c.Tools[name]; ok {
-			return t, nil
-		}
+		tools = c.Tools
 	}
-	var names []string
+	return lookup(tools, "tool", name)
+}
+
+// Service returns the service called name. An unknown name gives an error
+// that matches ErrNotFound and lists the known names.
+func (c *Config) Service(name string) (*Service, error) {
+	var services map[string]*Service
 	if c != nil {
-		for n := range c.Tools {
-			names = append(names, n)
-		}
+		services = c.Services
 	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("tool %s %w (no tools are configured)", quote(name), ErrNotFound)
+	return lookup(services, "service", name)
+}
+
+// lookup returns m[name], or an error matching ErrNotFound that lists the
+// names m has; kind ("tool") names what m holds.
+func lookup[T any](m map[string]*T, kind, name string) (*T, error) {
+	if v, ok := m[name]; ok {
+		return v, nil
 	}
-	slices.Sort(names)
-	return nil, fmt.Errorf("tool %s %w (known tools: %s)", quote(name), ErrNotFound, strings.Join(names, ", "))
+	if len(m) == 0 {
+		return nil, fmt.Errorf("%s %s %w (no %ss are configured)", kind, quote(name), ErrNotFound, kind)
+	}
+	names := slices.Sorted(maps.Keys(m))
+	return nil, fmt.Errorf("%s %s %w (known %ss: %s)", kind, quote(name), ErrNotFound, kind, strings.Join(names, ", "))
 }
 
 // Find picks the config file to use and returns its path, or "" when there
@@ -157,8 +182,9 @@ func (c *Config) Tool(name string) (*Tool, error) {
 //
 //  1. explicit (the --config flag), if not empty; it must exist;
 //  2. $AIRLOCK_CONFIG, if set and not empty; it must exist;
-//  3. ./airlock.yaml, if it exists;
-//  4. /etc/airlock/airlock.yaml, if it exists.
+//  3. /etc/airlock/airlock.yaml, if it exists.
+//
+// The current directory is never searched.
 //
 // getenv and exists stand for os.Getenv and Exists, and are parameters so
 // that tests need not touch the real environment or file system. A missing
@@ -170,9 +196,9 @@ func Find(explicit string, getenv func(string) string, exists func(string) bool)
 		}
 		return explicit, nil
 	}
-	if p := getenv(EnvVar); p != "" {
+	if p := getenv(PathEnv); p != "" {
 		if !exists(p) {
-			return "", fmt.Errorf("config file %s (from $%s) %w", quote(p), EnvVar, ErrNotFound)
+			return "", fmt.Errorf("config file %s (from $%s) %w", quote(p), PathEnv, ErrNotFound)
 		}
 		return p, nil
 	}
@@ -242,25 +268,46 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := p.checkTree(root, "", 0); err != nil {
 		return nil, err
 	}
-	top, err := p.fields(root, "", "a mapping at the top level", []string{"tools"})
+	top, err := p.fields(root, "", "a mapping at the top level", topKeys)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range top { // only "tools"
-		tools, err := p.fields(f.val, "tools", "a mapping of tool names to their settings", nil)
+	for _, f := range top {
+		switch f.name {
+		case "secrets":
+			err = p.secrets(f.val, c)
+		case "services":
+			err = p.services(f.val, c)
+		case "tools":
+			err = p.tools(f.val, c)
+		}
 		if err != nil {
 			return nil, err
 		}
-		for _, tf := range tools {
-			t, err := p.tool(tf)
-			if err != nil {
-				return nil, err
-			}
-			c.Tools[t.Name] = t
-			c.Order = append(c.Order, t.Name)
-		}
+	}
+	// Names may be used before they are defined, so references are
+	// checked once the whole file is read.
+	if err := p.checkRefs(c); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// tools parses the tools mapping into c.
+func (p *parser) tools(n *yaml.Node, c *Config) error {
+	tools, err := p.fields(n, "tools", "a mapping of tool names to their settings", nil)
+	if err != nil {
+		return err
+	}
+	for _, tf := range tools {
+		t, err := p.tool(tf)
+		if err != nil {
+			return err
+		}
+		c.Tools[t.Name] = t
+		c.Order = append(c.Order, t.Name)
+	}
+	return nil
 }
 
 // syntaxErr matches the position the YAML library puts in its messages.

@@ -2,10 +2,13 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +28,18 @@ func dest(t *testing.T, s policy.Spec) policy.Destination {
 		t.Fatalf("policy.Compile(%+v): %v", s, err)
 	}
 	return d
+}
+
+// cfg is the config of a file a.yaml with these tools, in this order,
+// and no secrets or services.
+func cfg(tools ...*Tool) *Config {
+	c := Empty()
+	c.Path = "a.yaml"
+	for _, t := range tools {
+		c.Tools[t.Name] = t
+		c.Order = append(c.Order, t.Name)
+	}
+	return c
 }
 
 // defTool is a tool as it is with no settings at all.
@@ -104,56 +119,44 @@ func TestParseValid(t *testing.T) {
 		in   string
 		want *Config
 	}{
-		{"empty", "", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"comments only", "# nothing\n\n   # here\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"null document", "~\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"document marker", "---\n# x\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"empty mapping", "{}\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"tools null", "tools:\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"tools empty", "tools: {}\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{}}},
-		{"tool null", "tools:\n  t:\n", &Config{Path: "a.yaml", Tools: map[string]*Tool{"t": defTool("t", 2)}, Order: []string{"t"}}},
+		{"empty", "", cfg()},
+		{"comments only", "# nothing\n\n   # here\n", cfg()},
+		{"null document", "~\n", cfg()},
+		{"document marker", "---\n# x\n", cfg()},
+		{"empty mapping", "{}\n", cfg()},
+		{"tools null", "tools:\n", cfg()},
+		{"tools empty", "tools: {}\n", cfg()},
+		{"tool null", "tools:\n  t:\n", cfg(defTool("t", 2))},
 		{
 			"null containers",
 			"tools:\n  t:\n    env:\n    limits:\n    egress:\n    network:\n",
-			&Config{Path: "a.yaml", Tools: map[string]*Tool{"t": defTool("t", 2)}, Order: []string{"t"}},
+			cfg(defTool("t", 2)),
 		},
 		{
 			"full",
 			full,
-			&Config{
-				Path:  "a.yaml",
-				Tools: map[string]*Tool{"fetch": fetch, "b-2": b2, "9lives": defTool("9lives", 36)},
-				Order: []string{"fetch", "b-2", "9lives"},
-			},
+			cfg(fetch, b2, defTool("9lives", 36)),
 		},
 		{
 			"quoted and tagged scalars",
 			lines("tools:", "  t:", `    limits: {pids: "64", memory: !!str 1GiB, cpu: "500m"}`, `    network: {connections: !!int 7}`, "    egress:", "      - host: a.example", "        private: false"),
-			&Config{
-				Path: "a.yaml",
-				Tools: map[string]*Tool{"t": func() *Tool {
-					tl := defTool("t", 2)
-					tl.Limits = Limits{Pids: new(int64(64)), Memory: new(int64(1 << 30)), CPUMilli: new(int64(500))}
-					tl.Network.Connections = 7
-					tl.Egress = []policy.Destination{dest(t, policy.Spec{Host: "a.example"})}
-					return tl
-				}()},
-				Order: []string{"t"},
-			},
+			cfg(func() *Tool {
+				tl := defTool("t", 2)
+				tl.Limits = Limits{Pids: new(int64(64)), Memory: new(int64(1 << 30)), CPUMilli: new(int64(500))}
+				tl.Network.Connections = 7
+				tl.Egress = []policy.Destination{dest(t, policy.Spec{Host: "a.example"})}
+				return tl
+			}()),
 		},
 		{
 			"crlf and bounds",
 			"tools:\r\n  t:\r\n    network: {connections: 65536, dns_rate: 10000, bytes: 1}\r\n    limits: {cpu: none, fds: 1048576}\r\n",
-			&Config{
-				Path: "a.yaml",
-				Tools: map[string]*Tool{"t": func() *Tool {
-					tl := defTool("t", 2)
-					tl.Network = Network{Connections: 65536, DNSRate: 10000, Bytes: 1}
-					tl.Limits = Limits{CPUMilli: new(int64(0)), FDs: new(int64(1 << 20))}
-					return tl
-				}()},
-				Order: []string{"t"},
-			},
+			cfg(func() *Tool {
+				tl := defTool("t", 2)
+				tl.Network = Network{Connections: 65536, DNSRate: 10000, Bytes: 1}
+				tl.Limits = Limits{CPUMilli: new(int64(0)), FDs: new(int64(1 << 20))}
+				return tl
+			}()),
 		},
 	}
 	for _, tt := range tests {
@@ -169,14 +172,21 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
-// dump prints a config with its tools expanded, for failure messages.
+// dump prints a config with its tools, services and secrets expanded, for
+// failure messages.
 func dump(c *Config) string {
 	var b strings.Builder
-	b.WriteString("{Path:" + c.Path + " Order:" + strings.Join(c.Order, ",") + "}")
+	b.WriteString("{Path:" + c.Path + " Order:" + strings.Join(c.Order, ",") + " ServiceOrder:" + strings.Join(c.ServiceOrder, ",") + "}")
 	for _, n := range c.Order {
 		if tl := c.Tools[n]; tl != nil {
 			b.WriteString("\n  " + n + ": " + strings.ReplaceAll(strings.TrimSpace(sprint(*tl)), "\n", " "))
 		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.Services)) {
+		b.WriteString("\n  service " + sprintService(c.Services[n]))
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.Secrets)) {
+		b.WriteString(fmt.Sprintf("\n  secret %+v", *c.Secrets[n]))
 	}
 	return b.String()
 }
@@ -230,7 +240,7 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		getenv := func(k string) string {
-			if k == EnvVar {
+			if k == PathEnv {
 				return tt.env
 			}
 			return ""

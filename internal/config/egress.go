@@ -41,6 +41,7 @@ func (p *parser) egress(n *yaml.Node, at string) ([]policy.Destination, error) {
 // Compile error.
 type specNodes struct {
 	item, host *yaml.Node
+	hostField  string // the key host came from: "host", or a service's "upstream"
 	ports      []*yaml.Node
 	addresses  []*yaml.Node
 }
@@ -49,7 +50,7 @@ type specNodes struct {
 func (p *parser) egressMapping(item *yaml.Node, at string) (policy.Destination, error) {
 	var (
 		spec    policy.Spec
-		where   = specNodes{item: item}
+		where   = specNodes{item: item, hostField: "host"}
 		hasHost bool
 	)
 	fs, err := p.fields(item, at, "a mapping", egressKeys)
@@ -130,11 +131,11 @@ func (p *parser) nonEmptyList(n *yaml.Node, at string) ([]*yaml.Node, error) {
 
 // blame finds the part of a Spec that Compile refused, by compiling the
 // host alone, then the host with each port, then the host with each
-// address, each time with the Spec's Private. If each part is fine alone the combination is at fault and the
-// whole item is blamed.
+// address, each time with the Spec's Private. If each part is fine alone
+// the combination is at fault and the whole item is blamed.
 func blame(spec policy.Spec, where specNodes, at string) (*yaml.Node, string) {
 	if _, err := policy.Compile(policy.Spec{Host: spec.Host, Private: spec.Private}); err != nil {
-		return where.host, join(at, "host")
+		return where.host, join(at, where.hostField)
 	}
 	for i, port := range spec.Ports {
 		if _, err := policy.Compile(policy.Spec{Host: spec.Host, Ports: []int{port}, Private: spec.Private}); err != nil {

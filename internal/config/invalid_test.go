@@ -11,6 +11,24 @@ func TestParseInvalid(t *testing.T) {
 	tool := func(ls ...string) string {
 		return lines(append([]string{"tools:", "  t:"}, ls...)...)
 	}
+	// svc wraps settings lines in "services:\n  s:\n", so they start on
+	// line 3.
+	svc := func(ls ...string) string {
+		return lines(append([]string{"services:", "  s:"}, ls...)...)
+	}
+	// up is a service with this upstream, on line 3 at column 15, and
+	// these further settings from line 6 on.
+	up := func(u string, ls ...string) string {
+		return svc(append([]string{"    upstream: " + u, "    credential: {secret: k}", "    operations: [GET /]"}, ls...)...)
+	}
+	// cred is a service with this credential, from line 4 on.
+	cred := func(ls ...string) string {
+		return svc(append([]string{"    upstream: https://a.example", "    operations: [GET /]"}, ls...)...)
+	}
+	// ops is a service with these operations, from line 6 on.
+	ops := func(ls ...string) string {
+		return svc(append([]string{"    upstream: https://a.example", "    credential: {secret: k}", "    operations:"}, ls...)...)
+	}
 	tests := []struct {
 		name      string
 		in        string
@@ -21,7 +39,7 @@ func TestParseInvalid(t *testing.T) {
 		// Shape of the file.
 		{"top-level list", "- a\n- b\n", 1, 1, "", "expected a mapping at the top level, got a list"},
 		{"top-level scalar", "hello\n", 1, 1, "", `expected a mapping at the top level, got "hello"`},
-		{"unknown top key", "tool:\n  t: {}\n", 1, 1, "tool", `unknown field "tool" (allowed: tools)`},
+		{"unknown top key", "tool:\n  t: {}\n", 1, 1, "tool", `unknown field "tool" (allowed: secrets, services, tools)`},
 		{"tools list", "tools:\n  - a\n", 2, 3, "tools", "expected a mapping of tool names to their settings, got a list"},
 		{"tools scalar", "tools: x\n", 1, 8, "tools", `got "x"`},
 		{"tool list", "tools:\n  t: [a]\n", 2, 6, "tools.t", "expected a mapping of tool settings, got a list"},
@@ -54,7 +72,7 @@ func TestParseInvalid(t *testing.T) {
 		{"name too long", "tools:\n  " + strings.Repeat("a", 65) + ": {}\n", 2, 3, "tools." + strings.Repeat("a", 65), "invalid tool name"},
 
 		// Tool settings.
-		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: description, egress, env, image, limits, network, workdir)`},
+		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: description, egress, env, image, limits, network, services, workdir)`},
 		{"description list", tool("    description: [a]"), 3, 18, "tools.t.description", "expected a string, got a list"},
 		{"description null", tool("    description:"), 3, 17, "tools.t.description", `expected a string, got nothing (write "" for an empty string)`},
 		{"description nul", tool(`    description: "a\0b"`), 3, 18, "tools.t.description", "contains a NUL byte"},
@@ -145,6 +163,177 @@ func TestParseInvalid(t *testing.T) {
 		{"dns_rate float", tool("    network:", "      dns_rate: 1.5"), 4, 17, "tools.t.network.dns_rate", `invalid number "1.5"`},
 		{"bytes zero", tool("    network:", "      bytes: 0"), 4, 14, "tools.t.network.bytes", `"0" must be more than zero`},
 		{"bytes unit", tool("    network:", "      bytes: 1XB"), 4, 14, "tools.t.network.bytes", `invalid size "1XB"`},
+
+		// secrets.
+		{"secrets list", "secrets: [a]\n", 1, 10, "secrets", "expected a mapping of secret names to their sources, got a list"},
+		{"secret bad name", "secrets:\n  -x: {env: X}\n", 2, 3, "secrets.-x", `invalid secret name "-x": use 1-64 letters`},
+		{"secret long name", "secrets:\n  " + strings.Repeat("a", 65) + ": {env: X}\n", 2, 3, "secrets." + strings.Repeat("a", 65), "invalid secret name"},
+		{"secret null", "secrets:\n  k:\n", 2, 3, "secrets.k", `missing its source: give "env" (an environment variable name) or "file" (an absolute path)`},
+		{"secret empty", "secrets:\n  k: {}\n", 2, 3, "secrets.k", "missing its source"},
+		{"secret scalar", "secrets:\n  k: GITHUB_TOKEN\n", 2, 6, "secrets.k", `expected a mapping with env or file, got "GITHUB_TOKEN"`},
+		{"secret both", "secrets:\n  k:\n    env: X\n    file: /x\n", 4, 5, "secrets.k.file", `give "env" or "file", not both`},
+		{"secret unknown", "secrets:\n  k:\n    value: x\n", 3, 5, "secrets.k.value", `unknown field "value" (allowed: env, file)`},
+		{"secret duplicate", "secrets:\n  k: {env: X}\n  k: {env: Y}\n", 3, 3, "secrets.k", `duplicate key "k" (first on line 2)`},
+		{"secret env name", "secrets:\n  k:\n    env: 1X\n", 3, 10, "secrets.k.env", `invalid environment variable name "1X"`},
+		{"secret env dollar", "secrets:\n  k:\n    env: $X\n", 3, 10, "secrets.k.env", `invalid environment variable name "$X"`},
+		{"secret env null", "secrets:\n  k:\n    env:\n", 3, 9, "secrets.k.env", "expected a string, got nothing"},
+		{"secret file relative", "secrets:\n  k:\n    file: s/x\n", 3, 11, "secrets.k.file", `"s/x" is not an absolute path`},
+		{"secret file unclean", "secrets:\n  k:\n    file: /a/../b\n", 3, 11, "secrets.k.file", "is not a clean path"},
+		{"secret file list", "secrets:\n  k:\n    file: [/a]\n", 3, 11, "secrets.k.file", "expected a string, got a list"},
+
+		// services: shape.
+		{"services scalar", "services: x\n", 1, 11, "services", `expected a mapping of service names to their settings, got "x"`},
+		{"service upper case", "services:\n  GitHub: {}\n", 2, 3, "services.GitHub", `invalid service name "GitHub": use 1-63 lower-case letters`},
+		{"service dot", "services:\n  a.b: {}\n", 2, 3, `services["a.b"]`, `invalid service name "a.b"`},
+		{"service dash", "services:\n  -a: {}\n", 2, 3, "services.-a", "invalid service name"},
+		{"service long", "services:\n  " + strings.Repeat("a", 64) + ": {}\n", 2, 3, "services." + strings.Repeat("a", 64), "invalid service name"},
+		{"service list", "services:\n  s: [a]\n", 2, 6, "services.s", "expected a mapping of service settings, got a list"},
+		{"service null", "services:\n  s:\n", 2, 3, "services.s", `missing required field "upstream"`},
+		{"service no credential", svc("    upstream: https://a.example", "    operations: [GET /]"), 2, 3, "services.s", `missing required field "credential"`},
+		{"service no operations", svc("    upstream: https://a.example", "    credential: {secret: k}"), 2, 3, "services.s", `missing required field "operations"`},
+		{"service unknown", svc("    upstrem: x"), 3, 5, "services.s.upstrem", `unknown field "upstrem" (allowed: addresses, ca, credential, env, max_request, max_response, operations, private, rate, upstream)`},
+		{"service dash key", svc("    max-request: 1"), 3, 5, "services.s.max-request", `did you mean "max_request"?`},
+		{"service duplicate", "services:\n  s: {}\n  s: {}\n", 3, 3, "services.s", `duplicate key "s" (first on line 2)`},
+
+		// services: upstream.
+		{"upstream list", up("[x]"), 3, 15, "services.s.upstream", "expected a string, got a list"},
+		{"upstream ftp", up("ftp://a.example"), 3, 15, "services.s.upstream", `invalid upstream URL "ftp://a.example": the scheme must be http or https`},
+		{"upstream no scheme", up("a.example"), 3, 15, "services.s.upstream", "the scheme must be http or https"},
+		{"upstream no host", up("https://"), 3, 15, "services.s.upstream", "a host is required"},
+		{"upstream opaque", up("https:a.example"), 3, 15, "services.s.upstream", "a host is required"},
+		{"upstream user", up("https://u:p@a.example"), 3, 15, "services.s.upstream", "user info (user:password@) is not allowed; put credentials in secrets"},
+		{"upstream query", up("https://a.example/?x=1"), 3, 15, "services.s.upstream", "a query or fragment is not allowed"},
+		{"upstream empty query", up("https://a.example?"), 3, 15, "services.s.upstream", "a query or fragment is not allowed"},
+		{"upstream fragment", up("'https://a.example/#'"), 3, 15, "services.s.upstream", "a query or fragment is not allowed"},
+		{"upstream escape", up("https://a.example/a%2Fb"), 3, 15, "services.s.upstream", "percent-escapes are not allowed"},
+		{"upstream host escape", up("https://%61.example"), 3, 15, "services.s.upstream", "percent-escapes are not allowed"},
+		{"upstream bad port", up("https://a.example:x"), 3, 15, "services.s.upstream", `invalid upstream URL "https://a.example:x": invalid port ":x" after host`},
+		{"upstream empty port", up("'https://a.example:'"), 3, 15, "services.s.upstream", "':' without a port"},
+		{"upstream port zero", up("https://a.example:0443"), 3, 15, "services.s.upstream", `egress destination "a.example:0443": port "0443" is not valid`},
+		{"upstream port range", up("https://a.example:65536"), 3, 15, "services.s.upstream", `port "65536" is not valid`},
+		{"upstream trailing dot", up("https://a.example./"), 3, 15, "services.s.upstream", "without a trailing dot"},
+		{"upstream double slash", up("https://a.example/a//b"), 3, 15, "services.s.upstream", "the path must be clean"},
+		{"upstream dot dot", up("https://a.example/a/../b"), 3, 15, "services.s.upstream", "the path must be clean"},
+		{"upstream two slashes", up("https://a.example//"), 3, 15, "services.s.upstream", "the path must be clean"},
+		{"upstream space", up(`"https://a.example/a b"`), 3, 15, "services.s.upstream", "the path may only use"},
+		{"upstream unicode", up("https://a.example/é"), 3, 15, "services.s.upstream", "the path may only use"},
+		{"upstream wildcard", up("'https://*.example.com'"), 3, 15, "services.s.upstream", "not a wildcard"},
+		{"upstream metadata", up("http://metadata.google.internal"), 3, 15, "services.s.upstream", "cloud metadata"},
+		{"upstream link-local", up("http://169.254.169.254"), 3, 15, "services.s.upstream", "egress destination"},
+		{"upstream loopback", up("http://127.0.0.1:8080"), 3, 15, "services.s.upstream", "set private: true to allow it"},
+		{"upstream ip pinned", up("https://140.82.112.3", "    addresses: [140.82.112.4]"), 6, 17, "services.s.addresses[0]", "only apply to host names"},
+		{"upstream pinned private", up("https://a.example", "    addresses: [10.0.0.1]"), 6, 17, "services.s.addresses[0]", "set private: true"},
+		{"upstream pinned bad", up("https://a.example", "    addresses: [140.82.112.4, x]", "    private: true"), 6, 31, "services.s.addresses[1]", `"x" is not an IP address`},
+		{"upstream addresses empty", up("https://a.example", "    addresses: []"), 6, 16, "services.s.addresses", "must not be empty"},
+		{"upstream private yes", up("https://a.example", "    private: yes"), 6, 14, "services.s.private", `expected true or false, got "yes"`},
+		{"ca relative", up("https://a.example", "    ca: ca.pem"), 6, 9, "services.s.ca", `"ca.pem" is not an absolute path`},
+		{"ca trailing slash", up("https://a.example", "    ca: /etc/ca/"), 6, 9, "services.s.ca", "is not a clean path"},
+
+		// services: credential.
+		{"credential list", cred("    credential: [k]"), 5, 17, "services.s.credential", "expected a mapping with secret, header and template, got a list"},
+		{"credential null", cred("    credential:"), 5, 5, "services.s.credential", `missing required field "secret"`},
+		{"credential no secret", cred("    credential: {header: X-Key}"), 5, 5, "services.s.credential", `missing required field "secret"`},
+		{"credential unknown", cred("    credential: {secret: k, heder: X}"), 5, 29, "services.s.credential.heder", `unknown field "heder" (allowed: header, secret, template)`},
+		{"credential secret null", cred("    credential: {secret: }"), 5, 26, "services.s.credential.secret", "expected a string"},
+		{"header space", cred(`    credential: {secret: k, header: "X Key"}`), 5, 37, "services.s.credential.header", `invalid header name "X Key"`},
+		{"header colon", cred(`    credential: {secret: k, header: "X:"}`), 5, 37, "services.s.credential.header", `invalid header name "X:"`},
+		{"header empty", cred(`    credential: {secret: k, header: ""}`), 5, 37, "services.s.credential.header", `invalid header name ""`},
+		{"header unicode", cred(`    credential: {secret: k, header: "X-Clé"}`), 5, 37, "services.s.credential.header", "invalid header name"},
+		{"header proxy", cred("    credential: {secret: k, header: Proxy-Authorization}"), 5, 37, "services.s.credential.header", `"Proxy-Authorization" cannot carry a credential`},
+		{"header connection", cred("    credential: {secret: k, header: connection}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header host", cred("    credential: {secret: k, header: HOST}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header length", cred("    credential: {secret: k, header: Content-Length}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header te", cred("    credential: {secret: k, header: TE}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header transfer", cred("    credential: {secret: k, header: Transfer-Encoding}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header upgrade", cred("    credential: {secret: k, header: Upgrade}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header keep-alive", cred("    credential: {secret: k, header: Keep-Alive}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"header trailer", cred("    credential: {secret: k, header: Trailer}"), 5, 37, "services.s.credential.header", "cannot carry a credential"},
+		{"template none", cred("    credential: {secret: k, template: Bearer}"), 5, 39, "services.s.credential.template", `"Bearer" must contain "{secret}" exactly once`},
+		{"template case", cred(`    credential: {secret: k, template: "Bearer {Secret}"}`), 5, 39, "services.s.credential.template", "exactly once"},
+		{"template twice", cred(`    credential: {secret: k, template: "{secret}{secret}"}`), 5, 39, "services.s.credential.template", "exactly once"},
+		{"template crlf", cred(`    credential: {secret: k, template: "{secret}\r\nX-Evil: 1"}`), 5, 39, "services.s.credential.template", "contains a line break or other control character"},
+		{"template lf", cred(`    credential: {secret: k, template: "a\n{secret}"}`), 5, 39, "services.s.credential.template", "line break"},
+		{"template nul", cred(`    credential: {secret: k, template: "{secret}\0"}`), 5, 39, "services.s.credential.template", "contains a NUL byte"},
+
+		// services: env and defaults.
+		{"service env list", up("https://a.example", "    env: [A=b]"), 6, 10, "services.s.env", "expected a mapping of NAME: value, got a list"},
+		{"service env name", up("https://a.example", "    env: {A-B: x}"), 6, 11, "services.s.env.A-B", `invalid environment variable name "A-B"`},
+		{"service env null", up("https://a.example", "    env: {A: }"), 6, 14, "services.s.env.A", "expected a string"},
+		{"service env secret", up("https://a.example", `    env: {TOKEN: "{secret}"}`), 6, 18, "services.s.env.TOKEN", `"{secret}" is not replaced here`},
+		{"service rate zero", up("https://a.example", "    rate: 0"), 6, 11, "services.s.rate", `"0" is out of range (1..100000)`},
+		{"service rate big", up("https://a.example", "    rate: 100001"), 6, 11, "services.s.rate", "out of range (1..100000)"},
+		{"service rate fraction", up("https://a.example", "    rate: 0.5"), 6, 11, "services.s.rate", `invalid number "0.5"`},
+		{"service max_request zero", up("https://a.example", "    max_request: 0"), 6, 18, "services.s.max_request", `"0" must be more than zero`},
+		{"service max_request unit", up("https://a.example", "    max_request: 1QB"), 6, 18, "services.s.max_request", `invalid size "1QB"`},
+		{"service max_response zero", up("https://a.example", "    max_response: 0KiB"), 6, 19, "services.s.max_response", "must be more than zero"},
+
+		// services: operations.
+		{"operations empty", ops("      []"), 6, 7, "services.s.operations", "must list at least one operation, such as GET /user"},
+		{"operations null", svc("    upstream: https://a.example", "    credential: {secret: k}", "    operations:"), 5, 16, "services.s.operations", "must list at least one operation"},
+		{"operations scalar", svc("    operations: GET /"), 3, 17, "services.s.operations", `expected a list, got "GET /"`},
+		{"operation lower method", ops("      - get /a"), 6, 9, "services.s.operations[0]", `invalid operation template "get /a": method must be one of GET, POST`},
+		{"operation connect", ops("      - CONNECT /a"), 6, 9, "services.s.operations[0]", "method must be one of"},
+		{"operation no path", ops("      - GET"), 6, 9, "services.s.operations[0]", `invalid operation template "GET": want METHOD /path`},
+		{"operation two spaces", ops("      - GET  /a"), 6, 9, "services.s.operations[0]", "path must start with /"},
+		{"operation trailing slash", ops("      - GET /a", "      - GET /a/"), 7, 9, "services.s.operations[1]", "trailing slash"},
+		{"operation dot segment", ops("      - GET /a/../b"), 6, 9, "services.s.operations[0]", "invalid operation template"},
+		{"operation half param", ops("      - GET /a{b}"), 6, 9, "services.s.operations[0]", "braces must enclose a whole segment"},
+		{"operation list", ops("      - [GET /]"), 6, 9, "services.s.operations[0]", "expected a string, got a list"},
+		{"operation null", ops("      -"), 6, 8, "services.s.operations[0]", "expected a string, got nothing"},
+		{"operation duplicate", ops("      - GET /a", "      - POST /a", "      - GET /a"), 8, 9, "services.s.operations[2]", `duplicate operation "GET /a" (first at index 0)`},
+		{"operation duplicate forms", ops("      - GET /a", "      - {method: GET, path: /a, rate: 1}"), 7, 9, "services.s.operations[1]", `duplicate operation "GET /a"`},
+		{"operation no method", ops("      - path: /a"), 6, 9, "services.s.operations[0]", `missing required field "method"`},
+		{"operation no path field", ops("      - method: GET"), 6, 9, "services.s.operations[0]", `missing required field "path"`},
+		{"operation unknown", ops("      - method: GET", "        path: /a", "        querys: [a]"), 8, 9, "services.s.operations[0].querys", `unknown field "querys" (allowed: content_types, max_request, max_response, method, params, path, query, rate)`},
+		{"operation bad method", ops("      - method: get", "        path: /a"), 6, 17, "services.s.operations[0].method", "method must be one of"},
+		{"operation bad path", ops("      - method: GET", "        path: a"), 7, 15, "services.s.operations[0].path", "path must start with /"},
+		{"operation param pattern", ops("      - method: GET", "        path: /{a}", `        params: {a: "("}`), 8, 21, "services.s.operations[0].params.a", `parameter "a": bad pattern`},
+		{"operation param unknown", ops("      - method: GET", "        path: /{a}", `        params: {a: "x", b: "y"}`), 8, 26, "services.s.operations[0].params.b", `pattern given for "b", which is not a parameter of the path`},
+		{"operation params list", ops("      - method: GET", "        path: /{a}", "        params: [a]"), 8, 17, "services.s.operations[0].params", "expected a mapping of parameter names to regular expressions, got a list"},
+		{"operation param null", ops("      - method: GET", "        path: /{a}", "        params: {a: }"), 8, 21, "services.s.operations[0].params.a", "expected a string"},
+		{"operation query name", ops("      - method: GET", "        path: /a", `        query: [ok, "a=b"]`), 8, 21, "services.s.operations[0].query[1]", `invalid query parameter name "a=b"`},
+		{"operation query space", ops("      - method: GET", "        path: /a", `        query: ["a b"]`), 8, 17, "services.s.operations[0].query[0]", "invalid query parameter name"},
+		{"operation query empty name", ops("      - method: GET", "        path: /a", `        query: [""]`), 8, 17, "services.s.operations[0].query[0]", `invalid query parameter name ""`},
+		{"operation query twice", ops("      - method: GET", "        path: /a", "        query: [a, b, a]"), 8, 23, "services.s.operations[0].query[2]", `"a" is listed twice (first at index 0)`},
+		{"operation query scalar", ops("      - method: GET", "        path: /a", "        query: a"), 8, 16, "services.s.operations[0].query", `expected a list, got "a"`},
+		{"operation types empty", ops("      - method: POST", "        path: /a", "        content_types: []"), 8, 24, "services.s.operations[0].content_types", "must not be empty"},
+		{"operation types upper", ops("      - method: POST", "        path: /a", "        content_types: [Application/JSON]"), 8, 25, "services.s.operations[0].content_types[0]", `invalid media type "Application/JSON": want type/subtype in lower case`},
+		{"operation types params", ops("      - method: POST", "        path: /a", `        content_types: ["application/json; charset=utf-8"]`), 8, 25, "services.s.operations[0].content_types[0]", "invalid media type"},
+		{"operation types wildcard", ops("      - method: POST", "        path: /a", `        content_types: ["*/*"]`), 8, 25, "services.s.operations[0].content_types[0]", "invalid media type"},
+		{"operation types no slash", ops("      - method: POST", "        path: /a", "        content_types: [json]"), 8, 25, "services.s.operations[0].content_types[0]", "invalid media type"},
+		{"operation types twice", ops("      - method: POST", "        path: /a", "        content_types: [text/csv, text/csv]"), 8, 35, "services.s.operations[0].content_types[1]", "listed twice"},
+		{"operation rate", ops("      - method: GET", "        path: /a", "        rate: 0"), 8, 15, "services.s.operations[0].rate", "out of range (1..100000)"},
+		{"operation max_request", ops("      - method: GET", "        path: /a", "        max_request: 0"), 8, 22, "services.s.operations[0].max_request", "must be more than zero"},
+		{"operation max_response", ops("      - method: GET", "        path: /a", "        max_response: lots"), 8, 23, "services.s.operations[0].max_response", `invalid size "lots"`},
+
+		// References, checked once the whole file is read.
+		{"undefined secret", cred("    credential: {secret: nope}"), 5, 26, "services.s.credential.secret", `undefined secret "nope" (no secrets are defined)`},
+		{
+			"undefined secret listed", lines("secrets:", "  b: {env: B}", "  a: {file: /a}", "services:", "  s:", "    upstream: https://a.example", "    credential:", "      secret: github", "    operations: [GET /]"),
+			8, 15, "services.s.credential.secret", `undefined secret "github" (defined secrets: a, b)`,
+		},
+		{"undefined service", tool("    services: [nope]"), 3, 16, "tools.t.services[0]", `undefined service "nope" (no services are defined)`},
+		{
+			"undefined service listed", lines("tools:", "  t:", "    services: [zz, a, nope]", "services:", "  zz: {upstream: https://a.example, credential: {secret: k}, operations: [GET /]}", "  a: {upstream: https://a.example, credential: {secret: k}, operations: [GET /]}", "secrets: {k: {env: K}}"),
+			3, 23, "tools.t.services[2]", `undefined service "nope" (defined services: a, zz)`,
+		},
+		{"tool services twice", tool("    services: [a, b, a]"), 3, 22, "tools.t.services[2]", `"a" is listed twice (first at index 0)`},
+		{"tool services scalar", tool("    services: a"), 3, 15, "tools.t.services", `expected a list, got "a"`},
+		{"tool services item list", tool("    services: [[a]]"), 3, 16, "tools.t.services[0]", "expected a string, got a list"},
+		{
+			"service env conflict", lines("tools:", "  t:", "    env: {Y: 1}", "    services: [a, b]", "services:",
+				"  a: {upstream: https://a.example, credential: {secret: k}, operations: [GET /], env: {X: 1, Y: 1}}",
+				"  b: {upstream: https://b.example, credential: {secret: k}, operations: [GET /], env: {Y: 2, X: 2}}",
+				"secrets: {k: {env: K}}"),
+			4, 19, "tools.t.services[1]", `services "a" and "b" both set environment variable X; set it in the tool's env to choose its value`,
+		},
+		{
+			"service env url conflict", lines("tools:", "  t:", "    services: [a, b]", "services:",
+				`  a: {upstream: https://a.example, credential: {secret: k}, operations: [GET /], env: {U: "{url}"}}`,
+				`  b: {upstream: https://b.example, credential: {secret: k}, operations: [GET /], env: {U: "{url}"}}`,
+				"secrets: {k: {env: K}}"),
+			3, 19, "tools.t.services[1]", `services "a" and "b" both set environment variable U`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

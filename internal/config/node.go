@@ -37,6 +37,9 @@ var standardTags = map[string]yaml.Kind{
 type parser struct {
 	file  string
 	nodes int // nodes seen by checkTree
+	// Names used before the whole file is read, checked by checkRefs.
+	secretRefs  []secretRef
+	serviceRefs []serviceRefs
 }
 
 // errAt returns an *Error located at n.

@@ -14,13 +14,14 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "workdir"}
+	topKeys     = []string{"secrets", "services", "tools"}
+	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "services", "workdir"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "ports", "private"}
 	networkKeys = []string{"bytes", "connections", "dns_rate"}
 )
 
-// maxPath is the longest workdir accepted, PATH_MAX less the NUL.
+// maxPath is the longest path accepted, PATH_MAX less the NUL.
 const maxPath = 4095
 
 // validToolName reports whether name is 1-64 letters, digits, '_' and '-',
@@ -74,9 +75,11 @@ func (p *parser) tool(tf field) (*Tool, error) {
 		case "image":
 			t.Image, err = p.image(f.val, sub)
 		case "workdir":
-			t.Workdir, err = p.workdir(f.val, sub)
+			t.Workdir, err = p.absPath(f.val, sub)
 		case "env":
 			t.Env, err = p.env(f.val, sub)
+		case "services":
+			t.Services, err = p.toolServices(t, f.val, sub)
 		case "limits":
 			t.Limits, err = p.limits(f, sub)
 		case "egress":
@@ -103,10 +106,11 @@ func (p *parser) image(n *yaml.Node, at string) (string, error) {
 	return s, nil
 }
 
-// workdir parses workdir: an absolute path without ".", ".." or empty
-// elements. Requiring the clean form means the path means what it says;
-// nothing downstream has to resolve "..".
-func (p *parser) workdir(n *yaml.Node, at string) (string, error) {
+// absPath parses an absolute path without ".", ".." or empty elements
+// (workdir, a secret's file, a service's ca). Requiring the clean form
+// means the path means what it says; nothing downstream has to resolve
+// "..".
+func (p *parser) absPath(n *yaml.Node, at string) (string, error) {
 	s, err := p.str(n, at)
 	if err != nil {
 		return "", err
@@ -122,13 +126,28 @@ func (p *parser) workdir(n *yaml.Node, at string) (string, error) {
 	return s, nil
 }
 
-// env parses env: a mapping of names to string values, kept in file order.
+// env parses a tool's env as "NAME=value" entries in file order.
 func (p *parser) env(n *yaml.Node, at string) ([]string, error) {
-	fs, err := p.fields(n, at, "a mapping of NAME: value", nil)
+	vars, err := p.envVars(n, at, nil)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
+	for _, v := range vars {
+		out = append(out, v.Name+"="+v.Value)
+	}
+	return out, nil
+}
+
+// envVars parses a mapping of environment variable names to string
+// values, kept in file order. check, if not nil, vets each value and
+// returns what is wrong with it, or "".
+func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]EnvVar, error) {
+	fs, err := p.fields(n, at, "a mapping of NAME: value", nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []EnvVar
 	for _, f := range fs {
 		sub := join(at, f.name)
 		if !validEnvName(f.name) {
@@ -138,7 +157,12 @@ func (p *parser) env(n *yaml.Node, at string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, f.name+"="+v)
+		if check != nil {
+			if problem := check(v); problem != "" {
+				return nil, p.errAt(f.val, sub, "%s", problem)
+			}
+		}
+		out = append(out, EnvVar{Name: f.name, Value: v})
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/ipclass"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -41,7 +42,7 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	if !dec.Allow {
 		return out, dec, nil
 	}
-	addrs, dec := g.addresses(ctx, d, host)
+	addrs, dec := g.dialer.Addresses(ctx, d, host)
 	if !dec.Allow {
 		return out, dec, nil
 	}
@@ -55,7 +56,54 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 		g.active.Add(-1)
 		return out, Decision{Reason: fmt.Sprintf("byte limit of %d reached", g.cfg.Limits.Bytes)}, errCapped
 	}
-	dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
+	c, ap, err := g.dialer.DialAddrs(ctx, addrs, port)
+	if err != nil {
+		g.active.Add(-1)
+		return out, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, errUnreachable
+	}
+	return outbound{conn: c, addr: ap}, Decision{Allow: true}, nil
+}
+
+// release returns a connection slot taken by a successful dial.
+func (g *Gateway) release() { g.active.Add(-1) }
+
+// Dialer makes airlock's outbound connections: it resolves a destination
+// on the host, keeps only the addresses the destination may reach, and
+// dials exactly those. The egress gateway and the credential broker share
+// it, so both apply the same address checks.
+type Dialer struct {
+	// Resolver resolves names that are not pinned; nil is the host's.
+	Resolver Resolver
+	// Timeout bounds one lookup and one dial; 0 means 10s.
+	Timeout time.Duration
+}
+
+func (d *Dialer) timeout() time.Duration {
+	if d.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return d.Timeout
+}
+
+// Dial checks host:port against destination dest (which the caller has
+// already matched) and connects to the first address that passes and
+// answers. It returns the address dialed, or a denial, or (with an
+// allowing decision) the dial error.
+func (d *Dialer) Dial(ctx context.Context, dest *policy.Destination, host string, port uint16) (net.Conn, netip.AddrPort, Decision, error) {
+	addrs, dec := d.Addresses(ctx, dest, host)
+	if !dec.Allow {
+		return nil, netip.AddrPort{}, dec, nil
+	}
+	c, ap, err := d.DialAddrs(ctx, addrs, port)
+	if err != nil {
+		return nil, netip.AddrPort{}, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, err
+	}
+	return c, ap, Decision{Allow: true}, nil
+}
+
+// DialAddrs dials addrs in order on port and returns the first connection.
+func (d *Dialer) DialAddrs(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, netip.AddrPort, error) {
+	dctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	d0 := net.Dialer{KeepAlive: -1} // connections end with the sandbox
 	var last error
@@ -66,35 +114,38 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 		// differently.
 		c, err := d0.DialContext(dctx, "tcp", ap.String())
 		if err == nil {
-			return outbound{conn: c, addr: ap}, Decision{Allow: true}, nil
+			return c, ap, nil
 		}
 		last = err
 	}
-	g.active.Add(-1)
-	return out, Decision{Allow: true, Reason: "connect failed: " + dialReason(last)}, errUnreachable
+	if last == nil {
+		last = errors.New("no address")
+	}
+	return nil, netip.AddrPort{}, last
 }
 
-// release returns a connection slot taken by a successful dial.
-func (g *Gateway) release() { g.active.Add(-1) }
-
-// addresses returns the addresses of destination d that may be dialed for
-// host, or a denial naming the first refused one.
-func (g *Gateway) addresses(ctx context.Context, d *policy.Destination, host string) ([]netip.Addr, Decision) {
+// Addresses returns the addresses of destination dest that may be dialed
+// for host, or a denial naming the first refused one.
+func (d *Dialer) Addresses(ctx context.Context, dest *policy.Destination, host string) ([]netip.Addr, Decision) {
 	var cands []netip.Addr
 	switch {
-	case d.Prefix.IsValid():
+	case dest.Prefix.IsValid():
 		a, ok, err := ipclass.ParseHost(host)
 		if err != nil || !ok {
 			return nil, Decision{Reason: fmt.Sprintf("%q is not a valid address", host)}
 		}
 		cands = []netip.Addr{a}
-	case len(d.Addresses) > 0:
-		cands = d.Addresses
+	case len(dest.Addresses) > 0:
+		cands = dest.Addresses
 	default:
 		name := strings.TrimSuffix(strings.ToLower(host), ".")
-		rctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
+		rctx, cancel := context.WithTimeout(ctx, d.timeout())
 		defer cancel()
-		found, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", name)
+		res := d.Resolver
+		if res == nil {
+			res = net.DefaultResolver
+		}
+		found, err := res.LookupNetIP(rctx, "ip", name)
 		if err != nil || len(found) == 0 {
 			return nil, Decision{Reason: fmt.Sprintf("could not resolve %q", name)}
 		}
@@ -110,7 +161,7 @@ func (g *Gateway) addresses(ctx context.Context, d *policy.Destination, host str
 	for _, a := range cands {
 		// Every address is classified; a name that resolves to a public
 		// and a private address is dialed only at the public one.
-		dec := ipclass.Check(a, d.Private)
+		dec := ipclass.Check(a, dest.Private)
 		if dec.Allow {
 			ok = append(ok, a)
 		} else if first.Reason == "" {

@@ -91,6 +91,7 @@ type Config struct {
 // Gateway serves one sandbox's egress. Close it when the sandbox is done.
 type Gateway struct {
 	cfg     Config
+	dialer  *Dialer
 	ns      *os.File
 	ctx     context.Context // ends at Close
 	cancel  context.CancelFunc
@@ -130,9 +131,6 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(nil)
 	}
-	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver
-	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
@@ -141,6 +139,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	}
 	g := &Gateway{
 		cfg:      cfg,
+		dialer:   &Dialer{Resolver: cfg.Resolver, Timeout: cfg.DialTimeout},
 		ns:       ns,
 		closers:  make(map[io.Closer]struct{}),
 		names:    make(map[string]netip.Addr),
@@ -181,7 +180,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.track(proxyLn)
 	g.track(udp)
 	g.track(tcp)
-	proxyLn = &limitListener{Listener: proxyLn, tokens: g.inbound, done: g.ctx.Done()}
+	proxyLn = LimitListener(proxyLn, g.inbound, g.ctx.Done())
 
 	g.forward = g.newForwarder()
 	g.proxy = &http.Server{
@@ -217,8 +216,16 @@ func listen(network, addr string) (net.Listener, error) {
 // cap may be open, for requests that are refused or still being read.
 const inboundSlack = 64
 
-// limitListener holds a token from tokens for every accepted connection
-// until it is closed.
+// LimitListener wraps ln so that every accepted connection holds a token
+// from tokens until it is closed: at most cap(tokens) connections are
+// served at once (listeners sharing tokens share the bound), and the rest
+// wait in the listen backlog. Accept gives up when done is closed. Code in
+// a sandbox can open connections without end; this keeps the host's
+// goroutines and descriptors for them bounded.
+func LimitListener(ln net.Listener, tokens chan struct{}, done <-chan struct{}) net.Listener {
+	return &limitListener{Listener: ln, tokens: tokens, done: done}
+}
+
 type limitListener struct {
 	net.Listener
 	tokens chan struct{}

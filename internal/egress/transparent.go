@@ -95,7 +95,7 @@ func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, erro
 		g.names[name] = addr
 		for i, ln := range lns {
 			g.closers[ln] = struct{}{}
-			lim := &limitListener{Listener: ln, tokens: g.inbound, done: g.ctx.Done()}
+			lim := LimitListener(ln, g.inbound, g.ctx.Done())
 			g.goServe(func() error { return g.acceptTransparent(lim, name, ports[i]) })
 		}
 		return addr, nil

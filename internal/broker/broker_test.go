@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// svcYAML is a config with one service "gh" on upstream u.
+func svcYAML(u *upstream, extra string) string {
+	return fmt.Sprintf(`
+secrets:
+  tok:
+    env: TEST_BROKER_SECRET
+services:
+  gh:
+    upstream: %s/api
+    addresses: [127.0.0.1]
+    private: true
+    credential: {secret: tok, template: "Bearer {secret}"}
+    env:
+      GH_URL: "{url}"
+      GH_TOKEN: airlock-brokered
+    operations:
+      - GET /repos/{owner}/{repo}/issues
+      - method: GET
+        path: /repos/{owner}/{repo}
+        query: [state]
+      - method: POST
+        path: /repos/{owner}/{repo}/issues
+        max_request: 1KiB
+      - method: GET
+        path: /limited
+        rate: 3
+      - GET /leak
+      - method: GET
+        path: /redirect
+        query: [to]
+      - method: GET
+        path: /big
+        max_response: 1MiB
+      - GET /gzip
+%s
+tools:
+  t:
+    services: [gh]
+`, strings.Replace(u.srv.URL, "127.0.0.1", "upstream.test", 1), extra)
+}
+
+func TestAllowedCallGetsCredential(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	req, _ := http.NewRequest("GET", URL+"/gh/repos/octo/hello/issues", nil)
+	// Whatever the caller sends as a credential never goes upstream.
+	req.Header.Set("Authorization", "Bearer stolen")
+	req.Header.Set("Cookie", "session=stolen")
+	req.Header.Set("X-Api-Key", "stolen")
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	resp, err := f.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d %s", resp.StatusCode, body)
+	}
+	got := u.last()
+	if got.Path != "/api/repos/octo/hello/issues" || got.Header.Get("Authorization") != "Bearer "+secret {
+		t.Fatalf("upstream saw %s %q", got.Path, got.Header.Get("Authorization"))
+	}
+	for _, h := range []string{"Cookie", "X-Api-Key"} {
+		if v := got.Header.Get(h); v != "" {
+			t.Errorf("caller's %s reached the upstream: %q", h, v)
+		}
+	}
+	if got.Header.Get("X-Github-Api-Version") != "2022-11-28" {
+		t.Errorf("ordinary header dropped")
+	}
+	if resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("upstream cookie reached the sandbox")
+	}
+	if strings.Contains(string(body), secret) {
+		t.Fatalf("response holds the secret: %s", body)
+	}
+	ev := f.lastEvent(t, 1)
+	if !ev.Allow || ev.Service != "gh" || ev.Operation != "GET /repos/{owner}/{repo}/issues" || ev.Path != "/repos/octo/hello/issues" || ev.Status != 200 || !ev.Upstream || ev.BytesIn == 0 || ev.Sandbox != "sb1" || ev.Tool != "t" {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+func TestEnv(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	env, err := f.b.Env()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"AIRLOCK_BROKER_URL=" + URL, "GH_URL=" + URL + "/gh", "GH_TOKEN=airlock-brokered"}
+	if strings.Join(env, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %q, want %q", env, want)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	big := strings.Repeat("x", 2048)
+	tests := []struct {
+		name   string
+		req    string
+		status int
+		reason string
+	}{
+		{"unlisted operation", "DELETE /gh/repos/o/r HTTP/1.1\r\nHost: b\r\n\r\n", 403, "no operation matches DELETE /repos/o/r"},
+		{"unlisted path", "GET /gh/admin HTTP/1.1\r\nHost: b\r\n\r\n", 403, "no operation"},
+		{"unknown service", "GET /aws/x HTTP/1.1\r\nHost: b\r\n\r\n", 403, "no service"},
+		{"no service", "GET / HTTP/1.1\r\nHost: b\r\n\r\n", 404, "name a service"},
+		{"dot dot", "GET /gh/repos/o/r/../../admin HTTP/1.1\r\nHost: b\r\n\r\n", 400, ".."},
+		{"encoded dot dot", "GET /gh/repos/o/%2e%2e/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"mixed encoded dot", "GET /gh/repos/o/.%2E/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"encoded slash", "GET /gh/repos/o%2Fx/r/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"double slash", "GET /gh//repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"backslash", "GET /gh/repos/o\\r/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"encoded nul", "GET /gh/repos/o%00/r/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, ""},
+		{"absolute form", "GET http://127.0.0.3/gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n", 400, "absolute"},
+		{"method override", "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nX-HTTP-Method-Override: DELETE\r\n\r\n", 400, "override"},
+		{"unlisted query", "GET /gh/repos/o/r?admin=1 HTTP/1.1\r\nHost: b\r\n\r\n", 403, `query parameter "admin"`},
+		{"oversized body", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Length: 2048\r\n\r\n" + big, 413, "cap"},
+		{"oversized chunked body", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + big + "\r\n0\r\n\r\n", 413, "cap"},
+		{"wrong content type", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi", 415, "content type"},
+		{"compressed answer", "GET /gh/gzip HTTP/1.1\r\nHost: b\r\n\r\n", 502, "encoding"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := u.hits.Load()
+			resp, body := f.raw(t, tt.req)
+			if resp.StatusCode != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock broker") {
+				t.Fatalf("got %d %q, want %d mentioning %q", resp.StatusCode, body, tt.status, tt.reason)
+			}
+			ev := f.lastEvent(t, i+1)
+			if ev.Allow || ev.Status != tt.status || ev.Reason == "" {
+				t.Fatalf("event %+v", ev)
+			}
+			// Only the compressed answer reached the upstream (it was
+			// refused on the way back).
+			if reached := u.hits.Load() > before; reached != (tt.status == 502) {
+				t.Fatalf("upstream reached: %v", reached)
+			}
+		})
+	}
+}
+
+func TestRate(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	var codes []int
+	for range 5 {
+		resp, _ := f.raw(t, "GET /gh/limited HTTP/1.1\r\nHost: b\r\n\r\n")
+		codes = append(codes, resp.StatusCode)
+	}
+	want := []int{200, 200, 200, 429, 429}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", codes, want)
+	}
+	if ev := f.lastEvent(t, 5); ev.Allow || !strings.Contains(ev.Reason, "rate of 3") {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	u := newUpstream(t, false)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the other host was contacted: %s %s (Authorization %q)", r.Method, r.URL, r.Header.Get("Authorization"))
+	}))
+	defer other.Close()
+	f := attach(t, svcYAML(u, ""))
+	resp, err := f.client().Get(URL + "/gh/redirect?to=" + other.URL + "/steal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != other.URL+"/steal" {
+		t.Fatalf("got %d Location %q; want the redirect itself", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if ev := f.lastEvent(t, 1); !ev.Allow || ev.Status != http.StatusFound {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+func TestSecretRedacted(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	resp, err := f.client().Get(URL + "/gh/leak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	all := string(body) + fmt.Sprint(resp.Header)
+	for _, form := range []string{secret, queryEscape(secret), b64(secret)} {
+		if strings.Contains(all, form) {
+			t.Errorf("answer holds the secret as %q:\n%s", form, all)
+		}
+	}
+	if !strings.Contains(string(body), "plain=[REDACTED]") || resp.Header.Get("X-Echo") != "[REDACTED]" {
+		t.Fatalf("got %q, X-Echo %q", body, resp.Header.Get("X-Echo"))
+	}
+}
+
+func TestResponseCut(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	resp, err := f.client().Get(URL + "/gh/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, rerr := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if rerr == nil || n > 1<<20 {
+		t.Fatalf("read %d bytes, error %v; want a cut at 1 MiB", n, rerr)
+	}
+	if ev := f.lastEvent(t, 1); !strings.Contains(ev.Reason, "cut") {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+func TestUpstreamAddressChecks(t *testing.T) {
+	u := newUpstream(t, false)
+	// Without private: true, a loopback upstream is refused at dial time.
+	yaml := strings.Replace(svcYAML(u, ""), "    addresses: [127.0.0.1]\n    private: true\n", "", 1)
+	yaml = strings.Replace(yaml, "upstream.test", "localhost", 1)
+	f := attach(t, yaml)
+	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n")
+	if resp.StatusCode != 502 || !strings.Contains(body, "loopback") {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if u.hits.Load() != 0 {
+		t.Fatal("upstream reached")
+	}
+}
+
+func TestHTTPSUpstreamWithCA(t *testing.T) {
+	u := newUpstream(t, true)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pemOf(u.srv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(svcYAML(u, ""), "    private: true\n", "    private: true\n    ca: "+ca+"\n", 1)
+	// httptest's certificate is for example.com.
+	yaml = strings.Replace(yaml, "https://upstream.test", "https://example.com", 1)
+	f := attach(t, yaml)
+	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n")
+	if resp.StatusCode != 200 || u.last().Header.Get("Authorization") != "Bearer "+secret {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,109 @@
+package broker
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+)
+
+// operation is a declared operation with its own rate limiter.
+type operation struct {
+	cfg     *config.Operation
+	limiter *limiter
+}
+
+func newOperation(cfg *config.Operation) *operation {
+	return &operation{cfg: cfg, limiter: newLimiter(cfg.Rate)}
+}
+
+// name is the operation as configured, for events and refusals.
+func (o *operation) name() string { return o.cfg.Template.Method + " " + o.cfg.Template.Path }
+
+// match returns the first operation of s matching method and segs.
+func (s *service) match(method string, segs []string) *operation {
+	for _, o := range s.ops {
+		if _, ok := o.cfg.Template.Match(method, segs); ok {
+			return o
+		}
+	}
+	return nil
+}
+
+// checkQuery allows only the query parameters the operation lists, and
+// returns the query re-encoded canonically: what goes upstream is what was
+// checked, not the caller's spelling of it.
+func (o *operation) checkQuery(raw string) (string, string) {
+	if raw == "" {
+		return "", ""
+	}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", "malformed query string"
+	}
+	for k := range vals {
+		if !slices.Contains(o.cfg.Query, k) {
+			allowed := "none"
+			if len(o.cfg.Query) > 0 {
+				allowed = fmt.Sprint(o.cfg.Query)
+			}
+			return "", fmt.Sprintf("query parameter %s is not allowed for %s (allowed: %s)", strconv.Quote(shorten(k)), o.name(), allowed)
+		}
+	}
+	return vals.Encode(), ""
+}
+
+// checkBody enforces the request's content type and declared size.
+func (o *operation) checkBody(r *http.Request) (int, string) {
+	if r.ContentLength > o.cfg.MaxRequest {
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, o.cfg.MaxRequest)
+	}
+	if r.ContentLength <= 0 { // none, or chunked: checked once read
+		return 0, ""
+	}
+	return o.checkBodyType(r.Header.Get("Content-Type"))
+}
+
+// checkBodyType allows only the media types the operation lists.
+func (o *operation) checkBodyType(contentType string) (int, string) {
+	mt := mediaType(contentType)
+	if len(o.cfg.ContentTypes) > 0 && !slices.Contains(o.cfg.ContentTypes, mt) {
+		return http.StatusUnsupportedMediaType, fmt.Sprintf("content type %s is not allowed for %s (allowed: %v)", strconv.Quote(shorten(contentType)), o.name(), o.cfg.ContentTypes)
+	}
+	return 0, ""
+}
+
+// limiter is a token bucket of perMinute calls, refilled continuously.
+type limiter struct {
+	mu     sync.Mutex
+	tokens float64
+	max    float64
+	rate   float64 // tokens per second
+	last   time.Time
+}
+
+func newLimiter(perMinute int) *limiter {
+	if perMinute <= 0 {
+		perMinute = 60
+	}
+	return &limiter{tokens: float64(perMinute), max: float64(perMinute), rate: float64(perMinute) / 60}
+}
+
+func (l *limiter) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() {
+		l.tokens = min(l.max, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	}
+	l.last = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}

@@ -1,0 +1,134 @@
+package redact
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/url"
+	"slices"
+)
+
+const (
+	// minCoreChars is the shortest base64 core kept. A core is an
+	// unanchored run of base64 characters; a short one (say 4 characters,
+	// 24 bits) would turn up by chance in large base64 payloads such as
+	// images and corrupt them, while 8 characters carry 48 bits of the
+	// secret.
+	minCoreChars = 8
+
+	// minCoreSecret is the shortest secret that gets cores. A 5-byte
+	// secret has at most 6 characters that depend on it alone, fewer than
+	// minCoreChars, so the cores would all be dropped anyway; the explicit
+	// bound keeps that rule visible.
+	minCoreSecret = 6
+)
+
+// formsOf returns the byte strings to redact for one non-empty secret, in no
+// particular order and possibly with duplicates.
+func formsOf(s string) []string {
+	forms := []string{s}
+
+	// URL encodings. An upstream that puts the secret into a Location
+	// header or a link escapes it; some escapers use lower-case hex.
+	for _, e := range []string{url.QueryEscape(s), url.PathEscape(s), percentAll(s)} {
+		forms = append(forms, e, lowerHex(e))
+	}
+
+	// Whole base64 encodings, for an upstream that echoes an encoded
+	// header or stores the token encoded in a JSON field.
+	for _, enc := range []*base64.Encoding{
+		base64.StdEncoding, base64.URLEncoding,
+		base64.RawStdEncoding, base64.RawURLEncoding,
+	} {
+		forms = append(forms, enc.EncodeToString([]byte(s)))
+	}
+
+	// Base64 cores: the secret inside a longer encoded value ("user:" +
+	// secret in HTTP Basic, a JSON document encoded as a whole) is
+	// encoded at one of three alignments and its first and last
+	// characters mix with the neighbouring bytes, so the whole encodings
+	// above do not appear. The characters that depend on the secret alone
+	// do, and redacting them leaves at most a few bits of the secret at
+	// each end.
+	if len(s) >= minCoreSecret {
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			for k := range 3 {
+				if c := core(enc, s, k); len(c) >= minCoreChars {
+					forms = append(forms, c)
+				}
+			}
+		}
+	}
+	return forms
+}
+
+// core returns the characters of enc's encoding of k filler bytes followed
+// by s that depend only on bytes of s. Character i of an encoding stands
+// for bits [6i, 6i+6) of the input, so it is kept when those bits lie within
+// s, that is within [8k, 8(k+len(s))).
+func core(enc *base64.Encoding, s string, k int) string {
+	in := make([]byte, k+len(s))
+	copy(in[k:], s)
+	e := enc.EncodeToString(in)
+	first := (8*k + 5) / 6       // first character with no filler bit
+	last := 8 * (k + len(s)) / 6 // characters [first, last) lie wholly within s
+	if last <= first {
+		return ""
+	}
+	return e[first:last]
+}
+
+// percentAll returns s with every byte percent-encoded in upper-case hex.
+func percentAll(s string) string {
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, 3*len(s))
+	for i := 0; i < len(s); i++ {
+		b = append(b, '%', hex[s[i]>>4], hex[s[i]&15])
+	}
+	return string(b)
+}
+
+// lowerHex returns a percent-encoded string with the hex digits of each
+// escape in lower case. Only escapes are touched: every '%' in an escaper's
+// output starts one, since a literal '%' is itself escaped as "%25".
+func lowerHex(e string) string {
+	b := []byte(e)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1] = toLower(b[i+1])
+			b[i+2] = toLower(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func toLower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// collect returns the distinct forms of all non-empty secrets, longest
+// first and, among equal lengths, in byte order so the result does not
+// depend on the order of the secrets.
+func collect(secrets []string) [][]byte {
+	var all [][]byte
+	for _, s := range secrets {
+		if s == "" {
+			// An empty form would match everywhere and redact
+			// everything.
+			continue
+		}
+		for _, f := range formsOf(s) {
+			all = append(all, []byte(f))
+		}
+	}
+	slices.SortFunc(all, func(a, b []byte) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return bytes.Compare(a, b)
+	})
+	return slices.CompactFunc(all, bytes.Equal)
+}
