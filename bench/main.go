@@ -7,7 +7,8 @@
 //   - throughput: fresh sandboxes per second with 4 concurrent workers;
 //   - idle footprint: host memory held by one created, waiting sandbox;
 //   - egress: a request through the sandbox's proxy vs direct, bulk
-//     throughput, and many connections held at once.
+//     throughput, and many connections held at once;
+//   - broker: a brokered call vs a direct one to the same upstream.
 //
 // It needs root. Run it with `go run ./bench`.
 package main
@@ -39,7 +40,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, idle or egress")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, idle, egress or broker")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
 	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
@@ -98,9 +99,14 @@ func run(only string, n, inproc int, tput time.Duration, idle int, eg egressArgs
 		if err := egressBench(eg.n, eg.size, eg.conns); err != nil {
 			return err
 		}
-		if only == "egress" {
-			return nil
+	}
+	if want("broker") {
+		if err := brokerBench(eg.n); err != nil {
+			return err
 		}
+	}
+	if only == "egress" || only == "broker" {
+		return nil
 	}
 	ctx := context.Background()
 	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"})
