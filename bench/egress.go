@@ -77,18 +77,7 @@ func egressBench(n int, size int64, conns int) error {
 	// The HTTP client dials on goroutines of its own; its dials are
 	// handed to the thread inside the namespace.
 	proxyClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: http.ProxyURL(proxyURL), DialContext: inside.dial}}
-	get := func(c *http.Client, u string) error {
-		resp, err := c.Get(u)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("GET %s: %s", u, resp.Status)
-		}
-		return err
-	}
+	get := func(c *http.Client, u string) error { return fetch(c, u, nil) }
 
 	// Latency: one fresh connection per request both ways, interleaved.
 	d := series{name: "direct"}
@@ -301,4 +290,26 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%d GiB", n>>30)
 	}
 	return fmt.Sprintf("%d MiB", n>>20)
+}
+
+// fetch GETs u with the given headers and reads the whole answer, which
+// must be 200.
+func fetch(c *http.Client, u string, h http.Header) error {
+	req, err := http.NewRequest("GET", u, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return err
 }
