@@ -5,6 +5,7 @@
 //     util-linux unshare, interleaved so they see the same machine;
 //   - in process: create a sandbox, run /bin/true, destroy it;
 //   - throughput: fresh sandboxes per second with 4 concurrent workers;
+//   - warm pool: claim → run → result from a warm pool vs a cold create;
 //   - idle footprint: host memory held by one created, waiting sandbox;
 //   - egress: a request through the sandbox's proxy vs direct, bulk
 //     throughput, and many connections held at once;
@@ -40,7 +41,8 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, idle, egress or broker")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, egress or broker")
+	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
 	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
@@ -55,7 +57,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*only, *n, *inproc, *tput, *idle, egressArgs{*egressN, *egressSize, *egressConns}); err != nil {
+	if err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -82,7 +84,7 @@ type egressArgs struct {
 	conns int
 }
 
-func run(only string, n, inproc int, tput time.Duration, idle int, eg egressArgs) error {
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -137,6 +139,11 @@ func run(only string, n, inproc int, tput time.Duration, idle int, eg egressArgs
 	}
 	if want("throughput") {
 		if err := throughput(one, tput); err != nil {
+			return err
+		}
+	}
+	if want("pool") {
+		if err := poolBench(ctx, rt, lim, pooled); err != nil {
 			return err
 		}
 	}

@@ -325,3 +325,7 @@ func (s *Sandbox) initDiagnostics() string {
 	}
 	return ": init said: " + string(b[:n])
 }
+
+// Done is closed when the sandbox's init has exited: the sandbox can run
+// nothing more and only Destroy remains.
+func (s *Sandbox) Done() <-chan struct{} { return s.exited }

@@ -1,0 +1,298 @@
+// Package pool keeps fresh sandboxes of one profile warm, so that a run
+// claims one instead of waiting for it to be built. A sandbox is handed out
+// once and never comes back: the caller destroys it after use, and the
+// pool builds a replacement in the background (reset by replacement, never
+// by cleanup). Policy that differs per caller (egress destinations, broker
+// services) is attached after the claim, so a warm sandbox serves any
+// caller of its profile.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// ErrClosed is returned by Claim once the pool is closing.
+var ErrClosed = errors.New("pool: closed")
+
+// Creator builds sandboxes; *sandbox.Runtime is one.
+type Creator interface {
+	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
+}
+
+// Config describes one pool.
+type Config struct {
+	// Name is the profile's name, for stats and logs.
+	Name string
+	// Spec is what every sandbox of the pool is built from.
+	Spec sandbox.Spec
+	// Warm is how many sandboxes are kept ready. 0 keeps none: every
+	// claim creates one.
+	Warm int
+	// RetryMin and RetryMax bound the pause after a failed create
+	// (doubling from min to max); 0 means 100ms and 30s.
+	RetryMin, RetryMax time.Duration
+	// Logger receives the pool's diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Stats are a pool's counters since it was made.
+type Stats struct {
+	Name string `json:"name"`
+	// Warm is the target; Idle how many are ready now.
+	Warm int `json:"warm"`
+	Idle int `json:"idle"`
+	// Hits were claims served warm, Misses claims that created a sandbox
+	// on the spot.
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
+	// Created counts sandboxes the replenisher built; CreateFailures its
+	// failed attempts.
+	Created        int64 `json:"created"`
+	CreateFailures int64 `json:"create_failures"`
+	// Discarded counts ready sandboxes found dead and destroyed unused.
+	Discarded int64 `json:"discarded"`
+	// ClaimNanos is the total time claims took (hits and misses).
+	ClaimNanos int64 `json:"claim_ns"`
+}
+
+// Pool keeps sandboxes of one profile warm. Its methods are safe for
+// concurrent use.
+type Pool struct {
+	cfg    Config
+	rt     Creator
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the replenisher has stopped
+	wake   chan struct{}
+
+	hits, misses, created, failures, discarded, claimNanos atomic.Int64
+
+	mu     sync.Mutex
+	idle   []*sandbox.Sandbox // oldest first
+	closed bool
+}
+
+// New starts a pool that fills itself to cfg.Warm in the background.
+func New(rt Creator, cfg Config) *Pool {
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(30*time.Second, cfg.RetryMin)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{cfg: cfg, rt: rt, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	go p.replenish()
+	return p
+}
+
+// Claim hands out a sandbox for one use. It is warm (hit) when the pool
+// had one ready, else created now (a miss). The caller owns it and must
+// Destroy it; it never returns to the pool.
+func (p *Pool) Claim(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err error) {
+	start := time.Now()
+	defer func() { p.claimNanos.Add(int64(time.Since(start))) }()
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, false, ErrClosed
+		}
+		if len(p.idle) == 0 {
+			p.mu.Unlock()
+			break
+		}
+		sb = p.idle[0]
+		p.idle = p.idle[1:]
+		p.mu.Unlock()
+		p.kick()
+		if alive(sb) {
+			p.hits.Add(1)
+			return sb, true, nil
+		}
+		p.discard(sb)
+	}
+	p.misses.Add(1)
+	p.kick()
+	sb, err = p.rt.Create(ctx, p.cfg.Spec)
+	if err != nil {
+		return nil, false, fmt.Errorf("pool %s: create: %w", p.cfg.Name, err)
+	}
+	return sb, false, nil
+}
+
+// alive reports whether sb's init is still there to run commands.
+func alive(sb *sandbox.Sandbox) bool {
+	select {
+	case <-sb.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// discard destroys a ready sandbox that died unused.
+func (p *Pool) discard(sb *sandbox.Sandbox) {
+	p.discarded.Add(1)
+	if err := sb.Destroy(context.Background()); err != nil {
+		p.cfg.Logger.Warn("pool: destroy dead sandbox", "pool", p.cfg.Name, "sandbox", sb.ID(), "err", err)
+	}
+}
+
+// kick wakes the replenisher.
+func (p *Pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// replenish keeps the pool at its target until Close. Sandboxes are built
+// one at a time, which bounds the CPU a refill takes from running work;
+// failures back off so a broken host is not hammered.
+func (p *Pool) replenish() {
+	defer close(p.done)
+	retry := p.cfg.RetryMin
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
+		p.dropDead()
+		if p.need() {
+			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
+			if err != nil {
+				if p.ctx.Err() != nil {
+					return
+				}
+				p.failures.Add(1)
+				p.cfg.Logger.Warn("pool: create failed", "pool", p.cfg.Name, "err", err, "retry_in", retry)
+				select {
+				case <-time.After(retry):
+				case <-p.ctx.Done():
+					return
+				}
+				retry = min(2*retry, p.cfg.RetryMax)
+				continue
+			}
+			retry = p.cfg.RetryMin
+			p.created.Add(1)
+			if !p.put(sb) {
+				p.destroy(sb)
+				return
+			}
+			continue
+		}
+		select {
+		case <-p.wake:
+		case <-check.C:
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+func (p *Pool) need() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && len(p.idle) < p.cfg.Warm
+}
+
+// put adds a fresh sandbox; false when the pool closed meanwhile.
+func (p *Pool) put(sb *sandbox.Sandbox) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.idle = append(p.idle, sb)
+	return true
+}
+
+// dropDead destroys ready sandboxes whose init died while waiting.
+func (p *Pool) dropDead() {
+	p.mu.Lock()
+	var dead []*sandbox.Sandbox
+	live := p.idle[:0]
+	for _, sb := range p.idle {
+		if alive(sb) {
+			live = append(live, sb)
+		} else {
+			dead = append(dead, sb)
+		}
+	}
+	p.idle = live
+	p.mu.Unlock()
+	for _, sb := range dead {
+		p.discard(sb)
+	}
+}
+
+func (p *Pool) destroy(sb *sandbox.Sandbox) {
+	if err := sb.Destroy(context.Background()); err != nil {
+		p.cfg.Logger.Warn("pool: destroy", "pool", p.cfg.Name, "sandbox", sb.ID(), "err", err)
+	}
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	idle := len(p.idle)
+	p.mu.Unlock()
+	return Stats{
+		Name:           p.cfg.Name,
+		Warm:           p.cfg.Warm,
+		Idle:           idle,
+		Hits:           p.hits.Load(),
+		Misses:         p.misses.Load(),
+		Created:        p.created.Load(),
+		CreateFailures: p.failures.Load(),
+		Discarded:      p.discarded.Load(),
+		ClaimNanos:     p.claimNanos.Load(),
+	}
+}
+
+// Close stops replenishing and destroys every ready sandbox. Sandboxes
+// already claimed are their callers' to destroy.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	p.cancel()
+	var errs []error
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("pool %s: replenisher did not stop: %w", p.cfg.Name, ctx.Err()))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sb := range idle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,242 @@
+package pool
+
+import (
+	"context"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// Sandboxes re-execute the test binary as their init.
+	if code, ok := sandbox.Child(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	testStateDir = "/run/airlock-test-pool"
+	testCgroup   = "/airlock-test-pool"
+)
+
+var (
+	rtOnce sync.Once
+	rtVal  *sandbox.Runtime
+	rtErr  error
+)
+
+func runtimeFor(t *testing.T) *sandbox.Runtime {
+	t.Helper()
+	testutil.RequireRoot(t)
+	rtOnce.Do(func() {
+		rtVal, rtErr = sandbox.New(context.Background(), sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup})
+	})
+	if rtErr != nil {
+		t.Fatal(rtErr)
+	}
+	return rtVal
+}
+
+func spec() sandbox.Spec {
+	l := sandbox.DefaultLimits()
+	l.Memory, l.Pids = 64<<20, 32
+	return sandbox.Spec{Limits: l}
+}
+
+// waitIdle waits until the pool holds n ready sandboxes.
+func waitIdle(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Stats().Idle != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never reached %d idle: %+v", n, p.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// cgroups lists the sandboxes' cgroups under the test parent (v1 pids
+// hierarchy), to check from the host that nothing is left.
+func cgroups(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/sys/fs/cgroup/pids" + testCgroup)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		t.Skipf("cannot list cgroups: %v", err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	return dirs
+}
+
+func closePool(t *testing.T, p *Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClaimWarmReplacedNeverReused(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "t", Spec: spec(), Warm: 2})
+	defer closePool(t, p)
+	waitIdle(t, p, 2)
+	seen := map[string]bool{}
+	for i := range 5 {
+		sb, warm, err := p.Claim(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[sb.ID()] {
+			t.Fatalf("sandbox %s handed out twice", sb.ID())
+		}
+		seen[sb.ID()] = true
+		r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/true"}})
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("claim %d (warm %v): %+v", i, warm, r)
+		}
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// The replacement comes in the background.
+		waitIdle(t, p, 2)
+	}
+	st := p.Stats()
+	if st.Hits != 5 || st.Misses != 0 || st.Created != 7 {
+		t.Fatalf("stats %+v; want 5 hits, 0 misses, 7 created", st)
+	}
+}
+
+func TestColdWhenEmpty(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "cold", Spec: spec(), Warm: 0})
+	defer closePool(t, p)
+	sb, warm, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	if warm {
+		t.Fatal("an empty pool claimed warm")
+	}
+	if st := p.Stats(); st.Misses != 1 || st.Hits != 0 || st.Idle != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDeadIdleDiscarded(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "dead", Spec: spec(), Warm: 1})
+	defer closePool(t, p)
+	waitIdle(t, p, 1)
+	p.mu.Lock()
+	victim := p.idle[0]
+	p.mu.Unlock()
+	// Something outside kills the waiting init.
+	if err := syscall.Kill(victim.InitPid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.Done()
+	sb, _, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	if sb.ID() == victim.ID() {
+		t.Fatal("a dead sandbox was handed out")
+	}
+	if r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/true"}}); r.Outcome != result.Exited {
+		t.Fatalf("claimed sandbox: %+v", r)
+	}
+	if st := p.Stats(); st.Discarded != 1 {
+		t.Fatalf("stats %+v; want 1 discarded", st)
+	}
+}
+
+func TestCloseLeavesNothing(t *testing.T) {
+	rt := runtimeFor(t)
+	before := len(cgroups(t))
+	p := New(rt, Config{Name: "close", Spec: spec(), Warm: 3})
+	waitIdle(t, p, 3)
+	if got := len(cgroups(t)); got != before+3 {
+		t.Fatalf("%d cgroups with 3 idle, want %d", got, before+3)
+	}
+	closePool(t, p)
+	if got := len(cgroups(t)); got != before {
+		t.Fatalf("%d cgroups after Close, want %d", got, before)
+	}
+	if _, _, err := p.Claim(t.Context()); err != ErrClosed {
+		t.Fatalf("claim after close: %v", err)
+	}
+}
+
+// failing is a Creator that always fails, standing in for a broken host.
+type failing struct{}
+
+func (f *failing) Create(context.Context, sandbox.Spec) (*sandbox.Sandbox, error) {
+	return nil, context.DeadlineExceeded
+}
+
+var _ Creator = (*failing)(nil)
+
+func TestCreateFailuresBackOff(t *testing.T) {
+	p := New(&failing{}, Config{Name: "broken", Warm: 2, RetryMin: 20 * time.Millisecond, RetryMax: 80 * time.Millisecond})
+	time.Sleep(500 * time.Millisecond)
+	st := p.Stats()
+	// 20+40+80+80+80... ms: about 7 attempts in 500 ms, not thousands.
+	if st.CreateFailures < 2 || st.CreateFailures > 12 {
+		t.Fatalf("stats %+v; want a handful of failures with back-off", st)
+	}
+	if _, _, err := p.Claim(t.Context()); err == nil {
+		t.Fatal("claim succeeded on a broken host")
+	}
+	closePool(t, p)
+}
+
+func TestConcurrentClaims(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "many", Spec: spec(), Warm: 2})
+	defer closePool(t, p)
+	waitIdle(t, p, 2)
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, _, err := p.Claim(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			dup := ids[sb.ID()]
+			ids[sb.ID()] = true
+			mu.Unlock()
+			if dup {
+				t.Errorf("sandbox %s claimed twice", sb.ID())
+			}
+			sb.Destroy(context.Background())
+		}()
+	}
+	wg.Wait()
+	if st := p.Stats(); st.Hits+st.Misses != 6 {
+		t.Fatalf("stats %+v", st)
+	}
+}
