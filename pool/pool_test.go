@@ -62,11 +62,16 @@ func waitIdle(t *testing.T, p *Pool, n int) {
 	}
 }
 
-// cgroups lists the sandboxes' cgroups under the test parent (v1 pids
-// hierarchy), to check from the host that nothing is left.
+// cgroups lists the sandboxes' cgroups under the test parent (in the v1
+// pids hierarchy, or the v2 tree), to check from the host that nothing is
+// left.
 func cgroups(t *testing.T) []string {
 	t.Helper()
-	ents, err := os.ReadDir("/sys/fs/cgroup/pids" + testCgroup)
+	dir := "/sys/fs/cgroup" + testCgroup
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
+		dir = "/sys/fs/cgroup/pids" + testCgroup
+	}
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil
