@@ -297,8 +297,11 @@ wait:
 	}
 	x.sample()
 	if !x.req.KeepAlive || x.getBreach() != nil || runErr != nil {
+		// Killing init makes the kernel kill everything left in the
+		// sandbox, so the output pipes reach EOF once the last writer is
+		// gone. Waiting for the pid namespace to be torn down is left to
+		// Destroy: the result does not depend on it.
 		s.kill()
-		<-s.exited
 		wg.Wait()
 	} else {
 		x.drain(&wg)
