@@ -226,6 +226,8 @@ func (g *Gateway) newForwarder() *httputil.ReverseProxy {
 			DisableKeepAlives:  true,
 			DisableCompression: true,
 			Proxy:              nil,
+			ReadBufferSize:     bufSize,
+			WriteBufferSize:    bufSize,
 		},
 		// Zero still flushes streaming responses (unknown length,
 		// text/event-stream) at once, and saves a write per response
