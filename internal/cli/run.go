@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -246,52 +247,26 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	out := &syncWriter{w: stdio.Stdout}
-	elog := &netLog{start: time.Now()}
-	switch {
-	case rf.events:
-		elog.live = out.event
-	case !rf.json:
-		elog.stderr = stdio.Stderr
-	}
-	gw, err := attachEgress(ctx, rf, sb, elog)
-	if err != nil {
-		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: errors.Join(err, sb.Destroy(ctx)).Error()}
-	}
-	br, brokerEnv, err := attachBroker(ctx, rf, sb, elog)
-	if err != nil {
-		err = errors.Join(err, closeBounded(ctx, gw.Close), sb.Destroy(ctx))
-		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
-	}
-	// Later entries win: the tool's and the caller's own variables over
-	// the services' placeholders.
-	env := append(egress.Env(), brokerEnv...)
-	req := sandbox.ExecRequest{
-		Argv:        argv,
-		Env:         append(env, rf.env...),
-		Dir:         rf.workdir,
-		Stdin:       stdio.Stdin,
-		SampleEvery: rf.sampleEvery,
+	req := runner.Request{
+		Policy: rf.policy(),
+		Exec: sandbox.ExecRequest{
+			Argv:        argv,
+			Env:         rf.env,
+			Dir:         rf.workdir,
+			Stdin:       stdio.Stdin,
+			SampleEvery: rf.sampleEvery,
+		},
 	}
 	switch {
 	case rf.json:
-		req.Capture = true
+		req.Exec.Capture = true
 	case rf.events:
-		req.OnEvent = out.event
+		req.Exec.OnEvent = out.event
 	default:
-		req.Stdout, req.Stderr = stdio.Stdout, stdio.Stderr
+		req.Exec.Stdout, req.Exec.Stderr = stdio.Stdout, stdio.Stderr
+		req.Explain = stdio.Stderr
 	}
-	r := sb.Exec(ctx, req)
-	// The gateway closes first so that connections still open end (and
-	// are logged) before the result is complete.
-	if err := closeBounded(ctx, gw.Close); err != nil {
-		fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
-	}
-	if br != nil {
-		if err := closeBounded(ctx, br.Close); err != nil {
-			fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
-		}
-	}
-	elog.fill(r)
+	r := runner.Run(ctx, sb, req)
 	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
 		// The command's outcome stands; the caller still hears that
 		// cleanup failed.
