@@ -74,6 +74,8 @@ type Tool struct {
 	Egress []policy.Destination
 	// Network holds the per-sandbox egress caps, defaults filled in.
 	Network Network
+	// Pool says how many sandboxes of the tool the daemon keeps warm.
+	Pool Pool
 	// Services names the services, defined in Config.Services, whose
 	// operations the tool's sandboxes may call through the credential
 	// broker; in file order, without duplicates.
@@ -115,6 +117,12 @@ func (l Limits) Apply(base sandbox.Limits) sandbox.Limits {
 		base.CPUTime = *l.CPUTime
 	}
 	return base
+}
+
+// Pool is a tool's warm pool: Warm sandboxes created ahead of demand
+// (0, the default, creates each on demand).
+type Pool struct {
+	Warm int
 }
 
 // Network holds the egress caps of one sandbox.

@@ -15,7 +15,8 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"secrets", "services", "tools"}
-	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "services", "workdir"}
+	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "pool", "services", "workdir"}
+	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "ports", "private"}
 	networkKeys = []string{"bytes", "connections", "dns_rate"}
@@ -86,6 +87,8 @@ func (p *parser) tool(tf field) (*Tool, error) {
 			t.Egress, err = p.egress(f.val, sub)
 		case "network":
 			t.Network, err = p.network(f.val, sub)
+		case "pool":
+			t.Pool, err = p.pool(f.val, sub)
 		}
 		if err != nil {
 			return nil, err
@@ -263,6 +266,29 @@ func (p *parser) cpu(n *yaml.Node, at string) (*int64, error) {
 }
 
 // network parses network, starting from the defaults.
+// MaxWarm bounds a tool's pool.warm: each waiting sandbox holds host
+// memory (about 1 MiB) and a uid range.
+const MaxWarm = 256
+
+// pool parses a tool's pool settings.
+func (p *parser) pool(n *yaml.Node, at string) (Pool, error) {
+	var pl Pool
+	fs, err := p.fields(n, at, "a mapping of pool settings", poolKeys)
+	if err != nil {
+		return pl, err
+	}
+	for _, f := range fs {
+		if f.name == "warm" {
+			var v int64
+			if v, err = p.integer(f.val, join(at, f.name), 0, MaxWarm); err != nil {
+				return pl, err
+			}
+			pl.Warm = int(v)
+		}
+	}
+	return pl, nil
+}
+
 func (p *parser) network(n *yaml.Node, at string) (Network, error) {
 	nw := DefaultNetwork()
 	fs, err := p.fields(n, at, "a mapping of network settings", networkKeys)
