@@ -42,6 +42,8 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 	switch cmd, rest := args[1], args[2:]; cmd {
 	case "run":
 		return runCmd(ctx, rest, stdio)
+	case "serve":
+		return serveCmd(ctx, rest, stdio)
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
 		return nil
@@ -82,9 +84,10 @@ airlock runs commands in disposable, isolated, bounded Linux sandboxes.
 
 Usage:
   airlock run [flags] -- COMMAND [ARG...]   run one command in a fresh sandbox
+  airlock serve [flags]                    serve the API on a unix socket, with warm pools
   airlock version                          print the version
 
-Run "airlock run -h" for the flags of run.
+Run "airlock run -h" or "airlock serve -h" for their flags.
 `, "\n"))
 }
 

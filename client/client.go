@@ -1,0 +1,154 @@
+// Package client is the Go client of airlock's HTTP API on the daemon's
+// unix socket. The CLI and the tests use it.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/result"
+)
+
+// Client talks to one daemon. It is safe for concurrent use.
+type Client struct {
+	http *http.Client
+}
+
+// New returns a client of the daemon listening on the unix socket path.
+func New(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 8,
+	}
+	return &Client{http: &http.Client{Transport: tr}}
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	// Status is the HTTP status; Code and Message come from the body.
+	Status        int
+	Code, Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("airlock daemon: %s (%d %s)", e.Message, e.Status, e.Code)
+}
+
+// base is the URL prefix; the host part is ignored on a unix socket.
+const base = "http://airlock"
+
+func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		var body api.Error
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
+			body.Message = resp.Status
+		}
+		return nil, &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+	}
+	return resp, nil
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, path, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Run runs one command of a tool in a fresh sandbox and returns its
+// result, with the output captured.
+func (c *Client) Run(ctx context.Context, req api.RunRequest) (*result.Result, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/runs", req, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r result.Result
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("airlock daemon: bad result: %w", err)
+	}
+	return &r, nil
+}
+
+// RunStream runs one command and calls fn for every event as it arrives
+// (output chunks, samples, egress and broker decisions), then returns the
+// final result.
+func (c *Client) RunStream(ctx context.Context, req api.RunRequest, fn func(result.Event)) (*result.Result, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/runs", req, api.NDJSON)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var ev result.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("airlock daemon: bad event: %w", err)
+		}
+		if ev.Type == result.EventResult && ev.Result != nil {
+			return ev.Result, nil
+		}
+		if fn != nil {
+			fn(ev)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("airlock daemon: the stream ended without a result")
+}
+
+// Tools lists the daemon's tools.
+func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
+	var t []api.Tool
+	return t, c.getJSON(ctx, "/v1/tools", &t)
+}
+
+// Pools returns every tool's pool counters.
+func (c *Client) Pools(ctx context.Context) ([]pool.Stats, error) {
+	var p []pool.Stats
+	return p, c.getJSON(ctx, "/v1/pools", &p)
+}
+
+// Health returns nil when the daemon answers.
+func (c *Client) Health(ctx context.Context) error {
+	var v map[string]string
+	return c.getJSON(ctx, "/healthz", &v)
+}

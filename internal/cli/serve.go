@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
+)
+
+// serveCmd is `airlock serve`: the daemon, until interrupted.
+func serveCmd(ctx context.Context, args []string, stdio IO) error {
+	fs := flag.NewFlagSet("airlock serve", flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	var opts daemon.Options
+	var cfgPath string
+	fs.StringVar(&cfgPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "unix socket to serve the API on (mode 0660)")
+	fs.DurationVar(&opts.Grace, "grace", 30*time.Second, "how long running calls may finish on shutdown")
+	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
+	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API on a unix socket, keeping each tool's pool of sandboxes\nwarm, until SIGTERM or SIGINT; then lets running calls finish and destroys\nevery sandbox.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stdio.Stderr, "airlock serve: unexpected argument %q\n", fs.Arg(0))
+		return &ExitError{Code: 2}
+	}
+	path, err := config.Find(cfgPath, os.Getenv, config.Exists)
+	if err != nil {
+		return err
+	}
+	opts.Config = config.Empty()
+	if path != "" {
+		if opts.Config, err = config.Load(path); err != nil {
+			return err
+		}
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
+	d, err := daemon.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	return d.Serve(ctx)
+}

@@ -1,0 +1,231 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+func (d *Daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/runs", only(http.MethodPost, d.postRun))
+	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
+	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
+	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint %s", path.Clean("/"+r.URL.Path)))
+	})
+	return recoverer(mux)
+}
+
+// recoverer turns a handler panic into a 500 instead of a dropped
+// connection; the daemon must never go down on a request.
+func recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				writeError(w, http.StatusInternalServerError, api.CodeInternal, "internal error")
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// only restricts a handler to one method.
+func only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here; use %s", r.Method, method))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{Code: code, Message: msg})
+}
+
+// decodeRun reads and checks a run request.
+func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	var req api.RunRequest
+	if err := dec.Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("request body is over %d bytes", maxBody))
+		} else {
+			writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: "+err.Error())
+		}
+		return nil, false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: more than one value")
+		return nil, false
+	}
+	switch {
+	case req.Tool == "":
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"tool" is required`)
+	case len(req.Argv) == 0 || req.Argv[0] == "":
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command`)
+	case req.Workdir != "" && !path.IsAbs(req.Workdir):
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"workdir" must be an absolute path`)
+	default:
+		return &req, true
+	}
+	return nil, false
+}
+
+// postRun runs one command of a tool in a fresh sandbox: claimed warm
+// from the tool's pool (or created), used once, destroyed.
+func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
+	req, ok := decodeRun(w, r)
+	if !ok {
+		return
+	}
+	t, ok := d.opts.Config.Tools[req.Tool]
+	p := d.pools[req.Tool]
+	if !ok || p == nil {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
+		return
+	}
+	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
+	sb, _, err := p.Claim(r.Context())
+	if err != nil {
+		if errors.Is(err, pool.ErrClosed) {
+			writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
+			return
+		}
+		d.opts.Logger.Warn("claim failed", "tool", req.Tool, "err", err)
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no sandbox could be created for this tool; see the daemon's log")
+		return
+	}
+	defer func() {
+		// The answer is out; the sandbox goes now, before the handler
+		// returns, so a graceful shutdown waits for it.
+		if err := sb.Destroy(context.WithoutCancel(r.Context())); err != nil {
+			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
+		}
+	}()
+	rreq := runner.Request{Policy: policyOf(d.opts.Config, t), Exec: sandbox.ExecRequest{
+		Argv:        req.Argv,
+		Env:         append(append([]string(nil), t.Env...), req.Env...),
+		Dir:         workdir(req.Workdir, t),
+		SampleEvery: 250 * time.Millisecond,
+	}}
+	if req.Stdin != "" {
+		rreq.Exec.Stdin = strings.NewReader(req.Stdin)
+	}
+	if !stream {
+		rreq.Exec.Capture = true
+		res := runner.Run(r.Context(), sb, rreq)
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	w.Header().Set("Content-Type", api.NDJSON)
+	w.WriteHeader(http.StatusOK)
+	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	rreq.Exec.OnEvent = ev.write
+	res := runner.Run(r.Context(), sb, rreq)
+	ev.write(result.Event{Type: result.EventResult, Millis: res.Usage.WallMillis, Result: res})
+}
+
+// eventWriter writes NDJSON events, one line each, flushed as they come.
+type eventWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (e *eventWriter) write(ev result.Event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, err := e.w.Write(append(b, '\n')); err == nil {
+		_ = e.rc.Flush()
+	}
+}
+
+func workdir(asked string, t *config.Tool) string {
+	switch {
+	case asked != "":
+		return asked
+	case t.Workdir != "":
+		return t.Workdir
+	}
+	return sandbox.HomeDir
+}
+
+// policyOf is the policy a tool's runs bind at claim time.
+func policyOf(c *config.Config, t *config.Tool) runner.Policy {
+	p := runner.Policy{
+		Tool:    t.Name,
+		Egress:  t.Egress,
+		Secrets: c.Secrets,
+	}
+	p.Network.Connections, p.Network.Bytes, p.Network.DNSRate = t.Network.Connections, t.Network.Bytes, t.Network.DNSRate
+	for _, name := range t.Services {
+		if s, ok := c.Services[name]; ok {
+			p.Services = append(p.Services, s)
+		}
+	}
+	return p
+}
+
+func (d *Daemon) getTools(w http.ResponseWriter, _ *http.Request) {
+	out := []api.Tool{}
+	for _, name := range d.opts.Config.Order {
+		t := d.opts.Config.Tools[name]
+		at := api.Tool{Name: name, Description: t.Description, Warm: t.Pool.Warm, Egress: []string{}, Services: slices.Clone(t.Services)}
+		if at.Services == nil {
+			at.Services = []string{}
+		}
+		for _, e := range t.Egress {
+			at.Egress = append(at.Egress, e.String())
+		}
+		out = append(out, at)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) getPools(w http.ResponseWriter, _ *http.Request) {
+	out := []pool.Stats{}
+	for _, name := range d.opts.Config.Order {
+		out = append(out, d.pools[name].Stats())
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,169 @@
+// Package daemon is `airlock serve`: the long-lived process that keeps
+// warm pools of sandboxes per tool and serves the HTTP API on a unix
+// socket. It is the one wiring point of the runtime, pools, egress,
+// broker and runner; only internal/cli imports it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// DefaultSocket is where the daemon listens unless told otherwise.
+const DefaultSocket = "/run/airlock/airlock.sock"
+
+// Options configure a daemon.
+type Options struct {
+	// Config holds the tools; nil is the built-in default (no tools).
+	Config *config.Config
+	// Socket is the unix socket path; "" is DefaultSocket. It is created
+	// with mode 0660, owned by root.
+	Socket string
+	// Sandbox configures the runtime (state directory, cgroup parent).
+	Sandbox sandbox.Options
+	// Grace is how long running calls may take to finish on shutdown;
+	// 0 means 30s.
+	Grace time.Duration
+	// Logger receives the daemon's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Daemon serves the API. Create it with New and run it with Serve.
+type Daemon struct {
+	opts  Options
+	rt    *sandbox.Runtime
+	pools map[string]*pool.Pool
+	ln    net.Listener
+	srv   *http.Server
+
+	shutdown sync.Once
+	shutErr  error
+}
+
+// New sweeps what a crashed predecessor left, starts a pool per tool, and
+// opens the socket. Nothing is served until Serve.
+func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
+	if opts.Config == nil {
+		opts.Config = config.Empty()
+	}
+	if opts.Socket == "" {
+		opts.Socket = DefaultSocket
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Sandbox.Logger = opts.Logger
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool)}
+	defer func() {
+		if err != nil {
+			d.closePools(context.WithoutCancel(ctx))
+			if d.rt != nil {
+				d.rt.Close()
+			}
+		}
+	}()
+	// sandbox.New sweeps leftovers of a crashed predecessor.
+	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
+		return nil, err
+	}
+	for _, name := range opts.Config.Order {
+		t := opts.Config.Tools[name]
+		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits())}
+		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
+	}
+	if d.ln, err = listenUnix(opts.Socket); err != nil {
+		return nil, err
+	}
+	d.srv = &http.Server{
+		Handler:           d.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	return d, nil
+}
+
+// listenUnix opens the socket, replacing a stale one left by a crashed
+// daemon but never one a live daemon still answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another daemon is listening on %s", path)
+	} else if errors.Is(err, syscall.ECONNREFUSED) {
+		_ = os.Remove(path)
+	}
+	// The socket is born with mode 0660: no window in which others could
+	// connect.
+	old := syscall.Umask(0o117)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// Serve answers requests until ctx ends, then shuts down: it stops
+// accepting, lets running calls finish within the grace period, destroys
+// every sandbox and removes the socket.
+func (d *Daemon) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- d.srv.Serve(d.ln) }()
+	d.opts.Logger.Info("serving", "socket", d.opts.Socket, "tools", len(d.pools))
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		return errors.Join(err, d.Shutdown(context.WithoutCancel(ctx)))
+	case <-ctx.Done():
+		return d.Shutdown(context.WithoutCancel(ctx))
+	}
+}
+
+// Shutdown stops the daemon as Serve does when its context ends.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.shutdown.Do(func() {
+		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
+		defer cancel()
+		var errs []error
+		if err := d.srv.Shutdown(gctx); err != nil {
+			// Calls still running past the grace period are cut; their
+			// sandboxes are destroyed by their handlers.
+			errs = append(errs, fmt.Errorf("shutdown: %w", err), d.srv.Close())
+		}
+		errs = append(errs, d.closePools(ctx))
+		d.rt.Close()
+		d.shutErr = errors.Join(errs...)
+	})
+	return d.shutErr
+}
+
+func (d *Daemon) closePools(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var errs []error
+	for _, p := range d.pools {
+		errs = append(errs, p.Close(ctx))
+	}
+	return errors.Join(errs...)
+}

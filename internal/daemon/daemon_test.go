@@ -1,0 +1,233 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// Sandboxes re-execute the test binary as their init.
+	if code, ok := sandbox.Child(); ok {
+		os.Exit(code)
+	}
+	os.Exit(isolatednet.Main(m))
+}
+
+const (
+	testStateDir = "/run/airlock-test-daemon"
+	testCgroup   = "/airlock-test-daemon"
+)
+
+const testConfig = `
+tools:
+  sh:
+    description: a shell
+    pool: {warm: 2}
+    limits: {memory: 64MiB, time: 5s}
+    env: {GREETING: hello}
+  cold:
+    limits: {time: 300ms}
+`
+
+// start runs a daemon on a private socket until the test ends.
+func start(t *testing.T) (*Daemon, *client.Client, string) {
+	t.Helper()
+	isolatednet.Require(t)
+	cfg, err := config.Parse("airlock.yaml", []byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	d, err := New(t.Context(), Options{
+		Config:  cfg,
+		Socket:  sock,
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup},
+		Grace:   5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return d, client.New(sock), sock
+}
+
+func cgroupCount(t *testing.T) int {
+	dir := "/sys/fs/cgroup" + testCgroup
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
+		dir = "/sys/fs/cgroup/pids" + testCgroup
+	}
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRunThroughSocket(t *testing.T) {
+	_, c, sock := start(t)
+	ctx := t.Context()
+	if err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode: %v %v", fi.Mode(), err)
+	}
+	r, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", `read x; echo "$GREETING $x from $(pwd)"`}, Stdin: "world\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != result.Exited || r.ExitCode != 0 || string(r.Stdout) != "hello world from /workspace\n" {
+		t.Fatalf("result %+v (stdout %q)", r, r.Stdout)
+	}
+	// Each run gets its own sandbox, never a used one.
+	r2, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}})
+	if err != nil || r2.SandboxID == r.SandboxID {
+		t.Fatalf("second run: %+v, %v", r2, err)
+	}
+	pools, err := c.Pools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pools[0].Name != "sh" || pools[0].Hits+pools[0].Misses != 2 || pools[0].Warm != 2 {
+		t.Fatalf("pools %+v", pools)
+	}
+	tools, err := c.Tools(ctx)
+	if err != nil || len(tools) != 2 || tools[0].Name != "sh" || tools[0].Warm != 2 || tools[0].Description != "a shell" {
+		t.Fatalf("tools %+v, %v", tools, err)
+	}
+}
+
+func TestRunStreamAndLimit(t *testing.T) {
+	_, c, _ := start(t)
+	var kinds []string
+	r, err := c.RunStream(t.Context(), api.RunRequest{Tool: "cold", Argv: []string{"sh", "-c", "echo out; echo err >&2; sleep 10"}}, func(ev result.Event) {
+		kinds = append(kinds, ev.Type)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitTime {
+		t.Fatalf("result %+v", r)
+	}
+	joined := strings.Join(kinds, " ")
+	if !strings.Contains(joined, "stdout") || !strings.Contains(joined, "stderr") {
+		t.Fatalf("events %v", kinds)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	_, c, sock := start(t)
+	ctx := t.Context()
+	_, err := c.Run(ctx, api.RunRequest{Tool: "nope", Argv: []string{"true"}})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 404 || ce.Code != api.CodeNotFound || !strings.Contains(ce.Message, "sh") {
+		t.Fatalf("unknown tool: %v", err)
+	}
+	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"not json", "POST", "/v1/runs", "{", 400, api.CodeInvalid},
+		{"unknown field", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"limits":{}}`, 400, api.CodeInvalid},
+		{"no argv", "POST", "/v1/runs", `{"tool":"sh"}`, 400, api.CodeInvalid},
+		{"no tool", "POST", "/v1/runs", `{"argv":["true"]}`, 400, api.CodeInvalid},
+		{"relative workdir", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"workdir":"tmp"}`, 400, api.CodeInvalid},
+		{"two values", "POST", "/v1/runs", `{"tool":"sh","argv":["true"]} {}`, 400, api.CodeInvalid},
+		{"too large", "POST", "/v1/runs", `{"tool":"sh","argv":["` + strings.Repeat("a", 2<<20) + `"]}`, 413, api.CodeTooLarge},
+		{"wrong method", "GET", "/v1/runs", "", 405, api.CodeMethodNotAllowed},
+		{"wrong method tools", "DELETE", "/v1/tools", "", 405, api.CodeMethodNotAllowed},
+		{"no such endpoint", "GET", "/v2/things", "", 404, api.CodeNotFound},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequestWithContext(ctx, tt.method, "http://airlock"+tt.path, bytes.NewReader([]byte(tt.body)))
+		resp, err := raw.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var body api.Error
+		_ = decodeJSON(resp, &body)
+		if resp.StatusCode != tt.status || body.Code != tt.code || body.Message == "" {
+			t.Errorf("%s: got %d %+v, want %d %s", tt.name, resp.StatusCode, body, tt.status, tt.code)
+		}
+	}
+	// Still serving after all that.
+	if err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShutdownLeavesNothing(t *testing.T) {
+	isolatednet.Require(t)
+	before := cgroupCount(t)
+	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	c := client.New(sock)
+	// A run in flight when shutdown begins finishes.
+	got := make(chan *result.Result, 1)
+	go func() {
+		r, _ := c.Run(context.Background(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "sleep 0.5; echo done"}})
+		got <- r
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.pools["sh"].Stats().Hits+d.pools["sh"].Stats().Misses == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r == nil || string(r.Stdout) != "done\n" {
+		t.Fatalf("run in flight: %+v", r)
+	}
+	if n := cgroupCount(t); n != before {
+		t.Fatalf("%d sandbox cgroups after shutdown, want %d", n, before)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("socket still there: %v", err)
+	}
+}
+
+func TestSecondDaemonRefused(t *testing.T) {
+	_, _, sock := start(t)
+	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+	if err == nil || !strings.Contains(err.Error(), "another daemon") {
+		t.Fatalf("second daemon on the same socket: %v", err)
+	}
+}
