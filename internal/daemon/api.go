@@ -29,13 +29,22 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/runs", only(http.MethodPost, d.postRun))
 	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
 	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
+	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
 	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
-	return recoverer(mux)
+	return d.counted(recoverer(mux))
+}
+
+// counted counts API requests.
+func (d *Daemon) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.counts.requests.Add(1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // recoverer turns a handler panic into a 500 instead of a dropped
@@ -127,6 +136,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
 			return
 		}
+		d.counts.failures.Add(1)
 		d.opts.Logger.Warn("claim failed", "tool", req.Tool, "err", err)
 		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no sandbox could be created for this tool; see the daemon's log")
 		return
@@ -138,6 +148,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
 		}
 	}()
+	d.counts.runs.Add(1)
 	rreq := runner.Request{Policy: policyOf(d.opts.Config, t), Exec: sandbox.ExecRequest{
 		Argv:        req.Argv,
 		Env:         append(append([]string(nil), t.Env...), req.Env...),

@@ -49,6 +49,8 @@ type Daemon struct {
 	ln    net.Listener
 	srv   *http.Server
 
+	counts counters
+
 	shutdown sync.Once
 	shutErr  error
 }

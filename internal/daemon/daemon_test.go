@@ -231,3 +231,33 @@ func TestSecondDaemonRefused(t *testing.T) {
 		t.Fatalf("second daemon on the same socket: %v", err)
 	}
 }
+
+func TestMetrics(t *testing.T) {
+	_, c, sock := start(t)
+	if _, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := raw.Get("http://airlock/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`# TYPE airlock_pool_hits_total counter`,
+		`airlock_pool_warm_target{tool="sh"} 2`,
+		`airlock_pool_warm_target{tool="cold"} 0`,
+		`airlock_runs_total 1`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+	if got := b.String(); !strings.Contains(got, `airlock_pool_hits_total{tool="sh"} 1`) && !strings.Contains(got, `airlock_pool_misses_total{tool="sh"} 1`) {
+		t.Errorf("the claim is not counted:\n%s", got)
+	}
+}

@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// counters are the daemon's own counts, besides each pool's.
+type counters struct {
+	runs     atomic.Int64 // runs answered
+	failures atomic.Int64 // runs that could not get a sandbox
+	requests atomic.Int64 // API requests
+}
+
+// getMetrics serves the Prometheus text format (version 0.0.4).
+func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
+	var b strings.Builder
+	metric := func(name, help, typ string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	line := func(name, tool string, v int64) {
+		fmt.Fprintf(&b, "%s{tool=%s} %d\n", name, strconv.Quote(tool), v)
+	}
+	stats := make([]struct {
+		tool string
+		s    [7]int64
+	}, 0, len(d.pools))
+	for _, name := range d.opts.Config.Order {
+		st := d.pools[name].Stats()
+		stats = append(stats, struct {
+			tool string
+			s    [7]int64
+		}{name, [7]int64{int64(st.Warm), int64(st.Idle), st.Hits, st.Misses, st.CreateFailures, st.Discarded, st.ClaimNanos}})
+	}
+	cols := []struct{ name, help, typ string }{
+		{"airlock_pool_warm_target", "Sandboxes the tool's pool keeps ready.", "gauge"},
+		{"airlock_pool_idle", "Sandboxes ready now.", "gauge"},
+		{"airlock_pool_hits_total", "Claims served by a warm sandbox.", "counter"},
+		{"airlock_pool_misses_total", "Claims that created a sandbox on the spot.", "counter"},
+		{"airlock_pool_create_failures_total", "Failed attempts to create a sandbox for the pool.", "counter"},
+		{"airlock_pool_discarded_total", "Ready sandboxes found dead and destroyed unused.", "counter"},
+		{"airlock_pool_claim_nanoseconds_total", "Time spent in claims.", "counter"},
+	}
+	for i, c := range cols {
+		metric(c.name, c.help, c.typ)
+		for _, st := range stats {
+			line(c.name, st.tool, st.s[i])
+		}
+	}
+	metric("airlock_runs_total", "Runs answered.", "counter")
+	fmt.Fprintf(&b, "airlock_runs_total %d\n", d.counts.runs.Load())
+	metric("airlock_run_sandbox_failures_total", "Runs refused because no sandbox could be had.", "counter")
+	fmt.Fprintf(&b, "airlock_run_sandbox_failures_total %d\n", d.counts.failures.Load())
+	metric("airlock_api_requests_total", "API requests received.", "counter")
+	fmt.Fprintf(&b, "airlock_api_requests_total %d\n", d.counts.requests.Load())
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
