@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/runner"
@@ -143,7 +145,16 @@ type runFlags struct {
 	// they name.
 	services []*config.Service
 	secrets  map[string]*config.Secret
+	// socket is the daemon's; viaDaemon says the run goes through it.
+	socket     string
+	viaDaemon  bool
+	workdirSet bool
 }
+
+// shapingFlags change how the sandbox is built or what it may reach. A
+// warm sandbox of the daemon was built from the tool's settings, so a run
+// that gives any of them runs here instead.
+var shapingFlags = []string{"memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "config", "state-dir", "cgroup-parent", "sample-interval"}
 
 func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	rf := &runFlags{limits: sandbox.DefaultLimits(), sampleEvery: 250 * time.Millisecond}
@@ -161,9 +172,10 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	fs.Var(envFlag{&rf.env}, "env", "set KEY=VALUE in the command's environment (repeatable)")
 	fs.StringVar(&rf.workdir, "workdir", sandbox.HomeDir, "working directory inside the sandbox")
 	fs.BoolVar(&rf.json, "json", false, "capture output and print one JSON result object at the end")
-	fs.BoolVar(&rf.events, "events", false, "print NDJSON events live (stdout, stderr, sample, result)")
+	fs.BoolVar(&rf.events, "events", false, "print NDJSON events live (stdout, stderr, sample, egress, broker, result)")
 	fs.Var(durationFlag{v: &rf.sampleEvery}, "sample-interval", "how often resource samples are taken")
-	fs.StringVar(&rf.configPath, "config", "", "config file (default: $AIRLOCK_CONFIG, ./airlock.yaml, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&rf.configPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&rf.socket, "socket", daemon.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
 	fs.StringVar(&rf.tool, "tool", "", "use the named tool's settings from the config file; flags override them")
 	fs.Var(allowFlag{&rf.egress}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.StringVar(&rf.opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
@@ -185,7 +197,11 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := rf.applyTool(set); err != nil {
+	rf.workdirSet = set["workdir"]
+	rf.viaDaemon = rf.tool != "" && !slices.ContainsFunc(shapingFlags, func(f string) bool { return set[f] }) && daemonListening(rf.socket)
+	if rf.viaDaemon {
+		// The daemon has the tool's settings; the local config is not read.
+	} else if err := rf.applyTool(set); err != nil {
 		fmt.Fprintf(stderr, "airlock run: %v\n", err)
 		return nil, nil, &ExitError{Code: ExitFailure}
 	}
@@ -209,7 +225,12 @@ func runCmd(ctx context.Context, args []string, stdio IO) error {
 	if err != nil {
 		return err
 	}
-	r := runOnce(ctx, rf, argv, stdio)
+	var r *result.Result
+	if rf.viaDaemon {
+		r = runViaDaemon(ctx, rf, argv, stdio)
+	} else {
+		r = runOnce(ctx, rf, argv, stdio)
+	}
 	return finish(ctx, r, rf, stdio)
 }
 

@@ -2,15 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/result"
 )
 
 // TestServeBinary runs the real `airlock serve`, makes a run through its
@@ -39,6 +42,35 @@ func TestServeBinary(t *testing.T) {
 	r, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"echo", "through the daemon"}})
 	if err != nil || string(r.Stdout) != "through the daemon\n" {
 		t.Fatalf("run: %+v %v", r, err)
+	}
+	// The CLI goes through the daemon for a tool when no flag reshapes
+	// the sandbox; output and exit codes are those of a run here.
+	cli := func(stdin string, args ...string) (string, string, int) {
+		c := exec.Command(airlockBin(t), append([]string{"run", "--socket", sock, "--tool", "sh"}, args...)...)
+		c.Env = []string{"PATH=/usr/bin:/bin"}
+		c.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		err := c.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := cli("piped in", "--", "sh", "-c", "cat; echo; echo to-stderr >&2; exit 3"); out != "piped in\n" || !strings.Contains(errs, "to-stderr") || code != 3 {
+		t.Fatalf("through the daemon: %q %q exit %d", out, errs, code)
+	}
+	out, _, code := cli("", "--json", "--", "sh", "-c", "exit 4")
+	var res result.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 4 || res.ExitCode != 4 {
+		t.Fatalf("--json through the daemon: %q exit %d (%v)", out, code, err)
+	}
+	st, err := c.Pools(t.Context())
+	if err != nil || st[0].Hits+st[0].Misses != 3 {
+		t.Fatalf("the runs did not go through the daemon: %+v %v", st, err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -144,7 +144,30 @@ func (l *netLog) add(ev result.EgressEvent) {
 		l.live(result.Event{Type: result.EventEgress, Millis: time.Since(l.start).Milliseconds(), Egress: &ev})
 	}
 	if !ev.Allow {
-		l.explain(ev.Kind+" "+ev.Destination+" "+ev.Reason, fmt.Sprintf("egress denied (%s): %s: %s", ev.Kind, ev.Destination, ev.Reason))
+		l.explainEgress(&ev)
+	}
+}
+
+func (l *netLog) explainEgress(ev *result.EgressEvent) {
+	l.explain(ev.Kind+" "+ev.Destination+" "+ev.Reason, fmt.Sprintf("egress denied (%s): %s: %s", ev.Kind, ev.Destination, ev.Reason))
+}
+
+func (l *netLog) explainBroker(ev *result.BrokerEvent) {
+	l.explain("broker "+ev.Method+" "+ev.Service+ev.Path+" "+ev.Reason, fmt.Sprintf("broker refused %s %s%s: %s", ev.Method, ev.Service, ev.Path, ev.Reason))
+}
+
+// Explainer returns a function that prints on w one line per distinct
+// egress or broker denial among the events it is given, as Run does with
+// Request.Explain. The CLI uses it for runs streamed from the daemon.
+func Explainer(w io.Writer) func(result.Event) {
+	l := &netLog{stderr: w}
+	return func(ev result.Event) {
+		switch {
+		case ev.Egress != nil && !ev.Egress.Allow:
+			l.explainEgress(ev.Egress)
+		case ev.Broker != nil && !ev.Broker.Allow:
+			l.explainBroker(ev.Broker)
+		}
 	}
 }
 
@@ -160,7 +183,7 @@ func (l *netLog) addBroker(ev result.BrokerEvent) {
 		l.live(result.Event{Type: result.EventBroker, Millis: time.Since(l.start).Milliseconds(), Broker: &ev})
 	}
 	if !ev.Allow {
-		l.explain("broker "+ev.Method+" "+ev.Service+ev.Path+" "+ev.Reason, fmt.Sprintf("broker refused %s %s%s: %s", ev.Method, ev.Service, ev.Path, ev.Reason))
+		l.explainBroker(&ev)
 	}
 }
 

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/result"
+)
+
+// maxDaemonStdin bounds the standard input a run through the daemon can
+// carry: the API takes it whole, in the request.
+const maxDaemonStdin = 512 << 10
+
+// daemonListening reports whether a daemon answers on socket.
+func daemonListening(socket string) bool {
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// runViaDaemon runs argv as a run of rf.tool through the daemon, with the
+// same output, events and result as a run here.
+func runViaDaemon(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result.Result {
+	req := api.RunRequest{Tool: rf.tool, Argv: argv, Env: rf.env}
+	if rf.workdirSet {
+		req.Workdir = rf.workdir
+	}
+	if f, ok := stdio.Stdin.(*os.File); stdio.Stdin != nil && (!ok || !isTerminal(f)) {
+		b, err := io.ReadAll(io.LimitReader(stdio.Stdin, maxDaemonStdin+1))
+		switch {
+		case err != nil:
+			return &result.Result{Outcome: result.Error, Error: fmt.Sprintf("read standard input: %v", err)}
+		case len(b) > maxDaemonStdin:
+			return &result.Result{Outcome: result.Error, Error: fmt.Sprintf("standard input over %d KiB cannot go through the daemon; give a limit flag to run here instead", maxDaemonStdin>>10)}
+		}
+		req.Stdin = string(b)
+	}
+	c := client.New(rf.socket)
+	var r *result.Result
+	var err error
+	switch {
+	case rf.json:
+		r, err = c.Run(ctx, req)
+	case rf.events:
+		out := &syncWriter{w: stdio.Stdout}
+		r, err = c.RunStream(ctx, req, out.event)
+		if err == nil {
+			out.event(result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r})
+		}
+	default:
+		explain := runner.Explainer(stdio.Stderr)
+		r, err = c.RunStream(ctx, req, func(ev result.Event) {
+			switch ev.Type {
+			case result.EventStdout:
+				stdio.Stdout.Write(ev.Data)
+			case result.EventStderr:
+				stdio.Stderr.Write(ev.Data)
+			default:
+				explain(ev)
+			}
+		})
+	}
+	if err != nil {
+		return &result.Result{Outcome: result.Error, Error: err.Error()}
+	}
+	return r
+}
