@@ -9,7 +9,8 @@
 //   - idle footprint: host memory held by one created, waiting sandbox;
 //   - egress: a request through the sandbox's proxy vs direct, bulk
 //     throughput, and many connections held at once;
-//   - broker: a brokered call vs a direct one to the same upstream.
+//   - broker: a brokered call vs a direct one to the same upstream;
+//   - daemon: warm and cold runs through the API, and sustained runs.
 //
 // It needs root. Run it with `go run ./bench`.
 package main
@@ -41,7 +42,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, egress or broker")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, egress, broker or daemon")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
@@ -107,7 +108,12 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 			return err
 		}
 	}
-	if only == "egress" || only == "broker" {
+	if want("daemon") {
+		if err := daemonBench(pooled, tput); err != nil {
+			return err
+		}
+	}
+	if only == "egress" || only == "broker" || only == "daemon" {
 		return nil
 	}
 	ctx := context.Background()

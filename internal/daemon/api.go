@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,7 +162,19 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if !stream {
 		rreq.Exec.Capture = true
 		res := runner.Run(r.Context(), sb, rreq)
-		writeJSON(w, http.StatusOK, res)
+		// The whole answer, with its length, is flushed before the
+		// deferred Destroy: the caller need not wait for the teardown.
+		b, err := json.Marshal(res)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, api.CodeInternal, "result could not be encoded")
+			return
+		}
+		b = append(b, '\n')
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		_ = http.NewResponseController(w).Flush()
 		return
 	}
 	w.Header().Set("Content-Type", api.NDJSON)
