@@ -1,0 +1,166 @@
+// Package inroot reads and writes files below a directory that untrusted
+// code controls — a sandbox's workspace, reached from the host — without
+// ever leaving it. Every step is openat2 relative to a descriptor already
+// inside, with symlinks, magic links and mount crossings refused, so a
+// sandbox that plants a symlink (or swaps a directory for one between two
+// steps) cannot make the host read or write anywhere else.
+package inroot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors callers map to answers.
+var (
+	// ErrPath: the path is not a clean relative path.
+	ErrPath = errors.New("invalid path")
+	// ErrNotFound: nothing there.
+	ErrNotFound = errors.New("no such file")
+	// ErrNotRegular: not a regular file (a directory, a symlink, a device).
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge: over the caller's byte cap.
+	ErrTooLarge = errors.New("file too large")
+	// ErrNoSpace: the file system (the sandbox's disk ceiling) is full.
+	ErrNoSpace = errors.New("no space left (the sandbox's disk ceiling)")
+)
+
+// MaxPath bounds a relative path.
+const MaxPath = 4096
+
+// resolve confines every lookup: below the starting directory, no
+// symlinks at all, no /proc magic links, no other mounts.
+const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// Split checks that rel is a clean relative path ("a/b.txt") and returns
+// its elements: no leading "/", no empty, "." or ".." elements, no NUL,
+// valid UTF-8, at most MaxPath bytes.
+func Split(rel string) ([]string, error) {
+	switch {
+	case rel == "" || len(rel) > MaxPath:
+		return nil, fmt.Errorf("%w: want 1 to %d bytes", ErrPath, MaxPath)
+	case strings.HasPrefix(rel, "/"):
+		return nil, fmt.Errorf("%w: %q is absolute; paths are relative to the workspace", ErrPath, rel)
+	case strings.ContainsRune(rel, 0) || !utf8.ValidString(rel):
+		return nil, fmt.Errorf("%w: NUL byte or invalid UTF-8", ErrPath)
+	}
+	parts := strings.Split(rel, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return nil, fmt.Errorf("%w: %q has an empty, \".\" or \"..\" element", ErrPath, rel)
+		}
+	}
+	return parts, nil
+}
+
+func openAt(dir int, name string, flags uint64, mode uint64) (int, error) {
+	for {
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolve})
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// mapErr turns lookup errors into the package's classes.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT):
+		return ErrNotFound
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+		// A symlink, another mount, or a file where a directory was
+		// expected: refused, whatever it points at.
+		return fmt.Errorf("%w: a symlink, mount or file is in the way", ErrPath)
+	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENXIO):
+		// A directory, or a FIFO with no reader (O_NONBLOCK keeps the
+		// open from waiting on one).
+		return ErrNotRegular
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return ErrNoSpace
+	}
+	return err
+}
+
+// Open opens the regular file rel below dir for reading.
+func Open(dir *os.File, rel string) (*os.File, error) {
+	parts, err := Split(rel)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := openAt(int(dir.Fd()), strings.Join(parts, "/"), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, ErrNotRegular
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// WriteFile writes r to rel below dir, creating missing parent
+// directories, replacing an existing regular file, and giving what it
+// creates to uid:gid. At most max bytes are written (ErrTooLarge beyond,
+// and the file is removed). It returns the bytes written.
+func WriteFile(dir *os.File, rel string, r io.Reader, max int64, uid, gid int) (int64, error) {
+	parts, err := Split(rel)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { unix.Close(cur) }()
+	for _, p := range parts[:len(parts)-1] {
+		if err := unix.Mkdirat(cur, p, 0o755); err == nil {
+			_ = unix.Fchownat(cur, p, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		} else if !errors.Is(err, unix.EEXIST) {
+			return 0, mapErr(err)
+		}
+		next, err := openAt(cur, p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return 0, mapErr(err)
+		}
+		unix.Close(cur)
+		cur = next
+	}
+	name := parts[len(parts)-1]
+	fd, err := openAt(cur, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		// A FIFO or device planted under the name is never written to.
+		return 0, ErrNotRegular
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return 0, mapErr(err)
+	}
+	_ = unix.Fchown(fd, uid, gid)
+	n, err := io.Copy(f, io.LimitReader(r, max+1))
+	if err == nil && n > max {
+		err = ErrTooLarge
+	}
+	if err != nil {
+		_ = unix.Unlinkat(cur, name, 0)
+		if errors.Is(err, ErrTooLarge) {
+			return 0, err
+		}
+		return 0, mapErr(err)
+	}
+	return n, nil
+}
