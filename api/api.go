@@ -49,3 +49,45 @@ type Tool struct {
 // NDJSON is the media type of streamed answers: one result.Event per
 // line, the last of type "result".
 const NDJSON = "application/x-ndjson"
+
+// SessionRequest is the body of POST /v1/sessions.
+type SessionRequest struct {
+	Tool string `json:"tool"`
+	// IdleTimeout ends the session after this long without an exec or
+	// file call ("10m"); default 10m, at most MaxLifetime.
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// MaxLifetime ends the session this long after it began ("1h");
+	// default 1h, at most 24h.
+	MaxLifetime string `json:"max_lifetime,omitempty"`
+}
+
+// Session describes a session (POST /v1/sessions, GET /v1/sessions/{id}).
+type Session struct {
+	ID        string `json:"id"`
+	Tool      string `json:"tool"`
+	SandboxID string `json:"sandbox_id"`
+	// State is active or ended; EndReason says why it ended (deleted,
+	// idle timeout, max lifetime, limit: NAME, sandbox died, shutdown).
+	State     string `json:"state"`
+	EndReason string `json:"end_reason,omitempty"`
+	Created   string `json:"created"`
+	LastUsed  string `json:"last_used"`
+	Expires   string `json:"expires"`
+	// Running counts execs in progress.
+	Running int `json:"running"`
+}
+
+// ExecRequest is the body of POST /v1/sessions/{id}/exec: a RunRequest
+// without the tool, which the session fixes.
+type ExecRequest struct {
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	Stdin   string   `json:"stdin,omitempty"`
+}
+
+// Session states.
+const (
+	SessionActive = "active"
+	SessionEnded  = "ended"
+)

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/pool"
@@ -151,4 +153,90 @@ func (c *Client) Pools(ctx context.Context) ([]pool.Stats, error) {
 func (c *Client) Health(ctx context.Context) error {
 	var v map[string]string
 	return c.getJSON(ctx, "/healthz", &v)
+}
+
+// CreateSession opens a session of a tool: one dedicated sandbox for its
+// lifetime.
+func (c *Client) CreateSession(ctx context.Context, req api.SessionRequest) (*api.Session, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/sessions", req, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var s api.Session
+	return &s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// Session returns a session's state.
+func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
+	var s api.Session
+	return &s, c.getJSON(ctx, "/v1/sessions/"+url.PathEscape(id), &s)
+}
+
+// Exec runs a command in a session's sandbox.
+func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (*result.Result, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", req, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r result.Result
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("airlock daemon: bad result: %w", err)
+	}
+	return &r, nil
+}
+
+// PutFile writes data to path (relative to /workspace) in a session.
+func (c *Client) PutFile(ctx context.Context, id, path string, data io.Reader) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/sessions/"+url.PathEscape(id)+"/files/"+escapePath(path), data)
+	if err != nil {
+		return err
+	}
+	return c.send(req)
+}
+
+// GetFile reads path (relative to /workspace) from a session.
+func (c *Client) GetFile(ctx context.Context, id, path string) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/files/"+escapePath(path), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// DeleteSession ends a session and destroys its sandbox.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/sessions/"+url.PathEscape(id), nil)
+	if err != nil {
+		return err
+	}
+	return c.send(req)
+}
+
+// send does a request whose answer has no body of interest.
+func (c *Client) send(req *http.Request) error {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		var body api.Error
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
+			body.Message = resp.Status
+		}
+		return &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+	}
+	return nil
+}
+
+// escapePath escapes each element of a slash-separated path.
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
 }

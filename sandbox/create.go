@@ -329,3 +329,17 @@ func (s *Sandbox) initDiagnostics() string {
 // Done is closed when the sandbox's init has exited: the sandbox can run
 // nothing more and only Destroy remains.
 func (s *Sandbox) Done() <-chan struct{} { return s.exited }
+
+// OpenWorkspace opens the sandbox's /workspace, as init sees it, with
+// O_PATH: a starting point for reading and writing files below it from
+// the host (see internal/linux/inroot). The caller closes it.
+func (s *Sandbox) OpenWorkspace() (*os.File, error) {
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, HomeDir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, err)
+	}
+	return os.NewFile(uintptr(fd), HomeDir), nil
+}
+
+// UserHostID is the host uid (and gid) of the user commands run as.
+func (s *Sandbox) UserHostID() int { return int(s.ids.base) + sandboxUID }

@@ -31,6 +31,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
 	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
+	d.sessionRoutes(mux)
 	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
@@ -182,7 +183,11 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
 	rreq.Exec.OnEvent = ev.write
 	res := runner.Run(r.Context(), sb, rreq)
-	ev.write(result.Event{Type: result.EventResult, Millis: res.Usage.WallMillis, Result: res})
+	ev.write(resultEvent(res))
+}
+
+func resultEvent(r *result.Result) result.Event {
+	return result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r}
 }
 
 // eventWriter writes NDJSON events, one line each, flushed as they come.

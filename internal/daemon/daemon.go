@@ -49,7 +49,9 @@ type Daemon struct {
 	ln    net.Listener
 	srv   *http.Server
 
-	counts counters
+	counts   counters
+	sessions sessions
+	reapStop context.CancelFunc
 
 	shutdown sync.Once
 	shutErr  error
@@ -71,7 +73,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Sandbox.Logger = opts.Logger
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool)}
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), sessions: sessions{m: make(map[string]*session)}}
 	defer func() {
 		if err != nil {
 			d.closePools(context.WithoutCancel(ctx))
@@ -129,6 +131,9 @@ func listenUnix(path string) (net.Listener, error) {
 // every sandbox and removes the socket.
 func (d *Daemon) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	d.reapStop = stop
+	go d.reap(rctx)
 	go func() { errc <- d.srv.Serve(d.ln) }()
 	d.opts.Logger.Info("serving", "socket", d.opts.Socket, "tools", len(d.pools))
 	select {
@@ -153,6 +158,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			// sandboxes are destroyed by their handlers.
 			errs = append(errs, fmt.Errorf("shutdown: %w", err), d.srv.Close())
 		}
+		if d.reapStop != nil {
+			d.reapStop()
+		}
+		// Sessions end (their sandboxes destroyed) before the pools.
+		d.endAll(ctx)
 		errs = append(errs, d.closePools(ctx))
 		d.rt.Close()
 		d.shutErr = errors.Join(errs...)

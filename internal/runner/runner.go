@@ -50,59 +50,124 @@ type Request struct {
 // Run binds the policy to sb, runs the command and returns its result,
 // which is never nil. The caller destroys sb afterwards.
 func Run(ctx context.Context, sb *sandbox.Sandbox, req Request) *result.Result {
-	log := &netLog{start: time.Now(), live: req.Exec.OnEvent, stderr: req.Explain}
-	p := req.Policy
-	gw, err := egress.Attach(ctx, sb.NetNS(), egress.Config{
+	b, err := Bind(ctx, sb, req.Policy)
+	if err != nil {
+		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+	}
+	r := b.Exec(ctx, req.Exec, req.Explain)
+	// The gateway and broker close before the result is complete, so that
+	// connections still open end, and are logged, first.
+	b.closeInto(ctx, r, req.Explain)
+	return r
+}
+
+// Binding is a policy bound to one sandbox for as long as it lives: the
+// egress gateway and the broker stay open across execs (a session's).
+type Binding struct {
+	sb  *sandbox.Sandbox
+	gw  *egress.Gateway
+	br  *broker.Broker
+	env []string
+
+	mu    sync.Mutex
+	execs map[*netLog]struct{} // the execs running now get the events
+}
+
+// Bind attaches the policy to sb: the egress gateway and, when there are
+// services, the credential broker.
+func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*Binding, error) {
+	b := &Binding{sb: sb, execs: make(map[*netLog]struct{})}
+	var err error
+	b.gw, err = egress.Attach(ctx, sb.NetNS(), egress.Config{
 		Tool:      p.Tool,
 		SandboxID: sb.ID(),
 		Policy:    policy.New(p.Egress),
 		Limits:    p.Network,
-		OnEvent:   log.add,
+		OnEvent:   b.egressEvent,
 	})
 	if err != nil {
-		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+		return nil, err
 	}
-	var br *broker.Broker
 	var brokerEnv []string
 	if len(p.Services) > 0 {
-		br, err = broker.Attach(ctx, sb.NetNS(), broker.Config{
+		b.br, err = broker.Attach(ctx, sb.NetNS(), broker.Config{
 			Tool:      p.Tool,
 			SandboxID: sb.ID(),
 			Services:  p.Services,
 			Secrets:   p.Secrets,
-			OnEvent:   log.addBroker,
+			OnEvent:   b.brokerEvent,
 		})
 		if err == nil {
-			if brokerEnv, err = br.Env(); err != nil {
-				err = errors.Join(err, closeBounded(ctx, br.Close))
+			if brokerEnv, err = b.br.Env(); err != nil {
+				err = errors.Join(err, closeBounded(ctx, b.br.Close))
 			}
 		}
 		if err != nil {
-			err = errors.Join(err, closeBounded(ctx, gw.Close))
-			return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+			return nil, errors.Join(err, closeBounded(ctx, b.gw.Close))
 		}
 	}
-	x := req.Exec
-	// Later entries win: the tool's and the caller's own variables over
-	// the proxy and the services' placeholders.
-	x.Env = append(append(egress.Env(), brokerEnv...), x.Env...)
-	r := sb.Exec(ctx, x)
-	// The gateway and broker close before the result is complete, so that
-	// connections still open end, and are logged, first.
-	var cerr []error
-	if err := closeBounded(ctx, gw.Close); err != nil {
-		cerr = append(cerr, err)
+	b.env = append(egress.Env(), brokerEnv...)
+	return b, nil
+}
+
+func (b *Binding) egressEvent(ev result.EgressEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range b.execs {
+		l.add(ev)
 	}
-	if br != nil {
-		if err := closeBounded(ctx, br.Close); err != nil {
-			cerr = append(cerr, err)
-		}
+}
+
+func (b *Binding) brokerEvent(ev result.BrokerEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range b.execs {
+		l.addBroker(ev)
 	}
+}
+
+// Exec runs one command in the bound sandbox. Its result holds the egress
+// and broker decisions made while it ran (with concurrent execs, each gets
+// every decision of their common time). x.Env goes after the proxy and
+// broker variables, so the caller's values win.
+func (b *Binding) Exec(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) *result.Result {
+	log := &netLog{start: time.Now(), live: x.OnEvent, stderr: explain}
+	b.mu.Lock()
+	b.execs[log] = struct{}{}
+	b.mu.Unlock()
+	x.Env = append(append([]string(nil), b.env...), x.Env...)
+	r := b.sb.Exec(ctx, x)
+	b.mu.Lock()
+	delete(b.execs, log)
+	b.mu.Unlock()
 	log.fill(r)
-	if len(cerr) > 0 && r.Outcome != result.Error && req.Explain != nil {
-		fmt.Fprintf(req.Explain, "airlock: %v\n", errors.Join(cerr...))
-	}
 	return r
+}
+
+// Close closes the gateway and the broker, bounded in time.
+func (b *Binding) Close(ctx context.Context) error {
+	var errs []error
+	errs = append(errs, closeBounded(ctx, b.gw.Close))
+	if b.br != nil {
+		errs = append(errs, closeBounded(ctx, b.br.Close))
+	}
+	return errors.Join(errs...)
+}
+
+// closeInto closes the binding while r's exec still listens, so that the
+// decisions of connections cut by the close land in r.
+func (b *Binding) closeInto(ctx context.Context, r *result.Result, explain io.Writer) {
+	log := &netLog{start: time.Now(), stderr: explain}
+	log.events, log.broker = r.Egress, r.Broker
+	log.dropped, log.bdrop = r.EgressDropped, r.BrokerDropped
+	b.mu.Lock()
+	b.execs[log] = struct{}{}
+	b.mu.Unlock()
+	err := b.Close(ctx)
+	log.fill(r)
+	if err != nil && r.Outcome != result.Error && explain != nil {
+		fmt.Fprintf(explain, "airlock: %v\n", err)
+	}
 }
 
 // closeBounded closes a gateway or broker, bounded so a stuck connection

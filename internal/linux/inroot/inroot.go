@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"unicode/utf8"
 
@@ -163,4 +164,46 @@ func WriteFile(dir *os.File, rel string, r io.Reader, max int64, uid, gid int) (
 		return 0, mapErr(err)
 	}
 	return n, nil
+}
+
+// AsUser calls fn on an OS thread whose file-system uid and gid are uid
+// and gid, so that what fn creates belongs to that user and every access
+// is checked as that user's — never with the host's root powers. A
+// sandbox's file system lives in its own user namespace, where the host's
+// root has no id at all (creating files there as root fails with
+// EOVERFLOW). The thread goes back to its own ids afterwards; if it
+// cannot, it is never unlocked, so the Go runtime retires it.
+func AsUser(uid, gid int, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err, restored := asUser(uid, gid, fn)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+func asUser(uid, gid int, fn func() error) (err error, restored bool) {
+	oldGid, _ := unix.SetfsgidRetGid(-1)
+	oldUid, _ := unix.SetfsuidRetUid(-1)
+	// setfsuid reports no errors: read the ids back to know they took.
+	unix.SetfsgidRetGid(gid)
+	unix.SetfsuidRetUid(uid)
+	defer func() {
+		unix.SetfsuidRetUid(oldUid)
+		unix.SetfsgidRetGid(oldGid)
+		u, _ := unix.SetfsuidRetUid(-1)
+		g, _ := unix.SetfsgidRetGid(-1)
+		restored = u == oldUid && g == oldGid
+	}()
+	if u, _ := unix.SetfsuidRetUid(-1); u != uid {
+		return fmt.Errorf("could not take file-system uid %d", uid), false
+	}
+	if g, _ := unix.SetfsgidRetGid(-1); g != gid {
+		return fmt.Errorf("could not take file-system gid %d", gid), false
+	}
+	return fn(), false
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -110,5 +111,38 @@ func TestFifoNeverOpenedForWrite(t *testing.T) {
 	}
 	if _, err := Open(d, "fifo"); !errors.Is(err, ErrNotRegular) {
 		t.Fatalf("fifo read: %v", err)
+	}
+}
+
+// AsUser gives up root's powers: what is created belongs to the user, and
+// a directory the user may not write stays unwritten.
+func TestAsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to change file-system ids")
+	}
+	root, d := dirOf(t)
+	const id = 1<<30 + 4242
+	if err := os.Chown(root, id, id); err != nil {
+		t.Fatal(err)
+	}
+	locked := filepath.Join(root, "locked")
+	os.Mkdir(locked, 0o755) // owned by root
+	err := AsUser(id, id, func() error {
+		_, err := WriteFile(d, "mine.txt", strings.NewReader("x"), 10, id, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, "mine.txt"), &st); err != nil || st.Uid != id || st.Gid != id {
+		t.Fatalf("owner %d:%d (%v), want %d", st.Uid, st.Gid, err, id)
+	}
+	err = AsUser(id, id, func() error {
+		_, err := WriteFile(d, "locked/x", strings.NewReader("x"), 10, id, id)
+		return err
+	})
+	if err == nil {
+		t.Fatal("wrote into a root-owned directory as the user")
 	}
 }

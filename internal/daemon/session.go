@@ -1,0 +1,213 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Session bounds.
+const (
+	defaultIdle = 10 * time.Minute
+	defaultLife = time.Hour
+	maxLife     = 24 * time.Hour
+	// endedKept is how long an ended session still answers GET, so a
+	// caller can learn why it ended.
+	endedKept = 10 * time.Minute
+)
+
+// session owns one sandbox for its lifetime; the sandbox is never handed
+// to anyone else and is destroyed when the session ends.
+type session struct {
+	id      string
+	tool    *config.Tool
+	sb      *sandbox.Sandbox
+	bind    *runner.Binding
+	created time.Time
+	idle    time.Duration
+	expires time.Time
+
+	mu        sync.Mutex
+	lastUsed  time.Time
+	running   int
+	ended     bool
+	endReason string
+	endedAt   time.Time
+	wg        sync.WaitGroup // execs and file calls in flight
+}
+
+// sessions is the daemon's table of sessions.
+type sessions struct {
+	mu     sync.Mutex
+	m      map[string]*session
+	closed bool // shutting down: no new sessions
+}
+
+func newSessionID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "s_" + hex.EncodeToString(b[:])
+}
+
+// view is the API form of s.
+func (s *session) view() api.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := api.Session{
+		ID: s.id, Tool: s.tool.Name, SandboxID: s.sb.ID(),
+		State:    api.SessionActive,
+		Created:  s.created.UTC().Format(time.RFC3339Nano),
+		LastUsed: s.lastUsed.UTC().Format(time.RFC3339Nano),
+		Expires:  s.expires.UTC().Format(time.RFC3339Nano),
+		Running:  s.running,
+	}
+	if s.ended {
+		v.State, v.EndReason = api.SessionEnded, s.endReason
+	}
+	return v
+}
+
+// enter registers a call in the session; false when it has ended.
+func (s *session) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.running++
+	s.lastUsed = time.Now()
+	s.wg.Add(1)
+	return true
+}
+
+func (s *session) leave() {
+	s.mu.Lock()
+	s.running--
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// end ends the session once: no new calls, the sandbox killed at once
+// (which ends calls in flight), then, once they have returned, the
+// binding closed and the sandbox destroyed.
+func (s *session) end(ctx context.Context, reason string) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended, s.endReason, s.endedAt = true, reason, time.Now()
+	s.mu.Unlock()
+	// Destroy kills init first; running execs then return.
+	go func() {
+		_ = s.sb.Destroy(context.WithoutCancel(ctx))
+	}()
+	s.wg.Wait()
+	_ = s.bind.Close(context.WithoutCancel(ctx))
+	_ = s.sb.Destroy(context.WithoutCancel(ctx))
+}
+
+// afterExec ends the session when a run showed the sandbox unusable: a
+// breached ceiling destroys the sandbox, and so the session.
+func (s *session) afterExec(ctx context.Context, r *result.Result) {
+	switch {
+	case r.Outcome == result.LimitExceeded && r.Limit != nil:
+		go s.end(ctx, "limit: "+r.Limit.Name)
+	case !alive(s.sb):
+		go s.end(ctx, "sandbox died")
+	}
+}
+
+func alive(sb *sandbox.Sandbox) bool {
+	select {
+	case <-sb.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// parseBound parses an optional duration with a default and a maximum.
+func parseBound(s string, def, max time.Duration, what string) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > max {
+		return 0, fmt.Errorf("%q must be a duration from 1s to %s, like \"10m\"", what, max)
+	}
+	return max2(d, time.Second), nil
+}
+
+func max2(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// reap ends idle and expired sessions and forgets long-ended ones, until
+// ctx ends.
+func (d *Daemon) reap(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d.sessions.mu.Lock()
+			var end []*session
+			var why []string
+			for id, s := range d.sessions.m {
+				s.mu.Lock()
+				switch {
+				case s.ended && now.Sub(s.endedAt) > endedKept:
+					delete(d.sessions.m, id)
+				case s.ended:
+				case now.After(s.expires):
+					end, why = append(end, s), append(why, "max lifetime")
+				case s.running == 0 && now.Sub(s.lastUsed) > s.idle:
+					end, why = append(end, s), append(why, "idle timeout")
+				case !alive(s.sb):
+					end, why = append(end, s), append(why, "sandbox died")
+				}
+				s.mu.Unlock()
+			}
+			d.sessions.mu.Unlock()
+			for i, s := range end {
+				go s.end(ctx, why[i])
+			}
+		}
+	}
+}
+
+// endAll ends every session, for shutdown.
+func (d *Daemon) endAll(ctx context.Context) {
+	d.sessions.mu.Lock()
+	d.sessions.closed = true
+	all := make([]*session, 0, len(d.sessions.m))
+	for _, s := range d.sessions.m {
+		all = append(all, s)
+	}
+	d.sessions.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.end(ctx, "shutdown")
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,309 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// maxFile bounds one file written into or read out of a workspace; the
+// sandbox's disk ceiling bounds them all together.
+const maxFile = 16 << 20
+
+// methods dispatches on the request method, answering 405 (in JSON, with
+// Allow) for any other.
+func methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
+	var allow []string
+	for m := range hs {
+		allow = append(allow, m)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h, ok := hs[r.Method]; ok {
+			h(w, r)
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here", r.Method))
+	}
+}
+
+func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("/v1/sessions", only(http.MethodPost, d.postSession))
+	mux.HandleFunc("/v1/sessions/{id}", methods(map[string]http.HandlerFunc{
+		http.MethodGet:    d.getSession,
+		http.MethodDelete: d.deleteSession,
+	}))
+	mux.HandleFunc("/v1/sessions/{id}/exec", only(http.MethodPost, d.postExec))
+	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", methods(map[string]http.HandlerFunc{
+		http.MethodGet: d.getFile,
+		http.MethodPut: d.putFile,
+	}))
+}
+
+// decodeBody reads one JSON value into v, refusing unknown fields, more
+// than one value and bodies over maxBody. It answers the error itself.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("request body is over %d bytes", maxBody))
+		} else {
+			writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: "+err.Error())
+		}
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: more than one value")
+		return false
+	}
+	return true
+}
+
+func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
+	var req api.SessionRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	t, ok := d.opts.Config.Tools[req.Tool]
+	if !ok {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
+		return
+	}
+	life, err := parseBound(req.MaxLifetime, defaultLife, maxLife, "max_lifetime")
+	if err == nil {
+		var idle time.Duration
+		if idle, err = parseBound(req.IdleTimeout, min(defaultIdle, life), life, "idle_timeout"); err == nil {
+			d.openSession(w, r, t.Name, idle, life)
+			return
+		}
+	}
+	writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+}
+
+func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
+	t := d.opts.Config.Tools[tool]
+	sb, _, err := d.pools[tool].Claim(r.Context())
+	if err != nil {
+		status, msg := http.StatusServiceUnavailable, "no sandbox could be created for this tool; see the daemon's log"
+		if errors.Is(err, pool.ErrClosed) {
+			msg = "the daemon is shutting down"
+		}
+		writeError(w, status, api.CodeUnavailable, msg)
+		return
+	}
+	bind, err := runner.Bind(r.Context(), sb, policyOf(d.opts.Config, t))
+	if err != nil {
+		_ = sb.Destroy(r.Context())
+		d.opts.Logger.Warn("session bind failed", "tool", tool, "err", err)
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the session's network could not be set up; see the daemon's log")
+		return
+	}
+	now := time.Now()
+	s := &session{id: newSessionID(), tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life)}
+	d.sessions.mu.Lock()
+	closed := d.sessions.closed
+	if !closed {
+		d.sessions.m[s.id] = s
+	}
+	d.sessions.mu.Unlock()
+	if closed {
+		s.end(r.Context(), "shutdown")
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.view())
+}
+
+// lookup finds the session of the request's {id}, answering 404 itself.
+func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
+	id := r.PathValue("id")
+	d.sessions.mu.Lock()
+	s := d.sessions.m[id]
+	d.sessions.mu.Unlock()
+	if s == nil {
+		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no session %q", shorten(id)))
+	}
+	return s
+}
+
+func shorten(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// enterOr409 registers a call in s, or answers that it has ended.
+func enterOr409(w http.ResponseWriter, s *session) bool {
+	if s.enter() {
+		return true
+	}
+	v := s.view()
+	writeError(w, http.StatusConflict, "ended", fmt.Sprintf("session %s has ended (%s)", v.ID, v.EndReason))
+	return false
+}
+
+func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) {
+	if s := d.lookup(w, r); s != nil {
+		writeJSON(w, http.StatusOK, s.view())
+	}
+}
+
+func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil {
+		return
+	}
+	s.end(r.Context(), "deleted")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil {
+		return
+	}
+	var req api.ExecRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command`)
+		return
+	}
+	if req.Workdir != "" && !path.IsAbs(req.Workdir) {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"workdir" must be an absolute path`)
+		return
+	}
+	if !enterOr409(w, s) {
+		return
+	}
+	defer s.leave()
+	x := sandbox.ExecRequest{
+		Argv:        req.Argv,
+		Env:         append(append([]string(nil), s.tool.Env...), req.Env...),
+		Dir:         workdir(req.Workdir, s.tool),
+		SampleEvery: 250 * time.Millisecond,
+		KeepAlive:   true,
+	}
+	if req.Stdin != "" {
+		x.Stdin = strings.NewReader(req.Stdin)
+	}
+	d.counts.runs.Add(1)
+	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
+		x.Capture = true
+		res := s.bind.Exec(r.Context(), x, nil)
+		s.afterExec(r.Context(), res)
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	w.Header().Set("Content-Type", api.NDJSON)
+	w.WriteHeader(http.StatusOK)
+	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	x.OnEvent = ev.write
+	res := s.bind.Exec(r.Context(), x, nil)
+	s.afterExec(r.Context(), res)
+	ev.write(resultEvent(res))
+}
+
+func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil || !enterOr409(w, s) {
+		return
+	}
+	defer s.leave()
+	if r.ContentLength > maxFile {
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("files are at most %d bytes", maxFile))
+		return
+	}
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
+		return
+	}
+	defer ws.Close()
+	id := s.sb.UserHostID()
+	var n int64
+	err = inroot.AsUser(id, id, func() error {
+		var err error
+		n, err = inroot.WriteFile(ws, r.PathValue("path"), r.Body, maxFile, id, id)
+		return err
+	})
+	if err != nil {
+		fileError(w, err)
+		return
+	}
+	w.Header().Set("X-Airlock-Bytes", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil || !enterOr409(w, s) {
+		return
+	}
+	defer s.leave()
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
+		return
+	}
+	defer ws.Close()
+	var f *os.File
+	id := s.sb.UserHostID()
+	err = inroot.AsUser(id, id, func() error {
+		var err error
+		f, err = inroot.Open(ws, r.PathValue("path"))
+		return err
+	})
+	if err != nil {
+		fileError(w, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		fileError(w, err)
+		return
+	}
+	if fi.Size() > maxFile {
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the file is %d bytes; at most %d can be read", fi.Size(), maxFile))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	_, _ = io.Copy(w, io.LimitReader(f, fi.Size()))
+}
+
+// fileError maps inroot's errors to answers that name no host path.
+func fileError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, inroot.ErrPath):
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+	case errors.Is(err, inroot.ErrNotFound):
+		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such file in the workspace")
+	case errors.Is(err, inroot.ErrNotRegular):
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, "not a regular file")
+	case errors.Is(err, inroot.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("files are at most %d bytes", maxFile))
+	case errors.Is(err, inroot.ErrNoSpace):
+		writeError(w, http.StatusInsufficientStorage, api.CodeTooLarge, "the sandbox's disk ceiling is reached")
+	default:
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "file operation failed")
+	}
+}
