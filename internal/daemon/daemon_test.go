@@ -199,6 +199,10 @@ func TestShutdownLeavesNothing(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Serve(ctx) }()
 	c := client.New(sock)
+	// An open session's sandbox is destroyed by the shutdown too.
+	if _, err := c.CreateSession(context.Background(), api.SessionRequest{Tool: "sh"}); err != nil {
+		t.Fatal(err)
+	}
 	// A run in flight when shutdown begins finishes.
 	got := make(chan *result.Result, 1)
 	go func() {
