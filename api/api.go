@@ -20,7 +20,7 @@ type RunRequest struct {
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
 	// Code is a stable word: invalid, not_found, method_not_allowed,
-	// too_large, unavailable, internal.
+	// too_large, unavailable, internal, unauthorized, forbidden, ended.
 	Code string `json:"code"`
 	// Message is written for the caller and never holds host paths or
 	// secrets.
@@ -35,6 +35,8 @@ const (
 	CodeTooLarge         = "too_large"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
 )
 
 // Tool describes a configured tool (GET /v1/tools).

@@ -22,6 +22,7 @@ import (
 // Client talks to one daemon. It is safe for concurrent use.
 type Client struct {
 	http *http.Client
+	base string
 }
 
 // New returns a client of the daemon listening on the unix socket path.
@@ -33,7 +34,25 @@ func New(socket string) *Client {
 		},
 		MaxIdleConnsPerHost: 8,
 	}
-	return &Client{http: &http.Client{Transport: tr}}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://airlock"}
+}
+
+// NewTCP returns a client of a daemon's TCP listener at addr
+// ("host:port"), sending token as its bearer token.
+func NewTCP(addr, token string) *Client {
+	return &Client{http: &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}}, base: "http://" + addr}
+}
+
+// bearer adds the token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // Error is an error answer of the API.
@@ -47,9 +66,6 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("airlock daemon: %s (%d %s)", e.Message, e.Status, e.Code)
 }
 
-// base is the URL prefix; the host part is ignored on a unix socket.
-const base = "http://airlock"
-
 func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
@@ -59,7 +75,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +205,7 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (*res
 
 // PutFile writes data to path (relative to /workspace) in a session.
 func (c *Client) PutFile(ctx context.Context, id, path string, data io.Reader) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/sessions/"+url.PathEscape(id)+"/files/"+escapePath(path), data)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/v1/sessions/"+url.PathEscape(id)+"/files/"+escapePath(path), data)
 	if err != nil {
 		return err
 	}
@@ -208,7 +224,7 @@ func (c *Client) GetFile(ctx context.Context, id, path string) ([]byte, error) {
 
 // DeleteSession ends a session and destroys its sandbox.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/sessions/"+url.PathEscape(id), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/sessions/"+url.PathEscape(id), nil)
 	if err != nil {
 		return err
 	}

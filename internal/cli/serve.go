@@ -20,7 +20,7 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 	var opts daemon.Options
 	var cfgPath string
 	fs.StringVar(&cfgPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
-	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "unix socket to serve the API on (mode 0660)")
+	fs.StringVar(&opts.Socket, "socket", "", "unix socket to serve the API on, mode 0660 (default: the config's server.socket, else "+daemon.DefaultSocket+")")
 	fs.DurationVar(&opts.Grace, "grace", 30*time.Second, "how long running calls may finish on shutdown")
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")

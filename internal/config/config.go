@@ -53,6 +53,8 @@ type Config struct {
 	Services map[string]*Service
 	// ServiceOrder lists the service names in file order.
 	ServiceOrder []string
+	// Server configures `airlock serve`'s listeners and tokens.
+	Server Server
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -288,6 +290,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.services(f.val, c)
 		case "tools":
 			err = p.tools(f.val, c)
+		case "server":
+			err = p.server(f.val, c)
 		}
 		if err != nil {
 			return nil, err

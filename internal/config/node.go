@@ -40,6 +40,7 @@ type parser struct {
 	// Names used before the whole file is read, checked by checkRefs.
 	secretRefs  []secretRef
 	serviceRefs []serviceRefs
+	toolRefs    []toolRef
 }
 
 // errAt returns an *Error located at n.

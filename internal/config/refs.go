@@ -42,6 +42,11 @@ func (p *parser) checkRefs(c *Config) error {
 			return p.errAt(r.node, r.at, "undefined secret %s (%s)", quote(r.name), defined("secrets", slices.Collect(maps.Keys(c.Secrets))))
 		}
 	}
+	for _, r := range p.toolRefs {
+		if _, ok := c.Tools[r.name]; !ok {
+			return p.errAt(r.node, r.at, "undefined tool %s (%s)", quote(r.name), defined("tools", c.Order))
+		}
+	}
 	for _, r := range p.serviceRefs {
 		// from remembers which service set each variable first.
 		from := map[string]*Service{}

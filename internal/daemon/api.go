@@ -125,6 +125,9 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if d.forbidTool(w, r, req.Tool) {
+		return
+	}
 	t, ok := d.opts.Config.Tools[req.Tool]
 	p := d.pools[req.Tool]
 	if !ok || p == nil {
@@ -235,9 +238,13 @@ func policyOf(c *config.Config, t *config.Tool) runner.Policy {
 	return p
 }
 
-func (d *Daemon) getTools(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 	out := []api.Tool{}
+	c := callerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
+		if !c.allows(name) {
+			continue
+		}
 		t := d.opts.Config.Tools[name]
 		at := api.Tool{Name: name, Description: t.Description, Warm: t.Pool.Warm, Egress: []string{}, Services: slices.Clone(t.Services)}
 		if at.Services == nil {
@@ -251,10 +258,13 @@ func (d *Daemon) getTools(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (d *Daemon) getPools(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
 	out := []pool.Stats{}
+	c := callerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
-		out = append(out, d.pools[name].Stats())
+		if c.allows(name) {
+			out = append(out, d.pools[name].Stats())
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -12,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -43,11 +45,14 @@ type Options struct {
 
 // Daemon serves the API. Create it with New and run it with Serve.
 type Daemon struct {
-	opts  Options
-	rt    *sandbox.Runtime
-	pools map[string]*pool.Pool
-	ln    net.Listener
-	srv   *http.Server
+	opts   Options
+	rt     *sandbox.Runtime
+	pools  map[string]*pool.Pool
+	ln     net.Listener
+	srv    *http.Server
+	tcp    net.Listener // nil unless the config has server.tcp
+	tsrv   *http.Server
+	tokens *tokenSet
 
 	counts   counters
 	sessions sessions
@@ -62,6 +67,9 @@ type Daemon struct {
 func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.Config == nil {
 		opts.Config = config.Empty()
+	}
+	if opts.Socket == "" {
+		opts.Socket = opts.Config.Server.Socket
 	}
 	if opts.Socket == "" {
 		opts.Socket = DefaultSocket
@@ -82,6 +90,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			}
 		}
 	}()
+	if d.tokens, err = loadTokens(opts.Config); err != nil {
+		return nil, err
+	}
 	// sandbox.New sweeps leftovers of a crashed predecessor.
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
@@ -91,20 +102,33 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits())}
 		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
-	if d.ln, err = listenUnix(opts.Socket); err != nil {
+	if d.ln, err = listenUnix(opts.Socket, opts.Config.Server.SocketGroup); err != nil {
 		return nil, err
 	}
+	routes := d.routes()
 	d.srv = &http.Server{
-		Handler:           d.routes(),
+		Handler:           withCaller(local, routes),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
+		if d.tcp, err = net.Listen("tcp", tcp.String()); err != nil {
+			d.ln.Close()
+			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
+		}
+		d.tsrv = &http.Server{
+			Handler:           d.requireToken(routes),
+			ReadHeaderTimeout: 10 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		}
 	}
 	return d, nil
 }
 
 // listenUnix opens the socket, replacing a stale one left by a crashed
 // daemon but never one a live daemon still answers on.
-func listenUnix(path string) (net.Listener, error) {
+func listenUnix(path, group string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
@@ -123,6 +147,16 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	if group != "" {
+		gid, err := lookupGroup(group)
+		if err == nil {
+			err = os.Chown(path, 0, gid)
+		}
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("socket group %q: %w", group, err)
+		}
+	}
 	return ln, nil
 }
 
@@ -135,6 +169,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.reapStop = stop
 	go d.reap(rctx)
 	go func() { errc <- d.srv.Serve(d.ln) }()
+	if d.tsrv != nil {
+		go func() { errc <- d.tsrv.Serve(d.tcp) }()
+	}
 	d.opts.Logger.Info("serving", "socket", d.opts.Socket, "tools", len(d.pools))
 	select {
 	case err := <-errc:
@@ -153,11 +190,25 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
 		defer cancel()
 		var errs []error
-		if err := d.srv.Shutdown(gctx); err != nil {
-			// Calls still running past the grace period are cut; their
-			// sandboxes are destroyed by their handlers.
-			errs = append(errs, fmt.Errorf("shutdown: %w", err), d.srv.Close())
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, srv := range []*http.Server{d.srv, d.tsrv} {
+			if srv == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.Shutdown(gctx); err != nil {
+					// Calls still running past the grace period are
+					// cut; their handlers destroy their sandboxes.
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("shutdown: %w", err), srv.Close())
+					mu.Unlock()
+				}
+			}()
 		}
+		wg.Wait()
 		if d.reapStop != nil {
 			d.reapStop()
 		}
@@ -178,4 +229,16 @@ func (d *Daemon) closePools(ctx context.Context) error {
 		errs = append(errs, p.Close(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// lookupGroup returns the gid of a group name or number.
+func lookupGroup(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
 }

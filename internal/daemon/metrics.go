@@ -10,9 +10,11 @@ import (
 
 // counters are the daemon's own counts, besides each pool's.
 type counters struct {
-	runs     atomic.Int64 // runs answered
-	failures atomic.Int64 // runs that could not get a sandbox
-	requests atomic.Int64 // API requests
+	runs         atomic.Int64 // runs answered
+	failures     atomic.Int64 // runs that could not get a sandbox
+	requests     atomic.Int64 // API requests
+	unauthorized atomic.Int64 // refused for want of a valid token
+	forbidden    atomic.Int64 // refused for a tool outside the token's scope
 }
 
 // getMetrics serves the Prometheus text format (version 0.0.4).
@@ -56,6 +58,10 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "airlock_run_sandbox_failures_total %d\n", d.counts.failures.Load())
 	metric("airlock_api_requests_total", "API requests received.", "counter")
 	fmt.Fprintf(&b, "airlock_api_requests_total %d\n", d.counts.requests.Load())
+	metric("airlock_api_unauthorized_total", "API requests refused for want of a valid token.", "counter")
+	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.counts.unauthorized.Load())
+	metric("airlock_api_forbidden_total", "API requests refused for a tool outside the token's scope.", "counter")
+	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.counts.forbidden.Load())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))
 }

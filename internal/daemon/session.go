@@ -29,6 +29,7 @@ const (
 // to anyone else and is destroyed when the session ends.
 type session struct {
 	id      string
+	owner   string // the caller that opened it: "local" or "token:NAME"
 	tool    *config.Tool
 	sb      *sandbox.Sandbox
 	bind    *runner.Binding

@@ -76,7 +76,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 	var req api.SessionRequest
-	if !decodeBody(w, r, &req) {
+	if !decodeBody(w, r, &req) || d.forbidTool(w, r, req.Tool) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
@@ -114,7 +114,7 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 		return
 	}
 	now := time.Now()
-	s := &session{id: newSessionID(), tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life)}
+	s := &session{id: newSessionID(), owner: callerOf(r.Context()).name, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life)}
 	d.sessions.mu.Lock()
 	closed := d.sessions.closed
 	if !closed {
@@ -135,6 +135,10 @@ func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 	d.sessions.mu.Lock()
 	s := d.sessions.m[id]
 	d.sessions.mu.Unlock()
+	// A token sees only its own sessions; to others they do not exist.
+	if c := callerOf(r.Context()); s != nil && c != local && c.name != s.owner {
+		s = nil
+	}
 	if s == nil {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no session %q", shorten(id)))
 	}

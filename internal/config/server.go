@@ -1,0 +1,141 @@
+package config
+
+import (
+	"net/netip"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	serverKeys = []string{"socket", "socket_group", "tcp", "tokens"}
+	tokenKeys  = []string{"name", "secret", "tools"}
+)
+
+// Server configures `airlock serve`'s listeners.
+type Server struct {
+	// Socket is the unix socket ("" for the default).
+	Socket string
+	// SocketGroup, if set, is the group (name or number) that owns the
+	// socket; members may use the API.
+	SocketGroup string
+	// TCP, if set, is an address to serve the API on too; every request
+	// there needs a bearer token.
+	TCP netip.AddrPort
+	// Tokens are the bearer tokens accepted on TCP.
+	Tokens []Token
+}
+
+// Token is one bearer token: its value is a secret, read at start, and
+// it may use only the tools it lists ("*" for all).
+type Token struct {
+	Name   string
+	Secret string
+	Tools  []string
+	Line   int
+}
+
+// AllowsTool reports whether the token may use tool.
+func (t *Token) AllowsTool(tool string) bool {
+	return slices.Contains(t.Tools, "*") || slices.Contains(t.Tools, tool)
+}
+
+// toolRef is a use of a tool's name by a token, checked once all tools
+// are read.
+type toolRef struct {
+	name string
+	node *yaml.Node
+	at   string
+}
+
+func (p *parser) server(n *yaml.Node, c *Config) error {
+	const at = "server"
+	fs, err := p.fields(n, at, "a mapping of server settings", serverKeys)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		switch f.name {
+		case "socket":
+			c.Server.Socket, err = p.absPath(f.val, sub)
+		case "socket_group":
+			c.Server.SocketGroup, err = p.str(f.val, sub)
+			if err == nil && !validToolName(c.Server.SocketGroup) {
+				err = p.errAt(f.val, sub, "%s is not a group name or number", quote(c.Server.SocketGroup))
+			}
+		case "tcp":
+			var s string
+			if s, err = p.str(f.val, sub); err == nil {
+				if c.Server.TCP, err = netip.ParseAddrPort(s); err != nil || c.Server.TCP.Port() == 0 {
+					err = p.errAt(f.val, sub, "%s is not IP:PORT (e.g. 127.0.0.1:7400)", quote(s))
+				}
+			}
+		case "tokens":
+			c.Server.Tokens, err = p.tokens(f.val, sub)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c.Server.TCP.IsValid() && len(c.Server.Tokens) == 0 {
+		return p.errAt(n, at, "tcp is set but no tokens are: every request on TCP needs one")
+	}
+	return nil
+}
+
+func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
+	items, err := p.list(n, at)
+	if err != nil {
+		return nil, err
+	}
+	var out []Token
+	for i, item := range items {
+		sub := index(at, i)
+		fs, err := p.fields(item, sub, "a mapping with name, secret and tools", tokenKeys)
+		if err != nil {
+			return nil, err
+		}
+		t := Token{Line: item.Line}
+		for _, f := range fs {
+			fsub := join(sub, f.name)
+			switch f.name {
+			case "name":
+				if t.Name, err = p.str(f.val, fsub); err == nil && !validToolName(t.Name) {
+					err = p.errAt(f.val, fsub, "%s: want 1-64 letters, digits, '_' and '-'", quote(t.Name))
+				}
+			case "secret":
+				if t.Secret, err = p.str(f.val, fsub); err == nil {
+					p.secretRefs = append(p.secretRefs, secretRef{name: t.Secret, node: f.val, at: fsub})
+				}
+			case "tools":
+				if t.Tools, err = p.distinct(f.val, fsub, nil); err == nil {
+					items, _ := p.list(f.val, fsub)
+					for j, name := range t.Tools {
+						if name != "*" {
+							p.toolRefs = append(p.toolRefs, toolRef{name: name, node: items[j], at: index(fsub, j)})
+						}
+					}
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case t.Name == "":
+			return nil, p.errAt(item, sub, "a token needs a name")
+		case t.Secret == "":
+			return nil, p.errAt(item, sub, "token %s needs a secret", quote(t.Name))
+		case len(t.Tools) == 0:
+			return nil, p.errAt(item, sub, "token %s needs tools (a list of tool names, or [\"*\"])", quote(t.Name))
+		}
+		for _, o := range out {
+			if o.Name == t.Name {
+				return nil, p.errAt(item, sub, "token name %s is used twice", quote(t.Name))
+			}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

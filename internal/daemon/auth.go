@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
+)
+
+// caller is who made a request: the local socket (trusted by its file
+// permissions) or a bearer token on TCP, scoped to some tools.
+type caller struct {
+	name  string
+	token *config.Token // nil for the local socket
+}
+
+// local is every request on the unix socket.
+var local = &caller{name: "local"}
+
+func (c *caller) allows(tool string) bool { return c.token == nil || c.token.AllowsTool(tool) }
+
+type callerKey struct{}
+
+func callerOf(ctx context.Context) *caller {
+	if c, ok := ctx.Value(callerKey{}).(*caller); ok {
+		return c
+	}
+	return local
+}
+
+func withCaller(c *caller, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	})
+}
+
+// tokenSet holds the tokens' digests; comparing digests in constant time
+// keeps the comparison from leaking a token byte by byte.
+type tokenSet struct {
+	digests [][sha256.Size]byte
+	tokens  []*config.Token
+}
+
+// loadTokens reads every token's secret now: a daemon that cannot check
+// tokens must not start.
+func loadTokens(c *config.Config) (*tokenSet, error) {
+	ts := &tokenSet{}
+	for i := range c.Server.Tokens {
+		t := &c.Server.Tokens[i]
+		sec, ok := c.Secrets[t.Secret]
+		if !ok {
+			return nil, fmt.Errorf("token %q: secret %q is not defined", t.Name, t.Secret)
+		}
+		v, err := sec.Read()
+		if err != nil {
+			return nil, fmt.Errorf("token %q: %w", t.Name, err)
+		}
+		if len(v) < 16 {
+			return nil, fmt.Errorf("token %q: the secret is under 16 bytes; use a long random token", t.Name)
+		}
+		ts.digests = append(ts.digests, sha256.Sum256([]byte(v)))
+		ts.tokens = append(ts.tokens, t)
+	}
+	return ts, nil
+}
+
+// match returns the token whose value v is, or nil. Every digest is
+// compared, whatever matches.
+func (ts *tokenSet) match(v string) *config.Token {
+	d := sha256.Sum256([]byte(v))
+	var found *config.Token
+	for i, td := range ts.digests {
+		if subtle.ConstantTimeCompare(d[:], td[:]) == 1 {
+			found = ts.tokens[i]
+		}
+	}
+	return found
+}
+
+// requireToken guards the TCP listener: no valid bearer token, no
+// answer but 401.
+func (d *Daemon) requireToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		var t *config.Token
+		if ok && v != "" {
+			t = d.tokens.match(v)
+		}
+		if t == nil {
+			d.counts.unauthorized.Add(1)
+			d.opts.Logger.Warn("unauthorized API request", "remote", r.RemoteAddr, "method", r.Method, "path", shorten(r.URL.Path))
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")
+			return
+		}
+		withCaller(&caller{name: "token:" + t.Name, token: t}, h).ServeHTTP(w, r)
+	})
+}
+
+// forbidTool answers 403 when the caller may not use tool; true when it
+// answered.
+func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string) bool {
+	c := callerOf(r.Context())
+	if c.allows(tool) {
+		return false
+	}
+	d.counts.forbidden.Add(1)
+	d.opts.Logger.Warn("forbidden API request", "caller", c.name, "tool", tool, "path", shorten(r.URL.Path))
+	writeError(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("%s may not use tool %q", c.name, tool))
+	return true
+}
