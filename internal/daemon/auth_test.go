@@ -76,7 +76,10 @@ tools:
 	if _, err := ci.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := status(func() error { _, err := ci.Run(t.Context(), api.RunRequest{Tool: "other", Argv: []string{"true"}}); return err }()); got != 403 || ce.Code != api.CodeForbidden {
+	if got := status(func() error {
+		_, err := ci.Run(t.Context(), api.RunRequest{Tool: "other", Argv: []string{"true"}})
+		return err
+	}()); got != 403 || ce.Code != api.CodeForbidden {
 		t.Fatalf("out of scope: %d", got)
 	}
 	tools, err := ci.Tools(t.Context())
