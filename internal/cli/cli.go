@@ -44,6 +44,10 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 		return runCmd(ctx, rest, stdio)
 	case "serve":
 		return serveCmd(ctx, rest, stdio)
+	case "session":
+		return sessionCmd(ctx, rest, stdio)
+	case "pool":
+		return poolCmd(ctx, rest, stdio)
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
 		return nil
@@ -85,6 +89,8 @@ airlock runs commands in disposable, isolated, bounded Linux sandboxes.
 Usage:
   airlock run [flags] -- COMMAND [ARG...]   run one command in a fresh sandbox
   airlock serve [flags]                    serve the API on a unix socket, with warm pools
+  airlock session create|exec|cp|show|rm   work in a session of the daemon
+  airlock pool ls                          show the daemon's pools
   airlock version                          print the version
 
 Run "airlock run -h" or "airlock serve -h" for their flags.

@@ -69,8 +69,50 @@ func TestServeBinary(t *testing.T) {
 		t.Fatalf("--json through the daemon: %q exit %d (%v)", out, code, err)
 	}
 	st, err := c.Pools(t.Context())
-	if err != nil || st[0].Hits+st[0].Misses != 3 {
+	if err != nil || st[0].Hits+st[0].Misses < 3 {
 		t.Fatalf("the runs did not go through the daemon: %+v %v", st, err)
+	}
+	// Sessions and pools from the command line.
+	ac := func(stdin string, args ...string) (string, int) {
+		c := exec.Command(airlockBin(t), args...)
+		c.Env = []string{"PATH=/usr/bin:/bin"}
+		c.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		err := c.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != 0 && code != 5 {
+			t.Logf("%v: stderr %s", args, errb.String())
+		}
+		return out.String(), code
+	}
+	id, code := ac("", "session", "create", "--socket", sock, "--tool", "sh")
+	id = strings.TrimSpace(id)
+	if code != 0 || !strings.HasPrefix(id, "s_") {
+		t.Fatalf("session create: %q %d", id, code)
+	}
+	if _, code := ac("file body", "session", "cp", "--socket", sock, "-", id+":f.txt"); code != 0 {
+		t.Fatalf("cp in: %d", code)
+	}
+	if out, code := ac("", "session", "exec", "--socket", sock, id, "--", "cat", "f.txt"); out != "file body" || code != 0 {
+		t.Fatalf("exec: %q %d", out, code)
+	}
+	if _, code := ac("", "session", "exec", "--socket", sock, id, "--", "sh", "-c", "exit 5"); code != 5 {
+		t.Fatalf("exec exit code: %d", code)
+	}
+	if out, code := ac("", "session", "cp", "--socket", sock, id+":f.txt", "-"); out != "file body" || code != 0 {
+		t.Fatalf("cp out: %q %d", out, code)
+	}
+	if out, code := ac("", "pool", "ls", "--socket", sock); code != 0 || !strings.Contains(out, "sh ") {
+		t.Fatalf("pool ls: %q %d", out, code)
+	}
+	if _, code := ac("", "session", "rm", "--socket", sock, id); code != 0 {
+		t.Fatalf("session rm: %d", code)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
