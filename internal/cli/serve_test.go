@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -122,5 +123,70 @@ func TestServeBinary(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+func cliCgroups(t *testing.T) int {
+	dir := "/sys/fs/cgroup/airlock-test-cli"
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
+		dir = "/sys/fs/cgroup/pids/airlock-test-cli"
+	}
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+// TestServeKilledThenRestarted kills the daemon with SIGKILL in the middle
+// of a run: its sandboxes die with it, and the next daemon sweeps what is
+// left before it serves, even on the same socket path.
+func TestServeKilledThenRestarted(t *testing.T) {
+	requireRoot(t)
+	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 2}\n")
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	start := func() *exec.Cmd {
+		cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock,
+			"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := client.New(sock)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ps, err := c.Pools(t.Context())
+			if err == nil && ps[0].Idle == 2 {
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("daemon not ready: %+v %v", ps, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := start()
+	c := client.New(sock)
+	go c.Run(context.Background(), api.RunRequest{Tool: "sh", Argv: []string{"sleep", "60"}})
+	time.Sleep(300 * time.Millisecond)
+	if n := cliCgroups(t); n < 3 {
+		t.Fatalf("%d sandbox cgroups while running, want at least 3", n)
+	}
+	first.Process.Kill()
+	first.Wait()
+	second := start()
+	// The first daemon's sandboxes are gone; only the new pool remains.
+	if n := cliCgroups(t); n != 2 {
+		t.Fatalf("%d sandbox cgroups after the restart, want the new pool's 2", n)
+	}
+	second.Process.Signal(syscall.SIGTERM)
+	if err := second.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := cliCgroups(t); n != 0 {
+		t.Fatalf("%d sandbox cgroups after shutdown", n)
 	}
 }
