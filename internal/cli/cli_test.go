@@ -38,8 +38,14 @@ func airlock(t *testing.T, stdin string, args ...string) outcome {
 func airlockEnv(t *testing.T, env []string, stdin string, args ...string) outcome {
 	t.Helper()
 	full := append([]string{"run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}, args...)
-	cmd := exec.Command(airlockBin(t), full...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "AIRLOCK_TEST_SECRET=hunter2"}, env...)
+	return execAirlock(t, append([]string{"AIRLOCK_TEST_SECRET=hunter2"}, env...), stdin, full...)
+}
+
+// execAirlock runs the airlock binary with args as they are.
+func execAirlock(t *testing.T, env []string, stdin string, args ...string) outcome {
+	t.Helper()
+	cmd := exec.Command(airlockBin(t), args...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

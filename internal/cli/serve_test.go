@@ -47,19 +47,8 @@ func TestServeBinary(t *testing.T) {
 	// The CLI goes through the daemon for a tool when no flag reshapes
 	// the sandbox; output and exit codes are those of a run here.
 	cli := func(stdin string, args ...string) (string, string, int) {
-		c := exec.Command(airlockBin(t), append([]string{"run", "--socket", sock, "--tool", "sh"}, args...)...)
-		c.Env = []string{"PATH=/usr/bin:/bin"}
-		c.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		err := c.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		o := execAirlock(t, nil, stdin, append([]string{"run", "--socket", sock, "--tool", "sh"}, args...)...)
+		return o.stdout, o.stderr, o.code
 	}
 	if out, errs, code := cli("piped in", "--", "sh", "-c", "cat; echo; echo to-stderr >&2; exit 3"); out != "piped in\n" || !strings.Contains(errs, "to-stderr") || code != 3 {
 		t.Fatalf("through the daemon: %q %q exit %d", out, errs, code)
@@ -75,22 +64,11 @@ func TestServeBinary(t *testing.T) {
 	}
 	// Sessions and pools from the command line.
 	ac := func(stdin string, args ...string) (string, int) {
-		c := exec.Command(airlockBin(t), args...)
-		c.Env = []string{"PATH=/usr/bin:/bin"}
-		c.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		err := c.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
+		o := execAirlock(t, nil, stdin, args...)
+		if o.code != 0 && o.code != 5 {
+			t.Logf("%v: stderr %s", args, o.stderr)
 		}
-		if code != 0 && code != 5 {
-			t.Logf("%v: stderr %s", args, errb.String())
-		}
-		return out.String(), code
+		return o.stdout, o.code
 	}
 	id, code := ac("", "session", "create", "--socket", sock, "--tool", "sh")
 	id = strings.TrimSpace(id)
