@@ -117,5 +117,37 @@ func daemonBench(n int, tput time.Duration) error {
 	el := time.Since(start)
 	ps, _ := c.Pools(context.Background())
 	fmt.Printf("\nSustained, 4 clients for %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d). Target ≥ 250/s.\n\n", tput, float64(count.Load())/el.Seconds(), count.Load(), ps[0].Hits, ps[0].Misses)
+	return sessionsHeld(c, 100)
+}
+
+// sessionsHeld opens k sessions (of the tool without a pool, so the warm
+// pool's sandboxes are not counted), checks each answers, and reports the
+// host memory they hold while idle.
+func sessionsHeld(c *client.Client, k int) error {
+	ctx := context.Background()
+	settle()
+	before := memUsed()
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			c.DeleteSession(ctx, id)
+		}
+	}()
+	for range k {
+		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "cold"})
+		if err != nil {
+			return err
+		}
+		ids = append(ids, s.ID)
+	}
+	for _, id := range ids {
+		r, err := c.Exec(ctx, id, api.ExecRequest{Argv: []string{"/bin/true"}})
+		if err != nil || r.Outcome != result.Exited || r.ExitCode != 0 {
+			return fmt.Errorf("session %s: %+v %v", id, r, err)
+		}
+	}
+	settle()
+	per := float64(memUsed()-before) / float64(k) / (1 << 20)
+	fmt.Printf("%d sessions held at once, each having run a command and now idle: all answered; host memory **%.2f MiB per session** (sandbox, egress gateway and session state; used memory as in the idle footprint section).\n\n", k, per)
 	return nil
 }
