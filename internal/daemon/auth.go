@@ -5,7 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
@@ -113,4 +117,37 @@ func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string)
 	d.opts.Logger.Warn("forbidden API request", "caller", c.name, "tool", tool, "path", shorten(r.URL.Path))
 	writeError(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("%s may not use tool %q", c.name, tool))
 	return true
+}
+
+// checkHost guards a loopback TCP listener against DNS rebinding: a web
+// page could point a name it controls at 127.0.0.1 and have a browser
+// send requests here, but its Host (and Origin) header then names that
+// page's host, not this listener. Listeners on other addresses are meant
+// to sit behind a reverse proxy, which sets the host it serves.
+func checkHost(addr netip.AddrPort, h http.Handler) http.Handler {
+	if !addr.Addr().IsLoopback() {
+		return h
+	}
+	port := strconv.Itoa(int(addr.Port()))
+	allowed := map[string]bool{
+		"localhost:" + port: true,
+		"127.0.0.1:" + port: true,
+		"[::1]:" + port:     true,
+		addr.String():       true,
+		net.JoinHostPort(addr.Addr().String(), port): true,
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed[strings.ToLower(r.Host)] {
+			writeError(w, http.StatusMisdirectedRequest, api.CodeForbidden, "this listener answers only to its own loopback address (Host header)")
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || !allowed[strings.ToLower(u.Host)] {
+				writeError(w, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused")
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }

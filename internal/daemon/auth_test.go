@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -101,6 +102,27 @@ tools:
 	if err := ci.DeleteSession(t.Context(), s.ID); err != nil {
 		t.Fatal(err)
 	}
+	// DNS rebinding: a page's name pointed at 127.0.0.1 sends its own
+	// Host, and a browser adds its Origin.
+	for _, hdr := range []map[string]string{{"Host": "evil.example:" + port(addr)}, {"Origin": "http://evil.example"}} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		for k, v := range hdr {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest && resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%v: got %d", hdr, resp.StatusCode)
+		}
+	}
 	if n := d.counts.unauthorized.Load(); n != 3 {
 		t.Fatalf("%d unauthorized counted, want 3", n)
 	}
@@ -116,4 +138,9 @@ func TestShortTokenRefused(t *testing.T) {
 	if _, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}}); err == nil {
 		t.Fatal("a daemon started with a 5-byte token")
 	}
+}
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }

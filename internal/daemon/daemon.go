@@ -117,7 +117,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tsrv = &http.Server{
-			Handler:           d.requireToken(routes),
+			Handler:           checkHost(tcp, d.requireToken(routes)),
 			ReadHeaderTimeout: 10 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
