@@ -91,11 +91,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
-		var body api.Error
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
-			body.Message = resp.Status
-		}
-		return nil, &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+		return nil, apiError(resp)
 	}
 	return resp, nil
 }
@@ -112,7 +108,12 @@ func (c *Client) getJSON(ctx context.Context, path string, v any) error {
 // Run runs one command of a tool in a fresh sandbox and returns its
 // result, with the output captured.
 func (c *Client) Run(ctx context.Context, req api.RunRequest) (*result.Result, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/runs", req, "application/json")
+	return c.postResult(ctx, "/v1/runs", req)
+}
+
+// postResult posts body to path and decodes the result answered.
+func (c *Client) postResult(ctx context.Context, path string, body any) (*result.Result, error) {
+	resp, err := c.do(ctx, http.MethodPost, path, body, "application/json")
 	if err != nil {
 		return nil, err
 	}
@@ -191,16 +192,7 @@ func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
 
 // Exec runs a command in a session's sandbox.
 func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (*result.Result, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", req, "application/json")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var r result.Result
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("airlock daemon: bad result: %w", err)
-	}
-	return &r, nil
+	return c.postResult(ctx, "/v1/sessions/"+url.PathEscape(id)+"/exec", req)
 }
 
 // PutFile writes data to path (relative to /workspace) in a session.
@@ -239,11 +231,7 @@ func (c *Client) send(req *http.Request) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		var body api.Error
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
-			body.Message = resp.Status
-		}
-		return &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+		return apiError(resp)
 	}
 	return nil
 }
@@ -255,4 +243,13 @@ func escapePath(p string) string {
 		parts[i] = url.PathEscape(s)
 	}
 	return strings.Join(parts, "/")
+}
+
+// apiError reads an error answer.
+func apiError(resp *http.Response) *Error {
+	var body api.Error
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
+		body.Message = resp.Status
+	}
+	return &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
 }
