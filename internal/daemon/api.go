@@ -89,20 +89,8 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // decodeRun reads and checks a run request.
 func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
 	var req api.RunRequest
-	if err := dec.Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("request body is over %d bytes", maxBody))
-		} else {
-			writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: "+err.Error())
-		}
-		return nil, false
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: more than one value")
+	if !decodeBody(w, r, &req) {
 		return nil, false
 	}
 	switch {
