@@ -39,6 +39,9 @@ type Options struct {
 	// Grace is how long running calls may take to finish on shutdown;
 	// 0 means 30s.
 	Grace time.Duration
+	// MaxSessions bounds the sessions open at once (each holds a sandbox
+	// and a uid range); 0 means 256.
+	MaxSessions int
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -76,6 +79,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	if opts.Grace <= 0 {
 		opts.Grace = 30 * time.Second
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 256
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -139,22 +139,15 @@ func alive(sb *sandbox.Sandbox) bool {
 }
 
 // parseBound parses an optional duration with a default and a maximum.
-func parseBound(s string, def, max time.Duration, what string) (time.Duration, error) {
+func parseBound(s string, def, limit time.Duration, what string) (time.Duration, error) {
 	if s == "" {
 		return def, nil
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 || d > max {
-		return 0, fmt.Errorf("%q must be a duration from 1s to %s, like \"10m\"", what, max)
+	if err != nil || d <= 0 || d > limit {
+		return 0, fmt.Errorf("%q must be a duration from 1s to %s, like \"10m\"", what, limit)
 	}
-	return max2(d, time.Second), nil
-}
-
-func max2(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
-	}
-	return b
+	return max(d, time.Second), nil
 }
 
 // reap ends idle and expired sessions and forgets long-ended ones, until

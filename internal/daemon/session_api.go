@@ -84,6 +84,10 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
 		return
 	}
+	if d.openSessions() >= d.opts.MaxSessions {
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, fmt.Sprintf("%d sessions are open, the most this daemon allows; end one first", d.opts.MaxSessions))
+		return
+	}
 	life, err := parseBound(req.MaxLifetime, defaultLife, maxLife, "max_lifetime")
 	if err == nil {
 		var idle time.Duration
@@ -127,6 +131,22 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.view())
+}
+
+// openSessions counts the sessions not yet ended. A caller can open
+// sessions without end, each holding a sandbox; the count bounds them.
+func (d *Daemon) openSessions() int {
+	d.sessions.mu.Lock()
+	defer d.sessions.mu.Unlock()
+	n := 0
+	for _, s := range d.sessions.m {
+		s.mu.Lock()
+		if !s.ended {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // lookup finds the session of the request's {id}, answering 404 itself.

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +12,10 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 func TestSessionWorkspaceAndFiles(t *testing.T) {
@@ -166,5 +171,39 @@ func TestSessionBadRequests(t *testing.T) {
 	}
 	if _, err := c.Session(ctx, "s_nope"); !errors.As(err, &ce) || ce.Status != 404 {
 		t.Errorf("unknown session: %v", err)
+	}
+}
+
+func TestSessionCap(t *testing.T) {
+	isolatednet.Require(t)
+	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, MaxSessions: 2,
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := client.New(sock)
+	a, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"}); err != nil {
+		t.Fatal(err)
+	}
+	var ce *client.Error
+	if _, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"}); !errors.As(err, &ce) || ce.Status != 503 {
+		t.Fatalf("third session: %v", err)
+	}
+	// Ending one makes room.
+	if err := c.DeleteSession(t.Context(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -358,8 +358,16 @@ func (g *Gateway) emit(ev result.EgressEvent) {
 	}
 	ev.Tool = g.cfg.Tool
 	ev.Sandbox = g.cfg.SandboxID
+	// The destination is what the sandbox sent (a CONNECT authority may
+	// be up to a header's size); the log keeps a bounded piece of it.
+	if len(ev.Destination) > maxLogged {
+		ev.Destination = ev.Destination[:maxLogged] + "..."
+	}
 	g.cfg.OnEvent(ev)
 }
+
+// maxLogged bounds a sandbox-chosen string in an event.
+const maxLogged = 256
 
 func (g *Gateway) logQuery(q dns.Query) {
 	ev := result.EgressEvent{

@@ -460,3 +460,18 @@ func TestTransparentServerSpeaksFirst(t *testing.T) {
 		t.Fatalf("got %q, %v; want the server's banner", banner, err)
 	}
 }
+
+// A sandbox chooses the destination string; the log keeps a bounded
+// piece of it.
+func TestLongDestinationBounded(t *testing.T) {
+	f := gateway(t, nil, nil)
+	host := strings.Repeat("a", 60) + "." + strings.Repeat("b", 8000) + ".test"
+	status, _ := rawProxy(t, f, "CONNECT "+host+":443 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status != http.StatusForbidden {
+		t.Fatalf("got %d", status)
+	}
+	ev := f.evs.wait(t, "refusal", func(result.EgressEvent) bool { return true })
+	if len(ev.Destination) > maxLogged+3 || len(ev.Reason) > 1024 {
+		t.Fatalf("event holds %d bytes of destination and %d of reason", len(ev.Destination), len(ev.Reason))
+	}
+}
