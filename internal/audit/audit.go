@@ -1,0 +1,451 @@
+// Package audit is the daemon's durable, append-only record of what it
+// did: sandboxes created, claimed and destroyed, runs and their outcomes,
+// limit breaches, egress, DNS and broker decisions, and API requests with
+// the caller's identity. It is an embedded SQLite database (pure Go, no
+// cgo) in WAL mode, written by one goroutine that commits whatever has
+// queued up in one transaction (group commit).
+//
+// An event is acknowledged when Append returns nil: it is then in the
+// database and survives a crash of the process (and, with SyncFull, of
+// the host). Record queues an event without waiting; every event queued
+// before an Append is committed no later than it.
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+)
+
+// Event kinds. A kind filter also matches the kinds below it: "sandbox"
+// matches "sandbox.created".
+const (
+	KindDaemonStarted    = "daemon.started"
+	KindDaemonStopped    = "daemon.stopped"
+	KindSandboxCreated   = "sandbox.created"
+	KindSandboxClaimed   = "sandbox.claimed"
+	KindSandboxDestroyed = "sandbox.destroyed"
+	KindSandboxSwept     = "sandbox.swept"
+	KindRunStarted       = "run.started"
+	KindRunFinished      = "run.finished"
+	KindLimit            = "limit.breach"
+	KindEgress           = "egress"
+	KindDNS              = "dns"
+	KindBroker           = "broker"
+	KindSessionCreated   = "session.created"
+	KindSessionEnded     = "session.ended"
+	KindFile             = "session.file"
+	KindAPI              = "api.request"
+)
+
+// Decisions, for the kinds that decide.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// Event is one audit record.
+type Event struct {
+	// ID orders events; it is assigned when the event is committed and is
+	// the cursor for paging and following.
+	ID   int64     `json:"id"`
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"`
+	// Tool, Sandbox, Session and Run say what the event concerns; Client
+	// who caused it ("unix:uid=0" or "token:NAME").
+	Tool    string `json:"tool,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Session string `json:"session,omitempty"`
+	Run     string `json:"run,omitempty"`
+	Client  string `json:"client,omitempty"`
+	// Decision is allow or deny for decisions, the outcome for a finished
+	// run (exited, signaled, limit, error).
+	Decision string `json:"decision,omitempty"`
+	// Detail holds the kind's own fields as a JSON object.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// Sync modes.
+const (
+	// SyncNormal: a commit is written to the WAL before Append returns;
+	// it survives a crash of the daemon, and the WAL is synced at each
+	// checkpoint. SQLite's recommended setting for WAL.
+	SyncNormal = "normal"
+	// SyncFull: each commit is also fsynced, so it survives a crash of
+	// the host, at the cost of one fsync per group commit.
+	SyncFull = "full"
+)
+
+// Options configure a Log.
+type Options struct {
+	// Path is the database file; its directory is created (mode 0700).
+	Path string
+	// Retention is how long events are kept; 0 keeps them forever.
+	Retention time.Duration
+	// Sync is SyncNormal (default) or SyncFull.
+	Sync string
+	// Logger receives the log's own diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("audit: log closed")
+
+// maxBatch bounds the events committed in one transaction.
+const maxBatch = 512
+
+// item is one Append or Record waiting for the writer.
+type item struct {
+	events []Event
+	done   chan error // nil for Record
+}
+
+// Log is an open audit log. Its methods are safe for concurrent use.
+type Log struct {
+	opts Options
+	w    *sql.DB // the writer's one connection
+	r    *sql.DB // readers
+
+	queue  chan item
+	stop   chan struct{} // closed by Close: the writer drains and exits
+	done   chan struct{} // closed when the writer has exited
+	closed atomic.Bool
+	mu     sync.RWMutex // held for reading while queueing, for writing by Close
+
+	last atomic.Int64 // the newest committed id
+	lost atomic.Int64 // Recorded events that could not be written
+
+	fmu     sync.Mutex
+	failure error         // the last write's error, nil once one succeeds
+	changed chan struct{} // closed (and replaced) on every commit
+}
+
+// Open opens (creating if needed) the log at opts.Path and starts its
+// writer. It fails when the file cannot be opened or written: a daemon
+// that cannot record must not start.
+func Open(ctx context.Context, opts Options) (_ *Log, err error) {
+	if opts.Path == "" {
+		return nil, errors.New("audit: no path")
+	}
+	switch opts.Sync {
+	case "":
+		opts.Sync = SyncNormal
+	case SyncNormal, SyncFull:
+	default:
+		return nil, fmt.Errorf("audit: sync %q: want %q or %q", opts.Sync, SyncNormal, SyncFull)
+	}
+	if opts.Retention < 0 {
+		return nil, fmt.Errorf("audit: negative retention %s", opts.Retention)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	// The database holds who did what; only root reads it directly.
+	if f, err := os.OpenFile(opts.Path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	} else {
+		f.Close()
+	}
+	l := &Log{
+		opts:    opts,
+		queue:   make(chan item, 1024),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			l.closeDBs()
+		}
+	}()
+	if l.w, err = sql.Open("sqlite", dsn(opts.Path, opts.Sync, false)); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	l.w.SetMaxOpenConns(1)
+	l.w.SetMaxIdleConns(1)
+	l.w.SetConnMaxLifetime(0)
+	if _, err = l.w.ExecContext(ctx, schema); err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", opts.Path, err)
+	}
+	if l.r, err = sql.Open("sqlite", dsn(opts.Path, opts.Sync, true)); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	l.r.SetMaxOpenConns(4)
+	var last int64
+	if err = l.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
+		return nil, fmt.Errorf("audit: read %s: %w", opts.Path, err)
+	}
+	l.last.Store(last)
+	if err = l.prune(ctx); err != nil {
+		return nil, err
+	}
+	go l.write()
+	return l, nil
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS events (
+	id       INTEGER PRIMARY KEY AUTOINCREMENT,
+	time     INTEGER NOT NULL,
+	kind     TEXT NOT NULL,
+	tool     TEXT NOT NULL DEFAULT '',
+	sandbox  TEXT NOT NULL DEFAULT '',
+	session  TEXT NOT NULL DEFAULT '',
+	run      TEXT NOT NULL DEFAULT '',
+	client   TEXT NOT NULL DEFAULT '',
+	decision TEXT NOT NULL DEFAULT '',
+	detail   TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS events_time ON events(time);
+CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox) WHERE sandbox != '';
+CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id);
+`
+
+func dsn(path, sync string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Append commits evs and returns once they are durable, or with the
+// reason they are not. Every event queued before it is committed too.
+func (l *Log) Append(ctx context.Context, evs ...Event) error {
+	done := make(chan error, 1)
+	if err := l.enqueue(ctx, item{events: stamp(evs), done: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// The events may still be committed; they are not acknowledged.
+		return ctx.Err()
+	}
+}
+
+// Record queues evs without waiting. A failure to write them shows in
+// Err and in the count Lost; it never blocks the caller beyond a full
+// queue.
+func (l *Log) Record(evs ...Event) {
+	if err := l.enqueue(context.Background(), item{events: stamp(evs)}); err != nil {
+		l.lost.Add(int64(len(evs)))
+	}
+}
+
+func stamp(evs []Event) []Event {
+	now := time.Now()
+	out := make([]Event, len(evs))
+	for i, ev := range evs {
+		if ev.Time.IsZero() {
+			ev.Time = now
+		}
+		out[i] = ev
+	}
+	return out
+}
+
+func (l *Log) enqueue(ctx context.Context, it item) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	select {
+	case l.queue <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Err is the error of the last write, nil when it succeeded.
+func (l *Log) Err() error {
+	l.fmu.Lock()
+	defer l.fmu.Unlock()
+	return l.failure
+}
+
+// Lost counts events given to Record that could not be written.
+func (l *Log) Lost() int64 { return l.lost.Load() }
+
+// Last is the id of the newest committed event.
+func (l *Log) Last() int64 { return l.last.Load() }
+
+// write is the one writer: it takes what has queued, up to maxBatch
+// events, commits it in one transaction and answers every waiter.
+func (l *Log) write() {
+	defer close(l.done)
+	prune := time.NewTicker(pruneEvery)
+	defer prune.Stop()
+	for {
+		var first item
+		select {
+		case first = <-l.queue:
+		case <-prune.C:
+			if err := l.prune(context.Background()); err != nil {
+				l.opts.Logger.Warn("audit: retention", "err", err)
+			}
+			continue
+		case <-l.stop:
+			// Close holds mu: nothing more is queued; drain the rest.
+			for {
+				select {
+				case first = <-l.queue:
+					l.commit(l.gather(first))
+				default:
+					return
+				}
+			}
+		}
+		l.commit(l.gather(first))
+	}
+}
+
+// gather takes first and whatever else is queued now.
+func (l *Log) gather(first item) []item {
+	batch := []item{first}
+	n := len(first.events)
+	for n < maxBatch {
+		select {
+		case it := <-l.queue:
+			batch = append(batch, it)
+			n += len(it.events)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (l *Log) commit(batch []item) {
+	err := l.insert(batch)
+	l.fmu.Lock()
+	l.failure = err
+	if err == nil {
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+	l.fmu.Unlock()
+	for _, it := range batch {
+		if it.done != nil {
+			it.done <- err
+		} else if err != nil {
+			l.lost.Add(int64(len(it.events)))
+		}
+	}
+	if err != nil {
+		l.opts.Logger.Error("audit: write failed", "err", err, "events", len(batch))
+	}
+}
+
+func (l *Log) insert(batch []item) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := l.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("audit: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	st, err := tx.PrepareContext(ctx, `INSERT INTO events (time, kind, tool, sandbox, session, run, client, decision, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("audit: prepare: %w", err)
+	}
+	defer st.Close()
+	var last int64
+	for _, it := range batch {
+		for i := range it.events {
+			ev := &it.events[i]
+			res, err := st.ExecContext(ctx, ev.Time.UnixNano(), ev.Kind, ev.Tool, ev.Sandbox, ev.Session, ev.Run, ev.Client, ev.Decision, string(ev.Detail))
+			if err != nil {
+				return fmt.Errorf("audit: insert: %w", err)
+			}
+			if last, err = res.LastInsertId(); err != nil {
+				return fmt.Errorf("audit: insert: %w", err)
+			}
+		}
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("audit: commit: %w", err)
+	}
+	if last > 0 {
+		l.last.Store(last)
+	}
+	return nil
+}
+
+// pruneEvery is how often events older than the retention are removed.
+const pruneEvery = time.Hour
+
+// prune removes events older than the retention, a bounded number per
+// statement so the writer is never held for long.
+func (l *Log) prune(ctx context.Context) error {
+	if l.opts.Retention <= 0 {
+		return nil
+	}
+	cut := time.Now().Add(-l.opts.Retention).UnixNano()
+	for {
+		res, err := l.w.ExecContext(ctx, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE time < ? ORDER BY id LIMIT 10000)`, cut)
+		if err != nil {
+			return fmt.Errorf("audit: retention: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n < 10000 {
+			return nil
+		}
+	}
+}
+
+// Close commits everything queued, stops the writer and closes the
+// database. Append after Close returns ErrClosed.
+func (l *Log) Close(ctx context.Context) error {
+	l.mu.Lock()
+	first := !l.closed.Swap(true)
+	l.mu.Unlock()
+	if first {
+		close(l.stop)
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return fmt.Errorf("audit: close: %w", ctx.Err())
+	}
+	if !first {
+		return nil
+	}
+	return l.closeDBs()
+}
+
+func (l *Log) closeDBs() error {
+	var errs []error
+	if l.r != nil {
+		errs = append(errs, l.r.Close())
+	}
+	if l.w != nil {
+		errs = append(errs, l.w.Close())
+	}
+	return errors.Join(errs...)
+}

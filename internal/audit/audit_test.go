@@ -1,0 +1,361 @@
+package audit
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func open(t *testing.T, opts Options) *Log {
+	t.Helper()
+	if opts.Path == "" {
+		opts.Path = filepath.Join(t.TempDir(), "audit.db")
+	}
+	l, err := Open(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l
+}
+
+func TestAppendQuery(t *testing.T) {
+	l := open(t, Options{})
+	ctx := t.Context()
+	t0 := time.Now()
+	evs := []Event{
+		{Kind: KindSandboxCreated, Tool: "py", Sandbox: "a1"},
+		{Kind: KindRunStarted, Tool: "py", Sandbox: "a1", Run: "r1", Client: "unix:uid=0"},
+		{Kind: KindEgress, Tool: "py", Sandbox: "a1", Run: "r1", Decision: Deny, Detail: Detail(map[string]string{"destination": "169.254.169.254:80"})},
+		{Kind: KindDNS, Tool: "py", Sandbox: "a1", Decision: Allow},
+		{Kind: KindRunFinished, Tool: "py", Sandbox: "a1", Run: "r1", Decision: "exited"},
+		{Kind: KindSandboxDestroyed, Tool: "sh", Sandbox: "b2"},
+		{Kind: KindAPI, Client: "token:ci", Decision: Deny},
+	}
+	if err := l.Append(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Last(); got != int64(len(evs)) {
+		t.Fatalf("Last() = %d, want %d", got, len(evs))
+	}
+	tests := []struct {
+		name string
+		q    Query
+		want []string // kinds, in order
+	}{
+		{"all", Query{}, []string{"sandbox.created", "run.started", "egress", "dns", "run.finished", "sandbox.destroyed", "api.request"}},
+		{"family", Query{Kind: "sandbox"}, []string{"sandbox.created", "sandbox.destroyed"}},
+		{"exact kind", Query{Kind: "run.finished"}, []string{"run.finished"}},
+		{"no partial word", Query{Kind: "sand"}, []string{}},
+		{"no prefix of a dotted kind", Query{Kind: "run.fin"}, []string{}},
+		{"tool", Query{Tool: "sh"}, []string{"sandbox.destroyed"}},
+		{"sandbox and decision", Query{Sandbox: "a1", Decision: Deny}, []string{"egress"}},
+		{"run", Query{Run: "r1"}, []string{"run.started", "egress", "run.finished"}},
+		{"client", Query{Client: "token:ci"}, []string{"api.request"}},
+		{"after", Query{After: 5}, []string{"sandbox.destroyed", "api.request"}},
+		{"limit", Query{Limit: 2}, []string{"sandbox.created", "run.started"}},
+		{"tail", Query{Limit: 2, Tail: true}, []string{"sandbox.destroyed", "api.request"}},
+		{"scoped", Query{Tools: []string{"sh"}}, []string{"sandbox.destroyed"}},
+		{"scoped to nothing", Query{Tools: []string{}}, []string{}},
+		{"since", Query{Since: t0.Add(-time.Minute)}, []string{"sandbox.created", "run.started", "egress", "dns", "run.finished", "sandbox.destroyed", "api.request"}},
+		{"until", Query{Until: t0.Add(-time.Minute)}, []string{}},
+		{"quote in a value", Query{Tool: "x' OR '1'='1"}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := l.Query(ctx, tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := []string{}
+			for _, ev := range got {
+				kinds = append(kinds, ev.Kind)
+			}
+			if fmt.Sprint(kinds) != fmt.Sprint(tt.want) {
+				t.Errorf("got %v, want %v", kinds, tt.want)
+			}
+		})
+	}
+	got, err := l.Query(ctx, Query{Kind: KindEgress})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("egress query: %v %v", got, err)
+	}
+	if string(got[0].Detail) != `{"destination":"169.254.169.254:80"}` || got[0].Run != "r1" || got[0].Time.IsZero() {
+		t.Errorf("egress event came back as %+v", got[0])
+	}
+}
+
+// TestGroupCommit appends from many goroutines at once; every append is
+// acknowledged with its events committed, and ids are unique.
+func TestGroupCommit(t *testing.T) {
+	l := open(t, Options{Sync: SyncFull})
+	const writers, each = 16, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				l.Record(Event{Kind: KindDNS, Tool: strconv.Itoa(w)})
+				errs <- l.Append(t.Context(), Event{Kind: KindRunFinished, Tool: strconv.Itoa(w), Run: strconv.Itoa(i)})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := l.Query(t.Context(), Query{Kind: KindRunFinished, Limit: MaxLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != writers*each {
+		t.Fatalf("%d run.finished events, want %d", len(got), writers*each)
+	}
+	if l.Last() != 2*writers*each {
+		t.Errorf("Last() = %d, want %d (Recorded events committed before later Appends)", l.Last(), 2*writers*each)
+	}
+}
+
+func TestReopenKeepsEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "audit.db")
+	l, err := Open(t.Context(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(t.Context(), Event{Kind: KindDaemonStarted}); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(Event{Kind: KindDaemonStopped})
+	if err := l.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(t.Context(), Event{Kind: KindDNS}); err != ErrClosed {
+		t.Errorf("Append after Close = %v, want ErrClosed", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("database mode %v, want 0600", fi.Mode().Perm())
+	}
+	l2 := open(t, Options{Path: path})
+	got, err := l2.Query(t.Context(), Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Kind != KindDaemonStopped {
+		t.Fatalf("after reopen: %+v", got)
+	}
+	if err := l2.Append(t.Context(), Event{Kind: KindDNS}); err != nil {
+		t.Fatal(err)
+	}
+	if l2.Last() != 3 {
+		t.Errorf("Last() = %d after reopen and one append, want 3", l2.Last())
+	}
+}
+
+func TestRetention(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	l, err := Open(t.Context(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	if err := l.Append(t.Context(), Event{Kind: KindDNS, Time: old}, Event{Kind: KindEgress}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close(t.Context())
+	l = open(t, Options{Path: path, Retention: 24 * time.Hour})
+	got, err := l.Query(t.Context(), Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != KindEgress {
+		t.Fatalf("after retention of 24h: %+v, want only the recent event", got)
+	}
+}
+
+func TestWait(t *testing.T) {
+	l := open(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(ctx, 0); err != context.DeadlineExceeded {
+		t.Fatalf("Wait on an empty log = %v, want the deadline", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(t.Context(), 0) }()
+	time.Sleep(10 * time.Millisecond)
+	l.Record(Event{Kind: KindDNS})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after a commit")
+	}
+}
+
+func TestOpenRefusesBadOptions(t *testing.T) {
+	dir := t.TempDir()
+	for _, o := range []Options{
+		{},
+		{Path: filepath.Join(dir, "a.db"), Sync: "sometimes"},
+		{Path: filepath.Join(dir, "b.db"), Retention: -time.Hour},
+		{Path: dir}, // a directory
+	} {
+		if l, err := Open(t.Context(), o); err == nil {
+			l.Close(t.Context())
+			t.Errorf("Open(%+v) succeeded", o)
+		}
+	}
+	// A file that is not a database is refused, not overwritten.
+	junk := filepath.Join(dir, "junk.db")
+	os.WriteFile(junk, []byte("this is not a database, and it is long enough to have a header"), 0o600)
+	if l, err := Open(t.Context(), Options{Path: junk}); err == nil {
+		l.Close(t.Context())
+		t.Error("Open of a file that is not a database succeeded")
+	}
+}
+
+// TestWriteFailure fills the filesystem under the log: appends then fail
+// with an error (the caller refuses to run unrecorded), and succeed again
+// once there is room.
+func TestWriteFailure(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	l := open(t, Options{Path: filepath.Join(dir, "audit.db")})
+	if err := l.Append(t.Context(), Event{Kind: KindDaemonStarted}); err != nil {
+		t.Fatal(err)
+	}
+	fill := filepath.Join(dir, "fill")
+	f, err := os.Create(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+	var failed error
+	big := Detail(map[string]string{"pad": string(make([]byte, 8192))})
+	for i := 0; i < 200 && failed == nil; i++ {
+		failed = l.Append(t.Context(), Event{Kind: KindDNS, Detail: big})
+	}
+	if failed == nil {
+		t.Fatal("appends kept succeeding on a full filesystem")
+	}
+	if l.Err() == nil {
+		t.Error("Err() is nil after a failed write")
+	}
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(t.Context(), Event{Kind: KindDNS}); err != nil {
+		t.Fatalf("append after room was made: %v", err)
+	}
+	if l.Err() != nil {
+		t.Errorf("Err() = %v after a successful write", l.Err())
+	}
+}
+
+// TestKill9 appends from a child process that is then killed with
+// SIGKILL mid-stream: every event whose Append returned is in the log.
+func TestKill9(t *testing.T) {
+	if os.Getenv("AUDIT_CHILD") != "" {
+		return
+	}
+	path := filepath.Join(t.TempDir(), "audit.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$")
+	cmd.Env = append(os.Environ(), "AUDIT_CHILD="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && len(acked) < 300 {
+		acked[sc.Text()] = true
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if len(acked) < 300 {
+		t.Fatalf("the child acknowledged only %d events", len(acked))
+	}
+	l := open(t, Options{Path: path})
+	seen := map[string]bool{}
+	for after := int64(0); ; {
+		got, err := l.Query(t.Context(), Query{After: after, Limit: MaxLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		for _, ev := range got {
+			seen[ev.Run] = true
+		}
+		after = got[len(got)-1].ID
+	}
+	for id := range acked {
+		if !seen[id] {
+			t.Errorf("acknowledged event %s lost after kill -9", id)
+		}
+	}
+	t.Logf("%d acknowledged, %d in the log", len(acked), len(seen))
+}
+
+// TestKill9Child is the child of TestKill9: it appends forever, printing
+// each acknowledged event.
+func TestKill9Child(t *testing.T) {
+	path := os.Getenv("AUDIT_CHILD")
+	if path == "" {
+		t.Skip("run by TestKill9")
+	}
+	l, err := Open(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	for w := range 4 {
+		go func() {
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("%d-%d", w, i)
+				l.Record(Event{Kind: KindDNS, Run: "r" + id})
+				if err := l.Append(context.Background(), Event{Kind: KindRunFinished, Run: id}); err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				fmt.Println(id)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {}
+}
