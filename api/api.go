@@ -3,6 +3,11 @@
 // object `airlock run --json` prints.
 package api
 
+import (
+	"encoding/json"
+	"time"
+)
+
 // RunRequest is the body of POST /v1/runs.
 type RunRequest struct {
 	// Tool names a tool of the daemon's config.
@@ -20,7 +25,8 @@ type RunRequest struct {
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
 	// Code is a stable word: invalid, not_found, method_not_allowed,
-	// too_large, unavailable, internal, unauthorized, forbidden, ended.
+	// too_large, unavailable, audit_unavailable, internal, unauthorized,
+	// forbidden, ended.
 	Code string `json:"code"`
 	// Message is written for the caller and never holds host paths or
 	// secrets.
@@ -37,6 +43,9 @@ const (
 	CodeInternal         = "internal"
 	CodeUnauthorized     = "unauthorized"
 	CodeForbidden        = "forbidden"
+	// CodeAuditUnavailable: the audit log cannot be written, so the run
+	// (or session) was refused rather than run unrecorded.
+	CodeAuditUnavailable = "audit_unavailable"
 )
 
 // Tool describes a configured tool (GET /v1/tools).
@@ -93,3 +102,34 @@ const (
 	SessionActive = "active"
 	SessionEnded  = "ended"
 )
+
+// AuditEvent is one record of the audit log (GET /v1/audit).
+type AuditEvent struct {
+	// ID orders events; it is the cursor for paging and following.
+	ID   int64     `json:"id"`
+	Time time.Time `json:"time"`
+	// Kind is daemon.started, daemon.stopped, sandbox.created,
+	// sandbox.claimed, sandbox.destroyed, sandbox.swept, run.started,
+	// run.finished, limit.breach, egress, dns, broker, session.created,
+	// session.ended, session.file or api.request.
+	Kind string `json:"kind"`
+	// Tool, Sandbox, Session and Run say what the event concerns; Client
+	// who caused it ("unix:uid=0,pid=42" or "token:NAME").
+	Tool    string `json:"tool,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Session string `json:"session,omitempty"`
+	Run     string `json:"run,omitempty"`
+	Client  string `json:"client,omitempty"`
+	// Decision is allow or deny for decisions, the outcome for a finished
+	// run (exited, signaled, limit, error), the limit's name for a breach.
+	Decision string `json:"decision,omitempty"`
+	// Detail holds the kind's own fields.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// AuditPage is the answer of GET /v1/audit.
+type AuditPage struct {
+	Events []AuditEvent `json:"events"`
+	// Next is the cursor to pass as "after" for the following page.
+	Next int64 `json:"next"`
+}

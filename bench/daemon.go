@@ -33,9 +33,10 @@ func daemonBench(n int, tput time.Duration) error {
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "airlock.sock")
 	d, err := daemon.New(context.Background(), daemon.Options{
-		Config:  cfg,
-		Socket:  sock,
-		Sandbox: sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"},
+		Config:    cfg,
+		Socket:    sock,
+		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"},
+		AuditPath: filepath.Join(dir, "audit.db"),
 	})
 	if err != nil {
 		return err

@@ -12,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/pool"
@@ -164,6 +166,73 @@ func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
 func (c *Client) Pools(ctx context.Context) ([]pool.Stats, error) {
 	var p []pool.Stats
 	return p, c.getJSON(ctx, "/v1/pools", &p)
+}
+
+// AuditQuery selects audit events; empty fields do not filter.
+type AuditQuery struct {
+	// After returns only events with a larger id (the paging cursor).
+	After int64
+	// Since and Until bound the event time: RFC 3339, or a duration
+	// before now ("15m").
+	Since, Until string
+	// Kind matches the kind and the kinds below it ("sandbox" matches
+	// "sandbox.created").
+	Kind, Tool, Sandbox, Session, Run, Client, Decision string
+	// Limit bounds the page (1 to 1000; 0 is the daemon's default, 100).
+	Limit int
+	// Tail asks for the newest events (still oldest first).
+	Tail bool
+	// Wait holds the request, up to a minute, until an event newer than
+	// After exists.
+	Wait time.Duration
+}
+
+func (q AuditQuery) values() url.Values {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.After > 0 {
+		v.Set("after", strconv.FormatInt(q.After, 10))
+	}
+	set("since", q.Since)
+	set("until", q.Until)
+	set("kind", q.Kind)
+	set("tool", q.Tool)
+	set("sandbox", q.Sandbox)
+	set("session", q.Session)
+	set("run", q.Run)
+	set("client", q.Client)
+	set("decision", q.Decision)
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Tail {
+		v.Set("tail", "true")
+	}
+	if q.Wait > 0 {
+		v.Set("wait", q.Wait.String())
+	}
+	return v
+}
+
+// Audit reads one page of the audit log.
+func (c *Client) Audit(ctx context.Context, q AuditQuery) (*api.AuditPage, error) {
+	var p api.AuditPage
+	path := "/v1/audit"
+	if v := q.values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	return &p, c.getJSON(ctx, path, &p)
+}
+
+// Sessions lists the sessions the caller may see, open and recently
+// ended.
+func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
+	var s []api.Session
+	return s, c.getJSON(ctx, "/v1/sessions", &s)
 }
 
 // Health returns nil when the daemon answers.

@@ -24,6 +24,8 @@ type Spec struct {
 	Limits Limits
 	// Hostname inside the sandbox. Default "sandbox".
 	Hostname string
+	// Label names the sandbox's profile in lifecycle events (the tool).
+	Label string
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -34,6 +36,7 @@ const readyTimeout = 30 * time.Second
 // Sandbox is one created sandbox. Its methods are safe for concurrent use.
 type Sandbox struct {
 	id     string
+	label  string
 	rt     *Runtime
 	limits Limits
 
@@ -96,6 +99,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	s := &Sandbox{
 		id:      newID(),
+		label:   spec.Label,
 		rt:      rt,
 		limits:  l,
 		exited:  make(chan struct{}),
@@ -158,6 +162,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	s.scratch = fd
 	go s.readLoop()
+	rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
 	return s, nil
 }
 

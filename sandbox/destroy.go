@@ -73,6 +73,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
 		s.kill()
 		s.destroyE = s.teardown(context.WithoutCancel(ctx))
+		s.rt.observe(Lifecycle{Event: Destroyed, ID: s.id, Label: s.label, Err: s.destroyE})
 	})
 	return s.destroyE
 }

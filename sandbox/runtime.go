@@ -44,6 +44,34 @@ type Options struct {
 	// takes a page fault for every page it writes: right for a short-lived
 	// process with a small heap (the one-shot CLI), wrong for a daemon.
 	CloneInProcess bool
+	// Observe, if set, is told of every sandbox created and destroyed by
+	// this runtime and of every leftover it sweeps (the daemon's audit
+	// log). It must not block for long.
+	Observe func(Lifecycle)
+}
+
+// Lifecycle events.
+const (
+	Created   = "created"
+	Destroyed = "destroyed"
+	Swept     = "swept"
+)
+
+// Lifecycle is one sandbox lifecycle event.
+type Lifecycle struct {
+	// Event is Created, Destroyed or Swept.
+	Event string
+	ID    string
+	// Label is the Spec's label ("" for swept leftovers).
+	Label string
+	// Err is set when a destroy or sweep did not finish cleanly.
+	Err error
+}
+
+func (rt *Runtime) observe(ev Lifecycle) {
+	if rt.opts.Observe != nil {
+		rt.opts.Observe(ev)
+	}
 }
 
 func (o *Options) defaults() {
@@ -195,6 +223,7 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 		} else {
 			n++
 		}
+		rt.observe(Lifecycle{Event: Swept, ID: id, Err: err})
 		errs = append(errs, l.release())
 	}
 	// Lock files of dead holders with no cgroup left (the holder died

@@ -14,7 +14,6 @@ package audit
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
 
@@ -55,26 +55,8 @@ const (
 	Deny  = "deny"
 )
 
-// Event is one audit record.
-type Event struct {
-	// ID orders events; it is assigned when the event is committed and is
-	// the cursor for paging and following.
-	ID   int64     `json:"id"`
-	Time time.Time `json:"time"`
-	Kind string    `json:"kind"`
-	// Tool, Sandbox, Session and Run say what the event concerns; Client
-	// who caused it ("unix:uid=0" or "token:NAME").
-	Tool    string `json:"tool,omitempty"`
-	Sandbox string `json:"sandbox,omitempty"`
-	Session string `json:"session,omitempty"`
-	Run     string `json:"run,omitempty"`
-	Client  string `json:"client,omitempty"`
-	// Decision is allow or deny for decisions, the outcome for a finished
-	// run (exited, signaled, limit, error).
-	Decision string `json:"decision,omitempty"`
-	// Detail holds the kind's own fields as a JSON object.
-	Detail json.RawMessage `json:"detail,omitempty"`
-}
+// Event is one audit record; the API carries it unchanged.
+type Event = api.AuditEvent
 
 // Sync modes.
 const (

@@ -48,6 +48,8 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 		return sessionCmd(ctx, rest, stdio)
 	case "pool":
 		return poolCmd(ctx, rest, stdio)
+	case "audit":
+		return auditCmd(ctx, rest, stdio)
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
 		return nil
@@ -89,11 +91,12 @@ airlock runs commands in disposable, isolated, bounded Linux sandboxes.
 Usage:
   airlock run [flags] -- COMMAND [ARG...]   run one command in a fresh sandbox
   airlock serve [flags]                    serve the API on a unix socket, with warm pools
-  airlock session create|exec|cp|show|rm   work in a session of the daemon
+  airlock session create|ls|exec|cp|show|rm  work in a session of the daemon
   airlock pool ls                          show the daemon's pools
+  airlock audit [--follow] [filters]       read the daemon's audit log
   airlock version                          print the version
 
-Run "airlock run -h" or "airlock serve -h" for their flags.
+Run "airlock COMMAND -h" for a command's flags.
 `, "\n"))
 }
 

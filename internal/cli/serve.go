@@ -22,6 +22,7 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 	fs.StringVar(&cfgPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	fs.StringVar(&opts.Socket, "socket", "", "unix socket to serve the API on, mode 0660 (default: the config's server.socket, else "+daemon.DefaultSocket+")")
 	fs.DurationVar(&opts.Grace, "grace", 30*time.Second, "how long running calls may finish on shutdown")
+	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database (default: the config's audit.path, else "+config.DefaultAuditPath+")")
 	fs.IntVar(&opts.MaxSessions, "max-sessions", 256, "sessions open at once, at most (each holds a sandbox)")
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")

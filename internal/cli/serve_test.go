@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ func TestServeBinary(t *testing.T) {
 	requireRoot(t)
 	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 1}\n")
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock,
+	cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", filepath.Join(t.TempDir(), "audit.db"),
 		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var logs bytes.Buffer
@@ -90,6 +92,56 @@ func TestServeBinary(t *testing.T) {
 	if out, code := ac("", "pool", "ls", "--socket", sock); code != 0 || !strings.Contains(out, "sh ") {
 		t.Fatalf("pool ls: %q %d", out, code)
 	}
+	// airlock audit: the runs above, as JSON lines and as text.
+	o := execAirlock(t, nil, "", "audit", "--socket", sock, "--kind", "run.finished", "--json")
+	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
+	if o.code != 0 || len(lines) != 5 {
+		t.Fatalf("audit --json: exit %d, %d lines, want 5:\n%s%s", o.code, len(lines), o.stdout, o.stderr)
+	}
+	var ev api.AuditEvent
+	if err := json.Unmarshal([]byte(lines[4]), &ev); err != nil || ev.Decision != "exited" || ev.Session != id || !strings.Contains(string(ev.Detail), `"exit_code":5`) {
+		t.Fatalf("the last run.finished: %s (%v)", lines[4], err)
+	}
+	o = execAirlock(t, nil, "", "audit", "--socket", sock, "--since", "1h", "--tool", "sh", "--decision", "exited")
+	if o.code != 0 || strings.Count(o.stdout, " run.finished ") != 5 || !strings.Contains(o.stdout, "client=unix:uid=0,pid=") {
+		t.Fatalf("audit text: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := execAirlock(t, nil, "", "audit", "--socket", sock, "--since", "later"); o.code == 0 || !strings.Contains(o.stderr, "since") {
+		t.Fatalf("audit --since later: exit %d %q", o.code, o.stderr)
+	}
+	if o := execAirlock(t, nil, "", "audit", "--socket", sock, "--limit", "0"); o.code != 2 {
+		t.Fatalf("audit --limit 0: exit %d %q", o.code, o.stderr)
+	}
+	// --follow prints the newest, then what is recorded after it.
+	follow := exec.Command(airlockBin(t), "audit", "--socket", sock, "--follow", "--kind", "run.finished", "--limit", "1")
+	pr, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Process.Kill()
+	lr := bufio.NewReader(pr)
+	if l, err := lr.ReadString('\n'); err != nil || !strings.Contains(l, `"exit_code":5`) {
+		t.Fatalf("follow's first line: %q %v", l, err)
+	}
+	if _, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "exit 7"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() { l, _ := lr.ReadString('\n'); got <- l }()
+	select {
+	case l := <-got:
+		if !strings.Contains(l, `"exit_code":7`) {
+			t.Fatalf("follow's next line: %q", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("--follow did not print the new run")
+	}
+	if out, code := ac("", "session", "ls", "--socket", sock); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "active") {
+		t.Fatalf("session ls: %q %d", out, code)
+	}
 	if _, code := ac("", "session", "rm", "--socket", sock, id); code != 0 {
 		t.Fatalf("session rm: %d", code)
 	}
@@ -121,13 +173,16 @@ func cliCgroups(t *testing.T) int {
 
 // TestServeKilledThenRestarted kills the daemon with SIGKILL in the middle
 // of a run: its sandboxes die with it, and the next daemon sweeps what is
-// left before it serves, even on the same socket path.
+// left before it serves, even on the same socket path. Every event the
+// first daemon acknowledged is still in the audit log, and the sweep is
+// recorded.
 func TestServeKilledThenRestarted(t *testing.T) {
 	requireRoot(t)
 	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 2}\n")
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	auditDB := filepath.Join(t.TempDir(), "audit.db")
 	start := func() *exec.Cmd {
-		cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock,
+		cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", auditDB,
 			"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
 		cmd.Env = []string{"PATH=/usr/bin:/bin"}
 		if err := cmd.Start(); err != nil {
@@ -148,17 +203,78 @@ func TestServeKilledThenRestarted(t *testing.T) {
 	}
 	first := start()
 	c := client.New(sock)
-	go c.Run(context.Background(), api.RunRequest{Tool: "sh", Argv: []string{"sleep", "60"}})
-	time.Sleep(300 * time.Millisecond)
-	if n := cliCgroups(t); n < 3 {
-		t.Fatalf("%d sandbox cgroups while running, want at least 3", n)
+	// Runs answered before the crash, from several clients at once.
+	var mu sync.Mutex
+	acked := map[string]bool{} // sandbox ids of answered runs
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				r, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}})
+				if err != nil || r.Outcome != result.Exited {
+					t.Errorf("run: %+v %v", r, err)
+					return
+				}
+				mu.Lock()
+				acked[r.SandboxID] = true
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
+	s, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Run(context.Background(), api.RunRequest{Tool: "sh", Argv: []string{"sleep", "60"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for cliCgroups(t) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sandbox cgroups while running, want at least 4", cliCgroups(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	left := cliCgroups(t)
 	first.Process.Kill()
 	first.Wait()
 	second := start()
 	// The first daemon's sandboxes are gone; only the new pool remains.
 	if n := cliCgroups(t); n != 2 {
 		t.Fatalf("%d sandbox cgroups after the restart, want the new pool's 2", n)
+	}
+	finished := map[string]bool{}
+	for after := int64(0); ; {
+		p, err := c.Audit(t.Context(), client.AuditQuery{Kind: "run.finished", After: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) == 0 {
+			break
+		}
+		for _, ev := range p.Events {
+			finished[ev.Sandbox] = true
+		}
+		after = p.Next
+	}
+	for id := range acked {
+		if !finished[id] {
+			t.Errorf("the answered run in sandbox %s is missing from the audit log after kill -9", id)
+		}
+	}
+	if len(acked) != 20 {
+		t.Errorf("%d runs answered, want 20", len(acked))
+	}
+	if p, err := c.Audit(t.Context(), client.AuditQuery{Session: s.ID, Kind: "session.created"}); err != nil || len(p.Events) != 1 {
+		t.Errorf("the acknowledged session is not in the log: %+v %v", p, err)
+	}
+	swept, err := c.Audit(t.Context(), client.AuditQuery{Kind: "sandbox.swept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(swept.Events) != left {
+		t.Errorf("%d sweeps recorded, want the %d sandboxes the first daemon left", len(swept.Events), left)
 	}
 	second.Process.Signal(syscall.SIGTERM)
 	if err := second.Wait(); err != nil {

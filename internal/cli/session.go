@@ -30,9 +30,9 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// sessionCmd is `airlock session create|exec|cp|rm|show`.
+// sessionCmd is `airlock session create|ls|exec|cp|rm|show`.
 func sessionCmd(ctx context.Context, args []string, stdio IO) error {
-	usage := "usage: airlock session create --tool NAME | exec ID -- CMD [ARG...] | cp SRC DST | show ID | rm ID"
+	usage := "usage: airlock session create --tool NAME | ls | exec ID -- CMD [ARG...] | cp SRC DST | show ID | rm ID"
 	if len(args) == 0 {
 		fmt.Fprintln(stdio.Stderr, usage)
 		return &ExitError{Code: 2}
@@ -62,6 +62,28 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 		}
 		fmt.Fprintln(stdio.Stdout, s.ID)
 		return nil
+	case "ls":
+		if len(pos) != 0 {
+			fmt.Fprintln(stdio.Stderr, usage)
+			return &ExitError{Code: 2}
+		}
+		ss, err := c.Sessions(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdio.Stdout, ss)
+		}
+		tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTOOL\tSTATE\tRUNNING\tCREATED\tEXPIRES")
+		for _, s := range ss {
+			state := s.State
+			if s.EndReason != "" {
+				state += " (" + s.EndReason + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Tool, state, s.Running, s.Created, s.Expires)
+		}
+		return tw.Flush()
 	case "show":
 		if len(pos) != 1 {
 			fmt.Fprintln(stdio.Stderr, usage)

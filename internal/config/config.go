@@ -55,6 +55,8 @@ type Config struct {
 	ServiceOrder []string
 	// Server configures `airlock serve`'s listeners and tokens.
 	Server Server
+	// Audit configures the daemon's audit log, defaults filled in.
+	Audit Audit
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -151,7 +153,7 @@ func DefaultNetwork() Network {
 // Empty returns the built-in default config: no tools, secrets or
 // services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, Audit: defaultAudit()}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
@@ -292,6 +294,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.tools(f.val, c)
 		case "server":
 			err = p.server(f.val, c)
+		case "audit":
+			err = p.audit(f.val, c)
 		}
 		if err != nil {
 			return nil, err

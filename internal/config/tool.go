@@ -14,7 +14,7 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"secrets", "server", "services", "tools"}
+	topKeys     = []string{"audit", "secrets", "server", "services", "tools"}
 	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "pool", "services", "workdir"}
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}

@@ -31,10 +31,9 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
 	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
+	mux.HandleFunc("/v1/audit", only(http.MethodGet, d.getAudit))
 	d.sessionRoutes(mux)
-	mux.HandleFunc("/healthz", only(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}))
+	mux.HandleFunc("/healthz", only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
@@ -123,15 +122,22 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	sb, _, err := p.Claim(r.Context())
+	scope := &runScope{tool: req.Tool, run: newRunID(), client: clientOf(r)}
+	dir := workdir(req.Workdir, t)
+	if !d.startRun(w, r, *scope, req.Argv, req.Env, dir) {
+		return
+	}
+	sb, warm, err := p.Claim(r.Context())
 	if err != nil {
+		msg := "no sandbox could be created for this tool; see the daemon's log"
 		if errors.Is(err, pool.ErrClosed) {
-			writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
-			return
+			msg = "the daemon is shutting down"
+		} else {
+			d.counts.failures.Add(1)
+			d.opts.Logger.Warn("claim failed", "tool", req.Tool, "err", err)
 		}
-		d.counts.failures.Add(1)
-		d.opts.Logger.Warn("claim failed", "tool", req.Tool, "err", err)
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no sandbox could be created for this tool; see the daemon's log")
+		d.finishRun(r.Context(), *scope, &result.Result{Outcome: result.Error, Error: msg})
+		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, msg)
 		return
 	}
 	defer func() {
@@ -141,11 +147,15 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
 		}
 	}()
+	scope.sandbox = sb.ID()
+	d.claimed(*scope, warm)
 	d.counts.runs.Add(1)
-	rreq := runner.Request{Policy: policyOf(d.opts.Config, t), Exec: sandbox.ExecRequest{
+	pol := policyOf(d.opts.Config, t)
+	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
+	rreq := runner.Request{Policy: pol, Exec: sandbox.ExecRequest{
 		Argv:        req.Argv,
 		Env:         append(append([]string(nil), t.Env...), req.Env...),
-		Dir:         workdir(req.Workdir, t),
+		Dir:         dir,
 		SampleEvery: 250 * time.Millisecond,
 	}}
 	if req.Stdin != "" {
@@ -154,6 +164,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if !stream {
 		rreq.Exec.Capture = true
 		res := runner.Run(r.Context(), sb, rreq)
+		d.finishRun(r.Context(), *scope, res)
 		// The whole answer, with its length, is flushed before the
 		// deferred Destroy: the caller need not wait for the teardown.
 		b, err := json.Marshal(res)
@@ -174,6 +185,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
 	rreq.Exec.OnEvent = ev.write
 	res := runner.Run(r.Context(), sb, rreq)
+	d.finishRun(r.Context(), *scope, res)
 	ev.write(resultEvent(res))
 }
 

@@ -39,9 +39,17 @@ func callerOf(ctx context.Context) *caller {
 
 func withCaller(c *caller, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The audit wrapper outside learns who the caller turned out to be.
+		if seen, ok := r.Context().Value(seenKey{}).(*caller); ok {
+			*seen = *c
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	})
 }
+
+// seenKey holds a *caller that withCaller fills in for the wrappers
+// outside it.
+type seenKey struct{}
 
 // tokenSet holds the tokens' digests; comparing digests in constant time
 // keeps the comparison from leaking a token byte by byte.

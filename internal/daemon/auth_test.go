@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,8 +49,9 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock,
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t), Grace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +128,45 @@ tools:
 	if n := d.counts.unauthorized.Load(); n != 3 {
 		t.Fatalf("%d unauthorized counted, want 3", n)
 	}
+
+	// Every refusal is in the audit log with who asked.
+	local := client.New(sock)
+	denied := waitAudit(t, local, client.AuditQuery{Kind: "api.request", Decision: "deny"}, func(evs []api.AuditEvent) bool { return len(evs) >= 6 })
+	var anon, rebound, forbidden int
+	for _, ev := range denied {
+		switch {
+		case strings.HasPrefix(ev.Client, "tcp:127.0.0.1:") && strings.Contains(string(ev.Detail), `"status":401`):
+			anon++
+		case strings.HasPrefix(ev.Client, "tcp:127.0.0.1:"):
+			rebound++
+		case ev.Client == "token:ci" && strings.Contains(string(ev.Detail), `"status":403`):
+			forbidden++
+		}
+	}
+	if anon != 3 || rebound != 2 || forbidden != 1 {
+		t.Errorf("denied requests in the audit log: %d without a valid token (want 3), %d with a foreign Host or Origin (want 2), %d out of scope (want 1): %+v", anon, rebound, forbidden, denied)
+	}
+	started := waitAudit(t, local, client.AuditQuery{Kind: "run.started", Client: "token:ci"}, func(evs []api.AuditEvent) bool { return len(evs) >= 1 })
+	if started[0].Tool != "sh" {
+		t.Errorf("ci's run recorded as %+v", started[0])
+	}
+	// A token reads only its own tools' events: nothing of "other", no
+	// API requests, no daemon events.
+	page, err := ci.Audit(t.Context(), client.AuditQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) == 0 {
+		t.Fatal("ci sees no events of its own tool")
+	}
+	for _, ev := range page.Events {
+		if ev.Tool != "sh" {
+			t.Fatalf("ci sees an event outside its scope: %+v", ev)
+		}
+	}
+	if page, err := ci.Audit(t.Context(), client.AuditQuery{Tool: "other"}); err != nil || len(page.Events) != 0 {
+		t.Fatalf("ci asked for tool other's events and got %+v %v", page, err)
+	}
 }
 
 func TestShortTokenRefused(t *testing.T) {
@@ -135,7 +176,7 @@ func TestShortTokenRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}}); err == nil {
+	if _, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)}); err == nil {
 		t.Fatal("a daemon started with a 5-byte token")
 	}
 }

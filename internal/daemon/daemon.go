@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
@@ -42,6 +43,8 @@ type Options struct {
 	// MaxSessions bounds the sessions open at once (each holds a sandbox
 	// and a uid range); 0 means 256.
 	MaxSessions int
+	// AuditPath, if set, overrides the config's audit log path.
+	AuditPath string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -56,10 +59,15 @@ type Daemon struct {
 	tcp    net.Listener // nil unless the config has server.tcp
 	tsrv   *http.Server
 	tokens *tokenSet
+	audit  *audit.Log
 
 	counts   counters
 	sessions sessions
 	reapStop context.CancelFunc
+	// quit ends at the start of shutdown, so long polls answer at once
+	// instead of holding the grace period.
+	quit    context.Context
+	quitNow context.CancelFunc
 
 	shutdown sync.Once
 	shutErr  error
@@ -88,24 +96,43 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	opts.Sandbox.Logger = opts.Logger
 	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), sessions: sessions{m: make(map[string]*session)}}
+	d.quit, d.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.closePools(context.WithoutCancel(ctx))
 			if d.rt != nil {
 				d.rt.Close()
 			}
+			if d.audit != nil {
+				d.audit.Close(context.WithoutCancel(ctx))
+			}
 		}
 	}()
 	if d.tokens, err = loadTokens(opts.Config); err != nil {
 		return nil, err
 	}
+	// The audit log opens first, so the sweep below is recorded; a
+	// daemon that cannot record does not start.
+	a := opts.Config.Audit
+	if opts.AuditPath != "" {
+		a.Path = opts.AuditPath
+	}
+	if d.audit, err = audit.Open(ctx, audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}); err != nil {
+		return nil, err
+	}
+	if err = d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStarted, Detail: audit.Detail(map[string]any{
+		"pid": os.Getpid(), "config": opts.Config.Path, "tools": opts.Config.Order,
+	})}); err != nil {
+		return nil, err
+	}
+	opts.Sandbox.Observe = d.observe
 	// sandbox.New sweeps leftovers of a crashed predecessor.
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
 	for _, name := range opts.Config.Order {
 		t := opts.Config.Tools[name]
-		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits())}
+		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: name}
 		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if d.ln, err = listenUnix(opts.Socket, opts.Config.Server.SocketGroup); err != nil {
@@ -113,7 +140,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	routes := d.routes()
 	d.srv = &http.Server{
-		Handler:           withCaller(local, routes),
+		Handler:           d.audited(withCaller(local, routes)),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
@@ -123,7 +151,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tsrv = &http.Server{
-			Handler:           checkHost(tcp, d.requireToken(routes)),
+			Handler:           d.audited(checkHost(tcp, d.requireToken(routes))),
 			ReadHeaderTimeout: 10 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
@@ -193,6 +221,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 // Shutdown stops the daemon as Serve does when its context ends.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.shutdown.Do(func() {
+		d.quitNow()
 		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
 		defer cancel()
 		var errs []error
@@ -222,6 +251,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.endAll(ctx)
 		errs = append(errs, d.closePools(ctx))
 		d.rt.Close()
+		// Last, so every destroy above is in the log.
+		errs = append(errs, d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped}))
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		errs = append(errs, d.audit.Close(actx))
+		cancel()
 		d.shutErr = errors.Join(errs...)
 	})
 	return d.shutErr

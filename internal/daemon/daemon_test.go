@@ -56,8 +56,8 @@ func start(t *testing.T) (*Daemon, *client.Client, string) {
 	d, err := New(t.Context(), Options{
 		Config:  cfg,
 		Socket:  sock,
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup},
-		Grace:   5 * time.Second,
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t),
+		Grace: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestShutdownLeavesNothing(t *testing.T) {
 	before := cgroupCount(t)
 	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t), Grace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestShutdownLeavesNothing(t *testing.T) {
 
 func TestSecondDaemonRefused(t *testing.T) {
 	_, _, sock := start(t)
-	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)})
 	if err == nil || !strings.Contains(err.Error(), "another daemon") {
 		t.Fatalf("second daemon on the same socket: %v", err)
 	}
@@ -264,4 +264,9 @@ func TestMetrics(t *testing.T) {
 	if got := b.String(); !strings.Contains(got, `airlock_pool_hits_total{tool="sh"} 1`) && !strings.Contains(got, `airlock_pool_misses_total{tool="sh"} 1`) {
 		t.Errorf("the claim is not counted:\n%s", got)
 	}
+}
+
+// testAudit is a fresh audit log path for one test's daemon.
+func testAudit(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "audit.db")
 }

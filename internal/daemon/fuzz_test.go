@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"net/url"
 	"path"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 )
@@ -35,6 +37,32 @@ func FuzzDecodeRun(f *testing.F) {
 		var e api.Error
 		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code == "" || e.Message == "" {
 			t.Fatalf("refusal body %q: %v", w.Body.String(), err)
+		}
+	})
+}
+
+// FuzzAuditQuery feeds arbitrary query strings to GET /v1/audit's
+// parser: it never panics, and what it accepts is within bounds.
+func FuzzAuditQuery(f *testing.F) {
+	f.Add("kind=sandbox&tool=sh&limit=10")
+	f.Add("after=5&wait=30s")
+	f.Add("since=15m&until=2026-01-02T15:04:05Z&tail=true")
+	f.Add("decision=deny&client=token:ci&run=r_1&session=s_1&sandbox=ab")
+	f.Add("limit=-1&after=99999999999999999999&wait=-1s")
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, wait, err := parseAuditQuery(v, time.Unix(1e9, 0))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("an empty error")
+			}
+			return
+		}
+		if q.After < 0 || q.Limit < 0 || q.Limit > 1000 || wait < 0 || wait > maxWait || (q.Tail && wait > 0) {
+			t.Fatalf("accepted %+v wait %v", q, wait)
 		}
 	})
 }

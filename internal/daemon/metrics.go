@@ -15,6 +15,9 @@ type counters struct {
 	requests     atomic.Int64 // API requests
 	unauthorized atomic.Int64 // refused for want of a valid token
 	forbidden    atomic.Int64 // refused for a tool outside the token's scope
+	// auditRefusals counts runs and sessions refused because the audit
+	// log could not be written.
+	auditRefusals atomic.Int64
 }
 
 // getMetrics serves the Prometheus text format (version 0.0.4).
@@ -62,6 +65,12 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.counts.unauthorized.Load())
 	metric("airlock_api_forbidden_total", "API requests refused for a tool outside the token's scope.", "counter")
 	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.counts.forbidden.Load())
+	metric("airlock_audit_refusals_total", "Runs and sessions refused because the audit log could not be written.", "counter")
+	fmt.Fprintf(&b, "airlock_audit_refusals_total %d\n", d.counts.auditRefusals.Load())
+	metric("airlock_audit_lost_events_total", "Audit events that could not be written.", "counter")
+	fmt.Fprintf(&b, "airlock_audit_lost_events_total %d\n", d.audit.Lost())
+	metric("airlock_audit_last_id", "The id of the newest audit event.", "gauge")
+	fmt.Fprintf(&b, "airlock_audit_last_id %d\n", d.audit.Last())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))
 }

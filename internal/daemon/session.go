@@ -36,6 +36,7 @@ type session struct {
 	created time.Time
 	idle    time.Duration
 	expires time.Time
+	onEnd   func(reason string) // records the end
 
 	mu        sync.Mutex
 	lastUsed  time.Time
@@ -116,6 +117,9 @@ func (s *session) end(ctx context.Context, reason string) {
 	s.wg.Wait()
 	_ = s.bind.Close(context.WithoutCancel(ctx))
 	_ = s.sb.Destroy(context.WithoutCancel(ctx))
+	if s.onEnd != nil {
+		s.onEnd(reason)
+	}
 }
 
 // afterExec ends the session when a run showed the sandbox unusable: a

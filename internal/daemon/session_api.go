@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/pool"
@@ -41,7 +43,10 @@ func methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
 }
 
 func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("/v1/sessions", only(http.MethodPost, d.postSession))
+	mux.HandleFunc("/v1/sessions", methods(map[string]http.HandlerFunc{
+		http.MethodGet:  d.listSessions,
+		http.MethodPost: d.postSession,
+	}))
 	mux.HandleFunc("/v1/sessions/{id}", methods(map[string]http.HandlerFunc{
 		http.MethodGet:    d.getSession,
 		http.MethodDelete: d.deleteSession,
@@ -101,24 +106,46 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
 	t := d.opts.Config.Tools[tool]
-	sb, _, err := d.pools[tool].Claim(r.Context())
+	scope := &runScope{tool: tool, session: newSessionID(), client: clientOf(r)}
+	opened := scope.event(audit.KindSessionCreated)
+	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
+	if err := d.audit.Append(r.Context(), opened); err != nil {
+		d.auditRefused(w, r, err)
+		return
+	}
+	fail := func(status int, code, msg string) {
+		e := scope.event(audit.KindSessionEnded)
+		e.Detail = audit.Detail(map[string]string{"reason": msg})
+		d.audit.Record(e)
+		writeError(w, status, code, msg)
+	}
+	sb, warm, err := d.pools[tool].Claim(r.Context())
 	if err != nil {
-		status, msg := http.StatusServiceUnavailable, "no sandbox could be created for this tool; see the daemon's log"
+		msg := "no sandbox could be created for this tool; see the daemon's log"
 		if errors.Is(err, pool.ErrClosed) {
 			msg = "the daemon is shutting down"
 		}
-		writeError(w, status, api.CodeUnavailable, msg)
+		fail(http.StatusServiceUnavailable, api.CodeUnavailable, msg)
 		return
 	}
-	bind, err := runner.Bind(r.Context(), sb, policyOf(d.opts.Config, t))
+	scope.sandbox = sb.ID()
+	d.claimed(*scope, warm)
+	pol := policyOf(d.opts.Config, t)
+	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
+	bind, err := runner.Bind(r.Context(), sb, pol)
 	if err != nil {
 		_ = sb.Destroy(r.Context())
 		d.opts.Logger.Warn("session bind failed", "tool", tool, "err", err)
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the session's network could not be set up; see the daemon's log")
+		fail(http.StatusServiceUnavailable, api.CodeUnavailable, "the session's network could not be set up; see the daemon's log")
 		return
 	}
 	now := time.Now()
-	s := &session{id: newSessionID(), owner: callerOf(r.Context()).name, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life)}
+	s := &session{id: scope.session, owner: callerOf(r.Context()).name, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
+		onEnd: func(reason string) {
+			e := scope.event(audit.KindSessionEnded)
+			e.Detail = audit.Detail(map[string]string{"reason": reason})
+			d.audit.Record(e)
+		}}
 	d.sessions.mu.Lock()
 	closed := d.sessions.closed
 	if !closed {
@@ -182,6 +209,26 @@ func enterOr409(w http.ResponseWriter, s *session) bool {
 	return false
 }
 
+// listSessions answers the sessions the caller may see (a token, its
+// own), open and recently ended, oldest first.
+func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
+	c := callerOf(r.Context())
+	d.sessions.mu.Lock()
+	var mine []*session
+	for _, s := range d.sessions.m {
+		if c == local || c.name == s.owner {
+			mine = append(mine, s)
+		}
+	}
+	d.sessions.mu.Unlock()
+	slices.SortFunc(mine, func(a, b *session) int { return a.created.Compare(b.created) })
+	out := make([]api.Session, 0, len(mine))
+	for _, s := range mine {
+		out = append(out, s.view())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) {
 	if s := d.lookup(w, r); s != nil {
 		writeJSON(w, http.StatusOK, s.view())
@@ -194,6 +241,10 @@ func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.end(r.Context(), "deleted")
+	// The end is recorded before it is acknowledged.
+	if err := d.audit.Append(r.Context()); err != nil {
+		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", s.id, "err", err)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -218,10 +269,15 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
+	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: clientOf(r)}
+	dir := workdir(req.Workdir, s.tool)
+	if !d.startRun(w, r, scope, req.Argv, req.Env, dir) {
+		return
+	}
 	x := sandbox.ExecRequest{
 		Argv:        req.Argv,
 		Env:         append(append([]string(nil), s.tool.Env...), req.Env...),
-		Dir:         workdir(req.Workdir, s.tool),
+		Dir:         dir,
 		SampleEvery: 250 * time.Millisecond,
 		KeepAlive:   true,
 	}
@@ -233,6 +289,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		x.Capture = true
 		res := s.bind.Exec(r.Context(), x, nil)
 		s.afterExec(r.Context(), res)
+		d.finishRun(r.Context(), scope, res)
 		writeJSON(w, http.StatusOK, res)
 		return
 	}
@@ -242,6 +299,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	x.OnEvent = ev.write
 	res := s.bind.Exec(r.Context(), x, nil)
 	s.afterExec(r.Context(), res)
+	d.finishRun(r.Context(), scope, res)
 	ev.write(resultEvent(res))
 }
 
@@ -268,6 +326,7 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 		n, err = inroot.WriteFile(ws, r.PathValue("path"), r.Body, maxFile, id, id)
 		return err
 	})
+	d.fileEvent(r, s, "put", n, err)
 	if err != nil {
 		fileError(w, err)
 		return
@@ -296,6 +355,7 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
+		d.fileEvent(r, s, "get", 0, err)
 		fileError(w, err)
 		return
 	}
@@ -305,6 +365,7 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 		fileError(w, err)
 		return
 	}
+	d.fileEvent(r, s, "get", fi.Size(), nil)
 	if fi.Size() > maxFile {
 		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the file is %d bytes; at most %d can be read", fi.Size(), maxFile))
 		return

@@ -179,7 +179,7 @@ func TestSessionCap(t *testing.T) {
 	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
 	sock := filepath.Join(t.TempDir(), "a.sock")
 	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, MaxSessions: 2,
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

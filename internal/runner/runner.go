@@ -33,6 +33,11 @@ type Policy struct {
 	// they name; none means no broker.
 	Services []*config.Service
 	Secrets  map[string]*config.Secret
+	// OnEgress and OnBroker, if set, get every decision made while the
+	// policy is bound, whether or not an exec is running (the audit
+	// log); unlike a result's lists they are never capped.
+	OnEgress func(result.EgressEvent)
+	OnBroker func(result.BrokerEvent)
 }
 
 // Request is one command to run.
@@ -69,6 +74,9 @@ type Binding struct {
 	br  *broker.Broker
 	env []string
 
+	onEgress func(result.EgressEvent)
+	onBroker func(result.BrokerEvent)
+
 	mu    sync.Mutex
 	execs map[*netLog]struct{} // the execs running now get the events
 }
@@ -76,7 +84,7 @@ type Binding struct {
 // Bind attaches the policy to sb: the egress gateway and, when there are
 // services, the credential broker.
 func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*Binding, error) {
-	b := &Binding{sb: sb, execs: make(map[*netLog]struct{})}
+	b := &Binding{sb: sb, execs: make(map[*netLog]struct{}), onEgress: p.OnEgress, onBroker: p.OnBroker}
 	var err error
 	b.gw, err = egress.Attach(ctx, sb.NetNS(), egress.Config{
 		Tool:      p.Tool,
@@ -111,6 +119,9 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*Binding, error) 
 }
 
 func (b *Binding) egressEvent(ev result.EgressEvent) {
+	if b.onEgress != nil {
+		b.onEgress(ev)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for l := range b.execs {
@@ -119,6 +130,9 @@ func (b *Binding) egressEvent(ev result.EgressEvent) {
 }
 
 func (b *Binding) brokerEvent(ev result.BrokerEvent) {
+	if b.onBroker != nil {
+		b.onBroker(ev)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for l := range b.execs {

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// followWait is how long each poll of --follow waits for new events.
+const followWait = 30 * time.Second
+
+// auditCmd is `airlock audit`: read (and follow) the daemon's audit log.
+func auditCmd(ctx context.Context, args []string, stdio IO) error {
+	fs, sock, asJSON := daemonFlags("airlock audit", stdio)
+	var q client.AuditQuery
+	fs.StringVar(&q.Since, "since", "", "events from this time: RFC 3339 or a duration ago (1h)")
+	fs.StringVar(&q.Until, "until", "", "events before this time: RFC 3339 or a duration ago")
+	fs.StringVar(&q.Tool, "tool", "", "events of this tool")
+	fs.StringVar(&q.Sandbox, "sandbox", "", "events of this sandbox")
+	fs.StringVar(&q.Session, "session", "", "events of this session")
+	fs.StringVar(&q.Run, "run", "", "events of this run")
+	fs.StringVar(&q.Client, "client", "", "events caused by this client (unix:uid=0,pid=N or token:NAME)")
+	fs.StringVar(&q.Kind, "kind", "", "events of this kind and the kinds below it (sandbox, run.finished, egress, dns, broker, api.request, ...)")
+	fs.StringVar(&q.Decision, "decision", "", "events with this decision (allow, deny) or run outcome (exited, limit, ...)")
+	limit := fs.Int("limit", 100, "print at most this many events: the newest, or the oldest from --since (1-1000)")
+	follow := fs.Bool("follow", false, "after the events so far, print new ones as they are recorded, until interrupted")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock audit [flags]\n\nPrints the daemon's audit log, oldest first: one line per event, or one JSON\nobject per line with --json.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stdio.Stderr, "airlock audit: unexpected argument %q\n", fs.Arg(0))
+		return &ExitError{Code: 2}
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintln(stdio.Stderr, "airlock audit: --limit must be from 1 to 1000")
+		return &ExitError{Code: 2}
+	}
+	q.Limit = *limit
+	q.Tail = q.Since == ""
+	c := client.New(*sock)
+	print := func(evs []api.AuditEvent) error {
+		for _, ev := range evs {
+			if err := printAudit(stdio.Stdout, ev, *asJSON); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	page, err := c.Audit(ctx, q)
+	if err != nil {
+		return err
+	}
+	if err := print(page.Events); err != nil {
+		return err
+	}
+	if !*follow {
+		return nil
+	}
+	q.Since, q.Tail, q.Limit, q.Wait = "", false, 1000, followWait
+	q.After = page.Next
+	for {
+		page, err := c.Audit(ctx, q)
+		if ctx.Err() != nil {
+			return nil // interrupted: following ends
+		}
+		if err != nil {
+			return err
+		}
+		if err := print(page.Events); err != nil {
+			return err
+		}
+		q.After = page.Next
+	}
+}
+
+// printAudit writes one event: a JSON line, or a readable line.
+func printAudit(w io.Writer, ev api.AuditEvent, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-6d %-17s", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.ID, ev.Kind)
+	if ev.Decision != "" {
+		fmt.Fprintf(&b, " %s", ev.Decision)
+	}
+	for _, f := range []struct{ k, v string }{
+		{"tool", ev.Tool}, {"sandbox", ev.Sandbox}, {"session", ev.Session}, {"run", ev.Run}, {"client", ev.Client},
+	} {
+		if f.v != "" {
+			fmt.Fprintf(&b, " %s=%s", f.k, f.v)
+		}
+	}
+	if len(ev.Detail) > 0 {
+		b.WriteByte(' ')
+		b.Write(ev.Detail)
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,426 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// errAuditMsg is what a caller is told when a run is refused because the
+// audit log cannot be written.
+const errAuditMsg = "the audit log cannot be written, so nothing is run unrecorded; see the daemon's log"
+
+func newRunID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "r_" + hex.EncodeToString(b[:])
+}
+
+// observe records the runtime's sandbox lifecycle events.
+func (d *Daemon) observe(ev sandbox.Lifecycle) {
+	kind := map[string]string{
+		sandbox.Created:   audit.KindSandboxCreated,
+		sandbox.Destroyed: audit.KindSandboxDestroyed,
+		sandbox.Swept:     audit.KindSandboxSwept,
+	}[ev.Event]
+	if kind == "" {
+		return
+	}
+	e := audit.Event{Kind: kind, Tool: ev.Label, Sandbox: ev.ID}
+	if ev.Err != nil {
+		e.Detail = audit.Detail(map[string]string{"error": ev.Err.Error()})
+	}
+	d.audit.Record(e)
+}
+
+// runScope is what a run's audit events share.
+type runScope struct {
+	tool, sandbox, session, run, client string
+}
+
+func (s runScope) event(kind string) audit.Event {
+	return audit.Event{Kind: kind, Tool: s.tool, Sandbox: s.sandbox, Session: s.session, Run: s.run, Client: s.client}
+}
+
+// onEgress and onBroker record a binding's decisions.
+func (d *Daemon) onEgress(s *runScope) func(result.EgressEvent) {
+	return func(ev result.EgressEvent) {
+		kind := audit.KindEgress
+		if ev.Kind == result.EgressDNS {
+			kind = audit.KindDNS
+		}
+		e := s.event(kind)
+		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
+		d.audit.Record(e)
+	}
+}
+
+func (d *Daemon) onBroker(s *runScope) func(result.BrokerEvent) {
+	return func(ev result.BrokerEvent) {
+		e := s.event(audit.KindBroker)
+		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
+		d.audit.Record(e)
+	}
+}
+
+func decision(allow bool) string {
+	if allow {
+		return audit.Allow
+	}
+	return audit.Deny
+}
+
+// Bounds on what a run.started event keeps of the command.
+const (
+	maxAuditArgs   = 32
+	maxAuditArgLen = 256
+)
+
+// startRun records that a run is about to start and waits for it to be
+// durable: a run that could not be recorded is not run. It answers the
+// refusal itself and returns false then.
+func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request, s runScope, argv, env []string, workdir string) bool {
+	e := s.event(audit.KindRunStarted)
+	// Environment values may carry a caller's secrets; only names are kept.
+	names := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	e.Detail = audit.Detail(map[string]any{"argv": clip(argv), "env": names, "workdir": workdir})
+	if err := d.audit.Append(r.Context(), e); err != nil {
+		d.auditRefused(w, r, err)
+		return false
+	}
+	return true
+}
+
+// auditRefused answers that the audit log refused an event.
+func (d *Daemon) auditRefused(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller left
+	}
+	d.counts.auditRefusals.Add(1)
+	d.opts.Logger.Error("refused a run: audit log unwritable", "err", err)
+	writeError(w, http.StatusServiceUnavailable, api.CodeAuditUnavailable, errAuditMsg)
+}
+
+// clip bounds argv for the log.
+func clip(argv []string) []string {
+	out := make([]string, 0, min(len(argv), maxAuditArgs+1))
+	for i, a := range argv {
+		if i == maxAuditArgs {
+			out = append(out, fmt.Sprintf("... %d more", len(argv)-i))
+			break
+		}
+		if len(a) > maxAuditArgLen {
+			a = a[:maxAuditArgLen] + "..."
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// finishRun records a run's outcome (and its breach, if any) and waits
+// until it is durable, so an answered run is a recorded one.
+func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result) {
+	e := s.event(audit.KindRunFinished)
+	e.Decision = string(res.Outcome)
+	e.Detail = audit.Detail(map[string]any{
+		"exit_code": res.ExitCode, "signal": res.Signal, "limit": res.Limit, "error": res.Error,
+		"usage": res.Usage, "truncated": res.Truncated,
+		"egress": len(res.Egress) + res.EgressDropped, "broker": len(res.Broker) + res.BrokerDropped,
+	})
+	evs := []audit.Event{e}
+	if res.Limit != nil {
+		b := s.event(audit.KindLimit)
+		b.Decision, b.Detail = res.Limit.Name, audit.Detail(res.Limit)
+		evs = append(evs, b)
+	}
+	if err := d.audit.Append(context.WithoutCancel(ctx), evs...); err != nil {
+		d.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)
+	}
+}
+
+// peerKey holds a unix socket connection's peer.
+type peerKey struct{}
+
+// connContext notes who is at the other end of a unix socket connection,
+// from the kernel's credentials of the connecting process.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	_ = rc.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, fmt.Sprintf("unix:uid=%d,pid=%d", cred.Uid, cred.Pid))
+}
+
+// clientOf is the identity the audit log records for a request.
+func clientOf(r *http.Request) string {
+	c := callerOf(r.Context())
+	if seen, ok := r.Context().Value(seenKey{}).(*caller); ok && seen.name != "" {
+		c = seen
+	}
+	if c.token != nil {
+		return c.name
+	}
+	if p, ok := r.Context().Value(peerKey{}).(string); ok {
+		return p
+	}
+	if r.RemoteAddr != "" && r.RemoteAddr != "@" {
+		return "tcp:" + r.RemoteAddr
+	}
+	return "unix"
+}
+
+// statusWriter remembers the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// audited records every API request with its caller and answer, except
+// successful health and metrics probes and the continuation pages of
+// audit reads (a follower's polls would otherwise record themselves
+// without end). Refusals are always recorded.
+func (d *Daemon) audited(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), seenKey{}, &caller{}))
+		h.ServeHTTP(sw, r)
+		e := audit.Event{Kind: audit.KindAPI, Time: start, Client: clientOf(r), Decision: audit.Allow}
+		if sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest {
+			e.Decision = audit.Deny
+		} else if r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics" ||
+			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after"))) {
+			return
+		}
+		e.Detail = audit.Detail(map[string]any{
+			"method": r.Method, "path": shorten(r.URL.Path), "status": sw.status,
+			"duration_ms": time.Since(start).Milliseconds(),
+		})
+		d.audit.Record(e)
+	})
+}
+
+// Audit query parameters.
+var auditParams = []string{"after", "since", "until", "kind", "tool", "sandbox", "session", "run", "client", "decision", "limit", "tail", "wait"}
+
+// maxWait bounds a long poll of GET /v1/audit.
+const maxWait = time.Minute
+
+// getAudit answers GET /v1/audit: the events the query selects, oldest
+// first, with the cursor for the next page. With wait, it holds the
+// request until an event newer than after exists (following the log).
+func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
+	q, wait, err := parseAuditQuery(r.URL.Query(), time.Now())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	// A token sees the events of its tools only; the rest of the log
+	// (other callers' requests, the daemon's own events) is the host's.
+	if c := callerOf(r.Context()); c.token != nil {
+		q.Tools = []string{}
+		for _, name := range d.opts.Config.Order {
+			if c.allows(name) {
+				q.Tools = append(q.Tools, name)
+			}
+		}
+	}
+	ctx := r.Context()
+	deadline := time.Now().Add(wait)
+	for {
+		evs, err := d.audit.Query(ctx, q)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.opts.Logger.Error("audit query failed", "err", err)
+				writeError(w, http.StatusInternalServerError, api.CodeInternal, "the audit log could not be read; see the daemon's log")
+			}
+			return
+		}
+		left := time.Until(deadline)
+		if len(evs) > 0 || wait == 0 || left <= 0 || q.Tail {
+			next := q.After
+			if len(evs) > 0 {
+				next = evs[len(evs)-1].ID
+			} else if q.Tail {
+				next = d.audit.Last()
+			}
+			writeJSON(w, http.StatusOK, api.AuditPage{Events: evs, Next: next})
+			return
+		}
+		// Nothing yet: wait for any commit past the newest event seen,
+		// then ask again (the new event may not match the filters).
+		after := max(q.After, d.audit.Last())
+		wctx, cancel := context.WithTimeout(ctx, left)
+		stop := context.AfterFunc(d.quit, cancel)
+		err = d.audit.Wait(wctx, after)
+		stop()
+		cancel()
+		if d.quit.Err() != nil {
+			// Shutting down: answer what there is, now.
+			writeJSON(w, http.StatusOK, api.AuditPage{Events: []api.AuditEvent{}, Next: q.After})
+			return
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, audit.ErrClosed) {
+				writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
+			}
+			return
+		}
+	}
+}
+
+// parseAuditQuery reads GET /v1/audit's parameters. Times are RFC 3339
+// or a duration before now ("15m").
+func parseAuditQuery(v map[string][]string, now time.Time) (audit.Query, time.Duration, error) {
+	var q audit.Query
+	var wait time.Duration
+	for k, vs := range v {
+		known := false
+		for _, p := range auditParams {
+			known = known || p == k
+		}
+		if !known {
+			return q, 0, fmt.Errorf("unknown parameter %q (known: %s)", shorten(k), strings.Join(auditParams, ", "))
+		}
+		if len(vs) != 1 {
+			return q, 0, fmt.Errorf("parameter %q is given %d times", k, len(vs))
+		}
+		s := vs[0]
+		if len(s) > 256 {
+			return q, 0, fmt.Errorf("parameter %q is over 256 bytes", k)
+		}
+		var err error
+		switch k {
+		case "after":
+			q.After, err = strconv.ParseInt(s, 10, 64)
+			if err != nil || q.After < 0 {
+				err = fmt.Errorf(`"after" must be an event id (a number from 0)`)
+			}
+		case "limit":
+			q.Limit, err = strconv.Atoi(s)
+			if err != nil || q.Limit < 1 || q.Limit > audit.MaxLimit {
+				err = fmt.Errorf(`"limit" must be a number from 1 to %d`, audit.MaxLimit)
+			}
+		case "since":
+			q.Since, err = parseWhen(s, now, k)
+		case "until":
+			q.Until, err = parseWhen(s, now, k)
+		case "tail":
+			q.Tail, err = strconv.ParseBool(s)
+			if err != nil {
+				err = fmt.Errorf(`"tail" must be true or false`)
+			}
+		case "wait":
+			wait, err = time.ParseDuration(s)
+			if err != nil || wait < 0 || wait > maxWait {
+				err = fmt.Errorf(`"wait" must be a duration from 0 to %s, like "30s"`, maxWait)
+			}
+		case "kind":
+			q.Kind = s
+		case "tool":
+			q.Tool = s
+		case "sandbox":
+			q.Sandbox = s
+		case "session":
+			q.Session = s
+		case "run":
+			q.Run = s
+		case "client":
+			q.Client = s
+		case "decision":
+			q.Decision = s
+		}
+		if err != nil {
+			return q, 0, err
+		}
+	}
+	if q.Tail && wait > 0 {
+		return q, 0, errors.New(`"tail" and "wait" do not go together; follow with "after"`)
+	}
+	return q, wait, nil
+}
+
+// parseWhen reads a time: RFC 3339, or a duration before now.
+func parseWhen(s string, now time.Time, name string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q must be an RFC 3339 time (2026-01-02T15:04:05Z) or a duration before now (15m)", name)
+}
+
+// claimed records that a sandbox was handed to a run or session.
+func (d *Daemon) claimed(s runScope, warm bool) {
+	e := s.event(audit.KindSandboxClaimed)
+	e.Detail = audit.Detail(map[string]bool{"warm": warm})
+	d.audit.Record(e)
+}
+
+// getHealth answers ok, or 503 while the audit log cannot be written
+// (runs are refused then).
+func (d *Daemon) getHealth(w http.ResponseWriter, _ *http.Request) {
+	if err := d.audit.Err(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "audit": "unwritable; see the daemon's log"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// fileEvent records a file written into or read out of a session's
+// workspace.
+func (d *Daemon) fileEvent(r *http.Request, s *session, op string, n int64, err error) {
+	e := audit.Event{Kind: audit.KindFile, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: clientOf(r), Decision: audit.Allow}
+	detail := map[string]any{"op": op, "path": shorten(r.PathValue("path")), "bytes": n}
+	if err != nil {
+		e.Decision, detail["error"] = audit.Deny, err.Error()
+	}
+	e.Detail = audit.Detail(detail)
+	d.audit.Record(e)
+}
