@@ -96,8 +96,9 @@ type item struct {
 // Log is an open audit log. Its methods are safe for concurrent use.
 type Log struct {
 	opts Options
-	w    *sql.DB // the writer's one connection
-	r    *sql.DB // readers
+	w    *sql.DB   // the writer's one connection
+	ins  *sql.Stmt // the insert, prepared once on it
+	r    *sql.DB   // readers
 
 	queue  chan item
 	stop   chan struct{} // closed by Close: the writer drains and exits
@@ -162,6 +163,9 @@ func Open(ctx context.Context, opts Options) (_ *Log, err error) {
 	l.w.SetConnMaxLifetime(0)
 	if _, err = l.w.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("audit: open %s: %w", opts.Path, err)
+	}
+	if l.ins, err = l.w.PrepareContext(ctx, `INSERT INTO events (time, kind, tool, sandbox, session, run, client, decision, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if l.r, err = sql.Open("sqlite", dsn(opts.Path, opts.Sync, true)); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -353,11 +357,7 @@ func (l *Log) insert(batch []item) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	st, err := tx.PrepareContext(ctx, `INSERT INTO events (time, kind, tool, sandbox, session, run, client, decision, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("audit: prepare: %w", err)
-	}
-	defer st.Close()
+	st := tx.StmtContext(ctx, l.ins)
 	var last int64
 	for _, it := range batch {
 		for i := range it.events {
@@ -423,6 +423,9 @@ func (l *Log) Close(ctx context.Context) error {
 
 func (l *Log) closeDBs() error {
 	var errs []error
+	if l.ins != nil {
+		errs = append(errs, l.ins.Close())
+	}
 	if l.r != nil {
 		errs = append(errs, l.r.Close())
 	}
