@@ -287,3 +287,17 @@ func TestInheritedDescriptorsStayOutside(t *testing.T) {
 		t.Fatalf("command holds descriptors %v", got)
 	}
 }
+
+// TestStrictUmask runs airlock with umask 077, as a careful operator's
+// shell may have it: the sandbox's /etc and workspace stay usable by its
+// user, and commands get the usual 022.
+func TestStrictUmask(t *testing.T) {
+	requireRoot(t)
+	airlockBin(t) // built before, with the usual umask
+	old := syscall.Umask(0o077)
+	o := airlock(t, "", "--", "sh", "-c", "umask; id -un; cat /etc/hostname; echo x > f && cat f")
+	syscall.Umask(old)
+	if o.code != 0 || o.stdout != "0022\nsandbox\nsandbox\nx\n" {
+		t.Fatalf("with umask 077: exit %d %q %q", o.code, o.stdout, o.stderr)
+	}
+}

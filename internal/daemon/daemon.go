@@ -172,11 +172,7 @@ func listenUnix(path, group string) (net.Listener, error) {
 	} else if errors.Is(err, syscall.ECONNREFUSED) {
 		_ = os.Remove(path)
 	}
-	// The socket is born with mode 0660: no window in which others could
-	// connect.
-	old := syscall.Umask(0o117)
-	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
+	ln, err := listenUnixMode(path, 0o660)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}

@@ -31,6 +31,10 @@ func Main() int {
 	// per-thread parts of the confinement (capabilities, no_new_privs,
 	// Landlock) that children inherit.
 	runtime.LockOSThread()
+	// The umask is inherited from whoever started airlock, and a strict
+	// one (077) would make the generated /etc and the workspace unusable
+	// to the sandbox's user; commands get the usual 022 too.
+	unix.Umask(0o022)
 	// Die with the host. What guarantees it is the control channel: the
 	// host's end is held by the host alone, so its death is an EOF that
 	// ends init (and with it the sandbox). The parent-death signal is a
