@@ -84,6 +84,16 @@ type Tool struct {
 	// operations the tool's sandboxes may call through the credential
 	// broker; in file order, without duplicates.
 	Services []string
+	// Command is the argv template of the tool when called through MCP:
+	// each argument is literal text with {input} placeholders, and an
+	// input's value is never split or given to a shell. Empty for a tool
+	// that only serves runs given a command by the caller.
+	Command []Template
+	// Stdin names the input fed to the command's standard input; "" for
+	// none.
+	Stdin string
+	// Inputs are the tool's declared inputs, in file order.
+	Inputs []Input
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }

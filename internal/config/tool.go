@@ -15,7 +15,7 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"audit", "secrets", "server", "services", "tools"}
-	toolKeys    = []string{"description", "egress", "env", "image", "limits", "network", "pool", "services", "workdir"}
+	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "network", "pool", "services", "stdin", "workdir"}
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "ports", "private"}
@@ -68,9 +68,32 @@ func (p *parser) tool(tf field) (*Tool, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cmdNodes []*yaml.Node
+	var stdinNode *yaml.Node
 	for _, f := range fs {
 		sub := join(at, f.name)
 		switch f.name {
+		case "command":
+			t.Command, cmdNodes, err = p.command(f.val, sub)
+		case "inputs":
+			t.Inputs, err = p.inputs(f.val, sub)
+		case "stdin":
+			stdinNode = f.val
+			var s string
+			if s, err = p.str(f.val, sub); err == nil {
+				var tpl Template
+				tpl, err = parseTemplate(s)
+				name, whole := tpl.Whole()
+				if err == nil && !whole {
+					err = p.errAt(f.val, sub, "stdin is one whole input, like \"{text}\"")
+				}
+				t.Stdin = name
+			}
+			if err != nil {
+				if _, ok := err.(*Error); !ok {
+					err = p.wrapAt(f.val, sub, err)
+				}
+			}
 		case "description":
 			t.Description, err = p.str(f.val, sub)
 		case "image":
@@ -93,6 +116,9 @@ func (p *parser) tool(tf field) (*Tool, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := p.checkInputs(t, cmdNodes, stdinNode, at); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
