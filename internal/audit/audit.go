@@ -47,6 +47,7 @@ const (
 	KindSessionEnded     = "session.ended"
 	KindFile             = "session.file"
 	KindAPI              = "api.request"
+	KindMCPCall          = "mcp.call"
 )
 
 // Decisions, for the kinds that decide.

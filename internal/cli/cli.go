@@ -50,6 +50,8 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 		return poolCmd(ctx, rest, stdio)
 	case "audit":
 		return auditCmd(ctx, rest, stdio)
+	case "mcp":
+		return mcpCmd(ctx, rest, stdio)
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
 		return nil
@@ -94,6 +96,7 @@ Usage:
   airlock session create|ls|exec|cp|show|rm  work in a session of the daemon
   airlock pool ls                          show the daemon's pools
   airlock audit [--follow] [filters]       read the daemon's audit log
+  airlock mcp                              serve the configured tools over MCP on stdio
   airlock version                          print the version
 
 Run "airlock COMMAND -h" for a command's flags.

@@ -51,6 +51,7 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 		}
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
+	opts.Version = Version()
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return err

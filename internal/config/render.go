@@ -136,6 +136,9 @@ func defaultText(v any) string {
 // command, and the arguments as they may be recorded (secrets masked).
 type Call struct {
 	Argv []string
+	// RecordArgv is Argv with the values of secret inputs replaced by
+	// "(secret)", for logs.
+	RecordArgv []string
 	// Stdin is the standard input; HasStdin tells an empty input from none.
 	Stdin    string
 	HasStdin bool
@@ -201,11 +204,12 @@ func (t *Tool) Render(arguments json.RawMessage) (*Call, error) {
 		if len(a.Parts) == 1 && a.Parts[0] == "--" {
 			afterDashes = true
 		}
-		var b strings.Builder
+		var b, rb strings.Builder
 		skip := false
 		for j, part := range a.Parts {
 			if j%2 == 0 {
 				b.WriteString(part)
+				rb.WriteString(part)
 				continue
 			}
 			v, ok := vals[part]
@@ -221,9 +225,11 @@ func (t *Tool) Render(arguments json.RawMessage) (*Call, error) {
 				return nil, &InputError{Input: part, Reason: "must not start with '-' here (it could be taken for an option)"}
 			}
 			b.WriteString(v)
+			rb.WriteString(c.Recorded[part])
 		}
 		if !skip {
 			c.Argv = append(c.Argv, b.String())
+			c.RecordArgv = append(c.RecordArgv, rb.String())
 		}
 	}
 	if t.Stdin != "" {

@@ -102,7 +102,7 @@ func TestRenderRecordsNoSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if call.Argv[2] != "Authorization: s3cr3t" || call.Recorded["token"] != "(secret)" || call.Recorded["url"] != "https://x" {
+	if call.Argv[2] != "Authorization: s3cr3t" || call.Recorded["token"] != "(secret)" || call.Recorded["url"] != "https://x" || call.RecordArgv[2] != "Authorization: (secret)" || call.RecordArgv[3] != "https://x" {
 		t.Fatalf("call %+v", call)
 	}
 }

@@ -32,6 +32,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
 	mux.HandleFunc("/v1/audit", only(http.MethodGet, d.getAudit))
+	mux.Handle("/mcp", d.mcpHandler())
 	d.sessionRoutes(mux)
 	mux.HandleFunc("/healthz", only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -122,71 +123,131 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	scope := &runScope{tool: req.Tool, run: newRunID(), client: clientOf(r)}
-	dir := workdir(req.Workdir, t)
-	if !d.startRun(w, r, *scope, req.Argv, req.Env, dir) {
+	j := runJob{tool: t, client: clientOf(r), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
+	if req.Stdin != "" {
+		j.stdin = &req.Stdin
+	}
+	var ev *eventWriter
+	if stream {
+		ev = &eventWriter{w: w, rc: http.NewResponseController(w)}
+		j.onEvent = ev.write
+		j.started = func() {
+			w.Header().Set("Content-Type", api.NDJSON)
+			w.WriteHeader(http.StatusOK)
+		}
+	}
+	res, done, err := d.run(r.Context(), j)
+	if err != nil {
+		runError(w, err)
 		return
 	}
-	sb, warm, err := p.Claim(r.Context())
+	// The answer is out before the sandbox goes (done), but the handler
+	// returns only after, so a graceful shutdown waits for it.
+	defer done()
+	if stream {
+		ev.write(resultEvent(res))
+		return
+	}
+	// The whole answer, with its length, is flushed before the deferred
+	// destroy: the caller need not wait for the teardown.
+	b, err := json.Marshal(res)
 	if err != nil {
-		msg := "no sandbox could be created for this tool; see the daemon's log"
+		writeError(w, http.StatusInternalServerError, api.CodeInternal, "result could not be encoded")
+		return
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	_ = http.NewResponseController(w).Flush()
+}
+
+// runJob is one run of a tool in a fresh sandbox.
+type runJob struct {
+	tool   *config.Tool
+	client string
+	argv   []string
+	// recordArgv is the argv the audit log keeps (secret inputs masked);
+	// nil keeps argv.
+	recordArgv []string
+	env        []string
+	dir        string
+	stdin      *string
+	capture    bool
+	onEvent    func(result.Event)
+	// started, if set, is called once the run is recorded and has its
+	// sandbox, just before the command starts.
+	started func()
+}
+
+// Errors of run, mapped to answers by runError (API) and the MCP server.
+var (
+	errAuditRefused = errors.New(errAuditMsg)
+	errShutdown     = errors.New("the daemon is shutting down")
+	errNoSandbox    = errors.New("no sandbox could be created for this tool; see the daemon's log")
+)
+
+func runError(w http.ResponseWriter, err error) {
+	code := api.CodeUnavailable
+	if errors.Is(err, errAuditRefused) {
+		code = api.CodeAuditUnavailable
+	}
+	writeError(w, http.StatusServiceUnavailable, code, err.Error())
+}
+
+// run records a run, claims a sandbox of its tool (warm from the pool, or
+// created), runs the command with the tool's policy bound, and records
+// the outcome before returning it. done destroys the sandbox; call it
+// once the answer is out. On error nothing ran and done is nil.
+func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), _ error) {
+	scope := &runScope{tool: j.tool.Name, run: newRunID(), client: j.client}
+	rec := j.recordArgv
+	if rec == nil {
+		rec = j.argv
+	}
+	if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
+		return nil, nil, err
+	}
+	sb, warm, err := d.pools[j.tool.Name].Claim(ctx)
+	if err != nil {
+		e := errNoSandbox
 		if errors.Is(err, pool.ErrClosed) {
-			msg = "the daemon is shutting down"
+			e = errShutdown
 		} else {
 			d.counts.failures.Add(1)
-			d.opts.Logger.Warn("claim failed", "tool", req.Tool, "err", err)
+			d.opts.Logger.Warn("claim failed", "tool", j.tool.Name, "err", err)
 		}
-		d.finishRun(r.Context(), *scope, &result.Result{Outcome: result.Error, Error: msg})
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, msg)
-		return
+		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: e.Error()})
+		return nil, nil, e
 	}
-	defer func() {
-		// The answer is out; the sandbox goes now, before the handler
-		// returns, so a graceful shutdown waits for it.
-		if err := sb.Destroy(context.WithoutCancel(r.Context())); err != nil {
+	done = func() {
+		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
 		}
-	}()
+	}
 	scope.sandbox = sb.ID()
 	d.claimed(*scope, warm)
 	d.counts.runs.Add(1)
-	pol := policyOf(d.opts.Config, t)
+	pol := policyOf(d.opts.Config, j.tool)
 	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
 	rreq := runner.Request{Policy: pol, Exec: sandbox.ExecRequest{
-		Argv:        req.Argv,
-		Env:         append(append([]string(nil), t.Env...), req.Env...),
-		Dir:         dir,
+		Argv:        j.argv,
+		Env:         append(append([]string(nil), j.tool.Env...), j.env...),
+		Dir:         j.dir,
 		SampleEvery: 250 * time.Millisecond,
+		Capture:     j.capture,
+		OnEvent:     j.onEvent,
 	}}
-	if req.Stdin != "" {
-		rreq.Exec.Stdin = strings.NewReader(req.Stdin)
+	if j.stdin != nil {
+		rreq.Exec.Stdin = strings.NewReader(*j.stdin)
 	}
-	if !stream {
-		rreq.Exec.Capture = true
-		res := runner.Run(r.Context(), sb, rreq)
-		d.finishRun(r.Context(), *scope, res)
-		// The whole answer, with its length, is flushed before the
-		// deferred Destroy: the caller need not wait for the teardown.
-		b, err := json.Marshal(res)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, api.CodeInternal, "result could not be encoded")
-			return
-		}
-		b = append(b, '\n')
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b)
-		_ = http.NewResponseController(w).Flush()
-		return
+	if j.started != nil {
+		j.started()
 	}
-	w.Header().Set("Content-Type", api.NDJSON)
-	w.WriteHeader(http.StatusOK)
-	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
-	rreq.Exec.OnEvent = ev.write
-	res := runner.Run(r.Context(), sb, rreq)
-	d.finishRun(r.Context(), *scope, res)
-	ev.write(resultEvent(res))
+	res := runner.Run(ctx, sb, rreq)
+	d.finishRun(ctx, *scope, res)
+	return res, done, nil
 }
 
 func resultEvent(r *result.Result) result.Event {

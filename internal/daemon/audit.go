@@ -89,10 +89,21 @@ const (
 	maxAuditArgLen = 256
 )
 
-// startRun records that a run is about to start and waits for it to be
-// durable: a run that could not be recorded is not run. It answers the
-// refusal itself and returns false then.
+// startRun is recordStart for a handler: it answers the refusal itself
+// and returns false then.
 func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request, s runScope, argv, env []string, workdir string) bool {
+	if err := d.recordStart(r.Context(), s, argv, env, workdir); err != nil {
+		if r.Context().Err() == nil {
+			writeError(w, http.StatusServiceUnavailable, api.CodeAuditUnavailable, errAuditMsg)
+		}
+		return false
+	}
+	return true
+}
+
+// recordStart records that a run is about to start and waits for it to
+// be durable: a run that could not be recorded is not run.
+func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string, workdir string) error {
 	e := s.event(audit.KindRunStarted)
 	// Environment values may carry a caller's secrets; only names are kept.
 	names := make([]string, 0, len(env))
@@ -101,11 +112,15 @@ func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request, s runScope, ar
 		names = append(names, k)
 	}
 	e.Detail = audit.Detail(map[string]any{"argv": clip(argv), "env": names, "workdir": workdir})
-	if err := d.audit.Append(r.Context(), e); err != nil {
-		d.auditRefused(w, r, err)
-		return false
+	if err := d.audit.Append(ctx, e); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.counts.auditRefusals.Add(1)
+		d.opts.Logger.Error("refused a run: audit log unwritable", "err", err)
+		return errAuditRefused
 	}
-	return true
+	return nil
 }
 
 // auditRefused answers that the audit log refused an event.
@@ -219,6 +234,16 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach Flush.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes flushes on, for handlers that assert http.Flusher.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
 
 // audited records every API request with its caller and answer, except
 // successful health and metrics probes and the continuation pages of

@@ -43,6 +43,11 @@ type Options struct {
 	// MaxSessions bounds the sessions open at once (each holds a sandbox
 	// and a uid range); 0 means 256.
 	MaxSessions int
+	// Embedded runs the daemon's parts without listening anywhere: for
+	// `airlock mcp` when no daemon is running.
+	Embedded bool
+	// Version is reported to MCP clients.
+	Version string
 	// AuditPath, if set, overrides the config's audit log path.
 	AuditPath string
 	// Logger receives the daemon's log; nil discards it.
@@ -135,6 +140,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: name}
 		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
+	if opts.Embedded {
+		return d, nil
+	}
 	if d.ln, err = listenUnix(opts.Socket, opts.Config.Server.SocketGroup); err != nil {
 		return nil, err
 	}
@@ -198,7 +206,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.reapStop = stop
 	go d.reap(rctx)
-	go func() { errc <- d.srv.Serve(d.ln) }()
+	if d.srv != nil {
+		go func() { errc <- d.srv.Serve(d.ln) }()
+	}
 	if d.tsrv != nil {
 		go func() { errc <- d.tsrv.Serve(d.tcp) }()
 	}

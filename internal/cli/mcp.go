@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/mcpserver"
+)
+
+// mcpCmd is `airlock mcp`: an MCP server on standard input and output,
+// for agents that launch a command. With a daemon answering on its
+// socket it relays to the daemon's /mcp (warm pools, one audit log);
+// otherwise it runs the daemon's parts embedded.
+func mcpCmd(ctx context.Context, args []string, stdio IO) error {
+	fs := flag.NewFlagSet("airlock mcp", flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	var opts daemon.Options
+	var cfgPath string
+	fs.StringVar(&cfgPath, "config", "", "config file, when no daemon runs (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "the daemon's socket; used when a daemon answers there")
+	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database, when no daemon runs (default: the config's audit.path)")
+	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory, when no daemon runs (advanced)")
+	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created, when no daemon runs (advanced)")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stdio.Stderr, "airlock mcp: unexpected argument %q\n", fs.Arg(0))
+		return &ExitError{Code: 2}
+	}
+	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
+	if daemonListening(opts.Socket) {
+		return relayMCP(ctx, opts.Socket, transport)
+	}
+	path, err := config.Find(cfgPath, os.Getenv, config.Exists)
+	if err != nil {
+		return err
+	}
+	opts.Config = config.Empty()
+	if path != "" {
+		if opts.Config, err = config.Load(path); err != nil {
+			return err
+		}
+	}
+	// Standard output is the protocol's: the log goes to standard error.
+	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts.Embedded, opts.Version = true, Version()
+	d, err := daemon.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	dctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(dctx) }()
+	client := fmt.Sprintf("stdio:uid=%d,ppid=%d", os.Getuid(), os.Getppid())
+	err = d.LocalMCPServer(client).Run(ctx, transport)
+	stop()
+	return errors.Join(ignoreEOF(err), <-served)
+}
+
+// relayMCP serves stdio by relaying every tool of the daemon's /mcp.
+func relayMCP(ctx context.Context, socket string, transport mcp.Transport) error {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	relay := mcpserver.NewRelay()
+	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: Version()}, relay.ClientOptions()).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		return fmt.Errorf("connect to the daemon's MCP endpoint: %w", err)
+	}
+	defer up.Close()
+	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: Version()}, nil)
+	if err := relay.Mirror(ctx, s, up, ""); err != nil {
+		return err
+	}
+	return ignoreEOF(s.Run(ctx, transport))
+}
+
+// ignoreEOF treats the client closing standard input as the normal end.
+func ignoreEOF(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || isClosed(err) {
+		return nil
+	}
+	return err
+}
+
+// isClosed reports the end of standard input or of the connection.
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, mcp.ErrConnectionClosed)
+}
+
+// readCloser and writeCloser let the transport close what it was given
+// without closing the process's own standard streams.
+type readCloser struct{ r io.Reader }
+
+func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (readCloser) Close() error                 { return nil }
+
+type writeCloser struct{ w io.Writer }
+
+func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
+func (writeCloser) Close() error                  { return nil }

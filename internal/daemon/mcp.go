@@ -1,0 +1,122 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/result"
+)
+
+// mcpIdle ends MCP sessions left without a request this long.
+const mcpIdle = 30 * time.Minute
+
+// MCPServer builds the MCP server of one caller: the configured tools it
+// may use, each call run as a run of the daemon and recorded as such.
+// client is the caller's identity in the audit log. `airlock mcp` uses it
+// over stdio when it runs the daemon's parts embedded.
+func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
+	return mcpserver.New(mcpserver.Options{
+		Config:  d.opts.Config,
+		Allows:  c.allows,
+		Version: d.opts.Version,
+		Run: func(ctx context.Context, j mcpserver.Job) (*result.Result, error) {
+			res, done, err := d.run(ctx, runJob{
+				tool: j.Tool, client: client, argv: j.Argv, recordArgv: j.RecordArgv,
+				dir: workdir("", j.Tool), stdin: j.Stdin, capture: true, onEvent: j.OnEvent,
+			})
+			if err != nil {
+				return nil, err
+			}
+			done()
+			return res, nil
+		},
+		OnCall: func(r mcpserver.CallRecord) {
+			e := audit.Event{Kind: audit.KindMCPCall, Tool: r.Tool, Sandbox: r.Sandbox, Client: client, Decision: r.Outcome}
+			e.Detail = audit.Detail(map[string]any{"arguments": r.Arguments, "reason": r.Reason, "duration_ms": r.Duration.Milliseconds()})
+			d.audit.Record(e)
+		},
+	})
+}
+
+// LocalMCPServer is MCPServer for a caller on the host itself.
+func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(local, client) }
+
+// mcpHandler serves streamable HTTP MCP at /mcp. Each MCP session gets a
+// server scoped to the caller that opened it, and only that caller may
+// use the session afterwards.
+func (d *Daemon) mcpHandler() http.Handler {
+	var mu sync.Mutex
+	owners := map[string]string{} // MCP session id -> caller name
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return d.MCPServer(callerOf(r.Context()), clientOf(r))
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := callerOf(r.Context())
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			mu.Lock()
+			owner, ok := owners[id]
+			if r.Method == http.MethodDelete {
+				delete(owners, id)
+			}
+			mu.Unlock()
+			// A session is its opener's: another caller that learned its
+			// id gets what an unknown id gets.
+			if ok && owner != c.name {
+				writeError(w, http.StatusNotFound, api.CodeNotFound, "no such MCP session")
+				return
+			}
+		}
+		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) {
+			mu.Lock()
+			if len(owners) > 100000 {
+				clear(owners) // bounded; the SDK forgets idle sessions too
+			}
+			owners[id] = c.name
+			mu.Unlock()
+		}}, r)
+	})
+}
+
+// sessionWriter notes the MCP session id an answer hands out.
+type sessionWriter struct {
+	http.ResponseWriter
+	opened func(id string)
+	done   bool
+}
+
+func (s *sessionWriter) WriteHeader(code int) {
+	if !s.done {
+		s.done = true
+		if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+			s.opened(id)
+		}
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *sessionWriter) Write(b []byte) (int, error) {
+	if !s.done {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (s *sessionWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes flushes on; the SDK streams events.
+func (s *sessionWriter) Flush() {
+	if !s.done {
+		s.WriteHeader(http.StatusOK)
+	}
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

@@ -1,0 +1,198 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+const mcpConfig = `
+tools:
+  echo:
+    description: prints its words
+    command: [echo, "{word}", "{more}"]
+    pool: {warm: 1}
+    inputs:
+      word: {required: true, description: the first word}
+      more: {max_length: 10}
+  slow:
+    command: [sh, -c, "for i in 1 2 3; do echo tick $i; sleep 0.2; done"]
+  nap:
+    command: [sleep, "{seconds}"]
+    limits: {time: 300ms}
+    inputs:
+      seconds: {type: integer, minimum: 0, maximum: 60, required: true}
+  login:
+    command: [sh, -c, "echo got ${{#1}} bytes", sh, "{password}"]
+    inputs:
+      password: {secret: true, required: true}
+  plain: {}
+`
+
+// startMCP runs a daemon with the MCP test tools and connects the Go
+// SDK's client to its /mcp endpoint over the unix socket.
+func startMCP(t *testing.T, opts *mcp.ClientOptions) (*mcp.ClientSession, *client.Client) {
+	t.Helper()
+	isolatednet.Require(t)
+	cfg, err := config.Parse("airlock.yaml", []byte(mcpConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: testAudit(t),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
+	cs, err := mc.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, client.New(sock)
+}
+
+func text(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestMCPOverHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var ticks []string
+	cs, c := startMCP(t, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		ticks = append(ticks, req.Params.Message)
+		mu.Unlock()
+	}})
+	ctx := t.Context()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.Name == "echo" {
+			schema, _ := json.Marshal(tl.InputSchema)
+			if tl.Description != "prints its words" || !strings.Contains(string(schema), `"required":["word"]`) || tl.OutputSchema == nil {
+				t.Errorf("echo is listed as %+v with schema %s", tl, schema)
+			}
+		}
+	}
+	if strings.Join(names, " ") != "echo login nap slow" {
+		t.Fatalf("tools %v; want the tools with a command", names)
+	}
+
+	call := func(name string, args any) *mcp.CallToolResult {
+		t.Helper()
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	// Shell metacharacters are one argument, printed as given.
+	r := call("echo", map[string]any{"word": "a b; id `id` $(id) | tee /x"})
+	if r.IsError || text(r) != "a b; id `id` $(id) | tee /x\n" {
+		t.Fatalf("echo: %+v %q", r, text(r))
+	}
+	var res struct {
+		Outcome   string `json:"outcome"`
+		ExitCode  int    `json:"exit_code"`
+		SandboxID string `json:"sandbox_id"`
+	}
+	b, _ := json.Marshal(r.StructuredContent)
+	if err := json.Unmarshal(b, &res); err != nil || res.Outcome != "exited" || res.SandboxID == "" {
+		t.Fatalf("structured content %s", b)
+	}
+	// Refused arguments are tool errors naming the input.
+	for _, tt := range []struct {
+		args any
+		want string
+	}{
+		{map[string]any{}, `invalid input "word": is required`},
+		{map[string]any{"word": "--version"}, `invalid input "word": must not start with '-'`},
+		{map[string]any{"word": "x", "more": strings.Repeat("y", 11)}, `invalid input "more": 11 bytes; at most 10`},
+		{map[string]any{"word": 7}, `invalid input "word": must be a string`},
+		{map[string]any{"word": "x", "rm": "-rf"}, `invalid input "rm": is not an input of this tool`},
+	} {
+		r := call("echo", tt.args)
+		if !r.IsError || !strings.Contains(text(r), tt.want) {
+			t.Errorf("echo %v: %+v %q, want a tool error with %q", tt.args, r, text(r), tt.want)
+		}
+	}
+	// A breach is a tool error naming the limit.
+	r = call("nap", map[string]any{"seconds": 5})
+	if !r.IsError || !strings.Contains(text(r), "limit exceeded: time") {
+		t.Fatalf("nap: %+v %q", r, text(r))
+	}
+	// Output arrives as progress to a client that asked for it.
+	r, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Meta: mcp.Meta{"progressToken": "p1"}})
+	if err != nil || r.IsError || text(r) != "tick 1\ntick 2\ntick 3\n" {
+		t.Fatalf("slow: %+v %v", r, err)
+	}
+	mu.Lock()
+	got := strings.Join(ticks, "|")
+	mu.Unlock()
+	if !strings.Contains(got, "tick 1") || !strings.Contains(got, "tick 3") {
+		t.Errorf("progress notifications %q", got)
+	}
+	// A tool without a command, or none at all, cannot be called.
+	for _, name := range []string{"plain", "nope"} {
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+			t.Errorf("calling %s: %v", name, err)
+		}
+	}
+	// Every call is in the audit log; a secret input never is.
+	r = call("login", map[string]any{"password": "hunter2-do-not-log"})
+	if r.IsError || text(r) != "got 18 bytes\n" {
+		t.Fatalf("login: %+v %q", r, text(r))
+	}
+	evs := waitAudit(t, c, client.AuditQuery{Kind: "mcp.call"}, func(evs []api.AuditEvent) bool { return len(evs) >= 9 })
+	page, err := c.Audit(ctx, client.AuditQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := json.Marshal(page)
+	if strings.Contains(string(all), "hunter2") {
+		t.Fatal("a secret input reached the audit log")
+	}
+	outcomes := map[string]int{}
+	for _, ev := range evs {
+		outcomes[ev.Tool+":"+ev.Decision]++
+		if !strings.HasPrefix(ev.Client, "unix:uid=0,pid=") {
+			t.Errorf("mcp.call without the caller: %+v", ev)
+		}
+	}
+	if outcomes["echo:exited"] != 1 || outcomes["echo:invalid"] != 5 || outcomes["nap:limit"] != 1 || outcomes["login:exited"] != 1 {
+		t.Errorf("mcp.call outcomes %v", outcomes)
+	}
+}

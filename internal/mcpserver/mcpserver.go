@@ -1,0 +1,237 @@
+// Package mcpserver turns configured tools into MCP tools: each tool with
+// a command template is listed with its description and an input schema
+// built from its declared inputs, and a call renders the arguments into
+// whole arguments of the command (never shell text) and runs it in a
+// fresh sandbox through a RunFunc. The daemon serves it over streamable
+// HTTP, `airlock mcp` over stdio.
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/result"
+)
+
+// Job is one call made concrete.
+type Job struct {
+	Tool *config.Tool
+	Argv []string
+	// RecordArgv is Argv with secret inputs masked, for the audit log.
+	RecordArgv []string
+	Stdin      *string
+	// OnEvent gets the run's live events (output, for progress).
+	OnEvent func(result.Event)
+}
+
+// RunFunc runs a job in a fresh sandbox. An error means airlock could not
+// run it at all (the audit log refused, no sandbox, shutting down); a
+// result with outcome "error" means airlock failed while running it.
+type RunFunc func(ctx context.Context, j Job) (*result.Result, error)
+
+// CallRecord is what is recorded of one tools/call.
+type CallRecord struct {
+	Tool string
+	// Arguments are the call's inputs with secret ones masked; nil when
+	// they were refused.
+	Arguments map[string]string
+	// Outcome is the run's outcome, "invalid" for refused arguments, or
+	// "failed" when airlock could not run it.
+	Outcome  string
+	Reason   string
+	Duration time.Duration
+	Sandbox  string
+}
+
+// Options configure a server.
+type Options struct {
+	Config *config.Config
+	// Allows reports whether the caller may use a tool; nil allows all.
+	Allows func(tool string) bool
+	Run    RunFunc
+	// OnCall, if set, is told of every call when it ends (the audit log).
+	OnCall  func(CallRecord)
+	Version string
+}
+
+// New builds an MCP server whose tools are the configured tools with a
+// command that the caller may use.
+func New(opts Options) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock: sandboxed tools", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: "Each tool runs its command in a fresh, isolated Linux sandbox that is destroyed afterwards. " +
+			"Arguments become whole command-line arguments and are never interpreted by a shell.",
+	})
+	for _, name := range opts.Config.Order {
+		t := opts.Config.Tools[name]
+		if len(t.Command) == 0 || (opts.Allows != nil && !opts.Allows(name)) {
+			continue
+		}
+		s.AddTool(&mcp.Tool{
+			Name:         name,
+			Description:  description(t),
+			InputSchema:  InputSchema(t),
+			OutputSchema: ResultSchema,
+		}, handler(opts, t))
+	}
+	return s
+}
+
+func description(t *config.Tool) string {
+	if t.Description != "" {
+		return t.Description
+	}
+	var args []string
+	for _, a := range t.Command {
+		args = append(args, strings.Join(a.Parts, ""))
+	}
+	return "Runs " + strings.Join(args, " ") + " in a sandbox."
+}
+
+// InputSchema is the JSON Schema of a tool's arguments.
+func InputSchema(t *config.Tool) map[string]any {
+	props := map[string]any{}
+	required := []string{}
+	for _, in := range t.Inputs {
+		p := map[string]any{"type": in.Type}
+		if in.Description != "" {
+			p["description"] = in.Description
+		}
+		if len(in.Enum) > 0 {
+			p["enum"] = in.Enum
+		}
+		if in.Type == config.InputString {
+			p["maxLength"] = in.MaxLength
+		}
+		if in.Minimum != nil {
+			p["minimum"] = *in.Minimum
+		}
+		if in.Maximum != nil {
+			p["maximum"] = *in.Maximum
+		}
+		if in.Default != nil {
+			p["default"] = in.Default
+		}
+		props[in.Name] = p
+		if in.Required {
+			required = append(required, in.Name)
+		}
+	}
+	return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+}
+
+// progressChunk bounds the output carried by one progress notification.
+const progressChunk = 4 << 10
+
+func handler(opts Options, t *config.Tool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		rec := CallRecord{Tool: t.Name}
+		defer func() {
+			if opts.OnCall != nil {
+				rec.Duration = time.Since(start)
+				opts.OnCall(rec)
+			}
+		}()
+		call, err := t.Render(req.Params.Arguments)
+		if err != nil {
+			rec.Outcome, rec.Reason = "invalid", err.Error()
+			return toolError(err.Error()), nil
+		}
+		rec.Arguments = call.Recorded
+		j := Job{Tool: t, Argv: call.Argv, RecordArgv: call.RecordArgv}
+		if call.HasStdin {
+			j.Stdin = &call.Stdin
+		}
+		if tok := req.Params.GetProgressToken(); tok != nil {
+			j.OnEvent = progress(ctx, req.Session, tok)
+		}
+		res, err := opts.Run(ctx, j)
+		if err != nil {
+			rec.Outcome, rec.Reason = "failed", err.Error()
+			// Not a tool error: the tool never ran. A protocol error
+			// keeps it apart from a command's failure or a breach.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock could not run the tool: " + err.Error()}
+		}
+		rec.Outcome, rec.Sandbox = string(res.Outcome), res.SandboxID
+		if res.Outcome == result.Error {
+			rec.Reason = res.Error
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock failed while running the tool: " + res.Error}
+		}
+		return toolResult(res), nil
+	}
+}
+
+// progress returns an event handler that reports output as progress.
+func progress(ctx context.Context, ss *mcp.ServerSession, tok any) func(result.Event) {
+	var sent float64
+	return func(ev result.Event) {
+		if ev.Type != result.EventStdout && ev.Type != result.EventStderr {
+			return
+		}
+		data := ev.Data
+		if len(data) > progressChunk {
+			data = data[:progressChunk]
+		}
+		sent += float64(len(ev.Data))
+		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: tok,
+			Progress:      sent,
+			Message:       ev.Type + ": " + strings.ToValidUTF8(string(data), "\uFFFD"),
+		})
+	}
+}
+
+func toolError(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+// toolResult is a run's result as MCP content: the result object as
+// structured content, and its output as text. A breach or a failed
+// command is a tool error.
+func toolResult(r *result.Result) *mcp.CallToolResult {
+	var b strings.Builder
+	switch r.Outcome {
+	case result.LimitExceeded:
+		fmt.Fprintf(&b, "limit exceeded: %s; the sandbox was destroyed\n", r.Limit)
+	case result.Signaled:
+		fmt.Fprintf(&b, "killed by signal %d\n", r.Signal)
+	case result.Exited:
+		if r.ExitCode != 0 {
+			fmt.Fprintf(&b, "exit code %d\n", r.ExitCode)
+		}
+	}
+	text := func(name string, o result.Output) {
+		if len(o) == 0 {
+			return
+		}
+		s := string(o)
+		if !utf8.Valid(o) {
+			s = strings.ToValidUTF8(s, "\uFFFD") + "\n(not valid UTF-8; the exact bytes are in the structured result)"
+		}
+		if b.Len() > 0 || name == "stderr" {
+			fmt.Fprintf(&b, "%s:\n", name)
+		}
+		b.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	text("stdout", r.Stdout)
+	text("stderr", r.Stderr)
+	if r.Truncated {
+		b.WriteString("(output truncated at the output ceiling)\n")
+	}
+	return &mcp.CallToolResult{
+		IsError:           r.Outcome != result.Exited || r.ExitCode != 0,
+		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
+		StructuredContent: r,
+	}
+}
+
