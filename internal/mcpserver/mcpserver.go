@@ -234,4 +234,3 @@ func toolResult(r *result.Result) *mcp.CallToolResult {
 		StructuredContent: r,
 	}
 }
-
