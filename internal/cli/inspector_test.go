@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// inspector returns the MCP Inspector's command-line entry point, which
+// scripts/test installs (npm) and names in AIRLOCK_TEST_INSPECTOR. CI
+// must have it; elsewhere the test skips without it.
+func inspector(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the Inspector runs in the full suite, not with -short")
+	}
+	p := os.Getenv("AIRLOCK_TEST_INSPECTOR")
+	if p == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("AIRLOCK_TEST_INSPECTOR is not set; scripts/test installs the MCP Inspector and sets it")
+		}
+		t.Skip("the MCP Inspector is not installed; run scripts/test, which installs it")
+	}
+	return p
+}
+
+// inspect runs the Inspector in CLI mode and returns what it printed.
+func inspect(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(inspector(t), append([]string{"--cli"}, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(), "NO_COLOR=1"}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%w: %s", err, errb.String())
+	}
+	return out.String(), err
+}
+
+type inspected struct {
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	IsError bool `json:"isError"`
+	Content []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+	Structured struct {
+		Outcome string `json:"outcome"`
+		Limit   *struct {
+			Name string `json:"name"`
+		} `json:"limit"`
+	} `json:"structuredContent"`
+}
+
+func (r inspected) names() string {
+	var n []string
+	for _, tl := range r.Tools {
+		n = append(n, tl.Name)
+	}
+	return strings.Join(n, " ")
+}
+
+func (r inspected) text() string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// checkInspected runs tools/list, a call and a breach through the
+// Inspector; with turns the method's arguments into the whole command
+// line (the server's command goes last, after "--"; a URL goes first,
+// since --tool-arg takes every argument after it).
+func checkInspected(t *testing.T, wantTools string, with func(...string) []string) {
+	t.Helper()
+	run := func(args ...string) inspected {
+		t.Helper()
+		out, err := inspect(t, with(args...)...)
+		var ee *exec.ExitError
+		// The Inspector exits 5 for a tool result with isError, after
+		// printing it.
+		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 5 && out != "") {
+			t.Fatalf("inspector %v: %v", args, err)
+		}
+		var r inspected
+		jsonOut(t, []byte(out), &r)
+		return r
+	}
+	if got := run("--method", "tools/list").names(); got != wantTools {
+		t.Fatalf("tools/list: %q, want %q", got, wantTools)
+	}
+	r := run("--method", "tools/call", "--tool-name", "echo", "--tool-arg", "word=hello; id > /tmp/x")
+	if r.IsError || r.text() != "hello; id > /tmp/x\n" || r.Structured.Outcome != "exited" {
+		t.Fatalf("tools/call echo: %+v", r)
+	}
+	r = run("--method", "tools/call", "--tool-name", "hog")
+	if !r.IsError || !strings.Contains(r.text(), "limit exceeded: memory") || r.Structured.Limit == nil || r.Structured.Limit.Name != "memory" {
+		t.Fatalf("tools/call hog: %+v", r)
+	}
+}
+
+// TestInspectorStdio: the official MCP Inspector drives `airlock mcp`
+// over stdio, embedded (no daemon).
+func TestInspectorStdio(t *testing.T) {
+	requireRoot(t)
+	inspector(t)
+	cfg := writeConfig(t, mcpTools)
+	server := []string{"--", airlockBin(t), "mcp", "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"),
+		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}
+	checkInspected(t, "echo hog slow", func(args ...string) []string { return append(args, server...) })
+}
+
+// TestInspectorHTTP: the Inspector over streamable HTTP against the
+// daemon's TCP listener, with bearer tokens and their scopes.
+func TestInspectorHTTP(t *testing.T) {
+	requireRoot(t)
+	inspector(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const full, narrow = "inspector-token-0123456789", "narrow-token-0123456789ab"
+	t.Setenv("TEST_MCP_FULL", full)
+	t.Setenv("TEST_MCP_NARROW", narrow)
+	serveForTest(t, mcpTools+`
+server:
+  tcp: `+addr+`
+  tokens:
+    - {name: full, secret: full, tools: ["*"]}
+    - {name: narrow, secret: narrow, tools: [echo]}
+secrets:
+  full: {env: TEST_MCP_FULL}
+  narrow: {env: TEST_MCP_NARROW}
+`)
+	url := "http://" + addr + "/mcp"
+	as := func(token string) func(...string) []string {
+		return func(args ...string) []string {
+			return append([]string{url, "--transport", "http", "--header", "Authorization: Bearer " + token}, args...)
+		}
+	}
+	checkInspected(t, "echo hog slow", as(full))
+	// A narrow token sees and calls only its tools.
+	out, err := inspect(t, as(narrow)("--method", "tools/list")...)
+	var r inspected
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonOut(t, []byte(out), &r)
+	if r.names() != "echo" {
+		t.Fatalf("the narrow token sees %q", r.names())
+	}
+	if out, err := inspect(t, as(narrow)("--method", "tools/call", "--tool-name", "hog")...); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("the narrow token called hog: %s %v", out, err)
+	}
+	// No token, no answer.
+	if out, err := inspect(t, url, "--transport", "http", "--method", "tools/list"); err == nil {
+		t.Fatalf("tools/list without a token: %s", out)
+	}
+}
