@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,8 @@ type Spec struct {
 	Hostname string
 	// Label names the sandbox's profile in lifecycle events (the tool).
 	Label string
+	// Mounts are host paths bound read-only into the sandbox.
+	Mounts []Mount
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -94,6 +97,10 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	mounts, err := mountBinds(spec.Mounts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
@@ -148,7 +155,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 		return nil, err
 	}
 	go s.watchExit()
-	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec)}, nil); err != nil {
+	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts)}, nil); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	if err := s.awaitReady(ctx); err != nil {
@@ -258,7 +265,7 @@ func (s *Sandbox) watchExit() {
 	})
 }
 
-func (rt *Runtime) setup(s *Sandbox, spec Spec) *initproto.Setup {
+func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initproto.Setup {
 	l := s.limits
 	return &initproto.Setup{
 		RootDir:    rt.rootDir,
@@ -267,7 +274,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec) *initproto.Setup {
 		GID:        sandboxGID,
 		DiskBytes:  l.Disk,
 		DiskInodes: l.inodes(),
-		Binds:      rt.image.binds,
+		Binds:      append(slices.Clip(rt.image.binds), mounts...),
 		Symlinks:   rt.image.symlinks,
 		Files:      etcFiles(spec.Hostname),
 		Devices:    rt.image.devices,

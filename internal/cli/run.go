@@ -131,6 +131,7 @@ func (f envFlag) Set(s string) error {
 // runFlags are the parsed flags of `airlock run`.
 type runFlags struct {
 	limits       sandbox.Limits
+	mounts       []sandbox.Mount // the tool's
 	env          []string
 	workdir      string
 	json, events bool
@@ -263,7 +264,7 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	defer rt.Close()
-	sb, err := rt.Create(ctx, sandbox.Spec{Limits: rf.limits})
+	sb, err := rt.Create(ctx, sandbox.Spec{Limits: rf.limits, Mounts: rf.mounts})
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}

@@ -68,6 +68,7 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 		}
 	}
 	rf.limits = limits
+	rf.mounts = t.Mounts
 	rf.env = append(append([]string(nil), t.Env...), rf.env...)
 	if !set["workdir"] && t.Workdir != "" {
 		rf.workdir = t.Workdir

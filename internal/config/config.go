@@ -94,6 +94,8 @@ type Tool struct {
 	Stdin string
 	// Inputs are the tool's declared inputs, in file order.
 	Inputs []Input
+	// Mounts are host paths bound read-only into the tool's sandboxes.
+	Mounts []sandbox.Mount
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }

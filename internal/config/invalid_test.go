@@ -72,7 +72,7 @@ func TestParseInvalid(t *testing.T) {
 		{"name too long", "tools:\n  " + strings.Repeat("a", 65) + ": {}\n", 2, 3, "tools." + strings.Repeat("a", 65), "invalid tool name"},
 
 		// Tool settings.
-		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, egress, env, image, inputs, limits, network, pool, services, stdin, workdir)`},
+		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, egress, env, image, inputs, limits, mounts, network, pool, services, stdin, workdir)`},
 		{"description list", tool("    description: [a]"), 3, 18, "tools.t.description", "expected a string, got a list"},
 		{"description null", tool("    description:"), 3, 17, "tools.t.description", `expected a string, got nothing (write "" for an empty string)`},
 		{"description nul", tool(`    description: "a\0b"`), 3, 18, "tools.t.description", "contains a NUL byte"},

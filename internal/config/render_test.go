@@ -169,3 +169,25 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+func TestMountsConfig(t *testing.T) {
+	c, err := Parse("a.yaml", []byte("tools:\n  t:\n    mounts:\n      - {source: /usr/share, target: /srv/share}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Tools["t"].Mounts; len(m) != 1 || m[0].Source != "/usr/share" || m[0].Target != "/srv/share" {
+		t.Fatalf("mounts %+v", m)
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"[{source: /usr/share, target: /etc/x}]", "4:8: tools.t.mounts[0]: mount target \"/etc/x\": /etc is built by airlock"},
+		{"[{source: /nonexistent-airlock, target: /srv/x}]", "mount source"},
+		{"[{source: /usr/share}]", "needs source and target"},
+		{"[{source: /usr/share, target: /srv/a}, {source: /usr/lib, target: /srv/a}]", "two mounts at"},
+		{"[{src: /usr/share, target: /srv/a}]", `unknown field "src"`},
+	} {
+		_, err := Parse("a.yaml", []byte("tools:\n  t:\n    mounts:\n      "+tt.in+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}

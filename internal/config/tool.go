@@ -15,7 +15,8 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"audit", "secrets", "server", "services", "tools"}
-	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "network", "pool", "services", "stdin", "workdir"}
+	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "services", "stdin", "workdir"}
+	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "ports", "private"}
@@ -94,6 +95,8 @@ func (p *parser) tool(tf field) (*Tool, error) {
 					err = p.wrapAt(f.val, sub, err)
 				}
 			}
+		case "mounts":
+			t.Mounts, err = p.mounts(f.val, sub)
 		case "description":
 			t.Description, err = p.str(f.val, sub)
 		case "image":
@@ -345,4 +348,45 @@ func (p *parser) network(n *yaml.Node, at string) (Network, error) {
 		}
 	}
 	return nw, nil
+}
+
+// mounts parses read-only host mounts: a list of {source, target}.
+func (p *parser) mounts(n *yaml.Node, at string) ([]sandbox.Mount, error) {
+	items, err := p.list(n, at)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.Mount
+	seen := map[string]bool{}
+	for i, item := range items {
+		sub := index(at, i)
+		fs, err := p.fields(item, sub, "a mapping with source and target", mountKeys)
+		if err != nil {
+			return nil, err
+		}
+		var m sandbox.Mount
+		for _, f := range fs {
+			switch f.name {
+			case "source":
+				m.Source, err = p.str(f.val, join(sub, "source"))
+			case "target":
+				m.Target, err = p.str(f.val, join(sub, "target"))
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if m.Source == "" || m.Target == "" {
+			return nil, p.errAt(item, sub, "a mount needs source and target")
+		}
+		if err := sandbox.CheckMount(m); err != nil {
+			return nil, p.wrapAt(item, sub, err)
+		}
+		if seen[m.Target] {
+			return nil, p.errAt(item, sub, "two mounts at %s", quote(m.Target))
+		}
+		seen[m.Target] = true
+		out = append(out, m)
+	}
+	return out, nil
 }

@@ -137,7 +137,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	for _, name := range opts.Config.Order {
 		t := opts.Config.Tools[name]
-		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: name}
+		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: name, Mounts: t.Mounts}
 		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if opts.Embedded {
