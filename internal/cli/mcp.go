@@ -71,9 +71,9 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(dctx) }()
 	client := fmt.Sprintf("stdio:uid=%d,ppid=%d", os.Getuid(), os.Getppid())
-	err = d.LocalMCPServer(client).Run(ctx, transport)
+	err = ignoreEOF(d.LocalMCPServer(client).Run(ctx, transport))
 	stop()
-	return errors.Join(ignoreEOF(err), <-served)
+	return errors.Join(err, <-served)
 }
 
 // relayMCP serves stdio by relaying every tool of the daemon's /mcp.
@@ -89,7 +89,7 @@ func relayMCP(ctx context.Context, socket string, transport mcp.Transport) error
 	}
 	defer up.Close()
 	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: Version()}, nil)
-	if err := relay.Mirror(ctx, s, up, ""); err != nil {
+	if err := relay.Mirror(ctx, s, mcpserver.Upstream{Session: up}); err != nil {
 		return err
 	}
 	return ignoreEOF(s.Run(ctx, transport))

@@ -57,6 +57,11 @@ type Config struct {
 	Server Server
 	// Audit configures the daemon's audit log, defaults filled in.
 	Audit Audit
+	// MCPServers are third-party MCP servers run in sandboxes behind the
+	// daemon's MCP gateway: each is a tool profile whose command speaks
+	// MCP on stdio. MCPServerOrder lists their names in file order.
+	MCPServers     map[string]*Tool
+	MCPServerOrder []string
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -165,7 +170,7 @@ func DefaultNetwork() Network {
 // Empty returns the built-in default config: no tools, secrets or
 // services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, Audit: defaultAudit()}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit()}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
@@ -308,6 +313,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.server(f.val, c)
 		case "audit":
 			err = p.audit(f.val, c)
+		case "mcp_servers":
+			err = p.mcpServers(f.val, c)
 		}
 		if err != nil {
 			return nil, err
@@ -328,7 +335,7 @@ func (p *parser) tools(n *yaml.Node, c *Config) error {
 		return err
 	}
 	for _, tf := range tools {
-		t, err := p.tool(tf)
+		t, err := p.tool(tf, "tools")
 		if err != nil {
 			return err
 		}

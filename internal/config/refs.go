@@ -42,9 +42,16 @@ func (p *parser) checkRefs(c *Config) error {
 			return p.errAt(r.node, r.at, "undefined secret %s (%s)", quote(r.name), defined("secrets", slices.Collect(maps.Keys(c.Secrets))))
 		}
 	}
+	for _, name := range c.MCPServerOrder {
+		if t, ok := c.Tools[name]; ok {
+			return p.errLine(c.MCPServers[name].Line, join("mcp_servers", name), "%s is also a tool (line %d); token scopes name both, so the names must differ", quote(name), t.Line)
+		}
+	}
 	for _, r := range p.toolRefs {
-		if _, ok := c.Tools[r.name]; !ok {
-			return p.errAt(r.node, r.at, "undefined tool %s (%s)", quote(r.name), defined("tools", c.Order))
+		_, tool := c.Tools[r.name]
+		_, server := c.MCPServers[r.name]
+		if !tool && !server {
+			return p.errAt(r.node, r.at, "undefined tool or MCP server %s (%s)", quote(r.name), defined("tools", append(slices.Clone(c.Order), c.MCPServerOrder...)))
 		}
 	}
 	for _, r := range p.serviceRefs {

@@ -35,7 +35,7 @@ tools:
 		{"server: {tcp: 127.0.0.1:7400}", "no tokens"},
 		{"server: {tcp: localhost}", "not IP:PORT"},
 		{"server: {tokens: [{name: a, secret: nope, tools: [t]}]}\ntools: {t: {}}", `undefined secret "nope"`},
-		{"server: {tokens: [{name: a, secret: s, tools: [nope]}]}\nsecrets: {s: {env: X}}", `undefined tool "nope"`},
+		{"server: {tokens: [{name: a, secret: s, tools: [nope]}]}\nsecrets: {s: {env: X}}", `undefined tool or MCP server "nope"`},
 		{"server: {tokens: [{name: a, secret: s}]}\nsecrets: {s: {env: X}}", "needs tools"},
 		{"server: {tokens: [{name: a, secret: s, tools: ['*']}, {name: a, secret: s, tools: ['*']}]}\nsecrets: {s: {env: X}}", "used twice"},
 		{"server: {socket: rel.sock}", "absolute"},

@@ -14,7 +14,7 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"audit", "secrets", "server", "services", "tools"}
+	topKeys     = []string{"audit", "mcp_servers", "secrets", "server", "services", "tools"}
 	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "services", "stdin", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}
@@ -51,10 +51,11 @@ func validEnvName(name string) bool {
 	return true
 }
 
-// tool parses one entry of tools.
-func (p *parser) tool(tf field) (*Tool, error) {
+// tool parses one entry of tools or (section "mcp_servers") of
+// mcp_servers.
+func (p *parser) tool(tf field, section string) (*Tool, error) {
 	name := tf.name
-	at := join("tools", name)
+	at := join(section, name)
 	if !validToolName(name) {
 		return nil, p.errAt(tf.key, at, "invalid tool name %s: use 1-64 letters, digits, '_' and '-', starting with a letter or digit", quote(name))
 	}

@@ -66,8 +66,9 @@ type Daemon struct {
 	tokens *tokenSet
 	audit  *audit.Log
 
-	counts   counters
-	sessions sessions
+	counts    counters
+	sessions  sessions
+	instances instances // MCP servers of client sessions
 	reapStop context.CancelFunc
 	// quit ends at the start of shutdown, so long polls answer at once
 	// instead of holding the grace period.
@@ -135,10 +136,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
-	for _, name := range opts.Config.Order {
-		t := opts.Config.Tools[name]
-		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: name, Mounts: t.Mounts}
-		d.pools[name] = pool.New(d.rt, pool.Config{Name: name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
+	for _, t := range opts.Config.Profiles() {
+		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts}
+		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if opts.Embedded {
 		return d, nil
@@ -253,8 +253,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		if d.reapStop != nil {
 			d.reapStop()
 		}
-		// Sessions end (their sandboxes destroyed) before the pools.
+		// Sessions and MCP servers end (their sandboxes destroyed)
+		// before the pools.
 		d.endAll(ctx)
+		d.instances.stopAll()
 		errs = append(errs, d.closePools(ctx))
 		d.rt.Close()
 		// Last, so every destroy above is in the log.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/api"
@@ -17,12 +19,13 @@ import (
 // mcpIdle ends MCP sessions left without a request this long.
 const mcpIdle = 30 * time.Minute
 
-// MCPServer builds the MCP server of one caller: the configured tools it
-// may use, each call run as a run of the daemon and recorded as such.
-// client is the caller's identity in the audit log. `airlock mcp` uses it
-// over stdio when it runs the daemon's parts embedded.
+// MCPServer builds the MCP server of one client session: the configured
+// tools the caller may use, each call run as a run of the daemon, and
+// the tools of the MCP servers it may use, each server started in a
+// sandbox of its own when the session initializes and destroyed when it
+// ends. client is the caller's identity in the audit log.
 func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
-	return mcpserver.New(mcpserver.Options{
+	s := mcpserver.New(mcpserver.Options{
 		Config:  d.opts.Config,
 		Allows:  c.allows,
 		Version: d.opts.Version,
@@ -37,12 +40,53 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 			done()
 			return res, nil
 		},
-		OnCall: func(r mcpserver.CallRecord) {
-			e := audit.Event{Kind: audit.KindMCPCall, Tool: r.Tool, Sandbox: r.Sandbox, Client: client, Decision: r.Outcome}
-			e.Detail = audit.Detail(map[string]any{"arguments": r.Arguments, "reason": r.Reason, "duration_ms": r.Duration.Milliseconds()})
-			d.audit.Record(e)
-		},
+		OnCall: d.recordCall(client),
 	})
+	if len(d.opts.Config.MCPServerOrder) == 0 {
+		return s
+	}
+	// The servers start while the session initializes, before it is
+	// answered, so their tools are listed from the first tools/list. The
+	// streamable HTTP handler builds a server per request, so nothing may
+	// start before a session exists.
+	var once sync.Once
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "initialize" {
+				return next(ctx, method, req)
+			}
+			var err error
+			once.Do(func() {
+				var stop func()
+				if stop, err = d.addServers(ctx, s, c, client); err != nil {
+					return
+				}
+				ss, _ := req.GetSession().(*mcp.ServerSession)
+				go func() {
+					if ss != nil {
+						_ = ss.Wait()
+					} else {
+						<-d.quit.Done()
+					}
+					stop()
+				}()
+			})
+			if err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock could not start the MCP servers: " + err.Error()}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return s
+}
+
+// recordCall records MCP tool calls of a client.
+func (d *Daemon) recordCall(client string) func(mcpserver.CallRecord) {
+	return func(r mcpserver.CallRecord) {
+		e := audit.Event{Kind: audit.KindMCPCall, Tool: r.Tool, Sandbox: r.Sandbox, Client: client, Decision: r.Outcome}
+		e.Detail = audit.Detail(map[string]any{"arguments": r.Arguments, "reason": r.Reason, "duration_ms": r.Duration.Milliseconds()})
+		d.audit.Record(e)
+	}
 }
 
 // LocalMCPServer is MCPServer for a caller on the host itself.

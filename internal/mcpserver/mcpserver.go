@@ -64,10 +64,11 @@ type Options struct {
 // New builds an MCP server whose tools are the configured tools with a
 // command that the caller may use.
 func New(opts Options) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock: sandboxed tools", Version: opts.Version}, &mcp.ServerOptions{
+	so := &mcp.ServerOptions{
 		Instructions: "Each tool runs its command in a fresh, isolated Linux sandbox that is destroyed afterwards. " +
 			"Arguments become whole command-line arguments and are never interpreted by a shell.",
-	})
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock: sandboxed tools", Version: opts.Version}, so)
 	for _, name := range opts.Config.Order {
 		t := opts.Config.Tools[name]
 		if len(t.Command) == 0 || (opts.Allows != nil && !opts.Allows(name)) {

@@ -2,8 +2,12 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -32,34 +36,91 @@ func (r *Relay) ClientOptions() *mcp.ClientOptions {
 	}}
 }
 
-// Mirror adds to s every tool the upstream session lists, named prefix
-// plus its name, each call relayed as it is.
-func (r *Relay) Mirror(ctx context.Context, s *mcp.Server, up *mcp.ClientSession, prefix string) error {
-	for t, err := range up.Tools(ctx, nil) {
+// Upstream is one upstream MCP server to mirror.
+type Upstream struct {
+	Session *mcp.ClientSession
+	// Prefix is put before each tool's name ("github." gives
+	// "github.search").
+	Prefix string
+	// Timeout bounds one call; 0 is none. A call that takes longer gets
+	// an error, and Hung is called (to replace the server).
+	Timeout time.Duration
+	Hung    func()
+	// Ended, if set, says why the server is gone (nil while it runs), for
+	// the error of a call it could not answer.
+	Ended func() error
+	// OnCall, if set, is told of each call.
+	OnCall func(CallRecord)
+}
+
+// Mirror adds to s every tool the upstream lists, named Prefix plus its
+// name, each call relayed as it is.
+func (r *Relay) Mirror(ctx context.Context, s *mcp.Server, u Upstream) error {
+	for t, err := range u.Session.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("list the upstream's tools: %w", err)
 		}
 		name := t.Name
 		local := *t
-		local.Name = prefix + name
+		local.Name = u.Prefix + name
 		if local.InputSchema == nil {
 			local.InputSchema = map[string]any{"type": "object"}
 		}
 		s.AddTool(&local, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			p := &mcp.CallToolParams{Name: name, Arguments: req.Params.Arguments}
-			if tok := req.Params.GetProgressToken(); tok != nil {
-				p.SetProgressToken(tok)
-				r.mu.Lock()
-				r.waiting[tok] = req.Session
-				r.mu.Unlock()
-				defer func() {
-					r.mu.Lock()
-					delete(r.waiting, tok)
-					r.mu.Unlock()
-				}()
+			start := time.Now()
+			res, err := r.call(ctx, u, name, req)
+			if u.OnCall != nil {
+				rec := CallRecord{Tool: local.Name, Outcome: "ok", Duration: time.Since(start)}
+				switch {
+				case err != nil:
+					rec.Outcome, rec.Reason = "failed", err.Error()
+				case res.IsError:
+					rec.Outcome = "tool_error"
+				}
+				u.OnCall(rec)
 			}
-			return up.CallTool(ctx, p)
+			return res, err
 		})
 	}
 	return nil
+}
+
+func (r *Relay) call(ctx context.Context, u Upstream, name string, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	p := &mcp.CallToolParams{Name: name, Arguments: req.Params.Arguments}
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		p.SetProgressToken(tok)
+		r.mu.Lock()
+		r.waiting[tok] = req.Session
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			delete(r.waiting, tok)
+			r.mu.Unlock()
+		}()
+	}
+	cctx := ctx
+	if u.Timeout > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, u.Timeout)
+		defer cancel()
+	}
+	res, err := u.Session.CallTool(cctx, p)
+	if err == nil {
+		return res, nil
+	}
+	var rpc *jsonrpc.Error
+	switch {
+	case ctx.Err() != nil:
+		return nil, err // the caller went away
+	case cctx.Err() != nil:
+		if u.Hung != nil {
+			u.Hung()
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("the MCP server did not answer within %s; its sandbox was destroyed", u.Timeout)}
+	case u.Ended != nil && u.Ended() != nil:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the MCP server has ended: " + u.Ended().Error()}
+	case errors.As(err, &rpc):
+		return nil, rpc
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the MCP server failed: " + err.Error()}
 }
