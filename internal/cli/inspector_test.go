@@ -168,3 +168,61 @@ secrets:
 		t.Fatalf("tools/list without a token: %s", out)
 	}
 }
+
+// TestInspectorGateway: a real third-party stdio MCP server from npm
+// (server-everything) runs in a sandbox behind the gateway, its code
+// mounted read-only from the host, and the Inspector calls it through
+// `airlock mcp`.
+func TestInspectorGateway(t *testing.T) {
+	requireRoot(t)
+	inspector(t)
+	modules := os.Getenv("AIRLOCK_TEST_NODE_MODULES")
+	if _, err := os.Stat(filepath.Join(modules, "@modelcontextprotocol/server-everything/dist/index.js")); err != nil {
+		t.Fatalf("server-everything is not installed beside the Inspector: %v", err)
+	}
+	t.Setenv("TEST_GW_TOKEN", "must-not-reach-the-server-0123")
+	cfg := writeConfig(t, `
+secrets:
+  tok: {env: TEST_GW_TOKEN}
+services:
+  api:
+    upstream: http://127.0.0.1:1
+    private: true
+    credential: {secret: tok}
+    operations: [GET /x]
+mcp_servers:
+  everything:
+    command: [node, /srv/node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]
+    mounts: [{source: `+modules+`, target: /srv/node_modules}]
+    services: [api]
+`)
+	server := []string{"--", airlockBin(t), "mcp", "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"),
+		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}
+	run := func(args ...string) inspected {
+		t.Helper()
+		out, err := inspect(t, append(args, server...)...)
+		if err != nil {
+			t.Fatalf("inspector %v: %v", args, err)
+		}
+		var r inspected
+		jsonOut(t, []byte(out), &r)
+		return r
+	}
+	if names := run("--method", "tools/list").names(); !strings.Contains(names, "everything.echo") || !strings.Contains(names, "everything.get-sum") {
+		t.Fatalf("tools/list: %q", names)
+	}
+	if r := run("--method", "tools/call", "--tool-name", "everything.echo", "--tool-arg", "message=through the gateway"); r.IsError || !strings.Contains(r.text(), "through the gateway") {
+		t.Fatalf("everything.echo: %+v", r)
+	}
+	if r := run("--method", "tools/call", "--tool-name", "everything.get-sum", "--tool-arg", "a=2", "b=40"); r.IsError || !strings.Contains(r.text(), "42") {
+		t.Fatalf("everything.get-sum: %+v", r)
+	}
+	// The server's environment has the broker's address, not the secret.
+	r := run("--method", "tools/call", "--tool-name", "everything.get-env")
+	if strings.Contains(r.text(), "must-not-reach-the-server") || !strings.Contains(r.text(), "AIRLOCK_BROKER_URL") {
+		t.Fatalf("everything.get-env: %q", r.text())
+	}
+	if n := cliCgroups(t); n != 0 {
+		t.Errorf("%d sandbox cgroups left", n)
+	}
+}
