@@ -69,7 +69,7 @@ type Daemon struct {
 	counts    counters
 	sessions  sessions
 	instances instances // MCP servers of client sessions
-	reapStop context.CancelFunc
+	reapStop  context.CancelFunc
 	// quit ends at the start of shutdown, so long polls answer at once
 	// instead of holding the grace period.
 	quit    context.Context
