@@ -22,7 +22,7 @@ import (
 // let refill first) against a cold one (a tool without a pool),
 // interleaved, and sustained throughput with 4 clients.
 func daemonBench(n int, tput time.Duration) error {
-	cfg, err := config.Parse("bench.yaml", []byte("tools:\n  warm:\n    pool: {warm: 2}\n  cold: {}\n"))
+	cfg, err := config.Parse("bench.yaml", []byte("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {}\n"))
 	if err != nil {
 		return err
 	}
@@ -92,6 +92,9 @@ func daemonBench(n int, tput time.Duration) error {
 		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
 	}
 	fmt.Println("\nTargets: warm through the API p50 ≤ 3 ms, p99 ≤ 15 ms.")
+	if err := mcpBench(sock, n, idle, run); err != nil {
+		return err
+	}
 	// Sustained: 4 clients for tput, the pool refilling as they go.
 	var count atomic.Int64
 	var wg sync.WaitGroup

@@ -61,7 +61,9 @@ type Sandbox struct {
 	// dead is closed when the control channel ends (init gone).
 	dead chan struct{}
 	// killed is set once init has been sent SIGKILL: no exec may start.
-	killed   bool
+	killed bool
+	// execs counts the execs in flight; Destroy waits for them.
+	execs    sync.WaitGroup
 	destroy  sync.Once
 	destroyE error
 }

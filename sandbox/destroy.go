@@ -72,6 +72,19 @@ func (s *Sandbox) kill() {
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
 		s.kill()
+		// Execs in flight end with init; the teardown closes what they
+		// read, so it waits for them (bounded: a stuck one cannot hold
+		// the destroy).
+		ended := make(chan struct{})
+		go func() {
+			s.execs.Wait()
+			close(ended)
+		}()
+		select {
+		case <-ended:
+		case <-time.After(destroyTimeout):
+			s.rt.opts.Logger.Warn("destroy: an exec did not end with its sandbox", "sandbox", s.id)
+		}
 		s.destroyE = s.teardown(context.WithoutCancel(ctx))
 		s.rt.observe(Lifecycle{Event: Destroyed, ID: s.id, Label: s.label, Err: s.destroyE})
 	})

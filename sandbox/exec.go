@@ -74,6 +74,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	if err != nil {
 		return errResult(r, err)
 	}
+	defer s.execs.Done()
 	return x.run(ctx, r)
 }
 
@@ -133,17 +134,27 @@ type execution struct {
 
 type cpuBase struct{ nanos int64 }
 
-func (s *Sandbox) newExec(req ExecRequest) (*execution, error) {
+func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 	s.mu.Lock()
 	killed := s.killed
+	if !killed {
+		// Counted under mu: once Destroy has set killed, it waits for
+		// every exec counted before.
+		s.execs.Add(1)
+	}
 	s.mu.Unlock()
+	if killed {
+		return nil, ErrDead
+	}
+	defer func() {
+		if err != nil {
+			s.execs.Done()
+		}
+	}()
 	select {
 	case <-s.dead:
 		return nil, ErrDead
 	default:
-		if killed {
-			return nil, ErrDead
-		}
 	}
 	x := &execution{s: s, req: req, msgs: make(chan *initproto.Message, 2), breached: make(chan struct{})}
 	var toClose []*os.File

@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 // TestMounts binds a host directory and file read-only: the sandbox reads
@@ -88,4 +92,41 @@ func openDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestDestroyDuringExec destroys a sandbox while a command runs in it, as
+// a session's end or a hung MCP server's does: the exec returns at once,
+// the teardown waits for it rather than closing what it still reads, and
+// nothing is left.
+func TestDestroyDuringExec(t *testing.T) {
+	rt := testRuntime(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := traceOf(t, sb)
+	got := make(chan *result.Result, 1)
+	go func() {
+		got <- sb.Exec(context.Background(), ExecRequest{Argv: []string{"sleep", "30"}, Capture: true})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.Outcome == result.Exited && r.ExitCode == 0 {
+			t.Errorf("the command finished normally: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec did not return after Destroy")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Destroy with an exec in flight took %s", d)
+	}
+	trace.assertGone(t)
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
+		t.Errorf("an exec after Destroy: %+v", r)
+	}
 }

@@ -62,6 +62,8 @@ type Config struct {
 	// MCP on stdio. MCPServerOrder lists their names in file order.
 	MCPServers     map[string]*Tool
 	MCPServerOrder []string
+	// MCP configures airlock's own MCP tools.
+	MCP MCP
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -315,6 +317,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.audit(f.val, c)
 		case "mcp_servers":
 			err = p.mcpServers(f.val, c)
+		case "mcp":
+			err = p.mcp(f.val, c)
 		}
 		if err != nil {
 			return nil, err

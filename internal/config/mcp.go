@@ -11,6 +11,55 @@ import (
 // session, not one call.
 const DefaultServerTime = time.Hour
 
+var mcpKeys = []string{"builtins"}
+
+// Built-in MCP tools.
+const (
+	// BuiltinRun is airlock_run: a command of the caller's in a fresh
+	// sandbox of a chosen tool profile.
+	BuiltinRun = "run"
+	// BuiltinSession is the airlock_session_* tools: one dedicated
+	// sandbox per MCP session, for execs and files.
+	BuiltinSession = "session"
+)
+
+// MCP configures airlock's own MCP tools.
+type MCP struct {
+	// Builtins lists the built-in tools this deployment offers (run,
+	// session); none by default.
+	Builtins []string
+}
+
+// HasBuiltin reports whether a built-in is enabled.
+func (m MCP) HasBuiltin(name string) bool {
+	for _, b := range m.Builtins {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *parser) mcp(n *yaml.Node, c *Config) error {
+	fs, err := p.fields(n, "mcp", "a mapping of MCP settings", mcpKeys)
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		sub := join("mcp", f.name)
+		c.MCP.Builtins, err = p.distinct(f.val, sub, func(s string) string {
+			if s != BuiltinRun && s != BuiltinSession {
+				return "want run or session"
+			}
+			return ""
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // mcpServers parses mcp_servers: tool profiles whose command is an MCP
 // server on stdio, without inputs.
 func (p *parser) mcpServers(n *yaml.Node, c *Config) error {

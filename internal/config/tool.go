@@ -14,7 +14,7 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"audit", "mcp_servers", "secrets", "server", "services", "tools"}
+	topKeys     = []string{"audit", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
 	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "services", "stdin", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}

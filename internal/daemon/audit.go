@@ -440,9 +440,9 @@ func (d *Daemon) getHealth(w http.ResponseWriter, _ *http.Request) {
 
 // fileEvent records a file written into or read out of a session's
 // workspace.
-func (d *Daemon) fileEvent(r *http.Request, s *session, op string, n int64, err error) {
-	e := audit.Event{Kind: audit.KindFile, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: clientOf(r), Decision: audit.Allow}
-	detail := map[string]any{"op": op, "path": shorten(r.PathValue("path")), "bytes": n}
+func (d *Daemon) fileEvent(client string, s *session, op, path string, n int64, err error) {
+	e := audit.Event{Kind: audit.KindFile, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: client, Decision: audit.Allow}
+	detail := map[string]any{"op": op, "path": shorten(path), "bytes": n}
 	if err != nil {
 		e.Decision, detail["error"] = audit.Deny, err.Error()
 	}

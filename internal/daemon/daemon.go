@@ -68,7 +68,8 @@ type Daemon struct {
 
 	counts    counters
 	sessions  sessions
-	instances instances // MCP servers of client sessions
+	instances instances   // MCP servers of client sessions
+	mcpSess   mcpSessions // sandboxes of the built-in session tools
 	reapStop  context.CancelFunc
 	// quit ends at the start of shutdown, so long polls answer at once
 	// instead of holding the grace period.

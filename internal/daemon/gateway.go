@@ -252,3 +252,10 @@ func (w *tailWriter) String() string {
 	defer w.mu.Unlock()
 	return strings.ToValidUTF8(string(w.buf), "?")
 }
+
+// count is how many servers run now.
+func (s *instances) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.all)
+}

@@ -117,7 +117,7 @@ func TestGateway(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		return text(r), nil
+		return resultText(r), nil
 	}
 	if got, err := call(cs, "t.echo", map[string]any{"text": "relayed"}); err != nil || got != "relayed" {
 		t.Fatalf("t.echo: %q %v", got, err)
@@ -165,9 +165,9 @@ func TestGateway(t *testing.T) {
 	// Ending a session destroys its server's sandbox.
 	cs2.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(d.instances.all) > 0 {
+	for d.instances.count() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d MCP servers still running after their sessions ended", len(d.instances.all))
+			t.Fatalf("%d MCP servers still running after their sessions ended", d.instances.count())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -199,7 +199,7 @@ func TestGatewayHang(t *testing.T) {
 		t.Fatalf("t.hang: %v after %s", err, time.Since(start))
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(d.instances.all) > 0 {
+	for d.instances.count() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the hung server is still running")
 		}

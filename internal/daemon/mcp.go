@@ -42,6 +42,7 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 		},
 		OnCall: d.recordCall(client),
 	})
+	d.addBuiltins(s, c, client)
 	if len(d.opts.Config.MCPServerOrder) == 0 {
 		return s
 	}

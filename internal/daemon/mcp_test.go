@@ -74,7 +74,7 @@ func startMCP(t *testing.T, opts *mcp.ClientOptions) (*mcp.ClientSession, *clien
 	return cs, client.New(sock)
 }
 
-func text(r *mcp.CallToolResult) string {
+func resultText(r *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range r.Content {
 		if tc, ok := c.(*mcp.TextContent); ok {
@@ -121,8 +121,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	}
 	// Shell metacharacters are one argument, printed as given.
 	r := call("echo", map[string]any{"word": "a b; id `id` $(id) | tee /x"})
-	if r.IsError || text(r) != "a b; id `id` $(id) | tee /x\n" {
-		t.Fatalf("echo: %+v %q", r, text(r))
+	if r.IsError || resultText(r) != "a b; id `id` $(id) | tee /x\n" {
+		t.Fatalf("echo: %+v %q", r, resultText(r))
 	}
 	var res struct {
 		Outcome   string `json:"outcome"`
@@ -145,18 +145,18 @@ func TestMCPOverHTTP(t *testing.T) {
 		{map[string]any{"word": "x", "rm": "-rf"}, `invalid input "rm": is not an input of this tool`},
 	} {
 		r := call("echo", tt.args)
-		if !r.IsError || !strings.Contains(text(r), tt.want) {
-			t.Errorf("echo %v: %+v %q, want a tool error with %q", tt.args, r, text(r), tt.want)
+		if !r.IsError || !strings.Contains(resultText(r), tt.want) {
+			t.Errorf("echo %v: %+v %q, want a tool error with %q", tt.args, r, resultText(r), tt.want)
 		}
 	}
 	// A breach is a tool error naming the limit.
 	r = call("nap", map[string]any{"seconds": 5})
-	if !r.IsError || !strings.Contains(text(r), "limit exceeded: time") {
-		t.Fatalf("nap: %+v %q", r, text(r))
+	if !r.IsError || !strings.Contains(resultText(r), "limit exceeded: time") {
+		t.Fatalf("nap: %+v %q", r, resultText(r))
 	}
 	// Output arrives as progress to a client that asked for it.
 	r, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Meta: mcp.Meta{"progressToken": "p1"}})
-	if err != nil || r.IsError || text(r) != "tick 1\ntick 2\ntick 3\n" {
+	if err != nil || r.IsError || resultText(r) != "tick 1\ntick 2\ntick 3\n" {
 		t.Fatalf("slow: %+v %v", r, err)
 	}
 	mu.Lock()
@@ -173,8 +173,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	}
 	// Every call is in the audit log; a secret input never is.
 	r = call("login", map[string]any{"password": "hunter2-do-not-log"})
-	if r.IsError || text(r) != "got 18 bytes\n" {
-		t.Fatalf("login: %+v %q", r, text(r))
+	if r.IsError || resultText(r) != "got 18 bytes\n" {
+		t.Fatalf("login: %+v %q", r, resultText(r))
 	}
 	evs := waitAudit(t, c, client.AuditQuery{Kind: "mcp.call"}, func(evs []api.AuditEvent) bool { return len(evs) >= 9 })
 	page, err := c.Audit(ctx, client.AuditQuery{Limit: 1000})

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -105,42 +108,59 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	t := d.opts.Config.Tools[tool]
-	scope := &runScope{tool: tool, session: newSessionID(), client: clientOf(r)}
+	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()).name, idle, life)
+	if err != nil {
+		if r.Context().Err() == nil {
+			runError(w, err)
+		}
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.view())
+}
+
+// errSessionNet is newSession's error when the policy could not be bound.
+var errSessionNet = errors.New("the session's network could not be set up; see the daemon's log")
+
+// newSession opens a session of tool t: recorded first (refused when the
+// log cannot be written), then a sandbox claimed and the tool's policy
+// bound to it for the session's life. owner is who may use it.
+func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client, owner string, idle, life time.Duration) (*session, error) {
+	scope := &runScope{tool: t.Name, session: newSessionID(), client: client}
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
-	if err := d.audit.Append(r.Context(), opened); err != nil {
-		d.auditRefused(w, r, err)
-		return
-	}
-	fail := func(status int, code, msg string) {
-		e := scope.event(audit.KindSessionEnded)
-		e.Detail = audit.Detail(map[string]string{"reason": msg})
-		d.audit.Record(e)
-		writeError(w, status, code, msg)
-	}
-	sb, warm, err := d.pools[tool].Claim(r.Context())
-	if err != nil {
-		msg := "no sandbox could be created for this tool; see the daemon's log"
-		if errors.Is(err, pool.ErrClosed) {
-			msg = "the daemon is shutting down"
+	if err := d.audit.Append(ctx, opened); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
-		fail(http.StatusServiceUnavailable, api.CodeUnavailable, msg)
-		return
+		d.counts.auditRefusals.Add(1)
+		d.opts.Logger.Error("refused a session: audit log unwritable", "err", err)
+		return nil, errAuditRefused
+	}
+	fail := func(err error) (*session, error) {
+		e := scope.event(audit.KindSessionEnded)
+		e.Detail = audit.Detail(map[string]string{"reason": err.Error()})
+		d.audit.Record(e)
+		return nil, err
+	}
+	sb, warm, err := d.pools[t.Name].Claim(ctx)
+	if err != nil {
+		if errors.Is(err, pool.ErrClosed) {
+			return fail(errShutdown)
+		}
+		return fail(errNoSandbox)
 	}
 	scope.sandbox = sb.ID()
 	d.claimed(*scope, warm)
 	pol := policyOf(d.opts.Config, t)
 	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
-	bind, err := runner.Bind(r.Context(), sb, pol)
+	bind, err := runner.Bind(ctx, sb, pol)
 	if err != nil {
-		_ = sb.Destroy(r.Context())
-		d.opts.Logger.Warn("session bind failed", "tool", tool, "err", err)
-		fail(http.StatusServiceUnavailable, api.CodeUnavailable, "the session's network could not be set up; see the daemon's log")
-		return
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		d.opts.Logger.Warn("session bind failed", "tool", t.Name, "err", err)
+		return fail(errSessionNet)
 	}
 	now := time.Now()
-	s := &session{id: scope.session, owner: callerOf(r.Context()).name, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
+	s := &session{id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
 		onEnd: func(reason string) {
 			e := scope.event(audit.KindSessionEnded)
 			e.Detail = audit.Detail(map[string]string{"reason": reason})
@@ -153,12 +173,78 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 	}
 	d.sessions.mu.Unlock()
 	if closed {
-		s.end(r.Context(), "shutdown")
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
-		return
+		s.end(ctx, "shutdown")
+		return nil, errShutdown
 	}
-	writeJSON(w, http.StatusCreated, s.view())
+	return s, nil
 }
+
+// exec runs a command in the session's sandbox, recorded as a run of
+// the session. The caller has entered the session.
+func (d *Daemon) exec(ctx context.Context, s *session, client string, x sandbox.ExecRequest) (*result.Result, error) {
+	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: client}
+	if err := d.recordStart(ctx, scope, x.Argv, x.Env, x.Dir); err != nil {
+		return nil, err
+	}
+	x.Env = append(append([]string(nil), s.tool.Env...), x.Env...)
+	x.SampleEvery, x.KeepAlive = 250*time.Millisecond, true
+	d.counts.runs.Add(1)
+	res := s.bind.Exec(ctx, x, nil)
+	s.afterExec(ctx, res)
+	d.finishRun(ctx, scope, res)
+	return res, nil
+}
+
+// writeFile writes a file into the session's workspace, as the sandbox's
+// user, confined to the workspace. The caller has entered the session.
+func (s *session) writeFile(rel string, r io.Reader) (int64, error) {
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		return 0, errGone
+	}
+	defer ws.Close()
+	id := s.sb.UserHostID()
+	var n int64
+	err = inroot.AsUser(id, id, func() error {
+		var err error
+		n, err = inroot.WriteFile(ws, rel, r, maxFile, id, id)
+		return err
+	})
+	return n, err
+}
+
+// openFile opens a regular file of the session's workspace for reading,
+// as the sandbox's user, confined to the workspace, and checks its size.
+func (s *session) openFile(rel string) (*os.File, int64, error) {
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		return nil, 0, errGone
+	}
+	defer ws.Close()
+	var f *os.File
+	id := s.sb.UserHostID()
+	err = inroot.AsUser(id, id, func() error {
+		var err error
+		f, err = inroot.Open(ws, rel)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if fi.Size() > maxFile {
+		f.Close()
+		return nil, 0, fmt.Errorf("%w: the file is %d bytes; at most %d can be read", inroot.ErrTooLarge, fi.Size(), maxFile)
+	}
+	return f, fi.Size(), nil
+}
+
+// errGone is a file call's error once the session's sandbox is gone.
+var errGone = errors.New("the session's sandbox is gone")
 
 // openSessions counts the sessions not yet ended. A caller can open
 // sessions without end, each holding a sandbox; the count bounds them.
@@ -269,37 +355,34 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
-	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: clientOf(r)}
-	dir := workdir(req.Workdir, s.tool)
-	if !d.startRun(w, r, scope, req.Argv, req.Env, dir) {
-		return
-	}
-	x := sandbox.ExecRequest{
-		Argv:        req.Argv,
-		Env:         append(append([]string(nil), s.tool.Env...), req.Env...),
-		Dir:         dir,
-		SampleEvery: 250 * time.Millisecond,
-		KeepAlive:   true,
-	}
+	x := sandbox.ExecRequest{Argv: req.Argv, Env: req.Env, Dir: workdir(req.Workdir, s.tool)}
 	if req.Stdin != "" {
 		x.Stdin = strings.NewReader(req.Stdin)
 	}
-	d.counts.runs.Add(1)
 	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
 		x.Capture = true
-		res := s.bind.Exec(r.Context(), x, nil)
-		s.afterExec(r.Context(), res)
-		d.finishRun(r.Context(), scope, res)
+		res, err := d.exec(r.Context(), s, clientOf(r), x)
+		if err != nil {
+			if r.Context().Err() == nil {
+				runError(w, err)
+			}
+			return
+		}
 		writeJSON(w, http.StatusOK, res)
 		return
 	}
-	w.Header().Set("Content-Type", api.NDJSON)
-	w.WriteHeader(http.StatusOK)
+	// The status goes out with the first event, after the run is
+	// recorded: a refusal is still an error answer.
 	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
 	x.OnEvent = ev.write
-	res := s.bind.Exec(r.Context(), x, nil)
-	s.afterExec(r.Context(), res)
-	d.finishRun(r.Context(), scope, res)
+	w.Header().Set("Content-Type", api.NDJSON)
+	res, err := d.exec(r.Context(), s, clientOf(r), x)
+	if err != nil {
+		if r.Context().Err() == nil {
+			runError(w, err)
+		}
+		return
+	}
 	ev.write(resultEvent(res))
 }
 
@@ -313,20 +396,8 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("files are at most %d bytes", maxFile))
 		return
 	}
-	ws, err := s.sb.OpenWorkspace()
-	if err != nil {
-		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
-		return
-	}
-	defer ws.Close()
-	id := s.sb.UserHostID()
-	var n int64
-	err = inroot.AsUser(id, id, func() error {
-		var err error
-		n, err = inroot.WriteFile(ws, r.PathValue("path"), r.Body, maxFile, id, id)
-		return err
-	})
-	d.fileEvent(r, s, "put", n, err)
+	n, err := s.writeFile(r.PathValue("path"), r.Body)
+	d.fileEvent(clientOf(r), s, "put", r.PathValue("path"), n, err)
 	if err != nil {
 		fileError(w, err)
 		return
@@ -341,43 +412,23 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.leave()
-	ws, err := s.sb.OpenWorkspace()
+	f, size, err := s.openFile(r.PathValue("path"))
+	d.fileEvent(clientOf(r), s, "get", r.PathValue("path"), size, err)
 	if err != nil {
-		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
-		return
-	}
-	defer ws.Close()
-	var f *os.File
-	id := s.sb.UserHostID()
-	err = inroot.AsUser(id, id, func() error {
-		var err error
-		f, err = inroot.Open(ws, r.PathValue("path"))
-		return err
-	})
-	if err != nil {
-		d.fileEvent(r, s, "get", 0, err)
 		fileError(w, err)
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		fileError(w, err)
-		return
-	}
-	d.fileEvent(r, s, "get", fi.Size(), nil)
-	if fi.Size() > maxFile {
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the file is %d bytes; at most %d can be read", fi.Size(), maxFile))
-		return
-	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
-	_, _ = io.Copy(w, io.LimitReader(f, fi.Size()))
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	_, _ = io.Copy(w, io.LimitReader(f, size))
 }
 
 // fileError maps inroot's errors to answers that name no host path.
 func fileError(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, errGone):
+		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
 	case errors.Is(err, inroot.ErrPath):
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
 	case errors.Is(err, inroot.ErrNotFound):
@@ -385,7 +436,7 @@ func fileError(w http.ResponseWriter, err error) {
 	case errors.Is(err, inroot.ErrNotRegular):
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, "not a regular file")
 	case errors.Is(err, inroot.ErrTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("files are at most %d bytes", maxFile))
+		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, err.Error())
 	case errors.Is(err, inroot.ErrNoSpace):
 		writeError(w, http.StatusInsufficientStorage, api.CodeTooLarge, "the sandbox's disk ceiling is reached")
 	default:

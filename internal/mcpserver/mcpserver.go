@@ -165,7 +165,7 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 			rec.Reason = res.Error
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock failed while running the tool: " + res.Error}
 		}
-		return toolResult(res), nil
+		return ToolResult(res), nil
 	}
 }
 
@@ -193,10 +193,10 @@ func toolError(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
 }
 
-// toolResult is a run's result as MCP content: the result object as
+// ToolResult is a run's result as MCP content: the result object as
 // structured content, and its output as text. A breach or a failed
 // command is a tool error.
-func toolResult(r *result.Result) *mcp.CallToolResult {
+func ToolResult(r *result.Result) *mcp.CallToolResult {
 	var b strings.Builder
 	switch r.Outcome {
 	case result.LimitExceeded:

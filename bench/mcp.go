@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// mcpBench compares, on the same daemon and warm pool, a tools/call of a
+// trivial tool over streamable HTTP (the Go SDK's client on the unix
+// socket) with the same run through the plain API, interleaved.
+func mcpBench(sock string, n int, idle func() int, run func(string) error) error {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	call := func() error {
+		r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "warm", Arguments: map[string]any{}})
+		if err != nil {
+			return err
+		}
+		if r.IsError {
+			return fmt.Errorf("tools/call: %+v", r.Content)
+		}
+		return nil
+	}
+	api := series{name: "POST /v1/runs (the plain API)"}
+	viaMCP := series{name: "tools/call over streamable HTTP"}
+	for i := 0; i < n+n/10; i++ {
+		for idle() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		t0 := time.Now()
+		if err := run("warm"); err != nil {
+			return err
+		}
+		for idle() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		t1 := time.Now()
+		if err := call(); err != nil {
+			return err
+		}
+		t2 := time.Now()
+		if i >= n/10 {
+			api.d = append(api.d, t1.Sub(t0))
+			viaMCP.d = append(viaMCP.d, t2.Sub(t1))
+		}
+	}
+	fmt.Printf("\n## MCP (%d calls each, interleaved, warm pool, Go SDK client on the unix socket)\n\n", n)
+	fmt.Println("| call: /bin/true in a warm sandbox | p50 | p99 |\n| --- | --- | --- |")
+	for _, s := range []*series{&api, &viaMCP} {
+		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
+	}
+	fmt.Printf("\nMCP overhead per call (p50): **%s** (%.2f× the API). Target: tools/call p50 ≤ 5 ms.\n",
+		ms(viaMCP.pct(0.5)-api.pct(0.5)), float64(viaMCP.pct(0.5))/float64(api.pct(0.5)))
+	return nil
+}

@@ -1,0 +1,307 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// maxBuiltinArgs bounds the argv of a built-in run or exec.
+const maxBuiltinArgs = 256
+
+// mcpSessions ties airlock sessions to MCP sessions: each MCP session
+// owns at most one, destroyed when the MCP session ends.
+type mcpSessions struct {
+	mu sync.Mutex
+	m  map[*mcp.ServerSession]*session
+}
+
+// addBuiltins adds the built-in tools the config enables, for a caller.
+func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
+	var tools []string
+	for _, name := range d.opts.Config.Order {
+		if c.allows(name) {
+			tools = append(tools, name)
+		}
+	}
+	if len(tools) == 0 {
+		return
+	}
+	argv := map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "minItems": 1, "maxItems": maxBuiltinArgs,
+		"description": "the command and its arguments; not given to a shell (use [\"sh\", \"-c\", \"...\"] for one)"}
+	stdin := map[string]any{"type": "string", "description": "fed to the command's standard input"}
+	toolIn := map[string]any{"type": "string", "enum": tools, "description": "the tool profile whose sandbox runs it"}
+	obj := func(props map[string]any, required ...string) map[string]any {
+		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+	}
+	record := d.recordCall(client)
+	if d.opts.Config.MCP.HasBuiltin(config.BuiltinRun) {
+		s.AddTool(&mcp.Tool{
+			Name:         "airlock_run",
+			Description:  "Runs a command in a fresh sandbox of a tool profile, destroyed afterwards.",
+			InputSchema:  obj(map[string]any{"tool": toolIn, "argv": argv, "stdin": stdin}, "tool", "argv"),
+			OutputSchema: mcpserver.ResultSchema,
+		}, builtin(record, "airlock_run", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+			t, err := d.builtinTool(c, in.Tool)
+			if err != nil {
+				return nil, err
+			}
+			j := runJob{tool: t, client: client, argv: in.Argv, dir: workdir("", t), capture: true}
+			if in.Stdin != nil {
+				j.stdin = in.Stdin
+			}
+			res, done, err := d.run(ctx, j)
+			if err != nil {
+				return nil, err
+			}
+			done()
+			return runResult(res)
+		}))
+	}
+	if !d.opts.Config.MCP.HasBuiltin(config.BuiltinSession) {
+		return
+	}
+	pathIn := map[string]any{"type": "string", "description": "a path relative to /workspace"}
+	s.AddTool(&mcp.Tool{
+		Name:        "airlock_session_open",
+		Description: "Opens this MCP session's sandbox: one dedicated sandbox of a tool profile, kept until airlock_session_close or the end of the MCP session. Files and processes persist between execs.",
+		InputSchema: obj(map[string]any{"tool": toolIn}, "tool"),
+	}, builtin(record, "airlock_session_open", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+		t, err := d.builtinTool(c, in.Tool)
+		if err != nil {
+			return nil, err
+		}
+		if d.mcpSession(req.Session) != nil {
+			return nil, &inputError{"this MCP session already has a sandbox; close it first"}
+		}
+		if d.openSessions() >= d.opts.MaxSessions {
+			return nil, fmt.Errorf("%d sessions are open, the most this daemon allows", d.opts.MaxSessions)
+		}
+		sess, err := d.newSession(ctx, t, client, c.name, defaultIdle, defaultLife)
+		if err != nil {
+			return nil, err
+		}
+		d.mcpSess.mu.Lock()
+		if d.mcpSess.m == nil {
+			d.mcpSess.m = map[*mcp.ServerSession]*session{}
+		}
+		d.mcpSess.m[req.Session] = sess
+		d.mcpSess.mu.Unlock()
+		go func() {
+			_ = req.Session.Wait()
+			d.closeMCPSession(req.Session, "MCP session ended")
+		}()
+		return text(fmt.Sprintf("opened a sandbox of tool %s (session %s); it is destroyed when this MCP session ends", t.Name, sess.id)), nil
+	}))
+	s.AddTool(&mcp.Tool{
+		Name:         "airlock_session_exec",
+		Description:  "Runs a command in this MCP session's sandbox (open it first).",
+		InputSchema:  obj(map[string]any{"argv": argv, "stdin": stdin}, "argv"),
+		OutputSchema: mcpserver.ResultSchema,
+	}, builtin(record, "airlock_session_exec", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+		sess, err := d.enterMCPSession(req.Session)
+		if err != nil {
+			return nil, err
+		}
+		defer sess.leave()
+		x := sandbox.ExecRequest{Argv: in.Argv, Dir: workdir("", sess.tool), Capture: true}
+		if in.Stdin != nil {
+			x.Stdin = strings.NewReader(*in.Stdin)
+		}
+		res, err := d.exec(ctx, sess, client, x)
+		if err != nil {
+			return nil, err
+		}
+		return runResult(res)
+	}))
+	s.AddTool(&mcp.Tool{
+		Name:        "airlock_session_write",
+		Description: "Writes a text file into this MCP session's workspace, creating directories.",
+		InputSchema: obj(map[string]any{"path": pathIn, "content": map[string]any{"type": "string", "maxLength": maxFile}}, "path", "content"),
+	}, builtin(record, "airlock_session_write", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+		sess, err := d.enterMCPSession(req.Session)
+		if err != nil {
+			return nil, err
+		}
+		defer sess.leave()
+		n, err := sess.writeFile(in.Path, strings.NewReader(in.Content))
+		d.fileEvent(client, sess, "put", in.Path, n, err)
+		if err != nil {
+			return nil, fileErr(err)
+		}
+		return text(fmt.Sprintf("wrote %d bytes to %s", n, in.Path)), nil
+	}))
+	s.AddTool(&mcp.Tool{
+		Name:        "airlock_session_read",
+		Description: "Reads a file of this MCP session's workspace.",
+		InputSchema: obj(map[string]any{"path": pathIn}, "path"),
+	}, builtin(record, "airlock_session_read", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+		sess, err := d.enterMCPSession(req.Session)
+		if err != nil {
+			return nil, err
+		}
+		defer sess.leave()
+		f, size, err := sess.openFile(in.Path)
+		d.fileEvent(client, sess, "get", in.Path, size, err)
+		if err != nil {
+			return nil, fileErr(err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, size))
+		if err != nil {
+			return nil, err
+		}
+		if !utf8.Valid(b) {
+			return text(fmt.Sprintf("%s is %d bytes of binary data; read it with airlock_session_exec (base64 %s)", in.Path, len(b), in.Path)), nil
+		}
+		return text(string(b)), nil
+	}))
+	s.AddTool(&mcp.Tool{
+		Name:        "airlock_session_close",
+		Description: "Closes this MCP session's sandbox and destroys it.",
+		InputSchema: obj(map[string]any{}),
+	}, builtin(record, "airlock_session_close", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
+		if !d.closeMCPSession(req.Session, "closed") {
+			return nil, &inputError{"this MCP session has no sandbox open"}
+		}
+		return text("closed; the sandbox was destroyed"), nil
+	}))
+}
+
+// builtinIn holds the arguments of every built-in tool.
+type builtinIn struct {
+	Tool    string   `json:"tool"`
+	Argv    []string `json:"argv"`
+	Stdin   *string  `json:"stdin"`
+	Path    string   `json:"path"`
+	Content string   `json:"content"`
+}
+
+// inputError is a refusal written for the agent: a tool error, not a
+// protocol error.
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+
+// builtin wraps a built-in tool's body: arguments decoded strictly, its
+// refusals turned into tool errors, airlock's failures into protocol
+// errors, and the call recorded.
+func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Context, *mcp.CallToolRequest, builtinIn) (*mcp.CallToolResult, error)) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		rec := mcpserver.CallRecord{Tool: name}
+		res, err := func() (*mcp.CallToolResult, error) {
+			var in builtinIn
+			dec := json.NewDecoder(strings.NewReader(string(req.Params.Arguments)))
+			dec.DisallowUnknownFields()
+			if len(req.Params.Arguments) > 0 {
+				if err := dec.Decode(&in); err != nil {
+					return nil, &inputError{"invalid arguments: " + err.Error()}
+				}
+			}
+			if len(in.Argv) > maxBuiltinArgs || (in.Argv != nil && (len(in.Argv) == 0 || in.Argv[0] == "")) {
+				return nil, &inputError{fmt.Sprintf(`invalid input "argv": want a command and at most %d arguments`, maxBuiltinArgs-1)}
+			}
+			for _, a := range in.Argv {
+				if strings.IndexByte(a, 0) >= 0 {
+					return nil, &inputError{`invalid input "argv": an argument holds a NUL byte`}
+				}
+			}
+			return fn(ctx, req, in)
+		}()
+		var ie *inputError
+		switch {
+		case errors.As(err, &ie):
+			rec.Outcome, rec.Reason = "invalid", ie.msg
+			res, err = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: ie.msg}}}, nil
+		case err != nil:
+			rec.Outcome, rec.Reason = "failed", err.Error()
+			err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock: " + err.Error()}
+		default:
+			rec.Outcome = "ok"
+			if sc, ok := res.StructuredContent.(*result.Result); ok {
+				rec.Outcome, rec.Sandbox = string(sc.Outcome), sc.SandboxID
+			}
+		}
+		record(rec)
+		return res, err
+	}
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// runResult is a run's result for a built-in, or the protocol error of
+// airlock's own failure.
+func runResult(r *result.Result) (*mcp.CallToolResult, error) {
+	if r.Outcome == result.Error {
+		return nil, errors.New("failed while running: " + r.Error)
+	}
+	return mcpserver.ToolResult(r), nil
+}
+
+// builtinTool is the tool profile a built-in call names, if the caller
+// may use it.
+func (d *Daemon) builtinTool(c *caller, name string) (*config.Tool, error) {
+	t, ok := d.opts.Config.Tools[name]
+	if !ok || !c.allows(name) {
+		return nil, &inputError{fmt.Sprintf(`invalid input "tool": no tool %q for this caller`, name)}
+	}
+	return t, nil
+}
+
+func (d *Daemon) mcpSession(ss *mcp.ServerSession) *session {
+	d.mcpSess.mu.Lock()
+	defer d.mcpSess.mu.Unlock()
+	return d.mcpSess.m[ss]
+}
+
+// enterMCPSession enters the MCP session's sandbox session.
+func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*session, error) {
+	s := d.mcpSession(ss)
+	if s == nil {
+		return nil, &inputError{"this MCP session has no sandbox open; call airlock_session_open first"}
+	}
+	if !s.enter() {
+		v := s.view()
+		return nil, &inputError{fmt.Sprintf("this MCP session's sandbox has ended (%s); open another", v.EndReason)}
+	}
+	return s, nil
+}
+
+// closeMCPSession ends the MCP session's sandbox, if it has one.
+func (d *Daemon) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
+	d.mcpSess.mu.Lock()
+	s := d.mcpSess.m[ss]
+	delete(d.mcpSess.m, ss)
+	d.mcpSess.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.end(context.Background(), reason)
+	return true
+}
+
+// fileErr turns a file call's error into a refusal for the agent.
+func fileErr(err error) error {
+	switch {
+	case errors.Is(err, inroot.ErrPath), errors.Is(err, inroot.ErrNotFound), errors.Is(err, inroot.ErrNotRegular),
+		errors.Is(err, inroot.ErrTooLarge), errors.Is(err, inroot.ErrNoSpace), errors.Is(err, errGone):
+		return &inputError{err.Error()}
+	}
+	return errors.New("the file operation failed")
+}

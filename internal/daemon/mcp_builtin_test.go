@@ -1,0 +1,133 @@
+package daemon
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// TestMCPBuiltins: airlock_run in a chosen profile, and the session
+// tools, whose sandbox belongs to the MCP session and goes with it.
+func TestMCPBuiltins(t *testing.T) {
+	isolatednet.Require(t)
+	cfg, err := config.Parse("airlock.yaml", []byte(`
+mcp: {builtins: [run, session]}
+tools:
+  sh: {limits: {time: 2s}}
+  py: {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: testAudit(t),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	connect := func() *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	cs := connect()
+	defer cs.Close()
+	call := func(name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	r := call("airlock_run", map[string]any{"tool": "sh", "argv": []string{"sh", "-c", "cat; echo done"}, "stdin": "in "})
+	if r.IsError || resultText(r) != "in done\n" {
+		t.Fatalf("airlock_run: %+v %q", r, resultText(r))
+	}
+	r = call("airlock_run", map[string]any{"tool": "sh", "argv": []string{"sleep", "10"}})
+	if !r.IsError || !strings.Contains(resultText(r), "limit exceeded: time") {
+		t.Fatalf("airlock_run breach: %q", resultText(r))
+	}
+	for _, tt := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"tool": "nope", "argv": []string{"true"}}, `no tool "nope"`},
+		{map[string]any{"tool": "sh", "argv": []string{}}, `invalid input "argv"`},
+		{map[string]any{"tool": "sh", "argv": []string{"true"}, "shell": true}, "invalid arguments"},
+	} {
+		if r := call("airlock_run", tt.args); !r.IsError || !strings.Contains(resultText(r), tt.want) {
+			t.Errorf("airlock_run %v: %q, want %q", tt.args, resultText(r), tt.want)
+		}
+	}
+	// Sessions: nothing before open; then state persists between calls.
+	if r := call("airlock_session_exec", map[string]any{"argv": []string{"true"}}); !r.IsError || !strings.Contains(resultText(r), "no sandbox open") {
+		t.Fatalf("exec before open: %q", resultText(r))
+	}
+	if r := call("airlock_session_open", map[string]any{"tool": "py"}); r.IsError {
+		t.Fatalf("open: %q", resultText(r))
+	}
+	if r := call("airlock_session_open", map[string]any{"tool": "py"}); !r.IsError {
+		t.Fatal("a second open succeeded")
+	}
+	if r := call("airlock_session_write", map[string]any{"path": "d/a.txt", "content": "hello"}); r.IsError {
+		t.Fatalf("write: %q", resultText(r))
+	}
+	if r := call("airlock_session_exec", map[string]any{"argv": []string{"sh", "-c", "cat d/a.txt > b.txt; echo $(cat b.txt) again"}}); r.IsError || resultText(r) != "hello again\n" {
+		t.Fatalf("exec: %q", resultText(r))
+	}
+	if r := call("airlock_session_read", map[string]any{"path": "b.txt"}); r.IsError || resultText(r) != "hello" {
+		t.Fatalf("read: %q", resultText(r))
+	}
+	if r := call("airlock_session_read", map[string]any{"path": "../../etc/passwd"}); !r.IsError {
+		t.Fatalf("read outside the workspace: %q", resultText(r))
+	}
+	sess := d.mcpSession(firstKey(d))
+	if sess == nil {
+		t.Fatal("no sandbox session is tied to the MCP session")
+	}
+	// Another MCP session has its own, and none to begin with.
+	cs2 := connect()
+	if r, err := cs2.CallTool(t.Context(), &mcp.CallToolParams{Name: "airlock_session_read", Arguments: map[string]any{"path": "b.txt"}}); err != nil || !r.IsError {
+		t.Fatalf("another MCP session read the first one's file: %+v %v", r, err)
+	}
+	cs2.Close()
+	// The MCP session's end destroys its sandbox.
+	cs.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(sess.sb) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox outlived its MCP session")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func firstKey(d *Daemon) *mcp.ServerSession {
+	d.mcpSess.mu.Lock()
+	defer d.mcpSess.mu.Unlock()
+	for k := range d.mcpSess.m {
+		return k
+	}
+	return nil
+}
