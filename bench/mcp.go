@@ -35,25 +35,32 @@ func mcpBench(sock string, n int, idle func() int, run func(string) error) error
 	}
 	api := series{name: "POST /v1/runs (the plain API)"}
 	viaMCP := series{name: "tools/call over streamable HTTP"}
-	for i := 0; i < n+n/10; i++ {
+	timed := func(s *series, keep bool, fn func() error) error {
 		for idle() < 2 {
 			time.Sleep(time.Millisecond)
 		}
 		t0 := time.Now()
-		if err := run("warm"); err != nil {
+		if err := fn(); err != nil {
 			return err
 		}
-		for idle() < 2 {
-			time.Sleep(time.Millisecond)
+		if keep {
+			s.d = append(s.d, time.Since(t0))
 		}
-		t1 := time.Now()
-		if err := call(); err != nil {
+		return nil
+	}
+	viaAPI := func() error { return run("warm") }
+	for i := 0; i < n+n/10; i++ {
+		// Alternate which goes first, so neither always follows the other.
+		first, second := &api, &viaMCP
+		f1, f2 := viaAPI, call
+		if i%2 == 1 {
+			first, second, f1, f2 = second, first, f2, f1
+		}
+		if err := timed(first, i >= n/10, f1); err != nil {
 			return err
 		}
-		t2 := time.Now()
-		if i >= n/10 {
-			api.d = append(api.d, t1.Sub(t0))
-			viaMCP.d = append(viaMCP.d, t2.Sub(t1))
+		if err := timed(second, i >= n/10, f2); err != nil {
+			return err
 		}
 	}
 	fmt.Printf("\n## MCP (%d calls each, interleaved, warm pool, Go SDK client on the unix socket)\n\n", n)

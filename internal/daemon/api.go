@@ -163,6 +163,17 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).Flush()
 }
 
+// destroyLater runs done (a run's destroy) after the answer: MCP handlers
+// cannot act after their answer is written, so the sandbox goes in the
+// background, and shutdown waits for it.
+func (d *Daemon) destroyLater(done func()) {
+	d.destroying.Add(1)
+	go func() {
+		defer d.destroying.Done()
+		done()
+	}()
+}
+
 // runJob is one run of a tool in a fresh sandbox.
 type runJob struct {
 	tool   *config.Tool

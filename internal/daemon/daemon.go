@@ -70,7 +70,10 @@ type Daemon struct {
 	sessions  sessions
 	instances instances   // MCP servers of client sessions
 	mcpSess   mcpSessions // sandboxes of the built-in session tools
-	reapStop  context.CancelFunc
+	// destroying counts sandboxes being destroyed after their answer
+	// went out; shutdown waits for them.
+	destroying sync.WaitGroup
+	reapStop   context.CancelFunc
 	// quit ends at the start of shutdown, so long polls answer at once
 	// instead of holding the grace period.
 	quit    context.Context
@@ -258,6 +261,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// before the pools.
 		d.endAll(ctx)
 		d.instances.stopAll()
+		d.destroying.Wait()
 		errs = append(errs, d.closePools(ctx))
 		d.rt.Close()
 		// Last, so every destroy above is in the log.

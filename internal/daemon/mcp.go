@@ -37,7 +37,7 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 			if err != nil {
 				return nil, err
 			}
-			done()
+			d.destroyLater(done)
 			return res, nil
 		},
 		OnCall: d.recordCall(client),
