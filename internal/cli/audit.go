@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -36,15 +34,8 @@ func auditCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock audit [flags]\n\nPrints the daemon's audit log, oldest first: one line per event, or one JSON\nobject per line with --json.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &ExitError{Code: 2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "airlock audit: unexpected argument %q\n", fs.Arg(0))
-		return &ExitError{Code: 2}
+	if done, err := parseAll(fs, args, stdio); done {
+		return err
 	}
 	if *limit < 1 || *limit > 1000 {
 		fmt.Fprintln(stdio.Stderr, "airlock audit: --limit must be from 1 to 1000")

@@ -36,15 +36,8 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &ExitError{Code: 2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "airlock mcp: unexpected argument %q\n", fs.Arg(0))
-		return &ExitError{Code: 2}
+	if done, err := parseAll(fs, args, stdio); done {
+		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
 	if daemonListening(opts.Socket) {

@@ -30,15 +30,8 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API on a unix socket, keeping each tool's pool of sandboxes\nwarm, until SIGTERM or SIGINT; then lets running calls finish and destroys\nevery sandbox.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &ExitError{Code: 2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "airlock serve: unexpected argument %q\n", fs.Arg(0))
-		return &ExitError{Code: 2}
+	if done, err := parseAll(fs, args, stdio); done {
+		return err
 	}
 	path, err := config.Find(cfgPath, os.Getenv, config.Exists)
 	if err != nil {
@@ -57,4 +50,20 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 		return err
 	}
 	return d.Serve(ctx)
+}
+
+// parseAll parses the flags of a command that takes no arguments. done
+// is true when the command should end now, with err (nil after -h).
+func parseAll(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return true, &ExitError{Code: 2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stdio.Stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return true, &ExitError{Code: 2}
+	}
+	return false, nil
 }

@@ -256,20 +256,7 @@ func TestAuditUnwritableRefusesRuns(t *testing.T) {
 		t.Skipf("cannot mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	cfg, err := config.Parse("airlock.yaml", []byte(testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: filepath.Join(dir, "audit.db"),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	_, sock := serveConfig(t, testConfig, func(o *Options) { o.AuditPath = filepath.Join(dir, "audit.db") })
 	c := client.New(sock)
 	if _, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}}); err != nil {
 		t.Fatal(err)

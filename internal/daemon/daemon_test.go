@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestMain(m *testing.M) {
@@ -47,30 +48,7 @@ tools:
 // start runs a daemon on a private socket until the test ends.
 func start(t *testing.T) (*Daemon, *client.Client, string) {
 	t.Helper()
-	isolatednet.Require(t)
-	cfg, err := config.Parse("airlock.yaml", []byte(testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{
-		Config:  cfg,
-		Socket:  sock,
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t),
-		Grace: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	d, sock := serveConfig(t, testConfig, nil)
 	return d, client.New(sock), sock
 }
 
@@ -269,4 +247,51 @@ func TestMetrics(t *testing.T) {
 // testAudit is a fresh audit log path for one test's daemon.
 func testAudit(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "audit.db")
+}
+
+// serveConfig runs a daemon with the config text until the test ends;
+// adjust, if set, changes its options first. It returns the daemon and
+// its socket.
+func serveConfig(t *testing.T, text string, adjust func(*Options)) (*Daemon, string) {
+	t.Helper()
+	isolatednet.Require(t)
+	cfg, err := config.Parse("airlock.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	d, err := New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return d, opts.Socket
+}
+
+// mcpConnect opens an MCP client session (the Go SDK's) to the daemon's
+// /mcp on its unix socket, closed when the test ends.
+func mcpConnect(t *testing.T, sock string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }

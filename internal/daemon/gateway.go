@@ -81,20 +81,10 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, client string)
 	if err := d.recordStart(ctx, *scope, t.Argv(), nil, dir); err != nil {
 		return nil, err
 	}
-	sb, warm, err := d.pools[t.Name].Claim(ctx)
+	sb, bind, err := d.claimBound(ctx, t, scope)
 	if err != nil {
-		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: errNoSandbox.Error()})
-		return nil, errNoSandbox
-	}
-	scope.sandbox = sb.ID()
-	d.claimed(*scope, warm)
-	pol := policyOf(d.opts.Config, t)
-	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
-	bind, err := runner.Bind(ctx, sb, pol)
-	if err != nil {
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: "the server's network could not be set up"})
-		return nil, errors.New("the MCP server's network could not be set up; see the daemon's log")
+		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: err.Error()})
+		return nil, err
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

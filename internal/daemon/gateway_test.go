@@ -1,9 +1,6 @@
 package daemon
 
 import (
-	"context"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,10 +11,8 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // testServerDir holds the test MCP server where a sandbox may read it
@@ -46,7 +41,7 @@ func startGateway(t *testing.T) (func() *mcp.ClientSession, *Daemon, *client.Cli
 	t.Helper()
 	isolatednet.Require(t)
 	t.Setenv("TEST_GW_SECRET", "gateway-secret-value-1234")
-	cfg, err := config.Parse("airlock.yaml", []byte(`
+	d, sock := serveConfig(t, `
 secrets:
   s: {env: TEST_GW_SECRET}
 services:
@@ -65,32 +60,10 @@ tools:
   echo:
     command: [echo, "{word}"]
     inputs: {word: {}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
+`, nil)
 	connect := func() *mcp.ClientSession {
 		t.Helper()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-			Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
+		return mcpConnect(t, sock, nil)
 	}
 	return connect, d, client.New(sock)
 }

@@ -1,55 +1,23 @@
 package daemon
 
 import (
-	"context"
-	"net"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // TestMCPBuiltins: airlock_run in a chosen profile, and the session
 // tools, whose sandbox belongs to the MCP session and goes with it.
 func TestMCPBuiltins(t *testing.T) {
-	isolatednet.Require(t)
-	cfg, err := config.Parse("airlock.yaml", []byte(`
+	d, sock := serveConfig(t, `
 mcp: {builtins: [run, session]}
 tools:
   sh: {limits: {time: 2s}}
   py: {}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	connect := func() *mcp.ClientSession {
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
-			Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
-	}
+`, nil)
+	connect := func() *mcp.ClientSession { return mcpConnect(t, sock, nil) }
 	cs := connect()
 	defer cs.Close()
 	call := func(name string, args map[string]any) *mcp.CallToolResult {

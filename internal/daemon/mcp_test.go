@@ -3,21 +3,14 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 const mcpConfig = `
@@ -47,31 +40,8 @@ tools:
 // SDK's client to its /mcp endpoint over the unix socket.
 func startMCP(t *testing.T, opts *mcp.ClientOptions) (*mcp.ClientSession, *client.Client) {
 	t.Helper()
-	isolatednet.Require(t)
-	cfg, err := config.Parse("airlock.yaml", []byte(mcpConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
-	cs, err := mc.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, client.New(sock)
+	_, sock := serveConfig(t, mcpConfig, nil)
+	return mcpConnect(t, sock, opts), client.New(sock)
 }
 
 func resultText(r *mcp.CallToolResult) string {

@@ -118,8 +118,33 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 	writeJSON(w, http.StatusCreated, s.view())
 }
 
-// errSessionNet is newSession's error when the policy could not be bound.
-var errSessionNet = errors.New("the session's network could not be set up; see the daemon's log")
+// errBind is the error when a tool's policy could not be bound.
+var errBind = errors.New("the sandbox's network could not be set up; see the daemon's log")
+
+// claimBound claims a sandbox of t for a session or MCP server and binds
+// t's policy to it for its whole life, its decisions recorded in scope.
+func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope) (*sandbox.Sandbox, *runner.Binding, error) {
+	sb, warm, err := d.pools[t.Name].Claim(ctx)
+	if err != nil {
+		if errors.Is(err, pool.ErrClosed) {
+			return nil, nil, errShutdown
+		}
+		d.counts.failures.Add(1)
+		d.opts.Logger.Warn("claim failed", "tool", t.Name, "err", err)
+		return nil, nil, errNoSandbox
+	}
+	scope.sandbox = sb.ID()
+	d.claimed(*scope, warm)
+	pol := policyOf(d.opts.Config, t)
+	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
+	bind, err := runner.Bind(ctx, sb, pol)
+	if err != nil {
+		_ = sb.Destroy(context.WithoutCancel(ctx))
+		d.opts.Logger.Warn("bind failed", "tool", t.Name, "err", err)
+		return nil, nil, errBind
+	}
+	return sb, bind, nil
+}
 
 // newSession opens a session of tool t: recorded first (refused when the
 // log cannot be written), then a sandbox claimed and the tool's policy
@@ -142,22 +167,9 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client, owner s
 		d.audit.Record(e)
 		return nil, err
 	}
-	sb, warm, err := d.pools[t.Name].Claim(ctx)
+	sb, bind, err := d.claimBound(ctx, t, scope)
 	if err != nil {
-		if errors.Is(err, pool.ErrClosed) {
-			return fail(errShutdown)
-		}
-		return fail(errNoSandbox)
-	}
-	scope.sandbox = sb.ID()
-	d.claimed(*scope, warm)
-	pol := policyOf(d.opts.Config, t)
-	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
-	bind, err := runner.Bind(ctx, sb, pol)
-	if err != nil {
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-		d.opts.Logger.Warn("session bind failed", "tool", t.Name, "err", err)
-		return fail(errSessionNet)
+		return fail(err)
 	}
 	now := time.Now()
 	s := &session{id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),

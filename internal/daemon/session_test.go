@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 func TestSessionWorkspaceAndFiles(t *testing.T) {
@@ -175,18 +170,7 @@ func TestSessionBadRequests(t *testing.T) {
 }
 
 func TestSessionCap(t *testing.T) {
-	isolatednet.Require(t)
-	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
-	sock := filepath.Join(t.TempDir(), "a.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, MaxSessions: 2,
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	_, sock := serveConfig(t, testConfig, func(o *Options) { o.MaxSessions = 2 })
 	c := client.New(sock)
 	a, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"})
 	if err != nil {
