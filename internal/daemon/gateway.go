@@ -47,11 +47,13 @@ type instance struct {
 	close sync.Once
 }
 
-// endedErr says why the server is gone, or nil while it runs.
+// endedErr says why the server is gone, or nil while it runs. A call
+// can see the server's pipe close before its end is known, so it waits a
+// moment for that.
 func (i *instance) endedErr() error {
 	select {
 	case <-i.done:
-	default:
+	case <-time.After(2 * time.Second):
 		return nil
 	}
 	i.mu.Lock()

@@ -46,8 +46,9 @@ type Upstream struct {
 	// an error, and Hung is called (to replace the server).
 	Timeout time.Duration
 	Hung    func()
-	// Ended, if set, says why the server is gone (nil while it runs), for
-	// the error of a call it could not answer.
+	// Ended, if set, says why the server is gone, for the error of a call
+	// whose connection failed; nil if it still runs. It may wait a little
+	// for the server's end to be known.
 	Ended func() error
 	// OnCall, if set, is told of each call.
 	OnCall func(CallRecord)
@@ -117,10 +118,13 @@ func (r *Relay) call(ctx context.Context, u Upstream, name string, req *mcp.Call
 			u.Hung()
 		}
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("the MCP server did not answer within %s; its sandbox was destroyed", u.Timeout)}
-	case u.Ended != nil && u.Ended() != nil:
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the MCP server has ended: " + u.Ended().Error()}
 	case errors.As(err, &rpc):
-		return nil, rpc
+		return nil, rpc // the server answered with an error
+	case u.Ended != nil:
+		// The connection failed: say how the server ended, if it did.
+		if e := u.Ended(); e != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the MCP server has ended: " + e.Error()}
+		}
 	}
 	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the MCP server failed: " + err.Error()}
 }
