@@ -111,7 +111,7 @@ type AuditEvent struct {
 	// Kind is daemon.started, daemon.stopped, sandbox.created,
 	// sandbox.claimed, sandbox.destroyed, sandbox.swept, run.started,
 	// run.finished, limit.breach, egress, dns, broker, session.created,
-	// session.ended, session.file or api.request.
+	// session.ended, session.file, mcp.call, audit.capped or api.request.
 	Kind string `json:"kind"`
 	// Tool, Sandbox, Session and Run say what the event concerns; Client
 	// who caused it ("unix:uid=0,pid=42" or "token:NAME").

@@ -48,6 +48,9 @@ const (
 	KindFile             = "session.file"
 	KindAPI              = "api.request"
 	KindMCPCall          = "mcp.call"
+	// KindCapped: a sandbox made more decisions than are recorded for
+	// one sandbox; the rest are not in the log.
+	KindCapped = "audit.capped"
 )
 
 // Decisions, for the kinds that decide.

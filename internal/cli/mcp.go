@@ -26,12 +26,8 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 	fs := flag.NewFlagSet("airlock mcp", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	var opts daemon.Options
-	var cfgPath string
-	fs.StringVar(&cfgPath, "config", "", "config file, when no daemon runs (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	cfgPath := embedFlags(fs, &opts, ", when no daemon runs")
 	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "the daemon's socket; used when a daemon answers there")
-	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database, when no daemon runs (default: the config's audit.path)")
-	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory, when no daemon runs (advanced)")
-	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created, when no daemon runs (advanced)")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
@@ -43,15 +39,9 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 	if daemonListening(opts.Socket) {
 		return relayMCP(ctx, opts.Socket, transport)
 	}
-	path, err := config.Find(cfgPath, os.Getenv, config.Exists)
-	if err != nil {
+	var err error
+	if opts.Config, err = config.Discover(*cfgPath); err != nil {
 		return err
-	}
-	opts.Config = config.Empty()
-	if path != "" {
-		if opts.Config, err = config.Load(path); err != nil {
-			return err
-		}
 	}
 	// Standard output is the protocol's: the log goes to standard error.
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
@@ -18,14 +17,10 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 	fs := flag.NewFlagSet("airlock serve", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	var opts daemon.Options
-	var cfgPath string
-	fs.StringVar(&cfgPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	cfgPath := embedFlags(fs, &opts, "")
 	fs.StringVar(&opts.Socket, "socket", "", "unix socket to serve the API on, mode 0660 (default: the config's server.socket, else "+daemon.DefaultSocket+")")
 	fs.DurationVar(&opts.Grace, "grace", 30*time.Second, "how long running calls may finish on shutdown")
-	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database (default: the config's audit.path, else "+config.DefaultAuditPath+")")
 	fs.IntVar(&opts.MaxSessions, "max-sessions", 256, "sessions open at once, at most (each holds a sandbox)")
-	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
-	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API on a unix socket, keeping each tool's pool of sandboxes\nwarm, until SIGTERM or SIGINT; then lets running calls finish and destroys\nevery sandbox.\n\nFlags:")
 		fs.PrintDefaults()
@@ -33,15 +28,9 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 	if done, err := parseAll(fs, args, stdio); done {
 		return err
 	}
-	path, err := config.Find(cfgPath, os.Getenv, config.Exists)
-	if err != nil {
+	var err error
+	if opts.Config, err = config.Discover(*cfgPath); err != nil {
 		return err
-	}
-	opts.Config = config.Empty()
-	if path != "" {
-		if opts.Config, err = config.Load(path); err != nil {
-			return err
-		}
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	opts.Version = Version()
@@ -66,4 +55,14 @@ func parseAll(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) 
 		return true, &ExitError{Code: 2}
 	}
 	return false, nil
+}
+
+// embedFlags adds the flags of the daemon's parts (config, audit log,
+// state) to fs; when ends each help text (", when no daemon runs").
+func embedFlags(fs *flag.FlagSet, opts *daemon.Options, when string) *string {
+	cfgPath := fs.String("config", "", "config file"+when+" (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database"+when+" (default: the config's audit.path, else "+config.DefaultAuditPath+")")
+	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory"+when+" (advanced)")
+	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created"+when+" (advanced)")
+	return cfgPath
 }

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os"
-
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -31,18 +29,9 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 	if rf.configPath == "" && rf.tool == "" {
 		return nil
 	}
-	path, err := config.Find(rf.configPath, os.Getenv, func(p string) bool {
-		_, err := os.Stat(p)
-		return err == nil
-	})
+	cfg, err := config.Discover(rf.configPath)
 	if err != nil {
 		return err
-	}
-	cfg := config.Empty()
-	if path != "" {
-		if cfg, err = config.Load(path); err != nil {
-			return err
-		}
 	}
 	if rf.tool == "" {
 		return nil

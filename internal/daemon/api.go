@@ -241,7 +241,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	d.claimed(*scope, warm)
 	d.counts.runs.Add(1)
 	pol := policyOf(d.opts.Config, j.tool)
-	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
+	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
 	rreq := runner.Request{Policy: pol, Exec: sandbox.ExecRequest{
 		Argv:        j.argv,
 		Env:         append(append([]string(nil), j.tool.Env...), j.env...),

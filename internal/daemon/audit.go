@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -55,25 +56,41 @@ func (s runScope) event(kind string) audit.Event {
 	return audit.Event{Kind: kind, Tool: s.tool, Sandbox: s.sandbox, Session: s.session, Run: s.run, Client: s.client}
 }
 
-// onEgress and onBroker record a binding's decisions.
-func (d *Daemon) onEgress(s *runScope) func(result.EgressEvent) {
-	return func(ev result.EgressEvent) {
+// maxNetEvents bounds the egress, DNS and broker decisions recorded for
+// one sandbox. A sandbox chooses how many it makes (a DNS query loop at
+// the rate cap is 100 a second for as long as it lives), and the log's
+// disk is shared: past the bound one audit.capped event says so and the
+// rest are counted in the run's result only.
+const maxNetEvents = 10000
+
+// netRecorder returns the functions that record a binding's decisions.
+func (d *Daemon) netRecorder(s *runScope) (func(result.EgressEvent), func(result.BrokerEvent)) {
+	var n atomic.Int64
+	record := func(e audit.Event) {
+		switch c := n.Add(1); {
+		case c <= maxNetEvents:
+			d.audit.Record(e)
+		case c == maxNetEvents+1:
+			capped := s.event(audit.KindCapped)
+			capped.Detail = audit.Detail(map[string]int{"recorded": maxNetEvents})
+			d.audit.Record(capped)
+		}
+	}
+	egress := func(ev result.EgressEvent) {
 		kind := audit.KindEgress
 		if ev.Kind == result.EgressDNS {
 			kind = audit.KindDNS
 		}
 		e := s.event(kind)
 		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
-		d.audit.Record(e)
+		record(e)
 	}
-}
-
-func (d *Daemon) onBroker(s *runScope) func(result.BrokerEvent) {
-	return func(ev result.BrokerEvent) {
+	broker := func(ev result.BrokerEvent) {
 		e := s.event(audit.KindBroker)
 		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
-		d.audit.Record(e)
+		record(e)
 	}
+	return egress, broker
 }
 
 func decision(allow bool) string {
@@ -89,18 +106,6 @@ const (
 	maxAuditArgLen = 256
 )
 
-// startRun is recordStart for a handler: it answers the refusal itself
-// and returns false then.
-func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request, s runScope, argv, env []string, workdir string) bool {
-	if err := d.recordStart(r.Context(), s, argv, env, workdir); err != nil {
-		if r.Context().Err() == nil {
-			writeError(w, http.StatusServiceUnavailable, api.CodeAuditUnavailable, errAuditMsg)
-		}
-		return false
-	}
-	return true
-}
-
 // recordStart records that a run is about to start and waits for it to
 // be durable: a run that could not be recorded is not run.
 func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string, workdir string) error {
@@ -112,25 +117,21 @@ func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string
 		names = append(names, k)
 	}
 	e.Detail = audit.Detail(map[string]any{"argv": clip(argv), "env": names, "workdir": workdir})
+	return d.acknowledge(ctx, e)
+}
+
+// acknowledge appends e and waits until it is durable; what it gates
+// (a run, a session) is refused with errAuditRefused when it cannot be.
+func (d *Daemon) acknowledge(ctx context.Context, e audit.Event) error {
 	if err := d.audit.Append(ctx, e); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		d.counts.auditRefusals.Add(1)
-		d.opts.Logger.Error("refused a run: audit log unwritable", "err", err)
+		d.opts.Logger.Error("refused: the audit log cannot be written", "kind", e.Kind, "err", err)
 		return errAuditRefused
 	}
 	return nil
-}
-
-// auditRefused answers that the audit log refused an event.
-func (d *Daemon) auditRefused(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return // the caller left
-	}
-	d.counts.auditRefusals.Add(1)
-	d.opts.Logger.Error("refused a run: audit log unwritable", "err", err)
-	writeError(w, http.StatusServiceUnavailable, api.CodeAuditUnavailable, errAuditMsg)
 }
 
 // clip bounds argv for the log.

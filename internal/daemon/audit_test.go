@@ -380,3 +380,45 @@ func TestAuditAcrossRestart(t *testing.T) {
 		t.Errorf("%d sandboxes created over two daemons, want at least one each", len(created))
 	}
 }
+
+// TestAuditNetEventsCapped: a sandbox that makes decisions without end
+// (a DNS loop) writes at most maxNetEvents of them into the log, and one
+// audit.capped event.
+func TestAuditNetEventsCapped(t *testing.T) {
+	d, c, _ := start(t)
+	scope := &runScope{tool: "sh", sandbox: "capped0000", run: "r_capped"}
+	egress, broker := d.netRecorder(scope)
+	for i := range maxNetEvents + 500 {
+		if i%2 == 0 {
+			egress(result.EgressEvent{Kind: result.EgressDNS, Destination: "loop.example", Allow: false})
+		} else {
+			broker(result.BrokerEvent{Service: "s", Allow: false})
+		}
+	}
+	if err := d.audit.Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for after := int64(0); ; {
+		p, err := c.Audit(t.Context(), client.AuditQuery{Run: "r_capped", After: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) == 0 {
+			break
+		}
+		for _, ev := range p.Events {
+			if ev.Kind != audit.KindCapped {
+				count++
+			}
+		}
+		after = p.Next
+	}
+	if count != maxNetEvents {
+		t.Errorf("%d decisions recorded, want %d", count, maxNetEvents)
+	}
+	capped, err := c.Audit(t.Context(), client.AuditQuery{Run: "r_capped", Kind: "audit.capped"})
+	if err != nil || len(capped.Events) != 1 {
+		t.Fatalf("audit.capped events: %+v %v", capped, err)
+	}
+}

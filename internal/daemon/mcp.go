@@ -97,36 +97,72 @@ func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(
 // server scoped to the caller that opened it, and only that caller may
 // use the session afterwards.
 func (d *Daemon) mcpHandler() http.Handler {
-	var mu sync.Mutex
-	owners := map[string]string{} // MCP session id -> caller name
+	owners := &sessionOwners{m: map[string]owner{}}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		return d.MCPServer(callerOf(r.Context()), clientOf(r))
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := callerOf(r.Context())
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
-			mu.Lock()
-			owner, ok := owners[id]
-			if r.Method == http.MethodDelete {
-				delete(owners, id)
-			}
-			mu.Unlock()
 			// A session is its opener's: another caller that learned its
 			// id gets what an unknown id gets.
-			if ok && owner != c.name {
+			if !owners.use(id, c.name, r.Method == http.MethodDelete) {
 				writeError(w, http.StatusNotFound, api.CodeNotFound, "no such MCP session")
 				return
 			}
 		}
-		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) {
-			mu.Lock()
-			if len(owners) > 100000 {
-				clear(owners) // bounded; the SDK forgets idle sessions too
-			}
-			owners[id] = c.name
-			mu.Unlock()
-		}}, r)
+		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name) }}, r)
 	})
+}
+
+// sessionOwners remembers which caller opened each MCP session id. An
+// entry unused for longer than the SDK keeps an idle session is dropped:
+// the session is gone by then.
+type sessionOwners struct {
+	mu   sync.Mutex
+	m    map[string]owner
+	next time.Time // the next time stale entries are dropped
+}
+
+type owner struct {
+	name string
+	seen time.Time
+}
+
+func (o *sessionOwners) open(id, name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	if now.After(o.next) {
+		for k, v := range o.m {
+			if now.Sub(v.seen) > 2*mcpIdle {
+				delete(o.m, k)
+			}
+		}
+		o.next = now.Add(time.Minute)
+	}
+	o.m[id] = owner{name: name, seen: now}
+}
+
+// use reports whether caller name may use session id (true for an id it
+// does not know: the SDK answers those), noting the use.
+func (o *sessionOwners) use(id, name string, end bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ow, ok := o.m[id]
+	if !ok {
+		return true
+	}
+	if ow.name != name {
+		return false
+	}
+	if end {
+		delete(o.m, id)
+	} else {
+		ow.seen = time.Now()
+		o.m[id] = ow
+	}
+	return true
 }
 
 // sessionWriter notes the MCP session id an answer hands out.

@@ -136,7 +136,7 @@ func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope
 	scope.sandbox = sb.ID()
 	d.claimed(*scope, warm)
 	pol := policyOf(d.opts.Config, t)
-	pol.OnEgress, pol.OnBroker = d.onEgress(scope), d.onBroker(scope)
+	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
 	bind, err := runner.Bind(ctx, sb, pol)
 	if err != nil {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
@@ -153,13 +153,8 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client, owner s
 	scope := &runScope{tool: t.Name, session: newSessionID(), client: client}
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
-	if err := d.audit.Append(ctx, opened); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		d.counts.auditRefusals.Add(1)
-		d.opts.Logger.Error("refused a session: audit log unwritable", "err", err)
-		return nil, errAuditRefused
+	if err := d.acknowledge(ctx, opened); err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*session, error) {
 		e := scope.event(audit.KindSessionEnded)

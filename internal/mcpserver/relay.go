@@ -54,12 +54,38 @@ type Upstream struct {
 	OnCall func(CallRecord)
 }
 
+// maxMirrored bounds the tools taken from one upstream: a hostile server
+// could list without end, and each costs the daemon memory.
+const maxMirrored = 512
+
+// validName reports whether an upstream's tool name is one MCP allows
+// (1-128 of A-Z a-z 0-9 _ - .): names reach clients and log lines.
+func validName(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
 // Mirror adds to s every tool the upstream lists, named Prefix plus its
-// name, each call relayed as it is.
+// name, each call relayed as it is. It refuses an upstream that lists
+// more than 512 tools, or a tool name MCP does not allow.
 func (r *Relay) Mirror(ctx context.Context, s *mcp.Server, u Upstream) error {
+	n := 0
 	for t, err := range u.Session.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("list the upstream's tools: %w", err)
+		}
+		if n++; n > maxMirrored {
+			return fmt.Errorf("the upstream lists more than %d tools", maxMirrored)
+		}
+		if !validName(t.Name) || !validName(u.Prefix+t.Name) {
+			return fmt.Errorf("the upstream lists a tool named %.80q, which MCP does not allow", t.Name)
 		}
 		name := t.Name
 		local := *t
