@@ -111,6 +111,16 @@ func (d *Daemon) mcpHandler() http.Handler {
 				return
 			}
 		}
+		if r.Method == http.MethodGet {
+			// A GET is a session's standing event stream, open for as
+			// long as the client likes; it ends when shutdown begins so
+			// that it does not hold the grace period (calls in flight,
+			// which are POSTs, still finish).
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(d.quit, cancel)()
+			r = r.WithContext(ctx)
+		}
 		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name) }}, r)
 	})
 }

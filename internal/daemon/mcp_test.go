@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -225,3 +226,22 @@ secrets:
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestShutdownWithMCPClientOpen: a connected MCP client keeps a standing
+// event stream open; shutdown ends it rather than waiting out the grace
+// period.
+func TestShutdownWithMCPClientOpen(t *testing.T) {
+	d, sock := serveConfig(t, mcpConfig, nil)
+	cs := mcpConnect(t, sock, nil)
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the client opens its stream
+	start := time.Now()
+	if err := d.Shutdown(t.Context()); err != nil {
+		t.Fatalf("shutdown with an MCP client connected: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("shutdown took %s with an MCP client connected (grace is 5s)", took)
+	}
+}
