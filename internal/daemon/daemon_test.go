@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -274,7 +275,8 @@ func serveConfig(t *testing.T, text string, adjust func(*Options)) (*Daemon, str
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Error(err)
+			buf := make([]byte, 1<<20)
+			t.Errorf("%v; goroutines:\n%s", err, buf[:runtime.Stack(buf, true)])
 		}
 	})
 	return d, opts.Socket
