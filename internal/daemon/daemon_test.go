@@ -261,7 +261,11 @@ func serveConfig(t *testing.T, text string, adjust func(*Options)) (*Daemon, str
 		t.Fatal(err)
 	}
 	opts := Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second}
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup},
+		// Over 5s: http.Server.Shutdown waits up to 5s for a connection
+		// that has connected but not yet sent its request (an MCP
+		// client reopening its event stream as shutdown begins).
+		Grace: 10 * time.Second}
 	if adjust != nil {
 		adjust(&opts)
 	}
