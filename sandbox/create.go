@@ -29,6 +29,11 @@ type Spec struct {
 	Label string
 	// Mounts are host paths bound read-only into the sandbox.
 	Mounts []Mount
+	// Image, when set, is the root file system; nil is the embedded
+	// default, the host's own system directories.
+	Image *Image
+	// User, when set, is who commands run as (default 1000:1000).
+	User *User
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -53,6 +58,8 @@ type Sandbox struct {
 	ids     *idRange
 	lock    *lockFile
 	initLog *os.File
+	// imageLock holds the image's lock shared while the sandbox lives.
+	imageLock *os.File
 
 	mu sync.Mutex
 	// waiters receive init's messages for one exec request id.
@@ -101,6 +108,12 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	mounts, err := mountBinds(spec.Mounts)
 	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := spec.Image.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := spec.User.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if spec.Hostname == "" {
@@ -153,11 +166,20 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	s.conn = initproto.NewConn(fc.(*net.UnixConn))
 
+	var setupFDs []int
+	if spec.Image != nil {
+		m, err := s.mountImage(spec.Image)
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		setupFDs = []int{int(m.Fd())}
+	}
 	if err := s.start(initEnd, logW); err != nil {
 		return nil, err
 	}
 	go s.watchExit()
-	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts)}, nil); err != nil {
+	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts)}, setupFDs); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
 	if err := s.awaitReady(ctx); err != nil {
@@ -269,7 +291,7 @@ func (s *Sandbox) watchExit() {
 
 func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initproto.Setup {
 	l := s.limits
-	return &initproto.Setup{
+	c := &initproto.Setup{
 		RootDir:    rt.rootDir,
 		Hostname:   spec.Hostname,
 		UID:        sandboxUID,
@@ -278,7 +300,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 		DiskInodes: l.inodes(),
 		Binds:      append(slices.Clip(rt.image.binds), mounts...),
 		Symlinks:   rt.image.symlinks,
-		Files:      etcFiles(spec.Hostname),
+		Files:      etcFiles(spec.Hostname, spec.User),
 		Devices:    rt.image.devices,
 		Rlimits: []initproto.Rlimit{
 			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.FDs), Max: uint64(l.FDs)},
@@ -291,6 +313,16 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 		NoSeccomp:  spec.NoSeccomp,
 		NoLandlock: spec.NoLandlock,
 	}
+	if spec.User != nil {
+		c.UID, c.GID = int(spec.User.UID), int(spec.User.GID)
+	}
+	if spec.Image != nil {
+		// The image brings its own system directories (and loader cache
+		// and certificates); only the caller's mounts are bound.
+		c.Binds, c.Symlinks = mounts, nil
+		c.Image = &initproto.ImageRoot{Writable: spec.Image.Writable}
+	}
+	return c
 }
 
 func (s *Sandbox) awaitReady(ctx context.Context) error {

@@ -129,6 +129,10 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		errs = append(errs, s.netns.Close())
 		s.netns = nil
 	}
+	if s.imageLock != nil {
+		_ = s.imageLock.Close()
+		s.imageLock = nil
+	}
 	if s.ids != nil {
 		errs = append(errs, s.ids.lock.release())
 		s.ids = nil

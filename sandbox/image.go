@@ -105,13 +105,22 @@ func loadHostImage() (*hostImage, error) {
 const ResolverIP = "127.0.0.53"
 
 // etcFiles are generated for every sandbox.
-func etcFiles(hostname string) []initproto.File {
+func etcFiles(hostname string, u *User) []initproto.File {
+	uid, gid := uint32(sandboxUID), uint32(sandboxGID)
+	if u != nil {
+		uid, gid = u.UID, u.GID
+	}
+	passwd := "root:x:0:0:root:/root:/bin/sh\n"
+	group := "root:x:0:\n"
+	if uid != 0 && uid != 65534 {
+		passwd += fmt.Sprintf("sandbox:x:%d:%d:sandbox:%s:/bin/sh\n", uid, gid, HomeDir)
+	}
+	if gid != 0 && gid != 65534 {
+		group += fmt.Sprintf("sandbox:x:%d:\n", gid)
+	}
 	return []initproto.File{
-		{Path: "/etc/passwd", Mode: 0o644, Data: "root:x:0:0:root:/root:/bin/sh\n" +
-			fmt.Sprintf("sandbox:x:%d:%d:sandbox:%s:/bin/sh\n", sandboxUID, sandboxGID, HomeDir) +
-			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
-		{Path: "/etc/group", Mode: 0o644, Data: "root:x:0:\n" +
-			fmt.Sprintf("sandbox:x:%d:\n", sandboxGID) + "nogroup:x:65534:\n"},
+		{Path: "/etc/passwd", Mode: 0o644, Data: passwd + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+		{Path: "/etc/group", Mode: 0o644, Data: group + "nogroup:x:65534:\n"},
 		{Path: "/etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
 		{Path: "/etc/hostname", Mode: 0o644, Data: hostname + "\n"},
 		// The only resolver is the one airlock's egress gateway serves

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,13 +70,12 @@ type idRange struct {
 // use ordinary system and user ids work.
 const idRangeSize = 65536
 
-// allocIDRange claims a free slot. Slots are claimed with lock files in one
-// host-wide directory, so sandboxes of different airlock processes never
-// share a range.
+// allocIDRange claims the lowest free slot. Slots are claimed with lock
+// files in one host-wide directory, so sandboxes of different airlock
+// processes never share a range. Lowest first keeps the set of ranges in
+// use small, and with it the runtime's cache of image user namespaces.
 func allocIDRange(dir string, base uint32, slots int) (*idRange, error) {
-	start := rand.IntN(slots)
-	for i := range slots {
-		slot := (start + i) % slots
+	for slot := range slots {
 		l, err := tryLock(filepath.Join(dir, strconv.Itoa(slot)))
 		if err != nil {
 			return nil, err

@@ -29,6 +29,10 @@ type Options struct {
 	// UIDBase is the first host uid (and gid) of the sandbox ranges;
 	// slot n maps ids 0..65535 onto UIDBase+n*65536... Default 1<<30.
 	UIDBase uint32
+	// ImageIDBase is the first host id of the range image files are
+	// stored owned by (id n of an image is host id ImageIDBase+n). No
+	// sandbox is ever given it. Default UIDBase-65536.
+	ImageIDBase uint32
 	// UIDSlots is how many ranges exist, the most live sandboxes on the
 	// host. Default 4096.
 	UIDSlots int
@@ -87,6 +91,9 @@ func (o *Options) defaults() {
 	if o.UIDBase == 0 {
 		o.UIDBase = 1 << 30
 	}
+	if o.ImageIDBase == 0 {
+		o.ImageIDBase = o.UIDBase - idRangeSize
+	}
 	if o.UIDSlots == 0 {
 		o.UIDSlots = 4096
 	}
@@ -111,6 +118,7 @@ type Runtime struct {
 	hostNet *os.File
 	rootDir string
 	lockDir string
+	imageNS imageNS
 }
 
 // ErrInvalid marks bad input from a caller.
@@ -126,8 +134,12 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if uint64(opts.UIDBase)+uint64(opts.UIDSlots)*idRangeSize > 1<<32-1 {
 		return nil, fmt.Errorf("uid base %d with %d slots overflows the uid space: %w", opts.UIDBase, opts.UIDSlots, ErrInvalid)
 	}
-	if opts.UIDBase < idRangeSize {
+	if opts.UIDBase < 2*idRangeSize {
 		return nil, fmt.Errorf("uid base %d overlaps ordinary host users: %w", opts.UIDBase, ErrInvalid)
+	}
+	if opts.ImageIDBase < idRangeSize || uint64(opts.ImageIDBase)+idRangeSize > uint64(opts.UIDBase) &&
+		uint64(opts.ImageIDBase) < uint64(opts.UIDBase)+uint64(opts.UIDSlots)*idRangeSize {
+		return nil, fmt.Errorf("image id base %d overlaps ordinary host users or the sandbox ranges: %w", opts.ImageIDBase, ErrInvalid)
 	}
 	rt := &Runtime{
 		opts:    opts,
@@ -255,6 +267,7 @@ func (rt *Runtime) CgroupVersion() int {
 // the runtime does not track them (a pool or daemon does).
 func (rt *Runtime) Close() error {
 	rt.spawner.Close()
+	rt.imageNS.close()
 	if rt.hostNet != nil {
 		rt.hostNet.Close()
 	}

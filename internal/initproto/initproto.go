@@ -85,6 +85,17 @@ type File struct {
 	Mode uint32 `json:"mode"`
 }
 
+// ImageRoot describes a root built from an image: an overlay whose lowest
+// layer is the image and whose top layer airlock generates (Files, and the
+// directories everything is mounted on), so the paths airlock controls are
+// never the image's.
+type ImageRoot struct {
+	// Writable adds an upper layer on the sandbox's disk tmpfs, so
+	// commands may change system paths; the changes are the sandbox's own
+	// and count against its disk ceiling.
+	Writable bool `json:"writable,omitempty"`
+}
+
 // Rlimit is one resource limit applied to every command.
 type Rlimit struct {
 	Resource int    `json:"res"`
@@ -116,6 +127,10 @@ type Setup struct {
 	// Seccomp is the compiled filter (seccomp.Encode), compiled once by
 	// the host.
 	Seccomp []byte `json:"seccomp"`
+	// Image, when set, makes the root an image instead of a tmpfs
+	// holding Binds and Symlinks: the setup message then carries one
+	// descriptor, a detached read-only mount of the image's root.
+	Image *ImageRoot `json:"image,omitempty"`
 	// NoSeccomp and NoLandlock exist for diagnosis only; the CLI never
 	// sets them.
 	NoSeccomp  bool `json:"no_seccomp,omitempty"`

@@ -73,9 +73,15 @@ func confine(c *initproto.Setup) error {
 		return fmt.Errorf("dumpable: %w", err)
 	}
 	if !c.NoLandlock {
+		rw := []string{"/workspace", "/tmp", "/dev/shm"}
+		if c.Image != nil && c.Image.Writable {
+			// The root's upper layer is the sandbox's own, on its disk
+			// tmpfs; /dev and /proc keep their read-only mounts.
+			rw = []string{"/"}
+		}
 		if _, err := landlock.Restrict(landlock.Rules{
 			ReadOnly:   []string{"/"},
-			ReadWrite:  []string{"/workspace", "/tmp", "/dev/shm"},
+			ReadWrite:  rw,
 			WriteFiles: []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts"},
 			// Commands are forked from this locked thread only.
 			CallingThreadFallback: true,

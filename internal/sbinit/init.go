@@ -60,7 +60,6 @@ func Main() int {
 	}
 	buf := make([]byte, initproto.MaxMessage)
 	m, fds, err := initproto.RecvRaw(ctrl, buf)
-	closeFDs(fds)
 	if err != nil {
 		return 2
 	}
@@ -68,7 +67,9 @@ func Main() int {
 		fail(fmt.Errorf("first message is %q, want setup", m.Kind))
 		return 2
 	}
-	if err := setup(m.Setup); err != nil {
+	err = setup(m.Setup, fds)
+	closeFDs(fds)
+	if err != nil {
 		fail(err)
 		return 2
 	}

@@ -31,8 +31,8 @@ var maskedProc = []string{
 // kernel tunables (/proc/sys) and hardware interfaces.
 var readOnlyProc = []string{"bus", "fs", "irq", "sys", "driver", "tty"}
 
-func setup(c *initproto.Setup) error {
-	if err := validate(c); err != nil {
+func setup(c *initproto.Setup, fds []int) error {
+	if err := validate(c, fds); err != nil {
 		return err
 	}
 	// Nothing done from here on may propagate back to the host.
@@ -69,27 +69,28 @@ func setup(c *initproto.Setup) error {
 			}
 		}
 	}
+	if c.Image != nil {
+		var err error
+		if root, err = imageRoot(c, root, scratch, fds[0]); err != nil {
+			return fmt.Errorf("image: %w", err)
+		}
+	} else {
+		for _, s := range c.Symlinks {
+			p := filepath.Join(root, s.Path)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(s.Target, p); err != nil {
+				return fmt.Errorf("symlink %s: %w", s.Path, err)
+			}
+		}
+		if err := writeFiles(root, c.Files); err != nil {
+			return err
+		}
+	}
 	for _, b := range c.Binds {
 		if err := bindReadOnly(b.Source, filepath.Join(root, b.Target), b.File); err != nil {
 			return fmt.Errorf("bind %s: %w", b.Target, err)
-		}
-	}
-	for _, s := range c.Symlinks {
-		p := filepath.Join(root, s.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.Symlink(s.Target, p); err != nil {
-			return fmt.Errorf("symlink %s: %w", s.Path, err)
-		}
-	}
-	for _, f := range c.Files {
-		p := filepath.Join(root, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
-			return fmt.Errorf("write %s: %w", f.Path, err)
 		}
 	}
 	if err := setupDev(root, scratch, c.Devices); err != nil {
@@ -125,8 +126,10 @@ func setup(c *initproto.Setup) error {
 		_ = unix.Dup3(fd, 0, 0)
 		unix.Close(fd)
 	}
-	if err := remount("/", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
-		return fmt.Errorf("root read-only: %w", err)
+	if c.Image == nil || !c.Image.Writable {
+		if err := remount("/", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+			return fmt.Errorf("root read-only: %w", err)
+		}
 	}
 	if err := os.Chdir(c.Workdir); err != nil {
 		return fmt.Errorf("workdir: %w", err)
@@ -134,9 +137,15 @@ func setup(c *initproto.Setup) error {
 	return nil
 }
 
-func validate(c *initproto.Setup) error {
+func validate(c *initproto.Setup, fds []int) error {
 	if !filepath.IsAbs(c.RootDir) || c.DiskBytes <= 0 || c.DiskInodes <= 0 || !filepath.IsAbs(c.Workdir) {
 		return errors.New("invalid setup: root, disk size, inodes and workdir are required")
+	}
+	if want := map[bool]int{false: 0, true: 1}[c.Image != nil]; len(fds) != want {
+		return fmt.Errorf("invalid setup: %d descriptors, want %d", len(fds), want)
+	}
+	if c.Image != nil && strings.ContainsAny(c.RootDir, ",:\\") {
+		return fmt.Errorf("invalid setup: root %q cannot be named in overlay options", c.RootDir)
 	}
 	for _, b := range c.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || strings.Contains(b.Target, "..") {
@@ -153,8 +162,74 @@ func mountTmpfs(dst, opts string, flags uintptr) error {
 	return nil
 }
 
-// makeTarget creates an empty directory or file to mount over.
+func writeFiles(root string, files []initproto.File) error {
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// imageRoot builds the root of an image sandbox below outer (the root
+// tmpfs) and returns where it is: an overlay of two read-only layers, the
+// image (mfd, an idmapped mount the host made) and above it a generated
+// layer holding airlock's /etc files and a directory or file for every
+// mount point, so nothing airlock mounts or writes lands on a path the
+// image controls (an image's /proc that is a symlink, say, is hidden by
+// the generated directory). A writable root adds an upper layer on the
+// scratch tmpfs, under the sandbox's disk ceiling.
+func imageRoot(c *initproto.Setup, outer, scratch string, mfd int) (string, error) {
+	img := filepath.Join(outer, ".airlock-image")
+	gen := filepath.Join(outer, ".airlock-gen")
+	root := filepath.Join(outer, ".airlock-root")
+	for _, d := range []string{img, gen, root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, img, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return "", fmt.Errorf("attach image: %w", err)
+	}
+	for _, d := range []string{"dev", "proc", "tmp", "workspace", "etc"} {
+		if err := os.Mkdir(filepath.Join(gen, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	for _, b := range c.Binds {
+		if err := makeTarget(filepath.Join(gen, b.Target), b.File); err != nil {
+			return "", fmt.Errorf("mount point %s: %w", b.Target, err)
+		}
+	}
+	if err := writeFiles(gen, c.Files); err != nil {
+		return "", err
+	}
+	opts := "lowerdir=" + gen + ":" + img
+	if c.Image.Writable {
+		upper, work := filepath.Join(scratch, "upper"), filepath.Join(scratch, "work")
+		for _, d := range []string{upper, work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return "", err
+			}
+		}
+		opts += ",upperdir=" + upper + ",workdir=" + work + ",userxattr"
+	}
+	if err := unix.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("mount overlay: %w", err)
+	}
+	return root, nil
+}
+
+// makeTarget creates an empty directory or file to mount over, unless one
+// is there already (an image root's generated layer made it).
 func makeTarget(p string, file bool) error {
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() != file && fi.Mode()&os.ModeSymlink == 0 {
+		return nil
+	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
@@ -284,7 +359,7 @@ func unescapeMountinfo(s string) string {
 
 func setupDev(root, scratch string, devices []string) error {
 	dev := filepath.Join(root, "dev")
-	if err := os.Mkdir(dev, 0o755); err != nil {
+	if err := mkdirOnce(dev, 0o755); err != nil {
 		return err
 	}
 	if err := mountTmpfs(dev, "mode=0755,size=64k,nr_inodes=64", unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
@@ -326,9 +401,21 @@ func setupDev(root, scratch string, devices []string) error {
 	return nil
 }
 
+// mkdirOnce makes a directory, unless an image root's generated layer
+// made it already.
+func mkdirOnce(p string, mode os.FileMode) error {
+	err := os.Mkdir(p, mode)
+	if errors.Is(err, os.ErrExist) {
+		if fi, serr := os.Lstat(p); serr == nil && fi.IsDir() {
+			return nil
+		}
+	}
+	return err
+}
+
 func setupProc(root string) error {
 	proc := filepath.Join(root, "proc")
-	if err := os.Mkdir(proc, 0o555); err != nil {
+	if err := mkdirOnce(proc, 0o555); err != nil {
 		return err
 	}
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {

@@ -68,13 +68,29 @@ func TestLookPath(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	if err := validate(&setupOK); err != nil {
+	if err := validate(&setupOK, nil); err != nil {
 		t.Fatalf("valid setup refused: %v", err)
 	}
-	bad := setupOK
-	bad.RootDir = "relative"
-	if validate(&bad) == nil {
-		t.Error("relative root accepted")
+	img := setupOK
+	img.Image = &initproto.ImageRoot{}
+	if err := validate(&img, []int{5}); err != nil {
+		t.Fatalf("valid image setup refused: %v", err)
+	}
+	for name, tt := range map[string]struct {
+		adjust func(*initproto.Setup)
+		fds    []int
+	}{
+		"relative root":          {func(c *initproto.Setup) { c.RootDir = "relative" }, nil},
+		"image without mount":    {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{} }, nil},
+		"descriptor, no image":   {func(c *initproto.Setup) {}, []int{5}},
+		"root with overlay sep":  {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a:b" }, []int{5}},
+		"root with overlay sep2": {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a,upperdir=/x" }, []int{5}},
+	} {
+		bad := setupOK
+		tt.adjust(&bad)
+		if validate(&bad, tt.fds) == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 

@@ -130,6 +130,34 @@ var attacks = map[string]func(args []string) report{
 		return result(os.WriteFile("/etc/passwd", []byte("x"), 0o644))
 	},
 	"chroot": func([]string) report { return result(unix.Chroot("/tmp")) },
+	// stat PATH: value is "uid:gid:mode" of PATH (not following a last
+	// symlink), mode in octal with the type bits.
+	"stat": func(args []string) report {
+		var st unix.Stat_t
+		if err := unix.Lstat(args[0], &st); err != nil {
+			return result(err)
+		}
+		return report{OK: true, Value: fmt.Sprintf("%d:%d:%o", st.Uid, st.Gid, st.Mode)}
+	},
+	// cat PATH: value is the file's content.
+	"cat": func(args []string) report {
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			return result(err)
+		}
+		return report{OK: true, Value: string(b)}
+	},
+	// write PATH TEXT creates or replaces PATH.
+	"write": func(args []string) report {
+		return result(os.WriteFile(args[0], []byte(args[1]), 0o644))
+	},
+	// id: value is "uid:gid" and the working directory.
+	"id": func([]string) report {
+		wd, _ := os.Getwd()
+		return report{OK: true, Value: fmt.Sprintf("%d:%d %s", os.Getuid(), os.Getgid(), wd)}
+	},
+	// env NAME: value is the variable's value.
+	"env": func(args []string) report { return report{OK: true, Value: os.Getenv(args[0])} },
 	"keyctl": func([]string) report {
 		_, err := unix.KeyctlJoinSessionKeyring("airlock")
 		return result(err)

@@ -1,0 +1,125 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+// handImage lays out a tiny image root by hand, owned by the image range
+// the way the image store leaves it: the test program as /bin/t, an
+// /etc/resolv.conf and /etc/hosts of its own (which airlock's must hide),
+// a file of user 1000, and a /proc and /workspace that are symlinks out of
+// the way (which airlock's own directories must hide).
+func handImage(t *testing.T, rt *Runtime) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-image-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	base := int(rt.opts.ImageIDBase)
+	root := filepath.Join(dir, "rootfs")
+	files := []struct {
+		path string
+		mode os.FileMode
+		data []byte
+		id   int
+	}{
+		{"bin", os.ModeDir | 0o755, nil, 0},
+		{"bin/t", 0o755, testProg(t), 0},
+		{"etc", os.ModeDir | 0o755, nil, 0},
+		{"etc/resolv.conf", 0o644, []byte("nameserver 8.8.8.8\n"), 0},
+		{"etc/hosts", 0o644, []byte("6.6.6.6 localhost\n"), 0},
+		{"etc/os-release", 0o644, []byte("ID=handmade\n"), 0},
+		{"home", os.ModeDir | 0o755, nil, 0},
+		{"home/user", os.ModeDir | 0o700, nil, 1000},
+		{"home/user/secret", 0o600, []byte("mine"), 1000},
+		{"proc", os.ModeSymlink, []byte("/etc"), 0},
+		{"workspace", os.ModeSymlink, []byte("/bin"), 0},
+	}
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(root, base, base); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		p := filepath.Join(root, f.path)
+		switch {
+		case f.mode.IsDir():
+			err = os.Mkdir(p, f.mode.Perm())
+		case f.mode&os.ModeSymlink != 0:
+			err = os.Symlink(string(f.data), p)
+		default:
+			err = os.WriteFile(p, f.data, f.mode)
+		}
+		if err == nil {
+			err = os.Lchown(p, base+f.id, base+f.id)
+		}
+		if err == nil && f.mode&os.ModeSymlink == 0 {
+			err = os.Chmod(p, f.mode.Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func imageRun(t *testing.T, spec func(*Spec), argv ...string) (report, *result.Result) {
+	t.Helper()
+	r := run(t, runOpts{spec: spec}, argv...)
+	var rep report
+	if r.Outcome == result.Exited && r.ExitCode == 0 {
+		if err := json.Unmarshal([]byte(strings.TrimSpace(string(r.Stdout))), &rep); err != nil {
+			t.Fatalf("%v: bad report %q (stderr %q): %v", argv, r.Stdout, r.Stderr, err)
+		}
+	} else {
+		t.Fatalf("%v: %s exit %d: %s %s", argv, r.Outcome, r.ExitCode, r.Error, r.Stderr)
+	}
+	return rep, r
+}
+
+func TestImageRoot(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	img := func(s *Spec) { s.Image = &Image{Root: root} }
+	for _, tt := range []struct {
+		name string
+		args []string
+		spec func(*Spec)
+		ok   bool
+		want string
+	}{
+		{"image file", []string{"cat", "/etc/os-release"}, img, true, "ID=handmade\n"},
+		{"resolv.conf is airlock's", []string{"cat", "/etc/resolv.conf"}, img, true, "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
+		{"hosts is airlock's", []string{"cat", "/etc/hosts"}, img, true, "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		{"root owns the image root", []string{"stat", "/bin/t"}, img, true, "0:0:100755"},
+		{"user file shows as the user's", []string{"stat", "/home/user/secret"}, img, true, "1000:1000:100600"},
+		{"user reads own file", []string{"cat", "/home/user/secret"}, img, true, "mine"},
+		{"proc is a fresh proc", []string{"cat", "/proc/self/comm"}, img, true, "t\n"},
+		{"workspace is the tmpfs", []string{"write", "/workspace/x", "y"}, img, true, ""},
+		{"image read-only", []string{"write", "/bin/x", "y"}, img, false, ""},
+		{"etc read-only", []string{"write", "/etc/os-release", "y"}, img, false, ""},
+		{"user", []string{"id"}, func(s *Spec) { img(s); s.User = &User{UID: 4242, GID: 4343} }, true, "4242:4343 /workspace"},
+		{"writable root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true; s.User = &User{} }, true, ""},
+		{"writable root, as a user", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, false, ""},
+		{"read-only root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.User = &User{} }, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, _ := imageRun(t, tt.spec, append([]string{"/bin/t"}, tt.args...)...)
+			if rep.OK != tt.ok || tt.ok && rep.Value != tt.want {
+				t.Errorf("got ok=%v %q (%s), want ok=%v %q", rep.OK, rep.Value, rep.Error, tt.ok, tt.want)
+			}
+		})
+	}
+	// Nothing a sandbox did reached the image.
+	if _, err := os.Lstat(filepath.Join(root, "bin/x")); !os.IsNotExist(err) {
+		t.Errorf("a sandbox's write reached the stored image: %v", err)
+	}
+}
