@@ -1,0 +1,163 @@
+package image
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// bundle is an image archive's files: a directory (an OCI layout or an
+// unpacked docker save) or a tar file holding one. Names are slash paths
+// relative to its top.
+type bundle interface {
+	open(name string) (io.ReadCloser, error)
+	has(name string) bool
+}
+
+// dirBundle reads below a directory, never following a symlink out of it.
+type dirBundle struct{ fd int }
+
+func (d *dirBundle) open(name string) (io.ReadCloser, error) {
+	fd, err := unix.Openat2(d.fd, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	return f, nil
+}
+
+func (d *dirBundle) has(name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+}
+
+// tarBundle reads entries of a tar file, located once by one pass over the
+// headers.
+type tarBundle struct {
+	f       *os.File
+	entries map[string]section
+}
+
+type section struct{ off, size int64 }
+
+// maxBundleEntries bounds the index of an image archive.
+const maxBundleEntries = 100000
+
+func indexTar(f *os.File) (*tarBundle, error) {
+	tb := &tarBundle{f: f, entries: make(map[string]section)}
+	cr := &countingReader{r: f}
+	tr := tar.NewReader(cr)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return tb, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read archive: %w", err)
+		}
+		if len(tb.entries) >= maxBundleEntries {
+			return nil, fmt.Errorf("archive has more than %d entries", maxBundleEntries)
+		}
+		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
+			continue
+		}
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		tb.entries[name] = section{off: cr.n, size: hdr.Size}
+		// Skipped by seeking (tar.Reader seeks past content when it can).
+	}
+}
+
+// countingReader tracks the offset of the underlying file, so an entry's
+// content can be read later with a section reader. tar.Reader seeks
+// through it to skip content.
+type countingReader struct {
+	r *os.File
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReader) Seek(off int64, whence int) (int64, error) {
+	n, err := c.r.Seek(off, whence)
+	if err == nil {
+		c.n = n
+	}
+	return n, err
+}
+
+func (t *tarBundle) open(name string) (io.ReadCloser, error) {
+	s, ok := t.entries[path.Clean(name)]
+	if !ok {
+		return nil, fmt.Errorf("%s: not in the archive", name)
+	}
+	return io.NopCloser(io.NewSectionReader(t.f, s.off, s.size)), nil
+}
+
+func (t *tarBundle) has(name string) bool {
+	_, ok := t.entries[path.Clean(name)]
+	return ok
+}
+
+// isImageBundle reports whether b holds an image (OCI layout or docker
+// save) rather than a plain root file system.
+func isImageBundle(b bundle) bool {
+	return b.has("index.json") || b.has("manifest.json") || b.has("oci-layout")
+}
+
+// Compression magic numbers.
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// decompress returns r uncompressed, whatever of gzip, zstd or nothing it
+// is compressed with.
+func decompress(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(4)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		return gzip.NewReader(br)
+	case bytes.HasPrefix(head, zstdMagic):
+		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, err
+		}
+		return d.IOReadCloser(), nil
+	}
+	return io.NopCloser(br), nil
+}
+
+// isCompressed reports whether a file starts with a gzip or zstd header.
+func isCompressed(f *os.File) (bool, error) {
+	head := make([]byte, 4)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return bytes.HasPrefix(head[:n], gzipMagic) || bytes.HasPrefix(head[:n], zstdMagic), nil
+}

@@ -1,0 +1,503 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+type entry struct {
+	name, data, link string
+	typ              byte
+	mode             int64
+}
+
+func tarOf(t testing.TB, ents ...entry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range ents {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.data)), ModTime: time.Unix(1700000000, 0)}
+		if e.typ == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func layerOf(t testing.TB, data []byte) v1.Layer {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// testImage is a static Go binary in one layer and, in a second, a
+// whiteout of a file of the first and a file of user 1000.
+func testImage(t testing.TB, arch string) v1.Image {
+	t.Helper()
+	prog, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testprog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1 := tarOf(t, entry{name: "bin/", typ: tar.TypeDir, mode: 0o755}, entry{name: "bin/t", data: string(prog), mode: 0o755},
+		entry{name: "etc/", typ: tar.TypeDir, mode: 0o755}, entry{name: "etc/passwd", data: "root:x:0:0::/root:/bin/sh\napp:x:1234:2345::/home/app:/bin/sh\n"},
+		entry{name: "etc/gone", data: "removed by layer 2"})
+	l2 := tarOf(t, entry{name: "etc/.wh.gone"}, entry{name: "srv/", typ: tar.TypeDir, mode: 0o755}, entry{name: "srv/data", data: "layer two"})
+	img, err := mutate.AppendLayers(empty.Image, layerOf(t, l1), layerOf(t, l2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Config = v1.Config{Env: []string{"PATH=/bin", "GREETING=hello"}, WorkingDir: "/srv", User: "app", Cmd: []string{"/bin/t", "id"}}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func testStore(t *testing.T) *Store {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-store-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s, err := Open(Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func writeDockerSave(t *testing.T, imgs map[string]v1.Image) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "saved.tar")
+	m := map[name.Tag]v1.Image{}
+	for tag, img := range imgs {
+		tg, err := name.NewTag(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[tg] = img
+	}
+	if err := tarball.MultiWriteToFile(p, m); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func writeLayout(t *testing.T, img v1.Image, ref string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "layout")
+	lp, err := layout.Write(p, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{refNameAnnotation: ref})); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tarDir writes a directory as a tar file (an OCI archive, say).
+func tarDir(t *testing.T, dir string, gz bool) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "archive.tar")
+	args := []string{"-C", dir, "-cf", p, "."}
+	if gz {
+		p += ".gz"
+		args = []string{"-C", dir, "-czf", p, "."}
+	}
+	if out, err := exec.Command("tar", args...).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	return p
+}
+
+func TestImportFormatsAgree(t *testing.T) {
+	s := testStore(t)
+	img := testImage(t, runtime.GOARCH)
+	want, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	saved := writeDockerSave(t, map[string]v1.Image{"example.com/tool:1": img})
+	lay := writeLayout(t, img, "example.com/tool:1")
+
+	first, err := s.Import(ctx, saved, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Digest != want.String() || first.Name != "example.com/tool:1" || first.Existed || first.Format != "docker" {
+		t.Fatalf("docker save: %+v (name %q), want digest %s", first.Image, first.Name, want)
+	}
+	checkTree(t, first.Root)
+	c := first.Config
+	if c.UID == nil || *c.UID != 1234 || *c.GID != 2345 || c.WorkingDir != "/srv" || strings.Join(c.Env, " ") != "PATH=/bin GREETING=hello" {
+		t.Errorf("config %+v", c)
+	}
+	for _, src := range []struct{ name, path string }{{"oci layout", lay}, {"oci archive", tarDir(t, lay, false)}, {"gzipped oci archive", tarDir(t, lay, true)}} {
+		got, err := s.Import(ctx, src.path, ImportOptions{Name: "again"})
+		if err != nil {
+			t.Fatalf("%s: %v", src.name, err)
+		}
+		if got.Digest != first.Digest || !got.Existed {
+			t.Errorf("%s: digest %s existed %v, want %s stored already", src.name, got.Digest, got.Existed, first.Digest)
+		}
+	}
+	// A fresh store unpacks the layout to the same tree.
+	s2 := testStore(t)
+	got, err := s2.Import(ctx, lay, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != first.Digest || got.Format != "oci" || got.Name != "example.com/tool:1" {
+		t.Errorf("oci layout: %+v name %q", got.Image, got.Name)
+	}
+	if a, b := listTree(t, first.Root), listTree(t, got.Root); a != b {
+		t.Errorf("trees differ:\n%s\n---\n%s", a, b)
+	}
+}
+
+// checkTree: the static binary from layer 1, the whiteout and the file
+// of layer 2, owners in the image range.
+func checkTree(t *testing.T, root string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(root, "etc/gone")); !os.IsNotExist(err) {
+		t.Errorf("whiteout not applied: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "srv/data"))
+	if err != nil || string(b) != "layer two" {
+		t.Errorf("srv/data = %q, %v", b, err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "bin/t"))
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("bin/t: %v %v", fi, err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != DefaultIDBase {
+		t.Errorf("bin/t owned by %d, want %d", uid, DefaultIDBase)
+	}
+}
+
+func listTree(t *testing.T, root string) string {
+	t.Helper()
+	var lines []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, _ := d.Info()
+		rel, _ := filepath.Rel(root, p)
+		size := int64(0)
+		if fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
+		lines = append(lines, rel+" "+fi.Mode().String()+" "+itoa(size))
+		return nil
+	})
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func TestImportSelection(t *testing.T) {
+	s := testStore(t)
+	ctx := context.Background()
+	a, b := testImage(t, runtime.GOARCH), testImage(t, runtime.GOARCH)
+	b, _ = mutate.Config(b, v1.Config{Cmd: []string{"other"}})
+	saved := writeDockerSave(t, map[string]v1.Image{"tools/a:1": a, "tools/b:2": b})
+	if _, err := s.Import(ctx, saved, ImportOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tools/a:1") {
+		t.Errorf("several images without --name: %v", err)
+	}
+	if _, err := s.Import(ctx, saved, ImportOptions{Name: "tools/c:3"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown tag: %v", err)
+	}
+	got, err := s.Import(ctx, saved, ImportOptions{Name: "tools/b:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := b.ConfigName(); got.Digest != want.String() {
+		t.Errorf("picked %s, want b %s", got.Digest, want)
+	}
+
+	// A multi-platform index: the host's platform is picked.
+	other := "s390x"
+	if runtime.GOARCH == "s390x" {
+		other = "amd64"
+	}
+	host, foreign := testImage(t, runtime.GOARCH), testImage(t, other)
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: foreign, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}},
+		mutate.IndexAddendum{Add: host, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}})
+	p := filepath.Join(t.TempDir(), "multi")
+	lp, err := layout.Write(p, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{refNameAnnotation: "multi"})); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Import(ctx, p, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := host.ConfigName(); got.Digest != want.String() || got.Platform != "linux/"+runtime.GOARCH {
+		t.Errorf("multi-platform: %s %s, want %s", got.Digest, got.Platform, want)
+	}
+	// A single image for another platform is refused.
+	if _, err := s.Import(ctx, writeLayout(t, foreign, "foreign"), ImportOptions{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("foreign platform: %v", err)
+	}
+}
+
+func TestImportRootFS(t *testing.T) {
+	s := testStore(t)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "mytree")
+	for p, data := range map[string]string{"usr/bin/tool": "#!/bin/sh\n", "etc/os-release": "ID=test\n"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(dir, p), []byte(data), 0o755)
+	}
+	os.Symlink("usr/bin", filepath.Join(dir, "bin"))
+	os.Symlink("/etc/shadow", filepath.Join(dir, "shadow-link"))
+	got, err := s.Import(ctx, dir, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "mytree" || got.Format != "rootfs" || got.Existed {
+		t.Errorf("%+v name %q", got.Image, got.Name)
+	}
+	// The link is kept as a link: the host's /etc/shadow was never read.
+	if l, err := os.Readlink(filepath.Join(got.Root, "shadow-link")); err != nil || l != "/etc/shadow" {
+		t.Errorf("shadow-link: %q %v", l, err)
+	}
+	again, err := s.Import(ctx, dir, ImportOptions{Name: "mytree2"})
+	if err != nil || !again.Existed || again.Digest != got.Digest {
+		t.Errorf("second import: %+v %v", again, err)
+	}
+	// The same tree as a gzipped tarball unpacks to the same files.
+	tgz := filepath.Join(t.TempDir(), "tree.tar.gz")
+	f, _ := os.Create(tgz)
+	zw := gzip.NewWriter(f)
+	if err := writeTree(mustOpenDir(t, dir), zw); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	f.Close()
+	fromTar, err := s.Import(ctx, tgz, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromTar.Name != "tree" || fromTar.Digest != got.Digest {
+		t.Errorf("tarball: name %q digest %s, want %s", fromTar.Name, fromTar.Digest, got.Digest)
+	}
+}
+
+// TestImportRefusals: malicious or broken archives fail, and leave
+// nothing behind, in the store or outside it.
+func TestImportRefusals(t *testing.T) {
+	s := testStore(t)
+	ctx := context.Background()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "victim"), []byte("untouched"), 0o644)
+	rel, _ := filepath.Rel("/", outside)
+	escape := func(t *testing.T, ents ...entry) v1.Image {
+		img, err := mutate.AppendLayers(empty.Image, layerOf(t, tarOf(t, ents...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, _ := img.ConfigFile()
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture = "linux", runtime.GOARCH
+		img, _ = mutate.ConfigFile(img, cf)
+		return img
+	}
+	for _, tt := range []struct {
+		name string
+		img  func(t *testing.T) v1.Image
+	}{
+		{"dot-dot", func(t *testing.T) v1.Image {
+			return escape(t, entry{name: "../../../../../../" + rel + "/victim", data: "pwned"})
+		}},
+		{"absolute", func(t *testing.T) v1.Image { return escape(t, entry{name: outside + "/victim", data: "pwned"}) }},
+		{"hardlink out", func(t *testing.T) v1.Image {
+			return escape(t, entry{name: "l", typ: tar.TypeLink, link: "../../../../../../" + rel + "/victim"})
+		}},
+		{"duplicate", func(t *testing.T) v1.Image { return escape(t, entry{name: "a", data: "1"}, entry{name: "a", data: "2"}) }},
+		{"wrong diff_id", func(t *testing.T) v1.Image {
+			img := escape(t, entry{name: "a", data: "1"})
+			cf, _ := img.ConfigFile()
+			cf = cf.DeepCopy()
+			cf.RootFS.DiffIDs[0] = v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("0", 64)}
+			img, _ = mutate.ConfigFile(img, cf)
+			return img
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeLayout(t, tt.img(t), "bad")
+			if got, err := s.Import(ctx, p, ImportOptions{}); err == nil {
+				t.Fatalf("imported: %+v", got)
+			} else {
+				t.Log(err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(outside, "victim")); string(b) != "untouched" {
+				t.Errorf("victim = %q", b)
+			}
+			for _, sub := range []string{"sha256", "tmp"} {
+				if ents, _ := os.ReadDir(filepath.Join(s.Dir(), sub)); len(ents) != 0 {
+					t.Errorf("%s left: %v", sub, ents)
+				}
+			}
+			if _, err := s.Resolve("bad"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("name set: %v", err)
+			}
+		})
+	}
+	// Limits.
+	small, err := Open(Options{Dir: s.Dir(), Limits: limitsOf(100, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Import(ctx, writeLayout(t, escape(t, entry{name: "big", data: strings.Repeat("x", 200)}), "big"), ImportOptions{}); err == nil {
+		t.Error("over the size cap imported")
+	}
+}
+
+func TestRemoveAndGC(t *testing.T) {
+	s := testStore(t)
+	ctx := context.Background()
+	img := testImage(t, runtime.GOARCH)
+	p := writeLayout(t, img, "tool:1")
+	got, err := s.Import(ctx, p, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, p, ImportOptions{Name: "tool:latest"}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.List(); len(list) != 1 || strings.Join(list[0].Names, ",") != "tool:1,tool:latest" {
+		t.Fatalf("list %+v", list)
+	}
+	// A configured tool's image is refused without force.
+	used := func(img *Image) string { return "mytool" }
+	if _, err := s.Remove("tool:1", RemoveOptions{Used: used}); !errors.Is(err, ErrInUse) {
+		t.Errorf("used by a tool: %v", err)
+	}
+	// A live sandbox (a holder of the lock) too, for the last name.
+	r, err := s.Remove("tool:1", RemoveOptions{})
+	if err != nil || r.Digest != "" {
+		t.Fatalf("remove one of two names: %+v %v", r, err)
+	}
+	lock, _ := os.Open(got.Lock)
+	flockShared(t, lock)
+	if _, err := s.Remove("tool:latest", RemoveOptions{}); !errors.Is(err, ErrInUse) {
+		t.Errorf("live sandbox: %v", err)
+	}
+	lock.Close()
+	r, err = s.Remove("tool:latest", RemoveOptions{})
+	if err != nil || r.Digest != got.Digest {
+		t.Fatalf("remove last: %+v %v", r, err)
+	}
+	if _, err := os.Stat(got.Root); !os.IsNotExist(err) {
+		t.Errorf("content still there: %v", err)
+	}
+	if _, err := s.Resolve("tool:latest"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("resolve after rm: %v", err)
+	}
+	// GC: content without a name goes.
+	got, _ = s.Import(ctx, p, ImportOptions{})
+	names, _ := s.readNames()
+	delete(names, "tool:1")
+	s.writeNames(names)
+	removed, err := s.GC()
+	if err != nil || len(removed) != 1 || removed[0] != got.Digest {
+		t.Errorf("gc: %v %v", removed, err)
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, ok := range []string{"python", "python:3.12", "docker.io/library/python:3.12", "a", "my-tool_1.0"} {
+		if err := CheckName(ok); err != nil {
+			t.Errorf("CheckName(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "host", "Python", "-x", "sha256:abc", "a b", "a\nb", strings.Repeat("a", 256), "../x"} {
+		if err := CheckName(bad); err == nil {
+			t.Errorf("CheckName(%q) accepted", bad)
+		}
+	}
+	if err := CheckRef("sha256:" + strings.Repeat("a", 64)); err != nil {
+		t.Error(err)
+	}
+	if err := CheckRef("sha256:abc"); err == nil {
+		t.Error("short digest accepted")
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func mustOpenDir(t *testing.T, p string) int {
+	t.Helper()
+	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	return fd
+}
+
+func limitsOf(bytes int64, entries int) unpack.Limits {
+	return unpack.Limits{Bytes: bytes, Entries: entries}
+}
+
+func flockShared(t *testing.T, f *os.File) {
+	t.Helper()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+}
