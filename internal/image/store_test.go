@@ -368,7 +368,9 @@ func TestImportRefusals(t *testing.T) {
 		{"hardlink out", func(t *testing.T) v1.Image {
 			return escape(t, entry{name: "l", typ: tar.TypeLink, link: "../../../../../../" + rel + "/victim"})
 		}},
-		{"duplicate", func(t *testing.T) v1.Image { return escape(t, entry{name: "a", data: "1"}, entry{name: "a", data: "2"}) }},
+		{"duplicate", func(t *testing.T) v1.Image {
+			return escape(t, entry{name: "a", data: "1"}, entry{name: "a", data: "2"})
+		}},
 		{"wrong diff_id", func(t *testing.T) v1.Image {
 			img := escape(t, entry{name: "a", data: "1"})
 			cf, _ := img.ConfigFile()
