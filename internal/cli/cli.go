@@ -52,6 +52,8 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 		return auditCmd(ctx, rest, stdio)
 	case "mcp":
 		return mcpCmd(ctx, rest, stdio)
+	case "image":
+		return imageCmd(ctx, rest, stdio)
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
 		return nil
@@ -97,6 +99,7 @@ Usage:
   airlock pool ls                          show the daemon's pools
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
+  airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)
   airlock version                          print the version
 
 Run "airlock COMMAND -h" for a command's flags.

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/result"
@@ -150,12 +151,16 @@ type runFlags struct {
 	socket     string
 	viaDaemon  bool
 	workdirSet bool
+	// image is the root file system ("" or "host": the host's); img is
+	// it resolved in the store at imageStore.
+	image, imageStore string
+	img               *image.Image
 }
 
 // shapingFlags change how the sandbox is built or what it may reach. A
 // warm sandbox of the daemon was built from the tool's settings, so a run
 // that gives any of them runs here instead.
-var shapingFlags = []string{"memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "config", "state-dir", "cgroup-parent", "sample-interval"}
+var shapingFlags = []string{"image", "image-store", "memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "config", "state-dir", "cgroup-parent", "sample-interval"}
 
 func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	rf := &runFlags{limits: sandbox.DefaultLimits(), sampleEvery: 250 * time.Millisecond}
@@ -178,6 +183,8 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	fs.StringVar(&rf.configPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	fs.StringVar(&rf.socket, "socket", daemon.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
 	fs.StringVar(&rf.tool, "tool", "", "use the named tool's settings from the config file; flags override them")
+	fs.StringVar(&rf.image, "image", "", "root file system: host (the default) or an imported image's name or digest")
+	fs.StringVar(&rf.imageStore, "image-store", image.DefaultDir, "image store directory")
 	fs.Var(allowFlag{&rf.egress}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.StringVar(&rf.opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&rf.opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
@@ -192,10 +199,6 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 		return nil, nil, &ExitError{Code: ExitFailure} // flag printed the error
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
-		fmt.Fprintln(stderr, "airlock run: no command given; usage: airlock run [flags] -- COMMAND [ARG...]")
-		return nil, nil, &ExitError{Code: ExitFailure}
-	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	rf.workdirSet = set["workdir"]
@@ -204,6 +207,19 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 		// The daemon has the tool's settings; the local config is not read.
 	} else if err := rf.applyTool(set); err != nil {
 		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		return nil, nil, &ExitError{Code: ExitFailure}
+	}
+	if !rf.viaDaemon {
+		if err := rf.resolveImage(set); err != nil {
+			fmt.Fprintf(stderr, "airlock run: %v\n", err)
+			return nil, nil, &ExitError{Code: ExitFailure}
+		}
+		if len(argv) == 0 && rf.img != nil {
+			argv = rf.img.Argv()
+		}
+	}
+	if len(argv) == 0 {
+		fmt.Fprintln(stderr, "airlock run: no command given; usage: airlock run [flags] -- COMMAND [ARG...]")
 		return nil, nil, &ExitError{Code: ExitFailure}
 	}
 	if rf.json && rf.events {
@@ -219,6 +235,31 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 		return nil, nil, &ExitError{Code: ExitFailure}
 	}
 	return rf, argv, nil
+}
+
+// resolveImage finds the image the run uses in the store and applies its
+// defaults (environment, working directory) under the tool's and the
+// flags'.
+func (rf *runFlags) resolveImage(set map[string]bool) error {
+	if rf.image == "" || rf.image == config.ImageHost {
+		return nil
+	}
+	st, err := image.Open(image.Options{Dir: rf.imageStore})
+	if err != nil {
+		return err
+	}
+	if rf.img, err = st.Resolve(rf.image); err != nil {
+		return err
+	}
+	workdir := ""
+	if set["workdir"] || rf.workdir != sandbox.HomeDir {
+		workdir = rf.workdir
+	}
+	rf.env, workdir = rf.img.Defaults(rf.env, workdir)
+	if workdir != "" {
+		rf.workdir = workdir
+	}
+	return nil
 }
 
 func runCmd(ctx context.Context, args []string, stdio IO) error {
@@ -264,7 +305,11 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	defer rt.Close()
-	sb, err := rt.Create(ctx, sandbox.Spec{Limits: rf.limits, Mounts: rf.mounts})
+	spec := sandbox.Spec{Limits: rf.limits, Mounts: rf.mounts}
+	if rf.img != nil {
+		spec.Image, spec.User = rf.img.SandboxImage()
+	}
+	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/image"
 )
 
 // serveCmd is `airlock serve`: the daemon, until interrupted.
@@ -62,6 +63,7 @@ func parseAll(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) 
 func embedFlags(fs *flag.FlagSet, opts *daemon.Options, when string) *string {
 	cfgPath := fs.String("config", "", "config file"+when+" (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database"+when+" (default: the config's audit.path, else "+config.DefaultAuditPath+")")
+	fs.StringVar(&opts.ImageStore, "image-store", image.DefaultDir, "image store tools' images are found in"+when)
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory"+when+" (advanced)")
 	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created"+when+" (advanced)")
 	return cfgPath

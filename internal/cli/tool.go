@@ -58,6 +58,9 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 	}
 	rf.limits = limits
 	rf.mounts = t.Mounts
+	if !set["image"] {
+		rf.image = t.Image
+	}
 	rf.env = append(append([]string(nil), t.Env...), rf.env...)
 	if !set["workdir"] && t.Workdir != "" {
 		rf.workdir = t.Workdir

@@ -72,7 +72,8 @@ type Tool struct {
 	Name string
 	// Description is free text for people and agents; may be empty.
 	Description string
-	// Image is the root file system; always ImageHost today.
+	// Image is the root file system: ImageHost, or a stored image's name
+	// or digest.
 	Image string
 	// Workdir is the absolute, clean working directory of commands.
 	Workdir string

@@ -18,7 +18,7 @@
 //	tools:
 //	  fetch:                          # tool name
 //	    description: Fetch a URL      # optional free text
-//	    image: host                   # optional; only "host" exists today
+//	    image: host                   # optional; "host" or an imported image (airlock image import)
 //	    workdir: /workspace           # optional absolute path, default /workspace
 //	    env:                          # optional NAME: value, kept in file order
 //	      LANG: C.UTF-8

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/image"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock/internal/units"
@@ -127,14 +129,17 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 	return t, nil
 }
 
-// image parses image: only "host" exists today.
+// image parses image: "host", or a stored image's name or digest (found
+// in the image store when the tool is used).
 func (p *parser) image(n *yaml.Node, at string) (string, error) {
 	s, err := p.str(n, at)
 	if err != nil {
 		return "", err
 	}
 	if s != ImageHost {
-		return "", p.errAt(n, at, "unknown image %s (known: %s)", quote(s), ImageHost)
+		if err := image.CheckRef(s); err != nil {
+			return "", p.errAt(n, at, "%v", err)
+		}
 	}
 	return s, nil
 }

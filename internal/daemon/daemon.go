@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	Version string
 	// AuditPath, if set, overrides the config's audit log path.
 	AuditPath string
+	// ImageStore is the image store tools' images are found in; ""
+	// is image.DefaultDir.
+	ImageStore string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -140,8 +144,24 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
+	var store *image.Store
 	for _, t := range opts.Config.Profiles() {
 		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts}
+		if t.Image != config.ImageHost && t.Image != "" {
+			if store == nil {
+				if store, err = image.Open(image.Options{Dir: opts.ImageStore}); err != nil {
+					return nil, err
+				}
+			}
+			img, err := store.Resolve(t.Image)
+			if err != nil {
+				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+			}
+			spec.Image, spec.User = img.SandboxImage()
+			// The image's environment and working directory are the
+			// tool's defaults.
+			t.Env, t.Workdir = img.Defaults(t.Env, t.Workdir)
+		}
 		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if opts.Embedded {

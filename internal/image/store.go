@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -873,4 +874,31 @@ func (s *Store) GC() ([]string, error) {
 		removed = append(removed, digest)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// SandboxImage is what a sandbox built from img needs: its root, its lock
+// and the user its config names (nil: the sandbox's default user).
+func (img *Image) SandboxImage() (*sandbox.Image, *sandbox.User) {
+	var u *sandbox.User
+	if img.Config.UID != nil && img.Config.GID != nil {
+		u = &sandbox.User{UID: *img.Config.UID, GID: *img.Config.GID}
+	}
+	return &sandbox.Image{Root: img.Root, Lock: img.Lock}, u
+}
+
+// Defaults applies the image's environment and working directory under a
+// tool's own: env is the tool's (later entries win), workdir the tool's
+// or "".
+func (img *Image) Defaults(env []string, workdir string) ([]string, string) {
+	env = append(append([]string(nil), img.Config.Env...), env...)
+	if workdir == "" {
+		workdir = img.Config.WorkingDir
+	}
+	return env, workdir
+}
+
+// Argv is the command the image runs when a call gives none: its
+// entrypoint and cmd.
+func (img *Image) Argv() []string {
+	return append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
 }

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/units"
+)
+
+const imageUsage = `Usage:
+  airlock image import PATH [--name NAME]   import an OCI layout or archive, a docker save
+                                            archive, or a root file system (directory or tarball)
+  airlock image ls                          list stored images
+  airlock image inspect NAME|DIGEST         print an image's record as JSON
+  airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
+  airlock image gc                          remove content no name points at
+
+Every subcommand takes --store DIR (default ` + image.DefaultDir + `).
+`
+
+func imageCmd(ctx context.Context, args []string, stdio IO) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdio.Stdout, imageUsage)
+		if len(args) == 0 {
+			return &ExitError{Code: 2}
+		}
+		return nil
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("airlock image "+sub, flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	storeDir := fs.String("store", image.DefaultDir, "image store directory")
+	var name, cfgPath string
+	var force, asJSON bool
+	want := 1
+	switch sub {
+	case "import":
+		fs.StringVar(&name, "name", "", "name for the image; in an archive of several, the tag to import")
+		fs.BoolVar(&asJSON, "json", false, "print the record as JSON")
+	case "ls":
+		want = 0
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	case "inspect":
+	case "rm":
+		fs.BoolVar(&force, "force", false, "remove even if a configured tool or a live sandbox uses it")
+		fs.StringVar(&cfgPath, "config", "", "config file whose tools are checked (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	case "gc":
+		want = 0
+	default:
+		fmt.Fprint(stdio.Stderr, imageUsage)
+		return fmt.Errorf("unknown image command %q", sub)
+	}
+	// Flags may come before or after the one argument.
+	var pos []string
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return &ExitError{Code: 2}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) != want {
+		fmt.Fprintf(stdio.Stderr, "airlock image %s: want %d argument(s), got %d\n", sub, want, len(pos))
+		return &ExitError{Code: 2}
+	}
+	st, err := image.Open(image.Options{Dir: *storeDir})
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "import":
+		start := time.Now()
+		imp, err := st.Import(ctx, pos[0], image.ImportOptions{Name: name})
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdio.Stdout, imp.Image)
+		}
+		how := fmt.Sprintf("unpacked %d entries, %s in %.1fs", imp.Unpacked.Entries, units.FormatSize(imp.Unpacked.Bytes), time.Since(start).Seconds())
+		if imp.Existed {
+			how = "already stored"
+		}
+		fmt.Fprintf(stdio.Stdout, "%s %s (%s)\n", imp.Name, imp.Digest, how)
+		if r := imp.Unpacked; !imp.Existed && (r.Skipped > 0 || r.SetIDCleared > 0 || r.IDsClamped > 0) {
+			fmt.Fprintf(stdio.Stdout, "neutralised: %d device nodes or FIFOs skipped, %d setuid/setgid bits cleared, %d owners outside ids 0-65535 made nobody\n",
+				r.Skipped, r.SetIDCleared, r.IDsClamped)
+		}
+		return nil
+	case "ls":
+		list, err := st.List()
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdio.Stdout, list)
+		}
+		tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tFORMAT\tSIZE\tIMPORTED")
+		for _, img := range list {
+			names := strings.Join(img.Names, ",")
+			if names == "" {
+				names = "<none>"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", names, img.Digest[:19], img.Format, units.FormatSize(img.Unpacked.Bytes), img.Imported.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	case "inspect":
+		img, err := st.Resolve(pos[0])
+		if err != nil {
+			return err
+		}
+		return printJSON(stdio.Stdout, img)
+	case "rm":
+		o := image.RemoveOptions{Force: force}
+		if cfg, err := config.Discover(cfgPath); err == nil {
+			o.Used = func(img *image.Image) string { return toolUsing(cfg, img) }
+		} else if cfgPath != "" {
+			return err
+		}
+		r, err := st.Remove(pos[0], o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdio.Stdout, "removed %s", strings.Join(r.Names, ", "))
+		if r.Digest != "" {
+			fmt.Fprintf(stdio.Stdout, " and its content %s (%s)", r.Digest, units.FormatSize(r.Bytes))
+		}
+		fmt.Fprintln(stdio.Stdout)
+		return nil
+	case "gc":
+		removed, err := st.GC()
+		for _, d := range removed {
+			fmt.Fprintln(stdio.Stdout, "removed", d)
+		}
+		return err
+	}
+	return nil
+}
+
+// toolUsing names a configured tool whose image is img, or "".
+func toolUsing(cfg *config.Config, img *image.Image) string {
+	for _, t := range cfg.Profiles() {
+		if t.Image == img.Digest || slices.Contains(img.Names, t.Image) {
+			return t.Name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+// TestImageRun imports a root file system holding a static test program,
+// runs commands from it (by flag and through a tool of the config), and
+// removes it, refused while a tool uses it.
+func TestImageRun(t *testing.T) {
+	requireRoot(t)
+	tmp, err := os.MkdirTemp("/var/tmp", "airlock-cli-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	store := filepath.Join(tmp, "store")
+	tree := filepath.Join(tmp, "tree")
+	prog, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testprog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, data := range map[string]string{"bin/t": string(prog), "etc/resolv.conf": "nameserver 9.9.9.9\n", "data/hello": "from the image\n"} {
+		os.MkdirAll(filepath.Join(tree, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(tree, p), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := func(args ...string) outcome {
+		return execAirlock(t, nil, "", append(append([]string{"image"}, args...), "--store", store)...)
+	}
+	if o := img("import", tree, "--name", "tiny"); o.code != 0 || !strings.HasPrefix(o.stdout, "tiny sha256:") {
+		t.Fatalf("import: %+v", o)
+	}
+	if o := img("import", tree, "--name", "tiny"); o.code != 0 || !strings.Contains(o.stdout, "already stored") {
+		t.Errorf("second import: %+v", o)
+	}
+	if o := img("ls"); o.code != 0 || !strings.Contains(o.stdout, "tiny") || !strings.Contains(o.stdout, "rootfs") {
+		t.Errorf("ls: %+v", o)
+	}
+	if o := img("inspect", "tiny"); o.code != 0 || !strings.Contains(o.stdout, `"format": "rootfs"`) {
+		t.Errorf("inspect: %+v", o)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--image", "tiny", "--", "/bin/t", "cat", "/data/hello"}, `"value":"from the image\n"`},
+		{[]string{"--image", "tiny", "--", "/bin/t", "cat", "/etc/resolv.conf"}, `"value":"nameserver 127.0.0.53`},
+		{[]string{"--image", "tiny", "--", "/bin/t", "write", "/data/x", "y"}, `"ok":false`},
+		{[]string{"--image", "tiny", "--", "/bin/t", "stat", "/data/hello"}, `"value":"0:0:100755"`},
+	} {
+		o := airlock(t, "", append([]string{"--image-store", store}, tt.args...)...)
+		if o.code != 0 || !strings.Contains(o.stdout, tt.want) {
+			t.Errorf("run %v: %+v, want %s", tt.args, o, tt.want)
+		}
+	}
+	if o := airlock(t, "", "--image-store", store, "--image", "absent", "--", "/bin/t", "id"); o.code == 0 || !strings.Contains(o.stderr, "no such image") {
+		t.Errorf("absent image: %+v", o)
+	}
+	cfg := filepath.Join(tmp, "airlock.yaml")
+	os.WriteFile(cfg, []byte("tools:\n  tiny-tool:\n    image: tiny\n    env:\n      GREETING: hi\n"), 0o644)
+	if o := airlock(t, "", "--image-store", store, "--config", cfg, "--tool", "tiny-tool", "--socket", filepath.Join(tmp, "none.sock"), "--", "/bin/t", "env", "GREETING"); o.code != 0 || !strings.Contains(o.stdout, `"value":"hi"`) {
+		t.Errorf("tool run: %+v", o)
+	}
+	if o := img("rm", "tiny", "--config", cfg); o.code == 0 || !strings.Contains(o.stderr, "tiny-tool") {
+		t.Errorf("rm of a configured tool's image: %+v", o)
+	}
+	if o := img("rm", "tiny", "--config", cfg, "--force"); o.code != 0 || !strings.Contains(o.stdout, "content sha256:") {
+		t.Errorf("forced rm: %+v", o)
+	}
+	if o := img("ls"); strings.Contains(o.stdout, "tiny") {
+		t.Errorf("still listed: %+v", o)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(store, "sha256")); len(ents) != 0 {
+		t.Errorf("content left: %v", ents)
+	}
+}
