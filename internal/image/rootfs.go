@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/image/unpack"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +35,7 @@ func writeDir(tw *tar.Writer, dirfd int, prefix string, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("%s: directories nested more than %d deep", prefix, maxTreeDepth)
 	}
-	names, err := readNames(dirfd)
+	names, err := unpack.ReadNames(dirfd)
 	if err != nil {
 		return err
 	}
@@ -45,19 +46,6 @@ func writeDir(tw *tar.Writer, dirfd int, prefix string, depth int) error {
 		}
 	}
 	return nil
-}
-
-func readNames(fd int) ([]string, error) {
-	d, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(d), "dir")
-	defer f.Close()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
 }
 
 func header(st *unix.Stat_t, name string) *tar.Header {

@@ -442,16 +442,7 @@ func (src *source) openFile(ctx context.Context) error {
 	return nil
 }
 
-func (o Options) limits() unpack.Limits {
-	l := o.Limits
-	if l.Bytes <= 0 {
-		l.Bytes = 16 << 30
-	}
-	if l.Entries <= 0 {
-		l.Entries = 1 << 20
-	}
-	return l
-}
+func (o Options) limits() unpack.Limits { return o.Limits.WithDefaults() }
 
 // ctxReader stops a copy when the context ends.
 type ctxReader struct {

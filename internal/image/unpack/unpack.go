@@ -48,13 +48,15 @@ type Limits struct {
 	Entries int
 }
 
-func (l *Limits) defaults() {
+// WithDefaults fills in the defaults of unset caps.
+func (l Limits) WithDefaults() Limits {
 	if l.Bytes <= 0 {
 		l.Bytes = 16 << 30
 	}
 	if l.Entries <= 0 {
 		l.Entries = 1 << 20
 	}
+	return l
 }
 
 // IDRange is how many ids an image has: 0..IDRange-1.
@@ -98,7 +100,7 @@ type Unpacker struct {
 // New prepares to unpack into root, an existing empty directory that only
 // the caller can reach. Owners are shifted by idBase.
 func New(root string, idBase uint32, lim Limits) (*Unpacker, error) {
-	lim.defaults()
+	lim = lim.WithDefaults()
 	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("unpack: %w", err)
@@ -506,7 +508,7 @@ func (u *Unpacker) whiteout(dir, name string) error {
 		}
 		return nil
 	}
-	names, err := readNames(fd)
+	names, err := ReadNames(fd)
 	if err != nil {
 		return err
 	}
@@ -525,14 +527,17 @@ func (u *Unpacker) whiteout(dir, name string) error {
 	return nil
 }
 
-// readNames lists a directory open for reading.
-func readNames(fd int) ([]string, error) {
+// ReadNames lists a directory open for reading, from its start.
+func ReadNames(fd int) ([]string, error) {
 	d, err := unix.Dup(fd)
 	if err != nil {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(d), "dir")
 	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
 	return f.Readdirnames(-1)
 }
 
@@ -550,7 +555,7 @@ func removeAll(pfd int, base string) error {
 	if err != nil {
 		return err
 	}
-	names, err := readNames(fd)
+	names, err := ReadNames(fd)
 	if err == nil {
 		for _, n := range names {
 			if err = removeAll(fd, n); err != nil {
