@@ -318,8 +318,11 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 	}
 	if spec.Image != nil {
 		// The image brings its own system directories (and loader cache
-		// and certificates); only the caller's mounts are bound.
+		// and certificates); only the caller's mounts are bound. Of /etc,
+		// airlock controls only what names the network (hosts, hostname,
+		// resolv.conf); the image's users and groups stay its own.
 		c.Binds, c.Symlinks = mounts, nil
+		c.Files = slices.DeleteFunc(c.Files, func(f initproto.File) bool { return !imageEtc[f.Path] })
 		c.Image = &initproto.ImageRoot{Writable: spec.Image.Writable}
 	}
 	return c

@@ -29,6 +29,10 @@ type Image struct {
 	Writable bool
 }
 
+// imageEtc are the generated /etc files an image root gets over the
+// image's own.
+var imageEtc = map[string]bool{"/etc/hosts": true, "/etc/hostname": true, "/etc/resolv.conf": true}
+
 // User is the identity commands run as, inside the sandbox's id range.
 type User struct {
 	UID, GID uint32

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,10 +34,12 @@ func handImage(t *testing.T, rt *Runtime) string {
 		{"bin", os.ModeDir | 0o755, nil, 0},
 		{"bin/t", 0o755, testProg(t), 0},
 		{"etc", os.ModeDir | 0o755, nil, 0},
+		{"etc/passwd", 0o644, []byte("root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/user:/bin/sh\n"), 0},
 		{"etc/resolv.conf", 0o644, []byte("nameserver 8.8.8.8\n"), 0},
 		{"etc/hosts", 0o644, []byte("6.6.6.6 localhost\n"), 0},
 		{"etc/os-release", 0o644, []byte("ID=handmade\n"), 0},
 		{"home", os.ModeDir | 0o755, nil, 0},
+		{"usr", os.ModeDir | 0o755, nil, 0},
 		{"home/user", os.ModeDir | 0o700, nil, 1000},
 		{"home/user/secret", 0o600, []byte("mine"), 1000},
 		{"proc", os.ModeSymlink, []byte("/etc"), 0},
@@ -98,6 +101,7 @@ func TestImageRoot(t *testing.T) {
 	}{
 		{"image file", []string{"cat", "/etc/os-release"}, img, true, "ID=handmade\n"},
 		{"resolv.conf is airlock's", []string{"cat", "/etc/resolv.conf"}, img, true, "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
+		{"passwd is the image's", []string{"cat", "/etc/passwd"}, img, true, "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/user:/bin/sh\n"},
 		{"hosts is airlock's", []string{"cat", "/etc/hosts"}, img, true, "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
 		{"root owns the image root", []string{"stat", "/bin/t"}, img, true, "0:0:100755"},
 		{"user file shows as the user's", []string{"stat", "/home/user/secret"}, img, true, "1000:1000:100600"},
@@ -121,5 +125,48 @@ func TestImageRoot(t *testing.T) {
 	// Nothing a sandbox did reached the image.
 	if _, err := os.Lstat(filepath.Join(root, "bin/x")); !os.IsNotExist(err) {
 		t.Errorf("a sandbox's write reached the stored image: %v", err)
+	}
+}
+
+// TestEscapeAttemptsFromImage runs every escape attempt from an image
+// root, as the default user and as the image's root user (who owns the
+// image's files: the read-only mount, not file ownership, keeps the image
+// intact), and everything holds as with the host image.
+func TestEscapeAttemptsFromImage(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	for _, u := range []*User{nil, {}} {
+		for _, tt := range escapeAttempts {
+			if u != nil && tt.args[0] == "setuid-root" {
+				continue // uid 0 inside already; becoming it is no escape
+			}
+			t.Run(fmt.Sprintf("uid %v %s", u, strings.Join(tt.args, "-")), func(t *testing.T) {
+				r := run(t, runOpts{spec: func(s *Spec) { s.Image = &Image{Root: root}; s.User = u }}, append([]string{"/bin/t"}, tt.args...)...)
+				var rep report
+				if r.Outcome == result.Exited && r.ExitCode == 0 {
+					if err := json.Unmarshal([]byte(strings.TrimSpace(string(r.Stdout))), &rep); err != nil {
+						t.Fatalf("bad report %q: %v", r.Stdout, err)
+					}
+				}
+				tt.check(t, rep, r)
+			})
+		}
+	}
+}
+
+// TestWritableImageRootIsBounded: what a writable root takes counts
+// against the sandbox's disk ceiling, like /workspace and /tmp.
+func TestWritableImageRootIsBounded(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	lim := DefaultLimits()
+	lim.Disk, lim.Time = 4<<20, 30e9
+	r := run(t, runOpts{limits: &lim, spec: func(s *Spec) { s.Image = &Image{Root: root, Writable: true}; s.User = &User{} }},
+		"/bin/t", "fill", "/usr/big", "100000000")
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitDisk {
+		t.Fatalf("got %s %+v (%s), want the disk ceiling", r.Outcome, r.Limit, r.Stdout)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/big")); !os.IsNotExist(err) {
+		t.Errorf("the write reached the stored image: %v", err)
 	}
 }

@@ -221,14 +221,11 @@ func TestFilesystem(t *testing.T) {
 	}
 }
 
-func TestEscapeAttempts(t *testing.T) {
-	// Each attempt must fail; the set of errnos accepted is what a kernel
-	// may answer for a refused call.
+// escapeAttempts are attacks of the test program that must all fail; the
+// errnos accepted are what a kernel may answer for a refused call.
+var escapeAttempts = func() []escapeAttempt {
 	eperm := []unix.Errno{unix.EPERM, unix.EACCES}
-	tests := []struct {
-		args  []string
-		errno []unix.Errno
-	}{
+	return []escapeAttempt{
 		{[]string{"unshare-user"}, eperm},
 		{[]string{"unshare-net"}, eperm},
 		{[]string{"mount-tmpfs"}, eperm},
@@ -260,23 +257,36 @@ func TestEscapeAttempts(t *testing.T) {
 		{[]string{"tiocsti", "high"}, eperm},
 		{[]string{"setuid-root"}, eperm},
 	}
-	for _, tt := range tests {
+}()
+
+type escapeAttempt struct {
+	args  []string
+	errno []unix.Errno
+}
+
+func TestEscapeAttempts(t *testing.T) {
+	for _, tt := range escapeAttempts {
 		t.Run(strings.Join(tt.args, "-"), func(t *testing.T) {
 			rep, r := attack(t, tt.args...)
-			if r.Outcome != result.Exited || r.ExitCode != 0 {
-				t.Fatalf("attack program: %s %d: %s", r.Outcome, r.ExitCode, r.Stderr)
-			}
-			if rep.OK {
-				t.Fatalf("%v succeeded inside the sandbox (value %q)", tt.args, rep.Value)
-			}
-			ok := false
-			for _, e := range tt.errno {
-				ok = ok || rep.Errno == int(e)
-			}
-			if !ok {
-				t.Fatalf("%v failed with errno %d (%s), want one of %v", tt.args, rep.Errno, rep.Error, tt.errno)
-			}
+			tt.check(t, rep, r)
 		})
+	}
+}
+
+func (tt escapeAttempt) check(t *testing.T, rep report, r *result.Result) {
+	t.Helper()
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("attack program: %s %d: %s", r.Outcome, r.ExitCode, r.Stderr)
+	}
+	if rep.OK {
+		t.Fatalf("%v succeeded inside the sandbox (value %q)", tt.args, rep.Value)
+	}
+	ok := false
+	for _, e := range tt.errno {
+		ok = ok || rep.Errno == int(e)
+	}
+	if !ok {
+		t.Fatalf("%v failed with errno %d (%s), want one of %v", tt.args, rep.Errno, rep.Error, tt.errno)
 	}
 }
 

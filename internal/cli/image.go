@@ -23,7 +23,8 @@ const imageUsage = `Usage:
   airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
   airlock image gc                          remove content no name points at
 
-Every subcommand takes --store DIR (default ` + image.DefaultDir + `).
+Every subcommand takes --store DIR (default: the config's images.store, else
+` + image.DefaultDir + `) and --config FILE.
 `
 
 func imageCmd(ctx context.Context, args []string, stdio IO) error {
@@ -37,8 +38,9 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	sub, rest := args[0], args[1:]
 	fs := flag.NewFlagSet("airlock image "+sub, flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
-	storeDir := fs.String("store", image.DefaultDir, "image store directory")
-	var name, cfgPath string
+	storeDir := fs.String("store", "", "image store directory (default: the config's images.store, else "+image.DefaultDir+")")
+	cfgPath := fs.String("config", "", "config file, for the store's settings and (rm) the tools to check (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	var name string
 	var force, asJSON bool
 	want := 1
 	switch sub {
@@ -51,7 +53,6 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	case "inspect":
 	case "rm":
 		fs.BoolVar(&force, "force", false, "remove even if a configured tool or a live sandbox uses it")
-		fs.StringVar(&cfgPath, "config", "", "config file whose tools are checked (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	case "gc":
 		want = 0
 	default:
@@ -76,7 +77,15 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintf(stdio.Stderr, "airlock image %s: want %d argument(s), got %d\n", sub, want, len(pos))
 		return &ExitError{Code: 2}
 	}
-	st, err := image.Open(image.Options{Dir: *storeDir})
+	cfg, err := config.Discover(*cfgPath)
+	if err != nil {
+		return err
+	}
+	opts := cfg.Images.StoreOptions()
+	if *storeDir != "" {
+		opts.Dir = *storeDir
+	}
+	st, err := image.Open(opts)
 	if err != nil {
 		return err
 	}
@@ -125,12 +134,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 		}
 		return printJSON(stdio.Stdout, img)
 	case "rm":
-		o := image.RemoveOptions{Force: force}
-		if cfg, err := config.Discover(cfgPath); err == nil {
-			o.Used = func(img *image.Image) string { return toolUsing(cfg, img) }
-		} else if cfgPath != "" {
-			return err
-		}
+		o := image.RemoveOptions{Force: force, Used: func(img *image.Image) string { return toolUsing(cfg, img) }}
 		r, err := st.Remove(pos[0], o)
 		if err != nil {
 			return err

@@ -63,12 +63,40 @@ func TestImageRun(t *testing.T) {
 	if o := airlock(t, "", "--image-store", store, "--image", "absent", "--", "/bin/t", "id"); o.code == 0 || !strings.Contains(o.stderr, "no such image") {
 		t.Errorf("absent image: %+v", o)
 	}
+	// Tools name the image; the store comes from the config file.
 	cfg := filepath.Join(tmp, "airlock.yaml")
-	os.WriteFile(cfg, []byte("tools:\n  tiny-tool:\n    image: tiny\n    env:\n      GREETING: hi\n"), 0o644)
-	if o := airlock(t, "", "--image-store", store, "--config", cfg, "--tool", "tiny-tool", "--socket", filepath.Join(tmp, "none.sock"), "--", "/bin/t", "env", "GREETING"); o.code != 0 || !strings.Contains(o.stdout, `"value":"hi"`) {
-		t.Errorf("tool run: %+v", o)
+	os.WriteFile(cfg, []byte("images:\n  store: "+store+"\n"+`tools:
+  tiny-tool:
+    image: tiny
+    env:
+      GREETING: hi
+  as-user:
+    image: tiny
+    user: "4242:4343"
+  installer:
+    image: tiny
+    user: "0"
+    rootfs: writable
+`), 0o644)
+	for _, tt := range []struct {
+		tool string
+		args []string
+		want string
+	}{
+		{"tiny-tool", []string{"env", "GREETING"}, `"value":"hi"`},
+		{"as-user", []string{"id"}, `"value":"4242:4343 /workspace"`},
+		{"installer", []string{"write", "/data/x", "y"}, `"ok":true`},
+		{"tiny-tool", []string{"write", "/data/x", "y"}, `"ok":false`},
+	} {
+		o := airlock(t, "", append([]string{"--config", cfg, "--tool", tt.tool, "--socket", filepath.Join(tmp, "none.sock"), "--", "/bin/t"}, tt.args...)...)
+		if o.code != 0 || !strings.Contains(o.stdout, tt.want) {
+			t.Errorf("tool %s %v: %+v, want %s", tt.tool, tt.args, o, tt.want)
+		}
 	}
-	if o := img("rm", "tiny", "--config", cfg); o.code == 0 || !strings.Contains(o.stderr, "tiny-tool") {
+	if _, err := os.Stat(filepath.Join(store, "sha256")); err != nil {
+		t.Fatal(err)
+	}
+	if o := img("rm", "tiny", "--config", cfg); o.code == 0 || !strings.Contains(o.stderr, "tool \"tiny-tool\"") && !strings.Contains(o.stderr, "tool \"as-user\"") && !strings.Contains(o.stderr, "tool \"installer\"") {
 		t.Errorf("rm of a configured tool's image: %+v", o)
 	}
 	if o := img("rm", "tiny", "--config", cfg, "--force"); o.code != 0 || !strings.Contains(o.stdout, "content sha256:") {

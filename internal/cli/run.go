@@ -155,6 +155,13 @@ type runFlags struct {
 	// it resolved in the store at imageStore.
 	image, imageStore string
 	img               *image.Image
+	// cfg is the config file's, when one was read; the tool's settings
+	// that shape the sandbox land in spec (image, user), writableRoot and
+	// toolWorkdir (the tool gave a workdir).
+	cfg          *config.Config
+	spec         sandbox.Spec
+	writableRoot bool
+	toolWorkdir  bool
 }
 
 // shapingFlags change how the sandbox is built or what it may reach. A
@@ -237,22 +244,32 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	return rf, argv, nil
 }
 
-// resolveImage finds the image the run uses in the store and applies its
-// defaults (environment, working directory) under the tool's and the
+// resolveImage finds the image the run uses in the store and puts its
+// defaults (environment, working directory, user) under the tool's and the
 // flags'.
 func (rf *runFlags) resolveImage(set map[string]bool) error {
 	if rf.image == "" || rf.image == config.ImageHost {
 		return nil
 	}
-	st, err := image.Open(image.Options{Dir: rf.imageStore})
+	opts := image.Options{Dir: rf.imageStore}
+	if !set["image-store"] && rf.cfg != nil {
+		opts = rf.cfg.Images.StoreOptions()
+	}
+	st, err := image.Open(opts)
 	if err != nil {
 		return err
 	}
 	if rf.img, err = st.Resolve(rf.image); err != nil {
 		return err
 	}
+	var user *sandbox.User
+	rf.spec.Image, user = rf.img.SandboxImage()
+	rf.spec.Image.Writable = rf.writableRoot
+	if rf.spec.User == nil {
+		rf.spec.User = user
+	}
 	workdir := ""
-	if set["workdir"] || rf.workdir != sandbox.HomeDir {
+	if rf.workdirSet || rf.toolWorkdir {
 		workdir = rf.workdir
 	}
 	rf.env, workdir = rf.img.Defaults(rf.env, workdir)
@@ -305,10 +322,8 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	defer rt.Close()
-	spec := sandbox.Spec{Limits: rf.limits, Mounts: rf.mounts}
-	if rf.img != nil {
-		spec.Image, spec.User = rf.img.SandboxImage()
-	}
+	spec := rf.spec
+	spec.Limits, spec.Mounts = rf.limits, rf.mounts
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}

@@ -63,7 +63,7 @@ func parseAll(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) 
 func embedFlags(fs *flag.FlagSet, opts *daemon.Options, when string) *string {
 	cfgPath := fs.String("config", "", "config file"+when+" (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database"+when+" (default: the config's audit.path, else "+config.DefaultAuditPath+")")
-	fs.StringVar(&opts.ImageStore, "image-store", image.DefaultDir, "image store tools' images are found in"+when)
+	fs.StringVar(&opts.ImageStore, "image-store", "", "image store tools' images are found in"+when+" (default: the config's images.store, else "+image.DefaultDir+")")
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory"+when+" (advanced)")
 	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created"+when+" (advanced)")
 	return cfgPath

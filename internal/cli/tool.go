@@ -33,6 +33,7 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 	if err != nil {
 		return err
 	}
+	rf.cfg = cfg
 	if rf.tool == "" {
 		return nil
 	}
@@ -61,6 +62,7 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 	if !set["image"] {
 		rf.image = t.Image
 	}
+	rf.spec.User, rf.writableRoot, rf.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
 	rf.env = append(append([]string(nil), t.Env...), rf.env...)
 	if !set["workdir"] && t.Workdir != "" {
 		rf.workdir = t.Workdir

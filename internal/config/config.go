@@ -57,6 +57,8 @@ type Config struct {
 	Server Server
 	// Audit configures the daemon's audit log, defaults filled in.
 	Audit Audit
+	// Images configures the image store.
+	Images Images
 	// MCPServers are third-party MCP servers run in sandboxes behind the
 	// daemon's MCP gateway: each is a tool profile whose command speaks
 	// MCP on stdio. MCPServerOrder lists their names in file order.
@@ -75,8 +77,16 @@ type Tool struct {
 	// Image is the root file system: ImageHost, or a stored image's name
 	// or digest.
 	Image string
-	// Workdir is the absolute, clean working directory of commands.
-	Workdir string
+	// Workdir is the absolute, clean working directory of commands;
+	// WorkdirSet says the file gave it (else an image's own applies).
+	Workdir    string
+	WorkdirSet bool
+	// User, when set, is who commands run as (else the image's user, else
+	// 1000:1000).
+	User *sandbox.User
+	// WritableRoot gives each sandbox of the tool a writable root: an
+	// upper layer over its image, on its disk tmpfs. Images only.
+	WritableRoot bool
 	// Env holds "KEY=VALUE" entries in file order, added to the sandbox's
 	// default environment.
 	Env []string
@@ -173,7 +183,7 @@ func DefaultNetwork() Network {
 // Empty returns the built-in default config: no tools, secrets or
 // services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit()}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit(), Images: defaultImages()}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
@@ -316,6 +326,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.server(f.val, c)
 		case "audit":
 			err = p.audit(f.val, c)
+		case "images":
+			err = p.images(f.val, c)
 		case "mcp_servers":
 			err = p.mcpServers(f.val, c)
 		case "mcp":

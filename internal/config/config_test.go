@@ -91,6 +91,7 @@ func TestParseValid(t *testing.T) {
 		Description: "Fetch a URL",
 		Image:       "host",
 		Workdir:     "/srv/work",
+		WorkdirSet:  true,
 		Env:         []string{"LANG=C.UTF-8", "N=5", "F=1.50", "EMPTY=", "_X1=yes"},
 		Limits: Limits{
 			Memory:   new(int64(256 << 20)),

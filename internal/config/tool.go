@@ -16,8 +16,8 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"audit", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
-	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "services", "stdin", "workdir"}
+	topKeys     = []string{"audit", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
+	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
@@ -73,7 +73,7 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 		return nil, err
 	}
 	var cmdNodes []*yaml.Node
-	var stdinNode *yaml.Node
+	var stdinNode, rootfsNode *yaml.Node
 	for _, f := range fs {
 		sub := join(at, f.name)
 		switch f.name {
@@ -106,6 +106,12 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 			t.Image, err = p.image(f.val, sub)
 		case "workdir":
 			t.Workdir, err = p.absPath(f.val, sub)
+			t.WorkdirSet = true
+		case "user":
+			t.User, err = p.user(f.val, sub)
+		case "rootfs":
+			t.WritableRoot, err = p.rootfs(f.val, sub)
+			rootfsNode = f.val
 		case "env":
 			t.Env, err = p.env(f.val, sub)
 		case "services":
@@ -125,6 +131,9 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 	}
 	if err := p.checkInputs(t, cmdNodes, stdinNode, at); err != nil {
 		return nil, err
+	}
+	if t.WritableRoot && t.Image == ImageHost {
+		return nil, p.errAt(rootfsNode, join(at, "rootfs"), "a writable root needs an imported image (image: NAME); the host image is always read-only")
 	}
 	return t, nil
 }

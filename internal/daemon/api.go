@@ -96,7 +96,7 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
 	switch {
 	case req.Tool == "":
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"tool" is required`)
-	case len(req.Argv) == 0 || req.Argv[0] == "":
+	case len(req.Argv) > 0 && req.Argv[0] == "":
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command`)
 	case req.Workdir != "" && !path.IsAbs(req.Workdir):
 		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"workdir" must be an absolute path`)
@@ -121,6 +121,13 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if !ok || p == nil {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
 		return
+	}
+	if len(req.Argv) == 0 {
+		// The tool's image may give the command (its entrypoint and cmd).
+		if req.Argv = d.imageArgv[req.Tool]; len(req.Argv) == 0 {
+			writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command (the tool's image has no default command)`)
+			return
+		}
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	j := runJob{tool: t, client: clientOf(r), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}

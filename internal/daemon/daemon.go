@@ -51,8 +51,7 @@ type Options struct {
 	Version string
 	// AuditPath, if set, overrides the config's audit log path.
 	AuditPath string
-	// ImageStore is the image store tools' images are found in; ""
-	// is image.DefaultDir.
+	// ImageStore, if set, overrides the config's image store directory.
 	ImageStore string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
@@ -60,15 +59,18 @@ type Options struct {
 
 // Daemon serves the API. Create it with New and run it with Serve.
 type Daemon struct {
-	opts   Options
-	rt     *sandbox.Runtime
-	pools  map[string]*pool.Pool
-	ln     net.Listener
-	srv    *http.Server
-	tcp    net.Listener // nil unless the config has server.tcp
-	tsrv   *http.Server
-	tokens *tokenSet
-	audit  *audit.Log
+	opts  Options
+	rt    *sandbox.Runtime
+	pools map[string]*pool.Pool
+	// imageArgv is, per tool with an image, the image's command: what a
+	// run that gives none runs.
+	imageArgv map[string][]string
+	ln        net.Listener
+	srv       *http.Server
+	tcp       net.Listener // nil unless the config has server.tcp
+	tsrv      *http.Server
+	tokens    *tokenSet
+	audit     *audit.Log
 
 	counts    counters
 	sessions  sessions
@@ -109,7 +111,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Sandbox.Logger = opts.Logger
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), sessions: sessions{m: make(map[string]*session)}}
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), imageArgv: make(map[string][]string), sessions: sessions{m: make(map[string]*session)}}
 	d.quit, d.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -146,10 +148,14 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	var store *image.Store
 	for _, t := range opts.Config.Profiles() {
-		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts}
+		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts, User: t.User}
 		if t.Image != config.ImageHost && t.Image != "" {
 			if store == nil {
-				if store, err = image.Open(image.Options{Dir: opts.ImageStore}); err != nil {
+				so := opts.Config.Images.StoreOptions()
+				if opts.ImageStore != "" {
+					so.Dir = opts.ImageStore
+				}
+				if store, err = image.Open(so); err != nil {
 					return nil, err
 				}
 			}
@@ -157,10 +163,12 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 			}
-			spec.Image, spec.User = img.SandboxImage()
-			// The image's environment and working directory are the
-			// tool's defaults.
-			t.Env, t.Workdir = img.Defaults(t.Env, t.Workdir)
+			// The image's environment, working directory and user are
+			// the tool's defaults.
+			ir := t.WithImage(img)
+			spec.Image, spec.User = ir.Image, ir.User
+			t.Env, t.Workdir = ir.Env, ir.Workdir
+			d.imageArgv[t.Name] = img.Argv()
 		}
 		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}

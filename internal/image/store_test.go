@@ -2,11 +2,9 @@ package image
 
 import (
 	"archive/tar"
-	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,87 +15,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/airlockhq/airlock/internal/image/imagetest"
 	"github.com/airlockhq/airlock/internal/image/unpack"
 	"github.com/airlockhq/airlock/internal/testutil"
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
-
-type entry struct {
-	name, data, link string
-	typ              byte
-	mode             int64
-}
-
-func tarOf(t testing.TB, ents ...entry) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, e := range ents {
-		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.data)), ModTime: time.Unix(1700000000, 0)}
-		if e.typ == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(e.data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-func layerOf(t testing.TB, data []byte) v1.Layer {
-	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// testImage is a static Go binary in one layer and, in a second, a
-// whiteout of a file of the first and a file of user 1000.
-func testImage(t testing.TB, arch string) v1.Image {
-	t.Helper()
-	prog, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testprog"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l1 := tarOf(t, entry{name: "bin/", typ: tar.TypeDir, mode: 0o755}, entry{name: "bin/t", data: string(prog), mode: 0o755},
-		entry{name: "etc/", typ: tar.TypeDir, mode: 0o755}, entry{name: "etc/passwd", data: "root:x:0:0::/root:/bin/sh\napp:x:1234:2345::/home/app:/bin/sh\n"},
-		entry{name: "etc/gone", data: "removed by layer 2"})
-	l2 := tarOf(t, entry{name: "etc/.wh.gone"}, entry{name: "srv/", typ: tar.TypeDir, mode: 0o755}, entry{name: "srv/data", data: "layer two"})
-	img, err := mutate.AppendLayers(empty.Image, layerOf(t, l1), layerOf(t, l2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	cf.Config = v1.Config{Env: []string{"PATH=/bin", "GREETING=hello"}, WorkingDir: "/srv", User: "app", Cmd: []string{"/bin/t", "id"}}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
 
 func testStore(t *testing.T) *Store {
 	t.Helper()
@@ -112,36 +38,6 @@ func testStore(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func writeDockerSave(t *testing.T, imgs map[string]v1.Image) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "saved.tar")
-	m := map[name.Tag]v1.Image{}
-	for tag, img := range imgs {
-		tg, err := name.NewTag(tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m[tg] = img
-	}
-	if err := tarball.MultiWriteToFile(p, m); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func writeLayout(t *testing.T, img v1.Image, ref string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "layout")
-	lp, err := layout.Write(p, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{refNameAnnotation: ref})); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // tarDir writes a directory as a tar file (an OCI archive, say).
@@ -161,14 +57,14 @@ func tarDir(t *testing.T, dir string, gz bool) string {
 
 func TestImportFormatsAgree(t *testing.T) {
 	s := testStore(t)
-	img := testImage(t, runtime.GOARCH)
+	img := imagetest.Tool(t, runtime.GOARCH)
 	want, err := img.ConfigName()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	saved := writeDockerSave(t, map[string]v1.Image{"example.com/tool:1": img})
-	lay := writeLayout(t, img, "example.com/tool:1")
+	saved := imagetest.DockerSave(t, map[string]v1.Image{"example.com/tool:1": img})
+	lay := imagetest.Layout(t, img, "example.com/tool:1")
 
 	first, err := s.Import(ctx, saved, ImportOptions{})
 	if err != nil {
@@ -248,9 +144,9 @@ func listTree(t *testing.T, root string) string {
 func TestImportSelection(t *testing.T) {
 	s := testStore(t)
 	ctx := context.Background()
-	a, b := testImage(t, runtime.GOARCH), testImage(t, runtime.GOARCH)
+	a, b := imagetest.Tool(t, runtime.GOARCH), imagetest.Tool(t, runtime.GOARCH)
 	b, _ = mutate.Config(b, v1.Config{Cmd: []string{"other"}})
-	saved := writeDockerSave(t, map[string]v1.Image{"tools/a:1": a, "tools/b:2": b})
+	saved := imagetest.DockerSave(t, map[string]v1.Image{"tools/a:1": a, "tools/b:2": b})
 	if _, err := s.Import(ctx, saved, ImportOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tools/a:1") {
 		t.Errorf("several images without --name: %v", err)
 	}
@@ -270,7 +166,7 @@ func TestImportSelection(t *testing.T) {
 	if runtime.GOARCH == "s390x" {
 		other = "amd64"
 	}
-	host, foreign := testImage(t, runtime.GOARCH), testImage(t, other)
+	host, foreign := imagetest.Tool(t, runtime.GOARCH), imagetest.Tool(t, other)
 	idx := mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: foreign, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}},
 		mutate.IndexAddendum{Add: host, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}})
@@ -279,7 +175,7 @@ func TestImportSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{refNameAnnotation: "multi"})); err != nil {
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{imagetest.RefName: "multi"})); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.Import(ctx, p, ImportOptions{})
@@ -290,7 +186,7 @@ func TestImportSelection(t *testing.T) {
 		t.Errorf("multi-platform: %s %s, want %s", got.Digest, got.Platform, want)
 	}
 	// A single image for another platform is refused.
-	if _, err := s.Import(ctx, writeLayout(t, foreign, "foreign"), ImportOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Import(ctx, imagetest.Layout(t, foreign, "foreign"), ImportOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("foreign platform: %v", err)
 	}
 }
@@ -346,8 +242,8 @@ func TestImportRefusals(t *testing.T) {
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "victim"), []byte("untouched"), 0o644)
 	rel, _ := filepath.Rel("/", outside)
-	escape := func(t *testing.T, ents ...entry) v1.Image {
-		img, err := mutate.AppendLayers(empty.Image, layerOf(t, tarOf(t, ents...)))
+	escape := func(t *testing.T, ents ...imagetest.Entry) v1.Image {
+		img, err := mutate.AppendLayers(empty.Image, imagetest.Layer(t, imagetest.Tar(t, ents...)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,17 +258,19 @@ func TestImportRefusals(t *testing.T) {
 		img  func(t *testing.T) v1.Image
 	}{
 		{"dot-dot", func(t *testing.T) v1.Image {
-			return escape(t, entry{name: "../../../../../../" + rel + "/victim", data: "pwned"})
+			return escape(t, imagetest.Entry{Name: "../../../../../../" + rel + "/victim", Data: "pwned"})
 		}},
-		{"absolute", func(t *testing.T) v1.Image { return escape(t, entry{name: outside + "/victim", data: "pwned"}) }},
+		{"absolute", func(t *testing.T) v1.Image {
+			return escape(t, imagetest.Entry{Name: outside + "/victim", Data: "pwned"})
+		}},
 		{"hardlink out", func(t *testing.T) v1.Image {
-			return escape(t, entry{name: "l", typ: tar.TypeLink, link: "../../../../../../" + rel + "/victim"})
+			return escape(t, imagetest.Entry{Name: "l", Typ: tar.TypeLink, Link: "../../../../../../" + rel + "/victim"})
 		}},
 		{"duplicate", func(t *testing.T) v1.Image {
-			return escape(t, entry{name: "a", data: "1"}, entry{name: "a", data: "2"})
+			return escape(t, imagetest.Entry{Name: "a", Data: "1"}, imagetest.Entry{Name: "a", Data: "2"})
 		}},
 		{"wrong diff_id", func(t *testing.T) v1.Image {
-			img := escape(t, entry{name: "a", data: "1"})
+			img := escape(t, imagetest.Entry{Name: "a", Data: "1"})
 			cf, _ := img.ConfigFile()
 			cf = cf.DeepCopy()
 			cf.RootFS.DiffIDs[0] = v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("0", 64)}
@@ -381,7 +279,7 @@ func TestImportRefusals(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := writeLayout(t, tt.img(t), "bad")
+			p := imagetest.Layout(t, tt.img(t), "bad")
 			if got, err := s.Import(ctx, p, ImportOptions{}); err == nil {
 				t.Fatalf("imported: %+v", got)
 			} else {
@@ -405,7 +303,7 @@ func TestImportRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := small.Import(ctx, writeLayout(t, escape(t, entry{name: "big", data: strings.Repeat("x", 200)}), "big"), ImportOptions{}); err == nil {
+	if _, err := small.Import(ctx, imagetest.Layout(t, escape(t, imagetest.Entry{Name: "big", Data: strings.Repeat("x", 200)}), "big"), ImportOptions{}); err == nil {
 		t.Error("over the size cap imported")
 	}
 }
@@ -413,8 +311,8 @@ func TestImportRefusals(t *testing.T) {
 func TestRemoveAndGC(t *testing.T) {
 	s := testStore(t)
 	ctx := context.Background()
-	img := testImage(t, runtime.GOARCH)
-	p := writeLayout(t, img, "tool:1")
+	img := imagetest.Tool(t, runtime.GOARCH)
+	p := imagetest.Layout(t, img, "tool:1")
 	got, err := s.Import(ctx, p, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)

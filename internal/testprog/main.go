@@ -156,6 +156,21 @@ var attacks = map[string]func(args []string) report{
 		wd, _ := os.Getwd()
 		return report{OK: true, Value: fmt.Sprintf("%d:%d %s", os.Getuid(), os.Getgid(), wd)}
 	},
+	// fill PATH BYTES writes BYTES zero bytes to PATH (until an error).
+	"fill": func(args []string) report {
+		f, err := os.Create(args[0])
+		if err != nil {
+			return result(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 64<<10)
+		for n := atoi(args[1]); n > 0; n -= len(buf) {
+			if _, err := f.Write(buf[:min(n, len(buf))]); err != nil {
+				return result(err)
+			}
+		}
+		return result(nil)
+	},
 	// env NAME: value is the variable's value.
 	"env": func(args []string) report { return report{OK: true, Value: os.Getenv(args[0])} },
 	"keyctl": func([]string) report {

@@ -74,12 +74,14 @@ func UserNS(s Shift) (*os.File, error) {
 // forkHolder forks a child in a new user namespace that does nothing but
 // wait to be killed. The child runs only raw system calls on the forking
 // thread's stack (no Go runtime, which the fork did not copy in working
-// order), hence nosplit and norace.
+// order), hence nosplit and norace. It shares the parent's descriptor
+// table (CLONE_FILES) instead of holding copies, so it never keeps a
+// socket open or a lock held that the parent lets go of.
 //
 //go:norace
 //go:nosplit
 func forkHolder(parent uintptr) (uintptr, syscall.Errno) {
-	pid, _, errno := syscall.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	pid, _, errno := syscall.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|unix.CLONE_FILES|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
 	if errno != 0 || pid != 0 {
 		return pid, errno
 	}

@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/image/imagetest"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// TestImageTool serves a tool whose image was imported from an OCI
+// layout: the image's user, working directory, environment and command
+// are the tool's defaults, and its pool keeps the image busy.
+func TestImageTool(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-daemon-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp, err := st.Import(context.Background(), imagetest.Layout(t, imagetest.Tool(t, runtime.GOARCH), "tool:1"), image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sock := serveConfig(t, "images:\n  store: "+st.Dir()+"\n"+`tools:
+  img:
+    image: tool:1
+    env:
+      EXTRA: "yes"
+    pool: {warm: 1}
+  img-override:
+    image: `+imp.Digest+`
+    user: "77"
+    workdir: /workspace
+`, nil)
+	c := client.New(sock)
+	ctx := t.Context()
+	for _, tt := range []struct {
+		tool string
+		argv []string
+		want string
+	}{
+		{"img", nil, `"value":"1234:2345 /srv"`},
+		{"img", []string{"/bin/t", "env", "GREETING"}, `"value":"hello"`},
+		{"img", []string{"/bin/t", "env", "EXTRA"}, `"value":"yes"`},
+		{"img", []string{"/bin/t", "cat", "/srv/data"}, `"value":"layer two"`},
+		{"img", []string{"/bin/t", "stat", "/etc/gone"}, `"ok":false`},
+		{"img-override", []string{"/bin/t", "id"}, `"value":"77:77 /workspace"`},
+	} {
+		r, err := c.Run(ctx, api.RunRequest{Tool: tt.tool, Argv: tt.argv})
+		if err != nil {
+			t.Fatalf("%s %v: %v", tt.tool, tt.argv, err)
+		}
+		if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(string(r.Stdout), tt.want) {
+			t.Errorf("%s %v: %s %d %q %q, want %s", tt.tool, tt.argv, r.Outcome, r.ExitCode, r.Stdout, r.Stderr, tt.want)
+		}
+	}
+	// The warm sandbox holds the image: removing it is refused.
+	if _, err := st.Remove("tool:1", image.RemoveOptions{}); err == nil || !strings.Contains(err.Error(), "live sandbox") {
+		t.Errorf("remove while a pool holds it: %v", err)
+	}
+}
+
+// TestImageToolMissing: a tool naming an image that is not stored stops
+// the daemon from starting, with the tool and the image named.
+func TestImageToolMissing(t *testing.T) {
+	testutil.RequireRoot(t)
+	isolatednet.Require(t)
+	cfg, err := config.Parse("a.yaml", []byte("images:\n  store: "+filepath.Join(t.TempDir(), "store")+"\ntools:\n  t:\n    image: absent:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "s.sock"), AuditPath: testAudit(t),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+	if err == nil || !strings.Contains(err.Error(), "tool t") || !strings.Contains(err.Error(), "absent:1") {
+		t.Errorf("New: %v", err)
+	}
+}
