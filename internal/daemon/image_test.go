@@ -17,6 +17,8 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestImageTool serves a tool whose image was imported from an OCI
@@ -89,5 +91,48 @@ func TestImageToolMissing(t *testing.T) {
 		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
 	if err == nil || !strings.Contains(err.Error(), "tool t") || !strings.Contains(err.Error(), "absent:1") {
 		t.Errorf("New: %v", err)
+	}
+}
+
+// TestGatewayFromImage: a third-party MCP server shipped as an image runs
+// from it behind the gateway.
+func TestGatewayFromImage(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-daemon-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testmcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := imagetest.Tar(t, imagetest.Dir("bin/"), imagetest.Entry{Name: "bin/testmcp", Data: string(srv), Mode: 0o755},
+		imagetest.Dir("etc/"), imagetest.Entry{Name: "etc/os-release", Data: "ID=mcp-image\n"})
+	img := imagetest.Image(t, runtime.GOARCH, v1.Config{Entrypoint: []string{"/bin/testmcp"}}, layer)
+	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Import(context.Background(), imagetest.DockerSave(t, map[string]v1.Image{"example.com/mcp:1": img}), image.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, sock := serveConfig(t, "images:\n  store: "+st.Dir()+"\n"+`mcp_servers:
+  m:
+    image: example.com/mcp:1
+    command: [/bin/testmcp]
+`, nil)
+	cs := mcpConnect(t, sock, nil)
+	for name, args := range map[string]map[string]any{
+		"m.echo": {"text": "from the image"},
+		"m.read": {"path": "/etc/os-release"},
+	} {
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil || r.IsError {
+			t.Fatalf("%s: %v %v", name, err, r)
+		}
+		if got := resultText(r); !strings.Contains(got, "from the image") && !strings.Contains(got, "ID=mcp-image") {
+			t.Errorf("%s: %q", name, got)
+		}
 	}
 }
