@@ -7,6 +7,8 @@
 //   - throughput: fresh sandboxes per second with 4 concurrent workers;
 //   - warm pool: claim → run → result from a warm pool vs a cold create;
 //   - idle footprint: host memory held by one created, waiting sandbox;
+//   - images: start from an imported image vs the host image, and
+//     import throughput;
 //   - egress: a request through the sandbox's proxy vs direct, bulk
 //     throughput, and many connections held at once;
 //   - broker: a brokered call vs a direct one to the same upstream;
@@ -42,11 +44,13 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, egress, broker or daemon")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, image, egress, broker or daemon")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
 	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
+	imageN := flag.Int("image-n", 300, "start-latency runs per case in the image comparison")
+	importMB := flag.Int("import-mb", 500, "size in MiB of the image whose import is timed")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -58,7 +62,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}); err != nil {
+	if err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -85,7 +89,7 @@ type egressArgs struct {
 	conns int
 }
 
-func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs) error {
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -150,6 +154,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	}
 	if want("pool") {
 		if err := poolBench(ctx, rt, lim, pooled); err != nil {
+			return err
+		}
+	}
+	if want("image") {
+		if err := imageBench(ctx, rt, lim, im); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,8 @@ type Options struct {
 	UIDBase uint32
 	// ImageIDBase is the first host id of the range image files are
 	// stored owned by (id n of an image is host id ImageIDBase+n). No
-	// sandbox is ever given it. Default UIDBase-65536.
+	// sandbox is ever given it. It must be the image store's
+	// (image.Options.IDBase). Default DefaultImageIDBase.
 	ImageIDBase uint32
 	// UIDSlots is how many ranges exist, the most live sandboxes on the
 	// host. Default 4096.
@@ -53,6 +54,13 @@ type Options struct {
 	// log). It must not block for long.
 	Observe func(Lifecycle)
 }
+
+// Default id ranges: sandboxes from host id 2^30 up, and the image range
+// just below them.
+const (
+	DefaultUIDBase     = 1 << 30
+	DefaultImageIDBase = DefaultUIDBase - idRangeSize
+)
 
 // Lifecycle events.
 const (
@@ -89,10 +97,10 @@ func (o *Options) defaults() {
 		o.IDLockDir = "/run/airlock/ids"
 	}
 	if o.UIDBase == 0 {
-		o.UIDBase = 1 << 30
+		o.UIDBase = DefaultUIDBase
 	}
 	if o.ImageIDBase == 0 {
-		o.ImageIDBase = o.UIDBase - idRangeSize
+		o.ImageIDBase = DefaultImageIDBase
 	}
 	if o.UIDSlots == 0 {
 		o.UIDSlots = 4096

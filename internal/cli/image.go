@@ -12,7 +12,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/units"
 )
 
 const imageUsage = `Usage:
@@ -99,7 +98,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 		if asJSON {
 			return printJSON(stdio.Stdout, imp.Image)
 		}
-		how := fmt.Sprintf("unpacked %d entries, %s in %.1fs", imp.Unpacked.Entries, units.FormatSize(imp.Unpacked.Bytes), time.Since(start).Seconds())
+		how := fmt.Sprintf("unpacked %d entries, %s in %.1fs", imp.Unpacked.Entries, humanSize(imp.Unpacked.Bytes), time.Since(start).Seconds())
 		if imp.Existed {
 			how = "already stored"
 		}
@@ -124,7 +123,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 			if names == "" {
 				names = "<none>"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", names, img.Digest[:19], img.Format, units.FormatSize(img.Unpacked.Bytes), img.Imported.Local().Format(time.DateTime))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", names, img.Digest[:19], img.Format, humanSize(img.Unpacked.Bytes), img.Imported.Local().Format(time.DateTime))
 		}
 		return tw.Flush()
 	case "inspect":
@@ -141,7 +140,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 		}
 		fmt.Fprintf(stdio.Stdout, "removed %s", strings.Join(r.Names, ", "))
 		if r.Digest != "" {
-			fmt.Fprintf(stdio.Stdout, " and its content %s (%s)", r.Digest, units.FormatSize(r.Bytes))
+			fmt.Fprintf(stdio.Stdout, " and its content %s (%s)", r.Digest, humanSize(r.Bytes))
 		}
 		fmt.Fprintln(stdio.Stdout)
 		return nil
@@ -163,4 +162,19 @@ func toolUsing(cfg *config.Config, img *image.Image) string {
 		}
 	}
 	return ""
+}
+
+// humanSize renders a byte count for people: "1.7 MiB".
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, suffix := float64(n), "KMGTPE"
+	i := -1
+	for v >= unit && i < len(suffix)-1 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, suffix[i])
 }

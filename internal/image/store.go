@@ -64,9 +64,9 @@ type Options struct {
 	Limits unpack.Limits
 }
 
-// DefaultIDBase is the image id range's default start: just below the
-// sandbox ranges (sandbox.Options.UIDBase's default, 1<<30).
-const DefaultIDBase = 1<<30 - unpack.IDRange
+// DefaultIDBase is the image id range's default start, the sandbox
+// runtime's: just below the sandbox ranges.
+const DefaultIDBase = sandbox.DefaultImageIDBase
 
 // Store is an image store. Its methods are safe for concurrent use, also
 // by several processes.
@@ -230,6 +230,16 @@ func writeAtomic(p string, data []byte) error {
 		return err
 	}
 	return syncDir(filepath.Dir(p))
+}
+
+// syncFS flushes the whole file system holding p.
+func syncFS(p string) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
 
 func syncDir(p string) error {
@@ -704,7 +714,9 @@ func (s *Store) commit(tmp, digest, name string) error {
 	}
 	defer unlock()
 	dst := s.contentDir(digest)
-	if err := syncDir(filepath.Join(tmp, "rootfs")); err != nil {
+	// Every unpacked file reaches the disk before the image is named: a
+	// crash never leaves a stored image with truncated files.
+	if err := syncFS(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil && !errors.Is(err, os.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) {
