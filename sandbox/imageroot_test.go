@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
 )
 
 // handImage lays out a tiny image root by hand, owned by the image range
@@ -168,5 +169,50 @@ func TestWritableImageRootIsBounded(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/big")); !os.IsNotExist(err) {
 		t.Errorf("the write reached the stored image: %v", err)
+	}
+}
+
+// TestImageLock: a live sandbox holds its image's lock shared (so a store
+// cannot remove the image under it), and no sandbox starts from an image
+// whose lock is held exclusively (one being removed).
+func TestImageLock(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	lock := filepath.Join(filepath.Dir(root), "lock")
+	if err := os.WriteFile(lock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	try := func() error {
+		f, err := os.Open(lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	}
+	spec := Spec{Limits: DefaultLimits(), Image: &Image{Root: root, Lock: lock}}
+	sb, err := rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := try(); err == nil {
+		t.Error("the image's lock was free while a sandbox of it lived")
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := try(); err != nil {
+		t.Errorf("the lock is still held after destroy: %v", err)
+	}
+	f, _ := os.Open(lock)
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := rt.Create(t.Context(), spec); err == nil {
+		sb.Destroy(t.Context())
+		t.Error("a sandbox started from an image being removed")
+	} else if !strings.Contains(err.Error(), "being removed") {
+		t.Errorf("error %v, want it to say the image is being removed", err)
 	}
 }

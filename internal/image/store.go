@@ -509,11 +509,14 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 		}
 	}
 	if existing, err := s.record(digest); err == nil {
-		if err := s.setName(name, digest); err != nil {
+		switch err := s.setName(name, digest); {
+		case err == nil:
+			existing.Names = append(existing.Names, name)
+			return &Imported{Image: existing, Name: name, Existed: true}, nil
+		case !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
-		existing.Names = append(existing.Names, name)
-		return &Imported{Image: existing, Name: name, Existed: true}, nil
+		// Collected meanwhile: unpack it again.
 	}
 	tmp, release, err := s.tmpDir()
 	if err != nil {
@@ -733,12 +736,17 @@ func (s *Store) commit(tmp, digest, name string) error {
 	return s.writeNames(names)
 }
 
+// setName points name at stored content; ErrNotFound if the content is
+// gone (a gc between a caller's look and the lock).
 func (s *Store) setName(name, digest string) error {
 	unlock, err := s.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if _, err := s.record(digest); err != nil {
+		return err
+	}
 	names, err := s.readNames()
 	if err != nil {
 		return err
@@ -798,7 +806,13 @@ func (s *Store) Remove(ref string, o RemoveOptions) (*Removed, error) {
 				return nil, fmt.Errorf("%w: tool %q of the configuration uses %s (use --force to remove it anyway)", ErrInUse, tool, ref)
 			}
 		}
-		if last && s.busy(img) {
+	}
+	if last {
+		// Held until the content is gone: no sandbox starts from it
+		// meanwhile (a sandbox takes the lock shared).
+		release, free := s.claim(img)
+		defer release()
+		if !free && !o.Force {
 			return nil, fmt.Errorf("%w: a live sandbox uses %s (use --force to remove it anyway)", ErrInUse, ref)
 		}
 	}
@@ -818,14 +832,18 @@ func (s *Store) Remove(ref string, o RemoveOptions) (*Removed, error) {
 	return out, nil
 }
 
-// busy reports whether a live sandbox holds the image's lock.
-func (s *Store) busy(img *Image) bool {
+// claim takes the image's lock exclusively, which no sandbox then can
+// share. free is false when a live sandbox holds it; release drops it.
+func (s *Store) claim(img *Image) (release func(), free bool) {
 	f, err := os.Open(img.Lock)
 	if err != nil {
-		return false
+		return func() {}, true
 	}
-	defer f.Close()
-	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return func() {}, false
+	}
+	return func() { f.Close() }, true
 }
 
 // removeContent renames the content out of sight first, so a half-removed
@@ -866,11 +884,16 @@ func (s *Store) GC() ([]string, error) {
 		if len(namesOf(names, digest)) > 0 {
 			continue
 		}
-		img, err := s.record(digest)
-		if err == nil && s.busy(img) {
-			continue
+		release, free := func() {}, true
+		if img, err := s.record(digest); err == nil {
+			release, free = s.claim(img)
 		}
-		if err := s.removeContent(digest); err != nil {
+		if !free {
+			continue // a live sandbox uses it
+		}
+		err := s.removeContent(digest)
+		release()
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
