@@ -28,9 +28,11 @@ type bundle interface {
 type dirBundle struct{ fd int }
 
 func (d *dirBundle) open(name string) (io.ReadCloser, error) {
+	// Symlinks are followed only while they stay below the directory
+	// (older docker save archives link shared layers).
 	fd, err := unix.Openat2(d.fd, name, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -44,8 +46,12 @@ func (d *dirBundle) open(name string) (io.ReadCloser, error) {
 }
 
 func (d *dirBundle) has(name string) bool {
-	var st unix.Stat_t
-	return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	rc, err := d.open(name)
+	if err != nil {
+		return false
+	}
+	rc.Close()
+	return true
 }
 
 // tarBundle reads entries of a tar file, located once by one pass over the
@@ -53,6 +59,9 @@ func (d *dirBundle) has(name string) bool {
 type tarBundle struct {
 	f       *os.File
 	entries map[string]section
+	// links are the archive's symlinks, target resolved against the
+	// link's directory (older docker save archives link shared layers).
+	links map[string]string
 }
 
 type section struct{ off, size int64 }
@@ -61,7 +70,7 @@ type section struct{ off, size int64 }
 const maxBundleEntries = 100000
 
 func indexTar(f *os.File) (*tarBundle, error) {
-	tb := &tarBundle{f: f, entries: make(map[string]section)}
+	tb := &tarBundle{f: f, entries: make(map[string]section), links: make(map[string]string)}
 	cr := &countingReader{r: f}
 	tr := tar.NewReader(cr)
 	for {
@@ -75,11 +84,17 @@ func indexTar(f *os.File) (*tarBundle, error) {
 		if len(tb.entries) >= maxBundleEntries {
 			return nil, fmt.Errorf("archive has more than %d entries", maxBundleEntries)
 		}
-		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
-			continue
-		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		tb.entries[name] = section{off: cr.n, size: hdr.Size}
+		switch hdr.Typeflag {
+		case tar.TypeReg, tar.TypeRegA:
+			tb.entries[name] = section{off: cr.n, size: hdr.Size}
+		case tar.TypeSymlink:
+			target := hdr.Linkname
+			if !path.IsAbs(target) {
+				target = path.Join(path.Dir(name), target)
+			}
+			tb.links[name] = path.Clean(target)
+		}
 		// Skipped by seeking (tar.Reader seeks past content when it can).
 	}
 }
@@ -106,8 +121,26 @@ func (c *countingReader) Seek(off int64, whence int) (int64, error) {
 	return n, err
 }
 
+// maxLinkHops bounds how many symlinks one lookup follows.
+const maxLinkHops = 8
+
+func (t *tarBundle) find(name string) (section, bool) {
+	name = path.Clean(name)
+	for range maxLinkHops {
+		if s, ok := t.entries[name]; ok {
+			return s, true
+		}
+		target, ok := t.links[name]
+		if !ok {
+			return section{}, false
+		}
+		name = target
+	}
+	return section{}, false
+}
+
 func (t *tarBundle) open(name string) (io.ReadCloser, error) {
-	s, ok := t.entries[path.Clean(name)]
+	s, ok := t.find(name)
 	if !ok {
 		return nil, fmt.Errorf("%s: not in the archive", name)
 	}
@@ -115,7 +148,7 @@ func (t *tarBundle) open(name string) (io.ReadCloser, error) {
 }
 
 func (t *tarBundle) has(name string) bool {
-	_, ok := t.entries[path.Clean(name)]
+	_, ok := t.find(name)
 	return ok
 }
 

@@ -401,3 +401,49 @@ func flockShared(t *testing.T, f *os.File) {
 		t.Fatal(err)
 	}
 }
+
+// TestDockerSaveLinkedLayers: older docker save archives store a layer
+// shared by two positions once and link the other to it.
+func TestDockerSaveLinkedLayers(t *testing.T) {
+	s := testStore(t)
+	layer := imagetest.Tar(t, imagetest.Entry{Name: "f", Data: "shared"})
+	img := imagetest.Image(t, runtime.GOARCH, v1.Config{}, layer, layer)
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := imagetest.Tar(t,
+		imagetest.Entry{Name: "manifest.json", Data: `[{"Config":"cfg.json","RepoTags":["linked:1"],"Layers":["a/layer.tar","b/layer.tar"]}]`},
+		imagetest.Entry{Name: "cfg.json", Data: string(cfg)},
+		imagetest.Dir("a/"), imagetest.Entry{Name: "a/layer.tar", Data: string(layer)},
+		imagetest.Dir("b/"), imagetest.Entry{Name: "b/layer.tar", Typ: tar.TypeSymlink, Link: "../a/layer.tar"},
+		// A link out of the archive leads nowhere.
+		imagetest.Entry{Name: "c", Typ: tar.TypeSymlink, Link: "../../../etc/passwd"})
+	p := filepath.Join(t.TempDir(), "old.tar")
+	if err := os.WriteFile(p, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Import(context.Background(), p, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := img.ConfigName(); got.Digest != want.String() || got.Name != "linked:1" {
+		t.Errorf("got %s %q, want %s", got.Digest, got.Name, want)
+	}
+	// The same archive unpacked into a directory.
+	dir := filepath.Join(t.TempDir(), "saved")
+	os.Mkdir(dir, 0o755)
+	if out, err := exec.Command("tar", "-C", dir, "-xf", p).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, out)
+	}
+	if again, err := s.Import(context.Background(), dir, ImportOptions{Name: "linked:2"}); err != nil || again.Digest != got.Digest {
+		t.Errorf("from a directory: %+v %v", again, err)
+	}
+	// A directory archive whose config links out of it is refused.
+	os.Remove(filepath.Join(dir, "cfg.json"))
+	os.Symlink("/etc/passwd", filepath.Join(dir, "cfg.json"))
+	s2 := testStore(t)
+	if _, err := s2.Import(context.Background(), dir, ImportOptions{Name: "out"}); err == nil {
+		t.Error("a config linked out of the archive was read")
+	}
+}
