@@ -41,8 +41,15 @@ func (d *Daemon) observe(ev sandbox.Lifecycle) {
 		return
 	}
 	e := audit.Event{Kind: kind, Tool: ev.Label, Sandbox: ev.ID}
+	detail := map[string]string{}
 	if ev.Err != nil {
-		e.Detail = audit.Detail(map[string]string{"error": ev.Err.Error()})
+		detail["error"] = ev.Err.Error()
+	}
+	if img := d.imageDigest[ev.Label]; img != "" && ev.Event == sandbox.Created {
+		detail["image"] = img // which content the sandbox's root was
+	}
+	if len(detail) > 0 {
+		e.Detail = audit.Detail(detail)
 	}
 	d.audit.Record(e)
 }

@@ -63,14 +63,17 @@ type Daemon struct {
 	rt    *sandbox.Runtime
 	pools map[string]*pool.Pool
 	// imageArgv is, per tool with an image, the image's command: what a
-	// run that gives none runs.
-	imageArgv map[string][]string
-	ln        net.Listener
-	srv       *http.Server
-	tcp       net.Listener // nil unless the config has server.tcp
-	tsrv      *http.Server
-	tokens    *tokenSet
-	audit     *audit.Log
+	// run that gives none runs; imageDigest is the image's digest, which
+	// the audit log records for each sandbox created. Both are written
+	// before any sandbox exists and only read after.
+	imageArgv   map[string][]string
+	imageDigest map[string]string
+	ln          net.Listener
+	srv         *http.Server
+	tcp         net.Listener // nil unless the config has server.tcp
+	tsrv        *http.Server
+	tokens      *tokenSet
+	audit       *audit.Log
 
 	counts    counters
 	sessions  sessions
@@ -111,7 +114,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Sandbox.Logger = opts.Logger
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), imageArgv: make(map[string][]string), sessions: sessions{m: make(map[string]*session)}}
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), imageArgv: make(map[string][]string), imageDigest: make(map[string]string), sessions: sessions{m: make(map[string]*session)}}
 	d.quit, d.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -146,7 +149,10 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
+	// Every tool's image is resolved before any pool starts filling (and
+	// the runtime reports sandboxes to observe, which reads imageDigest).
 	var store *image.Store
+	specs := make(map[string]sandbox.Spec)
 	for _, t := range opts.Config.Profiles() {
 		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts, User: t.User}
 		if t.Image != config.ImageHost && t.Image != "" {
@@ -168,9 +174,12 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			ir := t.WithImage(img)
 			spec.Image, spec.User = ir.Image, ir.User
 			t.Env, t.Workdir = ir.Env, ir.Workdir
-			d.imageArgv[t.Name] = img.Argv()
+			d.imageArgv[t.Name], d.imageDigest[t.Name] = img.Argv(), img.Digest
 		}
-		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
+		specs[t.Name] = spec
+	}
+	for _, t := range opts.Config.Profiles() {
+		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: specs[t.Name], Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if opts.Embedded {
 		return d, nil

@@ -72,6 +72,16 @@ func TestImageTool(t *testing.T) {
 			t.Errorf("%s %v: %s %d %q %q, want %s", tt.tool, tt.argv, r.Outcome, r.ExitCode, r.Stdout, r.Stderr, tt.want)
 		}
 	}
+	// The audit log says which image each sandbox of the tool was made
+	// from.
+	waitAudit(t, c, client.AuditQuery{Kind: "sandbox.created", Tool: "img"}, func(evs []api.AuditEvent) bool {
+		for _, e := range evs {
+			if !strings.Contains(string(e.Detail), imp.Digest) {
+				t.Fatalf("sandbox.created without the image: %s", e.Detail)
+			}
+		}
+		return len(evs) > 0
+	})
 	// The warm sandbox holds the image: removing it is refused.
 	if _, err := st.Remove("tool:1", image.RemoveOptions{}); err == nil || !strings.Contains(err.Error(), "live sandbox") {
 		t.Errorf("remove while a pool holds it: %v", err)
