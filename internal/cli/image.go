@@ -16,7 +16,8 @@ import (
 
 const imageUsage = `Usage:
   airlock image import PATH [--name NAME]   import an OCI layout or archive, a docker save
-                                            archive, or a root file system (directory or tarball)
+                                            archive, or a root file system (directory or tarball);
+                                            PATH - reads an archive from standard input
   airlock image ls                          list stored images
   airlock image inspect NAME|DIGEST         print an image's record as JSON
   airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
@@ -91,7 +92,12 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	switch sub {
 	case "import":
 		start := time.Now()
-		imp, err := st.Import(ctx, pos[0], image.ImportOptions{Name: name})
+		var imp *image.Imported
+		if pos[0] == "-" {
+			imp, err = st.ImportReader(ctx, stdio.Stdin, image.ImportOptions{Name: name})
+		} else {
+			imp, err = st.Import(ctx, pos[0], image.ImportOptions{Name: name})
+		}
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,6 +40,17 @@ func TestImageRun(t *testing.T) {
 	}
 	if o := img("import", tree, "--name", "tiny"); o.code != 0 || !strings.Contains(o.stdout, "already stored") {
 		t.Errorf("second import: %+v", o)
+	}
+	// From standard input: the same tree as a tarball is the same image.
+	tarball, err := exec.Command("tar", "-C", tree, "-cf", "-", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := execAirlock(t, nil, string(tarball), "image", "import", "-", "--store", store); o.code == 0 || !strings.Contains(o.stderr, "--name") {
+		t.Errorf("a root file system from stdin without a name: %+v", o)
+	}
+	if o := execAirlock(t, nil, string(tarball), "image", "import", "-", "--name", "from-stdin", "--store", store); o.code != 0 || !strings.HasPrefix(o.stdout, "from-stdin sha256:") {
+		t.Errorf("import from stdin: %+v", o)
 	}
 	if o := img("ls"); o.code != 0 || !strings.Contains(o.stdout, "tiny") || !strings.Contains(o.stdout, "rootfs") {
 		t.Errorf("ls: %+v", o)
@@ -102,7 +114,10 @@ func TestImageRun(t *testing.T) {
 	if o := img("rm", "tiny", "--config", cfg, "--force"); o.code != 0 || !strings.Contains(o.stdout, "content sha256:") {
 		t.Errorf("forced rm: %+v", o)
 	}
-	if o := img("ls"); strings.Contains(o.stdout, "tiny") {
+	if o := img("rm", "from-stdin"); o.code != 0 {
+		t.Errorf("rm from-stdin: %+v", o)
+	}
+	if o := img("ls"); strings.Contains(o.stdout, "tiny") || strings.Contains(o.stdout, "from-stdin") {
 		t.Errorf("still listed: %+v", o)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(store, "sha256")); len(ents) != 0 {

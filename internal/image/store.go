@@ -420,26 +420,45 @@ func (src *source) openFile(ctx context.Context) error {
 	if comp {
 		// A compressed archive cannot be read at random: unpack it once
 		// to a temporary file in the store.
-		tmp, err := os.CreateTemp(filepath.Join(src.store.opts.Dir, "tmp"), "archive-")
-		if err != nil {
+		if f, err = src.spool(ctx, f); err != nil {
 			return err
 		}
-		os.Remove(tmp.Name())
-		src.closers = append(src.closers, func() { tmp.Close() })
-		rc, err := decompress(f)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
-		}
-		_, err = io.Copy(tmp, &ctxReader{ctx: ctx, r: io.LimitReader(rc, src.store.opts.limits().Bytes*2+1<<30)})
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
-		}
-		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		f = tmp
 	}
+	return src.openTar(f)
+}
+
+// spool copies a stream, uncompressed, to an unlinked temporary file in
+// the store, to be read at random.
+func (src *source) spool(ctx context.Context, r io.Reader) (*os.File, error) {
+	tmp, err := os.CreateTemp(filepath.Join(src.store.opts.Dir, "tmp"), "archive-")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(tmp.Name())
+	src.closers = append(src.closers, func() { tmp.Close() })
+	rc, err := decompress(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
+	}
+	defer rc.Close()
+	// An archive may be larger than what it unpacks to (layers are
+	// compressed inside), but not without bound.
+	max := src.store.opts.limits().Bytes*2 + 1<<30
+	n, err := io.Copy(tmp, &ctxReader{ctx: ctx, r: io.LimitReader(rc, max+1)})
+	if err == nil && n > max {
+		err = fmt.Errorf("%w: larger than %d bytes", unpack.ErrLimit, max)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return tmp, nil
+}
+
+// openTar reads a tar file as an image archive or a root file system.
+func (src *source) openTar(f *os.File) error {
 	tb, err := indexTar(f)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
@@ -450,6 +469,27 @@ func (src *source) openFile(ctx context.Context) error {
 	}
 	src.tarF = f
 	return nil
+}
+
+// ImportReader imports an archive read from r (standard input, say):
+// anything Import takes but a directory. A root file system read this way
+// needs a name.
+func (s *Store) ImportReader(ctx context.Context, r io.Reader, o ImportOptions) (*Imported, error) {
+	if o.Name != "" {
+		if err := CheckName(o.Name); err != nil {
+			return nil, err
+		}
+	}
+	src := &source{store: s, path: "stdin"}
+	defer src.close()
+	f, err := src.spool(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := src.openTar(f); err != nil {
+		return nil, err
+	}
+	return src.importInto(ctx, o)
 }
 
 func (o Options) limits() unpack.Limits { return o.Limits.WithDefaults() }
@@ -502,6 +542,9 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	}
 	rec.Digest = digest
 	name := o.Name
+	if name == "" && oi == nil && src.path == "stdin" {
+		return nil, fmt.Errorf("%w: a root file system read from standard input needs a name (--name)", ErrInvalid)
+	}
 	if name == "" {
 		name = defaultName(oi, src.path)
 		if err := CheckName(name); err != nil {
