@@ -584,12 +584,19 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	} else {
 		h := sha256.New()
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(src.stream(ctx, io.MultiWriter(pw, h))) }()
+		streamed := make(chan struct{})
+		go func() {
+			defer close(streamed)
+			pw.CloseWithError(src.stream(ctx, io.MultiWriter(pw, h)))
+		}()
 		err := u.Apply(pr, false)
 		if err == nil {
 			_, err = io.Copy(io.Discard, pr)
 		}
 		pr.CloseWithError(errors.New("unpack ended"))
+		// The stream reads the source's descriptors, which close when
+		// this returns.
+		<-streamed
 		if err != nil {
 			return nil, err
 		}
