@@ -444,7 +444,7 @@ func (src *source) spool(ctx context.Context, r io.Reader) (*os.File, error) {
 	// An archive may be larger than what it unpacks to (layers are
 	// compressed inside), but not without bound.
 	max := src.store.opts.limits().Bytes*2 + 1<<30
-	n, err := io.Copy(tmp, &ctxReader{ctx: ctx, r: io.LimitReader(rc, max+1)})
+	n, err := io.Copy(tmp, &ctxIO{ctx: ctx, r: io.LimitReader(rc, max+1)})
 	if err == nil && n > max {
 		err = fmt.Errorf("%w: larger than %d bytes", unpack.ErrLimit, max)
 	}
@@ -494,17 +494,26 @@ func (s *Store) ImportReader(ctx context.Context, r io.Reader, o ImportOptions) 
 
 func (o Options) limits() unpack.Limits { return o.Limits.WithDefaults() }
 
-// ctxReader stops a copy when the context ends.
-type ctxReader struct {
+// ctxIO stops a copy when the context ends: it reads from r or writes to
+// w while ctx lasts.
+type ctxIO struct {
 	ctx context.Context
 	r   io.Reader
+	w   io.Writer
 }
 
-func (c *ctxReader) Read(p []byte) (int, error) {
+func (c *ctxIO) Read(p []byte) (int, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+func (c *ctxIO) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, error) {
@@ -630,23 +639,12 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 func (src *source) stream(ctx context.Context, w io.Writer) error {
 	if src.tarF != nil {
 		r := io.NewSectionReader(src.tarF, 0, 1<<62)
-		_, err := io.Copy(w, &ctxReader{ctx: ctx, r: r})
+		_, err := io.Copy(w, &ctxIO{ctx: ctx, r: r})
 		return err
 	}
-	return writeTree(src.treeFD, &ctxWriter{ctx: ctx, w: w})
+	return writeTree(src.treeFD, &ctxIO{ctx: ctx, w: w})
 }
 
-type ctxWriter struct {
-	ctx context.Context
-	w   io.Writer
-}
-
-func (c *ctxWriter) Write(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.w.Write(p)
-}
 
 // applyLayer unpacks one layer blob, checking the blob's digest (when the
 // manifest gives it) and the uncompressed content's against the config.
@@ -657,7 +655,7 @@ func (src *source) applyLayer(ctx context.Context, u *unpack.Unpacker, l layerRe
 	}
 	defer rc.Close()
 	blobHash := sha256.New()
-	raw := io.TeeReader(&ctxReader{ctx: ctx, r: rc}, blobHash)
+	raw := io.TeeReader(&ctxIO{ctx: ctx, r: rc}, blobHash)
 	dr, err := decompress(raw)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
