@@ -645,7 +645,6 @@ func (src *source) stream(ctx context.Context, w io.Writer) error {
 	return writeTree(src.treeFD, &ctxIO{ctx: ctx, w: w})
 }
 
-
 // applyLayer unpacks one layer blob, checking the blob's digest (when the
 // manifest gives it) and the uncompressed content's against the config.
 func (src *source) applyLayer(ctx context.Context, u *unpack.Unpacker, l layerRef, diffID string) error {
