@@ -19,11 +19,19 @@ import (
 // already inside, opened with O_NOFOLLOW, so a tree that changes while it
 // is read cannot make airlock read a file elsewhere on the host.
 func writeTree(dirfd int, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	if err := writeDir(tw, dirfd, "", 0); err != nil {
+	t := &treeWriter{tw: tar.NewWriter(w), links: make(map[inodeKey]string)}
+	if err := t.dir(dirfd, "", 0); err != nil {
 		return err
 	}
-	return tw.Close()
+	return t.tw.Close()
+}
+
+// treeWriter writes one tree. links maps a file with more than one link
+// to the first name it was written under, so later names become hardlinks
+// (as in a tarball) instead of copies.
+type treeWriter struct {
+	tw    *tar.Writer
+	links map[inodeKey]string
 }
 
 // maxTreeDepth bounds the recursion over a root file system directory.
@@ -31,7 +39,7 @@ const maxTreeDepth = 256
 
 type inodeKey struct{ dev, ino uint64 }
 
-func writeDir(tw *tar.Writer, dirfd int, prefix string, depth int) error {
+func (t *treeWriter) dir(dirfd int, prefix string, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("%s: directories nested more than %d deep", prefix, maxTreeDepth)
 	}
@@ -41,7 +49,7 @@ func writeDir(tw *tar.Writer, dirfd int, prefix string, depth int) error {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := writeEntry(tw, dirfd, n, prefix+n, depth); err != nil {
+		if err := t.entry(dirfd, n, prefix+n, depth); err != nil {
 			return err
 		}
 	}
@@ -59,7 +67,8 @@ func header(st *unix.Stat_t, name string) *tar.Header {
 	}
 }
 
-func writeEntry(tw *tar.Writer, dirfd int, base, name string, depth int) error {
+func (t *treeWriter) entry(dirfd int, base, name string, depth int) error {
+	tw := t.tw
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -76,7 +85,7 @@ func writeEntry(tw *tar.Writer, dirfd int, base, name string, depth int) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		return writeDir(tw, fd, name+"/", depth+1)
+		return t.dir(fd, name+"/", depth+1)
 	case unix.S_IFLNK:
 		buf := make([]byte, 4096)
 		n, err := unix.Readlinkat(dirfd, base, buf)
@@ -86,6 +95,14 @@ func writeEntry(tw *tar.Writer, dirfd int, base, name string, depth int) error {
 		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
 		return tw.WriteHeader(h)
 	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			key := inodeKey{uint64(st.Dev), st.Ino}
+			if first, ok := t.links[key]; ok {
+				h.Typeflag, h.Linkname = tar.TypeLink, first
+				return tw.WriteHeader(h)
+			}
+			t.links[key] = name
+		}
 		fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

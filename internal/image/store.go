@@ -31,9 +31,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/linux/idmap"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -72,6 +74,9 @@ const DefaultIDBase = sandbox.DefaultImageIDBase
 // by several processes.
 type Store struct {
 	opts Options
+
+	idmapOnce sync.Once
+	idmapErr  error
 }
 
 // Config holds the defaults an image gives the commands run from it.
@@ -575,6 +580,9 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 		return nil, err
 	}
 	defer release()
+	if err := s.checkIDMap(tmp); err != nil {
+		return nil, err
+	}
 	root := filepath.Join(tmp, "rootfs")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return nil, err
@@ -633,6 +641,26 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	}
 	img.Names = []string{name}
 	return &Imported{Image: img, Name: name}, nil
+}
+
+// checkIDMap makes sure, once per Store, that sandboxes will be able to
+// use what is unpacked under dir: its file system must take idmapped
+// mounts. Better to refuse the import than every sandbox later.
+func (s *Store) checkIDMap(dir string) error {
+	s.idmapOnce.Do(func() {
+		ns, err := idmap.UserNS(idmap.Shift{From: s.opts.IDBase, To: sandbox.DefaultUIDBase, Size: unpack.IDRange})
+		if err == nil {
+			var m *os.File
+			if m, err = idmap.Mount(dir, ns); err == nil {
+				m.Close()
+			}
+			ns.Close()
+		}
+		if err != nil {
+			s.idmapErr = fmt.Errorf("image store %s: sandboxes could not mount its images: %w", s.opts.Dir, err)
+		}
+	})
+	return s.idmapErr
 }
 
 // stream writes the root file system's tar stream.

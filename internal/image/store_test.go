@@ -200,6 +200,9 @@ func TestImportRootFS(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, p), []byte(data), 0o755)
 	}
 	os.Symlink("usr/bin", filepath.Join(dir, "bin"))
+	if err := os.Link(filepath.Join(dir, "usr/bin/tool"), filepath.Join(dir, "usr/bin/tool-again")); err != nil {
+		t.Fatal(err)
+	}
 	os.Symlink("/etc/shadow", filepath.Join(dir, "shadow-link"))
 	got, err := s.Import(ctx, dir, ImportOptions{})
 	if err != nil {
@@ -211,6 +214,13 @@ func TestImportRootFS(t *testing.T) {
 	// The link is kept as a link: the host's /etc/shadow was never read.
 	if l, err := os.Readlink(filepath.Join(got.Root, "shadow-link")); err != nil || l != "/etc/shadow" {
 		t.Errorf("shadow-link: %q %v", l, err)
+	}
+	// A hardlink stays one file.
+	var a, b syscall.Stat_t
+	syscall.Stat(filepath.Join(got.Root, "usr/bin/tool"), &a)
+	syscall.Stat(filepath.Join(got.Root, "usr/bin/tool-again"), &b)
+	if a.Ino == 0 || a.Ino != b.Ino || a.Nlink != 2 {
+		t.Errorf("hardlinked files: inodes %d %d, links %d", a.Ino, b.Ino, a.Nlink)
 	}
 	again, err := s.Import(ctx, dir, ImportOptions{Name: "mytree2"})
 	if err != nil || !again.Existed || again.Digest != got.Digest {
@@ -445,5 +455,29 @@ func TestDockerSaveLinkedLayers(t *testing.T) {
 	s2 := testStore(t)
 	if _, err := s2.Import(context.Background(), dir, ImportOptions{Name: "out"}); err == nil {
 		t.Error("a config linked out of the archive was read")
+	}
+}
+
+// TestStoreNeedsIDMappedMounts: a store on a file system without idmapped
+// mounts (ramfs) refuses imports, which sandboxes could not use.
+func TestStoreNeedsIDMappedMounts(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("ramfs", dir, "ramfs", 0, ""); err != nil {
+		t.Skipf("mount ramfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	s, err := Open(Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := t.TempDir()
+	os.WriteFile(filepath.Join(tree, "f"), []byte("x"), 0o644)
+	_, err = s.Import(context.Background(), tree, ImportOptions{Name: "x"})
+	if err == nil || !strings.Contains(err.Error(), "does not support idmapped mounts") {
+		t.Fatalf("import into a ramfs store: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), "sha256")); len(ents) != 0 {
+		t.Errorf("content left: %v", ents)
 	}
 }
