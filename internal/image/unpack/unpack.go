@@ -95,6 +95,10 @@ type Unpacker struct {
 	// The parent directory last resolved, reused while entries stay in it.
 	lastDir string
 	lastFD  int
+	// stale is set when an entry removed or replaced something: what a
+	// path resolves to may have changed, so the cached parent is dropped
+	// once the entry is done (not before: the entry may be using it).
+	stale bool
 }
 
 // New prepares to unpack into root, an existing empty directory that only
@@ -145,7 +149,12 @@ func (u *Unpacker) Apply(r io.Reader, whiteouts bool) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrFormat, err)
 		}
-		if err := u.entry(tr, hdr, whiteouts); err != nil {
+		err = u.entry(tr, hdr, whiteouts)
+		if u.stale {
+			u.forget()
+			u.stale = false
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -275,8 +284,8 @@ func (u *Unpacker) parent(dir string) (int, error) {
 	return fd, nil
 }
 
-// forget drops the cached parent: an entry that removes or replaces
-// something may have changed what a path resolves to.
+// forget drops the cached parent. It is called only between entries,
+// never while an entry holds the descriptor.
 func (u *Unpacker) forget() {
 	if u.lastFD >= 0 {
 		unix.Close(u.lastFD)
@@ -364,10 +373,10 @@ func (u *Unpacker) clear(pfd int, base string, keepDir bool) (bool, error) {
 		if keepDir {
 			return true, nil
 		}
-		u.forget()
+		u.stale = true
 		return false, removeAll(pfd, base)
 	}
-	u.forget()
+	u.stale = true
 	return false, unix.Unlinkat(pfd, base, 0)
 }
 
@@ -501,7 +510,7 @@ func (u *Unpacker) whiteout(dir, name string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	u.forget()
+	u.stale = true
 	if name != ".wh..opq" {
 		if _, err := u.clear(fd, name, false); err != nil {
 			return fmt.Errorf("whiteout %q: %w", clip(name), err)

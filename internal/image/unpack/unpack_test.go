@@ -297,3 +297,18 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// TestReplaceInCachedParent: entries that replace something in the
+// directory the previous entry used (the cached parent) must not lose
+// that directory's descriptor midway.
+func TestReplaceInCachedParent(t *testing.T) {
+	root, _ := sandboxDirs(t)
+	l1 := archive(t, dir("a"), dir("a/d"), file("a/d/x", "1"), dir("a/d/sub"), file("a/d/sub/f", "s"), symlink("a/d/l", "x"))
+	l2 := archive(t, file("a/d/w", "2"), file("a/d/x", "replaced"), file("a/d/sub", "dir became a file"), file("a/d/l", "link became a file"), file("a/d/z", "3"))
+	if _, err := apply(t, root, Limits{}, l1, l2); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"a/d/w": "2", "a/d/x": "replaced", "a/d/sub": "dir became a file", "a/d/l": "link became a file", "a/d/z": "3"} {
+		mustRead(t, filepath.Join(root, p), want)
+	}
+}
