@@ -191,7 +191,7 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	fs.StringVar(&rf.socket, "socket", daemon.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
 	fs.StringVar(&rf.tool, "tool", "", "use the named tool's settings from the config file; flags override them")
 	fs.StringVar(&rf.image, "image", "", "root file system: host (the default) or an imported image's name or digest")
-	fs.StringVar(&rf.imageStore, "image-store", image.DefaultDir, "image store directory")
+	fs.StringVar(&rf.imageStore, "image-store", image.DefaultDir, "image store directory (default: the config's images.store, else this)")
 	fs.Var(allowFlag{&rf.egress}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.StringVar(&rf.opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&rf.opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
@@ -252,8 +252,16 @@ func (rf *runFlags) resolveImage(set map[string]bool) error {
 		return nil
 	}
 	opts := image.Options{Dir: rf.imageStore}
-	if !set["image-store"] && rf.cfg != nil {
-		opts = rf.cfg.Images.StoreOptions()
+	if !set["image-store"] {
+		// The config's store, also when no tool was asked for.
+		cfg := rf.cfg
+		if cfg == nil {
+			var err error
+			if cfg, err = config.Discover(rf.configPath); err != nil {
+				return err
+			}
+		}
+		opts = cfg.Images.StoreOptions()
 	}
 	st, err := image.Open(opts)
 	if err != nil {
