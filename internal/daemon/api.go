@@ -124,7 +124,10 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Argv) == 0 {
 		// The tool's image may give the command (its entrypoint and cmd).
-		if req.Argv = d.imageArgv[req.Tool]; len(req.Argv) == 0 {
+		if img := d.images[req.Tool]; img != nil {
+			req.Argv = img.argv
+		}
+		if len(req.Argv) == 0 {
 			writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command (the tool's image has no default command)`)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -62,18 +63,15 @@ type Daemon struct {
 	opts  Options
 	rt    *sandbox.Runtime
 	pools map[string]*pool.Pool
-	// imageArgv is, per tool with an image, the image's command: what a
-	// run that gives none runs; imageDigest is the image's digest, which
-	// the audit log records for each sandbox created. Both are written
-	// before any sandbox exists and only read after.
-	imageArgv   map[string][]string
-	imageDigest map[string]string
-	ln          net.Listener
-	srv         *http.Server
-	tcp         net.Listener // nil unless the config has server.tcp
-	tsrv        *http.Server
-	tokens      *tokenSet
-	audit       *audit.Log
+	// images holds, per tool with an image, what the daemon uses of it;
+	// written before anything starts, only read after.
+	images map[string]*toolImage
+	ln     net.Listener
+	srv    *http.Server
+	tcp    net.Listener // nil unless the config has server.tcp
+	tsrv   *http.Server
+	tokens *tokenSet
+	audit  *audit.Log
 
 	counts    counters
 	sessions  sessions
@@ -90,6 +88,57 @@ type Daemon struct {
 
 	shutdown sync.Once
 	shutErr  error
+}
+
+// toolImage is what a tool's sandboxes and runs take from its image.
+type toolImage struct {
+	sandbox *sandbox.Image
+	user    *sandbox.User
+	// argv is the image's command, run when a run gives none; digest is
+	// recorded in the audit log for each sandbox created.
+	argv   []string
+	digest string
+}
+
+// resolveImages finds every tool's image in the store. The image's
+// environment and working directory become the tool's defaults: tools
+// with an image are copied into a copy of opts.Config, so the caller's
+// configuration is never changed.
+func resolveImages(opts *Options) (map[string]*toolImage, error) {
+	out := make(map[string]*toolImage)
+	var store *image.Store
+	cfg := *opts.Config
+	cfg.Tools, cfg.MCPServers = maps.Clone(cfg.Tools), maps.Clone(cfg.MCPServers)
+	for _, t := range cfg.Profiles() {
+		if t.Image == config.ImageHost || t.Image == "" {
+			continue
+		}
+		if store == nil {
+			so := cfg.Images.StoreOptions()
+			if opts.ImageStore != "" {
+				so.Dir = opts.ImageStore
+			}
+			var err error
+			if store, err = image.Open(so); err != nil {
+				return nil, err
+			}
+		}
+		img, err := store.Resolve(t.Image)
+		if err != nil {
+			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+		}
+		ir := t.WithImage(img)
+		tc := *t
+		tc.Env, tc.Workdir = ir.Env, ir.Workdir
+		if _, ok := cfg.Tools[t.Name]; ok {
+			cfg.Tools[t.Name] = &tc
+		} else {
+			cfg.MCPServers[t.Name] = &tc
+		}
+		out[t.Name] = &toolImage{sandbox: ir.Image, user: ir.User, argv: img.Argv(), digest: img.Digest}
+	}
+	opts.Config = &cfg
+	return out, nil
 }
 
 // New sweeps what a crashed predecessor left, starts a pool per tool, and
@@ -114,7 +163,13 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Sandbox.Logger = opts.Logger
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), imageArgv: make(map[string][]string), imageDigest: make(map[string]string), sessions: sessions{m: make(map[string]*session)}}
+	// Every tool's image is resolved before anything starts (pools, and
+	// the runtime's reports to observe, read what this finds).
+	images, err := resolveImages(&opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), images: images, sessions: sessions{m: make(map[string]*session)}}
 	d.quit, d.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -149,32 +204,11 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
-	// Every tool's image is resolved before any pool starts filling (and
-	// the runtime reports sandboxes to observe, which reads imageDigest).
-	var store *image.Store
 	specs := make(map[string]sandbox.Spec)
 	for _, t := range opts.Config.Profiles() {
 		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts, User: t.User}
-		if t.Image != config.ImageHost && t.Image != "" {
-			if store == nil {
-				so := opts.Config.Images.StoreOptions()
-				if opts.ImageStore != "" {
-					so.Dir = opts.ImageStore
-				}
-				if store, err = image.Open(so); err != nil {
-					return nil, err
-				}
-			}
-			img, err := store.Resolve(t.Image)
-			if err != nil {
-				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
-			}
-			// The image's environment, working directory and user are
-			// the tool's defaults.
-			ir := t.WithImage(img)
-			spec.Image, spec.User = ir.Image, ir.User
-			t.Env, t.Workdir = ir.Env, ir.Workdir
-			d.imageArgv[t.Name], d.imageDigest[t.Name] = img.Argv(), img.Digest
+		if img := images[t.Name]; img != nil {
+			spec.Image, spec.User = img.sandbox, img.user
 		}
 		specs[t.Name] = spec
 	}

@@ -21,10 +21,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestImageTool serves a tool whose image was imported from an OCI
-// layout: the image's user, working directory, environment and command
-// are the tool's defaults, and its pool keeps the image busy.
-func TestImageTool(t *testing.T) {
+// testImageStore is an empty image store, on a file system that takes
+// idmapped mounts, removed after the test.
+func testImageStore(t *testing.T) *image.Store {
+	t.Helper()
 	testutil.RequireRoot(t)
 	dir, err := os.MkdirTemp("/var/tmp", "airlock-daemon-image-")
 	if err != nil {
@@ -35,10 +35,19 @@ func TestImageTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// TestImageTool serves a tool whose image was imported from an OCI
+// layout: the image's user, working directory, environment and command
+// are the tool's defaults, and its pool keeps the image busy.
+func TestImageTool(t *testing.T) {
+	st := testImageStore(t)
 	imp, err := st.Import(context.Background(), imagetest.Layout(t, imagetest.Tool(t, runtime.GOARCH), "tool:1"), image.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var given *config.Config
 	_, sock := serveConfig(t, "images:\n  store: "+st.Dir()+"\n"+`tools:
   img:
     image: tool:1
@@ -49,7 +58,7 @@ func TestImageTool(t *testing.T) {
     image: `+imp.Digest+`
     user: "77"
     workdir: /workspace
-`, nil)
+`, func(o *Options) { given = o.Config })
 	c := client.New(sock)
 	ctx := t.Context()
 	for _, tt := range []struct {
@@ -82,6 +91,10 @@ func TestImageTool(t *testing.T) {
 		}
 		return len(evs) > 0
 	})
+	// The image's defaults went into the daemon's own copy of the tool.
+	if tl := given.Tools["img"]; strings.Join(tl.Env, " ") != "EXTRA=yes" || tl.Workdir != "/workspace" {
+		t.Errorf("the caller's config changed: env %v workdir %s", tl.Env, tl.Workdir)
+	}
 	// The warm sandbox holds the image: removing it is refused.
 	if _, err := st.Remove("tool:1", image.RemoveOptions{}); err == nil || !strings.Contains(err.Error(), "live sandbox") {
 		t.Errorf("remove while a pool holds it: %v", err)
@@ -107,12 +120,7 @@ func TestImageToolMissing(t *testing.T) {
 // TestGatewayFromImage: a third-party MCP server shipped as an image runs
 // from it behind the gateway.
 func TestGatewayFromImage(t *testing.T) {
-	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("/var/tmp", "airlock-daemon-image-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	st := testImageStore(t)
 	srv, err := os.ReadFile(testutil.Binary(t, "github.com/airlockhq/airlock/internal/testmcp"))
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +128,6 @@ func TestGatewayFromImage(t *testing.T) {
 	layer := imagetest.Tar(t, imagetest.Dir("bin/"), imagetest.Entry{Name: "bin/testmcp", Data: string(srv), Mode: 0o755},
 		imagetest.Dir("etc/"), imagetest.Entry{Name: "etc/os-release", Data: "ID=mcp-image\n"})
 	img := imagetest.Image(t, runtime.GOARCH, v1.Config{Entrypoint: []string{"/bin/testmcp"}}, layer)
-	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := st.Import(context.Background(), imagetest.DockerSave(t, map[string]v1.Image{"example.com/mcp:1": img}), image.ImportOptions{}); err != nil {
 		t.Fatal(err)
 	}

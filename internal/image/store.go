@@ -190,6 +190,20 @@ func (s *Store) lock() (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// lockNames takes the change lock and reads the names under it.
+func (s *Store) lockNames() (map[string]string, func(), error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := s.readNames()
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return names, unlock, nil
+}
+
 func (s *Store) readNames() (map[string]string, error) {
 	b, err := os.ReadFile(filepath.Join(s.opts.Dir, "names.json"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -786,7 +800,7 @@ func (s *Store) sweepTmp() (int, error) {
 
 // commit moves an unpacked import into place and names it.
 func (s *Store) commit(tmp, digest, name string) error {
-	unlock, err := s.lock()
+	names, unlock, err := s.lockNames()
 	if err != nil {
 		return err
 	}
@@ -803,10 +817,6 @@ func (s *Store) commit(tmp, digest, name string) error {
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	names, err := s.readNames()
-	if err != nil {
-		return err
-	}
 	names[name] = digest
 	return s.writeNames(names)
 }
@@ -814,16 +824,12 @@ func (s *Store) commit(tmp, digest, name string) error {
 // setName points name at stored content; ErrNotFound if the content is
 // gone (a gc between a caller's look and the lock).
 func (s *Store) setName(name, digest string) error {
-	unlock, err := s.lock()
+	names, unlock, err := s.lockNames()
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	if _, err := s.record(digest); err != nil {
-		return err
-	}
-	names, err := s.readNames()
-	if err != nil {
 		return err
 	}
 	if names[name] == digest {
@@ -859,15 +865,11 @@ func (s *Store) Remove(ref string, o RemoveOptions) (*Removed, error) {
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.lock()
+	names, unlock, err := s.lockNames()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	names, err := s.readNames()
-	if err != nil {
-		return nil, err
-	}
 	var drop []string
 	if digestRE.MatchString(ref) {
 		drop = namesOf(names, img.Digest)
@@ -939,15 +941,11 @@ func (s *Store) GC() ([]string, error) {
 	if _, err := s.sweepTmp(); err != nil {
 		return nil, err
 	}
-	unlock, err := s.lock()
+	names, unlock, err := s.lockNames()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	names, err := s.readNames()
-	if err != nil {
-		return nil, err
-	}
 	ents, err := os.ReadDir(filepath.Join(s.opts.Dir, "sha256"))
 	if err != nil {
 		return nil, err
