@@ -270,20 +270,11 @@ func (rf *runFlags) resolveImage(set map[string]bool) error {
 	if rf.img, err = st.Resolve(rf.image); err != nil {
 		return err
 	}
-	var user *sandbox.User
-	rf.spec.Image, user = rf.img.SandboxImage()
-	rf.spec.Image.Writable = rf.writableRoot
-	if rf.spec.User == nil {
-		rf.spec.User = user
-	}
-	workdir := ""
-	if rf.workdirSet || rf.toolWorkdir {
-		workdir = rf.workdir
-	}
-	rf.env, workdir = rf.img.Defaults(rf.env, workdir)
-	if workdir != "" {
-		rf.workdir = workdir
-	}
+	// The run's settings (the tool's, then the flags') as a tool, for
+	// the same merge the daemon makes.
+	t := config.Tool{Env: rf.env, Workdir: rf.workdir, WorkdirSet: rf.workdirSet || rf.toolWorkdir, User: rf.spec.User, WritableRoot: rf.writableRoot}
+	ir := t.WithImage(rf.img)
+	rf.spec.Image, rf.spec.User, rf.env, rf.workdir = ir.Image, ir.User, ir.Env, ir.Workdir
 	return nil
 }
 
