@@ -21,10 +21,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const (
-	testStateDir = "/run/airlock-test-pool"
-	testCgroup   = "/airlock-test-pool"
-)
+const testStateDir = "/run/airlock-test-pool"
+
+var testCgroup = testutil.CgroupParent("/airlock-test-pool")
 
 var (
 	rtOnce sync.Once

@@ -28,10 +28,9 @@ func TestMain(m *testing.M) {
 
 func requireRoot(t testing.TB) { testutil.RequireRoot(t) }
 
-const (
-	testStateDir = "/run/airlock-test-sandbox"
-	testCgroup   = "/airlock-test-sandbox"
-)
+const testStateDir = "/run/airlock-test-sandbox"
+
+var testCgroup = testutil.CgroupParent("/airlock-test-sandbox")
 
 var (
 	rtOnce sync.Once

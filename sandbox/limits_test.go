@@ -67,7 +67,7 @@ func TestCeilings(t *testing.T) {
 		{"disk fill, then exit", limits(func(l *Limits) { l.Disk = 4 << 20 }), false,
 			[]string{"/bin/sh", "-c", `head -c 100000000 /dev/zero > /tmp/big`}, result.LimitDisk, result.UnitBytes},
 		{"inode fill", limits(func(l *Limits) { l.Inodes = 1100 }), false,
-			[]string{"/bin/sh", "-c", `i=0; while touch /tmp/f$i 2>/dev/null; do i=$((i+1)); done; sleep 15`}, result.LimitDisk, result.UnitInodes},
+			[]string{"/bin/sh", "-c", `i=0; while true 2>/dev/null >/tmp/f$i; do i=$((i+1)); done; sleep 15`}, result.LimitDisk, result.UnitInodes},
 		{"fd exhaustion", limits(func(l *Limits) { l.FDs = 64 }), true, withProg("fds"), result.LimitFDs, result.UnitCount},
 		{"output flood", limits(func(l *Limits) { l.Output = 1 << 20 }), false,
 			[]string{"/bin/sh", "-c", `yes airlock`}, result.LimitOutput, result.UnitBytes},

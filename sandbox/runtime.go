@@ -187,6 +187,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m := cg.Moved(); m != "" {
+		opts.Logger.Info("moved this process into a cgroup of its own, so that the cgroup it was in can hand controllers to sandboxes (cgroup v2 keeps processes out of groups with children)", "cgroup", m, "parent", opts.CgroupParent)
+	}
 	rt.cg = cg
 	if n, err := rt.Sweep(ctx); err != nil {
 		return nil, fmt.Errorf("sweep leftovers: %w", err)

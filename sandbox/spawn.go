@@ -153,6 +153,12 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 	}
 	if reply.Error != "" || len(got) != 1 {
 		for _, fd := range got {
+			// An init that failed after the clone was killed by the
+			// spawner, and is ours to reap (CLONE_PARENT).
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			var info unix.Siginfo
+			for unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED, nil) == unix.EINTR {
+			}
 			unix.Close(fd)
 		}
 		if reply.Error == "" {

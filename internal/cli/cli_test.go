@@ -23,6 +23,9 @@ func airlockBin(t *testing.T) string {
 
 func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
 
+// testCgroup is the cgroup parent of every airlock the tests run.
+var testCgroup = testutil.CgroupParent("/airlock-test-cli")
+
 type outcome struct {
 	code           int
 	stdout, stderr string
@@ -37,7 +40,7 @@ func airlock(t *testing.T, stdin string, args ...string) outcome {
 // airlockEnv is airlock with extra variables in airlock's own environment.
 func airlockEnv(t *testing.T, env []string, stdin string, args ...string) outcome {
 	t.Helper()
-	full := append([]string{"run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}, args...)
+	full := append([]string{"run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}, args...)
 	return execAirlock(t, append([]string{"AIRLOCK_TEST_SECRET=hunter2"}, env...), stdin, full...)
 }
 
@@ -184,7 +187,7 @@ func TestRunEvents(t *testing.T) {
 // runs; the next run sweeps whatever the dead one left.
 func TestRunKilledLeavesNothing(t *testing.T) {
 	requireRoot(t)
-	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli", "--", "sh", "-c", "echo up; sleep 100")
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -197,7 +200,7 @@ func TestRunKilledLeavesNothing(t *testing.T) {
 	if o := airlock(t, "", "--", "true"); o.code != 0 {
 		t.Fatalf("next run: %d %s", o.code, o.stderr)
 	}
-	for _, pat := range []string{"/sys/fs/cgroup/*/airlock-test-cli/*", "/sys/fs/cgroup/airlock-test-cli/*"} {
+	for _, pat := range []string{"/sys/fs/cgroup/*" + testCgroup + "/*", "/sys/fs/cgroup" + testCgroup + "/*"} {
 		m, _ := filepath.Glob(pat)
 		for _, p := range m {
 			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
@@ -213,7 +216,7 @@ func TestRunKilledLeavesNothing(t *testing.T) {
 
 func TestInterruptDestroys(t *testing.T) {
 	requireRoot(t)
-	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli", "--", "sh", "-c", "echo up; sleep 100")
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
 	out, _ := cmd.StdoutPipe()
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -246,7 +249,7 @@ func TestVersionAndUsage(t *testing.T) {
 // limit, and airlock must still clean up.
 func TestRunReaderGoesAway(t *testing.T) {
 	requireRoot(t)
-	script := airlockBin(t) + ` run --state-dir /run/airlock-test-cli --cgroup-parent /airlock-test-cli --time 60s -- yes | head -1; echo "${PIPESTATUS[0]}" >&2`
+	script := airlockBin(t) + ` run --state-dir /run/airlock-test-cli --cgroup-parent ` + testCgroup + ` --time 60s -- yes | head -1; echo "${PIPESTATUS[0]}" >&2`
 	cmd := exec.Command("bash", "-c", script)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -275,7 +278,7 @@ func TestInheritedDescriptorsStayOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer secret.Close()
-	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli",
+	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup,
 		"--", "sh", "-c", "ls /proc/self/fd")
 	cmd.ExtraFiles = []*os.File{secret, secret, secret} // fds 3, 4, 5 of airlock, without close-on-exec
 	out, err := cmd.Output()

@@ -115,7 +115,7 @@ func TestInspectorStdio(t *testing.T) {
 	inspector(t)
 	cfg := writeConfig(t, mcpTools)
 	server := []string{"--", airlockBin(t), "mcp", "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"),
-		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}
+		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}
 	checkInspected(t, "echo hog slow", func(args ...string) []string { return append(args, server...) })
 }
 
@@ -197,7 +197,7 @@ mcp_servers:
     services: [api]
 `)
 	server := []string{"--", airlockBin(t), "mcp", "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"),
-		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}
+		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}
 	run := func(args ...string) inspected {
 		t.Helper()
 		out, err := inspect(t, append(args, server...)...)

@@ -127,7 +127,7 @@ func TestMCPStdioEmbedded(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "audit.db")
 	opts, progress := progressRecorder()
 	cs := connectStdio(t, opts, "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"), "--audit", db,
-		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
+		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
 	exerciseMCP(t, cs, progress)
 	cs.Close()
 	l, err := audit.Open(t.Context(), audit.Options{Path: db})
@@ -170,7 +170,7 @@ func serveForTest(t *testing.T, tools string, extra ...string) (string, *client.
 	cfg := writeConfig(t, tools)
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
 	cmd := exec.Command(airlockBin(t), append([]string{"serve", "--config", cfg, "--socket", sock, "--audit", filepath.Join(t.TempDir(), "audit.db"),
-		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli"}, extra...)...)
+		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}, extra...)...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, os.Environ()...)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs

@@ -26,7 +26,7 @@ func TestServeBinary(t *testing.T) {
 	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 1}\n")
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
 	cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", filepath.Join(t.TempDir(), "audit.db"),
-		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
+		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
@@ -157,9 +157,9 @@ func TestServeBinary(t *testing.T) {
 }
 
 func cliCgroups(t *testing.T) int {
-	dir := "/sys/fs/cgroup/airlock-test-cli"
+	dir := "/sys/fs/cgroup" + testCgroup
 	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {
-		dir = "/sys/fs/cgroup/pids/airlock-test-cli"
+		dir = "/sys/fs/cgroup/pids" + testCgroup
 	}
 	ents, _ := os.ReadDir(dir)
 	n := 0
@@ -183,7 +183,7 @@ func TestServeKilledThenRestarted(t *testing.T) {
 	auditDB := filepath.Join(t.TempDir(), "audit.db")
 	start := func() *exec.Cmd {
 		cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", auditDB,
-			"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", "/airlock-test-cli")
+			"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
 		cmd.Env = []string{"PATH=/usr/bin:/bin"}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

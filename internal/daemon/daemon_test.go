@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -30,10 +31,9 @@ func TestMain(m *testing.M) {
 	os.Exit(isolatednet.Main(m))
 }
 
-const (
-	testStateDir = "/run/airlock-test-daemon"
-	testCgroup   = "/airlock-test-daemon"
-)
+const testStateDir = "/run/airlock-test-daemon"
+
+var testCgroup = testutil.CgroupParent("/airlock-test-daemon")
 
 const testConfig = `
 tools:

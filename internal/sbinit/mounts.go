@@ -430,8 +430,11 @@ func setupProc(root string) error {
 		}
 		if fi.IsDir() {
 			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,nr_inodes=1,mode=0555")
-		} else {
-			err = unix.Mount(null, p, "", unix.MS_BIND, "")
+		} else if err = unix.Mount(null, p, "", unix.MS_BIND, ""); err == nil {
+			// Read-only, so that a write fails (EROFS) instead of
+			// succeeding silently into /dev/null: a command probing
+			// sysrq-trigger learns it is refused.
+			err = remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
 		}
 		if err != nil {
 			return fmt.Errorf("mask %s: %w", name, err)

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"syscall"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"golang.org/x/sys/unix"
@@ -202,42 +201,28 @@ type Placement struct {
 // socket (fd 3) and its stdout and stderr. See CloneInto for hostNet,
 // asSibling and ok.
 func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, ok bool, err error) {
-	maps := []syscall.SysProcIDMap{{ContainerID: 0, HostID: req.IDBase, Size: req.IDSize}}
-	pidfd = -1
-	sys := &syscall.SysProcAttr{
+	fr := forkRequest{
+		path: req.Path, arg0: req.Arg0, env: req.Env,
 		// The network namespace comes from the cloning thread, so it
 		// belongs to the host's user namespace and the sandbox can never
 		// reconfigure it.
-		//
+		flags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
 		// With asSibling, CLONE_PARENT makes init the host's child, not
 		// the spawner's: the host reaps it, so when the host sees it
 		// gone, it is gone (no zombie waiting for the spawner). Init sets
 		// its own parent-death signal, since the runtime's check for that
 		// would see an unexpected parent.
-		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-		UidMappings:                maps,
-		GidMappings:                maps,
-		GidMappingsEnableSetgroups: true,
-		// Clears supplementary groups: a host gid kept here would still
-		// grant access to host files by group.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-		PidFD:      &pidfd,
-	}
-	if asSibling {
-		sys.Cloneflags |= unix.CLONE_PARENT
-	}
-	if place.DirFD != -1 {
-		// Born in its cgroup, so its cgroup namespace is rooted there
-		// and nothing it does runs uncounted.
-		sys.UseCgroupFD, sys.CgroupFD = true, place.DirFD
-	}
-	attr := &syscall.ProcAttr{
-		Env: req.Env,
+		asSibling: asSibling,
+		// Born in its cgroup (v2), so its cgroup namespace is rooted
+		// there and nothing it does runs uncounted.
+		cgroupFD: place.DirFD,
+		idBase:   req.IDBase, idSize: req.IDSize,
 		// Init holds nothing of the host's beyond its control channel and
-		// a pipe for its own diagnostics; stdin stays closed.
-		Files: []uintptr{^uintptr(0), uintptr(log), uintptr(log), uintptr(ctrl)},
-		Sys:   sys,
+		// a pipe for its own diagnostics; stdin stays closed. Supplementary
+		// groups are cleared: a host gid kept would still grant access to
+		// host files by group.
+		files: []int{-1, log, log, ctrl},
 	}
 	runtime.LockOSThread()
 	ok = true
@@ -261,16 +246,13 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 			return 0, -1, true, err
 		}
 	}
-	pid, err = syscall.ForkExec(req.Path, []string{req.Arg0}, attr)
+	pid, pidfd, err = startChild(fr)
 	if lerr := leave(); lerr != nil {
 		ok = false
 		err = errors.Join(err, lerr)
 	}
 	if err != nil {
-		if pidfd >= 0 {
-			unix.Close(pidfd)
-		}
-		return 0, -1, ok, fmt.Errorf("clone init: %w", err)
+		return pid, pidfd, ok, fmt.Errorf("clone init: %w", err)
 	}
 	return pid, pidfd, ok, nil
 }

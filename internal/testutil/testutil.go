@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -27,10 +28,23 @@ var (
 	built   = map[string]string{}
 )
 
+// BinDirEnv names a directory of prebuilt binaries, one per main package
+// and named after its last element, that Binary returns instead of
+// building: the test guest of scripts/test-vm has no go tool.
+const BinDirEnv = "AIRLOCK_TEST_BINDIR"
+
 // Binary builds the main package pkg (an import path) without cgo, once per
-// test process, and returns the path of the binary.
+// test process, and returns the path of the binary. With BinDirEnv set it
+// returns the prebuilt binary there instead, and fails when it is missing.
 func Binary(t testing.TB, pkg string) string {
 	t.Helper()
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		p := filepath.Join(dir, filepath.Base(pkg))
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s is set, but holds no binary for %s: %v", BinDirEnv, pkg, err)
+		}
+		return p
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if p, ok := built[pkg]; ok {
@@ -48,6 +62,18 @@ func Binary(t testing.TB, pkg string) string {
 	}
 	built[pkg] = p
 	return p
+}
+
+// CgroupRootEnv names a cgroup under which tests put their cgroup parents
+// instead of at the root of the hierarchy. scripts/test-vm sets it to run
+// the tests as a delegated service would, below its own cgroup.
+const CgroupRootEnv = "AIRLOCK_TEST_CGROUP_ROOT"
+
+// CgroupParent returns the cgroup parent a test package uses: name (an
+// absolute cgroup path such as "/airlock-test-pool") below the cgroup
+// CgroupRootEnv names, or name itself when it is unset.
+func CgroupParent(name string) string {
+	return strings.TrimSuffix(os.Getenv(CgroupRootEnv), "/") + name
 }
 
 // Inode returns the inode number of path (for namespace files, the

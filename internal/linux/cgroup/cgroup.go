@@ -101,9 +101,10 @@ type Parent struct {
 	root        string   // cgroup2 mount point
 	ctrls       []string // controllers enabled for the children
 	mgr         *cgroup2.Manager
-	hasKill     bool // cgroup.kill (kernel >= 5.14)
-	hasOOMGroup bool // memory.oom.group (kernel >= 4.19)
-	hasSwapMax  bool // memory.swap.max (swap accounting enabled)
+	hasKill     bool   // cgroup.kill (kernel >= 5.14)
+	hasOOMGroup bool   // memory.oom.group (kernel >= 4.19)
+	hasSwapMax  bool   // memory.swap.max (swap accounting enabled)
+	moved       string // where Open moved this process, or ""
 
 	// files says where each counter lives, per version, so Counters is one
 	// loop over kept descriptors.
@@ -158,7 +159,13 @@ func Detect() (Version, error) {
 // On v2 the memory, pids and cpu controllers are enabled in
 // cgroup.subtree_control of every ancestor from the root down to and
 // including parent; the error names the controller and the level when one
-// is not available.
+// is not available. cgroup v2 refuses that for a group holding processes.
+// When the calling process itself is in such a group (a systemd service
+// with Delegate=yes whose parent is below its own cgroup, or a container
+// at the root of its cgroup namespace), Open moves the process into a leaf
+// of that group, SupervisorGroup, and reports it through Moved; processes
+// it starts later are born there. Other processes in the way are an
+// error.
 func Open(parent string) (*Parent, error) {
 	parent, err := cleanParent(parent)
 	if err != nil {
@@ -210,6 +217,10 @@ func validID(id string) error {
 
 // Version reports the cgroup interface in use.
 func (p *Parent) Version() Version { return p.version }
+
+// Moved reports the cgroup Open moved this process into to make room for
+// sandboxes, or "" when it did not move it (see Open).
+func (p *Parent) Moved() string { return p.moved }
 
 // Create makes the child group id with limits l applied. It fails if the
 // group already exists, so that a leftover of a crashed process (and any

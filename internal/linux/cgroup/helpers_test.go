@@ -25,8 +25,11 @@ import (
 const helperEnv = "CGROUP_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "alloc" {
+	switch os.Getenv(helperEnv) {
+	case "alloc":
 		allocHelper()
+	case "aside":
+		asideHelper()
 	}
 	os.Exit(m.Run())
 }
@@ -57,7 +60,7 @@ func testParentName(t testing.TB) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	return "/airlock-test-" + hex.EncodeToString(b[:])
+	return testutil.CgroupParent("/airlock-test-" + hex.EncodeToString(b[:]))
 }
 
 // openTestParent opens a fresh parent and arranges for it, and anything

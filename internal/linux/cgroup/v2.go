@@ -24,8 +24,28 @@ import (
 func openV2(root, parent string, ctrls []string) (*Parent, error) {
 	dir, cg := root, "/"
 	comps := strings.Split(strings.TrimPrefix(parent, "/"), "/")
+	moved := ""
 	for i := 0; ; i++ {
-		if err := delegateV2(dir, cg, ctrls); err != nil {
+		err := delegateV2(dir, cg, ctrls)
+		if errors.Is(err, unix.EBUSY) {
+			// The no-internal-processes rule: a group that holds
+			// processes cannot hand controllers to its children (only
+			// the real root is exempt, so "/" here is the root of a
+			// cgroup namespace). When the process is this one (a service
+			// with Delegate=yes, or a container at its namespace's
+			// root), it steps aside into a leaf of its own and tries
+			// again.
+			var merr error
+			if moved, merr = moveSelfAside(dir, cg); merr != nil {
+				return nil, errors.Join(err, merr)
+			}
+			if moved != "" {
+				if err = delegateV2(dir, cg, ctrls); errors.Is(err, unix.EBUSY) {
+					err = fmt.Errorf("%w; this process moved itself into %s, so other processes are still in %s: move them into a child group, or choose a cgroup parent outside it", err, moved, cg)
+				}
+			}
+		}
+		if err != nil {
 			return nil, err
 		}
 		if i == len(comps) {
@@ -40,7 +60,7 @@ func openV2(root, parent string, ctrls []string) (*Parent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: load parent %s: %w", parent, err)
 	}
-	p := &Parent{version: V2, path: parent, root: root, ctrls: ctrls, mgr: mgr}
+	p := &Parent{version: V2, path: parent, root: root, ctrls: ctrls, mgr: mgr, moved: moved}
 	mem, pids := p.hasCtrl("memory"), p.hasCtrl("pids")
 	// Features are probed on the parent: it runs on the same kernel and,
 	// with the controllers enabled in its own parent, has the same files
@@ -109,6 +129,53 @@ func delegateV2(dir, cg string, ctrls []string) error {
 		return fmt.Errorf("cgroup v2: enable %s for the children of %s: %w%s", strings.Join(missing, " "), cg, err, hint)
 	}
 	return nil
+}
+
+// SupervisorGroup is the leaf a process moves itself into when its own
+// cgroup must hand controllers to sandboxes (see Open). The dot keeps it
+// apart from sandbox groups, whose ids never contain one, so no sweep
+// ever takes it for a leftover.
+const SupervisorGroup = "airlock.supervisor"
+
+// moveSelfAside moves the calling process out of the group at dir (cgroup
+// path cg) into its leaf SupervisorGroup, if the process is directly in
+// that group, and returns the leaf's cgroup path; "" if the process is
+// elsewhere. All threads move: cgroup.procs takes the whole process.
+func moveSelfAside(dir, cg string) (string, error) {
+	own, err := ownCgroupV2()
+	if err != nil || own != cg {
+		return "", err
+	}
+	leaf := filepath.Join(dir, SupervisorGroup)
+	if err := unix.Mkdir(leaf, 0o755); err != nil && err != unix.EEXIST {
+		return "", fmt.Errorf("cgroup: create %s: %w", path.Join(cg, SupervisorGroup), &fs.PathError{Op: "mkdir", Path: leaf, Err: err})
+	}
+	if err := writeFile(filepath.Join(leaf, "cgroup.procs"), "0"); err != nil {
+		return "", fmt.Errorf("cgroup: move this process into %s: %w", path.Join(cg, SupervisorGroup), err)
+	}
+	return path.Join(cg, SupervisorGroup), nil
+}
+
+// ownCgroupV2 returns the calling process's cgroup on the unified
+// hierarchy (the "0::" line of /proc/self/cgroup).
+func ownCgroupV2() (string, error) {
+	var buf [4096]byte
+	data, err := readFile("/proc/self/cgroup", buf[:])
+	if err != nil {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	return parseOwnV2(data)
+}
+
+// parseOwnV2 finds the unified hierarchy's line in /proc/<pid>/cgroup
+// content.
+func parseOwnV2(data []byte) (string, error) {
+	for line := range bytes.Lines(data) {
+		if rest, ok := bytes.CutPrefix(bytes.TrimRight(line, "\n"), []byte("0::")); ok {
+			return string(rest), nil
+		}
+	}
+	return "", errors.New("cgroup: this process has no cgroup v2 membership in /proc/self/cgroup")
 }
 
 // hasWord reports whether the space-separated list contains w.

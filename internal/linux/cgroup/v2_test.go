@@ -274,3 +274,46 @@ func TestV2AddProc(t *testing.T) {
 		t.Errorf("AddProc into a deleted group: %v, want an error naming the pid", err)
 	}
 }
+
+// TestV2Resources checks what Create writes on v2 for the kernel features
+// Open probed: swap.max only where swap accounting exists (without it the
+// file is missing and writing it would fail every Create), oom.group
+// where the kernel has it.
+func TestV2Resources(t *testing.T) {
+	tests := []struct {
+		name              string
+		swapMax, oomGroup bool
+		l                 Limits
+		wantNil           bool
+		wantSwap, wantOOM bool
+	}{
+		{"memory, swap accounting", true, true, Limits{MemoryBytes: 1 << 20}, false, true, true},
+		{"memory, no swap accounting", false, true, Limits{MemoryBytes: 1 << 20}, false, false, true},
+		{"memory, old kernel", false, false, Limits{MemoryBytes: 1 << 20}, false, false, false},
+		{"no limits, old kernel", false, false, Limits{}, true, false, false},
+		{"pids only, no swap accounting", false, true, Limits{Pids: 5}, false, false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Parent{version: V2, ctrls: v2Controllers, hasSwapMax: tc.swapMax, hasOOMGroup: tc.oomGroup}
+			r, err := p.v2Resources(tc.l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (r == nil) != tc.wantNil {
+				t.Fatalf("v2Resources(%+v) = %+v, want nil %v", tc.l, r, tc.wantNil)
+			}
+			if r == nil {
+				return
+			}
+			gotSwap := r.Memory != nil && r.Memory.Swap != nil
+			gotOOM := r.Memory != nil && r.Memory.OOMGroup != nil && *r.Memory.OOMGroup
+			if gotSwap != tc.wantSwap || gotOOM != tc.wantOOM {
+				t.Errorf("swap.max written %v, oom.group written %v; want %v, %v", gotSwap, gotOOM, tc.wantSwap, tc.wantOOM)
+			}
+			if gotSwap && *r.Memory.Swap != 0 {
+				t.Errorf("swap.max = %d, want 0", *r.Memory.Swap)
+			}
+		})
+	}
+}
