@@ -20,6 +20,24 @@ import (
 // named in its environment, as a daemon would at start, creates one
 // sandbox group, reports, and waits for its stdin to close.
 func asideHelper() {
+	if os.Getenv("CGROUP_TEST_NS") == "1" {
+		// A container: born in its own cgroup and mount namespaces, it
+		// mounts the hierarchy as it sees it, rooted at its cgroup.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			fmt.Printf("error %s\n", err)
+			os.Exit(1)
+		}
+		// The kernel refuses a second mount of the same hierarchy on
+		// the same point (EBUSY): the host's view goes first.
+		if err := unix.Unmount(unifiedRoot, unix.MNT_DETACH); err != nil {
+			fmt.Printf("error %s\n", err)
+			os.Exit(1)
+		}
+		if err := unix.Mount("cgroup2", unifiedRoot, "cgroup2", 0, ""); err != nil {
+			fmt.Printf("error mount cgroup2: %s\n", err)
+			os.Exit(1)
+		}
+	}
 	p, err := Open(os.Getenv("CGROUP_TEST_PARENT"))
 	if err != nil {
 		fmt.Printf("error %s\n", err)
@@ -85,8 +103,10 @@ func TestParseOwnV2(t *testing.T) {
 // cgroup v2 refuses controllers to the children of a group that holds
 // processes, so the process must step into a leaf of its own first. It
 // is checked from the host where the process ended up, that the parent
-// delegates, and that the sandbox group got its limits. A second process
-// in the service's cgroup is an error that says so.
+// delegates, and that the sandbox group got its limits. The same holds
+// for a container at the root of its cgroup namespace (a pod with its own
+// /sys/fs/cgroup). A second process in the service's cgroup is an error
+// that says so.
 func TestV2StepsAside(t *testing.T) {
 	requireV2Controllers(t)
 	top := testParentName(t)
@@ -100,10 +120,12 @@ func TestV2StepsAside(t *testing.T) {
 		name      string
 		parent    string // below the service's cgroup
 		neighbour bool   // another process in the service's cgroup
+		container bool   // at the root of its own cgroup namespace
 	}{
-		{"parent below the service", "/sandboxes", false},
-		{"parent is the service", "", false},
-		{"another process in the way", "/sandboxes", true},
+		{"parent below the service", "/sandboxes", false, false},
+		{"parent is the service", "", false, false},
+		{"another process in the way", "/sandboxes", true, false},
+		{"container at its namespace's root", "/sandboxes", false, true},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,6 +155,14 @@ func TestV2StepsAside(t *testing.T) {
 			h := exec.Command(exe)
 			h.Env = append(os.Environ(), helperEnv+"=aside", "CGROUP_TEST_PARENT="+svc+tc.parent)
 			h.SysProcAttr = born
+			// What the helper sees of its own cgroup: the service's, or
+			// "/" in a namespace rooted there.
+			seen := svc
+			if tc.container {
+				seen = ""
+				h.Env = append(os.Environ(), helperEnv+"=aside", "CGROUP_TEST_PARENT="+tc.parent, "CGROUP_TEST_NS=1")
+				h.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: dirFD, Cloneflags: unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS}
+			}
 			h.Stderr = os.Stderr
 			stdin, err := h.StdinPipe()
 			if err != nil {
@@ -158,7 +188,7 @@ func TestV2StepsAside(t *testing.T) {
 				}
 				return
 			}
-			if want := fmt.Sprintf("moved %q children [\"sandbox1\"]\n", leaf); line != want {
+			if want := fmt.Sprintf("moved %q children [\"sandbox1\"]\n", seen+"/"+SupervisorGroup); line != want {
 				t.Fatalf("helper said %q, want %q", line, want)
 			}
 			// From the host: the process is in its leaf, nothing else is
