@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
@@ -69,14 +68,7 @@ func TestServeAsDelegatedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	c := client.New(sock)
-	deadline := time.Now().Add(60 * time.Second)
-	for c.Health(t.Context()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon never answered:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c := waitForDaemon(t, sock, &logs, 60*time.Second)
 
 	own, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cgroup")
 	if want := "0::" + svc + "/airlock.supervisor\n"; err != nil || string(own) != want {
@@ -94,7 +86,7 @@ func TestServeAsDelegatedService(t *testing.T) {
 	}
 	// A warm sandbox waits below the parent with the tool's ceilings.
 	var boxes []string
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		if boxes, _ = filepath.Glob(cg + parent + "/*/memory.max"); len(boxes) > 0 {
 			break
 		}

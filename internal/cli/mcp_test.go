@@ -183,14 +183,7 @@ func serveForTest(t *testing.T, tools string, extra ...string) (string, *client.
 			t.Errorf("daemon: %v\n%s", err, logs.String())
 		}
 	})
-	c := client.New(sock)
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Health(t.Context()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon never answered:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c := waitForDaemon(t, sock, &logs, 20*time.Second)
 	return sock, c
 }
 

@@ -34,14 +34,7 @@ func TestServeBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	c := client.New(sock)
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Health(t.Context()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon never answered:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	c := waitForDaemon(t, sock, &logs, 20*time.Second)
 	r, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"echo", "through the daemon"}})
 	if err != nil || string(r.Stdout) != "through the daemon\n" {
 		t.Fatalf("run: %+v %v", r, err)
@@ -154,6 +147,21 @@ func TestServeBinary(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
+}
+
+// waitForDaemon waits up to d for the daemon on sock to answer and returns
+// a client of it; logs are the daemon's, shown if it never does.
+func waitForDaemon(t *testing.T, sock string, logs *bytes.Buffer, d time.Duration) *client.Client {
+	t.Helper()
+	c := client.New(sock)
+	deadline := time.Now().Add(d)
+	for c.Health(t.Context()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon never answered:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return c
 }
 
 func cliCgroups(t *testing.T) int {
