@@ -272,7 +272,6 @@ func TestAuditUnwritableRefusesRuns(t *testing.T) {
 		}
 	}
 	f.Close()
-	before := cgroupCount(t)
 	var refused *client.Error
 	for i := 0; i < 100; i++ {
 		_, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "echo ran >&2"}})
@@ -296,9 +295,29 @@ func TestAuditUnwritableRefusesRuns(t *testing.T) {
 	if err := c.Health(t.Context()); !errors.As(err, &ce) || ce.Status != 503 {
 		t.Errorf("health with an unwritable audit log: %v", err)
 	}
-	// The refused run claimed no sandbox: the pool is as it was.
-	if n := cgroupCount(t); n > before {
-		t.Errorf("%d sandboxes after refusals, %d before", n, before)
+	// A refused run claims no sandbox: more refusals leave the pool's
+	// claim counters as they were. (Counting cgroups instead races the
+	// replenisher, which may still be replacing a sandbox of the runs
+	// before the refusal.)
+	claims := func() int64 {
+		st, err := c.Pools(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, s := range st {
+			n += s.Hits + s.Misses
+		}
+		return n
+	}
+	before := claims()
+	for range 3 {
+		if _, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Code != api.CodeAuditUnavailable {
+			t.Fatalf("run on a full audit log: %v", err)
+		}
+	}
+	if n := claims(); n != before {
+		t.Errorf("%d claims after three refused runs, %d before", n, before)
 	}
 	if err := os.Remove(fill); err != nil {
 		t.Fatal(err)
