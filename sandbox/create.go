@@ -316,6 +316,12 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 	if spec.User != nil {
 		c.UID, c.GID = int(spec.User.UID), int(spec.User.GID)
 	}
+	// Init's own real and saved uid: the last of the range, or the one
+	// before when the commands run as that (see initproto.Setup).
+	c.InitUID = idRangeSize - 1
+	if c.UID == c.InitUID {
+		c.InitUID--
+	}
 	if spec.Image != nil {
 		// The image brings its own system directories (and loader cache
 		// and certificates); only the caller's mounts are bound. Of /etc,

@@ -112,6 +112,12 @@ type Setup struct {
 	// UID and GID are the identity commands run as, inside the sandbox.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// InitUID is init's own real and saved uid once it has confined
+	// itself (its effective uid is UID). It must differ from UID: the
+	// kernel then refuses every signal a command sends init, by any path
+	// (kill, queued signals, pidfds, F_SETOWN), since a command's ids
+	// match none of init's real and saved ones.
+	InitUID int `json:"init_uid"`
 	// DiskBytes and DiskInodes size the tmpfs behind /workspace, /tmp and
 	// /dev/shm.
 	DiskBytes  int64     `json:"disk_bytes"`

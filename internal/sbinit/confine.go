@@ -49,12 +49,18 @@ func confine(c *initproto.Setup) error {
 	if err := thisThread(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	// Supplementary groups were cleared when init was cloned
-	// (Credential.Groups); the uid and gid change every thread.
+	// Supplementary groups were cleared when init was cloned; the uid and
+	// gid change every thread. Init keeps a real and saved uid of its own
+	// (InitUID) with the commands' uid as its effective one: every command
+	// gets UID as all three (see server.start), and then matches none of
+	// init's real and saved uids, so the kernel refuses any signal it
+	// sends init (kill, tgkill, queued signals with forged codes, pidfds,
+	// F_SETOWN). Otherwise a command could kill init with a signal the Go
+	// runtime takes for a fault of its own.
 	if err := syscall.Setresgid(c.GID, c.GID, c.GID); err != nil {
 		return fmt.Errorf("setresgid: %w", err)
 	}
-	if err := syscall.Setresuid(c.UID, c.UID, c.UID); err != nil {
+	if err := syscall.Setresuid(c.InitUID, c.UID, c.InitUID); err != nil {
 		return fmt.Errorf("setresuid: %w", err)
 	}
 	// Clear what is left (inheritable, and everything for uid 0).

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,12 +43,10 @@ func Main() int {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 2
 	}
-	// A command may signal PID 1 with anything it likes; with a handler
-	// installed for every catchable signal, none of them can kill init or
-	// make it dump core. SIGKILL and SIGSTOP from inside the namespace are
-	// already discarded by the kernel for a namespace's init.
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
+	// No os/signal here: commands cannot signal init at all once it has
+	// confined itself (see confine), and subscribing to signals costs a
+	// handshake with the runtime's signal thread per signal, milliseconds
+	// of every sandbox's start.
 	syscall.CloseOnExec(ctrlFD)
 	if err := syscall.SetNonblock(ctrlFD, true); err != nil {
 		return 2
@@ -80,8 +78,8 @@ func Main() int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]uint64)}
-	go s.reap(sigs)
+	s := &server{cmds: make(map[int]uint64), uid: m.Setup.UID, wake: make(chan struct{}, 1)}
+	go s.reap()
 	return s.serve(ctrl, buf)
 }
 
@@ -103,6 +101,11 @@ type server struct {
 	// cmds maps the pid of a running command to its request id. Other
 	// children (orphans re-parented to init) are reaped and ignored.
 	cmds map[int]uint64
+
+	// uid is the commands' uid: their real, effective and saved one.
+	uid int
+	// wake tells the reaper that a child was started.
+	wake chan struct{}
 }
 
 func (s *server) send(m *initproto.Message) error {
@@ -148,23 +151,36 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		s.execFailed(id, e.Argv[0], err, fds[2])
 		return
 	}
-	attr := &syscall.ProcAttr{
-		Dir:   e.Dir,
-		Env:   e.Env,
-		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+	sp := forkexec.Spec{
+		Path: path, Argv: e.Argv, Env: e.Env, Dir: e.Dir,
+		Files:  []int{fds[0], fds[1], fds[2]},
+		Setsid: true,
+		// All three uids the command's: it then shares none of init's
+		// real and saved ones (see confine).
+		UID: s.uid, GID: -1, CgroupFD: -1,
 	}
+	// Held across the fork, so the reaper cannot report the command's end
+	// before it is in cmds.
 	s.mu.Lock()
-	pid, err := syscall.ForkExec(path, e.Argv, attr)
+	c, err := forkexec.Start(sp)
 	if err == nil {
-		s.cmds[pid] = id
+		s.cmds[c.Pid] = id
+		unix.Close(c.PidFD)
 	}
 	s.mu.Unlock()
 	if err != nil {
+		var fe *forkexec.Error
+		if errors.As(err, &fe) {
+			err = fe.Errno
+		}
 		s.execFailed(id, e.Argv[0], err, fds[2])
 		return
 	}
-	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: pid})
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: c.Pid})
 }
 
 // execFailed reports a command that could not be started, the way a shell
@@ -183,23 +199,20 @@ func (s *server) execFailed(id uint64, name string, err error, stderr int) {
 	_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(errno), Error: err.Error()})
 }
 
-// reap is init's duty as PID 1: collect every child that exits, report the
-// commands, and discard orphans. It runs on SIGCHLD rather than blocking in
-// wait4, so an idle init keeps no thread waiting. Every other signal is
-// received here and dropped.
-func (s *server) reap(sigs <-chan os.Signal) {
-	for sig := range sigs {
-		if sig != syscall.SIGCHLD {
-			continue
-		}
+// reap is init's duty as PID 1: collect every child that exits (orphans
+// re-parented to init included), report the commands, and discard the
+// rest. It waits in wait4 while init has children, and on wake while it
+// has none, so a sandbox that never ran anything keeps no thread waiting.
+func (s *server) reap() {
+	for range s.wake {
 		for {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			pid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
 			if err == unix.EINTR {
 				continue
 			}
-			if err != nil || pid <= 0 {
-				break
+			if err != nil {
+				break // ECHILD: nothing left until the next start
 			}
 			s.mu.Lock()
 			id, ok := s.cmds[pid]

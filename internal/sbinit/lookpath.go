@@ -30,7 +30,8 @@ func lookPath(name string, env []string) (string, error) {
 		if err != nil || fi.IsDir() {
 			continue
 		}
-		if err := unix.Access(p, unix.X_OK); err != nil {
+		// With the effective uid: init's real one is not the command's.
+		if err := unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS); err != nil {
 			denied = unix.EACCES
 			continue
 		}

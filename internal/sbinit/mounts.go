@@ -144,6 +144,9 @@ func validate(c *initproto.Setup, fds []int) error {
 	if want := map[bool]int{false: 0, true: 1}[c.Image != nil]; len(fds) != want {
 		return fmt.Errorf("invalid setup: %d descriptors, want %d", len(fds), want)
 	}
+	if c.UID < 0 || c.GID < 0 || c.InitUID < 0 || c.InitUID == c.UID {
+		return fmt.Errorf("invalid setup: uid %d, gid %d, init uid %d: init's must be its own", c.UID, c.GID, c.InitUID)
+	}
 	if c.Image != nil && strings.ContainsAny(c.RootDir, ",:\\") {
 		return fmt.Errorf("invalid setup: root %q cannot be named in overlay options", c.RootDir)
 	}

@@ -85,6 +85,9 @@ func TestValidate(t *testing.T) {
 		"descriptor, no image":   {func(c *initproto.Setup) {}, []int{5}},
 		"root with overlay sep":  {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a:b" }, []int{5}},
 		"root with overlay sep2": {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a,upperdir=/x" }, []int{5}},
+		// Init sharing the commands' uid could be signalled by them.
+		"init uid is the commands'": {func(c *initproto.Setup) { c.InitUID = c.UID }, nil},
+		"negative uid":              {func(c *initproto.Setup) { c.UID = -1 }, nil},
 	} {
 		bad := setupOK
 		tt.adjust(&bad)
@@ -94,4 +97,4 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-var setupOK = initproto.Setup{RootDir: "/run/x", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace"}
+var setupOK = initproto.Setup{RootDir: "/run/x", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace", UID: 1000, GID: 1000, InitUID: 65535}

@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"golang.org/x/sys/unix"
 )
 
@@ -201,28 +203,29 @@ type Placement struct {
 // socket (fd 3) and its stdout and stderr. See CloneInto for hostNet,
 // asSibling and ok.
 func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, ok bool, err error) {
-	fr := forkRequest{
-		path: req.Path, arg0: req.Arg0, env: req.Env,
+	sp := forkexec.Spec{
+		Path: req.Path, Argv: []string{req.Arg0}, Env: req.Env,
 		// The network namespace comes from the cloning thread, so it
 		// belongs to the host's user namespace and the sandbox can never
 		// reconfigure it.
-		flags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+		Flags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
 		// With asSibling, CLONE_PARENT makes init the host's child, not
 		// the spawner's: the host reaps it, so when the host sees it
 		// gone, it is gone (no zombie waiting for the spawner). Init sets
 		// its own parent-death signal, since the runtime's check for that
 		// would see an unexpected parent.
-		asSibling: asSibling,
+		Sibling: asSibling,
 		// Born in its cgroup (v2), so its cgroup namespace is rooted
 		// there and nothing it does runs uncounted.
-		cgroupFD: place.DirFD,
-		idBase:   req.IDBase, idSize: req.IDSize,
+		CgroupFD: place.DirFD,
+		// Held until its id maps are written, then uid and gid 0 inside.
+		// Supplementary groups are cleared: a host gid kept would still
+		// grant access to host files by group.
+		Hold: true, ClearGroups: true, UID: 0, GID: 0,
 		// Init holds nothing of the host's beyond its control channel and
-		// a pipe for its own diagnostics; stdin stays closed. Supplementary
-		// groups are cleared: a host gid kept would still grant access to
-		// host files by group.
-		files: []int{-1, log, log, ctrl},
+		// a pipe for its own diagnostics; stdin stays closed.
+		Files: []int{-1, log, log, ctrl},
 	}
 	runtime.LockOSThread()
 	ok = true
@@ -246,13 +249,38 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 			return 0, -1, true, err
 		}
 	}
-	pid, pidfd, err = startChild(fr)
+	c, err := forkexec.Start(sp)
 	if lerr := leave(); lerr != nil {
 		ok = false
-		err = errors.Join(err, lerr)
+		if err == nil {
+			c.Kill()
+			err = lerr
+		} else {
+			err = errors.Join(err, lerr)
+		}
 	}
 	if err != nil {
-		return pid, pidfd, ok, fmt.Errorf("clone init: %w", err)
+		return 0, -1, ok, fmt.Errorf("clone init: %w", err)
 	}
-	return pid, pidfd, ok, nil
+	// The id maps, written by the caller as the host's root: the child
+	// cannot write a map onto host ids itself.
+	line := []byte("0 " + strconv.Itoa(req.IDBase) + " " + strconv.Itoa(req.IDSize) + "\n")
+	dir := "/proc/" + strconv.Itoa(c.Pid) + "/"
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err = os.WriteFile(dir+f, line, 0); err != nil {
+			err = fmt.Errorf("write %s: %w", f, err)
+			break
+		}
+	}
+	if err == nil {
+		err = c.Release()
+	} else {
+		c.Kill()
+	}
+	if err != nil {
+		// A sibling is its parent's to reap: its pidfd goes with the
+		// error.
+		return c.Pid, c.PidFD, ok, fmt.Errorf("clone init: %w", err)
+	}
+	return c.Pid, c.PidFD, ok, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -96,11 +97,59 @@ var attacks = map[string]func(args []string) report{
 		return result(err)
 	},
 	"kill-init": func([]string) report {
-		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGSEGV, syscall.SIGKILL} {
-			_ = syscall.Kill(1, sig)
+		// Every signal, by every way of sending one: kill, tgkill to
+		// each of init's threads, a queued signal whose si_code claims a
+		// fault (which the Go runtime in init would take for its own),
+		// a pidfd, and SIGIO redirected to init with F_SETOWN and
+		// F_SETSIG. The report lists every send the kernel accepted.
+		var tids []int
+		if ents, err := os.ReadDir("/proc/1/task"); err == nil {
+			for _, e := range ents {
+				if tid, err := strconv.Atoi(e.Name()); err == nil {
+					tids = append(tids, tid)
+				}
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
-		return result(syscall.Kill(1, 0))
+		if len(tids) == 0 {
+			tids = []int{1}
+		}
+		var sent []string
+		note := func(how string, sig int, err error) {
+			if err == nil {
+				sent = append(sent, fmt.Sprintf("%s(%d)", how, sig))
+			}
+		}
+		pidfd, perr := unix.PidfdOpen(1, 0)
+		var pr, pw [2]int
+		_ = unix.Pipe2(pr[:], 0)
+		pw = pr
+		for sig := 1; sig <= 64; sig++ {
+			s := syscall.Signal(sig)
+			note("kill", sig, syscall.Kill(1, s))
+			for _, tid := range tids {
+				note("tgkill", sig, unix.Tgkill(1, tid, s))
+			}
+			var info [128]byte
+			*(*int32)(unsafe.Pointer(&info[0])) = int32(sig)
+			*(*int32)(unsafe.Pointer(&info[8])) = -1 // SI_QUEUE
+			_, _, e := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, 1, uintptr(sig), uintptr(unsafe.Pointer(&info[0])))
+			note("rt_sigqueueinfo", sig, rawErr(e))
+			if perr == nil {
+				note("pidfd_send_signal", sig, unix.PidfdSendSignal(pidfd, s, nil, 0))
+			}
+			// SIGIO as sig, with a POLL_IN code, to init when the pipe
+			// becomes readable: the kernel checks the owner's ids when it
+			// sends, so a write decides.
+			if _, err := unix.FcntlInt(uintptr(pw[0]), unix.F_SETOWN, 1); err == nil {
+				_, _ = unix.FcntlInt(uintptr(pw[0]), unix.F_SETSIG, sig)
+				fl, _ := unix.FcntlInt(uintptr(pw[0]), unix.F_GETFL, 0)
+				_, _ = unix.FcntlInt(uintptr(pw[0]), unix.F_SETFL, fl|unix.O_ASYNC)
+				_, _ = unix.Write(pw[1], []byte{1})
+				_, _ = unix.Read(pw[0], make([]byte, 1))
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		return report{OK: len(sent) == 0, Value: strings.Join(sent, " ")}
 	},
 	"write-sysctl": func([]string) report {
 		return result(os.WriteFile("/proc/sys/kernel/hostname", []byte("pwned"), 0))

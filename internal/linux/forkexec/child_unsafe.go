@@ -1,0 +1,187 @@
+package forkexec
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// cloneArgs is the kernel's struct clone_args up to its cgroup field
+// (CLONE_ARGS_SIZE_VER2, Linux 5.7).
+type cloneArgs struct {
+	flags      uint64
+	pidfd      uint64
+	childTID   uint64
+	parentTID  uint64
+	exitSignal uint64
+	stack      uint64
+	stackSize  uint64
+	tls        uint64
+	setTID     uint64
+	setTIDSize uint64
+	cgroup     uint64
+}
+
+// The steps a child reports a failure of, in the high word of its status.
+const (
+	stepExec = iota
+	stepSetsid
+	stepSetgroups
+	stepSetresgid
+	stepSetresuid
+	stepChdir
+	stepDup
+)
+
+var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup"}
+
+// forkSpec is one clone, prepared in full before the fork: the child may
+// not allocate, take a lock or touch the Go runtime.
+type forkSpec struct {
+	args        cloneArgs
+	pidfd       int32
+	path, dir   *byte
+	argv, envv  []*byte // nil-terminated
+	files, tmp  []int
+	legacy      bool // clone rather than clone3
+	setsid      bool
+	clearGroups bool
+	uid, gid    int
+	// syncR is read by a held child until the caller releases it (one
+	// byte) or gives up (end of file); errW carries a failed step and its
+	// errno back. All are close-on-exec.
+	syncR, syncW, errW int
+	buf                [8]byte
+	mask               unix.Sigset_t // restored in the child before exec
+}
+
+// sigsetSize is the kernel's sigset_t size.
+const sigsetSize = 8
+
+func (s *forkSpec) setArgs(sp Spec) {
+	s.args.flags = uint64(sp.Flags | unix.CLONE_PIDFD)
+	s.args.pidfd = uint64(uintptr(unsafe.Pointer(&s.pidfd)))
+	if sp.Sibling {
+		// With CLONE_PARENT the exit signal must be 0: the child takes
+		// the caller's own.
+		s.args.flags |= unix.CLONE_PARENT
+	} else {
+		s.args.exitSignal = uint64(unix.SIGCHLD)
+	}
+	if sp.CgroupFD >= 0 {
+		s.args.flags |= unix.CLONE_INTO_CGROUP
+		s.args.cgroup = uint64(sp.CgroupFD)
+	} else {
+		// Plain clone where clone3 is not needed: init starts commands
+		// under its own seccomp filter, which answers clone3 with
+		// ENOSYS (its flags are in memory the filter cannot read).
+		s.legacy = true
+	}
+}
+
+// forkExec clones a child with s.args and, in the child, runs the steps s
+// asks for and execs. It returns the child's pid in the caller. It must
+// run on a locked OS thread with all signals blocked.
+//
+//go:norace
+//go:nosplit
+func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
+	var pid uintptr
+	var errno syscall.Errno
+	if s.legacy {
+		// clone(flags, stack, parent_tid, ...): with CLONE_PIDFD the
+		// pidfd is stored at parent_tid, the third argument on every
+		// architecture.
+		pid, _, errno = syscall.RawSyscall6(unix.SYS_CLONE, uintptr(s.args.flags|s.args.exitSignal), 0, uintptr(unsafe.Pointer(&s.pidfd)), 0, 0, 0)
+	} else {
+		pid, _, errno = syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&s.args)), unsafe.Sizeof(s.args), 0)
+	}
+	if errno != 0 || pid != 0 {
+		return pid, errno
+	}
+	// The child.
+	if s.syncR >= 0 {
+		syscall.RawSyscall(unix.SYS_CLOSE, uintptr(s.syncW), 0, 0)
+		for {
+			n, _, e := syscall.RawSyscall(unix.SYS_READ, uintptr(s.syncR), uintptr(unsafe.Pointer(&s.buf[0])), 1)
+			if e == unix.EINTR {
+				continue
+			}
+			if e != 0 || n != 1 {
+				// The caller gave up and reports its own error.
+				syscall.RawSyscall(unix.SYS_EXIT_GROUP, 126, 0, 0)
+			}
+			break
+		}
+	}
+	if s.setsid {
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETSID, 0, 0, 0); e != 0 {
+			childFail(s, stepSetsid, e)
+		}
+	}
+	if s.clearGroups {
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			childFail(s, stepSetgroups, e)
+		}
+	}
+	if s.gid >= 0 {
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETRESGID, uintptr(s.gid), uintptr(s.gid), uintptr(s.gid)); e != 0 {
+			childFail(s, stepSetresgid, e)
+		}
+	}
+	if s.uid >= 0 {
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETRESUID, uintptr(s.uid), uintptr(s.uid), uintptr(s.uid)); e != 0 {
+			childFail(s, stepSetresuid, e)
+		}
+	}
+	if s.dir != nil {
+		if _, _, e := syscall.RawSyscall(unix.SYS_CHDIR, uintptr(unsafe.Pointer(s.dir)), 0, 0); e != 0 {
+			childFail(s, stepChdir, e)
+		}
+	}
+	// Copy every source above the targets first, so that installing one
+	// target never overwrites a source still needed (the copies are
+	// close-on-exec; the installed targets are not).
+	for i, fd := range s.files {
+		s.tmp[i] = -1
+		if fd < 0 {
+			continue
+		}
+		nfd, _, e := syscall.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, uintptr(len(s.files)))
+		if e != 0 {
+			childFail(s, stepDup, e)
+		}
+		s.tmp[i] = int(nfd)
+	}
+	for i, fd := range s.tmp {
+		if fd < 0 {
+			syscall.RawSyscall(unix.SYS_CLOSE, uintptr(i), 0, 0)
+			continue
+		}
+		if _, _, e := syscall.RawSyscall(unix.SYS_DUP3, uintptr(fd), uintptr(i), 0); e != 0 {
+			childFail(s, stepDup, e)
+		}
+	}
+	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&s.mask)), 0, sigsetSize, 0, 0)
+	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(s.path)),
+		uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])))
+	childFail(s, stepExec, e)
+	return 0, 0 // not reached
+}
+
+// childFail reports the failed step and errno to the caller and exits the
+// child.
+//
+//go:norace
+//go:nosplit
+func childFail(s *forkSpec, step int, e syscall.Errno) {
+	v := uint64(step)<<32 | uint64(uint32(e))
+	for i := range s.buf {
+		s.buf[i] = byte(v >> (8 * i))
+	}
+	syscall.RawSyscall(unix.SYS_WRITE, uintptr(s.errW), uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)))
+	for {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, 127, 0, 0)
+	}
+}

@@ -1,0 +1,252 @@
+// Package forkexec starts a child process with raw system calls, for the
+// two places where syscall.ForkExec cannot do what airlock needs:
+//
+//   - The spawner clones each sandbox's init into its cgroup at birth
+//     (clone3 with CLONE_INTO_CGROUP) and as the host's child
+//     (CLONE_PARENT). The kernel accepts clone3 with CLONE_PARENT only with
+//     no exit signal (the child then takes the caller's), and ForkExec
+//     always asks for SIGCHLD, so on cgroup v2 it fails with EINVAL.
+//   - Init starts commands with real, effective and saved uid set to the
+//     command user's while init itself keeps another real and saved uid,
+//     so that no command may signal it. The change needs setresuid in the
+//     child, which ForkExec cannot make (its Credential uses setuid, which
+//     an unprivileged process may not use to take its effective uid as its
+//     real one).
+//
+// Everything the child needs is prepared before the fork: paths, argument
+// and environment vectors, the descriptor plan. The child has a copy of the
+// calling thread only and runs nothing but raw system calls until it execs
+// (no allocation, no lock, no Go scheduler), with every signal blocked
+// until just before exec. A failure before exec comes back as an errno on
+// a close-on-exec pipe.
+package forkexec
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spec says what to start.
+type Spec struct {
+	// Path is executed with Argv and Env.
+	Path string
+	Argv []string
+	Env  []string
+	// Files are the child's descriptors 0, 1, 2, ...: a descriptor of the
+	// caller's, or -1 for closed. Every other descriptor must be
+	// close-on-exec (Go opens all of its own so).
+	Files []int
+	// Dir, when set, is the child's working directory, entered after the
+	// uid change (so with the child's own permissions).
+	Dir string
+	// Flags are extra clone flags (namespaces).
+	Flags uintptr
+	// Sibling makes the child the caller's parent's child (CLONE_PARENT);
+	// otherwise it is the caller's and signals SIGCHLD when it ends.
+	Sibling bool
+	// CgroupFD, when not -1, is a cgroup v2 directory the child is born
+	// in (CLONE_INTO_CGROUP).
+	CgroupFD int
+	// Hold makes the child wait, before anything else, until Release:
+	// the caller writes the id maps of a new user namespace meanwhile.
+	Hold bool
+	// Setsid starts a new session (and process group).
+	Setsid bool
+	// ClearGroups empties the supplementary groups.
+	ClearGroups bool
+	// UID and GID, when not -1, become the child's real, effective and
+	// saved ids (setresgid, then setresuid).
+	UID, GID int
+}
+
+// Child is a started child.
+type Child struct {
+	// Pid is the child's pid in the caller's pid namespace.
+	Pid int
+	// PidFD is a pidfd of the child. The caller owns it.
+	PidFD int
+
+	s     *forkSpec
+	errR  int
+	held  bool
+	owned bool // the child is the caller's, and Kill reaps it
+}
+
+// Start clones the child. Without Hold it returns once the child has
+// exec'd (or failed to, which is an error, the child reaped when it is
+// the caller's). With Hold the child waits for Release or Kill.
+func Start(sp Spec) (*Child, error) {
+	if sp.CgroupFD < -1 || len(sp.Files) == 0 || len(sp.Argv) == 0 {
+		return nil, errors.New("forkexec: bad spec")
+	}
+	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1,
+		setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1}
+	var err error
+	if s.path, err = syscall.BytePtrFromString(sp.Path); err != nil {
+		return nil, err
+	}
+	if s.argv, err = syscall.SlicePtrFromStrings(sp.Argv); err != nil {
+		return nil, err
+	}
+	if s.envv, err = syscall.SlicePtrFromStrings(sp.Env); err != nil {
+		return nil, err
+	}
+	if sp.Dir != "" {
+		if s.dir, err = syscall.BytePtrFromString(sp.Dir); err != nil {
+			return nil, err
+		}
+	}
+	var errP [2]int
+	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("forkexec: pipe: %w", err)
+	}
+	s.errW = errP[1]
+	c := &Child{s: s, errR: errP[0], PidFD: -1, held: sp.Hold, owned: !sp.Sibling}
+	if sp.Hold {
+		var syncP [2]int
+		if err := unix.Pipe2(syncP[:], unix.O_CLOEXEC); err != nil {
+			c.closeAll()
+			return nil, fmt.Errorf("forkexec: pipe: %w", err)
+		}
+		s.syncR, s.syncW = syncP[0], syncP[1]
+	}
+	s.setArgs(sp)
+
+	runtime.LockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	// All signals blocked: no Go signal handler may run in the child,
+	// which holds a copy of this thread only. The child restores the
+	// mask just before exec.
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		runtime.UnlockOSThread()
+		c.closeAll()
+		return nil, fmt.Errorf("forkexec: block signals: %w", err)
+	}
+	s.mask = old
+	pid, errno := forkExec(s)
+	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	runtime.UnlockOSThread()
+	// The child has its own copies of these; the caller keeps none.
+	unix.Close(s.errW)
+	s.errW = -1
+	if s.syncR >= 0 {
+		unix.Close(s.syncR)
+		s.syncR = -1
+	}
+	if errno != 0 {
+		c.closeAll()
+		return nil, fmt.Errorf("forkexec: clone: %w", errno)
+	}
+	c.Pid, c.PidFD = int(pid), int(s.pidfd)
+	if sp.Hold {
+		return c, nil
+	}
+	if err := c.wait(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Release lets a held child go on, and returns once it has exec'd; an
+// error (the child failed before exec) leaves it killed, and reaped when
+// it is the caller's.
+func (c *Child) Release() error {
+	if !c.held {
+		return errors.New("forkexec: child not held")
+	}
+	c.held = false
+	_, err := unix.Write(c.s.syncW, []byte{1})
+	unix.Close(c.s.syncW)
+	c.s.syncW = -1
+	if err != nil {
+		c.Kill()
+		c.closeAll()
+		return fmt.Errorf("forkexec: release the child: %w", err)
+	}
+	return c.wait()
+}
+
+// Kill kills the child, reaps it when it is the caller's (closing the
+// pidfd), and releases what Start opened. A sibling's pidfd stays open for
+// whoever reaps it.
+func (c *Child) Kill() {
+	if c.PidFD >= 0 {
+		_ = unix.PidfdSendSignal(c.PidFD, unix.SIGKILL, nil, 0)
+		if c.owned {
+			var info unix.Siginfo
+			for unix.Waitid(unix.P_PIDFD, c.PidFD, &info, unix.WEXITED, nil) == unix.EINTR {
+			}
+			unix.Close(c.PidFD)
+			c.PidFD = -1
+		}
+	}
+	c.closeAll()
+}
+
+// wait reads the child's status: end of file means it exec'd (the pipe is
+// close-on-exec); eight bytes are the errno of the step that failed.
+func (c *Child) wait() error {
+	var buf [8]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(c.errR, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			c.Kill()
+			return fmt.Errorf("forkexec: read the child's status: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	unix.Close(c.errR)
+	c.errR = -1
+	if n == 0 {
+		return nil
+	}
+	var v uint64
+	for i := range n {
+		v |= uint64(buf[i]) << (8 * i)
+	}
+	c.Kill()
+	if n != len(buf) {
+		return errors.New("forkexec: short status from the child")
+	}
+	step := "exec"
+	if st := v >> 32; st < uint64(len(stepNames)) {
+		step = stepNames[st]
+	}
+	return &Error{Step: step, Errno: syscall.Errno(uint32(v))}
+}
+
+func (c *Child) closeAll() {
+	for _, fd := range []*int{&c.errR, &c.s.errW, &c.s.syncR, &c.s.syncW} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// Error is a child's failure before exec.
+type Error struct {
+	// Step is what failed: "setsid", "setgroups", "setresgid",
+	// "setresuid", "chdir", "dup" or "exec".
+	Step  string
+	Errno syscall.Errno
+}
+
+func (e *Error) Error() string { return e.Step + ": " + e.Errno.Error() }
+
+// Unwrap returns the errno.
+func (e *Error) Unwrap() error { return e.Errno }
