@@ -1,0 +1,123 @@
+package forkexec
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// run starts sp with stdout on a pipe and returns what the child wrote and
+// its exit status.
+func run(t *testing.T, sp Spec) (string, unix.WaitStatus, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if sp.Files == nil {
+		sp.Files = []int{-1, int(w.Fd()), int(w.Fd())}
+	}
+	c, err := Start(sp)
+	w.Close()
+	if err != nil {
+		return "", 0, err
+	}
+	defer unix.Close(c.PidFD)
+	out := new(strings.Builder)
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(c.Pid, &ws, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), ws, nil
+}
+
+func TestStart(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name     string
+		sp       Spec
+		wantOut  string
+		wantStep string
+		wantErr  syscall.Errno
+	}{
+		{"runs, stdin closed, in its directory",
+			Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", `pwd; [ -e /proc/self/fd/0 ] && echo stdin open; echo "$X"`}, Env: []string{"X=env"}, Dir: dir},
+			dir + "\nenv\n", "", 0},
+		{"new session",
+			Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", `[ "$(cut -d' ' -f6 /proc/self/stat)" = "$$" ] && echo leader`}, Setsid: true},
+			"leader\n", "", 0},
+		{"missing program", Spec{Path: "/nonexistent/prog", Argv: []string{"prog"}}, "", "exec", unix.ENOENT},
+		{"missing directory", Spec{Path: "/bin/true", Argv: []string{"true"}, Dir: "/nonexistent"}, "", "chdir", unix.ENOENT},
+		{"bad descriptor", Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1, 9999}}, "", "dup", unix.EBADF},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.sp.UID, tc.sp.GID, tc.sp.CgroupFD = -1, -1, -1
+			out, ws, err := run(t, tc.sp)
+			if tc.wantStep != "" {
+				var fe *Error
+				if !errors.As(err, &fe) || fe.Step != tc.wantStep || fe.Errno != tc.wantErr {
+					t.Fatalf("Start: %v, want %s: %v", err, tc.wantStep, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || out != tc.wantOut || ws.ExitStatus() != 0 {
+				t.Fatalf("Start: %v, output %q, status %v; want %q", err, out, ws, tc.wantOut)
+			}
+		})
+	}
+}
+
+// TestHoldAndRelease starts a held child, checks it has not run, releases
+// it; and kills another held one, which is reaped.
+func TestHoldAndRelease(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := Start(Spec{Path: "/bin/echo", Argv: []string{"echo", "released"}, Files: []int{-1, int(w.Fd())}, Hold: true, UID: -1, GID: -1, CgroupFD: -1})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(c.PidFD)
+	if st, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Pid) + "/cmdline"); strings.Contains(string(st), "echo") {
+		t.Fatalf("held child already exec'd: %q", st)
+	}
+	if err := c.Release(); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	n, _ := r.Read(b)
+	if string(b[:n]) != "released\n" {
+		t.Fatalf("released child wrote %q", b[:n])
+	}
+	var ws unix.WaitStatus
+	_, _ = unix.Wait4(c.Pid, &ws, 0, nil)
+
+	k, err := Start(Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, Hold: true, UID: -1, GID: -1, CgroupFD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := k.Pid
+	k.Kill()
+	if err := unix.Kill(pid, 0); err != unix.ESRCH {
+		t.Errorf("killed child: kill(0) = %v, want ESRCH (reaped)", err)
+	}
+}
+
