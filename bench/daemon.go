@@ -32,10 +32,14 @@ func daemonBench(n int, tput time.Duration) error {
 	}
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "airlock.sock")
+	_, initPath, err := programs()
+	if err != nil {
+		return err
+	}
 	d, err := daemon.New(context.Background(), daemon.Options{
 		Config:    cfg,
 		Socket:    sock,
-		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"},
+		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
 		AuditPath: filepath.Join(dir, "audit.db"),
 	})
 	if err != nil {

@@ -62,7 +62,11 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}); err != nil {
+	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB})
+	if progAirlock != "" {
+		os.RemoveAll(filepath.Dir(progAirlock))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -121,7 +125,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 		return nil
 	}
 	ctx := context.Background()
-	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench"})
+	_, initPath, err := programs()
+	if err != nil {
+		return err
+	}
+	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath})
 	if err != nil {
 		return err
 	}
@@ -168,22 +176,41 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	return nil
 }
 
+var (
+	progOnce              sync.Once
+	progAirlock, progInit string
+	progErr               error
+)
+
+// programs builds airlock and airlock-init side by side, as installed,
+// once per run, and returns their paths.
+func programs() (airlock, init string, err error) {
+	progOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-bench")
+		if err != nil {
+			progErr = err
+			return
+		}
+		build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/airlock", "./cmd/airlock-init")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			progErr = fmt.Errorf("build airlock: %v: %s", err, out)
+			return
+		}
+		progAirlock, progInit = filepath.Join(dir, "airlock"), filepath.Join(dir, "airlock-init")
+	})
+	return progAirlock, progInit, progErr
+}
+
 // wholeProcess times airlock and its peers as whole commands, interleaved
 // so that they see the same machine.
 func wholeProcess(n int) error {
 	if err := ensureBwrap(); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench")
+	bin, _, err := programs()
 	if err != nil {
 		return err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "airlock")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/airlock")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build airlock: %v: %s", err, out)
 	}
 	cmds := []struct {
 		name string

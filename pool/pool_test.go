@@ -35,7 +35,7 @@ func runtimeFor(t *testing.T) *sandbox.Runtime {
 	t.Helper()
 	testutil.RequireRoot(t)
 	rtOnce.Do(func() {
-		rtVal, rtErr = sandbox.New(context.Background(), sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup})
+		rtVal, rtErr = sandbox.New(context.Background(), sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
 	})
 	if rtErr != nil {
 		t.Fatal(rtErr)

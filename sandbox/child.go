@@ -11,17 +11,16 @@ import (
 
 // Child runs this process as one of the runtime's helper processes when it
 // was started as one (a sandbox's init, or the spawner), and returns its
-// exit code with ok true. Any binary that creates sandboxes must call it
-// first thing in main (and in TestMain): the runtime re-executes the running
-// binary for both.
+// exit code with ok true. A binary calls it first thing in main (and in
+// TestMain) only to serve as its own init when airlock-init is not
+// installed (see Options.InitPath); airlock does.
 //
 // Before that, in every process, it marks each descriptor above stderr
 // close-on-exec. A process inherits whatever descriptors its parent left
 // open without that flag (a shell's redirections, a supervisor's pipes), and
-// Go passes such descriptors on to every child it starts: without this, the
-// spawner, each init, and through init every command in a sandbox would
-// hold them — host files and pipes inside the sandbox.
+// Go passes such descriptors on to every child it starts.
 func Child() (code int, ok bool) {
+	childReady.Store(true)
 	closeInheritedOnExec()
 	switch {
 	case sbinit.IsInit():

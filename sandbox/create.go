@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"sync"
@@ -150,21 +149,17 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	hostEnd, initEnd := os.NewFile(uintptr(pair[0]), "ctrl"), os.NewFile(uintptr(pair[1]), "ctrl-init")
+	initEnd := os.NewFile(uintptr(pair[1]), "ctrl-init")
 	defer initEnd.Close()
+	if s.conn, err = initproto.NewConn(pair[0]); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	logR, logW, err := os.Pipe()
 	if err != nil {
-		hostEnd.Close()
 		return nil, err
 	}
 	defer logW.Close()
 	s.initLog = logR
-	fc, err := net.FileConn(hostEnd)
-	hostEnd.Close()
-	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	s.conn = initproto.NewConn(fc.(*net.UnixConn))
 
 	var setupFDs []int
 	if spec.Image != nil {
@@ -204,8 +199,13 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		return fmt.Errorf("network namespace: %w", err)
 	}
 	fds := []int{int(ctrl.Fd()), int(log.Fd()), int(s.netns.Fd())}
+	path := s.rt.opts.InitPath
+	if s.rt.hostNet == nil {
+		// The spawner is the init program: it execs its own file.
+		path = selfPath
+	}
 	req := spawner.Request{
-		Path: s.rt.opts.InitPath,
+		Path: path,
 		Arg0: sbinit.Arg0,
 		// Init's environment is not the commands' (each exec request
 		// carries its own); one Go runtime setting keeps init's thread
@@ -214,6 +214,7 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		IDBase: int(s.ids.base),
 		IDSize: idRangeSize,
 	}
+	place := spawner.Placement{DirFD: -1, Exe: s.rt.initFile}
 	if s.group.Version() == cgroup.V2 {
 		fd, err := s.group.DirFD()
 		if err != nil {
@@ -221,8 +222,20 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		}
 		defer unix.Close(fd)
 		fds = append(fds, fd)
+		req.CgroupDir = true
+		place.DirFD = fd
+	} else if s.rt.hostNet == nil {
+		// The spawner visits the group through its tasks files.
+		tasks, err := s.group.OpenTasks()
+		if err != nil {
+			return err
+		}
+		defer closeFiles(tasks)
+		for _, f := range tasks {
+			fds = append(fds, int(f.Fd()))
+		}
 	} else {
-		req.Cgroup = s.id
+		place.Enter = s.group.EnterThread
 	}
 	if s.rt.hostNet == nil {
 		pid, pidfd, err := s.rt.spawner.spawn(req, fds)
@@ -243,7 +256,7 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	ch := make(chan cloned, 1)
 	go func() {
 		var c cloned
-		c.pid, c.fd, c.ok, c.err = spawner.CloneInto(s.rt.cg, int(s.rt.hostNet.Fd()), &req, fds, false)
+		c.pid, c.fd, c.ok, c.err = spawner.Clone(int(s.rt.hostNet.Fd()), &req, fds[0], fds[1], fds[2], place, false)
 		ch <- c
 	}()
 	c := <-ch
@@ -292,6 +305,7 @@ func (s *Sandbox) watchExit() {
 func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initproto.Setup {
 	l := s.limits
 	c := &initproto.Setup{
+		Version:    initproto.Version,
 		RootDir:    rt.rootDir,
 		Hostname:   spec.Hostname,
 		UID:        sandboxUID,
@@ -398,3 +412,9 @@ func (s *Sandbox) OpenWorkspace() (*os.File, error) {
 
 // UserHostID is the host uid (and gid) of the user commands run as.
 func (s *Sandbox) UserHostID() int { return int(s.ids.base) + sandboxUID }
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}

@@ -42,7 +42,7 @@ func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	requireRoot(t)
 	rtOnce.Do(func() {
-		rtVal, rtErr = New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup})
+		rtVal, rtErr = New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
 	})
 	if rtErr != nil {
 		t.Fatal(rtErr)

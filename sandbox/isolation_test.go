@@ -390,7 +390,7 @@ func TestHugeCommandLineRefused(t *testing.T) {
 func TestCloneInProcess(t *testing.T) {
 	requireRoot(t)
 	testRuntime(t)
-	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, CloneInProcess: true})
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), CloneInProcess: true})
 	if err != nil {
 		t.Fatal(err)
 	}

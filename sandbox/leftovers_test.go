@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"os/exec"
 	"strings"
@@ -94,7 +95,7 @@ func TestHoldSandbox(t *testing.T) {
 	if os.Getenv("AIRLOCK_TEST_HOLD") != "1" {
 		t.Skip("helper for TestSweepAfterCrash")
 	}
-	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup})
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

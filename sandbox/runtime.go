@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure a Runtime. Zero values take the documented defaults.
@@ -37,9 +38,12 @@ type Options struct {
 	// UIDSlots is how many ranges exist, the most live sandboxes on the
 	// host. Default 4096.
 	UIDSlots int
-	// InitPath is the binary re-executed as each sandbox's init. Default
-	// /proc/self/exe: the running binary must call sbinit.Main when
-	// sbinit.IsInit.
+	// InitPath is the init program (cmd/airlock-init): every sandbox's
+	// PID 1, and the runtime's spawner. Default: InitName beside the
+	// running executable, then in InitDirs; failing those, the running
+	// binary itself if it calls Child first thing (slower: every sandbox
+	// then starts all of that binary; New logs a warning). It must be
+	// root's, in directories only root can change.
 	InitPath string
 	// Logger receives the runtime's own diagnostics. Default: discard.
 	Logger *slog.Logger
@@ -105,9 +109,6 @@ func (o *Options) defaults() {
 	if o.UIDSlots == 0 {
 		o.UIDSlots = 4096
 	}
-	if o.InitPath == "" {
-		o.InitPath = "/proc/self/exe"
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -122,11 +123,13 @@ type Runtime struct {
 	// seccomp is the compiled filter every init installs.
 	seccomp []byte
 	spawner *spawnerClient
-	// hostNet is this process's network namespace (CloneInProcess only).
-	hostNet *os.File
-	rootDir string
-	lockDir string
-	imageNS imageNS
+	// hostNet is this process's network namespace, and initFile the init
+	// program, open with O_PATH (CloneInProcess only).
+	hostNet  *os.File
+	initFile *os.File
+	rootDir  string
+	lockDir  string
+	imageNS  imageNS
 }
 
 // ErrInvalid marks bad input from a caller.
@@ -138,6 +141,19 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	opts.defaults()
 	if os.Geteuid() != 0 {
 		return nil, errors.New("airlock needs root to create sandboxes (user namespaces with a private uid range, cgroups, network namespaces)")
+	}
+	if opts.InitPath == "" {
+		p, self, err := findInit()
+		if err != nil {
+			return nil, err
+		}
+		if self {
+			opts.Logger.Warn("airlock-init not found beside this program or in " + strings.Join(InitDirs, ", ") +
+				"; sandboxes start from this program instead, which is slower: install airlock-init beside it")
+		}
+		opts.InitPath = p
+	} else if err := checkInit(opts.InitPath); err != nil {
+		return nil, err
 	}
 	if uint64(opts.UIDBase)+uint64(opts.UIDSlots)*idRangeSize > 1<<32-1 {
 		return nil, fmt.Errorf("uid base %d with %d slots overflows the uid space: %w", opts.UIDBase, opts.UIDSlots, ErrInvalid)
@@ -177,16 +193,21 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	rt.seccomp = seccomp.Encode(prog)
-	rt.spawner = &spawnerClient{initPath: opts.InitPath, cgroupParent: opts.CgroupParent}
 	if opts.CloneInProcess {
 		if rt.hostNet, err = os.Open("/proc/self/ns/net"); err != nil {
 			return nil, err
 		}
+		fd, err := unix.Open(opts.InitPath, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("init program: %w", err)
+		}
+		rt.initFile = os.NewFile(uintptr(fd), opts.InitPath)
 	}
 	cg, err := cgroup.Open(opts.CgroupParent)
 	if err != nil {
 		return nil, err
 	}
+	rt.spawner = &spawnerClient{initPath: opts.InitPath, cg: cg}
 	if m := cg.Moved(); m != "" {
 		opts.Logger.Info("moved this process into a cgroup of its own, so that the cgroup it was in can hand controllers to sandboxes (cgroup v2 keeps processes out of groups with children)", "cgroup", m, "parent", opts.CgroupParent)
 	}
@@ -281,6 +302,9 @@ func (rt *Runtime) Close() error {
 	rt.imageNS.close()
 	if rt.hostNet != nil {
 		rt.hostNet.Close()
+	}
+	if rt.initFile != nil {
+		rt.initFile.Close()
 	}
 	return rt.cg.Close()
 }

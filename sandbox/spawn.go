@@ -8,7 +8,10 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/spawner"
 	"golang.org/x/sys/unix"
 )
@@ -16,8 +19,8 @@ import (
 // spawnerClient talks to the runtime's spawner process, starting it on
 // first use and again after it died.
 type spawnerClient struct {
-	initPath     string
-	cgroupParent string
+	initPath string
+	cg       *cgroup.Parent
 
 	mu   sync.Mutex
 	proc *os.Process
@@ -34,8 +37,6 @@ func (c *spawnerClient) start() error {
 		return fmt.Errorf("spawner socket: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(pair[0]), "spawner"), os.NewFile(uintptr(pair[1]), "spawner-child")
-	defer theirs.Close()
-	cfg, _ := json.Marshal(spawner.Config{CgroupParent: c.cgroupParent})
 	// The spawner and every init (cloned as our children) get SIGKILL
 	// when the thread that started the spawner exits. That thread is
 	// therefore reserved: locked, parked, and released only when the
@@ -48,9 +49,27 @@ func (c *spawnerClient) start() error {
 	release := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, string(cfg)}, &os.ProcAttr{
+		files := []*os.File{nil, os.Stderr, os.Stderr, theirs}
+		cfg := spawner.Config{Version: initproto.Version}
+		if c.cg.Version() == cgroup.V1 {
+			// Where the spawner's cloning thread returns after visiting
+			// a sandbox's cgroups: the cgroups it is born in, this
+			// thread's.
+			home, err := c.cg.OpenHomeTasks()
+			if err != nil {
+				res <- started{nil, err}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			defer closeFiles(home)
+			files = append(files, home...)
+			cfg.HomeTasks = len(home)
+		}
+		arg, _ := json.Marshal(cfg)
+		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, string(arg)}, &os.ProcAttr{
 			Env:   []string{"GOMAXPROCS=1"},
-			Files: []*os.File{nil, os.Stderr, os.Stderr, theirs},
+			Files: files,
 			// Its own process group: a terminal's ^C goes to airlock,
 			// which then destroys its sandboxes in order.
 			Sys: &unix.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true},
@@ -60,6 +79,8 @@ func (c *spawnerClient) start() error {
 		runtime.UnlockOSThread()
 	}()
 	r := <-res
+	// Only the spawner holds its end now: its death is an end of file.
+	theirs.Close()
 	p, err := r.p, r.err
 	if err != nil {
 		close(release)
@@ -80,8 +101,32 @@ func (c *spawnerClient) start() error {
 		return fmt.Errorf("spawner socket: %w", err)
 	}
 	c.proc, c.conn = p, fc.(*net.UnixConn)
+	if err := c.hello(); err != nil {
+		c.stop()
+		return err
+	}
 	return nil
 }
+
+// hello reads the spawner's first message and checks that it speaks this
+// build's protocol.
+func (c *spawnerClient) hello() error {
+	_ = c.conn.SetReadDeadline(time.Now().Add(helloTimeout))
+	defer c.conn.SetReadDeadline(time.Time{})
+	buf := make([]byte, 512)
+	n, _, _, _, err := c.conn.ReadMsgUnix(buf, nil)
+	var h spawner.Hello
+	if err != nil || n == 0 || json.Unmarshal(buf[:n], &h) != nil {
+		return fmt.Errorf("%s did not start as airlock's spawner (is it airlock-init?)", c.initPath)
+	}
+	if h.Version != initproto.Version {
+		return fmt.Errorf("%w: %s speaks protocol %d, this airlock %d; install both from one build", initproto.ErrVersion, c.initPath, h.Version, initproto.Version)
+	}
+	return nil
+}
+
+// helloTimeout bounds the spawner's start.
+const helloTimeout = 10 * time.Second
 
 // stop ends the spawner; inits it cloned die with it. The caller holds c.mu.
 func (c *spawnerClient) stop() {

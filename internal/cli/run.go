@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -316,6 +317,10 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	// One short-lived sandbox: cloning from this small process is cheaper
 	// than starting the spawner helper.
 	rf.opts.CloneInProcess = true
+	if rf.opts.Logger == nil {
+		// The runtime's warnings (no airlock-init beside airlock, say).
+		rf.opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	rt, err := sandbox.New(ctx, rf.opts)
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"net"
 	"net/http"
 	"net/url"
@@ -342,7 +343,7 @@ func TestAuditAcrossRestart(t *testing.T) {
 	run := func() (last int64) {
 		sock := filepath.Join(t.TempDir(), "airlock.sock")
 		d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: path,
-			Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, Grace: 5 * time.Second})
+			Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, Grace: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

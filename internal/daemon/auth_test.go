@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -51,7 +52,7 @@ tools:
 	}
 	sock := filepath.Join(t.TempDir(), "a.sock")
 	d, err := New(t.Context(), Options{Config: cfg, Socket: sock,
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t), Grace: 5 * time.Second})
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t), Grace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestShortTokenRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)}); err == nil {
+	if _, err := New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t)}); err == nil {
 		t.Fatal("a daemon started with a 5-byte token")
 	}
 }

@@ -170,7 +170,7 @@ func TestShutdownLeavesNothing(t *testing.T) {
 	before := cgroupCount(t)
 	cfg, _ := config.Parse("airlock.yaml", []byte(testConfig))
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t), Grace: 5 * time.Second})
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t), Grace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestShutdownLeavesNothing(t *testing.T) {
 
 func TestSecondDaemonRefused(t *testing.T) {
 	_, _, sock := start(t)
-	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t)})
+	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t)})
 	if err == nil || !strings.Contains(err.Error(), "another daemon") {
 		t.Fatalf("second daemon on the same socket: %v", err)
 	}
@@ -261,7 +261,7 @@ func serveConfig(t *testing.T, text string, adjust func(*Options)) (*Daemon, str
 		t.Fatal(err)
 	}
 	opts := Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup},
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)},
 		// Over 5s: http.Server.Shutdown waits up to 5s for a connection
 		// that has connected but not yet sent its request (an MCP
 		// client reopening its event stream as shutdown begins).

@@ -111,7 +111,7 @@ func TestImageToolMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "s.sock"), AuditPath: testAudit(t),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}})
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}})
 	if err == nil || !strings.Contains(err.Error(), "tool t") || !strings.Contains(err.Error(), "absent:1") {
 		t.Errorf("New: %v", err)
 	}

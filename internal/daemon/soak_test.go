@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -43,7 +44,7 @@ func TestSoak(t *testing.T) {
 	baseG := runtime.NumGoroutine()
 	baseFD := openFDs(t)
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup}, AuditPath: testAudit(t), Grace: 10 * time.Second})
+	d, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t), Grace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+// Version is the protocol this build speaks between the host, the spawner
+// and init. The host refuses a spawner, and init refuses a host, that
+// speaks another: airlock and airlock-init come from one build. Bump it
+// with every change to a message or to what a field means
+// (TestProtocolShape fails until it is bumped).
+const Version = 2
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -105,6 +112,8 @@ type Rlimit struct {
 
 // Setup is everything init needs to build the sandbox from the inside.
 type Setup struct {
+	// Version is the host's Version; init refuses any other.
+	Version int `json:"version"`
 	// RootDir is an empty host directory the new root is mounted over
 	// (inside the sandbox's own mount namespace).
 	RootDir  string `json:"root"`
@@ -155,6 +164,9 @@ var ErrTooLarge = fmt.Errorf("message exceeds %d bytes", MaxMessage)
 
 // ErrClosed is returned by RecvRaw and Conn.Recv when the peer closed the socket.
 var ErrClosed = errors.New("control channel closed")
+
+// ErrVersion says the two ends come from different builds.
+var ErrVersion = errors.New("airlock and airlock-init are from different builds")
 
 // encode renders a message and its descriptors as a datagram and its
 // control data.
@@ -277,14 +289,26 @@ func closeAll(fds []int) {
 // runtime's poller, so an idle sandbox costs a parked goroutine, not a
 // blocked thread.
 type Conn struct {
-	c   *net.UnixConn
+	f   *os.File
+	rc  syscall.RawConn
 	buf []byte
 	oob []byte
 }
 
-// NewConn wraps a connected SOCK_SEQPACKET unix socket.
-func NewConn(c *net.UnixConn) *Conn {
-	return &Conn{c: c, buf: make([]byte, maxReply), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}
+// NewConn wraps a connected SOCK_SEQPACKET unix socket, which it makes
+// non-blocking; the Conn owns fd.
+func NewConn(fd int) (*Conn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "ctrl")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Conn{f: f, rc: rc, buf: make([]byte, maxReply), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
 }
 
 // Send writes one message with optional descriptors.
@@ -293,7 +317,14 @@ func (c *Conn) Send(m *Message, fds []int) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := c.c.WriteMsgUnix(b, oob, nil); err != nil {
+	werr := c.rc.Write(func(fd uintptr) bool {
+		err = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		return err != unix.EAGAIN
+	})
+	if werr != nil {
+		err = werr
+	}
+	if err != nil {
 		return fmt.Errorf("send %s: %w", m.Kind, err)
 	}
 	return nil
@@ -303,7 +334,15 @@ func (c *Conn) Send(m *Message, fds []int) error {
 // are never accepted from init: any that arrive are closed and the message
 // is refused.
 func (c *Conn) Recv() (*Message, error) {
-	n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+	var n, oobn, flags int
+	var err error
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN
+	})
+	if rerr != nil {
+		err = rerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receive: %w", err)
 	}
@@ -318,5 +357,5 @@ func (c *Conn) Recv() (*Message, error) {
 	return Decode(c.buf[:n], flags)
 }
 
-// Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+// Close closes the connection; a Recv waiting on it returns.
+func (c *Conn) Close() error { return c.f.Close() }

@@ -65,6 +65,10 @@ func Main() int {
 		fail(fmt.Errorf("first message is %q, want setup", m.Kind))
 		return 2
 	}
+	if m.Setup.Version != initproto.Version {
+		fail(fmt.Errorf("%w: this init speaks protocol %d, the host %d", initproto.ErrVersion, initproto.Version, m.Setup.Version))
+		return 2
+	}
 	err = setup(m.Setup, fds)
 	closeFDs(fds)
 	if err != nil {

@@ -6,10 +6,14 @@
 // waits. A full fork write-protects every page of the parent, and the parent
 // then takes a page fault for each page it writes afterwards: for a daemon
 // with a large heap that is thousands of faults for every sandbox created.
-// The spawner takes that fork instead. It is the airlock binary re-executed
-// with argv[0] = Arg0, its heap is tiny, and it does nothing but clone
-// inits: into the network namespace and (cgroup v1) cgroup it is handed, or
-// (cgroup v2) straight into the cgroup whose directory it is handed.
+// The spawner takes that fork instead. It is the airlock-init program
+// started with argv[0] = Arg0 (or, as a fallback, the airlock binary
+// itself), its heap is tiny, and it does nothing but clone inits: into the
+// network namespace and cgroup it is handed, by descriptors only. On cgroup
+// v2 that is the cgroup's directory, cloned into (CLONE_INTO_CGROUP); on v1
+// the cgroup's tasks files, one per hierarchy, which the cloning thread
+// visits for the clone. It links no cgroup library and reads no cgroup
+// layout of its own.
 //
 // Inits are cloned as children of the host (CLONE_PARENT), which reaps them.
 // The spawner and every init die with the host (parent-death signal), so
@@ -24,7 +28,7 @@ import (
 	"runtime"
 	"strconv"
 
-	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"golang.org/x/sys/unix"
 )
@@ -32,15 +36,28 @@ import (
 // Arg0 is the argv[0] the host starts the spawner with.
 const Arg0 = "airlock-spawner"
 
-// connFD is where the host places the spawner's end of its socket.
+// connFD is where the host places the spawner's end of its socket; the
+// descriptors of Config.HomeTasks follow it.
 const connFD = 3
+
+// maxTasks bounds the v1 hierarchies a request may name (airlock uses at
+// most five: memory, pids, cpu, cpuacct, freezer).
+const maxTasks = 8
 
 // IsSpawner reports whether this process was started as the spawner.
 func IsSpawner() bool { return len(os.Args) == 2 && os.Args[0] == Arg0 }
 
+// Hello is the spawner's first message: the protocol it speaks, so that a
+// host never drives a spawner (and inits) of another build.
+type Hello struct {
+	Version int `json:"version"`
+}
+
 // Request asks for one init. Its descriptors, in order: the init's end of
 // the control socket, the write end of its diagnostics pipe, the network
-// namespace to clone into, and on cgroup v2 the cgroup directory.
+// namespace to clone into, and then either the cgroup v2 directory of the
+// sandbox (CgroupDir) or the tasks files of its v1 cgroups, one per
+// hierarchy, in the order of Config.HomeTasks.
 type Request struct {
 	ID uint64 `json:"id"`
 	// Path is the binary to execute as init; Arg0 is its argv[0].
@@ -52,12 +69,13 @@ type Request struct {
 	// how many ids it maps.
 	IDBase int `json:"id_base"`
 	IDSize int `json:"id_size"`
-	// Cgroup is the sandbox's cgroup under the spawner's parent (cgroup
-	// v1). On v2 the directory descriptor is used instead.
-	Cgroup string `json:"cgroup,omitempty"`
+	// CgroupDir says the fourth descriptor is a cgroup v2 directory.
+	CgroupDir bool `json:"cgroup_dir,omitempty"`
 }
 
-// Reply answers a Request. A successful reply carries a pidfd of the init.
+// Reply answers a Request. A successful reply carries a pidfd of the init;
+// a failed one may too (an init killed after the clone, the host's child
+// to reap).
 type Reply struct {
 	ID    uint64 `json:"id"`
 	Pid   int    `json:"pid"`
@@ -66,21 +84,38 @@ type Reply struct {
 
 // Config is the argument the host starts the spawner with (JSON in argv[1]).
 type Config struct {
-	// CgroupParent is the runtime's cgroup parent.
-	CgroupParent string `json:"cgroup_parent"`
+	// Version is the host's protocol (initproto.Version).
+	Version int `json:"version"`
+	// HomeTasks is the number of v1 tasks files the host passed after the
+	// socket (descriptors 4, 5, ...): the spawner's own cgroups, where
+	// the cloning thread returns after each clone. 0 on cgroup v2.
+	HomeTasks int `json:"home_tasks"`
 }
 
 // Main runs the spawner and returns its exit code.
 func Main() int {
+	// Nothing the spawner inherited may reach an init: its socket and the
+	// cgroup files it was handed stay usable here but close at every exec.
+	_ = unix.CloseRange(connFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	var cfg Config
 	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config:", err)
 		return 2
 	}
-	cg, err := cgroup.Open(cfg.CgroupParent)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "airlock-spawner:", err)
+	if err := sendJSON(&Hello{Version: initproto.Version}, nil); err != nil {
+		return 0 // the host is gone
+	}
+	if cfg.Version != initproto.Version {
+		// The host says so to its caller: it reads the hello.
 		return 2
+	}
+	if cfg.HomeTasks < 0 || cfg.HomeTasks > maxTasks {
+		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config: home tasks", cfg.HomeTasks)
+		return 2
+	}
+	home := make([]int, cfg.HomeTasks)
+	for i := range home {
+		home[i] = connFD + 1 + i
 	}
 	hostNet, err := os.Open("/proc/self/ns/net")
 	if err != nil {
@@ -88,7 +123,7 @@ func Main() int {
 		return 2
 	}
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace((4+maxTasks)*4))
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(connFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
@@ -108,7 +143,7 @@ func Main() int {
 		pidfd := -1
 		if reply.Error == "" {
 			var ok bool
-			reply.Pid, pidfd, ok, err = CloneInto(cg, int(hostNet.Fd()), &req, fds, true)
+			reply.Pid, pidfd, ok, err = cloneFor(&req, fds, home, int(hostNet.Fd()))
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -131,6 +166,49 @@ func Main() int {
 	}
 }
 
+// cloneFor places and clones one init as req and its descriptors say.
+func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bool, err error) {
+	want := 3 + len(home)
+	if req.CgroupDir {
+		want = 4
+	}
+	if len(fds) != want || (req.CgroupDir && len(home) != 0) {
+		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
+	}
+	place := Placement{DirFD: -1}
+	if req.CgroupDir {
+		place.DirFD = fds[3]
+	} else if len(home) > 0 {
+		place.Enter = EnterTasks(fds[3:], home)
+	}
+	return Clone(hostNet, req, fds[0], fds[1], fds[2], place, true)
+}
+
+// EnterTasks returns a Placement.Enter that moves the calling thread into
+// the cgroups whose v1 tasks files are open as tasks, and back into those
+// of home (one per hierarchy, in the same order). Writing "0" moves the
+// writer's own thread, whoever opened the file.
+func EnterTasks(tasks, home []int) func() (func() error, error) {
+	move := func(fds []int) error {
+		for _, fd := range fds {
+			if _, err := unix.Write(fd, []byte("0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return func() (func() error, error) {
+		leave := func() error { return move(home) }
+		if len(tasks) != len(home) {
+			return nil, fmt.Errorf("%d cgroup hierarchies, want %d", len(tasks), len(home))
+		}
+		if err := move(tasks); err != nil {
+			return nil, errors.Join(fmt.Errorf("enter the sandbox's cgroups: %w", err), leave())
+		}
+		return leave, nil
+	}
+}
+
 func rights(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -146,48 +224,30 @@ func rights(oob []byte) []int {
 }
 
 func send(r *Reply, pidfd int) error {
-	b, _ := json.Marshal(r)
-	var oob []byte
+	var fds []int
 	if pidfd >= 0 {
-		oob = unix.UnixRights(pidfd)
+		fds = []int{pidfd}
+	}
+	return sendJSON(r, fds)
+}
+
+func sendJSON(v any, fds []int) error {
+	b, _ := json.Marshal(v)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	return unix.Sendmsg(connFD, b, oob, nil, 0)
 }
 
-// CloneInto clones one init for the sandbox whose cgroup (under cg) is
-// req.Cgroup on v1, or the directory fds[3] on v2. fds are as in Request;
-// hostNet is the caller's own network namespace, to return to. With
-// asSibling the init becomes the caller's parent's child (CLONE_PARENT),
-// as the spawner does for its host; without, the caller's own. ok is false
-// when the cloning thread could not be brought back: the caller must then
-// stop cloning from this process.
-//
-// The spawner calls it for the host; a short-lived host with a small heap
-// may call it itself instead, accepting the full fork of its own memory.
-func CloneInto(cg *cgroup.Parent, hostNet int, req *Request, fds []int, asSibling bool) (pid, pidfd int, ok bool, err error) {
-	want := 3
-	if cg.Version() == cgroup.V2 {
-		want = 4
-	}
-	if len(fds) != want {
-		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
-	}
-	place := Placement{DirFD: -1}
-	if cg.Version() == cgroup.V2 {
-		place.DirFD = fds[3]
-	} else {
-		g, err := cg.Load(req.Cgroup)
-		if err != nil {
-			return 0, -1, true, err
-		}
-		defer g.Close()
-		place.Enter = g.EnterThread
-	}
-	return Clone(hostNet, req, fds[0], fds[1], fds[2], place, asSibling)
-}
-
-// Placement says how a clone is put in its cgroup.
+// Placement says how a clone is put in its cgroup, and (Exe) which file
+// it runs.
 type Placement struct {
+	// Exe, when set, is the init program, open: the clone runs that file
+	// rather than req.Path (see forkexec.Spec.PathFile). A host that
+	// clones for itself needs it, since the init's ids may not search
+	// the directories on the way to the program.
+	Exe *os.File
 	// DirFD, when not -1, is a cgroup v2 directory the child is cloned
 	// straight into (CLONE_INTO_CGROUP).
 	DirFD int
@@ -204,7 +264,7 @@ type Placement struct {
 // asSibling and ok.
 func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, ok bool, err error) {
 	sp := forkexec.Spec{
-		Path: req.Path, Argv: []string{req.Arg0}, Env: req.Env,
+		Path: req.Path, PathFile: place.Exe, Argv: []string{req.Arg0}, Env: req.Env,
 		// The network namespace comes from the cloning thread, so it
 		// belongs to the host's user namespace and the sandbox can never
 		// reconfigure it.

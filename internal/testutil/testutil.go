@@ -54,15 +54,30 @@ func Binary(t testing.TB, pkg string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", p, pkg)
+	pkgs := []string{pkg}
+	if pkg == airlockPkg {
+		// airlock finds its init beside itself, as when installed.
+		pkgs = append(pkgs, InitPkg)
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatal(fmt.Errorf("build %s: %v: %s", pkg, err, out))
 	}
-	built[pkg] = p
-	return p
+	for _, p := range pkgs {
+		built[p] = filepath.Join(dir, filepath.Base(p))
+	}
+	return built[pkg]
 }
+
+const airlockPkg = "github.com/airlockhq/airlock/cmd/airlock"
+
+// InitPkg is the init program's package.
+const InitPkg = "github.com/airlockhq/airlock/cmd/airlock-init"
+
+// InitPath returns the init program, built once per test process, for a
+// runtime's Options.InitPath.
+func InitPath(t testing.TB) string { return Binary(t, InitPkg) }
 
 // CgroupRootEnv names a cgroup under which tests put their cgroup parents
 // instead of at the root of the hierarchy. scripts/test-vm sets it to run

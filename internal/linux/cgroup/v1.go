@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -339,4 +340,46 @@ func (g *Group) deleteV1() error {
 		return nil
 	}
 	return err
+}
+
+// OpenTasks opens the group's tasks file in every v1 hierarchy, in the
+// Parent's hierarchy order, for writing: a thread writing "0" to each
+// moves itself into the group (see EnterThread). It lets another process
+// (the spawner) visit the group with descriptors alone. The caller closes
+// the files.
+func (g *Group) OpenTasks() ([]*os.File, error) {
+	if g.p.version != V1 {
+		return nil, errors.New("cgroup: OpenTasks is for cgroup v1; on v2 use DirFD")
+	}
+	return openAll(g.dirs, func(i int) string { return g.dirs[i] + "/tasks" })
+}
+
+// OpenHomeTasks opens, like OpenTasks, the tasks files of the calling
+// thread's own cgroups: where a thread that visited a group returns.
+func (p *Parent) OpenHomeTasks() ([]*os.File, error) {
+	if p.version != V1 {
+		return nil, errors.New("cgroup: OpenHomeTasks is for cgroup v1")
+	}
+	files, err := currentTasksFiles(p.v1.hier, "/proc/thread-self/cgroup", "tasks")
+	if err != nil {
+		return nil, err
+	}
+	return openAll(files, func(i int) string { return files[i] })
+}
+
+func openAll[T any](items []T, name func(int) string) ([]*os.File, error) {
+	out := make([]*os.File, 0, len(items))
+	for i := range items {
+		// Opened by path from the host's own view of the hierarchy: the
+		// group was just made by this process.
+		f, err := os.OpenFile(name(i), os.O_WRONLY, 0)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }

@@ -45,6 +45,8 @@ type forkSpec struct {
 	argv, envv  []*byte // nil-terminated
 	files, tmp  []int
 	legacy      bool // clone rather than clone3
+	pathFD      int  // execveat(pathFD, "") instead of execve(path)
+	empty       [1]byte
 	setsid      bool
 	clearGroups bool
 	uid, gid    int
@@ -163,9 +165,19 @@ func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
 			childFail(s, stepDup, e)
 		}
 	}
+	// Nothing else reaches the program: every other descriptor closes
+	// at exec, whether or not whoever opened it asked for that (a
+	// descriptor the caller inherited without close-on-exec, say).
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(len(s.files)), uintptr(^uint32(0)), unix.CLOSE_RANGE_CLOEXEC)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&s.mask)), 0, sigsetSize, 0, 0)
-	_, _, e := syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(s.path)),
-		uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])))
+	var e syscall.Errno
+	if s.pathFD >= 0 {
+		_, _, e = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(s.pathFD), uintptr(unsafe.Pointer(&s.empty[0])),
+			uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])), unix.AT_EMPTY_PATH, 0)
+	} else {
+		_, _, e = syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(s.path)),
+			uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])))
+	}
 	childFail(s, stepExec, e)
 	return 0, 0 // not reached
 }

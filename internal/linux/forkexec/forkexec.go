@@ -24,6 +24,7 @@ package forkexec
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"syscall"
 
@@ -32,13 +33,17 @@ import (
 
 // Spec says what to start.
 type Spec struct {
-	// Path is executed with Argv and Env.
-	Path string
-	Argv []string
-	Env  []string
+	// Path is executed with Argv and Env; or, when PathFile is set, that
+	// open file (execveat with AT_EMPTY_PATH; O_PATH will do): the child
+	// then needs no search permission on the way to it, and runs the very
+	// file that was opened.
+	Path     string
+	PathFile *os.File
+	Argv     []string
+	Env      []string
 	// Files are the child's descriptors 0, 1, 2, ...: a descriptor of the
-	// caller's, or -1 for closed. Every other descriptor must be
-	// close-on-exec (Go opens all of its own so).
+	// caller's, or -1 for closed. The child holds no other descriptor
+	// after exec (close_range with CLOSE_RANGE_CLOEXEC, Linux 5.11).
 	Files []int
 	// Dir, when set, is the child's working directory, entered after the
 	// uid change (so with the child's own permissions).
@@ -83,8 +88,12 @@ func Start(sp Spec) (*Child, error) {
 	if sp.CgroupFD < -1 || len(sp.Files) == 0 || len(sp.Argv) == 0 {
 		return nil, errors.New("forkexec: bad spec")
 	}
-	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1,
+	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
 		setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1}
+	if sp.PathFile != nil {
+		s.pathFD = int(sp.PathFile.Fd())
+		defer runtime.KeepAlive(sp.PathFile)
+	}
 	var err error
 	if s.path, err = syscall.BytePtrFromString(sp.Path); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package forkexec
 import (
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -121,3 +122,21 @@ func TestHoldAndRelease(t *testing.T) {
 	}
 }
 
+// TestNoOtherDescriptors opens a descriptor without close-on-exec, as an
+// inherited one would be, and checks that the child holds only its own.
+func TestNoOtherDescriptors(t *testing.T) {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0) // no O_CLOEXEC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	out, _, err := run(t, Spec{Path: "/bin/ls", Argv: []string{"ls", "/proc/self/fd"}, UID: -1, GID: -1, CgroupFD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ls's own descriptors: 1 and 2 (the pipe), and the one it reads the
+	// directory through.
+	if got := strings.Fields(out); len(got) > 3 || slices.Contains(got, strconv.Itoa(fd)) {
+		t.Errorf("child's descriptors %q; descriptor %d leaked", got, fd)
+	}
+}

@@ -1,0 +1,57 @@
+// Package deptest holds tests of what each program and layer links.
+package deptest
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// deps lists the packages pkg links, with `go list -deps`.
+func deps(t *testing.T, pkg string, env ...string) []string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go tool")
+	}
+	cmd := exec.Command("go", "list", "-deps", pkg)
+	cmd.Env = append(cmd.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	var list []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		list = append(list, sc.Text())
+	}
+	return list
+}
+
+// TestInitIsSmall keeps the init program (every sandbox's PID 1, and the
+// spawner) to what init needs: each package it links is start-up time
+// and memory that every sandbox pays.
+func TestInitIsSmall(t *testing.T) {
+	forbidden := []string{
+		"net", "net/http", "database/sql", "os/signal", "crypto/tls",
+		"github.com/modelcontextprotocol/", "go.yaml.in/yaml", "gopkg.in/yaml",
+		"github.com/containerd/", "google.golang.org/protobuf", "modernc.org/",
+		"github.com/google/go-containerregistry",
+		"github.com/airlockhq/airlock/sandbox", "github.com/airlockhq/airlock/internal/linux/cgroup",
+	}
+	for _, env := range [][]string{{"CGO_ENABLED=0"}, {"CGO_ENABLED=1"}} {
+		for _, d := range deps(t, "github.com/airlockhq/airlock/cmd/airlock-init", env...) {
+			for _, f := range forbidden {
+				if d == f || strings.HasPrefix(d, strings.TrimSuffix(f, "/")+"/") {
+					t.Errorf("%v: cmd/airlock-init links %s (forbidden: %s)", env, d, f)
+				}
+			}
+			if d == "runtime/cgo" {
+				t.Errorf("%v: cmd/airlock-init links runtime/cgo: init must be static and confine all of its threads", env)
+			}
+		}
+	}
+}
