@@ -307,6 +307,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 	c := &initproto.Setup{
 		Version:    initproto.Version,
 		RootDir:    rt.rootDir,
+		ScratchDir: rt.scratchDir,
 		Hostname:   spec.Hostname,
 		UID:        sandboxUID,
 		GID:        sandboxGID,

@@ -127,9 +127,12 @@ type Runtime struct {
 	// program, open with O_PATH (CloneInProcess only).
 	hostNet  *os.File
 	initFile *os.File
-	rootDir  string
-	lockDir  string
-	imageNS  imageNS
+	// rootDir and scratchDir are the empty directories init mounts the
+	// new root and the scratch tmpfs over, in its own mount namespace.
+	rootDir    string
+	scratchDir string
+	lockDir    string
+	imageNS    imageNS
 }
 
 // ErrInvalid marks bad input from a caller.
@@ -166,16 +169,17 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("image id base %d overlaps ordinary host users or the sandbox ranges: %w", opts.ImageIDBase, ErrInvalid)
 	}
 	rt := &Runtime{
-		opts:    opts,
-		rootDir: filepath.Join(opts.StateDir, "root"),
-		lockDir: filepath.Join(opts.StateDir, "sandboxes"),
+		opts:       opts,
+		rootDir:    filepath.Join(opts.StateDir, "root"),
+		scratchDir: filepath.Join(opts.StateDir, "scratch"),
+		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
 	}
 	// The state dir must be traversable by the sandbox's init, which runs
 	// as an unmapped uid and mounts the new root over rootDir.
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
+	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.scratchDir, 0o755}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}

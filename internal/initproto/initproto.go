@@ -22,7 +22,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 2
+const Version = 3
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -116,8 +116,12 @@ type Setup struct {
 	Version int `json:"version"`
 	// RootDir is an empty host directory the new root is mounted over
 	// (inside the sandbox's own mount namespace).
-	RootDir  string `json:"root"`
-	Hostname string `json:"hostname"`
+	RootDir string `json:"root"`
+	// ScratchDir is an empty host directory, outside RootDir, the scratch
+	// tmpfs (the disk) is mounted over while the root is built; it leaves
+	// with the host's tree when init pivots into the new root.
+	ScratchDir string `json:"scratch"`
+	Hostname   string `json:"hostname"`
 	// UID and GID are the identity commands run as, inside the sandbox.
 	UID int `json:"uid"`
 	GID int `json:"gid"`

@@ -12,11 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// scratchDir is where the scratch tmpfs is staged inside the new root
-// before its subdirectories are bound into place; it is detached and
-// removed before any command runs.
-const scratchDir = ".airlock-scratch"
-
 // maskedProc are /proc entries hidden from the sandbox, after runc's
 // defaults: they expose kernel memory (kcore), keyrings, kernel timers and
 // addresses, or hardware state that only helps an attacker.
@@ -43,10 +38,10 @@ func setup(c *initproto.Setup, fds []int) error {
 	if err := mountTmpfs(root, "mode=0755,size=2m,nr_inodes=4096", unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return fmt.Errorf("root: %w", err)
 	}
-	scratch := filepath.Join(root, scratchDir)
-	if err := os.Mkdir(scratch, 0o700); err != nil {
-		return err
-	}
+	// The scratch tmpfs is mounted outside the new root, on a host
+	// directory, so that it leaves with the host's tree at the pivot: no
+	// unmount of its own (each costs an RCU grace period).
+	scratch := c.ScratchDir
 	opts := fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d", c.DiskBytes, c.DiskInodes)
 	if err := mountTmpfs(scratch, opts, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return fmt.Errorf("scratch: %w", err)
@@ -96,19 +91,13 @@ func setup(c *initproto.Setup, fds []int) error {
 	if err := setupDev(root, scratch, c.Devices); err != nil {
 		return fmt.Errorf("/dev: %w", err)
 	}
-	if err := setupProc(root); err != nil {
+	if err := setupProc(root, scratch); err != nil {
 		return fmt.Errorf("/proc: %w", err)
 	}
 	for _, d := range []string{"workspace", "tmp"} {
 		if err := bindScratch(filepath.Join(scratch, d), filepath.Join(root, d)); err != nil {
 			return fmt.Errorf("/%s: %w", d, err)
 		}
-	}
-	if err := unix.Unmount(scratch, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach scratch: %w", err)
-	}
-	if err := os.Remove(scratch); err != nil {
-		return err
 	}
 	if err := remount(filepath.Join(root, "dev"), unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
 		return fmt.Errorf("/dev read-only: %w", err)
@@ -138,8 +127,11 @@ func setup(c *initproto.Setup, fds []int) error {
 }
 
 func validate(c *initproto.Setup, fds []int) error {
-	if !filepath.IsAbs(c.RootDir) || c.DiskBytes <= 0 || c.DiskInodes <= 0 || !filepath.IsAbs(c.Workdir) {
-		return errors.New("invalid setup: root, disk size, inodes and workdir are required")
+	if !filepath.IsAbs(c.RootDir) || !filepath.IsAbs(c.ScratchDir) || c.DiskBytes <= 0 || c.DiskInodes <= 0 || !filepath.IsAbs(c.Workdir) {
+		return errors.New("invalid setup: root, scratch, disk size, inodes and workdir are required")
+	}
+	if c.ScratchDir == c.RootDir || strings.HasPrefix(c.ScratchDir, strings.TrimSuffix(c.RootDir, "/")+"/") {
+		return fmt.Errorf("invalid setup: scratch %q must be outside the root %q", c.ScratchDir, c.RootDir)
 	}
 	if want := map[bool]int{false: 0, true: 1}[c.Image != nil]; len(fds) != want {
 		return fmt.Errorf("invalid setup: %d descriptors, want %d", len(fds), want)
@@ -416,7 +408,7 @@ func mkdirOnce(p string, mode os.FileMode) error {
 	return err
 }
 
-func setupProc(root string) error {
+func setupProc(root, scratch string) error {
 	proc := filepath.Join(root, "proc")
 	if err := mkdirOnce(proc, 0o555); err != nil {
 		return err
@@ -424,22 +416,41 @@ func setupProc(root string) error {
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount proc: %w", err)
 	}
-	null := filepath.Join(root, "dev", "null")
+	// Every mask is a bind of one read-only source: an empty file, or an
+	// empty directory, on a tiny tmpfs made read-only once. A bind keeps
+	// its source's read-only flag, so each mask costs one mount, and a
+	// write fails (EROFS) rather than succeeding silently into /dev/null:
+	// a command probing sysrq-trigger learns it is refused. The source
+	// sits on the scratch tmpfs, outside the new root, and leaves with it
+	// at the pivot.
+	src := filepath.Join(scratch, "mask")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return err
+	}
+	if err := mountTmpfs(src, "mode=0555,size=4k,nr_inodes=4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
+		return err
+	}
+	emptyFile, emptyDir := filepath.Join(src, "f"), filepath.Join(src, "d")
+	if err := os.WriteFile(emptyFile, nil, 0o444); err != nil {
+		return err
+	}
+	if err := os.Mkdir(emptyDir, 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("", src, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mask source read-only: %w", err)
+	}
 	for _, name := range maskedProc {
 		p := filepath.Join(proc, name)
 		fi, err := os.Lstat(p)
 		if err != nil {
 			continue // not on this kernel
 		}
+		from := emptyFile
 		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,nr_inodes=1,mode=0555")
-		} else if err = unix.Mount(null, p, "", unix.MS_BIND, ""); err == nil {
-			// Read-only, so that a write fails (EROFS) instead of
-			// succeeding silently into /dev/null: a command probing
-			// sysrq-trigger learns it is refused.
-			err = remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+			from = emptyDir
 		}
-		if err != nil {
+		if err := unix.Mount(from, p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mask %s: %w", name, err)
 		}
 	}

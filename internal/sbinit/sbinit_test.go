@@ -88,6 +88,8 @@ func TestValidate(t *testing.T) {
 		// Init sharing the commands' uid could be signalled by them.
 		"init uid is the commands'": {func(c *initproto.Setup) { c.InitUID = c.UID }, nil},
 		"negative uid":              {func(c *initproto.Setup) { c.UID = -1 }, nil},
+		"scratch inside the root":   {func(c *initproto.Setup) { c.ScratchDir = "/run/x/s" }, nil},
+		"relative scratch":          {func(c *initproto.Setup) { c.ScratchDir = "s" }, nil},
 	} {
 		bad := setupOK
 		tt.adjust(&bad)
@@ -97,4 +99,4 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-var setupOK = initproto.Setup{RootDir: "/run/x", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace", UID: 1000, GID: 1000, InitUID: 65535}
+var setupOK = initproto.Setup{RootDir: "/run/x", ScratchDir: "/run/s", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace", UID: 1000, GID: 1000, InitUID: 65535}

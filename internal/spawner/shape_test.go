@@ -17,6 +17,7 @@ import (
 // another build that only looks compatible.
 var shapes = map[int]string{
 	2: "37f58add09193fd1",
+	3: "d85bcb9af73d9d67",
 }
 
 func TestProtocolShape(t *testing.T) {
