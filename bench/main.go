@@ -101,6 +101,12 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
+	if only != "egress" && only != "broker" && only != "image" {
+		if err := peers(n, tput); err != nil {
+			return err
+		}
+		defer printTargets()
+	}
 	if want("process") {
 		if err := wholeProcess(n); err != nil {
 			return err
@@ -220,6 +226,8 @@ func wholeProcess(n int) error {
 		{"bwrap --unshare-all … /bin/true", bwrapArgv()},
 		{"unshare --user --map-root-user --pid --fork --mount --net --ipc --uts /bin/true", []string{"unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--net", "--ipc", "--uts", "/bin/true"}},
 		{"/bin/true (no isolation, for scale)", []string{"/bin/true"}},
+		{"airlock version", []string{bin, "version"}},
+		{"empty Go program (for scale)", []string{filepath.Join(filepath.Dir(bin), "empty")}},
 	}
 	res := make([]*series, len(cmds))
 	for i, c := range cmds {
@@ -239,6 +247,7 @@ func wholeProcess(n int) error {
 		}
 	}
 	bw := res[1].pct(0.5)
+	measured.runP50, measured.version = res[0].pct(0.5), res[4].pct(0.5)
 	fmt.Printf("## Whole process (%d runs each, interleaved)\n\n| command | p50 | p99 | p50 / bwrap |\n| --- | --- | --- | --- |\n", n)
 	for _, s := range res {
 		fmt.Printf("| `%s` | %s | %s | %.2f× |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)), float64(s.pct(0.5))/float64(bw))
@@ -257,10 +266,11 @@ func inProcess(one oneFunc, inproc int) error {
 		}
 		cr.d, tot.d = append(cr.d, c), append(tot.d, t)
 	}
-	fmt.Printf("\n## In process (%d sequential sandboxes)\n\n| step | p50 | p99 |\n| --- | --- | --- |\n", inproc)
+	fmt.Printf("\n## In process (%d sequential sandboxes)\n\n| step | p50 | p99 | p50 / bwrap whole process |\n| --- | --- | --- | --- |\n", inproc)
 	for _, s := range []*series{cr, tot} {
-		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
+		fmt.Printf("| %s | %s | %s | %.2f× |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)), float64(s.pct(0.5))/float64(measured.bwrapP50))
 	}
+	measured.inprocP50, measured.inprocP99 = tot.pct(0.5), tot.pct(0.99)
 	return nil
 }
 
@@ -288,8 +298,9 @@ func throughput(one oneFunc, tput time.Duration) error {
 		return e.(error)
 	}
 	el := time.Since(start)
-	fmt.Printf("\n## Throughput\n\n4 concurrent workers, each creating a sandbox, running `/bin/true` and destroying it: **%.0f sandboxes/s** (%d in %v).\n",
-		float64(done.Load())/el.Seconds(), done.Load(), el.Round(time.Millisecond))
+	measured.tput = float64(done.Load()) / el.Seconds()
+	fmt.Printf("\n## Throughput\n\n4 concurrent workers, each creating a sandbox, running `/bin/true` and destroying it: **%.0f sandboxes/s** (%d in %v); bwrap, 4 at once: %.0f runs/s (%.2f×).\n",
+		measured.tput, done.Load(), el.Round(time.Millisecond), measured.bwrapPar, measured.tput/measured.bwrapPar)
 	return nil
 }
 
@@ -309,6 +320,7 @@ func footprint(ctx context.Context, rt *sandbox.Runtime, lim sandbox.Limits, k i
 	slices.Sort(per)
 	slices.Sort(charged)
 	mib := func(f float64) float64 { return f / (1 << 20) }
+	measured.idleMiB = mib(per[1])
 	fmt.Printf("\n## Idle footprint\n\n%d sandboxes created and waiting for work: the host's used memory (user and kernel, excluding page cache) "+
 		"grew by **%.2f MiB per sandbox** (median of 3 rounds: %.2f, %.2f, %.2f). Their cgroups were charged %.2f MiB each (median), "+
 		"which also counts binary pages they were first to read back after the cache was dropped.\n",

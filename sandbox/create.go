@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
-	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/spawner"
 	"golang.org/x/sys/unix"
@@ -195,7 +194,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 // start has the spawner clone init into its namespaces and cgroup.
 func (s *Sandbox) start(ctrl, log *os.File) error {
 	var err error
-	if s.netns, err = netns.New(); err != nil {
+	if s.netns, err = s.rt.nets.take(); err != nil {
 		return fmt.Errorf("network namespace: %w", err)
 	}
 	fds := []int{int(ctrl.Fd()), int(log.Fd()), int(s.netns.Fd())}
@@ -305,7 +304,6 @@ func (s *Sandbox) watchExit() {
 func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initproto.Setup {
 	l := s.limits
 	c := &initproto.Setup{
-		Version:    initproto.Version,
 		RootDir:    rt.rootDir,
 		ScratchDir: rt.scratchDir,
 		Hostname:   spec.Hostname,

@@ -106,8 +106,9 @@ func TestInitFromAnotherBuild(t *testing.T) {
 	tests := []struct {
 		name, script, want string
 	}{
-		// A SOCK_SEQPACKET socket takes each write as one message.
-		{"older protocol", `echo '{"version":1}' >&3; exec sleep 10`, "different builds: " + dir},
+		// A SOCK_SEQPACKET socket takes each write as one message: this
+		// one is a hello of protocol 1 (one varint byte).
+		{"older protocol", `printf '\001' >&3; exec sleep 10`, "different builds: " + dir},
 		{"not a spawner", `exit 0`, "did not start as airlock's spawner"},
 	}
 	for i, tc := range tests {

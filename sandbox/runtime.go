@@ -127,6 +127,8 @@ type Runtime struct {
 	// program, open with O_PATH (CloneInProcess only).
 	hostNet  *os.File
 	initFile *os.File
+	// nets supplies network namespaces made ahead of demand.
+	nets *netnsSupply
 	// rootDir and scratchDir are the empty directories init mounts the
 	// new root and the scratch tmpfs over, in its own mount namespace.
 	rootDir    string
@@ -221,6 +223,13 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	} else if n > 0 {
 		opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
 	}
+	// A one-shot process (CloneInProcess) creates one sandbox: nothing to
+	// make ahead.
+	ahead := prepNetns
+	if opts.CloneInProcess {
+		ahead = 0
+	}
+	rt.nets = newNetnsSupply(ahead)
 	return rt, nil
 }
 
@@ -303,6 +312,7 @@ func (rt *Runtime) CgroupVersion() int {
 // the runtime does not track them (a pool or daemon does).
 func (rt *Runtime) Close() error {
 	rt.spawner.Close()
+	rt.nets.close()
 	rt.imageNS.close()
 	if rt.hostNet != nil {
 		rt.hostNet.Close()

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -66,8 +65,7 @@ func (c *spawnerClient) start() error {
 			files = append(files, home...)
 			cfg.HomeTasks = len(home)
 		}
-		arg, _ := json.Marshal(cfg)
-		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, string(arg)}, &os.ProcAttr{
+		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, cfg.String()}, &os.ProcAttr{
 			Env:   []string{"GOMAXPROCS=1"},
 			Files: files,
 			// Its own process group: a terminal's ^C goes to airlock,
@@ -116,7 +114,7 @@ func (c *spawnerClient) hello() error {
 	buf := make([]byte, 512)
 	n, _, _, _, err := c.conn.ReadMsgUnix(buf, nil)
 	var h spawner.Hello
-	if err != nil || n == 0 || json.Unmarshal(buf[:n], &h) != nil {
+	if err != nil || n == 0 || h.Unmarshal(buf[:n]) != nil {
 		return fmt.Errorf("%s did not start as airlock's spawner (is it airlock-init?)", c.initPath)
 	}
 	if h.Version != initproto.Version {
@@ -158,10 +156,7 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 	}
 	c.next++
 	req.ID = c.next
-	b, err := json.Marshal(req)
-	if err != nil {
-		return 0, nil, err
-	}
+	b := req.Marshal()
 	if _, _, err := c.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
 		// The spawner died since the last request; a new one gets it.
 		c.stop()
@@ -189,7 +184,7 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 		}
 	}
 	var reply spawner.Reply
-	if err := json.Unmarshal(buf[:n], &reply); err != nil || reply.ID != req.ID {
+	if err := reply.Unmarshal(buf[:n]); err != nil || reply.ID != req.ID {
 		for _, fd := range got {
 			unix.Close(fd)
 		}

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -362,9 +361,6 @@ func (p *parser) tools(n *yaml.Node, c *Config) error {
 	return nil
 }
 
-// syntaxErr matches the position the YAML library puts in its messages.
-var syntaxErr = regexp.MustCompile(`^yaml: line (\d+): `)
-
 // decode parses data into a node tree and returns the content of its
 // only document, or nil if data holds no document at all.
 func (p *parser) decode(data []byte) (root *yaml.Node, err error) {
@@ -401,13 +397,13 @@ func (p *parser) decode(data []byte) (root *yaml.Node, err error) {
 func (p *parser) syntaxError(err error) *Error {
 	msg := err.Error()
 	e := &Error{File: p.file}
-	if m := syntaxErr.FindStringSubmatch(msg); m != nil {
-		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
-			e.Line = n
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil && n > 0 {
+				e.Line, msg = n, tail
+			}
 		}
-		msg = msg[len(m[0]):]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
 	e.Msg = "invalid YAML: " + msg
 	return e

@@ -1,14 +1,15 @@
 // Package initproto is the control protocol between the airlock process on the
-// host and the init process (PID 1) inside a sandbox. Messages are JSON, one
-// per datagram on a SOCK_SEQPACKET unix socket pair; file descriptors (the
-// command's stdin, stdout and stderr) travel with a message as SCM_RIGHTS.
+// host and the init process (PID 1) inside a sandbox. Messages are one per
+// datagram on a SOCK_SEQPACKET unix socket pair, in the compact encoding of
+// internal/wire (codec.go), each led by the protocol Version; file
+// descriptors (the command's stdin, stdout and stderr) travel with a message
+// as SCM_RIGHTS.
 //
 // Messages from init are untrusted input to the host: once setup is done init
 // lives inside the sandbox, so the host validates everything it decodes.
 package initproto
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,7 +23,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 3
+const Version = 4
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -59,37 +60,37 @@ const (
 
 // Message is one datagram.
 type Message struct {
-	Kind  Kind   `json:"k"`
-	ID    uint64 `json:"id,omitempty"`
-	Setup *Setup `json:"setup,omitempty"`
-	Exec  *Exec  `json:"exec,omitempty"`
-	Pid   int    `json:"pid,omitempty"`
+	Kind  Kind
+	ID    uint64
+	Setup *Setup
+	Exec  *Exec
+	Pid   int
 	// Status is a raw wait(2) status.
-	Status int `json:"status,omitempty"`
+	Status int
 	// Errno is set when the command could not be executed.
-	Errno int    `json:"errno,omitempty"`
-	Error string `json:"error,omitempty"`
+	Errno int
+	Error string
 }
 
 // Bind is a host path bound read-only into the sandbox.
 type Bind struct {
-	Source string `json:"src"`
-	Target string `json:"dst"`
+	Source string
+	Target string
 	// File is true when the source is not a directory.
-	File bool `json:"file,omitempty"`
+	File bool
 }
 
 // Symlink is a symlink created in the sandbox's root.
 type Symlink struct {
-	Target string `json:"target"`
-	Path   string `json:"path"`
+	Target string
+	Path   string
 }
 
 // File is a file generated into the sandbox's /etc.
 type File struct {
-	Path string `json:"path"`
-	Data string `json:"data"`
-	Mode uint32 `json:"mode"`
+	Path string
+	Data string
+	Mode uint32
 }
 
 // ImageRoot describes a root built from an image: an overlay whose lowest
@@ -100,67 +101,65 @@ type ImageRoot struct {
 	// Writable adds an upper layer on the sandbox's disk tmpfs, so
 	// commands may change system paths; the changes are the sandbox's own
 	// and count against its disk ceiling.
-	Writable bool `json:"writable,omitempty"`
+	Writable bool
 }
 
 // Rlimit is one resource limit applied to every command.
 type Rlimit struct {
-	Resource int    `json:"res"`
-	Cur      uint64 `json:"cur"`
-	Max      uint64 `json:"max"`
+	Resource int
+	Cur      uint64
+	Max      uint64
 }
 
 // Setup is everything init needs to build the sandbox from the inside.
 type Setup struct {
-	// Version is the host's Version; init refuses any other.
-	Version int `json:"version"`
 	// RootDir is an empty host directory the new root is mounted over
 	// (inside the sandbox's own mount namespace).
-	RootDir string `json:"root"`
+	RootDir string
 	// ScratchDir is an empty host directory, outside RootDir, the scratch
 	// tmpfs (the disk) is mounted over while the root is built; it leaves
 	// with the host's tree when init pivots into the new root.
-	ScratchDir string `json:"scratch"`
-	Hostname   string `json:"hostname"`
+	ScratchDir string
+	Hostname   string
 	// UID and GID are the identity commands run as, inside the sandbox.
-	UID int `json:"uid"`
-	GID int `json:"gid"`
+	UID int
+	GID int
 	// InitUID is init's own real and saved uid once it has confined
 	// itself (its effective uid is UID). It must differ from UID: the
 	// kernel then refuses every signal a command sends init, by any path
 	// (kill, queued signals, pidfds, F_SETOWN), since a command's ids
 	// match none of init's real and saved ones.
-	InitUID int `json:"init_uid"`
+	InitUID int
 	// DiskBytes and DiskInodes size the tmpfs behind /workspace, /tmp and
 	// /dev/shm.
-	DiskBytes  int64     `json:"disk_bytes"`
-	DiskInodes int64     `json:"disk_inodes"`
-	Binds      []Bind    `json:"binds"`
-	Symlinks   []Symlink `json:"symlinks"`
-	Files      []File    `json:"files"`
+	DiskBytes  int64
+	DiskInodes int64
+	Binds      []Bind
+	Symlinks   []Symlink
+	Files      []File
 	// Devices are host device nodes bound into /dev (null, zero, ...).
-	Devices []string `json:"devices"`
-	Rlimits []Rlimit `json:"rlimits"`
+	Devices []string
+	Rlimits []Rlimit
 	// Workdir is the default working directory of commands.
-	Workdir string `json:"workdir"`
+	Workdir string
 	// Seccomp is the compiled filter (seccomp.Encode), compiled once by
 	// the host.
-	Seccomp []byte `json:"seccomp"`
+	Seccomp []byte
 	// Image, when set, makes the root an image instead of a tmpfs
 	// holding Binds and Symlinks: the setup message then carries one
 	// descriptor, a detached read-only mount of the image's root.
-	Image *ImageRoot `json:"image,omitempty"`
+	Image *ImageRoot
 	// NoSeccomp and NoLandlock exist for diagnosis only; the CLI never
 	// sets them.
-	NoSeccomp  bool `json:"no_seccomp,omitempty"`
-	NoLandlock bool `json:"no_landlock,omitempty"`
+	NoSeccomp  bool
+	NoLandlock bool
 }
 
 // Exec asks init to start one command.
 type Exec struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
+	Argv []string
+	Env  []string
+	Dir  string
 }
 
 // ErrTooLarge is returned by Send for a message over MaxMessage bytes.
@@ -175,9 +174,9 @@ var ErrVersion = errors.New("airlock and airlock-init are from different builds"
 // encode renders a message and its descriptors as a datagram and its
 // control data.
 func encode(m *Message, fds []int) (b, oob []byte, err error) {
-	b, err = json.Marshal(m)
+	b, err = Marshal(m)
 	if err != nil {
-		return nil, nil, fmt.Errorf("encode %s: %w", m.Kind, err)
+		return nil, nil, err
 	}
 	if len(b) > MaxMessage {
 		return nil, nil, fmt.Errorf("encode %s: %w", m.Kind, ErrTooLarge)
@@ -247,19 +246,14 @@ func Decode(b []byte, flags int) (*Message, error) {
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		return nil, errors.New("receive: message truncated")
 	}
-	var m Message
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
-	}
-	switch m.Kind {
-	case KindSetup, KindReady, KindFail, KindExec, KindStarted, KindExit:
-	default:
-		return nil, fmt.Errorf("decode: unknown message kind %q", m.Kind)
+	m, err := Unmarshal(b)
+	if err != nil {
+		return nil, err
 	}
 	if m.Pid < 0 {
 		return nil, fmt.Errorf("decode: negative pid %d", m.Pid)
 	}
-	return &m, nil
+	return m, nil
 }
 
 func parseRights(oob []byte) ([]int, error) {

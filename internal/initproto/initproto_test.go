@@ -2,8 +2,12 @@ package initproto
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"reflect"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/wire"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,31 +83,129 @@ func TestRecvClosed(t *testing.T) {
 	}
 }
 
+// raw builds a datagram field by field, as Marshal would.
+func raw(fields ...func(*wire.Writer)) []byte {
+	w := &wire.Writer{}
+	for _, f := range fields {
+		f(w)
+	}
+	return w.B
+}
+
+func u(v uint64) func(*wire.Writer) { return func(w *wire.Writer) { w.Uint(v) } }
+func i(v int64) func(*wire.Writer)  { return func(w *wire.Writer) { w.Int(v) } }
+func str(s string) func(*wire.Writer) {
+	return func(w *wire.Writer) { w.String(s) }
+}
+func b(v bool) func(*wire.Writer) { return func(w *wire.Writer) { w.Bool(v) } }
+
 func TestDecodeRejects(t *testing.T) {
+	ok := func(kind uint64) []func(*wire.Writer) {
+		return []func(*wire.Writer){u(Version), u(kind), u(1), i(5), i(0), i(0), str(""), b(false), b(false)}
+	}
+	if _, err := Decode(raw(ok(4)...), 0); err != nil {
+		t.Fatalf("a well-formed started message: %v", err)
+	}
 	tests := []struct {
 		name  string
-		in    string
+		in    []byte
 		flags int
+		is    error
 	}{
-		{"garbage", "{", 0},
-		{"unknown kind", `{"k":"boom"}`, 0},
-		{"negative pid", `{"k":"started","pid":-1}`, 0},
-		{"truncated", `{"k":"ready"}`, unix.MSG_TRUNC},
-		{"wrong type", `{"k":"exit","status":"x"}`, 0},
+		{"empty", nil, 0, nil},
+		{"another build", raw(append([]func(*wire.Writer){u(Version + 1)}, ok(4)[1:]...)...), 0, ErrVersion},
+		{"unknown kind", raw(append([]func(*wire.Writer){u(Version), u(99)}, ok(4)[2:]...)...), 0, nil},
+		{"negative pid", raw(u(Version), u(4), u(1), i(-1), i(0), i(0), str(""), b(false), b(false)), 0, nil},
+		{"truncated by the kernel", raw(ok(1)...), unix.MSG_TRUNC, nil},
+		{"cut short", raw(ok(4)...)[:5], 0, nil},
+		{"trailing bytes", append(raw(ok(4)...), 0), 0, nil},
+		{"bad boolean", raw(u(Version), u(4), u(1), i(5), i(0), i(0), str(""), u(7), b(false)), 0, nil},
+		{"string longer than the message", raw(u(Version), u(2), u(1), i(0), i(0), i(0), u(1<<40)), 0, nil},
+		{"huge count", raw(u(Version), u(3), u(1), i(0), i(0), i(0), str(""), b(false), b(true), u(1<<40)), 0, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if m, err := Decode([]byte(tt.in), tt.flags); err == nil {
-				t.Fatalf("Decode(%q) = %+v, want error", tt.in, m)
+			m, err := Decode(tt.in, tt.flags)
+			if err == nil {
+				t.Fatalf("Decode = %+v, want an error", m)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Fatalf("Decode: %v, want %v", err, tt.is)
 			}
 		})
 	}
 }
 
+// fill sets every field reachable from v to a value that is not the zero
+// value, so that a round trip shows any field the codec forgets.
+func fill(v reflect.Value, n *int) {
+	*n++
+	switch v.Kind() {
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), n)
+	case reflect.Struct:
+		for j := range v.NumField() {
+			fill(v.Field(j), n)
+		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		for j := range 2 {
+			fill(s.Index(j), n)
+		}
+		v.Set(s)
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", *n))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(*n) * 1000003)
+	case reflect.Uint8:
+		v.SetUint(uint64(*n % 256))
+	case reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(*n) * 7919)
+	default:
+		panic("fill: add " + v.Kind().String())
+	}
+}
+
+// TestRoundTrip encodes a message with every field set and decodes it
+// back whole; the kind is fixed afterwards, as the codec only knows the
+// declared kinds.
+func TestRoundTrip(t *testing.T) {
+	for _, k := range kinds {
+		var m Message
+		n := 0
+		fill(reflect.ValueOf(&m).Elem(), &n)
+		m.Kind = k
+		b, err := Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(b, 0)
+		if err != nil {
+			t.Fatalf("%s: Decode: %v", k, err)
+		}
+		if !reflect.DeepEqual(got, &m) {
+			t.Fatalf("%s: round trip lost something:\n got %+v\nwant %+v", k, got, &m)
+		}
+	}
+}
+
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte(`{"k":"exit","id":3,"status":256}`))
-	f.Add([]byte(`{"k":"started","id":1,"pid":5}`))
-	f.Add([]byte(`{"k":"fail","error":"x"}`))
+	for _, m := range []*Message{
+		{Kind: KindExit, ID: 3, Status: 256},
+		{Kind: KindStarted, ID: 1, Pid: 5},
+		{Kind: KindFail, Error: "x"},
+		{Kind: KindExec, ID: 2, Exec: &Exec{Argv: []string{"sh", "-c", "true"}, Env: []string{"A=b"}, Dir: "/workspace"}},
+		{Kind: KindSetup, Setup: &Setup{RootDir: "/r", Binds: []Bind{{Source: "/usr", Target: "/usr"}}, Rlimits: []Rlimit{{Resource: 7, Cur: 1, Max: ^uint64(0)}}, Image: &ImageRoot{}}},
+	} {
+		b, err := Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b, 0)
 		if err != nil {
@@ -111,6 +213,15 @@ func FuzzDecode(f *testing.F) {
 		}
 		if m.Pid < 0 {
 			t.Fatalf("accepted negative pid %d", m.Pid)
+		}
+		// What decodes encodes again to something that decodes the same.
+		again, err := Marshal(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		m2, err := Decode(again, 0)
+		if err != nil || !reflect.DeepEqual(m, m2) {
+			t.Fatalf("round trip of a decoded message: %v\n%+v\n%+v", err, m, m2)
 		}
 	})
 }

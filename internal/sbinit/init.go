@@ -59,14 +59,13 @@ func Main() int {
 	buf := make([]byte, initproto.MaxMessage)
 	m, fds, err := initproto.RecvRaw(ctrl, buf)
 	if err != nil {
+		if errors.Is(err, initproto.ErrVersion) {
+			fail(err)
+		}
 		return 2
 	}
 	if m.Kind != initproto.KindSetup || m.Setup == nil {
 		fail(fmt.Errorf("first message is %q, want setup", m.Kind))
-		return 2
-	}
-	if m.Setup.Version != initproto.Version {
-		fail(fmt.Errorf("%w: this init speaks protocol %d, the host %d", initproto.ErrVersion, initproto.Version, m.Setup.Version))
 		return 2
 	}
 	err = setup(m.Setup, fds)

@@ -18,6 +18,7 @@ import (
 var shapes = map[int]string{
 	2: "37f58add09193fd1",
 	3: "d85bcb9af73d9d67",
+	4: "bbe38e2fb8f2642d",
 }
 
 func TestProtocolShape(t *testing.T) {

@@ -21,7 +21,6 @@
 package spawner
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -50,7 +49,7 @@ func IsSpawner() bool { return len(os.Args) == 2 && os.Args[0] == Arg0 }
 // Hello is the spawner's first message: the protocol it speaks, so that a
 // host never drives a spawner (and inits) of another build.
 type Hello struct {
-	Version int `json:"version"`
+	Version int
 }
 
 // Request asks for one init. Its descriptors, in order: the init's end of
@@ -59,37 +58,38 @@ type Hello struct {
 // sandbox (CgroupDir) or the tasks files of its v1 cgroups, one per
 // hierarchy, in the order of Config.HomeTasks.
 type Request struct {
-	ID uint64 `json:"id"`
+	ID uint64
 	// Path is the binary to execute as init; Arg0 is its argv[0].
-	Path string `json:"path"`
-	Arg0 string `json:"arg0"`
+	Path string
+	Arg0 string
 	// Env is init's whole environment.
-	Env []string `json:"env"`
+	Env []string
 	// IDBase is the first host uid and gid of the sandbox's range; IDSize
 	// how many ids it maps.
-	IDBase int `json:"id_base"`
-	IDSize int `json:"id_size"`
+	IDBase int
+	IDSize int
 	// CgroupDir says the fourth descriptor is a cgroup v2 directory.
-	CgroupDir bool `json:"cgroup_dir,omitempty"`
+	CgroupDir bool
 }
 
 // Reply answers a Request. A successful reply carries a pidfd of the init;
 // a failed one may too (an init killed after the clone, the host's child
 // to reap).
 type Reply struct {
-	ID    uint64 `json:"id"`
-	Pid   int    `json:"pid"`
-	Error string `json:"error,omitempty"`
+	ID    uint64
+	Pid   int
+	Error string
 }
 
-// Config is the argument the host starts the spawner with (JSON in argv[1]).
+// Config is the argument the host starts the spawner with (argv[1], as
+// Config.String writes it).
 type Config struct {
 	// Version is the host's protocol (initproto.Version).
-	Version int `json:"version"`
+	Version int
 	// HomeTasks is the number of v1 tasks files the host passed after the
 	// socket (descriptors 4, 5, ...): the spawner's own cgroups, where
 	// the cloning thread returns after each clone. 0 on cgroup v2.
-	HomeTasks int `json:"home_tasks"`
+	HomeTasks int
 }
 
 // Main runs the spawner and returns its exit code.
@@ -97,12 +97,12 @@ func Main() int {
 	// Nothing the spawner inherited may reach an init: its socket and the
 	// cgroup files it was handed stay usable here but close at every exec.
 	_ = unix.CloseRange(connFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	var cfg Config
-	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config:", err)
+	cfg, err := ParseConfig(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-spawner:", err)
 		return 2
 	}
-	if err := sendJSON(&Hello{Version: initproto.Version}, nil); err != nil {
+	if err := sendMsg((&Hello{Version: initproto.Version}).Marshal(), nil); err != nil {
 		return 0 // the host is gone
 	}
 	if cfg.Version != initproto.Version {
@@ -135,7 +135,7 @@ func Main() int {
 		fds := rights(oob[:oobn])
 		var req Request
 		reply := Reply{}
-		if err := json.Unmarshal(buf[:n], &req); err != nil {
+		if err := req.Unmarshal(buf[:n]); err != nil {
 			reply.Error = "bad request: " + err.Error()
 		} else {
 			reply.ID = req.ID
@@ -228,11 +228,10 @@ func send(r *Reply, pidfd int) error {
 	if pidfd >= 0 {
 		fds = []int{pidfd}
 	}
-	return sendJSON(r, fds)
+	return sendMsg(r.Marshal(), fds)
 }
 
-func sendJSON(v any, fds []int) error {
-	b, _ := json.Marshal(v)
+func sendMsg(b []byte, fds []int) error {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)

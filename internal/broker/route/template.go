@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // ErrInvalidTemplate is the class of every error from ParseTemplate and
@@ -25,7 +26,7 @@ var methods = map[string]bool{
 // defaultParam is the pattern of a parameter the policy gives none for:
 // RFC 3986 unreserved characters only. Dot segments never reach it, and
 // Match refuses them again.
-var defaultParam = regexp.MustCompile(`\A[A-Za-z0-9_.~-]+\z`)
+var defaultParam = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\A[A-Za-z0-9_.~-]+\z`) })
 
 // Template is one operation the broker may forward: an HTTP method and a
 // path whose segments are literals or named parameters. Build it with
@@ -104,7 +105,7 @@ func ParseTemplate(method, path string, params map[string]string) (*Template, er
 					return nil, fail("parameter %q appears twice", name)
 				}
 				seen[name] = true
-				s := tseg{name: name, re: defaultParam}
+				s := tseg{name: name, re: defaultParam()}
 				if pat, ok := params[name]; ok {
 					re, err := compileParam(pat)
 					if err != nil {

@@ -11,9 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
 )
 
 // Version is the cgroup interface the package drives on this host.
@@ -100,11 +98,10 @@ type Parent struct {
 	// v2
 	root        string   // cgroup2 mount point
 	ctrls       []string // controllers enabled for the children
-	mgr         *cgroup2.Manager
-	hasKill     bool   // cgroup.kill (kernel >= 5.14)
-	hasOOMGroup bool   // memory.oom.group (kernel >= 4.19)
-	hasSwapMax  bool   // memory.swap.max (swap accounting enabled)
-	moved       string // where Open moved this process, or ""
+	hasKill     bool     // cgroup.kill (kernel >= 5.14)
+	hasOOMGroup bool     // memory.oom.group (kernel >= 4.19)
+	hasSwapMax  bool     // memory.swap.max (swap accounting enabled)
+	moved       string   // where Open moved this process, or ""
 
 	// files says where each counter lives, per version, so Counters is one
 	// loop over kept descriptors.
@@ -119,9 +116,6 @@ type Group struct {
 	id   string
 	dirs []string // v1: one directory per hierarchy, as in p.v1.hier; v2: one
 
-	cg1 cgroup1.Cgroup
-	cg2 *cgroup2.Manager
-
 	mu  sync.Mutex // guards fds and buf
 	fds [numFiles]int
 	buf [512]byte
@@ -132,20 +126,26 @@ type Group struct {
 // freezing is built into every v2 group.
 var v2Controllers = []string{"memory", "pids", "cpu"}
 
-// unifiedRoot is where a v2 host mounts the unified hierarchy; it is the
-// path containerd's mode detection examines.
+// unifiedRoot is where a v2 host mounts the unified hierarchy, and where
+// a v1 or hybrid host mounts the tmpfs that holds one directory per
+// hierarchy; Detect tells them apart by its filesystem type.
 const unifiedRoot = "/sys/fs/cgroup"
 
 // Detect reports which cgroup interface the package uses on this host:
 // V2 on a unified host, V1 on a legacy or hybrid host.
 func Detect() (Version, error) {
-	switch cgroups.Mode() {
-	case cgroups.Unified:
-		return V2, nil
-	case cgroups.Legacy, cgroups.Hybrid:
-		// On hybrid hosts the cgroup2 mount normally has no memory, pids
-		// or cpu controller; they are bound to the v1 hierarchies.
-		return V1, nil
+	var st unix.Statfs_t
+	if err := unix.Statfs(unifiedRoot, &st); err == nil {
+		switch st.Type {
+		case unix.CGROUP2_SUPER_MAGIC:
+			return V2, nil
+		case unix.TMPFS_MAGIC:
+			// Legacy and hybrid hosts both mount a tmpfs here, with the
+			// v1 hierarchies (and on hybrid hosts a cgroup2 mount at
+			// unified/) below it. The hybrid cgroup2 mount normally has no
+			// memory, pids or cpu controller: they are bound to v1.
+			return V1, nil
+		}
 	}
 	return 0, fmt.Errorf("cgroup: no cgroup filesystem is mounted at %s", unifiedRoot)
 }

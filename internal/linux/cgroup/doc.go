@@ -13,14 +13,20 @@
 // directory to create, enter and remove on each sandbox, and none of them
 // limits anything airlock enforces.
 //
-// Creation, deletion and process listing go through
-// github.com/containerd/cgroups/v3. Three things are done directly on the
-// cgroup files instead, each for a reason documented where it happens:
-// the hot counters (read through kept file descriptors, because a monitor
-// polls them every few milliseconds), moving the cloning thread on v1
-// (the library moves only whole processes or tasks by id, while the
-// thread must move itself by writing "0"), and the freezer (the library's
-// Freeze spins without a deadline, while Kill must honour its context).
+// Everything is done directly on the cgroup files: mkdir for a group (an
+// exclusive one, so a leftover is never adopted), one write per limit,
+// cgroup.procs read down the group's subtree to list its processes, rmdir
+// deepest first to remove it, and statfs of /sys/fs/cgroup to tell v2 from
+// v1. The package once went through github.com/containerd/cgroups/v3 for
+// that, which brought some 50 packages of ten other modules
+// (runtime-spec, protobuf, cilium/ebpf, godbus, logrus and more) into
+// every airlock process, their initialisers run at each start, for
+// nothing more than those few system calls. The hot paths have reasons
+// of their own, documented where they happen: the counters are read
+// through kept file descriptors (a monitor polls them every few
+// milliseconds), the cloning thread on v1 moves itself by writing "0" to
+// each tasks file, and the wait for the freezer has a deadline, so that
+// Kill honours its context.
 //
 // Everything here needs root, except the parsers.
 package cgroup

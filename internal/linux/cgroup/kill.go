@@ -37,10 +37,9 @@ const (
 // thawing on a small VM), so a teardown should check Populated first and
 // call Kill only when something is left.
 //
-// The freezer is written directly rather than through containerd: its
-// Freeze loops until the state reads FROZEN, with no deadline, and a task
-// in uninterruptible sleep can keep a group FREEZING indefinitely, which
-// would make Kill ignore ctx.
+// The wait for the freezer is bounded (100ms per round, and ctx): a task
+// in uninterruptible sleep can keep a group FREEZING indefinitely, and an
+// unbounded wait for FROZEN would make Kill ignore ctx.
 func (g *Group) Kill(ctx context.Context) error {
 	if g.p.version == V2 && g.p.hasKill {
 		return g.killV2(ctx)
@@ -123,8 +122,8 @@ func (g *Group) killFrozen(ctx context.Context) error {
 
 // empty reports whether no process is left in the group or in groups
 // nested in it. Populated answers that on v2, and a positive answer on v1,
-// cheaply; an empty v1 group is confirmed by containerd's recursive
-// listing, since v1 has no recursive populated flag.
+// cheaply; an empty v1 group is confirmed by the recursive listing, since
+// v1 has no recursive populated flag.
 func (g *Group) empty() (bool, error) {
 	pop, err := g.Populated()
 	if err != nil && !gone(err) {
@@ -228,27 +227,18 @@ func (g *Group) thaw(frozen bool) error {
 // in the group (one that is still exiting, typically), so it is retried
 // until ctx ends. Deleting a group that is already gone is not an error.
 // The processes must be gone: Delete does not kill (see Kill).
-//
-// Removal goes through containerd, which lists the processes of each
-// directory (walking all its control files) before removing it, and
-// retries a failed rmdir itself for up to 150ms per hierarchy; that
-// inner retry is not bounded by ctx.
 func (g *Group) Delete(ctx context.Context) error {
 	closeErr := g.Close()
-	// Fast path: a plain rmdir of each directory. The kernel refuses to
-	// remove a group that still has a task, so this can never drop a live
-	// process; anything it cannot remove is left to containerd below.
+	// Fast path: a plain rmdir of each directory, which is all a sandbox
+	// group without nested groups needs. The kernel refuses to remove a
+	// group that still has a task, so this can never drop a live process;
+	// whatever it cannot remove is retried below, nested groups first.
 	if g.rmdirAll() {
 		return closeErr
 	}
 	var b backoff
 	for {
-		var err error
-		if g.p.version == V1 {
-			err = g.deleteV1()
-		} else {
-			err = g.deleteV2()
-		}
+		err := g.removeTrees()
 		if err == nil {
 			return closeErr
 		}

@@ -3,12 +3,8 @@ package cgroup
 import (
 	"bytes"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"golang.org/x/sys/unix"
 )
 
 // mountEntry is one cgroup or cgroup2 line of /proc/self/mountinfo.
@@ -111,10 +107,6 @@ type hierarchy struct {
 	name  string // the first of our controllers on it, for messages and /proc/<pid>/cgroup
 	point string // mount point
 	root  string // path inside the hierarchy mounted at point
-	// list is the containerd subsystem through which processes of this
-	// hierarchy are listed; it must be one of the subsystems handed to
-	// containerd, which is why it is recorded per hierarchy.
-	list cgroup1.Name
 }
 
 // v1Layout is where this host mounts the controllers airlock needs.
@@ -122,15 +114,7 @@ type v1Layout struct {
 	hier []hierarchy
 	// idx maps each controller to its hierarchy in hier.
 	idx [numCtrls]int
-	// subsystems are handed to containerd's cgroup1 in place of its
-	// default hierarchy, which would also create and remove directories
-	// in name=systemd, devices, blkio, cpuset and the rest, and would
-	// rescan mountinfo on every call.
-	subsystems []cgroup1.Subsystem
 }
-
-// subsystemsFn is the cgroup1.Hierarchy for this layout.
-func (l *v1Layout) subsystemsFn() ([]cgroup1.Subsystem, error) { return l.subsystems, nil }
 
 // discoverV1 finds the mounts of the v1 controllers airlock needs.
 func discoverV1(mounts []mountEntry) (*v1Layout, error) {
@@ -148,20 +132,6 @@ func discoverV1(mounts []mountEntry) (*v1Layout, error) {
 			l.hier = append(l.hier, hierarchy{name: name, point: m.point, root: m.root})
 		}
 		l.idx[c] = i
-		sub, err := newV1Subsystem(c, m.point)
-		if err != nil {
-			return nil, err
-		}
-		// cpuacct and freezer only need their directory to exist; when
-		// they share a hierarchy with another of our controllers, that
-		// directory is already made (and removed) through it.
-		if seen && (c == ctrlCPUAcct || c == ctrlFreezer) {
-			continue
-		}
-		l.subsystems = append(l.subsystems, sub)
-		if l.hier[i].list == "" {
-			l.hier[i].list = sub.Name()
-		}
 	}
 	return l, nil
 }
@@ -180,33 +150,4 @@ func findV1Mount(mounts []mountEntry, name string) (mountEntry, bool) {
 		}
 	}
 	return found, ok
-}
-
-// newV1Subsystem builds containerd's controller for c. containerd addresses
-// a controller as <root>/<name>, so the mount must be reachable that way:
-// either it is named after the controller, or a symlink such as
-// cpu -> cpu,cpuacct points at it (the usual layout for co-mounted
-// controllers).
-func newV1Subsystem(c int, point string) (cgroup1.Subsystem, error) {
-	name := v1Ctrls[c]
-	root := filepath.Dir(point)
-	if filepath.Base(point) != name {
-		var a, b unix.Stat_t
-		alias := filepath.Join(root, name)
-		if unix.Stat(alias, &a) != nil || unix.Stat(point, &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
-			return nil, fmt.Errorf("cgroup v1 controller %q is mounted at %s, but %s does not lead there; the cgroup library addresses controllers as <dir>/<controller>", name, point, alias)
-		}
-	}
-	switch c {
-	case ctrlMemory:
-		return cgroup1.NewMemory(root), nil
-	case ctrlPids:
-		return cgroup1.NewPids(root), nil
-	case ctrlCPU:
-		return cgroup1.NewCpu(root), nil
-	case ctrlCPUAcct:
-		return cgroup1.NewCpuacct(root), nil
-	default:
-		return cgroup1.NewFreezer(root), nil
-	}
 }

@@ -11,8 +11,8 @@ import (
 
 // Procs lists the pids of the processes directly in the group (not in
 // child groups), reading cgroup.procs itself: cheap enough for a monitor
-// that polls every few milliseconds. Kill uses containerd's recursive
-// listing instead. A group that is gone has no processes.
+// that polls every few milliseconds. Kill lists the processes of nested
+// groups too. A group that is gone has no processes.
 func (g *Group) Procs() ([]int, error) {
 	dir := g.dirs[0]
 	if g.p.version == V1 {

@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/containerd/cgroups/v3/cgroup1"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,10 +30,13 @@ func openV1(mounts []mountEntry, parent string) (*Parent, error) {
 		return nil, err
 	}
 	p := &Parent{version: V1, path: parent, v1: l}
-	// containerd creates the parent in each of our hierarchies; being
-	// MkdirAll underneath, it is a no-op for directories that exist.
-	if _, err := cgroup1.New(cgroup1.StaticPath(parent), &specs.LinuxResources{}, cgroup1.WithHierarchy(l.subsystemsFn)); err != nil {
-		return nil, fmt.Errorf("cgroup: create parent %s: %w", parent, err)
+	// The parent is made in each hierarchy (once per hierarchy, so
+	// co-mounted controllers share it); MkdirAll leaves an existing one,
+	// which every airlock process on the host shares, as it is.
+	for _, h := range l.hier {
+		if err := os.MkdirAll(filepath.Join(h.point, parent), 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup: create parent %s: %w", parent, err)
+		}
 	}
 	dir := func(c int) string { return filepath.Join(l.hier[l.idx[c]].point, parent) }
 	if !exists(filepath.Join(dir(ctrlCPU), "cpu.cfs_quota_us")) {
@@ -57,64 +57,81 @@ func openV1(mounts []mountEntry, parent string) (*Parent, error) {
 	return p, nil
 }
 
-// v1Resources translates Limits for containerd's cgroup1. Only the fields
-// set here are written, so an unlimited dimension costs no write at all.
-func (p *Parent) v1Resources(l Limits) *specs.LinuxResources {
-	r := &specs.LinuxResources{}
+// v1Resources lists the writes that apply l to a new v1 group. Only the
+// limits that are set are written, so an unlimited dimension costs no
+// write at all.
+func (p *Parent) v1Resources(l Limits) []limitWrite {
+	var ws []limitWrite
 	if l.MemoryBytes > 0 {
-		m := l.MemoryBytes
-		r.Memory = &specs.LinuxMemory{Limit: &m}
-		// containerd writes limit_in_bytes before memsw.limit_in_bytes,
-		// the order the kernel needs (memsw may never be below the
-		// limit). Without swap accounting the memsw files do not exist;
-		// the limit then bounds RAM only and swap goes uncounted.
+		mem, m := p.v1.idx[ctrlMemory], strconv.FormatInt(l.MemoryBytes, 10)
+		ws = append(ws, limitWrite{mem, "memory.limit_in_bytes", m})
+		// memsw (memory plus swap) comes second: the kernel refuses a
+		// memsw limit below limit_in_bytes. Without swap accounting the
+		// memsw files do not exist; the limit then bounds RAM only and
+		// swap goes uncounted.
 		if p.memsw {
-			r.Memory.Swap = &m
+			ws = append(ws, limitWrite{mem, "memory.memsw.limit_in_bytes", m})
 		}
 	}
 	if l.Pids > 0 {
-		n := l.Pids
-		r.Pids = &specs.LinuxPids{Limit: &n}
+		ws = append(ws, limitWrite{p.v1.idx[ctrlPids], "pids.max", strconv.FormatInt(l.Pids, 10)})
 	}
 	if l.CPUMilli > 0 {
-		q, per := cpuQuota(l.CPUMilli), uint64(cpuPeriodUsec)
-		r.CPU = &specs.LinuxCPU{Period: &per, Quota: &q}
+		// The period, then the quota computed for it.
+		cpu := p.v1.idx[ctrlCPU]
+		ws = append(ws,
+			limitWrite{cpu, "cpu.cfs_period_us", strconv.Itoa(cpuPeriodUsec)},
+			limitWrite{cpu, "cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUMilli), 10)})
 	}
-	return r
+	return ws
 }
 
 func (p *Parent) createV1(id string, l Limits) (*Group, error) {
 	g := p.newGroup(id)
-	// containerd creates directories with MkdirAll, which would silently
-	// adopt an existing group. An exclusive mkdir in the memory hierarchy
-	// first makes "already exists" an error, atomically, even between
-	// concurrent airlock processes.
-	memDir := g.dirs[p.v1.idx[ctrlMemory]]
+	// An exclusive mkdir in the memory hierarchy first makes "already
+	// exists" an error, atomically, even between concurrent airlock
+	// processes, so a leftover (and any process still in it) is never
+	// adopted.
+	mem := p.v1.idx[ctrlMemory]
+	memDir := g.dirs[mem]
 	if err := unix.Mkdir(memDir, 0o755); err != nil {
 		if err == unix.EEXIST {
 			return nil, fmt.Errorf("cgroup: group %s already exists: %w", id, &fs.PathError{Op: "mkdir", Path: memDir, Err: err})
 		}
 		return nil, fmt.Errorf("cgroup: create group %s: %w", id, &fs.PathError{Op: "mkdir", Path: memDir, Err: err})
 	}
-	cg, err := cgroup1.New(cgroup1.StaticPath(path.Join(p.path, id)), p.v1Resources(l), cgroup1.WithHierarchy(p.v1.subsystemsFn))
+	err := func() error {
+		for i, d := range g.dirs {
+			if i == mem {
+				continue
+			}
+			if err := mkdirShared(d); err != nil {
+				return err
+			}
+		}
+		return g.writeLimits(p.v1Resources(l))
+	}()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
 	}
-	g.cg1 = cg
 	return g, nil
 }
 
+// loadV1 succeeds when the group's directory exists in any hierarchy, so
+// that a group whose Delete was interrupted halfway can still be swept.
 func (p *Parent) loadV1(id string) (*Group, error) {
 	g := p.newGroup(id)
-	cg, err := cgroup1.Load(cgroup1.StaticPath(path.Join(p.path, id)), cgroup1.WithHierarchy(p.v1.subsystemsFn))
-	if err != nil {
-		if errors.Is(err, cgroup1.ErrCgroupDeleted) {
-			return nil, fmt.Errorf("cgroup: group %s under %s: %w", id, p.path, fs.ErrNotExist)
+	for _, d := range g.dirs {
+		var st unix.Stat_t
+		err := unix.Lstat(d, &st)
+		if err == nil {
+			return g, nil
 		}
-		return nil, fmt.Errorf("cgroup: load group %s: %w", id, err)
+		if err != unix.ENOENT {
+			return nil, fmt.Errorf("cgroup: load group %s: %w", id, &fs.PathError{Op: "lstat", Path: d, Err: err})
+		}
 	}
-	g.cg1 = cg
-	return g, nil
+	return nil, fmt.Errorf("cgroup: group %s under %s: %w", id, p.path, fs.ErrNotExist)
 }
 
 // hostDir maps a cgroup path as /proc/<pid>/cgroup shows it to the
@@ -307,39 +324,26 @@ func writeProcs(file string, pid int) error {
 	return err
 }
 
-// procsV1 lists the pids of the group and its descendants through
-// containerd, in the freezer hierarchy (the one Kill freezes), falling back
-// to another hierarchy if an interrupted Delete already removed that one.
+// procsV1 lists the pids of the group and its descendants in the freezer
+// hierarchy (the one Kill freezes), falling back to another hierarchy if
+// an interrupted Delete already removed that one.
 func (g *Group) procsV1() ([]int, error) {
 	l := g.p.v1
 	for _, c := range []int{ctrlFreezer, ctrlMemory, ctrlPids, ctrlCPU} {
-		i := l.idx[c]
-		if !exists(g.dirs[i]) {
+		d := g.dirs[l.idx[c]]
+		if !exists(d) {
 			continue
 		}
-		ps, err := g.cg1.Processes(l.hier[i].list, true)
+		pids, err := procsTree(d)
 		if err != nil {
-			if isNotExist(err) || errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			if isNotExist(err) {
 				return nil, nil
 			}
 			return nil, fmt.Errorf("cgroup: list processes of group %s: %w", g.id, err)
 		}
-		pids := make([]int, len(ps))
-		for j, p := range ps {
-			pids[j] = p.Pid
-		}
 		return pids, nil
 	}
 	return nil, nil
-}
-
-// deleteV1 removes the group from every hierarchy through containerd.
-func (g *Group) deleteV1() error {
-	err := g.cg1.Delete()
-	if err == nil || errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		return nil
-	}
-	return err
 }
 
 // OpenTasks opens the group's tasks file in every v1 hierarchy, in the

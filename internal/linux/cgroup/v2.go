@@ -8,9 +8,9 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
-	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,9 +18,8 @@ import (
 // delegates ctrls to its children. Open passes the real mount and
 // v2Controllers; tests pass other roots and controller sets.
 //
-// The ancestors are walked here rather than through containerd's
-// ToggleControllers because that reports only the last failure, and a
-// missing controller has to be reported at the level where it is missing.
+// Every ancestor is checked and written on its own, so that a missing
+// controller is reported at the level where it is missing.
 func openV2(root, parent string, ctrls []string) (*Parent, error) {
 	dir, cg := root, "/"
 	comps := strings.Split(strings.TrimPrefix(parent, "/"), "/")
@@ -56,11 +55,7 @@ func openV2(root, parent string, ctrls []string) (*Parent, error) {
 			return nil, fmt.Errorf("cgroup: create %s: %w", cg, &fs.PathError{Op: "mkdir", Path: dir, Err: err})
 		}
 	}
-	mgr, err := cgroup2.Load(parent, cgroup2.WithMountpoint(root))
-	if err != nil {
-		return nil, fmt.Errorf("cgroup: load parent %s: %w", parent, err)
-	}
-	p := &Parent{version: V2, path: parent, root: root, ctrls: ctrls, mgr: mgr, moved: moved}
+	p := &Parent{version: V2, path: parent, root: root, ctrls: ctrls, moved: moved}
 	mem, pids := p.hasCtrl("memory"), p.hasCtrl("pids")
 	// Features are probed on the parent: it runs on the same kernel and,
 	// with the controllers enabled in its own parent, has the same files
@@ -190,10 +185,10 @@ func hasWord(list []byte, w string) bool {
 
 func (p *Parent) hasCtrl(c string) bool { return slices.Contains(p.ctrls, c) }
 
-// v2Resources translates Limits for containerd's cgroup2, or returns nil
+// v2Resources lists the writes that apply l to a new v2 group, or none
 // when there is nothing to write.
-func (p *Parent) v2Resources(l Limits) (*cgroup2.Resources, error) {
-	r := &cgroup2.Resources{}
+func (p *Parent) v2Resources(l Limits) ([]limitWrite, error) {
+	var ws []limitWrite
 	need := func(c string) error {
 		if !p.hasCtrl(c) {
 			return fmt.Errorf("cgroup v2 controller %q is not enabled under %s", c, p.path)
@@ -204,68 +199,51 @@ func (p *Parent) v2Resources(l Limits) (*cgroup2.Resources, error) {
 		if err := need("memory"); err != nil {
 			return nil, err
 		}
-		m := l.MemoryBytes
-		r.Memory = &cgroup2.Memory{Max: &m}
+		ws = append(ws, limitWrite{0, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)})
 		if p.hasSwapMax {
 			// memory.max bounds only RAM on v2; without this, swap
 			// would extend the ceiling.
-			zero := int64(0)
-			r.Memory.Swap = &zero
+			ws = append(ws, limitWrite{0, "memory.swap.max", "0"})
 		}
 	}
 	if p.hasOOMGroup {
 		// One OOM kill takes the whole sandbox down instead of leaving it
 		// running with a random process missing.
-		if r.Memory == nil {
-			r.Memory = &cgroup2.Memory{}
-		}
-		t := true
-		r.Memory.OOMGroup = &t
+		ws = append(ws, limitWrite{0, "memory.oom.group", "1"})
 	}
 	if l.Pids > 0 {
 		if err := need("pids"); err != nil {
 			return nil, err
 		}
-		r.Pids = &cgroup2.Pids{Max: l.Pids}
+		ws = append(ws, limitWrite{0, "pids.max", strconv.FormatInt(l.Pids, 10)})
 	}
 	if l.CPUMilli > 0 {
 		if err := need("cpu"); err != nil {
 			return nil, err
 		}
-		q, per := cpuQuota(l.CPUMilli), uint64(cpuPeriodUsec)
-		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &per)}
+		ws = append(ws, limitWrite{0, "cpu.max", strconv.FormatInt(cpuQuota(l.CPUMilli), 10) + " " + strconv.Itoa(cpuPeriodUsec)})
 	}
-	if r.Memory == nil && r.Pids == nil && r.CPU == nil {
-		return nil, nil
-	}
-	return r, nil
+	return ws, nil
 }
 
 func (p *Parent) createV2(id string, l Limits) (*Group, error) {
-	res, err := p.v2Resources(l)
+	ws, err := p.v2Resources(l)
 	if err != nil {
 		return nil, err
 	}
 	g := p.newGroup(id)
-	// As on v1: containerd would adopt an existing directory, so an
-	// exclusive mkdir comes first.
+	// As on v1, an exclusive mkdir makes an existing group an error
+	// rather than adopted. The controllers are already enabled for it:
+	// Open wrote subtree_control of every ancestor once for all children.
 	if err := unix.Mkdir(g.dirs[0], 0o755); err != nil {
 		if err == unix.EEXIST {
 			return nil, fmt.Errorf("cgroup: group %s already exists: %w", id, &fs.PathError{Op: "mkdir", Path: g.dirs[0], Err: err})
 		}
 		return nil, fmt.Errorf("cgroup: create group %s: %w", id, &fs.PathError{Op: "mkdir", Path: g.dirs[0], Err: err})
 	}
-	// NewChild with nil resources only makes the directory (already
-	// there); with resources it would also rewrite subtree_control of
-	// every ancestor, which Open has done once for all children.
-	mgr, err := p.mgr.NewChild(id, nil)
-	if err == nil && res != nil {
-		err = mgr.Update(res)
-	}
-	if err != nil {
+	if err := g.writeLimits(ws); err != nil {
 		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
 	}
-	g.cg2 = mgr
 	return g, nil
 }
 
@@ -274,11 +252,6 @@ func (p *Parent) loadV2(id string) (*Group, error) {
 	if !exists(g.dirs[0]) {
 		return nil, fmt.Errorf("cgroup: group %s under %s: %w", id, p.path, fs.ErrNotExist)
 	}
-	mgr, err := cgroup2.Load(path.Join(p.path, id), cgroup2.WithMountpoint(p.root))
-	if err != nil {
-		return nil, fmt.Errorf("cgroup: load group %s: %w", id, err)
-	}
-	g.cg2 = mgr
 	return g, nil
 }
 
@@ -297,28 +270,14 @@ func (g *Group) DirFD() (int, error) {
 	return fd, nil
 }
 
-// procsV2 lists the pids of the group and its descendants through
-// containerd.
+// procsV2 lists the pids of the group and its descendants.
 func (g *Group) procsV2() ([]int, error) {
-	ps, err := g.cg2.Procs(true)
+	pids, err := procsTree(g.dirs[0])
 	if err != nil {
 		if isNotExist(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("cgroup: list processes of group %s: %w", g.id, err)
 	}
-	pids := make([]int, len(ps))
-	for i, p := range ps {
-		pids[i] = int(p)
-	}
 	return pids, nil
-}
-
-// deleteV2 removes the group through containerd.
-func (g *Group) deleteV2() error {
-	err := g.cg2.Delete()
-	if err != nil && !exists(g.dirs[0]) {
-		return nil
-	}
-	return err
 }

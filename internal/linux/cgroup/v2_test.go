@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,44 +277,59 @@ func TestV2AddProc(t *testing.T) {
 }
 
 // TestV2Resources checks what Create writes on v2 for the kernel features
-// Open probed: swap.max only where swap accounting exists (without it the
-// file is missing and writing it would fail every Create), oom.group
-// where the kernel has it.
+// Open probed: swap.max (as 0) only where swap accounting exists (without
+// it the file is missing and writing it would fail every Create),
+// oom.group where the kernel has it, and nothing at all when there is no
+// limit and no feature.
 func TestV2Resources(t *testing.T) {
+	mem := limitWrite{0, "memory.max", "1048576"}
+	swap := limitWrite{0, "memory.swap.max", "0"}
+	oom := limitWrite{0, "memory.oom.group", "1"}
+	pids := limitWrite{0, "pids.max", "5"}
+	cpu := limitWrite{0, "cpu.max", "50000 100000"}
 	tests := []struct {
 		name              string
 		swapMax, oomGroup bool
 		l                 Limits
-		wantNil           bool
-		wantSwap, wantOOM bool
+		want              []limitWrite
 	}{
-		{"memory, swap accounting", true, true, Limits{MemoryBytes: 1 << 20}, false, true, true},
-		{"memory, no swap accounting", false, true, Limits{MemoryBytes: 1 << 20}, false, false, true},
-		{"memory, old kernel", false, false, Limits{MemoryBytes: 1 << 20}, false, false, false},
-		{"no limits, old kernel", false, false, Limits{}, true, false, false},
-		{"pids only, no swap accounting", false, true, Limits{Pids: 5}, false, false, true},
+		{"memory, swap accounting", true, true, Limits{MemoryBytes: 1 << 20}, []limitWrite{mem, swap, oom}},
+		{"memory, no swap accounting", false, true, Limits{MemoryBytes: 1 << 20}, []limitWrite{mem, oom}},
+		{"memory, old kernel", false, false, Limits{MemoryBytes: 1 << 20}, []limitWrite{mem}},
+		{"no limits, old kernel", false, false, Limits{}, nil},
+		{"no limits, swap accounting", true, false, Limits{}, nil},
+		{"pids only, no swap accounting", false, true, Limits{Pids: 5}, []limitWrite{oom, pids}},
+		{"all, swap accounting", true, true, Limits{MemoryBytes: 1 << 20, Pids: 5, CPUMilli: 500}, []limitWrite{mem, swap, oom, pids, cpu}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Parent{version: V2, ctrls: v2Controllers, hasSwapMax: tc.swapMax, hasOOMGroup: tc.oomGroup}
-			r, err := p.v2Resources(tc.l)
+			got, err := p.v2Resources(tc.l)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (r == nil) != tc.wantNil {
-				t.Fatalf("v2Resources(%+v) = %+v, want nil %v", tc.l, r, tc.wantNil)
-			}
-			if r == nil {
-				return
-			}
-			gotSwap := r.Memory != nil && r.Memory.Swap != nil
-			gotOOM := r.Memory != nil && r.Memory.OOMGroup != nil && *r.Memory.OOMGroup
-			if gotSwap != tc.wantSwap || gotOOM != tc.wantOOM {
-				t.Errorf("swap.max written %v, oom.group written %v; want %v, %v", gotSwap, gotOOM, tc.wantSwap, tc.wantOOM)
-			}
-			if gotSwap && *r.Memory.Swap != 0 {
-				t.Errorf("swap.max = %d, want 0", *r.Memory.Swap)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("v2Resources(%+v) = %+v, want %+v", tc.l, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestV2ResourcesNeedsController checks that a limit whose controller the
+// parent does not delegate is refused before anything is made.
+func TestV2ResourcesNeedsController(t *testing.T) {
+	tests := []struct {
+		l    Limits
+		want string
+	}{
+		{Limits{MemoryBytes: 1 << 20}, `"memory" is not enabled`},
+		{Limits{Pids: 5}, `"pids" is not enabled`},
+		{Limits{CPUMilli: 100}, `"cpu" is not enabled`},
+	}
+	p := &Parent{version: V2, path: "/airlock"}
+	for _, tc := range tests {
+		if _, err := p.v2Resources(tc.l); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("v2Resources(%+v) without controllers: %v, want an error containing %q", tc.l, err, tc.want)
+		}
 	}
 }

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// measured collects the figures the targets compare, as the sections
+// measure them; zero means not measured in this run.
+var measured struct {
+	// Peers, measured in this run.
+	bwrapP50, bwrapP99 time.Duration
+	bwrapPar           float64 // runs/s, 4 parallel whole-process runs
+	emptyGo            time.Duration
+	// airlock.
+	inprocP50, inprocP99 time.Duration
+	runP50               time.Duration
+	tput                 float64
+	warmAPI              time.Duration
+	mcpOver              time.Duration
+	sustained            float64
+	version              time.Duration
+	idleMiB              float64
+}
+
+var peersOnce sync.Once
+
+// peers measures the peers every target is relative to, once per run:
+// bwrap's whole-process p50 and p99 over n sequential runs, bwrap's
+// runs/s with 4 running at once for d, and an empty Go program.
+func peers(n int, d time.Duration) error {
+	var err error
+	peersOnce.Do(func() { err = measurePeers(n, d) })
+	return err
+}
+
+func measurePeers(n int, d time.Duration) error {
+	if err := ensureBwrap(); err != nil {
+		return err
+	}
+	empty, err := emptyProgram()
+	if err != nil {
+		return err
+	}
+	bw := bwrapArgv()
+	if out, err := exec.Command(bw[0], bw[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("bwrap: %v: %s", err, out)
+	}
+	seq, eg := &series{}, &series{}
+	for range n {
+		for _, c := range []struct {
+			s    *series
+			argv []string
+		}{{seq, bw}, {eg, []string{empty}}} {
+			start := time.Now()
+			if err := exec.Command(c.argv[0], c.argv[1:]...).Run(); err != nil {
+				return fmt.Errorf("%v: %v", c.argv, err)
+			}
+			c.s.d = append(c.s.d, time.Since(start))
+		}
+	}
+	measured.bwrapP50, measured.bwrapP99, measured.emptyGo = seq.pct(0.5), seq.pct(0.99), eg.pct(0.5)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if exec.Command(bw[0], bw[1:]...).Run() == nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	measured.bwrapPar = float64(done.Load()) / time.Since(start).Seconds()
+	fmt.Printf("## Peers, measured in this run\n\n| peer | figure |\n| --- | --- |\n")
+	fmt.Printf("| `bwrap --unshare-all … /bin/true`, whole process, %d runs | p50 %s, p99 %s |\n", n, ms(measured.bwrapP50), ms(measured.bwrapP99))
+	fmt.Printf("| the same, 4 running at once for %s | %.0f runs/s |\n", d, measured.bwrapPar)
+	fmt.Printf("| an empty Go program (`func main() {}`, static) | p50 %s |\n\n", ms(measured.emptyGo))
+	return nil
+}
+
+// emptyProgram builds a static Go program that does nothing.
+func emptyProgram() (string, error) {
+	air, _, err := programs()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(air), "empty")
+	build := exec.Command("go", "build", "-trimpath", "-o", p, "./bench/internal/truebin")
+	build.Env = append(build.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the empty program: %v: %s", err, out)
+	}
+	return p, nil
+}
+
+// printTargets prints every target measured in this run, as the ratio the
+// performance issue sets, with its verdict.
+func printTargets() {
+	m := measured
+	if m.bwrapP50 == 0 {
+		return
+	}
+	type row struct {
+		name, got, want string
+		ok, have        bool
+	}
+	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+	rows := []row{
+		{"1. in process create → run → destroyed, p50 (p99)", fmt.Sprintf("%.2f× (%.2f×) bwrap", ratio(m.inprocP50, m.bwrapP50), ratio(m.inprocP99, m.bwrapP99)), "≤ 1.0× (≤ 2.0×)",
+			ratio(m.inprocP50, m.bwrapP50) <= 1 && ratio(m.inprocP99, m.bwrapP99) <= 2, m.inprocP50 > 0},
+		{"2. `airlock run -- /bin/true`, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.runP50, m.bwrapP50)), "≤ 2.0×", ratio(m.runP50, m.bwrapP50) <= 2, m.runP50 > 0},
+		{"3. fresh sandboxes/s, 4 workers", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.tput/m.bwrapPar), "≥ 1.0×", m.tput >= m.bwrapPar, m.tput > 0},
+		{"4. warm run through the API, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.warmAPI, m.bwrapP50)), "≤ 0.5×", ratio(m.warmAPI, m.bwrapP50) <= 0.5, m.warmAPI > 0},
+		{"5. MCP tools/call over the API, p50", ms(m.mcpOver), "≤ 0.30 ms", m.mcpOver <= 300*time.Microsecond, m.mcpOver != 0},
+		{"6. sustained API runs/s, 4 clients", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.sustained/m.bwrapPar), "≥ 0.75×", m.sustained >= 0.75*m.bwrapPar, m.sustained > 0},
+		{"7. `airlock version`, p50", fmt.Sprintf("%.2f× an empty Go program", ratio(m.version, m.emptyGo)), "≤ 2.0×", ratio(m.version, m.emptyGo) <= 2, m.version > 0},
+		{"8. idle warm sandbox", fmt.Sprintf("%.2f MiB", m.idleMiB), "≤ 0.75 MiB", m.idleMiB <= 0.75, m.idleMiB > 0},
+	}
+	fmt.Printf("\n## Targets\n\n| target | measured | wanted | |\n| --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		if !r.have {
+			continue
+		}
+		verdict := "met"
+		if !r.ok {
+			verdict = "**not met**"
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", r.name, r.got, r.want, verdict)
+	}
+}

@@ -1,0 +1,40 @@
+package cgroup
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestV1Resources checks what Create writes on v1, and in which order:
+// memsw only with swap accounting and after limit_in_bytes (the kernel
+// refuses a memsw limit below it), the cpu period before the quota, each
+// in its controller's hierarchy, and nothing for a limit that is not set.
+func TestV1Resources(t *testing.T) {
+	// memory, pids, cpu+cpuacct co-mounted, freezer.
+	layout := &v1Layout{idx: [numCtrls]int{ctrlMemory: 0, ctrlPids: 1, ctrlCPU: 2, ctrlCPUAcct: 2, ctrlFreezer: 3}}
+	mem := limitWrite{0, "memory.limit_in_bytes", "67108864"}
+	memsw := limitWrite{0, "memory.memsw.limit_in_bytes", "67108864"}
+	pids := limitWrite{1, "pids.max", "17"}
+	period := limitWrite{2, "cpu.cfs_period_us", "100000"}
+	quota := limitWrite{2, "cpu.cfs_quota_us", "150000"}
+	tests := []struct {
+		name  string
+		memsw bool
+		l     Limits
+		want  []limitWrite
+	}{
+		{"all, swap accounting", true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, period, quota}},
+		{"all, no swap accounting", false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, pids, period, quota}},
+		{"memory only", true, Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw}},
+		{"cpu only", true, Limits{CPUMilli: 1500}, []limitWrite{period, quota}},
+		{"no limits", true, Limits{}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Parent{version: V1, v1: layout, memsw: tc.memsw}
+			if got := p.v1Resources(tc.l); !slices.Equal(got, tc.want) {
+				t.Errorf("v1Resources(%+v) = %+v, want %+v", tc.l, got, tc.want)
+			}
+		})
+	}
+}

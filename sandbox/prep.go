@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"os"
+	"sync"
+
+	"github.com/airlockhq/airlock/internal/linux/netns"
+)
+
+// prepNetns is how many fresh network namespaces a runtime keeps made
+// ahead of demand. Making one (unshare, bring lo up) is a third of a
+// millisecond of kernel work that policy never depends on, so it is done
+// on another thread, and a Create on an otherwise idle machine does not
+// wait for it. A namespace is never reused: each is handed to one sandbox,
+// or closed unused when the runtime closes.
+const prepNetns = 2
+
+// netnsSupply keeps up to prepNetns namespaces ready.
+type netnsSupply struct {
+	ready chan *os.File
+	kick  chan struct{}
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+// newNetnsSupply keeps n namespaces ready; with 0 every take makes one.
+func newNetnsSupply(n int) *netnsSupply {
+	s := &netnsSupply{
+		ready: make(chan *os.File, n),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}
+	if n > 0 {
+		s.done.Add(1)
+		go s.fill()
+		s.kick <- struct{}{}
+	}
+	return s
+}
+
+// take returns a fresh namespace: one made ahead if there is one, else a
+// new one now.
+func (s *netnsSupply) take() (*os.File, error) {
+	select {
+	case ns := <-s.ready:
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+		return ns, nil
+	default:
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return netns.New()
+}
+
+func (s *netnsSupply) fill() {
+	defer s.done.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		}
+		for len(s.ready) < cap(s.ready) {
+			ns, err := netns.New()
+			if err != nil {
+				break // Create makes its own, and reports why it cannot
+			}
+			select {
+			case s.ready <- ns:
+			case <-s.stop:
+				ns.Close()
+				return
+			}
+		}
+	}
+}
+
+// close stops the supply and closes the namespaces nobody took.
+func (s *netnsSupply) close() {
+	close(s.stop)
+	s.done.Wait()
+	for {
+		select {
+		case ns := <-s.ready:
+			ns.Close()
+		default:
+			return
+		}
+	}
+}
