@@ -41,6 +41,9 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives the pool's diagnostics; nil discards them.
 	Logger *slog.Logger
+	// YieldMax bounds how long a refill waits for the run it would
+	// otherwise slow down (see replenish); 0 means 50ms.
+	YieldMax time.Duration
 }
 
 // Stats are a pool's counters since it was made.
@@ -78,6 +81,9 @@ type Pool struct {
 	mu     sync.Mutex
 	idle   []*sandbox.Sandbox // oldest first
 	closed bool
+	// last is the sandbox most recently handed out warm, while it may
+	// still be running.
+	last *sandbox.Sandbox
 }
 
 // New starts a pool that fills itself to cfg.Warm in the background.
@@ -90,6 +96,9 @@ func New(rt Creator, cfg Config) *Pool {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.YieldMax <= 0 {
+		cfg.YieldMax = 50 * time.Millisecond
 	}
 	p := &Pool{cfg: cfg, rt: rt, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -115,6 +124,7 @@ func (p *Pool) Claim(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err e
 		}
 		sb = p.idle[0]
 		p.idle = p.idle[1:]
+		p.last = sb
 		p.mu.Unlock()
 		p.kick()
 		if alive(sb) {
@@ -169,6 +179,7 @@ func (p *Pool) replenish() {
 	for {
 		p.dropDead()
 		if p.need() {
+			p.yield()
 			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
 			if err != nil {
 				if p.ctx.Err() != nil {
@@ -197,6 +208,40 @@ func (p *Pool) replenish() {
 		case <-check.C:
 		case <-p.ctx.Done():
 			return
+		}
+	}
+}
+
+// yield waits, at most YieldMax, for the run of the sandbox last handed
+// out to end, when the pool still holds at least half its target. Building
+// a sandbox is several milliseconds of CPU across a few processes; on a
+// small machine it would slow the very run the pool just served warm,
+// which is the latency the pool exists to hide. Below half the target the
+// refill starts at once, so a burst of claims still finds sandboxes ready.
+func (p *Pool) yield() {
+	var t *time.Timer
+	for {
+		p.mu.Lock()
+		last := p.last
+		half := len(p.idle) >= (p.cfg.Warm+1)/2 && len(p.idle) > 0
+		p.mu.Unlock()
+		if last == nil || !half || !alive(last) {
+			return
+		}
+		if t == nil {
+			t = time.NewTimer(p.cfg.YieldMax)
+			defer t.Stop()
+		}
+		select {
+		case <-last.Done():
+			return
+		case <-t.C:
+			return
+		case <-p.ctx.Done():
+			return
+		case <-p.wake:
+			// Another claim: look again (the pool may now be below
+			// half, or the last claimed another sandbox).
 		}
 	}
 }

@@ -244,3 +244,46 @@ func TestConcurrentClaims(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestRefillYieldsToTheRun claims one of two warm sandboxes: the
+// replacement is not built while the claimed sandbox runs (the pool still
+// has one ready), and is as soon as it is destroyed. With the pool below
+// half its target, the refill does not wait.
+func TestRefillYieldsToTheRun(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "yield", Spec: spec(), Warm: 2, YieldMax: time.Minute})
+	defer closePool(t, p)
+	waitIdle(t, p, 2)
+	sb, warm, err := p.Claim(t.Context())
+	if err != nil || !warm {
+		t.Fatalf("claim: warm %v, %v", warm, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st := p.Stats(); st.Created != 2 || st.Idle != 1 {
+		t.Fatalf("while the claimed sandbox lives: %+v; want no refill yet (created 2, idle 1)", st)
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 2)
+	// Both claimed: the pool is empty, so the refill starts at once and
+	// brings it back to half its target while both claimed sandboxes
+	// still live; the rest waits for their runs.
+	a, _, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the refill start waiting on a before b is claimed.
+	time.Sleep(100 * time.Millisecond)
+	b, _, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 1)
+	for _, s := range []*sandbox.Sandbox{a, b} {
+		if err := s.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, p, 2)
+}
