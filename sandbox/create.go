@@ -172,6 +172,11 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err := s.start(initEnd, logW); err != nil {
 		return nil, err
 	}
+	// Init holds its own ends now. Without the host's copies, an init that
+	// dies before it is ready is an end of file at once, not a wait for
+	// the ready timeout.
+	initEnd.Close()
+	logW.Close()
 	go s.watchExit()
 	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts)}, setupFDs); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)

@@ -31,7 +31,7 @@ func setup(c *initproto.Setup, fds []int) error {
 		return err
 	}
 	// Nothing done from here on may propagate back to the host.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	root := c.RootDir
@@ -151,7 +151,7 @@ func validate(c *initproto.Setup, fds []int) error {
 }
 
 func mountTmpfs(dst, opts string, flags uintptr) error {
-	if err := unix.Mount("tmpfs", dst, "tmpfs", flags, opts); err != nil {
+	if err := mount("tmpfs", dst, "tmpfs", flags, opts); err != nil {
 		return fmt.Errorf("mount tmpfs on %s: %w", dst, err)
 	}
 	return nil
@@ -213,7 +213,7 @@ func imageRoot(c *initproto.Setup, outer, scratch string, mfd int) (string, erro
 		}
 		opts += ",upperdir=" + upper + ",workdir=" + work + ",userxattr"
 	}
-	if err := unix.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if err := mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("mount overlay: %w", err)
 	}
 	return root, nil
@@ -247,9 +247,9 @@ func bindReadOnly(src, dst string, file bool) error {
 		return err
 	}
 	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
-	err := unix.Mount(src, dst, "", unix.MS_BIND, "")
+	err := mount(src, dst, "", unix.MS_BIND, "")
 	if err == unix.EINVAL {
-		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return err
 		}
 		return remountTree(dst, flags)
@@ -264,7 +264,7 @@ func bindScratch(src, dst string) error {
 	if err := makeTarget(dst, false); err != nil {
 		return err
 	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+	if err := mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
 	return remount(dst, unix.MS_NOSUID|unix.MS_NODEV)
@@ -279,7 +279,7 @@ func remount(p string, flags uintptr) error {
 		return err
 	}
 	flags |= lockedFlags(st.Flags)
-	return unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
+	return mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
 }
 
 func lockedFlags(stFlags int64) uintptr {
@@ -365,7 +365,7 @@ func setupDev(root, scratch string, devices []string) error {
 		if err := makeTarget(p, true); err != nil {
 			return err
 		}
-		if err := unix.Mount(filepath.Join("/dev", d), p, "", unix.MS_BIND, ""); err != nil {
+		if err := mount(filepath.Join("/dev", d), p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", d, err)
 		}
 		if err := remount(p, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
@@ -379,7 +379,7 @@ func setupDev(root, scratch string, devices []string) error {
 	// A private devpts instance: the sandbox can open pseudo-terminals of
 	// its own but sees none of the host's. There is no /dev/tty and no
 	// /dev/console: commands never get a controlling terminal of the host.
-	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("devpts: %w", err)
 	}
 	if err := bindScratch(filepath.Join(scratch, "shm"), filepath.Join(dev, "shm")); err != nil {
@@ -413,7 +413,7 @@ func setupProc(root, scratch string) error {
 	if err := mkdirOnce(proc, 0o555); err != nil {
 		return err
 	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount proc: %w", err)
 	}
 	// Every mask is a bind of one read-only source: an empty file, or an
@@ -437,7 +437,7 @@ func setupProc(root, scratch string) error {
 	if err := os.Mkdir(emptyDir, 0o555); err != nil {
 		return err
 	}
-	if err := unix.Mount("", src, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mount("", src, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mask source read-only: %w", err)
 	}
 	for _, name := range maskedProc {
@@ -450,7 +450,7 @@ func setupProc(root, scratch string) error {
 		if fi.IsDir() {
 			from = emptyDir
 		}
-		if err := unix.Mount(from, p, "", unix.MS_BIND, ""); err != nil {
+		if err := mount(from, p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mask %s: %w", name, err)
 		}
 	}
@@ -459,7 +459,7 @@ func setupProc(root, scratch string) error {
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", name, err)
 		}
 		if err := remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
@@ -476,10 +476,10 @@ func pivot(root string) error {
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
-	if err := unix.PivotRoot(".", "."); err != nil {
+	if err := pivotRoot(".", "."); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
 	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+	if err := unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach old root: %w", err)
 	}
 	return os.Chdir("/")

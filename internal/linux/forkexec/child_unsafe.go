@@ -39,13 +39,19 @@ var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresu
 // forkSpec is one clone, prepared in full before the fork: the child may
 // not allocate, take a lock or touch the Go runtime.
 type forkSpec struct {
-	args        cloneArgs
-	pidfd       int32
-	path, dir   *byte
-	argv, envv  []*byte // nil-terminated
-	files, tmp  []int
-	legacy      bool // clone rather than clone3
-	pathFD      int  // execveat(pathFD, "") instead of execve(path)
+	args       cloneArgs
+	pidfd      int32
+	path, dir  *byte
+	argv, envv []*byte // nil-terminated
+	files, tmp []int
+	legacy     bool // clone rather than clone3
+	// share says how the child runs until it execs: on a copy of the
+	// caller's memory, or on the memory itself (see forkExec).
+	share shareMode
+	// stack is the child's own stack with shareStack.
+	stack       []byte
+	stackTop    uintptr // the legacy clone's stack pointer
+	pathFD      int     // execveat(pathFD, "") instead of execve(path)
 	empty       [1]byte
 	setsid      bool
 	clearGroups bool
@@ -80,29 +86,96 @@ func (s *forkSpec) setArgs(sp Spec) {
 		// ENOSYS (its flags are in memory the filter cannot read).
 		s.legacy = true
 	}
+	// No child needs a copy of the caller's memory: it runs a few raw
+	// system calls and execs. Copying a Go process's page tables, and the
+	// copy-on-write faults that follow in both, were most of what a clone
+	// cost. A child that creates nothing and waits for nobody runs on the
+	// caller's stack while the caller's thread sleeps until it execs
+	// (vfork); any other runs on a stack of its own, the caller going on
+	// at once (it may have id maps to write while the child waits).
+	if !canShareMemory {
+		return
+	}
+	if s.legacy && sp.Flags == 0 && !sp.Hold && !sp.Sibling {
+		s.share = shareVfork
+		s.args.flags |= unix.CLONE_VM | unix.CLONE_VFORK
+		return
+	}
+	if raceBuild {
+		return
+	}
+	s.share = shareStack
+	s.args.flags |= unix.CLONE_VM
+	s.stack = make([]byte, childStack)
+	base := uintptr(unsafe.Pointer(&s.stack[0]))
+	top := (base + childStack - 64) &^ 15
+	if s.legacy {
+		s.stackTop = top
+	} else {
+		s.args.stack = uint64(base)
+		s.args.stackSize = uint64(top - base)
+	}
 }
 
+type shareMode uint8
+
+const (
+	shareNone  shareMode = iota // a copy (fork)
+	shareVfork                  // the caller's memory and stack (vfork)
+	shareStack                  // the caller's memory, a stack of its own
+)
+
+// childStack is the size of a shareStack child's stack: forkChild and the
+// raw system calls it makes need a few hundred bytes.
+const childStack = 16 << 10
+
 // forkExec clones a child with s.args and, in the child, runs the steps s
-// asks for and execs. It returns the child's pid in the caller. It must
-// run on a locked OS thread with all signals blocked.
+// asks for and execs (forkChild). It returns the child's pid in the
+// caller. It must run on a locked OS thread with all signals blocked.
+//
+// A child that shares the caller's memory writes nothing the caller reads
+// but s.tmp and s.buf (its own scratch) and, with shareVfork, the caller's results
+// of this call, which the caller overwrites when it resumes. A shareStack
+// child may run alongside the caller until it execs or exits: its stack
+// and s stay allocated until the caller sees the end of the status pipe
+// (see Child.settle).
 //
 //go:norace
 //go:nosplit
 func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
-	var pid uintptr
-	var errno syscall.Errno
-	if s.legacy {
+	var pid, e uintptr
+	flags := uintptr(s.args.flags | s.args.exitSignal)
+	switch {
+	case s.share == shareVfork:
+		pid, e = vfork(flags, uintptr(unsafe.Pointer(&s.pidfd)))
+	case s.share == shareStack && s.legacy:
 		// clone(flags, stack, parent_tid, ...): with CLONE_PIDFD the
-		// pidfd is stored at parent_tid, the third argument on every
-		// architecture.
-		pid, _, errno = syscall.RawSyscall6(unix.SYS_CLONE, uintptr(s.args.flags|s.args.exitSignal), 0, uintptr(unsafe.Pointer(&s.pidfd)), 0, 0, 0)
-	} else {
+		// pidfd is stored at parent_tid.
+		pid, e = cloneOnStack(unix.SYS_CLONE, flags, s.stackTop, uintptr(unsafe.Pointer(&s.pidfd)), s)
+	case s.share == shareStack:
+		pid, e = cloneOnStack(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&s.args)), unsafe.Sizeof(s.args), 0, s)
+	case s.legacy:
+		var errno syscall.Errno
+		pid, _, errno = syscall.RawSyscall6(unix.SYS_CLONE, flags, 0, uintptr(unsafe.Pointer(&s.pidfd)), 0, 0, 0)
+		e = uintptr(errno)
+	default:
+		var errno syscall.Errno
 		pid, _, errno = syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&s.args)), unsafe.Sizeof(s.args), 0)
+		e = uintptr(errno)
 	}
-	if errno != 0 || pid != 0 {
-		return pid, errno
+	if e != 0 || pid != 0 {
+		return pid, syscall.Errno(e)
 	}
-	// The child.
+	forkChild(s)
+	return 0, 0 // not reached
+}
+
+// forkChild is the child: the steps s asks for, then exec. It never
+// returns.
+//
+//go:norace
+//go:nosplit
+func forkChild(s *forkSpec) {
 	if s.syncR >= 0 {
 		syscall.RawSyscall(unix.SYS_CLOSE, uintptr(s.syncW), 0, 0)
 		for {
@@ -179,7 +252,6 @@ func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
 			uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])))
 	}
 	childFail(s, stepExec, e)
-	return 0, 0 // not reached
 }
 
 // childFail reports the failed step and errno to the caller and exits the

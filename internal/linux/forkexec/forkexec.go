@@ -75,10 +75,13 @@ type Child struct {
 	// PidFD is a pidfd of the child. The caller owns it.
 	PidFD int
 
-	s     *forkSpec
-	errR  int
-	held  bool
-	owned bool // the child is the caller's, and Kill reaps it
+	// s is the child's spec. A child may run on the caller's memory
+	// (see forkExec), so after the clone the caller never writes to it:
+	// the caller's ends of the pipes are its own fields below.
+	s                        *forkSpec
+	errR, errW, syncR, syncW int
+	held                     bool
+	owned                    bool // the child is the caller's, and Kill reaps it
 }
 
 // Start clones the child. Without Hold it returns once the child has
@@ -114,7 +117,7 @@ func Start(sp Spec) (*Child, error) {
 		return nil, fmt.Errorf("forkexec: pipe: %w", err)
 	}
 	s.errW = errP[1]
-	c := &Child{s: s, errR: errP[0], PidFD: -1, held: sp.Hold, owned: !sp.Sibling}
+	c := &Child{s: s, errR: errP[0], errW: errP[1], syncR: -1, syncW: -1, PidFD: -1, held: sp.Hold, owned: !sp.Sibling}
 	if sp.Hold {
 		var syncP [2]int
 		if err := unix.Pipe2(syncP[:], unix.O_CLOEXEC); err != nil {
@@ -122,6 +125,7 @@ func Start(sp Spec) (*Child, error) {
 			return nil, fmt.Errorf("forkexec: pipe: %w", err)
 		}
 		s.syncR, s.syncW = syncP[0], syncP[1]
+		c.syncR, c.syncW = syncP[0], syncP[1]
 	}
 	s.setArgs(sp)
 
@@ -143,11 +147,11 @@ func Start(sp Spec) (*Child, error) {
 	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	runtime.UnlockOSThread()
 	// The child has its own copies of these; the caller keeps none.
-	unix.Close(s.errW)
-	s.errW = -1
-	if s.syncR >= 0 {
-		unix.Close(s.syncR)
-		s.syncR = -1
+	unix.Close(c.errW)
+	c.errW = -1
+	if c.syncR >= 0 {
+		unix.Close(c.syncR)
+		c.syncR = -1
 	}
 	if errno != 0 {
 		c.closeAll()
@@ -171,9 +175,9 @@ func (c *Child) Release() error {
 		return errors.New("forkexec: child not held")
 	}
 	c.held = false
-	_, err := unix.Write(c.s.syncW, []byte{1})
-	unix.Close(c.s.syncW)
-	c.s.syncW = -1
+	_, err := unix.Write(c.syncW, []byte{1})
+	unix.Close(c.syncW)
+	c.syncW = -1
 	if err != nil {
 		c.Kill()
 		c.closeAll()
@@ -188,6 +192,7 @@ func (c *Child) Release() error {
 func (c *Child) Kill() {
 	if c.PidFD >= 0 {
 		_ = unix.PidfdSendSignal(c.PidFD, unix.SIGKILL, nil, 0)
+		c.settle()
 		if c.owned {
 			var info unix.Siginfo
 			for unix.Waitid(unix.P_PIDFD, c.PidFD, &info, unix.WEXITED, nil) == unix.EINTR {
@@ -197,6 +202,27 @@ func (c *Child) Kill() {
 		}
 	}
 	c.closeAll()
+}
+
+// settle waits, when the child runs on the caller's memory, for the end of
+// its status pipe: the child holds the only writing end, and closes it at
+// exec, after its memory is its own, or at exit, after it has let go of
+// the caller's. Until then its stack and spec must stay as they are.
+func (c *Child) settle() {
+	if c.s.stack == nil || c.errR < 0 {
+		return
+	}
+	var buf [8]byte
+	for {
+		n, err := unix.Read(c.errR, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if n <= 0 {
+			break
+		}
+	}
+	c.s.stack = nil
 }
 
 // wait reads the child's status: end of file means it exec'd (the pipe is
@@ -218,16 +244,18 @@ func (c *Child) wait() error {
 		}
 		n += m
 	}
-	unix.Close(c.errR)
-	c.errR = -1
 	if n == 0 {
+		// End of file: the child exec'd.
+		c.s.stack = nil
+		unix.Close(c.errR)
+		c.errR = -1
 		return nil
 	}
 	var v uint64
 	for i := range n {
 		v |= uint64(buf[i]) << (8 * i)
 	}
-	c.Kill()
+	c.Kill() // the child is on its way out: settle waits for it
 	if n != len(buf) {
 		return errors.New("forkexec: short status from the child")
 	}
@@ -239,7 +267,7 @@ func (c *Child) wait() error {
 }
 
 func (c *Child) closeAll() {
-	for _, fd := range []*int{&c.errR, &c.s.errW, &c.s.syncR, &c.s.syncW} {
+	for _, fd := range []*int{&c.errR, &c.errW, &c.syncR, &c.syncW} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1

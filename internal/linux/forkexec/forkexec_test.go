@@ -140,3 +140,26 @@ func TestNoOtherDescriptors(t *testing.T) {
 		t.Errorf("child's descriptors %q; descriptor %d leaked", got, fd)
 	}
 }
+
+// TestManyStarts starts children back to back, failing and succeeding in
+// turn: a child that ran on the caller's stack (vfork) and damaged what
+// the caller returns through would crash this test or garble its results.
+func TestManyStarts(t *testing.T) {
+	if !canShareMemory {
+		t.Log("children are copies on this architecture")
+	}
+	for i := range 100 {
+		sp := Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, UID: -1, GID: -1, CgroupFD: -1}
+		if i%2 == 1 {
+			sp.Dir = "/nonexistent"
+		}
+		_, _, err := run(t, sp)
+		var fe *Error
+		if i%2 == 1 && (!errors.As(err, &fe) || fe.Step != "chdir") {
+			t.Fatalf("start %d: %v, want a chdir error", i, err)
+		}
+		if i%2 == 0 && err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+}

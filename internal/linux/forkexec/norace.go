@@ -1,0 +1,6 @@
+//go:build !race
+
+package forkexec
+
+// raceBuild: see race.go.
+const raceBuild = false
