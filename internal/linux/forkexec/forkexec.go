@@ -14,11 +14,14 @@
 //     real one).
 //
 // Everything the child needs is prepared before the fork: paths, argument
-// and environment vectors, the descriptor plan. The child has a copy of the
-// calling thread only and runs nothing but raw system calls until it execs
-// (no allocation, no lock, no Go scheduler), with every signal blocked
-// until just before exec. A failure before exec comes back as an errno on
-// a close-on-exec pipe.
+// and environment vectors, the descriptor plan. The child is a process of
+// one thread that runs nothing but raw system calls until it execs (no
+// allocation, no lock, no Go scheduler), with every signal blocked until
+// just before exec. On amd64 it runs on the caller's memory rather than a
+// copy of it (CLONE_VM: on the caller's stack while the caller waits, as
+// vfork, or on a stack of its own when the caller must go on, as with
+// Hold); elsewhere, and in race builds for the latter, it is a copy. A
+// failure before exec comes back as an errno on a close-on-exec pipe.
 package forkexec
 
 import (
@@ -135,7 +138,7 @@ func Start(sp Spec) (*Child, error) {
 		all.Val[i] = ^uint64(0)
 	}
 	// All signals blocked: no Go signal handler may run in the child,
-	// which holds a copy of this thread only. The child restores the
+	// which has none of the runtime's threads. The child restores the
 	// mask just before exec.
 	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
 		runtime.UnlockOSThread()
