@@ -140,21 +140,24 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 		return err
 	}
 	lim := sandbox.DefaultLimits()
-	one := func() (create, total time.Duration, err error) {
+	one := func() (st steps, err error) {
 		start := time.Now()
 		sb, err := rt.Create(ctx, sandbox.Spec{Limits: lim})
 		if err != nil {
-			return 0, 0, err
+			return st, err
 		}
-		create = time.Since(start)
+		st.create = time.Since(start)
 		r := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/true"}})
+		st.exec = time.Since(start) - st.create
 		if err := sb.Destroy(ctx); err != nil {
-			return 0, 0, err
+			return st, err
 		}
 		if r.Outcome != result.Exited || r.ExitCode != 0 {
-			return 0, 0, fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+			return st, fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
 		}
-		return create, time.Since(start), nil
+		st.total = time.Since(start)
+		st.destroy = st.total - st.create - st.exec
+		return st, nil
 	}
 	if want("inproc") {
 		if err := inProcess(one, inproc); err != nil {
@@ -255,19 +258,23 @@ func wholeProcess(n int) error {
 	return nil
 }
 
-type oneFunc func() (create, total time.Duration, err error)
+// steps are the times of one in-process sandbox's life.
+type steps struct{ create, exec, destroy, total time.Duration }
+
+type oneFunc func() (steps, error)
 
 func inProcess(one oneFunc, inproc int) error {
-	cr, tot := &series{name: "create (until init is ready)"}, &series{name: "create → run /bin/true → destroyed"}
+	cr, ex, de, tot := &series{name: "create (until init is ready)"}, &series{name: "run /bin/true (exec to exit reported)"},
+		&series{name: "destroy (until gone)"}, &series{name: "create → run /bin/true → destroyed"}
 	for range inproc {
-		c, t, err := one()
+		st, err := one()
 		if err != nil {
 			return err
 		}
-		cr.d, tot.d = append(cr.d, c), append(tot.d, t)
+		cr.d, ex.d, de.d, tot.d = append(cr.d, st.create), append(ex.d, st.exec), append(de.d, st.destroy), append(tot.d, st.total)
 	}
 	fmt.Printf("\n## In process (%d sequential sandboxes)\n\n| step | p50 | p99 | p50 / bwrap whole process |\n| --- | --- | --- | --- |\n", inproc)
-	for _, s := range []*series{cr, tot} {
+	for _, s := range []*series{cr, ex, de, tot} {
 		fmt.Printf("| %s | %s | %s | %.2f× |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)), float64(s.pct(0.5))/float64(measured.bwrapP50))
 	}
 	measured.inprocP50, measured.inprocP99 = tot.pct(0.5), tot.pct(0.99)
@@ -285,7 +292,7 @@ func throughput(one oneFunc, tput time.Duration) error {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				if _, _, err := one(); err != nil {
+				if _, err := one(); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
