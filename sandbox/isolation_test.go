@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -476,4 +477,58 @@ func TestInitHoldsNoHostFiles(t *testing.T) {
 			}
 		}
 	}}, "true")
+}
+
+// TestInitThreadsConfined reads, from the host, the status of every thread
+// of a ready sandbox's init: each has no capabilities, no_new_privs, the
+// seccomp filter, and the uid change (a real and saved uid that is not
+// the commands' effective one), not only the thread that forks commands.
+func TestInitThreadsConfined(t *testing.T) {
+	rt := testRuntime(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	// Run something first (keeping the sandbox): init's reaper then has
+	// a thread of its own.
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}, KeepAlive: true}); r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("true: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", sb.InitPid())
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) < 2 {
+		t.Fatalf("init has %d threads; the test needs more than one", len(tasks))
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]func(string) bool{
+			"CapEff:":     func(v string) bool { return v == "0000000000000000" },
+			"CapPrm:":     func(v string) bool { return v == "0000000000000000" },
+			"NoNewPrivs:": func(v string) bool { return v == "1" },
+			"Seccomp:":    func(v string) bool { return v == "2" },
+			// real, effective, saved, fs: the real and saved uid differ
+			// from the effective one.
+			"Uid:": func(v string) bool { f := strings.Fields(v); return len(f) == 4 && f[0] != f[1] && f[2] != f[1] },
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for field, ok := range want {
+				if v, found := strings.CutPrefix(line, field); found {
+					if !ok(strings.TrimSpace(v)) {
+						t.Errorf("init thread %s: %s %s", task.Name(), field, strings.TrimSpace(v))
+					}
+					delete(want, field)
+				}
+			}
+		}
+		for field := range want {
+			t.Errorf("init thread %s: no %s line", task.Name(), field)
+		}
+	}
 }

@@ -17,9 +17,11 @@ import (
 // capability bounding set, ambient and inheritable capabilities,
 // no_new_privs) is set there, directly; the uid and gid change is made on
 // every thread by the Go runtime, which clears the capabilities of all of
-// them; Landlock and seccomp are applied to every thread. Order matters: the
-// bounding set and securebits need CAP_SETPCAP, so they go before the uid
-// change; seccomp goes last because it refuses calls made before it.
+// them; Landlock and seccomp are applied to every thread (seccomp's TSYNC
+// also gives every thread the caller's no_new_privs). Order matters: the
+// bounding set and securebits need CAP_SETPCAP, and Landlock without
+// no_new_privs CAP_SYS_ADMIN, so they go before the uid change; seccomp
+// goes last because it refuses calls made before it.
 func confine(c *initproto.Setup) error {
 	for _, r := range c.Rlimits {
 		// syscall.Setrlimit (not unix.) so that the Go runtime stops
@@ -49,6 +51,29 @@ func confine(c *initproto.Setup) error {
 	if err := thisThread(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
+	// Landlock before the uid change, while init holds CAP_SYS_ADMIN
+	// in its user namespace (see landlock.Rules.Privileged).
+	if !c.NoLandlock {
+		rw := []string{"/workspace", "/tmp", "/dev/shm"}
+		if c.Image != nil && c.Image.Writable {
+			// The root's upper layer is the sandbox's own, on its disk
+			// tmpfs; /dev and /proc keep their read-only mounts.
+			rw = []string{"/"}
+		}
+		if _, err := landlock.Restrict(landlock.Rules{
+			ReadOnly:   []string{"/"},
+			ReadWrite:  rw,
+			WriteFiles: []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts"},
+			// Commands are forked from this locked thread only.
+			CallingThreadFallback: true,
+			// Still root in its user namespace, init needs no
+			// no_new_privs for Landlock; it sets that below, and
+			// seccomp's TSYNC carries it to every thread.
+			Privileged: true,
+		}); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	}
 	// Supplementary groups were cleared when init was cloned; the uid and
 	// gid change every thread. Init keeps a real and saved uid of its own
 	// (InitUID) with the commands' uid as its effective one: every command
@@ -72,28 +97,18 @@ func confine(c *initproto.Setup) error {
 	if err := thisThread(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	if c.NoSeccomp {
+		// Without a seccomp filter to carry it (TSYNC), every thread
+		// gets no_new_privs here.
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 && errno != syscall.ENOTSUP {
+			return fmt.Errorf("no_new_privs on all threads: %w", errno)
+		}
+	}
 	// Not dumpable: a command running as the same uid cannot ptrace init,
 	// read /proc/1/mem or /proc/1/environ, or open /proc/1/fd/3 to talk to
 	// the host over init's control channel.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("dumpable: %w", err)
-	}
-	if !c.NoLandlock {
-		rw := []string{"/workspace", "/tmp", "/dev/shm"}
-		if c.Image != nil && c.Image.Writable {
-			// The root's upper layer is the sandbox's own, on its disk
-			// tmpfs; /dev and /proc keep their read-only mounts.
-			rw = []string{"/"}
-		}
-		if _, err := landlock.Restrict(landlock.Rules{
-			ReadOnly:   []string{"/"},
-			ReadWrite:  rw,
-			WriteFiles: []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/pts"},
-			// Commands are forked from this locked thread only.
-			CallingThreadFallback: true,
-		}); err != nil {
-			return fmt.Errorf("landlock: %w", err)
-		}
 	}
 	if !c.NoSeccomp {
 		prog, err := seccomp.Decode(c.Seccomp)

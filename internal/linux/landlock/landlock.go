@@ -62,6 +62,13 @@ type Rules struct {
 	// for callers that start every child from one locked OS thread, the
 	// calling one, so that every child is confined either way.
 	CallingThreadFallback bool
+	// Privileged says the caller holds CAP_SYS_ADMIN in its user
+	// namespace, with which the kernel enforces Landlock without
+	// no_new_privs: Restrict then leaves no_new_privs alone, sparing one
+	// call on every thread. A caller that sets it sets no_new_privs
+	// itself where it needs it (see seccomp's TSYNC, which sets it on
+	// every thread of a caller that has it).
+	Privileged bool
 }
 
 // Rights granted by each list of Rules, before masking to the ABI in use
@@ -102,8 +109,8 @@ func (r Rules) check() error {
 // a caller that needs the confinement should treat any error as fatal.
 //
 // Restrict sets no_new_privs on every thread, which Landlock requires of an
-// unprivileged caller and which is harmless when already set. It must not
-// run concurrently with itself.
+// unprivileged caller and which is harmless when already set, unless
+// Rules.Privileged. It must not run concurrently with itself.
 //
 // Thread-by-thread enforcement has one visible effect: each OS thread ends
 // up in its own, identical, Landlock domain. With the signal scope, a
@@ -163,6 +170,17 @@ func Restrict(r Rules) (abi int, err error) {
 	// thread the runtime has (new threads are cloned from restricted ones
 	// and inherit the domain) and kills the program if the threads
 	// disagree, so the result is all threads or none.
+	if r.Privileged {
+		_, _, errno := syscall.AllThreadsSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0)
+		if errno == syscall.ENOTSUP && r.CallingThreadFallback {
+			if _, _, errno := syscall.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); errno != 0 {
+				return 0, fmt.Errorf("landlock: restrict self: %w", errno)
+			}
+		} else if errno != 0 {
+			return 0, allThreadsErr("restrict self", errno)
+		}
+		return abi, nil
+	}
 	if _, _, errno := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); errno == syscall.ENOTSUP && r.CallingThreadFallback {
 		if _, _, errno := syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {
 			return 0, fmt.Errorf("landlock: set no_new_privs: %w", errno)

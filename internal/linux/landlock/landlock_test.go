@@ -25,6 +25,7 @@ const (
 	helperEnv  = "AIRLOCK_LANDLOCK_TEST_HELPER"
 	helperDirA = "AIRLOCK_LANDLOCK_TEST_DIR_A"
 	helperDirB = "AIRLOCK_LANDLOCK_TEST_DIR_B"
+	helperPriv = "AIRLOCK_LANDLOCK_TEST_PRIVILEGED"
 )
 
 func TestMain(m *testing.M) {
@@ -113,6 +114,7 @@ func helperMain() int {
 		ReadOnly:   []string{"/"},
 		ReadWrite:  []string{dirA, "/nonexistent-airlock-landlock-test", filepath.Join(dirB, "rwfile")},
 		WriteFiles: []string{"/dev/null"},
+		Privileged: os.Getenv(helperPriv) == "1",
 	})
 	rep.ABI = abi
 	if err != nil {
@@ -242,9 +244,10 @@ func helperBinary(t *testing.T) string {
 }
 
 // runHelper runs bin in helper mode on dirA and dirB and decodes its report.
-func runHelper(t *testing.T, bin, dirA, dirB string) report {
+func runHelper(t *testing.T, bin, dirA, dirB string, env ...string) report {
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", helperDirA+"="+dirA, helperDirB+"="+dirB)
+	cmd.Env = append(cmd.Env, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 10 * time.Second
@@ -297,9 +300,25 @@ func TestRestrict(t *testing.T) {
 	if ABI() == 0 {
 		t.Skip("kernel has no Landlock (landlock_create_ruleset version query failed with ENOSYS or EOPNOTSUPP)")
 	}
+	t.Run("unprivileged", func(t *testing.T) { testRestrict(t, false) })
+	// With CAP_SYS_ADMIN (as root here, as init in its user namespace)
+	// the same confinement holds without no_new_privs.
+	t.Run("privileged", func(t *testing.T) {
+		if unix.Geteuid() != 0 {
+			t.Skip("needs CAP_SYS_ADMIN")
+		}
+		testRestrict(t, true)
+	})
+}
+
+func testRestrict(t *testing.T, privileged bool) {
 	bin := helperBinary(t)
 	dirA, dirB := newDirs(t)
-	rep := runHelper(t, bin, dirA, dirB)
+	var env []string
+	if privileged {
+		env = append(env, helperPriv+"=1")
+	}
+	rep := runHelper(t, bin, dirA, dirB, env...)
 	if rep.Error != "" {
 		t.Fatalf("helper: %s", rep.Error)
 	}
@@ -380,9 +399,13 @@ func TestRestrict(t *testing.T) {
 	if rep.ThreadCount < 2 || len(rep.NoNewPrivs) != rep.ThreadCount {
 		t.Errorf("helper saw %d threads, no_new_privs for %d", rep.ThreadCount, len(rep.NoNewPrivs))
 	}
+	wantNNP := "1"
+	if privileged {
+		wantNNP = "0" // Privileged leaves no_new_privs alone
+	}
 	for tid, v := range rep.NoNewPrivs {
-		if v != "1" {
-			t.Errorf("thread %s: NoNewPrivs %q; want 1", tid, v)
+		if v != wantNNP {
+			t.Errorf("thread %s: NoNewPrivs %q; want %s", tid, v, wantNNP)
 		}
 	}
 }
