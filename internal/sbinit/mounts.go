@@ -72,7 +72,7 @@ func setup(c *initproto.Setup, fds []int) error {
 	} else {
 		for _, s := range c.Symlinks {
 			p := filepath.Join(root, s.Path)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			if err := mkdirAll(filepath.Dir(p)); err != nil {
 				return err
 			}
 			if err := os.Symlink(s.Target, p); err != nil {
@@ -159,11 +159,7 @@ func mountTmpfs(dst, opts string, flags uintptr) error {
 
 func writeFiles(root string, files []initproto.File) error {
 	for _, f := range files {
-		p := filepath.Join(root, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
+		if err := writeFile(filepath.Join(root, f.Path), []byte(f.Data), uint32(os.FileMode(f.Mode).Perm())); err != nil {
 			return fmt.Errorf("write %s: %w", f.Path, err)
 		}
 	}
@@ -222,20 +218,20 @@ func imageRoot(c *initproto.Setup, outer, scratch string, mfd int) (string, erro
 // makeTarget creates an empty directory or file to mount over, unless one
 // is there already (an image root's generated layer made it).
 func makeTarget(p string, file bool) error {
-	if fi, err := os.Lstat(p); err == nil && fi.IsDir() != file && fi.Mode()&os.ModeSymlink == 0 {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
+	var st unix.Stat_t
+	if unix.Lstat(p, &st) == nil {
+		if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFLNK && (kind == unix.S_IFDIR) != file {
+			return nil
+		}
 	}
 	if !file {
-		return os.MkdirAll(p, 0o755)
+		return mkdirAll(p)
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	fd, err := createFile(p, 0o644, false)
 	if err != nil {
 		return err
 	}
-	return f.Close()
+	return unix.Close(fd)
 }
 
 // bindReadOnly binds src onto dst and makes it read-only, nosuid and nodev.
@@ -431,7 +427,7 @@ func setupProc(root, scratch string) error {
 		return err
 	}
 	emptyFile, emptyDir := filepath.Join(src, "f"), filepath.Join(src, "d")
-	if err := os.WriteFile(emptyFile, nil, 0o444); err != nil {
+	if err := writeFile(emptyFile, nil, 0o444); err != nil {
 		return err
 	}
 	if err := os.Mkdir(emptyDir, 0o555); err != nil {
@@ -442,12 +438,12 @@ func setupProc(root, scratch string) error {
 	}
 	for _, name := range maskedProc {
 		p := filepath.Join(proc, name)
-		fi, err := os.Lstat(p)
-		if err != nil {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
 			continue // not on this kernel
 		}
 		from := emptyFile
-		if fi.IsDir() {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			from = emptyDir
 		}
 		if err := mount(from, p, "", unix.MS_BIND, ""); err != nil {
@@ -456,7 +452,8 @@ func setupProc(root, scratch string) error {
 	}
 	for _, name := range readOnlyProc {
 		p := filepath.Join(proc, name)
-		if _, err := os.Lstat(p); err != nil {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
 			continue
 		}
 		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
