@@ -134,11 +134,11 @@ const childStack = 16 << 10
 // caller. It must run on a locked OS thread with all signals blocked.
 //
 // A child that shares the caller's memory writes nothing the caller reads
-// but s.tmp and s.buf (its own scratch) and, with shareVfork, the caller's results
-// of this call, which the caller overwrites when it resumes. A shareStack
-// child may run alongside the caller until it execs or exits: its stack
-// and s stay allocated until the caller sees the end of the status pipe
-// (see Child.settle).
+// but s.tmp and s.buf (its own scratch) and, with shareVfork, the caller's
+// results of this call, which the caller overwrites when it resumes. A
+// shareStack child may run alongside the caller until it execs or exits:
+// its stack and s stay allocated until the caller sees the end of the
+// status pipe (see Child.settle).
 //
 //go:norace
 //go:nosplit

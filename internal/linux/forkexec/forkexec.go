@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -207,6 +208,13 @@ func (c *Child) Kill() {
 	c.closeAll()
 }
 
+// unsettled keeps the specs (and stacks) of children settle could not see
+// end.
+var unsettled struct {
+	sync.Mutex
+	specs []*forkSpec
+}
+
 // settle waits, when the child runs on the caller's memory, for the end of
 // its status pipe: the child holds the only writing end, and closes it at
 // exec, after its memory is its own, or at exit, after it has let go of
@@ -221,7 +229,16 @@ func (c *Child) settle() {
 		if err == unix.EINTR {
 			continue
 		}
-		if n <= 0 {
+		if err != nil {
+			// Not known to be done: the stack and spec stay allocated
+			// for good rather than risk the child writing to memory
+			// given to something else.
+			unsettled.Lock()
+			unsettled.specs = append(unsettled.specs, c.s)
+			unsettled.Unlock()
+			return
+		}
+		if n == 0 {
 			break
 		}
 	}
