@@ -251,6 +251,7 @@ func wholeProcess(n int) error {
 	}
 	bw := res[1].pct(0.5)
 	measured.runP50, measured.version = res[0].pct(0.5), res[4].pct(0.5)
+	measured.runBwrapP50, measured.runEmptyGo = bw, res[5].pct(0.5)
 	fmt.Printf("## Whole process (%d runs each, interleaved)\n\n| command | p50 | p99 | p50 / bwrap |\n| --- | --- | --- | --- |\n", n)
 	for _, s := range res {
 		fmt.Printf("| `%s` | %s | %s | %.2f× |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)), float64(s.pct(0.5))/float64(bw))

@@ -19,12 +19,16 @@ var measured struct {
 	// airlock.
 	inprocP50, inprocP99 time.Duration
 	runP50               time.Duration
-	tput                 float64
-	warmAPI              time.Duration
-	mcpOver              time.Duration
-	sustained            float64
-	version              time.Duration
-	idleMiB              float64
+	// The peers as the whole-process section measured them, interleaved
+	// run by run with airlock's commands: targets 2 and 7 compare with
+	// these.
+	runBwrapP50, runEmptyGo time.Duration
+	tput                    float64
+	warmAPI                 time.Duration
+	mcpOver                 time.Duration
+	sustained               float64
+	version                 time.Duration
+	idleMiB                 float64
 }
 
 var peersOnce sync.Once
@@ -118,12 +122,12 @@ func printTargets() {
 	rows := []row{
 		{"1. in process create → run → destroyed, p50 (p99)", fmt.Sprintf("%.2f× (%.2f×) bwrap", ratio(m.inprocP50, m.bwrapP50), ratio(m.inprocP99, m.bwrapP99)), "≤ 1.0× (≤ 2.0×)",
 			ratio(m.inprocP50, m.bwrapP50) <= 1 && ratio(m.inprocP99, m.bwrapP99) <= 2, m.inprocP50 > 0},
-		{"2. `airlock run -- /bin/true`, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.runP50, m.bwrapP50)), "≤ 2.0×", ratio(m.runP50, m.bwrapP50) <= 2, m.runP50 > 0},
+		{"2. `airlock run -- /bin/true`, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.runP50, m.runBwrapP50)), "≤ 2.0×", ratio(m.runP50, m.runBwrapP50) <= 2, m.runP50 > 0},
 		{"3. fresh sandboxes/s, 4 workers", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.tput/m.bwrapPar), "≥ 1.0×", m.tput >= m.bwrapPar, m.tput > 0},
 		{"4. warm run through the API, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.warmAPI, m.bwrapP50)), "≤ 0.5×", ratio(m.warmAPI, m.bwrapP50) <= 0.5, m.warmAPI > 0},
 		{"5. MCP tools/call over the API, p50", ms(m.mcpOver), "≤ 0.30 ms", m.mcpOver <= 300*time.Microsecond, m.mcpOver != 0},
 		{"6. sustained API runs/s, 4 clients", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.sustained/m.bwrapPar), "≥ 0.75×", m.sustained >= 0.75*m.bwrapPar, m.sustained > 0},
-		{"7. `airlock version`, p50", fmt.Sprintf("%.2f× an empty Go program", ratio(m.version, m.emptyGo)), "≤ 2.0×", ratio(m.version, m.emptyGo) <= 2, m.version > 0},
+		{"7. `airlock version`, p50", fmt.Sprintf("%.2f× an empty Go program", ratio(m.version, m.runEmptyGo)), "≤ 2.0×", ratio(m.version, m.runEmptyGo) <= 2, m.version > 0},
 		{"8. idle warm sandbox", fmt.Sprintf("%.2f MiB", m.idleMiB), "≤ 0.75 MiB", m.idleMiB <= 0.75, m.idleMiB > 0},
 	}
 	fmt.Printf("\n## Targets\n\n| target | measured | wanted | |\n| --- | --- | --- | --- |\n")
