@@ -353,33 +353,33 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 }
 
 func (s *Sandbox) awaitReady(ctx context.Context) error {
-	type res struct {
-		m   *initproto.Message
-		err error
+	// The control channel's own deadline bounds the wait, and ctx's end
+	// moves it to now: no goroutine or timer of its own.
+	deadline := time.Now().Add(readyTimeout)
+	if err := s.conn.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("sandbox init: %w", err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		m, err := s.conn.Recv()
-		ch <- res{m, err}
-	}()
-	timer := time.NewTimer(readyTimeout)
-	defer timer.Stop()
-	select {
-	case r := <-ch:
-		switch {
-		case r.err != nil:
-			return fmt.Errorf("sandbox init: %w%s", r.err, s.initDiagnostics())
-		case r.m.Kind == initproto.KindFail:
-			return fmt.Errorf("sandbox setup: %s", r.m.Error)
-		case r.m.Kind != initproto.KindReady:
-			return fmt.Errorf("sandbox init: unexpected %q before ready", r.m.Kind)
-		}
-		return nil
-	case <-ctx.Done():
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Unix(1, 0)) })
+	m, err := s.conn.Recv()
+	if !stop() {
+		// ctx ended, and its deadline may land at any moment: the
+		// sandbox is not handed out (the caller tears it down).
 		return ctx.Err()
-	case <-timer.C:
-		return fmt.Errorf("sandbox init not ready after %v", readyTimeout)
 	}
+	if derr := s.conn.SetReadDeadline(time.Time{}); err == nil && derr != nil {
+		err = derr
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("sandbox init not ready after %v", readyTimeout)
+	case err != nil:
+		return fmt.Errorf("sandbox init: %w%s", err, s.initDiagnostics())
+	case m.Kind == initproto.KindFail:
+		return fmt.Errorf("sandbox setup: %s", m.Error)
+	case m.Kind != initproto.KindReady:
+		return fmt.Errorf("sandbox init: unexpected %q before ready", m.Kind)
+	}
+	return nil
 }
 
 // initDiagnostics returns what init printed before failing (a Go panic, for

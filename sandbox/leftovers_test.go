@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
@@ -247,5 +249,44 @@ func TestSpawnerRefusesBadRequest(t *testing.T) {
 	}
 	if r := run(t, runOpts{}, "true"); r.Outcome != result.Exited || r.ExitCode != 0 {
 		t.Fatalf("after a bad request: %s %s", r.Outcome, r.Error)
+	}
+}
+
+// TestCreateCanceled creates with contexts that end before and while init
+// starts: Create fails with the context's error and leaves nothing behind.
+func TestCreateCanceled(t *testing.T) {
+	rt := testRuntime(t)
+	before, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := countSandboxProcs()
+	for _, d := range []time.Duration{0, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		sb, err := rt.Create(ctx, Spec{Limits: DefaultLimits()})
+		cancel()
+		if err == nil {
+			if d == 0 {
+				t.Errorf("Create with an ended context succeeded")
+			}
+			// Ready before the deadline: a sandbox like any other.
+			if err := sb.Destroy(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Create with a %v deadline: %v, want the context's error", d, err)
+		}
+	}
+	after, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("cgroups %v after, %v before", after, before)
+	}
+	if n := countSandboxProcs(); n != procs {
+		t.Errorf("%d sandbox processes after, %d before", n, procs)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -354,6 +355,11 @@ func (c *Conn) Recv() (*Message, error) {
 	}
 	return Decode(c.buf[:n], flags)
 }
+
+// SetReadDeadline bounds a Recv waiting on the connection (the zero time
+// for none); a Recv past it fails with an error that wraps
+// os.ErrDeadlineExceeded.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.f.SetReadDeadline(t) }
 
 // Close closes the connection; a Recv waiting on it returns.
 func (c *Conn) Close() error { return c.f.Close() }

@@ -326,7 +326,7 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 	line := []byte("0 " + strconv.Itoa(req.IDBase) + " " + strconv.Itoa(req.IDSize) + "\n")
 	dir := "/proc/" + strconv.Itoa(c.Pid) + "/"
 	for _, f := range []string{"uid_map", "gid_map"} {
-		if err = os.WriteFile(dir+f, line, 0); err != nil {
+		if err = writeMap(dir+f, line); err != nil {
 			err = fmt.Errorf("write %s: %w", f, err)
 			break
 		}
@@ -342,4 +342,25 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 		return c.Pid, c.PidFD, ok, fmt.Errorf("clone init: %w", err)
 	}
 	return c.Pid, c.PidFD, ok, nil
+}
+
+// writeMap writes one id map in a single write, as the kernel requires,
+// with plain system calls: os.WriteFile would also try to add the file to
+// the Go poller, four calls more on every clone.
+func writeMap(path string, line []byte) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	n, err := unix.Write(fd, line)
+	cerr := unix.Close(fd)
+	switch {
+	case err != nil:
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	case n != len(line):
+		return &os.PathError{Op: "write", Path: path, Err: unix.EIO}
+	case cerr != nil:
+		return &os.PathError{Op: "close", Path: path, Err: cerr}
+	}
+	return nil
 }
