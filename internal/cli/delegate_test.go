@@ -84,19 +84,32 @@ func TestServeAsDelegatedService(t *testing.T) {
 	if err != nil || r.Outcome != result.Exited || string(r.Stdout) != "0::/\n" {
 		t.Fatalf("run: %+v %v", r, err)
 	}
-	// A warm sandbox waits below the parent with the tool's ceilings.
-	var boxes []string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if boxes, _ = filepath.Glob(cg + parent + "/*/memory.max"); len(boxes) > 0 {
-			break
+	// A warm sandbox waits below the parent with the tool's ceilings. The
+	// pool is refilling meanwhile and the first run's sandbox is being
+	// removed, so a directory may vanish or still be filling in its limits
+	// between the listing and the read: look until one shows the ceiling.
+	var seen []string
+	found := false
+	for deadline := time.Now().Add(30 * time.Second); !found && time.Now().Before(deadline); {
+		boxes, _ := filepath.Glob(cg + parent + "/*/memory.max")
+		for _, f := range boxes {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			v := strings.TrimSpace(string(b))
+			if v == "50331648" {
+				found = true
+				break
+			}
+			if len(seen) < 10 {
+				seen = append(seen, filepath.Base(filepath.Dir(f))+"="+v)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(boxes) == 0 {
-		t.Fatal("no sandbox cgroup under the parent")
-	}
-	if b, _ := os.ReadFile(boxes[0]); strings.TrimSpace(string(b)) != "50331648" {
-		t.Errorf("%s = %q, want 50331648", boxes[0], b)
+	if !found {
+		t.Fatalf("no sandbox cgroup under %s with memory.max 50331648; saw %q", parent, seen)
 	}
 	r, err = c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", `b() { b | b & }; b; sleep 15`}})
 	if err != nil || r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitPids {
