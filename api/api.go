@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// DefaultSocket is the unix socket the daemon serves the API on unless
+// told otherwise.
+const DefaultSocket = "/run/airlock/airlock.sock"
+
 // RunRequest is the body of POST /v1/runs.
 type RunRequest struct {
 	// Tool names a tool of the daemon's config.

@@ -191,7 +191,7 @@ var (
 	progErr               error
 )
 
-// programs builds airlock and airlock-init side by side, as installed,
+// programs builds airlock, airlockd and airlock-init side by side, as installed,
 // once per run, and returns their paths.
 func programs() (airlock, init string, err error) {
 	progOnce.Do(func() {
@@ -200,7 +200,7 @@ func programs() (airlock, init string, err error) {
 			progErr = err
 			return
 		}
-		build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/airlock", "./cmd/airlock-init")
+		build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/airlock", "./cmd/airlockd", "./cmd/airlock-init")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			progErr = fmt.Errorf("build airlock: %v: %s", err, out)

@@ -34,7 +34,7 @@ func auditCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock audit [flags]\n\nPrints the daemon's audit log, oldest first: one line per event, or one JSON\nobject per line with --json.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if done, err := parseAll(fs, args, stdio); done {
+	if done, err := ParseNoArgs(fs, args, stdio); done {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {

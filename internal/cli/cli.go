@@ -1,6 +1,14 @@
 // Package cli is airlock's command line: it parses arguments, runs the
-// subcommand and turns its outcome into an exit code. cmd/airlock/main is
-// the only caller.
+// subcommand and turns its outcome into an exit code. cmd/airlock and
+// cmd/airlockd are its callers.
+//
+// The commands are split between two programs so that the common ones
+// start fast. airlock carries run, session, pool, audit, image (but
+// import), version and help. The commands that need the daemon, SQLite,
+// the MCP SDK or the image decoders — serve, mcp and image import — are
+// Extra commands that only airlockd links (package cli/daemoncmd);
+// airlock hands them to airlockd by exec, arguments unchanged, so both
+// programs take every command.
 package cli
 
 import (
@@ -9,8 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 )
 
 // Exit codes of `airlock run` besides the command's own.
@@ -33,17 +43,49 @@ type IO struct {
 	Stdout, Stderr io.Writer
 }
 
+// Command is one subcommand: its arguments after the command's name.
+type Command func(ctx context.Context, args []string, stdio IO) error
+
+// Extra is what airlockd adds to airlock's commands. A nil Extra (airlock)
+// hands those commands to airlockd.
+type Extra struct {
+	Serve, MCP Command
+	// ImportsImages: image import runs here (the program has registered
+	// the zstd decoder with the image store).
+	ImportsImages bool
+}
+
 // Run runs the command line args (args[0] is the program name).
-func Run(ctx context.Context, args []string, stdio IO) error {
+func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 	if len(args) < 2 {
 		usage(stdio.Stderr)
 		return &ExitError{Code: 2}
 	}
-	switch cmd, rest := args[1], args[2:]; cmd {
+	if extra == nil {
+		extra = &Extra{}
+	}
+	cmd, rest := args[1], args[2:]
+	switch {
+	case cmd == "serve" && extra.Serve == nil,
+		cmd == "mcp" && extra.MCP == nil,
+		cmd == "image" && len(rest) > 0 && rest[0] == "import" && !extra.ImportsImages:
+		return handOver(args)
+	}
+	switch cmd {
+	case "version", "--version":
+		fmt.Fprintln(stdio.Stdout, "airlock", Version())
+		return nil
+	case "help", "-h", "--help":
+		usage(stdio.Stdout)
+		return nil
+	}
+	ctx, stop := catchSignals(ctx)
+	defer stop()
+	switch cmd {
 	case "run":
 		return runCmd(ctx, rest, stdio)
 	case "serve":
-		return serveCmd(ctx, rest, stdio)
+		return extra.Serve(ctx, rest, stdio)
 	case "session":
 		return sessionCmd(ctx, rest, stdio)
 	case "pool":
@@ -51,15 +93,9 @@ func Run(ctx context.Context, args []string, stdio IO) error {
 	case "audit":
 		return auditCmd(ctx, rest, stdio)
 	case "mcp":
-		return mcpCmd(ctx, rest, stdio)
+		return extra.MCP(ctx, rest, stdio)
 	case "image":
 		return imageCmd(ctx, rest, stdio)
-	case "version", "--version":
-		fmt.Fprintln(stdio.Stdout, "airlock", Version())
-		return nil
-	case "help", "-h", "--help":
-		usage(stdio.Stdout)
-		return nil
 	default:
 		usage(stdio.Stderr)
 		return fmt.Errorf("unknown command %q", cmd)
@@ -104,6 +140,18 @@ Usage:
 
 Run "airlock COMMAND -h" for a command's flags.
 `, "\n"))
+}
+
+// catchSignals makes SIGINT, SIGTERM and SIGHUP end ctx rather than the
+// process, and a reader that goes away (`airlock run -- yes | head -1`)
+// make writes fail with EPIPE rather than kill airlock: a command then
+// destroys its sandbox, ends its import or shuts its daemon down before it
+// exits (and the command inside gets the broken pipe in turn). It costs a
+// thread of its own (the signal loop's), so the commands that only print
+// (version, help) start without it.
+func catchSignals(ctx context.Context) (context.Context, context.CancelFunc) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 }
 
 // isTerminal is replaced in tests.

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/image"
@@ -189,7 +189,7 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	fs.BoolVar(&rf.events, "events", false, "print NDJSON events live (stdout, stderr, sample, egress, broker, result)")
 	fs.Var(durationFlag{v: &rf.sampleEvery}, "sample-interval", "how often resource samples are taken")
 	fs.StringVar(&rf.configPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
-	fs.StringVar(&rf.socket, "socket", daemon.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
+	fs.StringVar(&rf.socket, "socket", api.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
 	fs.StringVar(&rf.tool, "tool", "", "use the named tool's settings from the config file; flags override them")
 	fs.StringVar(&rf.image, "image", "", "root file system: host (the default) or an imported image's name or digest")
 	fs.StringVar(&rf.imageStore, "image-store", image.DefaultDir, "image store directory (default: the config's images.store, else this)")
@@ -210,7 +210,7 @@ func parseRun(args []string, stderr io.Writer) (*runFlags, []string, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	rf.workdirSet = set["workdir"]
-	rf.viaDaemon = rf.tool != "" && !slices.ContainsFunc(shapingFlags, func(f string) bool { return set[f] }) && daemonListening(rf.socket)
+	rf.viaDaemon = rf.tool != "" && !slices.ContainsFunc(shapingFlags, func(f string) bool { return set[f] }) && DaemonListening(rf.socket)
 	if rf.viaDaemon {
 		// The daemon has the tool's settings; the local config is not read.
 	} else if err := rf.applyTool(set); err != nil {

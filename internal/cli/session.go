@@ -12,14 +12,13 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/daemon"
 )
 
 // daemonFlags parses the flags every daemon-client command shares.
 func daemonFlags(name string, stdio IO) (*flag.FlagSet, *string, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
-	sock := fs.String("socket", daemon.DefaultSocket, "the daemon's socket")
+	sock := fs.String("socket", api.DefaultSocket, "the daemon's socket")
 	asJSON := fs.Bool("json", false, "print JSON")
 	return fs, sock, asJSON
 }

@@ -17,8 +17,8 @@ import (
 // carry: the API takes it whole, in the request.
 const maxDaemonStdin = 512 << 10
 
-// daemonListening reports whether a daemon answers on socket.
-func daemonListening(socket string) bool {
+// DaemonListening reports whether a daemon answers on socket.
+func DaemonListening(socket string) bool {
 	c, err := net.Dial("unix", socket)
 	if err != nil {
 		return false

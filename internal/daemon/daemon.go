@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
@@ -28,7 +29,7 @@ import (
 )
 
 // DefaultSocket is where the daemon listens unless told otherwise.
-const DefaultSocket = "/run/airlock/airlock.sock"
+const DefaultSocket = api.DefaultSocket
 
 // Options configure a daemon.
 type Options struct {

@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,6 +53,38 @@ func TestInitIsSmall(t *testing.T) {
 			if d == "runtime/cgo" {
 				t.Errorf("%v: cmd/airlock-init links runtime/cgo: init must be static and confine all of its threads", env)
 			}
+		}
+	}
+}
+
+// TestCLIIsLean keeps airlock's own program (run, sessions, pools, audit,
+// image but import, version) off the packages whose initialisers and size
+// only airlockd may pay for (see package internal/cli): every airlock
+// command, `airlock run` included, starts that much faster.
+func TestCLIIsLean(t *testing.T) {
+	heavy := []string{
+		"modernc.org/", "database/sql", "encoding/gob",
+		"github.com/modelcontextprotocol/", "github.com/klauspost/compress",
+		"github.com/google/go-containerregistry", "github.com/opencontainers/",
+		"github.com/airlockhq/airlock/internal/daemon", "github.com/airlockhq/airlock/internal/audit",
+		"github.com/airlockhq/airlock/internal/mcpserver",
+	}
+	lean := deps(t, "github.com/airlockhq/airlock/cmd/airlock", "CGO_ENABLED=0")
+	if !slices.Contains(lean, "github.com/airlockhq/airlock/internal/cli") {
+		t.Fatalf("go list -deps cmd/airlock: %d packages, without internal/cli", len(lean))
+	}
+	for _, d := range lean {
+		for _, f := range heavy {
+			if d == f || strings.HasPrefix(d, strings.TrimSuffix(f, "/")+"/") {
+				t.Errorf("cmd/airlock links %s (only airlockd may: %s)", d, f)
+			}
+		}
+	}
+	// The heavy parts are where the commands that need them are.
+	full := deps(t, "github.com/airlockhq/airlock/cmd/airlockd", "CGO_ENABLED=0")
+	for _, need := range []string{"github.com/airlockhq/airlock/internal/daemon", "github.com/airlockhq/airlock/internal/image/zstd"} {
+		if !slices.Contains(full, need) {
+			t.Errorf("cmd/airlockd does not link %s", need)
 		}
 	}
 }

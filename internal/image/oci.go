@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,10 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Caps on the small JSON documents of an image archive.
@@ -28,7 +23,7 @@ const (
 type ociImage struct {
 	format   string // "oci" or "docker"
 	configID string // sha256:<hex> of the config: the image's digest
-	config   *v1.ConfigFile
+	config   *configFile
 	layers   []layerRef
 	// names the archive gives the image (tags, ref names).
 	names []string
@@ -63,15 +58,15 @@ func sha256Of(data []byte) string {
 }
 
 // blobPath is where an OCI layout keeps a blob.
-func blobPath(h v1.Hash) (string, error) {
-	if h.Algorithm != "sha256" || len(h.Hex) != 64 || strings.Trim(h.Hex, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("unsupported digest %q", h.String())
+func blobPath(h digest) (string, error) {
+	if h == "" {
+		return "", errors.New("a descriptor has no digest")
 	}
-	return "blobs/sha256/" + h.Hex, nil
+	return "blobs/sha256/" + h.hex(), nil
 }
 
 // readBlob reads a small blob and checks its digest.
-func readBlob(b bundle, h v1.Hash) ([]byte, error) {
+func readBlob(b bundle, h digest) ([]byte, error) {
 	p, err := blobPath(h)
 	if err != nil {
 		return nil, err
@@ -80,7 +75,7 @@ func readBlob(b bundle, h v1.Hash) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if got := sha256Of(data); got != h.String() {
+	if got := sha256Of(data); got != string(h) {
 		return nil, fmt.Errorf("blob %s has digest %s", h, got)
 	}
 	return data, nil
@@ -101,14 +96,14 @@ func selectDocker(b bundle, want string) (*ociImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m tarball.Manifest
+	var m []dockerImage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("manifest.json: %w", err)
 	}
 	if len(m) == 0 {
 		return nil, errors.New("manifest.json lists no image")
 	}
-	var pick *tarball.Descriptor
+	var pick *dockerImage
 	if len(m) == 1 {
 		pick = &m[0]
 	} else {
@@ -128,7 +123,7 @@ func selectDocker(b bundle, want string) (*ociImage, error) {
 		return nil, err
 	}
 	img := &ociImage{format: "docker", configID: sha256Of(cfgData), names: pick.RepoTags}
-	if img.config, err = v1.ParseConfigFile(bytes.NewReader(cfgData)); err != nil {
+	if img.config, err = parseConfig(cfgData); err != nil {
 		return nil, fmt.Errorf("image config: %w", err)
 	}
 	for _, l := range pick.Layers {
@@ -170,8 +165,8 @@ func selectOCI(b bundle, want string) (*ociImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx, err := v1.ParseIndexManifest(bytes.NewReader(data))
-	if err != nil {
+	var idx indexManifest
+	if err := json.Unmarshal(data, &idx); err != nil {
 		return nil, fmt.Errorf("index.json: %w", err)
 	}
 	desc, err := pickDescriptor(idx.Manifests, want)
@@ -188,9 +183,9 @@ func selectOCI(b bundle, want string) (*ociImage, error) {
 			return nil, err
 		}
 		switch desc.MediaType {
-		case types.OCIImageIndex, types.DockerManifestList:
-			idx, err := v1.ParseIndexManifest(bytes.NewReader(data))
-			if err != nil {
+		case mediaOCIIndex, mediaDockerList:
+			var idx indexManifest
+			if err := json.Unmarshal(data, &idx); err != nil {
 				return nil, fmt.Errorf("index %s: %w", desc.Digest, err)
 			}
 			d, err := hostPlatform(idx.Manifests)
@@ -199,23 +194,23 @@ func selectOCI(b bundle, want string) (*ociImage, error) {
 			}
 			desc = d
 			continue
-		case types.OCIManifestSchema1, types.DockerManifestSchema2, "":
+		case mediaOCIManifest, mediaDockerManifest, "":
 		default:
 			return nil, fmt.Errorf("unsupported manifest type %q", desc.MediaType)
 		}
-		m, err := v1.ParseManifest(bytes.NewReader(data))
-		if err != nil {
+		var m manifest
+		if err := json.Unmarshal(data, &m); err != nil {
 			return nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
 		}
 		cfgData, err := readBlob(b, m.Config.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("image config: %w", err)
 		}
-		img := &ociImage{format: "oci", configID: m.Config.Digest.String()}
+		img := &ociImage{format: "oci", configID: string(m.Config.Digest)}
 		if name != "" {
 			img.names = []string{name}
 		}
-		if img.config, err = v1.ParseConfigFile(bytes.NewReader(cfgData)); err != nil {
+		if img.config, err = parseConfig(cfgData); err != nil {
 			return nil, fmt.Errorf("image config: %w", err)
 		}
 		for _, l := range m.Layers {
@@ -226,7 +221,7 @@ func selectOCI(b bundle, want string) (*ociImage, error) {
 			if !b.has(p) {
 				return nil, fmt.Errorf("layer %s is not in the archive (a foreign layer?)", l.Digest)
 			}
-			img.layers = append(img.layers, layerRef{path: p, digest: l.Digest.String()})
+			img.layers = append(img.layers, layerRef{path: p, digest: string(l.Digest)})
 		}
 		return img, nil
 	}
@@ -234,12 +229,12 @@ func selectOCI(b bundle, want string) (*ociImage, error) {
 
 // pickDescriptor chooses among an index's entries: by reference name, or
 // the only one, or (all being platforms of one image) the host's.
-func pickDescriptor(ds []v1.Descriptor, want string) (v1.Descriptor, error) {
+func pickDescriptor(ds []descriptor, want string) (descriptor, error) {
 	if len(ds) == 0 {
-		return v1.Descriptor{}, errors.New("index.json lists no image")
+		return descriptor{}, errors.New("index.json lists no image")
 	}
 	var names []string
-	var named []v1.Descriptor
+	var named []descriptor
 	for _, d := range ds {
 		n := d.Annotations[refNameAnnotation]
 		if n != "" {
@@ -255,7 +250,7 @@ func pickDescriptor(ds []v1.Descriptor, want string) (v1.Descriptor, error) {
 	case len(ds) == 1:
 		return ds[0], nil
 	case want != "" && len(names) > 0 || len(slices.Compact(slices.Sorted(slices.Values(names)))) > 1:
-		return v1.Descriptor{}, choose(want, names)
+		return descriptor{}, choose(want, names)
 	}
 	if len(ds) == 1 {
 		return ds[0], nil
@@ -264,8 +259,8 @@ func pickDescriptor(ds []v1.Descriptor, want string) (v1.Descriptor, error) {
 }
 
 // hostPlatform picks the manifest for this host's platform.
-func hostPlatform(ds []v1.Descriptor) (v1.Descriptor, error) {
-	host := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+func hostPlatform(ds []descriptor) (descriptor, error) {
+	host := platform{OS: "linux", Architecture: runtime.GOARCH}
 	var have []string
 	for _, d := range ds {
 		if d.Platform == nil {
@@ -276,11 +271,11 @@ func hostPlatform(ds []v1.Descriptor) (v1.Descriptor, error) {
 		}
 		have = append(have, d.Platform.OS+"/"+d.Platform.Architecture)
 	}
-	return v1.Descriptor{}, fmt.Errorf("%w: no image for this host's platform linux/%s (the archive has %s)", ErrInvalid, runtime.GOARCH, strings.Join(have, ", "))
+	return descriptor{}, fmt.Errorf("%w: no image for this host's platform linux/%s (the archive has %s)", ErrInvalid, runtime.GOARCH, strings.Join(have, ", "))
 }
 
 // checkPlatform refuses an image built for another architecture.
-func checkPlatform(c *v1.ConfigFile) error {
+func checkPlatform(c *configFile) error {
 	if c.OS != "" && c.OS != "linux" || c.Architecture != "" && c.Architecture != runtime.GOARCH {
 		return fmt.Errorf("%w: the image is for %s/%s, this host is linux/%s", ErrInvalid, c.OS, c.Architecture, runtime.GOARCH)
 	}

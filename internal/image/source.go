@@ -11,8 +11,8 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync/atomic"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
 
@@ -164,6 +164,22 @@ var (
 	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
+// zstdOpen is the zstd decoder, once a program has registered one.
+var zstdOpen atomic.Pointer[func(io.Reader) (io.ReadCloser, error)]
+
+// RegisterZstd gives the store its zstd decoder (internal/image/zstd.Open).
+// The programs that import images call it at start; the store is linked
+// without one so that every other airlock program starts without the
+// decoder's package initialisers. Without it (or after RegisterZstd(nil)),
+// zstd-compressed content is refused with an error saying so.
+func RegisterZstd(open func(io.Reader) (io.ReadCloser, error)) {
+	if open == nil {
+		zstdOpen.Store(nil)
+		return
+	}
+	zstdOpen.Store(&open)
+}
+
 // decompress returns r uncompressed, whatever of gzip, zstd or nothing it
 // is compressed with.
 func decompress(r io.Reader) (io.ReadCloser, error) {
@@ -176,11 +192,11 @@ func decompress(r io.Reader) (io.ReadCloser, error) {
 	case bytes.HasPrefix(head, gzipMagic):
 		return gzip.NewReader(br)
 	case bytes.HasPrefix(head, zstdMagic):
-		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, err
+		open := zstdOpen.Load()
+		if open == nil {
+			return nil, errors.New("zstd-compressed content, and this program has no zstd decoder (images are imported by airlockd, which has)")
 		}
-		return d.IOReadCloser(), nil
+		return (*open)(br)
 	}
 	return io.NopCloser(br), nil
 }

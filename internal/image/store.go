@@ -637,7 +637,7 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	defer u.Close()
 	if oi != nil {
 		for i, l := range oi.layers {
-			if err := src.applyLayer(ctx, u, l, oi.config.RootFS.DiffIDs[i].String()); err != nil {
+			if err := src.applyLayer(ctx, u, l, string(oi.config.RootFS.DiffIDs[i])); err != nil {
 				return nil, fmt.Errorf("layer %d of %d: %w", i+1, len(oi.layers), err)
 			}
 		}

@@ -18,12 +18,18 @@ import (
 
 	"github.com/airlockhq/airlock/internal/image/imagetest"
 	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/image/zstd"
 	"github.com/airlockhq/airlock/internal/testutil"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	kzstd "github.com/klauspost/compress/zstd"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
+
+// The programs that import images register the zstd decoder; so do the
+// tests.
+func init() { RegisterZstd(zstd.Open) }
 
 func testStore(t *testing.T) *Store {
 	t.Helper()
@@ -241,6 +247,35 @@ func TestImportRootFS(t *testing.T) {
 	}
 	if fromTar.Name != "tree" || fromTar.Digest != got.Digest {
 		t.Errorf("tarball: name %q digest %s, want %s", fromTar.Name, fromTar.Digest, got.Digest)
+	}
+	// And zstd-compressed: refused by a program without the decoder,
+	// leaving no name behind; with it, the same files again.
+	tzst := filepath.Join(t.TempDir(), "zstree.tar.zst")
+	f, _ = os.Create(tzst)
+	zsw, err := kzstd.NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTree(mustOpenDir(t, dir), zsw); err != nil {
+		t.Fatal(err)
+	}
+	zsw.Close()
+	f.Close()
+	RegisterZstd(nil)
+	_, err = s.Import(ctx, tzst, ImportOptions{})
+	RegisterZstd(zstd.Open)
+	if err == nil || !strings.Contains(err.Error(), "no zstd decoder") {
+		t.Errorf("zstd without a decoder: %v", err)
+	}
+	if _, err := s.Resolve("zstree"); err == nil {
+		t.Error("the refused import left a name")
+	}
+	fromZst, err := s.Import(ctx, tzst, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromZst.Name != "zstree" || fromZst.Digest != got.Digest {
+		t.Errorf("zstd tarball: name %q digest %s, want %s", fromZst.Name, fromZst.Digest, got.Digest)
 	}
 }
 

@@ -56,8 +56,9 @@ func Binary(t testing.TB, pkg string) string {
 	}
 	pkgs := []string{pkg}
 	if pkg == airlockPkg {
-		// airlock finds its init beside itself, as when installed.
-		pkgs = append(pkgs, InitPkg)
+		// airlock finds its init and airlockd beside itself, as when
+		// installed.
+		pkgs = append(pkgs, InitPkg, daemonPkg)
 	}
 	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -71,6 +72,10 @@ func Binary(t testing.TB, pkg string) string {
 }
 
 const airlockPkg = "github.com/airlockhq/airlock/cmd/airlock"
+
+// daemonPkg carries the commands airlock hands over (serve, mcp, image
+// import).
+const daemonPkg = "github.com/airlockhq/airlock/cmd/airlockd"
 
 // InitPkg is the init program's package.
 const InitPkg = "github.com/airlockhq/airlock/cmd/airlock-init"

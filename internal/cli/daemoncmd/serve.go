@@ -1,20 +1,32 @@
-package cli
+// Package daemoncmd holds the commands that only airlockd carries: serve,
+// mcp and (by registering the zstd decoder) image import. They link the
+// daemon, SQLite, the MCP SDK and the image decoders, whose start-up cost
+// the rest of airlock's commands do not pay (see package cli).
+package daemoncmd
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/image/zstd"
 )
 
+// Extra returns airlockd's commands for cli.Run, and gives the image store
+// its zstd decoder.
+func Extra() *cli.Extra {
+	image.RegisterZstd(zstd.Open)
+	return &cli.Extra{Serve: serveCmd, MCP: mcpCmd, ImportsImages: true}
+}
+
 // serveCmd is `airlock serve`: the daemon, until interrupted.
-func serveCmd(ctx context.Context, args []string, stdio IO) error {
+func serveCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs := flag.NewFlagSet("airlock serve", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	var opts daemon.Options
@@ -26,7 +38,7 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock serve [flags]\n\nServes the HTTP API on a unix socket, keeping each tool's pool of sandboxes\nwarm, until SIGTERM or SIGINT; then lets running calls finish and destroys\nevery sandbox.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if done, err := parseAll(fs, args, stdio); done {
+	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
 		return err
 	}
 	var err error
@@ -34,28 +46,12 @@ func serveCmd(ctx context.Context, args []string, stdio IO) error {
 		return err
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
-	opts.Version = Version()
+	opts.Version = cli.Version()
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return err
 	}
 	return d.Serve(ctx)
-}
-
-// parseAll parses the flags of a command that takes no arguments. done
-// is true when the command should end now, with err (nil after -h).
-func parseAll(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return true, &ExitError{Code: 2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return true, &ExitError{Code: 2}
-	}
-	return false, nil
 }
 
 // embedFlags adds the flags of the daemon's parts (config, audit log,

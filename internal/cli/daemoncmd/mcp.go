@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/mcpserver"
@@ -22,7 +23,7 @@ import (
 // for agents that launch a command. With a daemon answering on its
 // socket it relays to the daemon's /mcp (warm pools, one audit log);
 // otherwise it runs the daemon's parts embedded.
-func mcpCmd(ctx context.Context, args []string, stdio IO) error {
+func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs := flag.NewFlagSet("airlock mcp", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	var opts daemon.Options
@@ -32,11 +33,11 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if done, err := parseAll(fs, args, stdio); done {
+	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
 		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
-	if daemonListening(opts.Socket) {
+	if cli.DaemonListening(opts.Socket) {
 		return relayMCP(ctx, opts.Socket, transport)
 	}
 	var err error
@@ -45,7 +46,7 @@ func mcpCmd(ctx context.Context, args []string, stdio IO) error {
 	}
 	// Standard output is the protocol's: the log goes to standard error.
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts.Embedded, opts.Version = true, Version()
+	opts.Embedded, opts.Version = true, cli.Version()
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return err
@@ -65,13 +66,13 @@ func relayMCP(ctx context.Context, socket string, transport mcp.Transport) error
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
 	relay := mcpserver.NewRelay()
-	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: Version()}, relay.ClientOptions()).
+	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: cli.Version()}, relay.ClientOptions()).
 		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
 	if err != nil {
 		return fmt.Errorf("connect to the daemon's MCP endpoint: %w", err)
 	}
 	defer up.Close()
-	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: Version()}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: cli.Version()}, nil)
 	if err := relay.Mirror(ctx, s, mcpserver.Upstream{Session: up}); err != nil {
 		return err
 	}

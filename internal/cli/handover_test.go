@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestHandOver: the commands airlockd carries reach it from airlock with
+// their arguments unchanged, in the same process; without airlockd they
+// fail naming it, and airlock's own commands still work.
+func TestHandOver(t *testing.T) {
+	bin := airlockBin(t)
+	for _, args := range [][]string{{"serve", "-h"}, {"mcp", "-h"}, {"image", "import", "-h"}} {
+		o := execAirlock(t, nil, "", args...)
+		if o.code != 0 || !strings.Contains(o.stderr, "airlock "+strings.Join(args[:len(args)-1], " ")) || !strings.Contains(o.stderr, "-config") {
+			t.Errorf("airlock %v: exit %d, stderr %q", args, o.code, o.stderr)
+		}
+	}
+	// A bad flag is airlockd's to report, with the command's usage.
+	if o := execAirlock(t, nil, "", "serve", "--no-such-flag"); o.code != 2 || !strings.Contains(o.stderr, "no-such-flag") {
+		t.Errorf("serve --no-such-flag: exit %d, stderr %q", o.code, o.stderr)
+	}
+
+	// airlock alone in a directory (and none in the directories searched
+	// after it, on this machine).
+	for _, d := range []string{"/usr/local/libexec/airlock", "/usr/libexec/airlock"} {
+		if _, err := os.Stat(filepath.Join(d, DaemonProgram)); err == nil {
+			t.Skipf("%s/%s is installed; cannot test its absence", d, DaemonProgram)
+		}
+	}
+	alone := filepath.Join(t.TempDir(), "airlock")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"serve"}, {"mcp"}, {"image", "import", "x.tar"}} {
+		out, err := exec.Command(alone, args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitFailure || !strings.Contains(string(out), DaemonProgram+" not found in "+filepath.Dir(alone)) {
+			t.Errorf("airlock %v without airlockd: %v, %q", args, err, out)
+		}
+	}
+	if out, err := exec.Command(alone, "version").Output(); err != nil || !strings.HasPrefix(string(out), "airlock ") {
+		t.Errorf("airlock version without airlockd: %v, %q", err, out)
+	}
+	if out, err := exec.Command(alone, "image", "ls", "--store", t.TempDir()+"/store").CombinedOutput(); err != nil && strings.Contains(string(out), DaemonProgram) {
+		t.Errorf("airlock image ls went to airlockd: %q", out)
+	}
+}
