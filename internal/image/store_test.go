@@ -22,9 +22,9 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	kzstd "github.com/klauspost/compress/zstd"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	kzstd "github.com/klauspost/compress/zstd"
 )
 
 // The programs that import images register the zstd decoder; so do the
