@@ -32,6 +32,13 @@ type Spec struct {
 	Image *Image
 	// User, when set, is who commands run as (default 1000:1000).
 	User *User
+	// OnStart, when set, is called by Create once init has been cloned
+	// into its namespaces and given its setup, before Create waits for it
+	// to be ready, with the sandbox. Only its ID and NetNS may be used
+	// then. Work done there (attaching the egress gateway and broker to
+	// the namespace) overlaps init's start; an error fails the Create,
+	// and what OnStart made is the caller's to undo.
+	OnStart func(*Sandbox) error
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -178,8 +185,17 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	initEnd.Close()
 	logW.Close()
 	go s.watchExit()
-	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts)}, setupFDs); err != nil {
+	b, err := rt.base()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts, b)}, setupFDs); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
+	}
+	if spec.OnStart != nil {
+		if err := spec.OnStart(s); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.awaitReady(ctx); err != nil {
 		return nil, err
@@ -306,7 +322,7 @@ func (s *Sandbox) watchExit() {
 	})
 }
 
-func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initproto.Setup {
+func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind, b hostBase) *initproto.Setup {
 	l := s.limits
 	c := &initproto.Setup{
 		RootDir:    rt.rootDir,
@@ -316,10 +332,10 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 		GID:        sandboxGID,
 		DiskBytes:  l.Disk,
 		DiskInodes: l.inodes(),
-		Binds:      append(slices.Clip(rt.image.binds), mounts...),
-		Symlinks:   rt.image.symlinks,
+		Binds:      append(slices.Clip(b.image.binds), mounts...),
+		Symlinks:   b.image.symlinks,
 		Files:      etcFiles(spec.Hostname, spec.User),
-		Devices:    rt.image.devices,
+		Devices:    b.image.devices,
 		Rlimits: []initproto.Rlimit{
 			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.FDs), Max: uint64(l.FDs)},
 			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
@@ -327,7 +343,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind) *initpr
 			{Resource: unix.RLIMIT_MEMLOCK, Cur: 64 << 10, Max: 64 << 10},
 		},
 		Workdir:    HomeDir,
-		Seccomp:    rt.seccomp,
+		Seccomp:    b.seccomp,
 		NoSeccomp:  spec.NoSeccomp,
 		NoLandlock: spec.NoLandlock,
 	}

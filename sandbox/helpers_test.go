@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
@@ -162,7 +163,14 @@ func (tr *trace) assertGone(t *testing.T) {
 	if _, err := os.Stat(tr.lock); !os.IsNotExist(err) {
 		t.Errorf("lock file %s left (err %v)", tr.lock, err)
 	}
-	if pids := procsInRange(tr.uidBase); len(pids) > 0 {
+	// The kernel kills a pid namespace's processes once its init is dead,
+	// asynchronously, and a parent then reaps them: give that a moment on
+	// a loaded machine.
+	pids := procsInRange(tr.uidBase)
+	for deadline := time.Now().Add(2 * time.Second); len(pids) > 0 && time.Now().Before(deadline); pids = procsInRange(tr.uidBase) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(pids) > 0 {
 		t.Errorf("processes of sandbox %s left: %v", tr.id, pids)
 	}
 	if pids := netnsHolders(tr.netnsIno); len(pids) > 0 {

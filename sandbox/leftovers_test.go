@@ -290,3 +290,43 @@ func TestCreateCanceled(t *testing.T) {
 		t.Errorf("%d sandbox processes after, %d before", n, procs)
 	}
 }
+
+// TestOnStart: Spec.OnStart runs while init starts, with the sandbox's id
+// and network namespace; its error fails the Create and leaves nothing.
+func TestOnStart(t *testing.T) {
+	rt := testRuntime(t)
+	before, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := countSandboxProcs()
+	var seenID string
+	var seenNS bool
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), OnStart: func(sb *Sandbox) error {
+		seenID, seenNS = sb.ID(), sb.NetNS() != nil
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seenID != sb.ID() || !seenNS {
+		t.Errorf("OnStart saw id %q (want %q), a namespace: %v", seenID, sb.ID(), seenNS)
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("attach failed")
+	if _, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), OnStart: func(*Sandbox) error { return boom }}); !errors.Is(err, boom) {
+		t.Errorf("Create with a failing OnStart: %v, want its error", err)
+	}
+	after, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("cgroups %v after, %v before", after, before)
+	}
+	if n := countSandboxProcs(); n != procs {
+		t.Errorf("%d sandbox processes after, %d before", n, procs)
+	}
+}

@@ -21,6 +21,32 @@ type netnsSupply struct {
 	kick  chan struct{}
 	stop  chan struct{}
 	done  sync.WaitGroup
+	// pending, in a supply of one (newNetnsOne), is closed once the one
+	// namespace is made or has failed.
+	pending chan struct{}
+}
+
+// newNetnsOne makes a single namespace on another thread at once, for a
+// runtime that creates one sandbox (CloneInProcess): making it overlaps
+// the rest of the runtime's start and the sandbox's preparation, and
+// nothing is made that goes unused. Its first take waits for that one;
+// later takes make their own.
+func newNetnsOne() *netnsSupply {
+	s := &netnsSupply{
+		ready:   make(chan *os.File, 1),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		pending: make(chan struct{}),
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		defer close(s.pending)
+		if ns, err := netns.New(); err == nil {
+			s.ready <- ns // room for one: never blocks
+		} // else the take makes its own, and reports why it cannot
+	}()
+	return s
 }
 
 // newNetnsSupply keeps n namespaces ready; with 0 every take makes one.
@@ -41,6 +67,9 @@ func newNetnsSupply(n int) *netnsSupply {
 // take returns a fresh namespace: one made ahead if there is one, else a
 // new one now.
 func (s *netnsSupply) take() (*os.File, error) {
+	if s.pending != nil {
+		<-s.pending
+	}
 	select {
 	case ns := <-s.ready:
 		select {

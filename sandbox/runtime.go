@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
@@ -117,11 +118,12 @@ func (o *Options) defaults() {
 // Runtime creates sandboxes. One Runtime serves a whole process; it is safe
 // for concurrent use.
 type Runtime struct {
-	opts  Options
-	cg    *cgroup.Parent
-	image *hostImage
-	// seccomp is the compiled filter every init installs.
-	seccomp []byte
+	opts Options
+	cg   *cgroup.Parent
+	// base is what every init's setup carries from the host: loaded once,
+	// by New, or (CloneInProcess) by the one Create once its init is
+	// starting, so that the work overlaps the start of init's runtime.
+	base    func() (hostBase, error)
 	spawner *spawnerClient
 	// hostNet is this process's network namespace, and initFile the init
 	// program, open with O_PATH (CloneInProcess only).
@@ -142,7 +144,7 @@ var ErrInvalid = errors.New("invalid")
 
 // New prepares the state directory and cgroup parent and sweeps leftovers
 // of airlock processes that died without cleaning up.
-func New(ctx context.Context, opts Options) (*Runtime, error) {
+func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 	opts.defaults()
 	if os.Geteuid() != 0 {
 		return nil, errors.New("airlock needs root to create sandboxes (user namespaces with a private uid range, cgroups, network namespaces)")
@@ -176,6 +178,16 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
 		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
 	}
+	if opts.CloneInProcess {
+		// A one-shot process creates one sandbox: its namespace is made
+		// meanwhile, on another thread (and closed if New fails).
+		rt.nets = newNetnsOne()
+		defer func() {
+			if err != nil {
+				rt.nets.close()
+			}
+		}()
+	}
 	// The state dir must be traversable by the sandbox's init, which runs
 	// as an unmapped uid and mounts the new root over rootDir.
 	for _, d := range []struct {
@@ -189,16 +201,12 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}
 	}
-	img, err := loadHostImage()
-	if err != nil {
-		return nil, err
-	}
-	rt.image = img
-	prog, err := seccomp.DefaultProfile().Compile()
-	if err != nil {
-		return nil, err
-	}
-	rt.seccomp = seccomp.Encode(prog)
+	rt.base = sync.OnceValues(loadBase)
+	if !opts.CloneInProcess {
+		if _, err := rt.base(); err != nil {
+			return nil, err
+		}
+	} // else the sandbox's Create reads them while its init starts
 	if opts.CloneInProcess {
 		if rt.hostNet, err = os.Open("/proc/self/ns/net"); err != nil {
 			return nil, err
@@ -223,14 +231,29 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	} else if n > 0 {
 		opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
 	}
-	// A one-shot process (CloneInProcess) creates one sandbox: nothing to
-	// make ahead.
-	ahead := prepNetns
-	if opts.CloneInProcess {
-		ahead = 0
+	if rt.nets == nil {
+		rt.nets = newNetnsSupply(prepNetns)
 	}
-	rt.nets = newNetnsSupply(ahead)
 	return rt, nil
+}
+
+// hostBase is the host's part of every init's setup.
+type hostBase struct {
+	image *hostImage
+	// seccomp is the compiled filter every init installs.
+	seccomp []byte
+}
+
+func loadBase() (hostBase, error) {
+	img, err := loadHostImage()
+	if err != nil {
+		return hostBase{}, err
+	}
+	prog, err := seccomp.DefaultProfile().Compile()
+	if err != nil {
+		return hostBase{}, err
+	}
+	return hostBase{image: img, seccomp: seccomp.Encode(prog)}, nil
 }
 
 // isSandboxID reports whether a cgroup name is one of ours (newID's form).

@@ -143,15 +143,45 @@ Run "airlock COMMAND -h" for a command's flags.
 }
 
 // catchSignals makes SIGINT, SIGTERM and SIGHUP end ctx rather than the
-// process, and a reader that goes away (`airlock run -- yes | head -1`)
-// make writes fail with EPIPE rather than kill airlock: a command then
-// destroys its sandbox, ends its import or shuts its daemon down before it
-// exits (and the command inside gets the broken pipe in turn). It costs a
-// thread of its own (the signal loop's), so the commands that only print
-// (version, help) start without it.
+// process (a second one then ends the process), and a reader that goes
+// away (`airlock run -- yes | head -1`) make writes fail with EPIPE rather
+// than kill airlock: a command then destroys its sandbox, ends its import
+// or shuts its daemon down before it exits (and the command inside gets
+// the broken pipe in turn).
+//
+// Taking over a signal costs a round trip, per signal, with a thread the
+// Go runtime starts for the purpose, and the signal loop blocks a thread
+// of its own: a quarter of a millisecond here. So it is done on another
+// goroutine while the command goes on, and a command waits for it
+// (SignalsCaught) only before it makes something that needs cleaning up;
+// the commands that only print (version, help) do without.
 func catchSignals(ctx context.Context) (context.Context, context.CancelFunc) {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	caught := make(chan struct{})
+	ctx = context.WithValue(ctx, signalsKey{}, caught)
+	go func() {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		close(caught)
+		select {
+		case <-c:
+			cancel()
+		case <-ctx.Done():
+		}
+		signal.Stop(c)
+	}()
+	return ctx, cancel
+}
+
+type signalsKey struct{}
+
+// SignalsCaught returns once catchSignals has taken over the signals of a
+// context Run made (at once for any other context).
+func SignalsCaught(ctx context.Context) {
+	if c, ok := ctx.Value(signalsKey{}).(chan struct{}); ok {
+		<-c
+	}
 }
 
 // isTerminal is replaced in tests.

@@ -91,6 +91,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	}
 	switch sub {
 	case "import":
+		SignalsCaught(ctx) // an interrupted import removes what it unpacked
 		start := time.Now()
 		var imp *image.Imported
 		if pos[0] == "-" {

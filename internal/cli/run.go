@@ -328,31 +328,43 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 	defer rt.Close()
 	spec := rf.spec
 	spec.Limits, spec.Mounts = rf.limits, rf.mounts
+	// The egress gateway (and broker) attach to the sandbox's network
+	// namespace while its init starts.
+	var b *runner.Binding
+	spec.OnStart = func(sb *sandbox.Sandbox) (err error) {
+		b, err = runner.Bind(ctx, sb, rf.policy())
+		return err
+	}
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
+		if b != nil {
+			err = errors.Join(err, b.Close(ctx))
+		}
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
+	// Until here an interrupt ends airlock as a crash would (init dies
+	// with it, the next airlock sweeps what is left); from here it
+	// destroys the sandbox.
+	SignalsCaught(ctx)
 	out := &syncWriter{w: stdio.Stdout}
-	req := runner.Request{
-		Policy: rf.policy(),
-		Exec: sandbox.ExecRequest{
-			Argv:        argv,
-			Env:         rf.env,
-			Dir:         rf.workdir,
-			Stdin:       stdio.Stdin,
-			SampleEvery: rf.sampleEvery,
-		},
+	x := sandbox.ExecRequest{
+		Argv:        argv,
+		Env:         rf.env,
+		Dir:         rf.workdir,
+		Stdin:       stdio.Stdin,
+		SampleEvery: rf.sampleEvery,
 	}
+	var explain io.Writer
 	switch {
 	case rf.json:
-		req.Exec.Capture = true
+		x.Capture = true
 	case rf.events:
-		req.Exec.OnEvent = out.event
+		x.OnEvent = out.event
 	default:
-		req.Exec.Stdout, req.Exec.Stderr = stdio.Stdout, stdio.Stderr
-		req.Explain = stdio.Stderr
+		x.Stdout, x.Stderr = stdio.Stdout, stdio.Stderr
+		explain = stdio.Stderr
 	}
-	r := runner.Run(ctx, sb, req)
+	r := b.Run(ctx, x, explain)
 	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
 		// The command's outcome stands; the caller still hears that
 		// cleanup failed.

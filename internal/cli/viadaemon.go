@@ -44,6 +44,7 @@ func runViaDaemon(ctx context.Context, rf *runFlags, argv []string, stdio IO) *r
 		}
 		req.Stdin = string(b)
 	}
+	SignalsCaught(ctx) // an interrupt ends the request, and the daemon the run
 	c := client.New(rf.socket)
 	var r *result.Result
 	var err error

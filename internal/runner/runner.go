@@ -59,10 +59,15 @@ func Run(ctx context.Context, sb *sandbox.Sandbox, req Request) *result.Result {
 	if err != nil {
 		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
 	}
-	r := b.Exec(ctx, req.Exec, req.Explain)
-	// The gateway and broker close before the result is complete, so that
-	// connections still open end, and are logged, first.
-	b.closeInto(ctx, r, req.Explain)
+	return b.Run(ctx, req.Exec, req.Explain)
+}
+
+// Run executes one command and closes the binding: the gateway and broker
+// close before the result is complete, so that connections still open
+// end, and are logged, first.
+func (b *Binding) Run(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) *result.Result {
+	r := b.Exec(ctx, x, explain)
+	b.closeInto(ctx, r, explain)
 	return r
 }
 

@@ -47,6 +47,7 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	// Standard output is the protocol's: the log goes to standard error.
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts.Embedded, opts.Version = true, cli.Version()
+	cli.SignalsCaught(ctx)
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return err

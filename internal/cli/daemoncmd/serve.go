@@ -47,6 +47,7 @@ func serveCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	opts.Version = cli.Version()
+	cli.SignalsCaught(ctx) // before the pools make sandboxes
 	d, err := daemon.New(ctx, opts)
 	if err != nil {
 		return err
