@@ -227,11 +227,24 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if rec == nil {
 		rec = j.argv
 	}
-	if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
-		return nil, nil, err
+	// The run is durably recorded before its command starts. The record's
+	// write (an fsync) overlaps the claim and the binding of the policy;
+	// while the log is known to fail, it is tried first, so that refused
+	// runs consume no sandbox.
+	recorded := make(chan error, 1)
+	if d.audit.Err() != nil {
+		if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
+			return nil, nil, err
+		}
+		recorded <- nil
+	} else {
+		go func() { recorded <- d.recordStart(ctx, *scope, rec, j.env, j.dir) }()
 	}
 	sb, warm, err := d.pools[j.tool.Name].Claim(ctx)
 	if err != nil {
+		if rerr := <-recorded; rerr != nil {
+			return nil, nil, rerr
+		}
 		e := errNoSandbox
 		if errors.Is(err, pool.ErrClosed) {
 			e = errShutdown
@@ -248,25 +261,38 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		}
 	}
 	scope.sandbox = sb.ID()
-	d.claimed(*scope, warm)
-	d.counts.runs.Add(1)
 	pol := policyOf(d.opts.Config, j.tool)
 	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
-	rreq := runner.Request{Policy: pol, Exec: sandbox.ExecRequest{
+	b, bindErr := runner.Bind(ctx, sb, pol)
+	if rerr := <-recorded; rerr != nil {
+		if bindErr == nil {
+			_ = b.Close(context.WithoutCancel(ctx))
+		}
+		done()
+		return nil, nil, rerr
+	}
+	d.claimed(*scope, warm)
+	d.counts.runs.Add(1)
+	if bindErr != nil {
+		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
+		d.finishRun(ctx, *scope, res)
+		return res, done, nil
+	}
+	x := sandbox.ExecRequest{
 		Argv:        j.argv,
 		Env:         append(append([]string(nil), j.tool.Env...), j.env...),
 		Dir:         j.dir,
 		SampleEvery: 250 * time.Millisecond,
 		Capture:     j.capture,
 		OnEvent:     j.onEvent,
-	}}
+	}
 	if j.stdin != nil {
-		rreq.Exec.Stdin = strings.NewReader(*j.stdin)
+		x.Stdin = strings.NewReader(*j.stdin)
 	}
 	if j.started != nil {
 		j.started()
 	}
-	res := runner.Run(ctx, sb, rreq)
+	res := b.Run(ctx, x, nil)
 	d.finishRun(ctx, *scope, res)
 	return res, done, nil
 }
