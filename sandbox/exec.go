@@ -303,10 +303,16 @@ wait:
 	// (an OOM kill of a child, a full disk) before anything is torn down.
 	stopMon()
 	<-monDone
-	if x.getBreach() == nil {
+	// One reading serves both.
+	if c, err := s.group.Counters(); err == nil {
+		d, dok := x.disk()
+		if x.getBreach() == nil {
+			x.checkReading(c, true, d, dok, false)
+		}
+		x.keepSample(c, d, dok)
+	} else if x.getBreach() == nil {
 		x.check(false)
 	}
-	x.sample()
 	if !x.req.KeepAlive || x.getBreach() != nil || runErr != nil {
 		// Killing init makes the kernel kill everything left in the
 		// sandbox, so the output pipes reach EOF once the last writer is

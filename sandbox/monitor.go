@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"os"
 	"strconv"
 	"time"
@@ -41,10 +42,16 @@ func (x *execution) monitor(ctx context.Context) {
 // check looks for a breach and reports whether it found one; fds adds the
 // descriptor check, which needs a look at every process.
 func (x *execution) check(fds bool) bool {
+	c, err := x.s.group.Counters()
+	d, dok := x.disk()
+	return x.checkReading(c, err == nil, d, dok, fds)
+}
+
+// checkReading is check on a reading already taken.
+func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok bool, fds bool) bool {
 	s := x.s
 	l := s.limits
-	c, err := s.group.Counters()
-	if err == nil {
+	if cok {
 		x.noteUsage(c.MemoryPeakBytes, c.MemoryBytes, max(c.PidsPeak, c.Pids), c.CPUUsageNanos)
 		switch {
 		case c.OOMKills > 0:
@@ -58,7 +65,7 @@ func (x *execution) check(fds bool) bool {
 			return true
 		}
 	}
-	if d, ok := x.disk(); ok {
+	if dok {
 		switch {
 		case d.freeBlocks == 0:
 			x.setBreach(&result.Limit{Name: result.LimitDisk, Ceiling: l.Disk, Observed: d.used, Unit: result.UnitBytes})
@@ -145,13 +152,19 @@ func (x *execution) sample() (result.Sample, bool) {
 	if err != nil {
 		return result.Sample{}, false
 	}
+	d, dok := x.disk()
+	return x.keepSample(c, d, dok), true
+}
+
+// keepSample keeps a reading already taken as evidence.
+func (x *execution) keepSample(c cgroup.Counters, d diskUse, dok bool) result.Sample {
 	smp := result.Sample{
 		Millis:      time.Since(x.start).Milliseconds(),
 		MemoryBytes: c.MemoryBytes,
 		Pids:        c.Pids,
 		CPUMillis:   (c.CPUUsageNanos - x.base.nanos) / 1e6,
 	}
-	if d, ok := x.disk(); ok {
+	if dok {
 		smp.DiskBytes, smp.DiskInodes = d.used, d.inodes
 	}
 	x.noteUsage(c.MemoryPeakBytes, c.MemoryBytes, c.Pids, c.CPUUsageNanos)
@@ -161,7 +174,7 @@ func (x *execution) sample() (result.Sample, bool) {
 		x.samples = x.samples[len(x.samples)-evidenceKept:]
 	}
 	x.mu.Unlock()
-	return smp, true
+	return smp
 }
 
 // Sample reads the sandbox's current resource use from the host: memory
