@@ -238,7 +238,8 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		}
 		recorded <- nil
 	} else {
-		go func() { recorded <- d.recordStart(ctx, *scope, rec, j.env, j.dir) }()
+		start := *scope // as it is before the claim fills in the sandbox
+		go func() { recorded <- d.recordStart(ctx, start, rec, j.env, j.dir) }()
 	}
 	sb, warm, err := d.pools[j.tool.Name].Claim(ctx)
 	if err != nil {
