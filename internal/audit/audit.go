@@ -219,19 +219,36 @@ func dsn(path, sync string, readOnly bool) string {
 }
 
 // Append commits evs and returns once they are durable, or with the
-// reason they are not. Every event queued before it is committed too.
+// reason they are not. Every event queued before it is committed too;
+// with no events it is a barrier that waits for them.
 func (l *Log) Append(ctx context.Context, evs ...Event) error {
+	wait, err := l.Enqueue(ctx, evs...)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
+// Enqueue queues evs, in order after everything queued before, and
+// returns a wait that returns once they are durable, or with the reason
+// they are not: Append in two halves, for a caller with something to do
+// in between (answer its client). A later Append, an empty one included,
+// returns only after these are committed.
+func (l *Log) Enqueue(ctx context.Context, evs ...Event) (wait func(context.Context) error, err error) {
 	done := make(chan error, 1)
 	if err := l.enqueue(ctx, item{events: stamp(evs), done: done}); err != nil {
-		return err
+		return nil, err
 	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// The events may still be committed; they are not acknowledged.
-		return ctx.Err()
-	}
+	return func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			done <- err // a second wait gets the same answer
+			return err
+		case <-ctx.Done():
+			// The events may still be committed; they are not acknowledged.
+			return ctx.Err()
+		}
+	}, nil
 }
 
 // Record queues evs without waiting. A failure to write them shows in
@@ -329,6 +346,21 @@ func (l *Log) gather(first item) []item {
 }
 
 func (l *Log) commit(batch []item) {
+	n := 0
+	for _, it := range batch {
+		n += len(it.events)
+	}
+	if n == 0 {
+		// Barriers only: what was queued before them has been written,
+		// or failed with the last write's error.
+		err := l.Err()
+		for _, it := range batch {
+			if it.done != nil {
+				it.done <- err
+			}
+		}
+		return
+	}
 	err := l.insert(batch)
 	l.fmu.Lock()
 	l.failure = err

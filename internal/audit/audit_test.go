@@ -189,6 +189,47 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// TestEnqueueAndBarrier: Enqueue's wait returns once its events are
+// written, and an empty Append waits for everything queued before it
+// (what an audit query relies on to see a run answered just before).
+func TestEnqueueAndBarrier(t *testing.T) {
+	l := open(t, Options{})
+	ctx := t.Context()
+	wait, err := l.Enqueue(ctx, Event{Kind: KindRunFinished, Run: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatalf("a second wait: %v", err)
+	}
+	for i := range 50 {
+		l.Record(Event{Kind: KindDNS, Run: "d" + strconv.Itoa(i)})
+		w, err := l.Enqueue(ctx, Event{Kind: KindRunFinished, Run: "q" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Append(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Query(ctx, Query{Run: "q" + strconv.Itoa(i)})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("after the barrier, round %d: %d events, %v", i, len(got), err)
+		}
+		if got, _ := l.Query(ctx, Query{Run: "d" + strconv.Itoa(i)}); len(got) != 1 {
+			t.Fatalf("after the barrier, round %d: the recorded event is missing", i)
+		}
+		if err := w(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.Last(); n != 101 {
+		t.Errorf("Last() = %d, want 101 (barriers add nothing)", n)
+	}
+}
+
 func TestWait(t *testing.T) {
 	l := open(t, Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
@@ -270,6 +311,10 @@ func TestWriteFailure(t *testing.T) {
 	}
 	if l.Err() == nil {
 		t.Error("Err() is nil after a failed write")
+	}
+	// A barrier neither hides the failure nor clears it.
+	if err := l.Append(t.Context()); err == nil || l.Err() == nil {
+		t.Errorf("barrier after a failed write: %v, Err() %v", err, l.Err())
 	}
 	if err := os.Remove(fill); err != nil {
 		t.Fatal(err)

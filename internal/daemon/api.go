@@ -218,9 +218,10 @@ func runError(w http.ResponseWriter, err error) {
 }
 
 // run records a run, claims a sandbox of its tool (warm from the pool, or
-// created), runs the command with the tool's policy bound, and records
-// the outcome before returning it. done destroys the sandbox; call it
-// once the answer is out. On error nothing ran and done is nil.
+// created), runs the command with the tool's policy bound, and queues
+// the outcome's record before returning it. done waits for the outcome's record to
+// be written and destroys the sandbox; call it once the answer is out. On
+// error nothing ran and done is nil.
 func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), _ error) {
 	scope := &runScope{tool: j.tool.Name, run: newRunID(), client: j.client}
 	rec := j.recordArgv
@@ -256,7 +257,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: e.Error()})
 		return nil, nil, e
 	}
-	done = func() {
+	destroy := func() {
 		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
 		}
@@ -269,7 +270,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		if bindErr == nil {
 			_ = b.Close(context.WithoutCancel(ctx))
 		}
-		done()
+		destroy()
 		return nil, nil, rerr
 	}
 	d.claimed(*scope, warm)
@@ -277,7 +278,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if bindErr != nil {
 		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
 		d.finishRun(ctx, *scope, res)
-		return res, done, nil
+		return res, destroy, nil
 	}
 	x := sandbox.ExecRequest{
 		Argv:        j.argv,
@@ -294,8 +295,8 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		j.started()
 	}
 	res := b.Run(ctx, x, nil)
-	d.finishRun(ctx, *scope, res)
-	return res, done, nil
+	outcome := d.queueFinish(ctx, *scope, res)
+	return res, func() { outcome(); destroy() }, nil
 }
 
 func resultEvent(r *result.Result) result.Event {

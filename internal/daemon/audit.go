@@ -158,8 +158,18 @@ func clip(argv []string) []string {
 }
 
 // finishRun records a run's outcome (and its breach, if any) and waits
-// until it is durable, so an answered run is a recorded one.
+// until it is written.
 func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result) {
+	d.queueFinish(ctx, s, res)()
+}
+
+// queueFinish queues the record of a run's outcome (and its breach, if
+// any) and returns a wait for it to be written. A run's answer goes out
+// between the two: the record is queued before it, so an audit query
+// made after the answer sees the outcome (queries wait for what is
+// queued, see getAudit), and its write does not delay the answer. A write
+// that fails is logged, as the start record is the one that gates a run.
+func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result) (wait func()) {
 	e := s.event(audit.KindRunFinished)
 	e.Decision = string(res.Outcome)
 	e.Detail = audit.Detail(map[string]any{
@@ -173,8 +183,19 @@ func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result) 
 		b.Decision, b.Detail = res.Limit.Name, audit.Detail(res.Limit)
 		evs = append(evs, b)
 	}
-	if err := d.audit.Append(context.WithoutCancel(ctx), evs...); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	failed := func(err error) {
 		d.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)
+	}
+	w, err := d.audit.Enqueue(ctx, evs...)
+	if err != nil {
+		failed(err)
+		return func() {}
+	}
+	return func() {
+		if err := w(ctx); err != nil {
+			failed(err)
+		}
 	}
 }
 
@@ -304,6 +325,9 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
+	// What is queued is written first: a run answered before this query
+	// (its outcome queued, see queueFinish) is in what it reads.
+	_ = d.audit.Append(ctx)
 	deadline := time.Now().Add(wait)
 	for {
 		evs, err := d.audit.Query(ctx, q)
