@@ -51,6 +51,19 @@ func testRuntime(t testing.TB) *Runtime {
 	return rtVal
 }
 
+// spawnerRuntime is a runtime that clones through the spawner, as where
+// clones copy memory (race builds, other architectures).
+func spawnerRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	testRuntime(t)
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), spawner: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
 // testProg returns the attack program, built once per test binary.
 func testProg(t testing.TB) []byte {
 	t.Helper()

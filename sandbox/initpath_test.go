@@ -99,7 +99,9 @@ func TestSelfInitFallback(t *testing.T) {
 
 // TestInitFromAnotherBuild points the runtime at init programs that are
 // not this build's: one that speaks another protocol version, and one
-// that is no spawner at all. Create fails with an error that says so.
+// that is no spawner at all. Create fails with an error that says so. The
+// spawner's hello is what carries the version to the host; a runtime that
+// clones in process sends it to init in the setup, which init checks.
 func TestInitFromAnotherBuild(t *testing.T) {
 	testRuntime(t)
 	dir := t.TempDir()
@@ -120,7 +122,7 @@ func TestInitFromAnotherBuild(t *testing.T) {
 			if err := os.WriteFile(p, []byte("#!/bin/sh\n"+tc.script+"\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: p})
+			rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: p, spawner: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -159,10 +160,16 @@ func TestSoak(t *testing.T) {
 func countHostProcs() int { return len(hostPids()) }
 
 // countSandboxProcs counts processes whose uid is in the sandbox id space.
+// countSandboxProcs counts the processes of this package's sandboxes: a
+// sandbox uid, in a cgroup below the tests' parent (other packages' tests
+// may be running sandboxes of their own meanwhile).
 func countSandboxProcs() int {
 	n := 0
 	for _, pid := range hostPids() {
-		if uid, ok := procUID(pid); ok && uid >= 1<<30 {
+		if uid, ok := procUID(pid); !ok || uid < 1<<30 {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup"); err == nil && strings.Contains(string(b), testCgroup+"/") {
 			n++
 		}
 	}
@@ -173,7 +180,7 @@ func countSandboxProcs() int {
 // working (its init is the host's child), and the next Create starts a new
 // spawner.
 func TestSpawnerRestart(t *testing.T) {
-	rt := testRuntime(t)
+	rt := spawnerRuntime(t)
 	before, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +199,12 @@ func TestSpawnerRestart(t *testing.T) {
 	if r := before.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
 		t.Fatalf("sandbox created before the spawner died: %s %s", r.Outcome, r.Error)
 	}
-	r := run(t, runOpts{}, "echo", "again")
+	after, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatalf("Create after the spawner died: %v", err)
+	}
+	r := after.Exec(t.Context(), ExecRequest{Argv: []string{"echo", "again"}, Capture: true})
+	after.Destroy(t.Context())
 	if string(r.Stdout) != "again\n" {
 		t.Fatalf("after the spawner died: %s %q %s", r.Outcome, r.Stdout, r.Error)
 	}
@@ -242,7 +254,7 @@ func TestConcurrentRuns(t *testing.T) {
 // TestSpawnerRefusesBadRequest sends the spawner a request without the
 // descriptors it needs: it must answer with an error and keep serving.
 func TestSpawnerRefusesBadRequest(t *testing.T) {
-	rt := testRuntime(t)
+	rt := spawnerRuntime(t)
 	_, _, err := rt.spawner.spawn(spawner.Request{Path: "/proc/self/exe", Arg0: "x", IDBase: 1 << 30, IDSize: 1}, []int{0})
 	if err == nil || !strings.Contains(err.Error(), "descriptors") {
 		t.Fatalf("got %v, want an error about descriptors", err)

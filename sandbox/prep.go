@@ -27,7 +27,7 @@ type netnsSupply struct {
 }
 
 // newNetnsOne makes a single namespace on another thread at once, for a
-// runtime that creates one sandbox (CloneInProcess): making it overlaps
+// runtime that creates one sandbox (OneShot): making it overlaps
 // the rest of the runtime's start and the sandbox's preparation, and
 // nothing is made that goes unused. Its first take waits for that one;
 // later takes make their own.

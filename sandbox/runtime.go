@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
 	"golang.org/x/sys/unix"
 )
@@ -48,12 +49,22 @@ type Options struct {
 	InitPath string
 	// Logger receives the runtime's own diagnostics. Default: discard.
 	Logger *slog.Logger
-	// CloneInProcess clones each init from this process instead of from
-	// the spawner helper. That saves starting the helper, but every clone
-	// is a full fork of this process's memory, after which this process
-	// takes a page fault for every page it writes: right for a short-lived
-	// process with a small heap (the one-shot CLI), wrong for a daemon.
+	// CloneInProcess clones each init from this process even where a
+	// clone copies this process's memory (race builds, architectures
+	// other than amd64; see forkexec.SharesMemory), after which this
+	// process takes a page fault for every page it writes: right for a
+	// short-lived process with a small heap, wrong for a daemon. Where a
+	// clone shares the memory, every runtime clones in process; elsewhere,
+	// without this, the spawner helper clones.
 	CloneInProcess bool
+	// OneShot tunes the runtime for a process that creates one sandbox
+	// (the CLI's run): its network namespace is made on another thread
+	// while New goes on, nothing is made ahead after it, and the host's
+	// part of init's setup is loaded by that Create while its init starts.
+	OneShot bool
+	// spawner makes the runtime clone through the spawner even where a
+	// clone in process shares memory (the tests of the spawner's path).
+	spawner bool
 	// Observe, if set, is told of every sandbox created and destroyed by
 	// this runtime and of every leftover it sweeps (the daemon's audit
 	// log). It must not block for long.
@@ -121,12 +132,13 @@ type Runtime struct {
 	opts Options
 	cg   *cgroup.Parent
 	// base is what every init's setup carries from the host: loaded once,
-	// by New, or (CloneInProcess) by the one Create once its init is
-	// starting, so that the work overlaps the start of init's runtime.
+	// by New, or (OneShot) by the one Create once its init is starting,
+	// so that the work overlaps the start of init's runtime.
 	base    func() (hostBase, error)
 	spawner *spawnerClient
-	// hostNet is this process's network namespace, and initFile the init
-	// program, open with O_PATH (CloneInProcess only).
+	// hostNet is this process's network namespace and initFile the init
+	// program, open with O_PATH, when inits are cloned in process (else
+	// both nil).
 	hostNet  *os.File
 	initFile *os.File
 	// nets supplies network namespaces made ahead of demand.
@@ -178,7 +190,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
 		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
 	}
-	if opts.CloneInProcess {
+	if opts.OneShot {
 		// A one-shot process creates one sandbox: its namespace is made
 		// meanwhile, on another thread (and closed if New fails).
 		rt.nets = newNetnsOne()
@@ -202,17 +214,18 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		}
 	}
 	rt.base = sync.OnceValues(loadBase)
-	if !opts.CloneInProcess {
+	if !opts.OneShot {
 		if _, err := rt.base(); err != nil {
 			return nil, err
 		}
 	} // else the sandbox's Create reads them while its init starts
-	if opts.CloneInProcess {
+	if opts.CloneInProcess || forkexec.SharesMemory() && !opts.spawner {
 		if rt.hostNet, err = os.Open("/proc/self/ns/net"); err != nil {
 			return nil, err
 		}
 		fd, err := unix.Open(opts.InitPath, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
+			rt.hostNet.Close()
 			return nil, fmt.Errorf("init program: %w", err)
 		}
 		rt.initFile = os.NewFile(uintptr(fd), opts.InitPath)

@@ -316,7 +316,7 @@ func (s *syncWriter) event(e result.Event) {
 func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result.Result {
 	// One short-lived sandbox: cloning from this small process is cheaper
 	// than starting the spawner helper.
-	rf.opts.CloneInProcess = true
+	rf.opts.CloneInProcess, rf.opts.OneShot = true, true
 	if rf.opts.Logger == nil {
 		// The runtime's warnings (no airlock-init beside airlock, say).
 		rf.opts.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
