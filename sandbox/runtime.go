@@ -58,9 +58,9 @@ type Options struct {
 	// without this, the spawner helper clones.
 	CloneInProcess bool
 	// OneShot tunes the runtime for a process that creates one sandbox
-	// (the CLI's run): its network namespace is made on another thread
-	// while New goes on, nothing is made ahead after it, and the host's
-	// part of init's setup is loaded by that Create while its init starts.
+	// (the CLI's run): its network namespace and the host's part of
+	// init's setup are made on other threads while New and the Create go
+	// on, and nothing is made ahead after it.
 	OneShot bool
 	// spawner makes the runtime clone through the spawner even where a
 	// clone in process shares memory (the tests of the spawner's path).
@@ -132,8 +132,8 @@ type Runtime struct {
 	opts Options
 	cg   *cgroup.Parent
 	// base is what every init's setup carries from the host: loaded once,
-	// by New, or (OneShot) by the one Create once its init is starting,
-	// so that the work overlaps the start of init's runtime.
+	// by New, or (OneShot) on another goroutine while New and the Create
+	// go on, so that the work overlaps them and the start of init.
 	base    func() (hostBase, error)
 	spawner *spawnerClient
 	// hostNet is this process's network namespace and initFile the init
@@ -218,7 +218,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		if _, err := rt.base(); err != nil {
 			return nil, err
 		}
-	} // else the sandbox's Create reads them while its init starts
+	} else {
+		// Loaded on another goroutine meanwhile; the Create waits for it
+		// only once its init is cloned.
+		go rt.base()
+	}
 	if opts.CloneInProcess || forkexec.SharesMemory() && !opts.spawner {
 		if rt.hostNet, err = os.Open("/proc/self/ns/net"); err != nil {
 			return nil, err
