@@ -268,11 +268,7 @@ func TestSpawnerRefusesBadRequest(t *testing.T) {
 // starts: Create fails with the context's error and leaves nothing behind.
 func TestCreateCanceled(t *testing.T) {
 	rt := testRuntime(t)
-	before, err := rt.cg.Children()
-	if err != nil {
-		t.Fatal(err)
-	}
-	procs := countSandboxProcs()
+	checkLeft := nothingLeft(t, rt)
 	for _, d := range []time.Duration{0, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(t.Context(), d)
 		sb, err := rt.Create(ctx, Spec{Limits: DefaultLimits()})
@@ -291,15 +287,30 @@ func TestCreateCanceled(t *testing.T) {
 			t.Errorf("Create with a %v deadline: %v, want the context's error", d, err)
 		}
 	}
-	after, err := rt.cg.Children()
+	checkLeft()
+}
+
+// nothingLeft notes rt's sandbox cgroups and this package's sandbox
+// processes, and returns a check that there are no more of either.
+func nothingLeft(t *testing.T, rt *Runtime) func() {
+	t.Helper()
+	before, err := rt.cg.Children()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(after) != len(before) {
-		t.Errorf("cgroups %v after, %v before", after, before)
-	}
-	if n := countSandboxProcs(); n != procs {
-		t.Errorf("%d sandbox processes after, %d before", n, procs)
+	procs := countSandboxProcs()
+	return func() {
+		t.Helper()
+		after, err := rt.cg.Children()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after) != len(before) {
+			t.Errorf("cgroups %v after, %v before", after, before)
+		}
+		if n := countSandboxProcs(); n != procs {
+			t.Errorf("%d sandbox processes after, %d before", n, procs)
+		}
 	}
 }
 
@@ -307,11 +318,7 @@ func TestCreateCanceled(t *testing.T) {
 // and network namespace; its error fails the Create and leaves nothing.
 func TestOnStart(t *testing.T) {
 	rt := testRuntime(t)
-	before, err := rt.cg.Children()
-	if err != nil {
-		t.Fatal(err)
-	}
-	procs := countSandboxProcs()
+	checkLeft := nothingLeft(t, rt)
 	var seenID string
 	var seenNS bool
 	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), OnStart: func(sb *Sandbox) error {
@@ -331,14 +338,5 @@ func TestOnStart(t *testing.T) {
 	if _, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), OnStart: func(*Sandbox) error { return boom }}); !errors.Is(err, boom) {
 		t.Errorf("Create with a failing OnStart: %v, want its error", err)
 	}
-	after, err := rt.cg.Children()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(after) != len(before) {
-		t.Errorf("cgroups %v after, %v before", after, before)
-	}
-	if n := countSandboxProcs(); n != procs {
-		t.Errorf("%d sandbox processes after, %d before", n, procs)
-	}
+	checkLeft()
 }
