@@ -97,7 +97,7 @@ func egressBench(n int, size int64, conns int) error {
 			p.d = append(p.d, t2.Sub(t1))
 		}
 	}
-	fmt.Printf("## Egress\n\nA GET of a small body from a loopback upstream, a fresh connection each time, %d runs each, interleaved: direct from the host vs from a sandbox's namespace through airlock's proxy (absolute-form).\n\n", n)
+	fmt.Printf("\n## Egress\n\nA GET of a small body from a loopback upstream, a fresh connection each time, %d runs each, interleaved: direct from the host vs from a sandbox's namespace through airlock's proxy (absolute-form).\n\n", n)
 	fmt.Println("| Path | p50 | p99 |\n| --- | --- | --- |")
 	for _, s := range []*series{&d, &p} {
 		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
