@@ -190,15 +190,27 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
 		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
 	}
+	// What New has opened is closed again if it fails.
+	defer func() {
+		if err == nil {
+			return
+		}
+		if rt.nets != nil {
+			rt.nets.close()
+		}
+		for _, f := range []*os.File{rt.hostNet, rt.initFile} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		if rt.cg != nil {
+			rt.cg.Close()
+		}
+	}()
 	if opts.OneShot {
 		// A one-shot process creates one sandbox: its namespace is made
-		// meanwhile, on another thread (and closed if New fails).
+		// meanwhile, on another thread.
 		rt.nets = newNetnsOne()
-		defer func() {
-			if err != nil {
-				rt.nets.close()
-			}
-		}()
 	}
 	// The state dir must be traversable by the sandbox's init, which runs
 	// as an unmapped uid and mounts the new root over rootDir.
@@ -229,7 +241,6 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		}
 		fd, err := unix.Open(opts.InitPath, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
-			rt.hostNet.Close()
 			return nil, fmt.Errorf("init program: %w", err)
 		}
 		rt.initFile = os.NewFile(uintptr(fd), opts.InitPath)

@@ -218,20 +218,20 @@ func runError(w http.ResponseWriter, err error) {
 }
 
 // run records a run, claims a sandbox of its tool (warm from the pool, or
-// created), runs the command with the tool's policy bound, and queues
-// the outcome's record before returning it. done waits for the outcome's record to
-// be written and destroys the sandbox; call it once the answer is out. On
-// error nothing ran and done is nil.
+// created), runs the command with the tool's policy bound, and queues the
+// record of its outcome before returning it. done waits for that record
+// to be written and destroys the sandbox; call it once the answer is out.
+// On error nothing ran and done is nil.
 func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), _ error) {
 	scope := &runScope{tool: j.tool.Name, run: newRunID(), client: j.client}
 	rec := j.recordArgv
 	if rec == nil {
 		rec = j.argv
 	}
-	// The run is durably recorded before its command starts. The record's
-	// write (an fsync) overlaps the claim and the binding of the policy;
-	// while the log is known to fail, it is tried first, so that refused
-	// runs consume no sandbox.
+	// The run is recorded before its command starts. The record's write
+	// (a transaction of the audit log) overlaps the claim and the binding
+	// of the policy; while the log is known to fail, it is tried first, so
+	// that refused runs consume no sandbox.
 	recorded := make(chan error, 1)
 	if d.audit.Err() != nil {
 		if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
