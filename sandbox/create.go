@@ -192,6 +192,11 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts, b)}, setupFDs); err != nil {
 		return nil, fmt.Errorf("sandbox init: %w", err)
 	}
+	// While init starts: the counter files, so that a command's first
+	// reading of them is no opens.
+	if err := s.group.OpenCounters(); err != nil {
+		return nil, err
+	}
 	if spec.OnStart != nil {
 		if err := spec.OnStart(s); err != nil {
 			return nil, err

@@ -157,32 +157,25 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 	default:
 	}
 	x := &execution{s: s, req: req, msgs: make(chan *initproto.Message, 2), breached: make(chan struct{})}
-	var toClose []*os.File
+	// The sandbox's ends leave with the request; the host keeps its own.
+	var sbEnds []int
 	defer func() {
-		for _, f := range toClose {
-			f.Close()
+		for _, fd := range sbEnds {
+			unix.Close(fd)
 		}
 	}()
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		for _, f := range []*os.File{inR, inW, outR, outW} {
-			f.Close()
+	var hostEnds []*os.File
+	for _, name := range []string{"stdin", "stdout", "stderr"} {
+		h, sb, err := sandboxPipe(name)
+		if err != nil {
+			for _, f := range hostEnds {
+				f.Close()
+			}
+			return nil, err
 		}
-		return nil, err
+		hostEnds, sbEnds = append(hostEnds, h), append(sbEnds, sb)
 	}
-	// The sandbox's ends leave with the request; the host keeps its own.
-	toClose = append(toClose, inR, outW, errW)
-	x.stdinW, x.stdoutR, x.stderrR = inW, outR, errR
+	x.stdinW, x.stdoutR, x.stderrR = hostEnds[0], hostEnds[1], hostEnds[2]
 
 	s.mu.Lock()
 	s.nextID++
@@ -192,7 +185,7 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 
 	env := mergeEnv(DefaultEnv, req.Env)
 	m := &initproto.Message{Kind: initproto.KindExec, ID: x.id, Exec: &initproto.Exec{Argv: req.Argv, Env: env, Dir: req.Dir}}
-	if err := s.conn.Send(m, []int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}); err != nil {
+	if err := s.conn.Send(m, sbEnds); err != nil {
 		x.closeHostEnds()
 		x.unregister()
 		if errors.Is(err, initproto.ErrTooLarge) {
@@ -201,6 +194,27 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrDead, err)
 	}
 	return x, nil
+}
+
+// sandboxPipe makes a pipe for one of a command's standard streams: the
+// host's end (the write end for stdin) on the Go poller, the sandbox's a
+// plain blocking descriptor. Made non-blocking at once, only the
+// sandbox's end needs a flag change, and it never enters the poller.
+func sandboxPipe(name string) (host *os.File, sandbox int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	h, sb := p[0], p[1]
+	if name == "stdin" {
+		h, sb = p[1], p[0]
+	}
+	if _, err := unix.FcntlInt(uintptr(sb), unix.F_SETFL, 0); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(h), name), sb, nil
 }
 
 func (x *execution) unregister() {

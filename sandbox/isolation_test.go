@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -435,6 +436,67 @@ func TestKeepAlive(t *testing.T) {
 	}
 }
 
+// TestInitReapsOrphans leaves a process behind that init inherits when its
+// parent ends, and checks from the host that init reaps it once it exits:
+// no zombie stays in the sandbox, holding a pid of its ceiling.
+func TestInitReapsOrphans(t *testing.T) {
+	rt := testRuntime(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "sleep 0.3 & exit 0"}, KeepAlive: true})
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("sh: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+	}
+	kids := childrenOf(t, sb.InitPid())
+	if len(kids) != 1 || kids[0].comm != "sleep" || kids[0].state == "Z" {
+		t.Fatalf("init's children after sh ended: %+v, want the running orphan sleep", kids)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		kids = childrenOf(t, sb.InitPid())
+		if len(kids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init's children 2 s on (the orphan slept 0.3 s): %+v", kids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type proc struct{ pid, comm, state string }
+
+// childrenOf lists, from the host's /proc, the processes whose parent is
+// pid.
+func childrenOf(t *testing.T, pid int) []proc {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proc
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // not a process, or gone
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		j := bytes.IndexByte(b, '(')
+		if i < 0 || j < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, proc{pid: e.Name(), comm: string(b[j+1 : i]), state: f[0]})
+		}
+	}
+	return out
+}
+
 // TestInitHoldsNoHostFiles lists init's descriptors from the host: its
 // control socket, its diagnostics pipe, the runtime's anonymous objects
 // (epoll, eventfd, pidfds), and files only on the sandbox's own mounts —
@@ -490,8 +552,8 @@ func TestInitThreadsConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(t.Context())
-	// Run something first (keeping the sandbox): init's reaper then has
-	// a thread of its own.
+	// Run something first (keeping the sandbox): forking a command is
+	// what a thread the runtime started late could miss.
 	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}, KeepAlive: true}); r.Outcome != result.Exited || r.ExitCode != 0 {
 		t.Fatalf("true: %s %d %s", r.Outcome, r.ExitCode, r.Error)
 	}

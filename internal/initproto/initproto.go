@@ -206,23 +206,28 @@ func Send(fd int, m *Message, fds []int) error {
 	return nil
 }
 
-// RecvRaw reads one message from a non-blocking socket through the Go
-// runtime's poller, so that a waiting reader parks its goroutine instead of
-// blocking a thread. buf must hold MaxMessage bytes. Descriptors that arrive
-// with it are returned; the caller owns them. A malformed message closes any
-// descriptors it carried and returns an error.
-func RecvRaw(rc syscall.RawConn, buf []byte) (*Message, []int, error) {
-	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
-	var n, oobn, flags int
-	var err error
-	rerr := rc.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
-		return err != unix.EAGAIN
-	})
-	if rerr != nil {
-		err = rerr
+// RecvFD reads one message from fd with recvmsg on the calling thread:
+// blocking on a blocking socket, or with dontWait an error wrapping
+// unix.EAGAIN when nothing is queued. buf must hold MaxMessage bytes.
+// Descriptors that arrive with it are returned; the caller owns them. A
+// malformed message closes any descriptors it carried and returns an
+// error.
+func RecvFD(fd int, buf []byte, dontWait bool) (*Message, []int, error) {
+	var oobBuf [64]byte
+	oob := oobBuf[:unix.CmsgSpace(maxFDs*4)]
+	flags := unix.MSG_CMSG_CLOEXEC
+	if dontWait {
+		flags |= unix.MSG_DONTWAIT
 	}
-	return finishRecv(buf, oob, n, oobn, flags, err)
+	var n, oobn, rflags int
+	var err error
+	for {
+		n, oobn, rflags, _, err = unix.Recvmsg(fd, buf, oob, flags)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	return finishRecv(buf, oob, n, oobn, rflags, err)
 }
 
 func finishRecv(buf, oob []byte, n, oobn, flags int, err error) (*Message, []int, error) {

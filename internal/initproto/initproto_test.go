@@ -22,19 +22,10 @@ func pair(t *testing.T) (int, int) {
 	return fds[0], fds[1]
 }
 
-// recv reads from fd as init does: non-blocking, through the poller.
+// recv reads from fd as init does.
 func recv(t *testing.T, fd int, buf []byte) (*Message, []int, error) {
 	t.Helper()
-	if err := unix.SetNonblock(fd, true); err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), "b")
-	t.Cleanup(func() { f.Close() })
-	rc, err := f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return RecvRaw(rc, buf)
+	return RecvFD(fd, buf, false)
 }
 
 func TestSendRecvWithDescriptors(t *testing.T) {

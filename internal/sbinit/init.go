@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -48,16 +47,14 @@ func Main() int {
 	// handshake with the runtime's signal thread per signal, milliseconds
 	// of every sandbox's start.
 	syscall.CloseOnExec(ctrlFD)
-	if err := syscall.SetNonblock(ctrlFD, true); err != nil {
-		return 2
-	}
-	// Through the poller, waiting for the host costs no thread.
-	ctrl, err := os.NewFile(ctrlFD, "ctrl").SyscallConn()
-	if err != nil {
+	// Blocking, and no Go poller: init waits on this locked thread alone
+	// (see server.serve), so a message from the host wakes the thread that
+	// handles it, with no poller thread handing over to it.
+	if err := syscall.SetNonblock(ctrlFD, false); err != nil {
 		return 2
 	}
 	buf := make([]byte, initproto.MaxMessage)
-	m, fds, err := initproto.RecvRaw(ctrl, buf)
+	m, fds, err := initproto.RecvFD(ctrlFD, buf, false)
 	if err != nil {
 		if errors.Is(err, initproto.ErrVersion) {
 			fail(err)
@@ -81,9 +78,8 @@ func Main() int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]uint64), uid: m.Setup.UID, wake: make(chan struct{}, 1)}
-	go s.reap()
-	return s.serve(ctrl, buf)
+	s := &server{cmds: make(map[int]command), uid: m.Setup.UID}
+	return s.serve(buf)
 }
 
 func fail(err error) {
@@ -96,34 +92,84 @@ func closeFDs(fds []int) {
 	}
 }
 
-// server runs commands and reports their ends.
+// server runs commands and reports their ends. It is one loop on init's
+// locked main thread: no other goroutine of init's does anything, so no
+// event waits for the Go scheduler to hand a processor from one thread to
+// another (init has one), and each wake-up is the kernel's, straight to
+// the thread that acts on it.
 type server struct {
-	sendMu sync.Mutex
-
-	mu sync.Mutex
-	// cmds maps the pid of a running command to its request id. Other
-	// children (orphans re-parented to init) are reaped and ignored.
-	cmds map[int]uint64
-
+	// cmds maps the pid of a running command to its request and pidfd.
+	// Other children (orphans re-parented to init) are reaped and ignored.
+	cmds map[int]command
 	// uid is the commands' uid: their real, effective and saved one.
 	uid int
-	// wake tells the reaper that a child was started.
-	wake chan struct{}
+	// ep is the epoll set: the control socket and each command's pidfd.
+	ep int
+	// children is whether init had children at the last reap.
+	children bool
 }
 
+type command struct {
+	id    uint64
+	pidfd int
+}
+
+// orphanPoll bounds how long an orphan that has exited can wait to be
+// reaped while init has children. Orphans are usually reaped at once: the
+// kernel gives SIGCHLD to init's main thread first, which interrupts its
+// wait (see serve); this covers a signal that went to another thread.
+const orphanPoll = 100 // milliseconds
+
 func (s *server) send(m *initproto.Message) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
 	return initproto.Send(ctrlFD, m, nil)
 }
 
-func (s *server) serve(ctrl syscall.RawConn, buf []byte) int {
+// serve handles the host's requests and the children's ends until the
+// host closes the control channel. It waits in epoll_wait for the control
+// socket and the pidfds of running commands; SIGCHLD, which Go's handler
+// takes and ignores, makes that wait return EINTR, after which every child
+// that has ended is reaped too.
+func (s *server) serve(buf []byte) int {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return 2
+	}
+	s.ep = ep
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, ctrlFD, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: ctrlFD}); err != nil {
+		return 2
+	}
+	var evs [8]unix.EpollEvent
 	for {
-		m, fds, err := initproto.RecvRaw(ctrl, buf)
+		timeout := -1
+		if s.children {
+			timeout = orphanPoll
+		}
+		n, err := unix.EpollWait(ep, evs[:], timeout)
+		if err != nil && err != unix.EINTR {
+			return 2
+		}
+		for _, ev := range evs[:max(n, 0)] {
+			if ev.Fd == ctrlFD && !s.requests(buf) {
+				// The host is gone or broken: exiting kills
+				// everything in the sandbox, which is what the
+				// host would do anyway.
+				return 0
+			}
+		}
+		s.reap()
+	}
+}
+
+// requests handles every message queued on the control socket and
+// reports whether the channel is still open.
+func (s *server) requests(buf []byte) bool {
+	for {
+		m, fds, err := initproto.RecvFD(ctrlFD, buf, true)
+		if errors.Is(err, unix.EAGAIN) {
+			return true
+		}
 		if err != nil {
-			// The host is gone or broken: exiting kills everything in
-			// the sandbox, which is what the host would do anyway.
-			return 0
+			return false
 		}
 		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 {
 			closeFDs(fds)
@@ -162,15 +208,7 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		// real and saved ones (see confine).
 		UID: s.uid, GID: -1, CgroupFD: -1,
 	}
-	// Held across the fork, so the reaper cannot report the command's end
-	// before it is in cmds.
-	s.mu.Lock()
 	c, err := forkexec.Start(sp)
-	if err == nil {
-		s.cmds[c.Pid] = id
-		unix.Close(c.PidFD)
-	}
-	s.mu.Unlock()
 	if err != nil {
 		var fe *forkexec.Error
 		if errors.As(err, &fe) {
@@ -179,10 +217,14 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		s.execFailed(id, e.Argv[0], err, fds[2])
 		return
 	}
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	// The pidfd turns readable when the command ends, which wakes serve.
+	if err := unix.EpollCtl(s.ep, unix.EPOLL_CTL_ADD, c.PidFD, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.PidFD)}); err != nil {
+		// Still reaped, on SIGCHLD or at the next poll.
+		unix.Close(c.PidFD)
+		c.PidFD = -1
 	}
+	s.cmds[c.Pid] = command{id: id, pidfd: c.PidFD}
+	s.children = true
 	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: c.Pid})
 }
 
@@ -202,28 +244,32 @@ func (s *server) execFailed(id uint64, name string, err error, stderr int) {
 	_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(errno), Error: err.Error()})
 }
 
-// reap is init's duty as PID 1: collect every child that exits (orphans
-// re-parented to init included), report the commands, and discard the
-// rest. It waits in wait4 while init has children, and on wake while it
-// has none, so a sandbox that never ran anything keeps no thread waiting.
+// reap is init's duty as PID 1: collect every child that has exited
+// (orphans re-parented to init included), report the commands, and
+// discard the rest.
 func (s *server) reap() {
-	for range s.wake {
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				break // ECHILD: nothing left until the next start
-			}
-			s.mu.Lock()
-			id, ok := s.cmds[pid]
-			delete(s.cmds, pid)
-			s.mu.Unlock()
-			if ok {
-				_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Pid: pid, Status: int(ws)})
-			}
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
 		}
+		if err != nil {
+			s.children = false // ECHILD: none left
+			return
+		}
+		if pid == 0 {
+			s.children = true // some still running
+			return
+		}
+		c, ok := s.cmds[pid]
+		if !ok {
+			continue
+		}
+		delete(s.cmds, pid)
+		if c.pidfd >= 0 {
+			unix.Close(c.pidfd) // leaves the epoll set with it
+		}
+		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: c.id, Pid: pid, Status: int(ws)})
 	}
 }

@@ -71,6 +71,20 @@ func (g *Group) fd(i int) (int, error) {
 	return fd, nil
 }
 
+// OpenCounters opens the files Counters reads, so that the first reading
+// (a command's first) costs reads only. Create leaves them unopened for
+// callers that never read counters (sweeping).
+func (g *Group) OpenCounters() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range numCounterFiles {
+		if _, err := g.fd(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // read returns the current content of file i in g.buf, or nil when the
 // file is absent. The caller holds g.mu.
 func (g *Group) read(i int) ([]byte, error) {
