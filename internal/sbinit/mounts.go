@@ -1,7 +1,6 @@
 package sbinit
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -99,7 +98,7 @@ func setup(c *initproto.Setup, fds []int) error {
 			return fmt.Errorf("/%s: %w", d, err)
 		}
 	}
-	if err := remount(filepath.Join(root, "dev"), unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+	if err := setattr(filepath.Join(root, "dev"), unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false); err != nil {
 		return fmt.Errorf("/dev read-only: %w", err)
 	}
 	if err := unix.Sethostname([]byte(c.Hostname)); err != nil {
@@ -116,7 +115,7 @@ func setup(c *initproto.Setup, fds []int) error {
 		unix.Close(fd)
 	}
 	if c.Image == nil || !c.Image.Writable {
-		if err := remount("/", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		if err := setattr("/", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, false); err != nil {
 			return fmt.Errorf("root read-only: %w", err)
 		}
 	}
@@ -237,23 +236,19 @@ func makeTarget(p string, file bool) error {
 // bindReadOnly binds src onto dst and makes it read-only, nosuid and nodev.
 // A plain bind is tried first; a mount with submounts cannot be bound alone
 // inside a user namespace (that would uncover what the submounts hide), so it
-// is then bound recursively and every submount made read-only too.
+// is then bound recursively, and the flags go to every submount too.
 func bindReadOnly(src, dst string, file bool) error {
 	if err := makeTarget(dst, file); err != nil {
 		return err
 	}
-	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
 	err := mount(src, dst, "", unix.MS_BIND, "")
 	if err == unix.EINVAL {
-		if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return err
-		}
-		return remountTree(dst, flags)
+		err = mount(src, dst, "", unix.MS_BIND|unix.MS_REC, "")
 	}
 	if err != nil {
 		return err
 	}
-	return remount(dst, flags)
+	return setattr(dst, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, true)
 }
 
 func bindScratch(src, dst string) error {
@@ -263,89 +258,7 @@ func bindScratch(src, dst string) error {
 	if err := mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	return remount(dst, unix.MS_NOSUID|unix.MS_NODEV)
-}
-
-// remount changes the per-mount flags of the mount at p. Flags the kernel
-// locked when the mount came from a more privileged namespace (noexec,
-// nosuid, nodev, atime) must be kept, or the kernel refuses the remount.
-func remount(p string, flags uintptr) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return err
-	}
-	flags |= lockedFlags(st.Flags)
-	return mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
-}
-
-func lockedFlags(stFlags int64) uintptr {
-	var f uintptr
-	for _, m := range []struct {
-		st int64
-		ms uintptr
-	}{
-		{unix.ST_NOSUID, unix.MS_NOSUID},
-		{unix.ST_NODEV, unix.MS_NODEV},
-		{unix.ST_NOEXEC, unix.MS_NOEXEC},
-		{unix.ST_NOATIME, unix.MS_NOATIME},
-		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-		{unix.ST_RELATIME, unix.MS_RELATIME},
-	} {
-		if stFlags&m.st != 0 {
-			f |= m.ms
-		}
-	}
-	return f
-}
-
-// remountTree applies flags to the mount at p and every mount below it.
-func remountTree(p string, flags uintptr) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == p || strings.HasPrefix(mp, p+"/") {
-			points = append(points, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	for _, mp := range points {
-		if err := remount(mp, flags); err != nil {
-			return fmt.Errorf("remount %s: %w", mp, err)
-		}
-	}
-	return nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space...) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			v := (int(s[i+1]-'0') << 6) | (int(s[i+2]-'0') << 3) | int(s[i+3]-'0')
-			b.WriteByte(byte(v))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return setattr(dst, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, false)
 }
 
 func setupDev(root, scratch string, devices []string) error {
@@ -364,7 +277,7 @@ func setupDev(root, scratch string, devices []string) error {
 		if err := mount(filepath.Join("/dev", d), p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", d, err)
 		}
-		if err := remount(p, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+		if err := setattr(p, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false); err != nil {
 			return fmt.Errorf("remount %s: %w", d, err)
 		}
 	}
@@ -459,7 +372,7 @@ func setupProc(root, scratch string) error {
 		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", name, err)
 		}
-		if err := remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
+		if err := setattr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, true); err != nil {
 			return fmt.Errorf("read-only %s: %w", name, err)
 		}
 	}

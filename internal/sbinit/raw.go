@@ -1,6 +1,7 @@
 package sbinit
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -44,6 +45,33 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 		return e
 	}
 	return nil
+}
+
+// setattr sets mount flags (unix.MOUNT_ATTR_*) on the mount at p, and with
+// recursive on every mount below it, leaving its other flags as they are:
+// one mount_setattr (Linux 5.12). A remount instead needs a statfs first,
+// to repeat the flags the kernel locked on mounts that came from the host,
+// and one call per submount.
+func setattr(p string, attr uint64, recursive bool) error {
+	b, err := syscall.BytePtrFromString(p)
+	if err != nil {
+		return err
+	}
+	a := unix.MountAttr{Attr_set: attr}
+	flags := uintptr(unix.AT_SYMLINK_NOFOLLOW)
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+	}
+	cwd := unix.AT_FDCWD
+	_, _, e := syscall.RawSyscall6(unix.SYS_MOUNT_SETATTR, uintptr(cwd), uintptr(unsafe.Pointer(b)), flags,
+		uintptr(unsafe.Pointer(&a)), unsafe.Sizeof(a), 0)
+	switch e {
+	case 0:
+		return nil
+	case unix.ENOSYS:
+		return fmt.Errorf("mount_setattr %s: %w (airlock needs Linux 5.12 or newer)", p, e)
+	}
+	return fmt.Errorf("mount_setattr %s: %w", p, e)
 }
 
 func unmount(p string, flags int) error {

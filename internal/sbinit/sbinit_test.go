@@ -9,27 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestUnescapeMountinfo(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"/usr", "/usr"},
-		{`/a\040b`, "/a b"},
-		{`/tab\011x\134y`, "/tab\tx\\y"},
-		{`/trailing\04`, `/trailing\04`},
-	}
-	for _, tt := range tests {
-		if got := unescapeMountinfo(tt.in); got != tt.want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestLockedFlags(t *testing.T) {
-	got := lockedFlags(unix.ST_NOSUID | unix.ST_NOEXEC | unix.ST_RDONLY)
-	if want := uintptr(unix.MS_NOSUID | unix.MS_NOEXEC); got != want {
-		t.Fatalf("got %#x, want %#x (read-only is not a locked flag)", got, want)
-	}
-}
-
 func TestLookPath(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "tool")
