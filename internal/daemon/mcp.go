@@ -99,7 +99,20 @@ func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(
 func (d *Daemon) mcpHandler() http.Handler {
 	owners := &sessionOwners{m: map[string]owner{}}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		return d.MCPServer(callerOf(r.Context()), clientOf(r))
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			// A request of a session, which has its server: the SDK
+			// asks only for the protocol versions it speaks. (Nil for
+			// an id not known here: the SDK then checks against its
+			// own list, and answers an unknown session itself.)
+			// Building a server for every request was most of what
+			// an MCP call cost over the plain API.
+			return owners.server(id)
+		}
+		s := d.MCPServer(callerOf(r.Context()), clientOf(r))
+		if b, ok := r.Context().Value(builtKey{}).(*built); ok {
+			b.server = s
+		}
+		return s
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := callerOf(r.Context())
@@ -121,9 +134,17 @@ func (d *Daemon) mcpHandler() http.Handler {
 			defer context.AfterFunc(d.quit, cancel)()
 			r = r.WithContext(ctx)
 		}
-		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name) }}, r)
+		b := &built{}
+		r = r.WithContext(context.WithValue(r.Context(), builtKey{}, b))
+		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name, b.server) }}, r)
 	})
 }
+
+// built carries the server the SDK had built for a request that opens a
+// session to the answer that names the session.
+type built struct{ server *mcp.Server }
+
+type builtKey struct{}
 
 // sessionOwners remembers which caller opened each MCP session id. An
 // entry unused for longer than the SDK keeps an idle session is dropped:
@@ -135,11 +156,15 @@ type sessionOwners struct {
 }
 
 type owner struct {
-	name string
-	seen time.Time
+	name   string
+	seen   time.Time
+	server *mcp.Server
 }
 
-func (o *sessionOwners) open(id, name string) {
+// open notes that caller name opened session id, served by server (nil
+// when the answer naming the session is not the one that opened it: the
+// server noted then is kept).
+func (o *sessionOwners) open(id, name string, server *mcp.Server) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
@@ -151,7 +176,17 @@ func (o *sessionOwners) open(id, name string) {
 		}
 		o.next = now.Add(time.Minute)
 	}
-	o.m[id] = owner{name: name, seen: now}
+	if server == nil {
+		server = o.m[id].server
+	}
+	o.m[id] = owner{name: name, seen: now, server: server}
+}
+
+// server returns the server of session id, or nil.
+func (o *sessionOwners) server(id string) *mcp.Server {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.m[id].server
 }
 
 // use reports whether caller name may use session id (true for an id it
