@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,7 +82,10 @@ type Daemon struct {
 	// destroying counts sandboxes being destroyed after their answer
 	// went out; shutdown waits for them.
 	destroying sync.WaitGroup
-	reapStop   context.CancelFunc
+	// mcpFast counts the tools/call requests answered by the fast path
+	// (see mcp_fast.go).
+	mcpFast  atomic.Int64
+	reapStop context.CancelFunc
 	// quit ends at the start of shutdown, so long polls answer at once
 	// instead of holding the grace period.
 	quit    context.Context

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,16 @@ const mcpIdle = 30 * time.Minute
 // sandbox of its own when the session initializes and destroyed when it
 // ends. client is the caller's identity in the audit log.
 func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
-	s := mcpserver.New(mcpserver.Options{
+	s, _ := d.mcpServer(c, client)
+	return s
+}
+
+// mcpServer is MCPServer, and also returns the handlers of the configured
+// tools it serves with airlock's own handler, by name: what the fast path
+// of tools/call may call (see mcp_fast.go). The built-in tools and the
+// MCP servers' tools are not among them.
+func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
+	s, fast := mcpserver.NewWithHandlers(mcpserver.Options{
 		Config:  d.opts.Config,
 		Allows:  c.allows,
 		Version: d.opts.Version,
@@ -43,8 +53,18 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 		OnCall: d.recordCall(client),
 	})
 	d.addBuiltins(s, c, client)
+	for name := range fast {
+		if strings.HasPrefix(name, "airlock_") {
+			delete(fast, name)
+		}
+		for _, srv := range d.opts.Config.MCPServerOrder {
+			if strings.HasPrefix(name, srv+".") {
+				delete(fast, name)
+			}
+		}
+	}
 	if len(d.opts.Config.MCPServerOrder) == 0 {
-		return s
+		return s, fast
 	}
 	// The servers start while the session initializes, before it is
 	// answered, so their tools are listed from the first tools/list. The
@@ -78,7 +98,7 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 			return next(ctx, method, req)
 		}
 	})
-	return s
+	return s, fast
 }
 
 // recordCall records MCP tool calls of a client.
@@ -108,9 +128,9 @@ func (d *Daemon) mcpHandler() http.Handler {
 			// an MCP call cost over the plain API.
 			return owners.server(id)
 		}
-		s := d.MCPServer(callerOf(r.Context()), clientOf(r))
+		s, fast := d.mcpServer(callerOf(r.Context()), clientOf(r))
 		if b, ok := r.Context().Value(builtKey{}).(*built); ok {
-			b.server = s
+			b.server, b.fast = s, fast
 		}
 		return s
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
@@ -134,15 +154,40 @@ func (d *Daemon) mcpHandler() http.Handler {
 			defer context.AfterFunc(d.quit, cancel)()
 			r = r.WithContext(ctx)
 		}
+		id := r.Header.Get("Mcp-Session-Id")
+		initialized := false
+		if id != "" && r.Method == http.MethodPost {
+			body, whole, err := peekBody(r, maxFastBody)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, api.CodeInvalid, "reading the request: "+err.Error())
+				return
+			}
+			if whole {
+				if call, ok := parseFastCall(r.Header, body); ok {
+					if th := owners.fastHandler(id, call.name, r.Header.Get(mcpVersionHeader)); th != nil {
+						d.serveFastCall(w, r, th, call)
+						return
+					}
+				}
+				initialized = isInitialized(body)
+			}
+		}
 		b := &built{}
 		r = r.WithContext(context.WithValue(r.Context(), builtKey{}, b))
-		h.ServeHTTP(&sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name, b.server) }}, r)
+		sw := &sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name, b.server, b.fast) }}
+		h.ServeHTTP(sw, r)
+		if id != "" {
+			owners.sdkServed(id, initialized && sw.code == http.StatusAccepted, r.Header.Get(mcpVersionHeader))
+		}
 	})
 }
 
 // built carries the server the SDK had built for a request that opens a
-// session to the answer that names the session.
-type built struct{ server *mcp.Server }
+// session, and its fast handlers, to the answer that names the session.
+type built struct {
+	server *mcp.Server
+	fast   map[string]mcp.ToolHandler
+}
 
 type builtKey struct{}
 
@@ -159,12 +204,22 @@ type owner struct {
 	name   string
 	seen   time.Time
 	server *mcp.Server
+	// fast are the session's handlers for the fast path of tools/call;
+	// it is taken once the client has said it finished initializing
+	// (ready), with the protocol version it said that with, and while
+	// the SDK has seen the session recently enough (sdkSeen) to keep it
+	// open: the SDK ends a session idle for mcpIdle, and fast calls do
+	// not reach it.
+	fast    map[string]mcp.ToolHandler
+	ready   bool
+	version string
+	sdkSeen time.Time
 }
 
-// open notes that caller name opened session id, served by server (nil
-// when the answer naming the session is not the one that opened it: the
-// server noted then is kept).
-func (o *sessionOwners) open(id, name string, server *mcp.Server) {
+// open notes that caller name opened session id, served by server with
+// the fast handlers fast (nil when the answer naming the session is not
+// the one that opened it: what was noted then is kept).
+func (o *sessionOwners) open(id, name string, server *mcp.Server, fast map[string]mcp.ToolHandler) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
@@ -176,10 +231,60 @@ func (o *sessionOwners) open(id, name string, server *mcp.Server) {
 		}
 		o.next = now.Add(time.Minute)
 	}
-	if server == nil {
-		server = o.m[id].server
+	ow, ok := o.m[id]
+	if !ok || server != nil {
+		ow = owner{server: server, fast: fast}
+		if server != nil {
+			// When the SDK ends the session (idle, closed, broken),
+			// so does the fast path.
+			for ss := range server.Sessions() {
+				if ss.ID() == id {
+					go func() { _ = ss.Wait(); o.drop(id, server) }()
+				}
+			}
+		}
 	}
-	o.m[id] = owner{name: name, seen: now, server: server}
+	ow.name, ow.seen, ow.sdkSeen = name, now, now
+	o.m[id] = ow
+}
+
+// drop forgets session id if it is still the one server serves.
+func (o *sessionOwners) drop(id string, server *mcp.Server) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ow, ok := o.m[id]; ok && ow.server == server {
+		delete(o.m, id)
+	}
+}
+
+// fastHandler returns the handler the fast path may call for tool name on
+// session id, asked with protocol version version; nil sends the request
+// to the SDK.
+func (o *sessionOwners) fastHandler(id, name, version string) mcp.ToolHandler {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ow, ok := o.m[id]
+	if !ok || !ow.ready || ow.version != version || time.Since(ow.sdkSeen) > mcpIdle/2 {
+		return nil
+	}
+	return ow.fast[name]
+}
+
+// sdkServed notes that the SDK served a request of session id; initialized
+// says it was the client's notification that it finished initializing,
+// accepted, sent with protocol version version.
+func (o *sessionOwners) sdkServed(id string, initialized bool, version string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ow, ok := o.m[id]
+	if !ok {
+		return
+	}
+	ow.sdkSeen = time.Now()
+	if initialized {
+		ow.ready, ow.version = true, version
+	}
+	o.m[id] = ow
 }
 
 // server returns the server of session id, or nil.
@@ -210,16 +315,18 @@ func (o *sessionOwners) use(id, name string, end bool) bool {
 	return true
 }
 
-// sessionWriter notes the MCP session id an answer hands out.
+// sessionWriter notes the MCP session id an answer hands out, and the
+// answer's status.
 type sessionWriter struct {
 	http.ResponseWriter
 	opened func(id string)
 	done   bool
+	code   int
 }
 
 func (s *sessionWriter) WriteHeader(code int) {
 	if !s.done {
-		s.done = true
+		s.done, s.code = true, code
 		if id := s.Header().Get("Mcp-Session-Id"); id != "" {
 			s.opened(id)
 		}

@@ -64,24 +64,34 @@ type Options struct {
 // New builds an MCP server whose tools are the configured tools with a
 // command that the caller may use.
 func New(opts Options) *mcp.Server {
+	s, _ := NewWithHandlers(opts)
+	return s
+}
+
+// NewWithHandlers is New, and also returns each tool's handler by name: the
+// very function the server calls for a tools/call of it.
+func NewWithHandlers(opts Options) (*mcp.Server, map[string]mcp.ToolHandler) {
 	so := &mcp.ServerOptions{
 		Instructions: "Each tool runs its command in a fresh, isolated Linux sandbox that is destroyed afterwards. " +
 			"Arguments become whole command-line arguments and are never interpreted by a shell.",
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "airlock", Title: "airlock: sandboxed tools", Version: opts.Version}, so)
+	hs := map[string]mcp.ToolHandler{}
 	for _, name := range opts.Config.Order {
 		t := opts.Config.Tools[name]
 		if len(t.Command) == 0 || (opts.Allows != nil && !opts.Allows(name)) {
 			continue
 		}
+		h := handler(opts, t)
 		s.AddTool(&mcp.Tool{
 			Name:         name,
 			Description:  description(t),
 			InputSchema:  InputSchema(t),
 			OutputSchema: ResultSchema,
-		}, handler(opts, t))
+		}, h)
+		hs[name] = h
 	}
-	return s
+	return s, hs
 }
 
 func description(t *config.Tool) string {
