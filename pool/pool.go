@@ -212,11 +212,13 @@ func (p *Pool) replenish() {
 	}
 }
 
-// yield waits, at most YieldMax, for the run of the sandbox last handed
-// out to end, when the pool still holds at least half its target. Building
+// yield waits, at most YieldMax, for the sandbox last handed out to be
+// destroyed, when the pool still holds at least half its target. Building
 // a sandbox is several milliseconds of CPU across a few processes; on a
 // small machine it would slow the very run the pool just served warm,
-// which is the latency the pool exists to hide. Below half the target the
+// which is the latency the pool exists to hide. That run ends with its
+// answer, which its caller sends before the destroy, not with its
+// command (init is gone then already). Below half the target the
 // refill starts at once, so a burst of claims still finds sandboxes ready.
 func (p *Pool) yield() {
 	var t *time.Timer
@@ -233,7 +235,7 @@ func (p *Pool) yield() {
 			defer t.Stop()
 		}
 		select {
-		case <-last.Done():
+		case <-last.Destroyed():
 			return
 		case <-t.C:
 			return

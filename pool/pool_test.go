@@ -247,8 +247,9 @@ func TestConcurrentClaims(t *testing.T) {
 
 // TestRefillYieldsToTheRun claims one of two warm sandboxes: the
 // replacement is not built while the claimed sandbox runs (the pool still
-// has one ready), and is as soon as it is destroyed. With the pool below
-// half its target, the refill does not wait.
+// has one ready), nor once its command has ended (its caller answers
+// then), and is as soon as it is destroyed. With the pool below half its
+// target, the refill does not wait.
 func TestRefillYieldsToTheRun(t *testing.T) {
 	rt := runtimeFor(t)
 	p := New(rt, Config{Name: "yield", Spec: spec(), Warm: 2, YieldMax: time.Minute})
@@ -261,6 +262,19 @@ func TestRefillYieldsToTheRun(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if st := p.Stats(); st.Created != 2 || st.Idle != 1 {
 		t.Fatalf("while the claimed sandbox lives: %+v; want no refill yet (created 2, idle 1)", st)
+	}
+	// Its command ends, and init with it (the sandbox is not kept).
+	if r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited {
+		t.Fatalf("true: %s %s", r.Outcome, r.Error)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("init did not exit after the command")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st := p.Stats(); st.Created != 2 || st.Idle != 1 {
+		t.Fatalf("after the command, before the destroy: %+v; want no refill yet (created 2, idle 1)", st)
 	}
 	if err := sb.Destroy(t.Context()); err != nil {
 		t.Fatal(err)

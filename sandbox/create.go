@@ -56,6 +56,7 @@ type Sandbox struct {
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
 	exited  chan struct{} // closed when init has exited (its pid namespace is empty)
+	gone    chan struct{} // closed when Destroy has finished
 	conn    *initproto.Conn
 	group   *cgroup.Group
 	netns   *os.File
@@ -130,6 +131,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 		rt:      rt,
 		limits:  l,
 		exited:  make(chan struct{}),
+		gone:    make(chan struct{}),
 		waiters: make(map[uint64]chan *initproto.Message),
 		dead:    make(chan struct{}),
 		scratch: -1,
@@ -423,6 +425,10 @@ func (s *Sandbox) initDiagnostics() string {
 // Done is closed when the sandbox's init has exited: the sandbox can run
 // nothing more and only Destroy remains.
 func (s *Sandbox) Done() <-chan struct{} { return s.exited }
+
+// Destroyed is closed when Destroy has finished: the sandbox is gone, and
+// so is the work of its teardown.
+func (s *Sandbox) Destroyed() <-chan struct{} { return s.gone }
 
 // OpenWorkspace opens the sandbox's /workspace, as init sees it, with
 // O_PATH: a starting point for reading and writing files below it from

@@ -87,6 +87,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 		s.destroyE = s.teardown(context.WithoutCancel(ctx))
 		s.rt.observe(Lifecycle{Event: Destroyed, ID: s.id, Label: s.label, Err: s.destroyE})
+		close(s.gone)
 	})
 	return s.destroyE
 }
