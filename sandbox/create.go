@@ -187,6 +187,7 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	initEnd.Close()
 	logW.Close()
 	go s.watchExit()
+	rt.sweepSoon(ctx)
 	b, err := rt.base()
 	if err != nil {
 		return nil, err

@@ -71,6 +71,9 @@ func (s *Sandbox) kill() {
 // namespace), lock files. It is safe to call more than once.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
+		// A one-shot runtime's sweep, started with this sandbox, is
+		// over first, so that it never meets this sandbox half gone.
+		s.rt.sweeping.Wait()
 		s.kill()
 		// Execs in flight end with init; the teardown closes what they
 		// read, so it waits for them (bounded: a stuck one cannot hold

@@ -43,8 +43,52 @@ func TestSurvivors(t *testing.T) {
 }
 
 // TestSweepAfterCrash kills an airlock process that owns a live sandbox
-// and checks that the next runtime removes everything it left.
+// and checks that the next runtime removes everything it left: a sweep,
+// or a one-shot runtime (airlock run), which sweeps while its own
+// sandbox's command runs.
 func TestSweepAfterCrash(t *testing.T) {
+	t.Run("sweep", func(t *testing.T) {
+		tr := crashedHolder(t)
+		rt := testRuntime(t)
+		n, err := rt.Sweep(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 1 {
+			t.Errorf("swept %d sandboxes, want >= 1", n)
+		}
+		tr.assertGone(t)
+	})
+	t.Run("one-shot run", func(t *testing.T) {
+		tr := crashedHolder(t)
+		rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), OneShot: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cgroupDirs(tr.id)) == 0 {
+			t.Fatal("a one-shot runtime swept before its sandbox")
+		}
+		sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("true: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+		}
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Close(); err != nil {
+			t.Fatal(err)
+		}
+		tr.assertGone(t)
+	})
+}
+
+// crashedHolder runs TestHoldSandbox in a process of its own, kills it
+// while it holds a live sandbox, and returns what that sandbox left.
+func crashedHolder(t *testing.T) *trace {
+	t.Helper()
 	testRuntime(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldSandbox$")
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_HOLD=1")
@@ -81,16 +125,7 @@ func TestSweepAfterCrash(t *testing.T) {
 	if len(cgroupDirs(id)) == 0 {
 		t.Fatalf("crashed holder left no cgroup to sweep; test is not testing anything")
 	}
-	rt := testRuntime(t)
-	n, err := rt.Sweep(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n < 1 {
-		t.Errorf("swept %d sandboxes, want >= 1", n)
-	}
-	tr := &trace{id: id, initPid: pid, uidBase: base, lock: testStateDir + "/sandboxes/" + id}
-	tr.assertGone(t)
+	return &trace{id: id, initPid: pid, uidBase: base, lock: testStateDir + "/sandboxes/" + id}
 }
 
 // TestHoldSandbox is the crashing holder of TestSweepAfterCrash.

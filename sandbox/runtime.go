@@ -149,6 +149,10 @@ type Runtime struct {
 	scratchDir string
 	lockDir    string
 	imageNS    imageNS
+	// sweepOnce, for a OneShot runtime, starts its sweep (sweepSoon);
+	// sweeping counts a sweep running.
+	sweepOnce *sync.Once
+	sweeping  sync.WaitGroup
 }
 
 // ErrInvalid marks bad input from a caller.
@@ -254,7 +258,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		opts.Logger.Info("moved this process into a cgroup of its own, so that the cgroup it was in can hand controllers to sandboxes (cgroup v2 keeps processes out of groups with children)", "cgroup", m, "parent", opts.CgroupParent)
 	}
 	rt.cg = cg
-	if n, err := rt.Sweep(ctx); err != nil {
+	if opts.OneShot {
+		// Swept while its sandbox's command runs (see sweepSoon), off
+		// the way to it.
+		rt.sweepOnce = &sync.Once{}
+	} else if n, err := rt.Sweep(ctx); err != nil {
 		return nil, fmt.Errorf("sweep leftovers: %w", err)
 	} else if n > 0 {
 		opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
@@ -295,6 +303,28 @@ func isSandboxID(s string) bool {
 		}
 	}
 	return true
+}
+
+// sweepSoon sweeps leftovers in the background, once, for a OneShot
+// runtime: a leftover holds nothing a new sandbox needs (ids and lock
+// files are taken over from dead holders anyway), so a one-shot process
+// sweeps while its command runs rather than before it starts. A failure
+// is logged: the run is not the leftovers'.
+func (rt *Runtime) sweepSoon(ctx context.Context) {
+	if rt.sweepOnce == nil {
+		return
+	}
+	rt.sweepOnce.Do(func() {
+		rt.sweeping.Add(1)
+		go func() {
+			defer rt.sweeping.Done()
+			if n, err := rt.Sweep(context.WithoutCancel(ctx)); err != nil {
+				rt.opts.Logger.Warn("sweep leftovers", "err", err)
+			} else if n > 0 {
+				rt.opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
+			}
+		}()
+	})
 }
 
 // Sweep destroys sandboxes whose owning airlock process is gone: their
@@ -362,6 +392,7 @@ func (rt *Runtime) CgroupVersion() int {
 // Close releases what the runtime holds. Sandboxes must be destroyed first;
 // the runtime does not track them (a pool or daemon does).
 func (rt *Runtime) Close() error {
+	rt.sweeping.Wait()
 	rt.spawner.Close()
 	rt.nets.close()
 	rt.imageNS.close()

@@ -62,6 +62,15 @@ type forkSpec struct {
 	syncR, syncW, errW int
 	buf                [8]byte
 	mask               unix.Sigset_t // restored in the child before exec
+	// netns makes the child StartNetns's: it makes a network namespace,
+	// records its descriptor (nsFD) or the failed step and errno, and
+	// exits, never execs.
+	netns  bool
+	nsFD   int
+	nsErr  syscall.Errno
+	nsStep uint8
+	nsPath [32]byte // /proc/thread-self/ns/net, NUL-terminated
+	ifr    [40]byte // struct ifreq for lo
 }
 
 // sigsetSize is the kernel's sigset_t size.
@@ -176,6 +185,9 @@ func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
 //go:norace
 //go:nosplit
 func forkChild(s *forkSpec) {
+	if s.netns {
+		netnsChild(s) // never returns
+	}
 	if s.syncR >= 0 {
 		syscall.RawSyscall(unix.SYS_CLOSE, uintptr(s.syncW), 0, 0)
 		for {

@@ -2,7 +2,9 @@ package forkexec
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,5 +163,78 @@ func TestManyStarts(t *testing.T) {
 		if i%2 == 0 && err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
+	}
+}
+
+// TestStartNetns: the child makes a network namespace other than this
+// process's, with lo up, hands over a close-on-exec descriptor of it and
+// is gone; a second Wait is refused.
+func TestStartNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if !SharesMemory() {
+		if _, err := StartNetns(); err == nil {
+			t.Fatal("StartNetns where children cannot share memory")
+		}
+		t.Skip("children here do not share the caller's memory")
+	}
+	c, err := StartNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if _, err := c.Wait(); err == nil {
+		t.Error("a second Wait succeeded")
+	}
+	var st, self unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino == self.Ino {
+		t.Fatal("the namespace is this process's own")
+	}
+	if flags, err := unix.FcntlInt(ns.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("descriptor flags %#x, %v: want close-on-exec", flags, err)
+	}
+	// lo is up inside: ask from a thread that has entered it.
+	up := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			up <- err
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			up <- err
+			return
+		}
+		defer unix.Close(fd)
+		ifr, _ := unix.NewIfreq("lo")
+		if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+			up <- err
+			return
+		}
+		if ifr.Uint16()&unix.IFF_UP == 0 {
+			up <- fmt.Errorf("lo flags %#x: not up", ifr.Uint16())
+			return
+		}
+		up <- nil
+	}()
+	if err := <-up; err != nil {
+		t.Fatal(err)
+	}
+	// No child is left: waiting for any child finds none of ours.
+	var ws unix.WaitStatus
+	if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil); pid > 0 {
+		t.Errorf("a child %d was left (%v)", pid, err)
 	}
 }

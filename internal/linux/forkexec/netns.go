@@ -1,0 +1,151 @@
+package forkexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetnsChild is a child making a network namespace (see StartNetns).
+type NetnsChild struct {
+	mu    sync.Mutex
+	s     *forkSpec
+	pidfd int
+}
+
+// StartNetns starts a child that makes a network namespace with only lo,
+// up, leaves a close-on-exec descriptor of it in this process's descriptor
+// table, and exits; Wait returns the descriptor. The child is a process on
+// this process's memory and descriptor table (CLONE_VM|CLONE_FILES) that
+// runs a few raw system calls on a stack of its own, with every signal
+// blocked: the kernel runs it alongside the caller at once, where a
+// goroutine would wait for the Go scheduler to give it a processor, which
+// a process that is busy starting up does not do before it blocks. It is
+// the caller's child, and a namespace it makes is owned by the caller's
+// user namespace. Only where SharesMemory.
+func StartNetns() (*NetnsChild, error) {
+	if !SharesMemory() {
+		return nil, errors.New("forkexec: StartNetns needs a child on the caller's memory")
+	}
+	s := &forkSpec{pidfd: -1, pathFD: -1, syncR: -1, syncW: -1, errW: -1, uid: -1, gid: -1, netns: true, nsFD: -1}
+	copy(s.nsPath[:], "/proc/thread-self/ns/net")
+	copy(s.ifr[:], "lo")
+	s.args.flags = unix.CLONE_VM | unix.CLONE_FILES | unix.CLONE_PIDFD
+	s.args.exitSignal = uint64(unix.SIGCHLD)
+	s.legacy = true
+	s.share = shareStack
+	s.stack = make([]byte, childStack)
+	s.stackTop = (uintptr(unsafe.Pointer(&s.stack[0])) + childStack - 64) &^ 15
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	// As for every child here: no Go signal handler may run in it.
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		return nil, fmt.Errorf("forkexec: block signals: %w", err)
+	}
+	_, errno := forkExec(s)
+	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	if errno != 0 {
+		return nil, fmt.Errorf("forkexec: clone: %w", errno)
+	}
+	return &NetnsChild{s: s, pidfd: int(s.pidfd)}, nil
+}
+
+// Wait waits for the child to end and returns the namespace it made, or
+// the step that failed. Later calls return an error.
+func (c *NetnsChild) Wait() (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.s == nil {
+		return nil, errors.New("forkexec: network namespace already taken")
+	}
+	var info unix.Siginfo
+	var err error
+	for {
+		if err = unix.Waitid(unix.P_PIDFD, c.pidfd, &info, unix.WEXITED, nil); err != unix.EINTR {
+			break
+		}
+	}
+	unix.Close(c.pidfd)
+	s := c.s
+	c.s = nil
+	if err != nil {
+		return nil, fmt.Errorf("forkexec: wait for the network namespace's child: %w", err)
+	}
+	if s.nsErr != 0 {
+		if s.nsFD >= 0 {
+			unix.Close(s.nsFD)
+		}
+		return nil, fmt.Errorf("forkexec: network namespace: %s: %w", netnsSteps[s.nsStep], s.nsErr)
+	}
+	return os.NewFile(uintptr(s.nsFD), "netns"), nil
+}
+
+// The network namespace child's steps, for its errors.
+const (
+	nsUnshare = iota
+	nsOpen
+	nsSocket
+	nsGetFlags
+	nsSetFlags
+)
+
+var netnsSteps = [...]string{"unshare", "open it", "socket", "get lo's flags", "bring lo up"}
+
+// atFDCWD is AT_FDCWD (-100) as a system call argument.
+const atFDCWD = ^uintptr(99)
+
+// netnsChild is the child of StartNetns: on the caller's memory and
+// descriptor table, it makes the namespace, brings lo up, records the
+// descriptor in s, and exits. Its socket is closed before it exits; the
+// namespace's descriptor is close-on-exec.
+//
+//go:norace
+//go:nosplit
+func netnsChild(s *forkSpec) {
+	if _, _, e := syscall.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWNET, 0, 0); e != 0 {
+		netnsFail(s, nsUnshare, e)
+	}
+	fd, _, e := syscall.RawSyscall6(unix.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&s.nsPath[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if e != 0 {
+		netnsFail(s, nsOpen, e)
+	}
+	s.nsFD = int(fd)
+	sock, _, e := syscall.RawSyscall(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if e != 0 {
+		netnsFail(s, nsSocket, e)
+	}
+	if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, sock, unix.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&s.ifr[0]))); e != 0 {
+		syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
+		netnsFail(s, nsGetFlags, e)
+	}
+	// ifr_flags, a short after the 16-byte name.
+	s.ifr[16] |= byte(unix.IFF_UP)
+	if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, sock, unix.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&s.ifr[0]))); e != 0 {
+		syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
+		netnsFail(s, nsSetFlags, e)
+	}
+	syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
+	for {
+		syscall.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
+	}
+}
+
+//go:norace
+//go:nosplit
+func netnsFail(s *forkSpec, step uint8, e syscall.Errno) {
+	s.nsStep, s.nsErr = step, e
+	for {
+		syscall.RawSyscall(unix.SYS_EXIT, 1, 0, 0)
+	}
+}
