@@ -328,7 +328,7 @@ func footprint(ctx context.Context, rt *sandbox.Runtime, lim sandbox.Limits, k i
 	slices.Sort(per)
 	slices.Sort(charged)
 	mib := func(f float64) float64 { return f / (1 << 20) }
-	measured.idleMiB = mib(per[1])
+	measured.idleMiB, measured.idleRan = mib(per[1]), true
 	fmt.Printf("\n## Idle footprint\n\n%d sandboxes created and waiting for work: the host's used memory (user and kernel, excluding page cache) "+
 		"grew by **%.2f MiB per sandbox** (median of 3 rounds: %.2f, %.2f, %.2f). Their cgroups were charged %.2f MiB each (median), "+
 		"which also counts binary pages they were first to read back after the cache was dropped.\n",

@@ -29,6 +29,7 @@ var measured struct {
 	sustained               float64
 	version                 time.Duration
 	idleMiB                 float64
+	idleRan                 bool
 }
 
 var peersOnce sync.Once
@@ -128,7 +129,7 @@ func printTargets() {
 		{"5. MCP tools/call over the API, p50", ms(m.mcpOver), "≤ 0.30 ms", m.mcpOver <= 300*time.Microsecond, m.mcpOver != 0},
 		{"6. sustained API runs/s, 4 clients", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.sustained/m.bwrapPar), "≥ 0.75×", m.sustained >= 0.75*m.bwrapPar, m.sustained > 0},
 		{"7. `airlock version`, p50", fmt.Sprintf("%.2f× an empty Go program", ratio(m.version, m.runEmptyGo)), "≤ 2.0×", ratio(m.version, m.runEmptyGo) <= 2, m.version > 0},
-		{"8. idle warm sandbox", fmt.Sprintf("%.2f MiB", m.idleMiB), "≤ 0.75 MiB", m.idleMiB <= 0.75, m.idleMiB > 0},
+		{"8. idle warm sandbox", fmt.Sprintf("%.2f MiB", m.idleMiB), "≤ 0.75 MiB", m.idleMiB <= 0.75, m.idleRan},
 	}
 	fmt.Printf("\n## Targets\n\n| target | measured | wanted | |\n| --- | --- | --- | --- |\n")
 	for _, r := range rows {
@@ -138,6 +139,12 @@ func printTargets() {
 		verdict := "met"
 		if !r.ok {
 			verdict = "**not met**"
+		}
+		if r.name[0] == '8' && m.idleMiB <= 0 {
+			// The host's used memory fell while the sandboxes were
+			// made (something else freed memory): no reading.
+			r.got += " (host memory fell meanwhile)"
+			verdict = "**no reading**"
 		}
 		fmt.Printf("| %s | %s | %s | %s |\n", r.name, r.got, r.want, verdict)
 	}
