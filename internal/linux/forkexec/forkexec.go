@@ -133,23 +133,11 @@ func Start(sp Spec) (*Child, error) {
 	}
 	s.setArgs(sp)
 
-	runtime.LockOSThread()
-	var all, old unix.Sigset_t
-	for i := range all.Val {
-		all.Val[i] = ^uint64(0)
-	}
-	// All signals blocked: no Go signal handler may run in the child,
-	// which has none of the runtime's threads. The child restores the
-	// mask just before exec.
-	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
-		runtime.UnlockOSThread()
+	pid, errno, err := forkBlocked(s)
+	if err != nil {
 		c.closeAll()
-		return nil, fmt.Errorf("forkexec: block signals: %w", err)
+		return nil, err
 	}
-	s.mask = old
-	pid, errno := forkExec(s)
-	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
-	runtime.UnlockOSThread()
 	// The child has its own copies of these; the caller keeps none.
 	unix.Close(c.errW)
 	c.errW = -1
@@ -169,6 +157,26 @@ func Start(sp Spec) (*Child, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// forkBlocked runs forkExec on a locked thread with every signal blocked:
+// no Go signal handler may run in the child, which has none of the
+// runtime's threads. The child finds the caller's mask in s.mask and
+// restores it just before exec.
+func forkBlocked(s *forkSpec) (uintptr, syscall.Errno, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		return 0, 0, fmt.Errorf("forkexec: block signals: %w", err)
+	}
+	s.mask = old
+	pid, errno := forkExec(s)
+	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	return pid, errno, nil
 }
 
 // Release lets a held child go on, and returns once it has exec'd; an

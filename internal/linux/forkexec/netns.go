@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -43,18 +42,10 @@ func StartNetns() (*NetnsChild, error) {
 	s.stack = make([]byte, childStack)
 	s.stackTop = (uintptr(unsafe.Pointer(&s.stack[0])) + childStack - 64) &^ 15
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var all, old unix.Sigset_t
-	for i := range all.Val {
-		all.Val[i] = ^uint64(0)
+	_, errno, err := forkBlocked(s)
+	if err != nil {
+		return nil, err
 	}
-	// As for every child here: no Go signal handler may run in it.
-	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
-		return nil, fmt.Errorf("forkexec: block signals: %w", err)
-	}
-	_, errno := forkExec(s)
-	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	if errno != 0 {
 		return nil, fmt.Errorf("forkexec: clone: %w", errno)
 	}
