@@ -294,9 +294,15 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if j.started != nil {
 		j.started()
 	}
-	res := b.Run(ctx, x, nil)
+	res, closeNet := b.RunCloseLater(ctx, x, nil)
 	outcome := d.queueFinish(ctx, *scope, res)
-	return res, func() { outcome(); destroy() }, nil
+	return res, func() {
+		if err := closeNet(context.WithoutCancel(ctx)); err != nil {
+			d.opts.Logger.Warn("close the sandbox's network", "sandbox", sb.ID(), "err", err)
+		}
+		outcome()
+		destroy()
+	}, nil
 }
 
 func resultEvent(r *result.Result) result.Event {

@@ -103,6 +103,9 @@ type Gateway struct {
 	active  atomic.Int64  // outbound connections open now
 	bytes   atomic.Int64  // bytes carried both ways so far
 	inbound chan struct{} // one token per sandbox-side connection open now
+	// heard counts what ever reached the gateway from the sandbox:
+	// connections accepted and resolver packets read (see Quiet).
+	heard atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
@@ -180,7 +183,9 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.track(proxyLn)
 	g.track(udp)
 	g.track(tcp)
-	proxyLn = LimitListener(proxyLn, g.inbound, g.ctx.Done())
+	proxyLn = &heardListener{LimitListener(proxyLn, g.inbound, g.ctx.Done()), &g.heard}
+	udp = &heardPacketConn{udp, &g.heard}
+	tcp = &heardListener{tcp, &g.heard}
 
 	g.forward = g.newForwarder()
 	g.proxy = &http.Server{
@@ -313,6 +318,42 @@ func (g *Gateway) untrack(c io.Closer) {
 	g.mu.Lock()
 	delete(g.closers, c)
 	g.mu.Unlock()
+}
+
+// Quiet reports whether nothing has reached the gateway from the sandbox
+// yet: no connection accepted, no resolver packet read. A quiet gateway
+// has made no decision and has none under way, so closing it later adds
+// nothing to a run's events; a caller may then close it after the run's
+// answer. (A connection still in a listen backlog would be reset by the
+// close without a decision either way; left open, it would be decided.)
+func (g *Gateway) Quiet() bool { return g.heard.Load() == 0 }
+
+// heardListener and heardPacketConn count what the sandbox sends the
+// gateway (Gateway.Quiet).
+type heardListener struct {
+	net.Listener
+	heard *atomic.Int64
+}
+
+func (l *heardListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.heard.Add(1)
+	}
+	return c, err
+}
+
+type heardPacketConn struct {
+	net.PacketConn
+	heard *atomic.Int64
+}
+
+func (c *heardPacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, addr, err := c.PacketConn.ReadFrom(b)
+	if err == nil {
+		c.heard.Add(1)
+	}
+	return n, addr, err
 }
 
 // Close stops every listener, cuts every connection, and waits for the

@@ -475,3 +475,47 @@ func TestLongDestinationBounded(t *testing.T) {
 		t.Fatalf("event holds %d bytes of destination and %d of reason", len(ev.Destination), len(ev.Reason))
 	}
 }
+
+// TestQuiet: a gateway is quiet until something reaches it from the
+// sandbox (a resolver query, a connection to the proxy, even one that
+// sends nothing), and never quiet again.
+func TestQuiet(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		poke func(*fixture) error
+	}{
+		{"a lookup", func(f *fixture) error { _, _ = f.lookup(ctx, "evil.test"); return nil }},
+		{"a connection that sends nothing", func(f *fixture) error {
+			c, err := f.dialIn(ctx, "tcp4", ProxyAddr)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}},
+		{"a proxy request", func(f *fixture) error {
+			resp, err := f.client(nil).Get("http://evil.test/")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := gateway(t, nil, nil)
+			if !f.gw.Quiet() {
+				t.Fatal("a fresh gateway is not quiet")
+			}
+			if err := tc.poke(f); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for f.gw.Quiet() {
+				if time.Now().After(deadline) {
+					t.Fatalf("still quiet after %s", tc.name)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}

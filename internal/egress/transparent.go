@@ -95,7 +95,7 @@ func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, erro
 		g.names[name] = addr
 		for i, ln := range lns {
 			g.closers[ln] = struct{}{}
-			lim := LimitListener(ln, g.inbound, g.ctx.Done())
+			lim := &heardListener{LimitListener(ln, g.inbound, g.ctx.Done()), &g.heard}
 			g.goServe(func() error { return g.acceptTransparent(lim, name, ports[i]) })
 		}
 		return addr, nil

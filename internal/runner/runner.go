@@ -71,6 +71,21 @@ func (b *Binding) Run(ctx context.Context, x sandbox.ExecRequest, explain io.Wri
 	return r
 }
 
+// RunCloseLater is Run for a caller with an answer to give before the
+// binding closes: when nothing has reached the gateway (and there is no
+// broker), closing it could add nothing to the result, and it is left to
+// the returned close, for after the answer. Otherwise it closes at once,
+// as Run does, and the returned close does nothing. Either way the caller
+// calls it.
+func (b *Binding) RunCloseLater(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) (*result.Result, func(context.Context) error) {
+	r := b.Exec(ctx, x, explain)
+	if b.br == nil && b.gw.Quiet() {
+		return r, b.Close
+	}
+	b.closeInto(ctx, r, explain)
+	return r, func(context.Context) error { return nil }
+}
+
 // Binding is a policy bound to one sandbox for as long as it lives: the
 // egress gateway and the broker stay open across execs (a session's).
 type Binding struct {
