@@ -364,8 +364,12 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		x.Stdout, x.Stderr = stdio.Stdout, stdio.Stderr
 		explain = stdio.Stderr
 	}
-	r := b.Run(ctx, x, explain)
-	if err := sb.Destroy(ctx); err != nil && r.Outcome != result.Error {
+	r, closeNet := b.RunCloseLater(ctx, x, explain)
+	// A gateway that heard nothing closes alongside the destroy.
+	netClosed := make(chan error, 1)
+	go func() { netClosed <- closeNet(context.WithoutCancel(ctx)) }()
+	err = errors.Join(sb.Destroy(ctx), <-netClosed)
+	if err != nil && r.Outcome != result.Error {
 		// The command's outcome stands; the caller still hears that
 		// cleanup failed.
 		fmt.Fprintf(stdio.Stderr, "airlock: %v\n", err)
