@@ -156,7 +156,10 @@ func (d *Daemon) mcpHandler() http.Handler {
 		}
 		id := r.Header.Get("Mcp-Session-Id")
 		initialized := false
-		if id != "" && r.Method == http.MethodPost {
+		// Only a request of a session this handler knows is looked at:
+		// one naming any other id goes to the SDK (which answers 404)
+		// with its body unread.
+		if id != "" && r.Method == http.MethodPost && owners.known(id) {
 			body, whole, err := peekBody(r, maxFastBody)
 			if err != nil {
 				writeError(w, http.StatusBadRequest, api.CodeInvalid, "reading the request: "+err.Error())
@@ -285,6 +288,14 @@ func (o *sessionOwners) sdkServed(id string, initialized bool, version string) {
 		ow.ready, ow.version = true, version
 	}
 	o.m[id] = ow
+}
+
+// known reports whether session id is one this handler noted.
+func (o *sessionOwners) known(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.m[id]
+	return ok
 }
 
 // server returns the server of session id, or nil.

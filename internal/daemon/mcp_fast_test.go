@@ -1,13 +1,16 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -181,6 +184,22 @@ func TestMCPFastPathRefuses(t *testing.T) {
 	before = d.mcpFast.Load()
 	if a := post("no-such-session", call, withVersion); a.status != http.StatusNotFound || d.mcpFast.Load() != before {
 		t.Errorf("unknown session: %+v", a)
+	}
+	// A request naming an unknown session is answered without its body
+	// being read: one whose body never comes still gets its 404 at once.
+	// (Its length is over what net/http itself reads ahead of an answer.)
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\n"+
+		"Accept: application/json, text/event-stream\r\nMcp-Session-Id: no-such-session-either\r\n"+
+		"Content-Length: 10000000\r\n\r\n{\"jsonrpc\":\"2.0\",")
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 404") {
+		t.Errorf("a body that never comes, on an unknown session: %q, %v; want a 404 at once", line, err)
 	}
 	// Once the session is deleted, its id gets nothing.
 	req, _ := http.NewRequest(http.MethodDelete, "http://airlock/mcp", nil)
