@@ -63,6 +63,9 @@ type Sandbox struct {
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
 	ids     *idRange
 	lock    *lockFile
+	// execd, until Create has asked, says how init's exec went (see
+	// spawner.CloneLater).
+	execd   func() error
 	initLog *os.File
 	// imageLock holds the image's lock shared while the sandbox lives.
 	imageLock *os.File
@@ -205,6 +208,9 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 			return nil, err
 		}
 	}
+	if err := s.initExecd(); err != nil {
+		return nil, err
+	}
 	if err := s.awaitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -278,13 +284,14 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	// locked, and the goroutine's end then retires the thread.
 	type cloned struct {
 		pid, fd int
+		execd   func() error
 		ok      bool
 		err     error
 	}
 	ch := make(chan cloned, 1)
 	go func() {
 		var c cloned
-		c.pid, c.fd, c.ok, c.err = spawner.Clone(int(s.rt.hostNet.Fd()), &req, fds[0], fds[1], fds[2], place, false)
+		c.pid, c.fd, c.execd, c.ok, c.err = spawner.CloneLater(int(s.rt.hostNet.Fd()), &req, fds[0], fds[1], fds[2], place, false)
 		ch <- c
 	}()
 	c := <-ch
@@ -295,11 +302,34 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	if err != nil {
 		return fmt.Errorf("start sandbox init: %w", err)
 	}
+	// Init's exec goes on alongside the rest of Create, which asks how it
+	// went (execd) before it waits for ready.
+	s.execd = c.execd
 	pidfd, err := pidFile(fd)
 	if err != nil {
+		// No pidfd to kill it by: its pid is still its own, since
+		// only this process can reap it.
+		_ = unix.Kill(pid, unix.SIGKILL)
+		err = errors.Join(err, s.initExecd())
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
 		return err
 	}
 	s.pid, s.pidfd = pid, pidfd
+	return nil
+}
+
+// initExecd returns how init's exec went, once it is over; nil when init
+// was started by the spawner (which waited) or this was asked before.
+func (s *Sandbox) initExecd() error {
+	f := s.execd
+	s.execd = nil
+	if f == nil {
+		return nil
+	}
+	if err := f(); err != nil {
+		return fmt.Errorf("start sandbox init: %w", err)
+	}
 	return nil
 }
 

@@ -103,6 +103,9 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	var errs []error
 	if s.pidfd != nil {
 		s.kill()
+		// A failed Create may not have asked yet; the answer comes
+		// once the killed init has let go of this process's memory.
+		_ = s.initExecd()
 		select {
 		case <-s.exited:
 		case <-ctx.Done():

@@ -262,6 +262,25 @@ type Placement struct {
 // socket (fd 3) and its stdout and stderr. See CloneInto for hostNet,
 // asSibling and ok.
 func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, ok bool, err error) {
+	pid, pidfd, execd, ok, err := CloneLater(hostNet, req, ctrl, log, netns, place, asSibling)
+	if err != nil {
+		return pid, pidfd, ok, err
+	}
+	if err := execd(); err != nil {
+		// A failed child exits by itself; a sibling's pidfd goes with
+		// the error, for its parent to reap.
+		return pid, pidfd, ok, fmt.Errorf("clone init: %w", err)
+	}
+	return pid, pidfd, ok, nil
+}
+
+// CloneLater is Clone without the wait for init's exec: it returns once
+// init is let go, and execd then says how its exec went. The caller's work
+// meanwhile overlaps the exec. execd must be called once, also when the
+// caller has killed init meanwhile (until init has exec'd it may be
+// running on the caller's memory); a failed init exits by itself and is
+// the pidfd's holder's to reap.
+func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement, asSibling bool) (pid, pidfd int, execd func() error, ok bool, err error) {
 	sp := forkexec.Spec{
 		Path: req.Path, PathFile: place.Exe, Argv: []string{req.Arg0}, Env: req.Env,
 		// The network namespace comes from the cloning thread, so it
@@ -294,7 +313,7 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 		}
 	}()
 	if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
-		return 0, -1, true, fmt.Errorf("enter network namespace: %w", err)
+		return 0, -1, nil, true, fmt.Errorf("enter network namespace: %w", err)
 	}
 	defer func() {
 		if serr := unix.Setns(hostNet, unix.CLONE_NEWNET); serr != nil {
@@ -305,7 +324,7 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 	leave := func() error { return nil }
 	if place.Enter != nil {
 		if leave, err = place.Enter(); err != nil {
-			return 0, -1, true, err
+			return 0, -1, nil, true, err
 		}
 	}
 	c, err := forkexec.Start(sp)
@@ -319,7 +338,7 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 		}
 	}
 	if err != nil {
-		return 0, -1, ok, fmt.Errorf("clone init: %w", err)
+		return 0, -1, nil, ok, fmt.Errorf("clone init: %w", err)
 	}
 	// The id maps, written by the caller as the host's root: the child
 	// cannot write a map onto host ids itself.
@@ -332,16 +351,16 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 		}
 	}
 	if err == nil {
-		err = c.Release()
+		err = c.Let()
 	} else {
 		c.Kill()
 	}
 	if err != nil {
 		// A sibling is its parent's to reap: its pidfd goes with the
 		// error.
-		return c.Pid, c.PidFD, ok, fmt.Errorf("clone init: %w", err)
+		return c.Pid, c.PidFD, nil, ok, fmt.Errorf("clone init: %w", err)
 	}
-	return c.Pid, c.PidFD, ok, nil
+	return c.Pid, c.PidFD, c.Execd, ok, nil
 }
 
 // writeMap writes one id map in a single write, as the kernel requires,

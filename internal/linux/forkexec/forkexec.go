@@ -183,6 +183,18 @@ func forkBlocked(s *forkSpec) (uintptr, syscall.Errno, error) {
 // error (the child failed before exec) leaves it killed, and reaped when
 // it is the caller's.
 func (c *Child) Release() error {
+	if err := c.Let(); err != nil {
+		return err
+	}
+	return c.wait()
+}
+
+// Let lets a held child go on and returns at once, so that the caller's
+// work overlaps the child's exec. The caller must then call Execd, which
+// says how the exec went, before it lets go of the child: until the child
+// has exec'd, it may be running on the caller's memory. An error here
+// leaves the child killed, and reaped when it is the caller's.
+func (c *Child) Let() error {
 	if !c.held {
 		return errors.New("forkexec: child not held")
 	}
@@ -195,7 +207,52 @@ func (c *Child) Release() error {
 		c.closeAll()
 		return fmt.Errorf("forkexec: release the child: %w", err)
 	}
-	return c.wait()
+	return nil
+}
+
+// Execd returns once a child let go by Let has exec'd (nil) or has failed
+// before its exec (the step and errno). It neither signals nor reaps the
+// child, and leaves PidFD open: a failed child exits by itself, and is
+// whoever holds its pidfd's to reap. It must be called once after Let,
+// also when the caller has killed the child meanwhile.
+func (c *Child) Execd() error {
+	if c.held || c.syncW >= 0 {
+		return errors.New("forkexec: child not let go")
+	}
+	if c.errR < 0 {
+		return errors.New("forkexec: child's status already read")
+	}
+	var buf [8]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(c.errR, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			c.settle()
+			c.closeAll()
+			return fmt.Errorf("forkexec: read the child's status: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	if n == 0 {
+		// End of file: the child exec'd, or died (killed) before.
+		c.s.stack = nil
+		c.closeAll()
+		return nil
+	}
+	// The child exits after its report: its memory is the caller's again
+	// once the pipe ends.
+	c.settle()
+	c.closeAll()
+	if n != len(buf) {
+		return errors.New("forkexec: short status from the child")
+	}
+	return statusError(buf)
 }
 
 // Kill kills the child, reaps it when it is the caller's (closing the
@@ -279,13 +336,18 @@ func (c *Child) wait() error {
 		c.errR = -1
 		return nil
 	}
-	var v uint64
-	for i := range n {
-		v |= uint64(buf[i]) << (8 * i)
-	}
 	c.Kill() // the child is on its way out: settle waits for it
 	if n != len(buf) {
 		return errors.New("forkexec: short status from the child")
+	}
+	return statusError(buf)
+}
+
+// statusError decodes a child's report of a failed step.
+func statusError(buf [8]byte) error {
+	var v uint64
+	for i := range buf {
+		v |= uint64(buf[i]) << (8 * i)
 	}
 	step := "exec"
 	if st := v >> 32; st < uint64(len(stepNames)) {

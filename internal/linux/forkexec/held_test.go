@@ -1,6 +1,7 @@
 package forkexec
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -63,5 +64,61 @@ func TestHeldInNamespaces(t *testing.T) {
 			}
 		}
 		unix.Close(c.PidFD)
+	}
+}
+
+// TestLetThenExecd lets held children go without waiting, as the sandbox
+// runtime does, and asks afterwards: one that execs, one whose exec fails
+// (its step and errno come back, and it is left for the caller to reap),
+// and one killed before it was asked.
+func TestLetThenExecd(t *testing.T) {
+	tests := []struct {
+		name, path string
+		kill       bool
+		wantErr    error
+		wantStatus int
+	}{
+		{name: "execs", path: "/bin/true", wantStatus: 0},
+		{name: "exec fails", path: "/nonexistent/true", wantErr: unix.ENOENT, wantStatus: 127},
+		{name: "killed first", path: "/bin/sleep", kill: true, wantStatus: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Start(Spec{Path: tc.path, Argv: []string{"x", "10"}, Files: []int{-1}, Hold: true, UID: -1, GID: -1, CgroupFD: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(c.PidFD)
+			if err := c.Execd(); err == nil {
+				t.Fatal("Execd before Let succeeded")
+			}
+			if err := c.Let(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.kill {
+				if err := unix.PidfdSendSignal(c.PidFD, unix.SIGKILL, nil, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = c.Execd()
+			var fe *Error
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("Execd: %v", err)
+			case tc.wantErr != nil && (!errors.As(err, &fe) || fe.Step != "exec" || fe.Errno != tc.wantErr):
+				t.Fatalf("Execd: %v, want exec: %v", err, tc.wantErr)
+			}
+			if err := c.Execd(); err == nil {
+				t.Error("second Execd succeeded")
+			}
+			// Execd reaps nothing: the child is the caller's to reap.
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(c.Pid, &ws, 0, nil); err != nil {
+				t.Fatalf("wait4: %v", err)
+			}
+			if got := ws.ExitStatus(); got != tc.wantStatus || tc.kill != ws.Signaled() {
+				t.Fatalf("child ended with %v, want status %d (killed %v)", ws, tc.wantStatus, tc.kill)
+			}
+		})
 	}
 }
