@@ -124,9 +124,11 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		_ = unix.Close(s.scratch)
 		s.scratch = -1
 	}
-	if s.group != nil {
-		// Init's death normally leaves the cgroup empty; Kill is the
-		// backstop that freezes and kills anything still there.
+	if s.group != nil && !s.group.TryDelete() {
+		// Init's death normally leaves the cgroup empty, and the first
+		// try removes it (the kernel refuses while a task is left, so
+		// no check comes first); Kill is the backstop that freezes and
+		// kills anything still there.
 		if pop, err := s.group.Populated(); err != nil || pop {
 			errs = append(errs, s.group.Kill(ctx))
 		}

@@ -269,8 +269,8 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	s := x.s
 	defer x.unregister()
 	x.start = time.Now()
-	if c, err := s.group.Counters(); err == nil {
-		x.base.nanos = c.CPUUsageNanos
+	if n, err := s.group.CPUUsage(); err == nil {
+		x.base.nanos = n
 	}
 	x.out = &outputCounter{x: x, limit: s.limits.Output}
 	var wg sync.WaitGroup

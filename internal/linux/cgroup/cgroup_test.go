@@ -137,6 +137,18 @@ func TestCountersAndAddProc(t *testing.T) {
 	if pop, err := g.Populated(); err != nil || !pop {
 		t.Errorf("Populated() with a process inside = %v, %v; want true, nil", pop, err)
 	}
+	// CPUUsage is Counters' CPU time alone: never behind the reading
+	// before it, never ahead of the one after.
+	n, err := g.CPUUsage()
+	c2, err2 := g.Counters()
+	if err != nil || err2 != nil || n < c.CPUUsageNanos || n > c2.CPUUsageNanos {
+		t.Errorf("CPUUsage() = %d, %v between Counters' %d and %d (%v)", n, err, c.CPUUsageNanos, c2.CPUUsageNanos, err2)
+	}
+	// The kernel refuses to remove a group with a process in it.
+	if g.TryDelete() {
+		t.Fatal("TryDelete removed a group with a process inside")
+	}
+	assertInGroup(t, p, cmd.Process.Pid, g)
 
 	// The process goes; a zombie no longer counts.
 	_ = cmd.Process.Kill()
@@ -145,8 +157,16 @@ func TestCountersAndAddProc(t *testing.T) {
 		return err == nil && !pop
 	})
 	_ = cmd.Wait()
+	if !g.TryDelete() {
+		t.Error("TryDelete left an empty group")
+	}
+	for _, d := range g.dirs {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after TryDelete, %s: stat error %v, want not exist", d, err)
+		}
+	}
 	if err := g.Delete(t.Context()); err != nil {
-		t.Errorf("Delete: %v", err)
+		t.Errorf("Delete after TryDelete: %v, want nil", err)
 	}
 }
 

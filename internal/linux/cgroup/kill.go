@@ -248,6 +248,17 @@ func (g *Group) Delete(ctx context.Context) error {
 	}
 }
 
+// TryDelete removes the group's directories with one rmdir each and
+// reports whether all are gone; it does not retry, kill or wait. The kernel
+// refuses to remove a group with a task left, so a false answer is the
+// caller's cue for Kill and Delete, and a true one needs no check of its
+// own that the group was empty. The kept descriptors are released either
+// way (a later read reopens what it needs).
+func (g *Group) TryDelete() bool {
+	_ = g.Close()
+	return g.rmdirAll()
+}
+
 // rmdirAll removes the group's directories, deepest hierarchy order
 // irrelevant (they are siblings), and reports whether all are gone.
 func (g *Group) rmdirAll() bool {
