@@ -232,19 +232,18 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	// (a transaction of the audit log) overlaps the claim and the binding
 	// of the policy; while the log is known to fail, it is tried first, so
 	// that refused runs consume no sandbox.
-	recorded := make(chan error, 1)
+	recorded := func(context.Context) error { return nil }
 	if d.audit.Err() != nil {
 		if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
 			return nil, nil, err
 		}
-		recorded <- nil
 	} else {
-		start := *scope // as it is before the claim fills in the sandbox
-		go func() { recorded <- d.recordStart(ctx, start, rec, j.env, j.dir) }()
+		// Queued as the scope is before the claim fills in the sandbox.
+		recorded = d.queueStart(ctx, *scope, rec, j.env, j.dir)
 	}
 	sb, warm, err := d.pools[j.tool.Name].Claim(ctx)
 	if err != nil {
-		if rerr := <-recorded; rerr != nil {
+		if rerr := recorded(ctx); rerr != nil {
 			return nil, nil, rerr
 		}
 		e := errNoSandbox
@@ -266,7 +265,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	pol := policyOf(d.opts.Config, j.tool)
 	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
 	b, bindErr := runner.Bind(ctx, sb, pol)
-	if rerr := <-recorded; rerr != nil {
+	if rerr := recorded(ctx); rerr != nil {
 		if bindErr == nil {
 			_ = b.Close(context.WithoutCancel(ctx))
 		}

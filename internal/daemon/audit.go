@@ -116,6 +116,14 @@ const (
 // recordStart records that a run is about to start and waits for it to
 // be durable: a run that could not be recorded is not run.
 func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string, workdir string) error {
+	return d.queueStart(ctx, s, argv, env, workdir)(ctx)
+}
+
+// queueStart is recordStart in two halves: it queues the record and
+// returns the wait for it to be durable, for a caller with work to do
+// meanwhile that the record need not precede (claiming a sandbox, binding
+// its policy), so that the log's writer runs alongside that work.
+func (d *Daemon) queueStart(ctx context.Context, s runScope, argv, env []string, workdir string) (wait func(context.Context) error) {
 	e := s.event(audit.KindRunStarted)
 	// Environment values may carry a caller's secrets; only names are kept.
 	names := make([]string, 0, len(env))
@@ -124,13 +132,18 @@ func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string
 		names = append(names, k)
 	}
 	e.Detail = audit.Detail(map[string]any{"argv": clip(argv), "env": names, "workdir": workdir})
-	return d.acknowledge(ctx, e)
+	return d.acknowledgeLater(ctx, e)
 }
 
 // acknowledge appends e and waits until it is durable; what it gates
 // (a run, a session) is refused with errAuditRefused when it cannot be.
 func (d *Daemon) acknowledge(ctx context.Context, e audit.Event) error {
-	if err := d.audit.Append(ctx, e); err != nil {
+	return d.acknowledgeLater(ctx, e)(ctx)
+}
+
+// acknowledgeLater queues e and returns acknowledge's wait.
+func (d *Daemon) acknowledgeLater(ctx context.Context, e audit.Event) func(context.Context) error {
+	refused := func(err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -138,7 +151,17 @@ func (d *Daemon) acknowledge(ctx context.Context, e audit.Event) error {
 		d.opts.Logger.Error("refused: the audit log cannot be written", "kind", e.Kind, "err", err)
 		return errAuditRefused
 	}
-	return nil
+	w, err := d.audit.Enqueue(ctx, e)
+	if err != nil {
+		err = refused(err)
+		return func(context.Context) error { return err }
+	}
+	return func(ctx context.Context) error {
+		if err := w(ctx); err != nil {
+			return refused(err)
+		}
+		return nil
+	}
 }
 
 // clip bounds argv for the log.
