@@ -2,9 +2,10 @@
 // claims one instead of waiting for it to be built. A sandbox is handed out
 // once and never comes back: the caller destroys it after use, and the
 // pool builds a replacement in the background (reset by replacement, never
-// by cleanup). Policy that differs per caller (egress destinations, broker
-// services) is attached after the claim, so a warm sandbox serves any
-// caller of its profile.
+// by cleanup). The pool knows nothing of policy: the daemon binds a
+// tool's egress gateway while the pool builds each sandbox (through the
+// Spec's OnStart) and sets what differs per caller, the recording of its
+// decisions, at the claim; a tool's broker is attached at the claim.
 package pool
 
 import (

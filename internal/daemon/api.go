@@ -262,9 +262,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		}
 	}
 	scope.sandbox = sb.ID()
-	pol := policyOf(d.opts.Config, j.tool)
-	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
-	b, bindErr := runner.Bind(ctx, sb, pol)
+	b, bindErr := d.bindClaimed(ctx, sb, j.tool, scope)
 	if rerr := recorded(ctx); rerr != nil {
 		if bindErr == nil {
 			_ = b.Close(context.WithoutCancel(ctx))

@@ -82,6 +82,11 @@ type Daemon struct {
 	// destroying counts sandboxes being destroyed after their answer
 	// went out; shutdown waits for them.
 	destroying sync.WaitGroup
+	// prebound holds, by sandbox id, the bindings made while pooled
+	// sandboxes were built (see prebind.go); prebinds counts the
+	// goroutines that close those of sandboxes that die unclaimed.
+	prebound sync.Map
+	prebinds sync.WaitGroup
 	// mcpFast counts the tools/call requests answered by the fast path
 	// (see mcp_fast.go).
 	mcpFast  atomic.Int64
@@ -215,6 +220,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		if img := images[t.Name]; img != nil {
 			spec.Image, spec.User = img.sandbox, img.user
 		}
+		spec.OnStart = d.prebind(t)
 		specs[t.Name] = spec
 	}
 	for _, t := range opts.Config.Profiles() {
@@ -339,6 +345,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.instances.stopAll()
 		d.destroying.Wait()
 		errs = append(errs, d.closePools(ctx))
+		d.prebinds.Wait()
 		d.rt.Close()
 		// Last, so every destroy above is in the log.
 		errs = append(errs, d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped}))

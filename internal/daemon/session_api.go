@@ -135,9 +135,7 @@ func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope
 	}
 	scope.sandbox = sb.ID()
 	d.claimed(*scope, warm)
-	pol := policyOf(d.opts.Config, t)
-	pol.OnEgress, pol.OnBroker = d.netRecorder(scope)
-	bind, err := runner.Bind(ctx, sb, pol)
+	bind, err := d.bindClaimed(ctx, sb, t, scope)
 	if err != nil {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		d.opts.Logger.Warn("bind failed", "tool", t.Name, "err", err)

@@ -97,7 +97,7 @@ type Binding struct {
 	onEgress func(result.EgressEvent)
 	onBroker func(result.BrokerEvent)
 
-	mu    sync.Mutex
+	mu    sync.Mutex           // guards execs, onEgress and onBroker
 	execs map[*netLog]struct{} // the execs running now get the events
 }
 
@@ -138,9 +138,21 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*Binding, error) 
 	return b, nil
 }
 
+// SetRecorders replaces the policy's OnEgress and OnBroker: for a binding
+// made before its sandbox had a caller (while a pool built it), whose
+// decisions are recorded for the run or session that claims it.
+func (b *Binding) SetRecorders(onEgress func(result.EgressEvent), onBroker func(result.BrokerEvent)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onEgress, b.onBroker = onEgress, onBroker
+}
+
 func (b *Binding) egressEvent(ev result.EgressEvent) {
-	if b.onEgress != nil {
-		b.onEgress(ev)
+	b.mu.Lock()
+	on := b.onEgress
+	b.mu.Unlock()
+	if on != nil {
+		on(ev)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -150,8 +162,11 @@ func (b *Binding) egressEvent(ev result.EgressEvent) {
 }
 
 func (b *Binding) brokerEvent(ev result.BrokerEvent) {
-	if b.onBroker != nil {
-		b.onBroker(ev)
+	b.mu.Lock()
+	on := b.onBroker
+	b.mu.Unlock()
+	if on != nil {
+		on(ev)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
