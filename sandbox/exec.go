@@ -277,11 +277,17 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	wg.Add(2)
 	go func() { defer wg.Done(); x.out.pump(x.stdoutR, result.EventStdout, x.req.Stdout) }()
 	go func() { defer wg.Done(); x.out.pump(x.stderrR, result.EventStderr, x.req.Stderr) }()
-	go x.feedStdin()
+	if x.req.Stdin == nil {
+		x.stdinW.Close() // empty: no goroutine to copy nothing
+	} else {
+		go x.feedStdin()
+	}
 
+	// The monitor starts at its first check: a command that ends before
+	// then (most) costs no goroutine or ticker for it.
 	monCtx, stopMon := context.WithCancel(ctx)
 	monDone := make(chan struct{})
-	go func() { defer close(monDone); x.monitor(monCtx) }()
+	mon := time.AfterFunc(checkEvery, func() { defer close(monDone); x.monitor(monCtx) })
 
 	timer := time.NewTimer(s.limits.Time)
 	defer timer.Stop()
@@ -316,7 +322,9 @@ wait:
 	// The command has ended; a last look catches a breach that ended it
 	// (an OOM kill of a child, a full disk) before anything is torn down.
 	stopMon()
-	<-monDone
+	if !mon.Stop() {
+		<-monDone // it started, and ends with monCtx
+	}
 	// One reading serves both.
 	if c, err := s.group.Counters(); err == nil {
 		d, dok := x.disk()

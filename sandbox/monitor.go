@@ -15,26 +15,38 @@ import (
 // Enforcement is the kernel's; this only notices a breach the kernel has
 // already enforced (an OOM kill, a refused fork, a full tmpfs) and turns
 // it into the destruction of the whole sandbox and a named outcome.
+//
+// It is started at the first check, checkEvery after the command, and
+// checks at once, then every checkEvery; samples are due every
+// SampleEvery from the command's start.
 func (x *execution) monitor(ctx context.Context) {
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
-	nextSample := time.Now().Add(x.req.SampleEvery)
+	nextSample := x.start.Add(x.req.SampleEvery)
+	now := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-x.breached:
 			return
-		case now := <-check.C:
-			if x.check(true) {
-				return
+		default:
+		}
+		if x.check(true) {
+			return
+		}
+		if now.After(nextSample) {
+			nextSample = now.Add(x.req.SampleEvery)
+			if smp, ok := x.sample(); ok && x.req.OnEvent != nil {
+				x.req.OnEvent(result.Event{Type: result.EventSample, Millis: smp.Millis, Sample: &smp})
 			}
-			if now.After(nextSample) {
-				nextSample = now.Add(x.req.SampleEvery)
-				if smp, ok := x.sample(); ok && x.req.OnEvent != nil {
-					x.req.OnEvent(result.Event{Type: result.EventSample, Millis: smp.Millis, Sample: &smp})
-				}
-			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-x.breached:
+			return
+		case now = <-check.C:
 		}
 	}
 }
