@@ -2,8 +2,11 @@
 // did: sandboxes created, claimed and destroyed, runs and their outcomes,
 // limit breaches, egress, DNS and broker decisions, and API requests with
 // the caller's identity. It is an embedded SQLite database (pure Go, no
-// cgo) in WAL mode, written by one goroutine that commits whatever has
-// queued up in one transaction (group commit).
+// cgo) in WAL mode, written by one committer at a time that commits
+// whatever has queued up in one transaction (group commit): the log's
+// writer goroutine, or the goroutine waiting in an Append when nobody is
+// committing (it commits for the writer, saving the hand-over to it and
+// back).
 //
 // An event is acknowledged when Append returns nil: it is then in the
 // database and survives a crash of the process (and, with SyncFull, of
@@ -91,6 +94,10 @@ var ErrClosed = errors.New("audit: log closed")
 // maxBatch bounds the events committed in one transaction.
 const maxBatch = 512
 
+// queueCap bounds the items waiting for a commit: past it, Record and
+// Append wait for room.
+const queueCap = 1024
+
 // item is one Append or Record waiting for the writer.
 type item struct {
 	events []Event
@@ -104,7 +111,16 @@ type Log struct {
 	ins  *sql.Stmt // the insert, prepared once on it
 	r    *sql.DB   // readers
 
-	queue  chan item
+	// q holds what waits to be committed, oldest first, bounded by
+	// slots (one token per item queued). Items leave it only under wmu,
+	// which whoever commits holds: the writer, or an Append's waiter
+	// that commits for it (see Enqueue). So the log's order is the
+	// queue's, whoever commits.
+	qmu    sync.Mutex
+	q      []item
+	slots  chan struct{}
+	kick   chan struct{} // the writer has work (capacity 1)
+	wmu    sync.Mutex
 	stop   chan struct{} // closed by Close: the writer drains and exits
 	done   chan struct{} // closed when the writer has exited
 	closed atomic.Bool
@@ -149,7 +165,8 @@ func Open(ctx context.Context, opts Options) (_ *Log, err error) {
 	}
 	l := &Log{
 		opts:    opts,
-		queue:   make(chan item, 1024),
+		slots:   make(chan struct{}, queueCap),
+		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
@@ -244,11 +261,43 @@ func (l *Log) Enqueue(ctx context.Context, evs ...Event) (wait func(context.Cont
 		case err := <-done:
 			done <- err // a second wait gets the same answer
 			return err
+		default:
+		}
+		// Nobody committing: this goroutine commits what is queued, its
+		// own events included, rather than wake the writer and sleep
+		// until it has (a hand-over between goroutines that, on a busy
+		// processor, waits for this one to block).
+		if l.wmu.TryLock() {
+			l.commitUntil(done)
+			l.wmu.Unlock()
+			l.qmu.Lock()
+			more := len(l.q) > 0
+			l.qmu.Unlock()
+			if more {
+				l.wake()
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return err
 		case <-ctx.Done():
 			// The events may still be committed; they are not acknowledged.
 			return ctx.Err()
 		}
 	}, nil
+}
+
+// commitUntil commits queued batches, oldest first, until done has its
+// answer or nothing is queued. The caller holds wmu.
+func (l *Log) commitUntil(done chan error) {
+	for len(done) == 0 {
+		batch := l.take()
+		if len(batch) == 0 {
+			return
+		}
+		l.commit(batch)
+	}
 }
 
 // Record queues evs without waiting. A failure to write them shows in
@@ -279,11 +328,41 @@ func (l *Log) enqueue(ctx context.Context, it item) error {
 		return ErrClosed
 	}
 	select {
-	case l.queue <- it:
-		return nil
+	case l.slots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	l.qmu.Lock()
+	l.q = append(l.q, it)
+	l.qmu.Unlock()
+	l.wake()
+	return nil
+}
+
+func (l *Log) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes the oldest queued items, up to maxBatch events (at least
+// one item), and frees their room. The caller holds wmu.
+func (l *Log) take() []item {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	k, n := 0, 0
+	for k < len(l.q) && (k == 0 || n+len(l.q[k].events) <= maxBatch) {
+		n += len(l.q[k].events)
+		k++
+	}
+	batch := append([]item(nil), l.q[:k]...)
+	clear(l.q[:k])
+	l.q = l.q[k:]
+	for range k {
+		<-l.slots
+	}
+	return batch
 }
 
 // Err is the error of the last write, nil when it succeeded.
@@ -299,50 +378,36 @@ func (l *Log) Lost() int64 { return l.lost.Load() }
 // Last is the id of the newest committed event.
 func (l *Log) Last() int64 { return l.last.Load() }
 
-// write is the one writer: it takes what has queued, up to maxBatch
-// events, commits it in one transaction and answers every waiter.
+// write is the writer: woken by each queueing, it commits what has
+// queued, up to maxBatch events a transaction, and answers every waiter.
 func (l *Log) write() {
 	defer close(l.done)
 	prune := time.NewTicker(pruneEvery)
 	defer prune.Stop()
+	drain := func() {
+		l.wmu.Lock()
+		defer l.wmu.Unlock()
+		for batch := l.take(); len(batch) > 0; batch = l.take() {
+			l.commit(batch)
+		}
+	}
 	for {
-		var first item
 		select {
-		case first = <-l.queue:
+		case <-l.kick:
+			drain()
 		case <-prune.C:
-			if err := l.prune(context.Background()); err != nil {
+			l.wmu.Lock()
+			err := l.prune(context.Background())
+			l.wmu.Unlock()
+			if err != nil {
 				l.opts.Logger.Warn("audit: retention", "err", err)
 			}
-			continue
 		case <-l.stop:
 			// Close holds mu: nothing more is queued; drain the rest.
-			for {
-				select {
-				case first = <-l.queue:
-					l.commit(l.gather(first))
-				default:
-					return
-				}
-			}
-		}
-		l.commit(l.gather(first))
-	}
-}
-
-// gather takes first and whatever else is queued now.
-func (l *Log) gather(first item) []item {
-	batch := []item{first}
-	n := len(first.events)
-	for n < maxBatch {
-		select {
-		case it := <-l.queue:
-			batch = append(batch, it)
-			n += len(it.events)
-		default:
-			return batch
+			drain()
+			return
 		}
 	}
-	return batch
 }
 
 func (l *Log) commit(batch []item) {

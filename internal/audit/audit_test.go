@@ -127,6 +127,16 @@ func TestGroupCommit(t *testing.T) {
 	if l.Last() != 2*writers*each {
 		t.Errorf("Last() = %d, want %d (Recorded events committed before later Appends)", l.Last(), 2*writers*each)
 	}
+	// Whoever commits (the writer, or a waiter committing for it), the
+	// log's order is the queue's: each writer's events in the order it
+	// queued them.
+	next := map[string]int{}
+	for _, ev := range got { // oldest first
+		if want := strconv.Itoa(next[ev.Tool]); ev.Run != want {
+			t.Fatalf("writer %s: run %s committed where %s was due", ev.Tool, ev.Run, want)
+		}
+		next[ev.Tool]++
+	}
 }
 
 func TestReopenKeepsEvents(t *testing.T) {
