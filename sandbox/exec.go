@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -274,9 +275,20 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	}
 	x.out = &outputCounter{x: x, limit: s.limits.Output}
 	var wg sync.WaitGroup
+	// pumping counts the pumps still reading; wg waits for them.
+	var pumping atomic.Int32
+	pumping.Store(2)
 	wg.Add(2)
-	go func() { defer wg.Done(); x.out.pump(x.stdoutR, result.EventStdout, x.req.Stdout) }()
-	go func() { defer wg.Done(); x.out.pump(x.stderrR, result.EventStderr, x.req.Stderr) }()
+	go func() {
+		defer pumping.Add(-1)
+		defer wg.Done()
+		x.out.pump(x.stdoutR, result.EventStdout, x.req.Stdout)
+	}()
+	go func() {
+		defer pumping.Add(-1)
+		defer wg.Done()
+		x.out.pump(x.stderrR, result.EventStderr, x.req.Stderr)
+	}()
 	if x.req.Stdin == nil {
 		x.stdinW.Close() // empty: no goroutine to copy nothing
 	} else {
@@ -335,14 +347,29 @@ wait:
 	} else if x.getBreach() == nil {
 		x.check(false)
 	}
-	if !x.req.KeepAlive || x.getBreach() != nil || runErr != nil {
+	switch {
+	case (!x.req.KeepAlive || x.getBreach() != nil || runErr != nil) && pumping.Load() == 0:
+		// The output is complete, so the result waits for nothing the
+		// kill brings: no exec may start from now on, and the signal
+		// (tens of microseconds: the kernel wakes each of init's
+		// threads) goes out on a goroutine of its own, counted as an
+		// exec so that Destroy waits for it.
+		s.mu.Lock()
+		s.killed = true
+		s.execs.Add(1) // this exec's own count is still held
+		s.mu.Unlock()
+		go func() {
+			defer s.execs.Done()
+			s.kill()
+		}()
+	case !x.req.KeepAlive || x.getBreach() != nil || runErr != nil:
 		// Killing init makes the kernel kill everything left in the
 		// sandbox, so the output pipes reach EOF once the last writer is
 		// gone. Waiting for the pid namespace to be torn down is left to
 		// Destroy: the result does not depend on it.
 		s.kill()
 		wg.Wait()
-	} else {
+	default:
 		x.drain(&wg)
 	}
 	x.closeHostEnds()
