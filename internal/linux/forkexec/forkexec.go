@@ -222,22 +222,11 @@ func (c *Child) Execd() error {
 	if c.errR < 0 {
 		return errors.New("forkexec: child's status already read")
 	}
-	var buf [8]byte
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(c.errR, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			c.settle()
-			c.closeAll()
-			return fmt.Errorf("forkexec: read the child's status: %w", err)
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	buf, n, err := c.readStatus()
+	if err != nil {
+		c.settle()
+		c.closeAll()
+		return err
 	}
 	if n == 0 {
 		// End of file: the child exec'd, or died (killed) before.
@@ -313,21 +302,10 @@ func (c *Child) settle() {
 // wait reads the child's status: end of file means it exec'd (the pipe is
 // close-on-exec); eight bytes are the errno of the step that failed.
 func (c *Child) wait() error {
-	var buf [8]byte
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(c.errR, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			c.Kill()
-			return fmt.Errorf("forkexec: read the child's status: %w", err)
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	buf, n, err := c.readStatus()
+	if err != nil {
+		c.Kill()
+		return err
 	}
 	if n == 0 {
 		// End of file: the child exec'd.
@@ -341,6 +319,26 @@ func (c *Child) wait() error {
 		return errors.New("forkexec: short status from the child")
 	}
 	return statusError(buf)
+}
+
+// readStatus reads the status pipe to its end or to a full report: n is
+// 0 at end of file (the child exec'd, or died), else the bytes of the
+// report of a failed step.
+func (c *Child) readStatus() (buf [8]byte, n int, err error) {
+	for n < len(buf) {
+		m, err := unix.Read(c.errR, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return buf, n, fmt.Errorf("forkexec: read the child's status: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf, n, nil
 }
 
 // statusError decodes a child's report of a failed step.
