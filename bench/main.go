@@ -5,6 +5,8 @@
 //     util-linux unshare, interleaved so they see the same machine;
 //   - in process: create a sandbox, run /bin/true, destroy it;
 //   - throughput: fresh sandboxes per second with 4 concurrent workers;
+//   - floors: steps bwrap does not take (the sandbox's cgroup, init's
+//     all-thread system calls), measured alone, and a network namespace;
 //   - warm pool: claim → run → result from a warm pool vs a cold create;
 //   - idle footprint: host memory held by one created, waiting sandbox;
 //   - images: start from an imported image vs the host image, and
@@ -44,7 +46,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, pool, idle, image, egress, broker or daemon")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker or daemon")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
@@ -166,6 +168,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	}
 	if want("throughput") {
 		if err := throughput(one, tput); err != nil {
+			return err
+		}
+	}
+	if want("floors") {
+		if err := floors(300); err != nil {
 			return err
 		}
 	}
