@@ -69,10 +69,12 @@ func TestStdinAndEnv(t *testing.T) {
 func TestIdentityAndUIDRange(t *testing.T) {
 	var initUID uint32
 	var base uint32
+	var threads map[string]string // init's threads: tid → "Uid: … Gid: …"
 	r := run(t, runOpts{during: func(sb *Sandbox) {
 		base = sb.HostIDBase()
 		initUID, _ = procUID(sb.InitPid())
-	}}, "sh", "-c", "id; cat /proc/self/uid_map /proc/self/gid_map; hostname")
+		threads = threadIDs(t, sb.InitPid())
+	}}, "sh", "-c", "id; cat /proc/self/uid_map /proc/self/gid_map; hostname; stat -c '%u:%g' / /etc /etc/passwd /dev /workspace")
 	out := string(r.Stdout)
 	if !strings.Contains(out, "uid=1000(sandbox) gid=1000(sandbox) groups=1000(sandbox)") {
 		t.Errorf("id: got %q", out)
@@ -88,6 +90,48 @@ func TestIdentityAndUIDRange(t *testing.T) {
 	if want := base + 65535; initUID != want {
 		t.Errorf("init runs as host uid %d, want %d (never host root)", initUID, want)
 	}
+	// Every thread of init has the same ids once it has confined itself:
+	// real and saved uid its own, effective and file-system uid and all
+	// four gids the commands'. (Init starts with the commands' gid and
+	// builds the sandbox with a file-system gid of 0 on its main thread.)
+	want := fmt.Sprintf("Uid: %d %d %d %d Gid: %d %d %d %d", base+65535, base+1000, base+65535, base+1000, base+1000, base+1000, base+1000, base+1000)
+	if len(threads) < 2 {
+		t.Errorf("init has %d threads, want its Go runtime's few", len(threads))
+	}
+	for tid, ids := range threads {
+		if ids != want {
+			t.Errorf("init thread %s: %q, want %q", tid, ids, want)
+		}
+	}
+	// What init made is root's inside, the workspace the user's.
+	if !strings.Contains(out, "0:0\n0:0\n0:0\n0:0\n1000:1000\n") {
+		t.Errorf("owners of /, /etc, /etc/passwd, /dev, /workspace: %q, want root's but the workspace", out)
+	}
+}
+
+// threadIDs returns the Uid and Gid lines of each thread of pid, by tid.
+func threadIDs(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Uid:") || strings.HasPrefix(l, "Gid:") {
+				ids = append(ids, strings.Join(strings.Fields(l), " "))
+			}
+		}
+		out[e.Name()] = strings.Join(ids, " ")
+	}
+	return out
 }
 
 func TestConcurrentSandboxesHaveDistinctRanges(t *testing.T) {
