@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -92,7 +90,7 @@ func floors(n int) error {
 	}
 	// The all-thread calls, in a fresh Go process as init is one: a
 	// static helper run with 0 and with 3 calls, interleaved.
-	helper, err := allThreadsProgram()
+	helper, err := helperProgram("allthreads", "./bench/internal/allthreads")
 	if err != nil {
 		return err
 	}
@@ -127,20 +125,4 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// allThreadsProgram builds bench/internal/allthreads beside the other
-// programs.
-func allThreadsProgram() (string, error) {
-	air, _, err := programs()
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(filepath.Dir(air), "allthreads")
-	build := exec.Command("go", "build", "-trimpath", "-o", p, "./bench/internal/allthreads")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the all-thread helper: %v: %s", err, out)
-	}
-	return p, nil
 }

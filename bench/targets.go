@@ -95,15 +95,21 @@ func measurePeers(n int, d time.Duration) error {
 
 // emptyProgram builds a static Go program that does nothing.
 func emptyProgram() (string, error) {
+	return helperProgram("empty", "./bench/internal/truebin")
+}
+
+// helperProgram builds the static Go program pkg as name, beside the
+// programs under test.
+func helperProgram(name, pkg string) (string, error) {
 	air, _, err := programs()
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(filepath.Dir(air), "empty")
-	build := exec.Command("go", "build", "-trimpath", "-o", p, "./bench/internal/truebin")
+	p := filepath.Join(filepath.Dir(air), name)
+	build := exec.Command("go", "build", "-trimpath", "-o", p, pkg)
 	build.Env = append(build.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the empty program: %v: %s", err, out)
+		return "", fmt.Errorf("build %s: %v: %s", pkg, err, out)
 	}
 	return p, nil
 }
