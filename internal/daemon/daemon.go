@@ -184,6 +184,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	defer func() {
 		if err != nil {
 			d.closePools(context.WithoutCancel(ctx))
+			d.prebinds.Wait() // the gateways of the pools' sandboxes
 			if d.rt != nil {
 				d.rt.Close()
 			}

@@ -208,10 +208,21 @@ func TestShutdownLeavesNothing(t *testing.T) {
 }
 
 func TestSecondDaemonRefused(t *testing.T) {
-	_, _, sock := start(t)
-	_, err := New(t.Context(), Options{Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t)})
+	d, _, sock := start(t)
+	// The refused daemon had started its pools (and their sandboxes'
+	// gateways) before it found the socket taken: they all go.
+	cfg, _ := config.Parse("airlock.yaml", []byte("tools:\n  p: {pool: {warm: 2}}\n"))
+	deadline := time.Now().Add(10 * time.Second)
+	for d.pools["sh"].Stats().Idle < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // the first daemon's pool full: its count is steady
+	}
+	before := cgroupCount(t)
+	_, err := New(t.Context(), Options{Config: cfg, Socket: sock, Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, AuditPath: testAudit(t)})
 	if err == nil || !strings.Contains(err.Error(), "another daemon") {
 		t.Fatalf("second daemon on the same socket: %v", err)
+	}
+	if n := cgroupCount(t); n != before {
+		t.Errorf("%d sandbox cgroups after the refusal, %d before (the first daemon's)", n, before)
 	}
 }
 
