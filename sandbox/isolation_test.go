@@ -271,6 +271,68 @@ func TestFilesystem(t *testing.T) {
 	}
 }
 
+// TestProcMasked reads, from inside, every /proc entry that airlock hides,
+// and checks that each one this host's kernel has is there and shows
+// nothing (kernel addresses, timers, keys); and that the kernel's tunables
+// and hardware interfaces are read-only mounts.
+func TestProcMasked(t *testing.T) {
+	masked := []string{
+		"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats",
+		"timer_list", "timer_stats", "sched_debug", "scsi", "kmsg",
+		"kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "pagetypeinfo",
+		"slabinfo", "vmallocinfo", "sysrq-trigger", "config.gz",
+	}
+	readOnly := []string{"bus", "fs", "irq", "sys", "driver", "tty"}
+	script := `for n in ` + strings.Join(masked, " ") + `; do
+		p=/proc/$n
+		if [ -d $p ]; then echo "$n dir $(ls -A $p | wc -l)"
+		elif [ -e $p ]; then echo "$n file $(head -c 64 $p 2>/dev/null | wc -c)"
+		else echo "$n none"; fi
+	done
+	cat /proc/self/mountinfo`
+	r := run(t, runOpts{}, "sh", "-c", script)
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("got %s %d: %s", r.Outcome, r.ExitCode, r.Stderr)
+	}
+	seen := map[string]string{}
+	mounts := map[string]string{} // mount point -> its options
+	for _, l := range strings.Split(string(r.Stdout), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && (f[1] == "dir" || f[1] == "file" || f[1] == "none"):
+			seen[f[0]] = f[1] + " " + f[2]
+		case len(f) > 5 && strings.HasPrefix(f[4], "/proc/"):
+			mounts[f[4]] = f[5]
+		}
+	}
+	hidden := 0
+	for _, n := range masked {
+		fi, err := os.Lstat("/proc/" + n)
+		if err != nil {
+			continue // this kernel has none
+		}
+		hidden++
+		want := "file 0"
+		if fi.IsDir() {
+			want = "dir 0"
+		}
+		if seen[n] != want {
+			t.Errorf("/proc/%s inside: %q, want %q (the host has it)", n, seen[n], want)
+		}
+	}
+	if hidden == 0 {
+		t.Fatal("the host has none of the masked /proc entries; the test proves nothing")
+	}
+	for _, n := range readOnly {
+		if _, err := os.Lstat("/proc/" + n); err != nil {
+			continue
+		}
+		if o := mounts["/proc/"+n]; !strings.HasPrefix(o, "ro,") {
+			t.Errorf("/proc/%s inside mounted %q, want read-only", n, o)
+		}
+	}
+}
+
 // escapeAttempts are attacks of the test program that must all fail; the
 // errnos accepted are what a kernel may answer for a refused call.
 var escapeAttempts = func() []escapeAttempt {

@@ -14,12 +14,18 @@ import (
 	"github.com/airlockhq/airlock/internal/spawner"
 )
 
+// init runs a sandbox's init before main, on the startup thread (see
+// sbinit.MainOnStartupThread); it never returns.
+func init() {
+	if sbinit.IsInit() {
+		os.Exit(sbinit.MainOnStartupThread())
+	}
+}
+
 func main() {
 	switch {
 	case spawner.IsSpawner():
 		os.Exit(spawner.Main())
-	case sbinit.IsInit():
-		os.Exit(sbinit.Main())
 	case len(os.Args) == 2 && os.Args[1] == "--version":
 		os.Stdout.WriteString("airlock-init protocol " + strconv.Itoa(initproto.Version) + "\n")
 		return

@@ -25,11 +25,27 @@ func IsInit() bool { return len(os.Args) == 1 && os.Args[0] == Arg0 }
 
 // Main runs init and returns its exit code. It never returns while the
 // sandbox is in use: it exits when the host closes the control channel.
+// It locks the calling goroutine to its thread first; a program that calls
+// it from a package initialiser uses MainOnStartupThread instead.
 func Main() int {
 	// Every command is forked from this thread, which carries the
 	// per-thread parts of the confinement (capabilities, no_new_privs,
 	// Landlock) that children inherit.
 	runtime.LockOSThread()
+	return run(false)
+}
+
+// MainOnStartupThread is Main for a caller that runs in a package
+// initialiser of its main package (cmd/airlock-init). Initialisers run on
+// the process's startup thread, with the goroutine locked to it until main
+// (the runtime documents this under LockOSThread), which is all init needs
+// of the thread. Main's own LockOSThread would start the runtime's
+// template thread: one more thread for each of init's all-thread calls to
+// signal and wait for, and for the sandbox's end to tear down.
+func MainOnStartupThread() int { return run(true) }
+
+// run is init; startup says it runs in a package initialiser.
+func run(startup bool) int {
 	// The umask is inherited from whoever started airlock, and a strict
 	// one (077) would make the generated /etc and the workspace unusable
 	// to the sandbox's user; commands get the usual 022 too.
@@ -78,7 +94,7 @@ func Main() int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]command), uid: m.Setup.UID}
+	s := &server{cmds: make(map[int]command), uid: m.Setup.UID, startup: startup}
 	return s.serve(buf)
 }
 
@@ -107,6 +123,9 @@ type server struct {
 	ep int
 	// children is whether init had children at the last reap.
 	children bool
+	// startup is whether init runs in a package initialiser, on the
+	// startup thread the runtime keeps it on (see MainOnStartupThread).
+	startup bool
 }
 
 type command struct {
@@ -207,6 +226,7 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 		// All three uids the command's: it then shares none of init's
 		// real and saved ones (see confine).
 		UID: s.uid, GID: -1, CgroupFD: -1,
+		ThreadLocked: s.startup,
 	}
 	c, err := forkexec.Start(sp)
 	if err != nil {

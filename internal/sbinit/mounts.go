@@ -13,13 +13,17 @@ import (
 
 // maskedProc are /proc entries hidden from the sandbox, after runc's
 // defaults: they expose kernel memory (kcore), keyrings, kernel timers and
-// addresses, or hardware state that only helps an attacker.
+// addresses, or hardware state that only helps an attacker. Each is a file
+// unless maskedProcDirs names it; the kinds are known ahead so that masking
+// costs one mount per entry and no lookup of its own (see setupProc).
 var maskedProc = []string{
 	"acpi", "asound", "interrupts", "kcore", "keys", "latency_stats",
 	"timer_list", "timer_stats", "sched_debug", "scsi", "kmsg",
 	"kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "pagetypeinfo",
 	"slabinfo", "vmallocinfo", "sysrq-trigger", "config.gz",
 }
+
+var maskedProcDirs = map[string]bool{"acpi": true, "asound": true, "scsi": true}
 
 // readOnlyProc are /proc entries the sandbox may read but never write:
 // kernel tunables (/proc/sys) and hardware interfaces.
@@ -215,22 +219,26 @@ func imageRoot(c *initproto.Setup, outer, scratch string, mfd int) (string, erro
 }
 
 // makeTarget creates an empty directory or file to mount over, unless one
-// is there already (an image root's generated layer made it).
+// is there already (an image root's generated layer made it). It creates
+// first and looks only when that fails: on a fresh root every target is
+// new, and a lookup of each first would double the calls.
 func makeTarget(p string, file bool) error {
+	var err error
+	if file {
+		var fd int
+		if fd, err = createFile(p, 0o644, false); err == nil {
+			return unix.Close(fd)
+		}
+	} else if err = mkdirAll(p); err == nil {
+		return nil
+	}
 	var st unix.Stat_t
 	if unix.Lstat(p, &st) == nil {
 		if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFLNK && (kind == unix.S_IFDIR) != file {
 			return nil
 		}
 	}
-	if !file {
-		return mkdirAll(p)
-	}
-	fd, err := createFile(p, 0o644, false)
-	if err != nil {
-		return err
-	}
-	return unix.Close(fd)
+	return err
 }
 
 // bindReadOnly binds src onto dst and makes it read-only, nosuid and nodev.
@@ -351,25 +359,31 @@ func setupProc(root, scratch string) error {
 	}
 	for _, name := range maskedProc {
 		p := filepath.Join(proc, name)
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
+		from, other := emptyFile, emptyDir
+		if maskedProcDirs[name] {
+			from, other = emptyDir, emptyFile
+		}
+		// No lookup first: an entry this kernel lacks fails the mount
+		// with ENOENT, and one of the other kind (a kernel that made a
+		// file a directory) with ENOTDIR, and is then bound the other way.
+		err := mount(from, p, "", unix.MS_BIND, "")
+		if err == unix.ENOTDIR {
+			err = mount(other, p, "", unix.MS_BIND, "")
+		}
+		if err == unix.ENOENT {
 			continue // not on this kernel
 		}
-		from := emptyFile
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			from = emptyDir
-		}
-		if err := mount(from, p, "", unix.MS_BIND, ""); err != nil {
+		if err != nil {
 			return fmt.Errorf("mask %s: %w", name, err)
 		}
 	}
 	for _, name := range readOnlyProc {
 		p := filepath.Join(proc, name)
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			continue
+		err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, "")
+		if err == unix.ENOENT {
+			continue // not on this kernel
 		}
-		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if err != nil {
 			return fmt.Errorf("bind %s: %w", name, err)
 		}
 		if err := setattr(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, true); err != nil {

@@ -70,6 +70,12 @@ type Spec struct {
 	// UID and GID, when not -1, become the child's real, effective and
 	// saved ids (setresgid, then setresuid).
 	UID, GID int
+	// ThreadLocked says the calling goroutine is locked to its thread for
+	// the whole call already, by the runtime in a package initialiser
+	// (see sbinit.MainOnStartupThread). Start then does not lock it
+	// itself: a first LockOSThread starts the Go runtime's template
+	// thread, one more thread in the process for good.
+	ThreadLocked bool
 }
 
 // Child is a started child.
@@ -133,7 +139,7 @@ func Start(sp Spec) (*Child, error) {
 	}
 	s.setArgs(sp)
 
-	pid, errno, err := forkBlocked(s)
+	pid, errno, err := forkBlocked(s, sp.ThreadLocked)
 	if err != nil {
 		c.closeAll()
 		return nil, err
@@ -162,10 +168,13 @@ func Start(sp Spec) (*Child, error) {
 // forkBlocked runs forkExec on a locked thread with every signal blocked:
 // no Go signal handler may run in the child, which has none of the
 // runtime's threads. The child finds the caller's mask in s.mask and
-// restores it just before exec.
-func forkBlocked(s *forkSpec) (uintptr, syscall.Errno, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// restores it just before exec. With locked, the caller's goroutine is
+// locked to its thread already (Spec.ThreadLocked).
+func forkBlocked(s *forkSpec, locked bool) (uintptr, syscall.Errno, error) {
+	if !locked {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	var all, old unix.Sigset_t
 	for i := range all.Val {
 		all.Val[i] = ^uint64(0)
