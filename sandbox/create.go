@@ -43,6 +43,21 @@ type Spec struct {
 	NoSeccomp, NoLandlock bool
 }
 
+// validHostname accepts what the kernel takes as a host name (at most 64
+// bytes) and what /etc/hosts and /etc/hostname can hold as one name:
+// letters, digits, hyphens and dots, so that no name adds a line to them.
+func validHostname(h string) error {
+	if len(h) > 64 {
+		return fmt.Errorf("hostname %.16q... is longer than 64 bytes", h)
+	}
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return fmt.Errorf("hostname %q: only letters, digits, '-' and '.' are allowed", h)
+		}
+	}
+	return nil
+}
+
 // readyTimeout bounds how long init may take to build the sandbox.
 const readyTimeout = 30 * time.Second
 
@@ -69,6 +84,10 @@ type Sandbox struct {
 	initLog *os.File
 	// imageLock holds the image's lock shared while the sandbox lives.
 	imageLock *os.File
+	// ready is the wait for init to be ready, done once (see Start); its
+	// error, readyErr, ends the sandbox.
+	ready    sync.Once
+	readyErr error
 
 	mu sync.Mutex
 	// waiters receive init's messages for one exec request id.
@@ -110,7 +129,25 @@ func newID() string {
 
 // Create builds a sandbox and returns once its init is waiting for
 // commands. On failure nothing of it remains.
-func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
+func (rt *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
+	s, err := rt.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.awaitStart(ctx); err != nil {
+		return nil, errors.Join(err, s.teardown(context.WithoutCancel(ctx)))
+	}
+	return s, nil
+}
+
+// Start is Create without the wait for init to be ready: it returns once
+// init is starting, its setup sent. A command given to Exec meanwhile is
+// queued to init, which starts it the moment it is ready, with no round
+// trip between the two; Exec waits for ready itself and reports a setup
+// that failed as its result's error (the sandbox is then dead, and
+// Destroy still removes it). The one-shot paths use it: airlock run
+// creates, runs one command and destroys.
+func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error) {
 	l := spec.Limits
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -127,6 +164,9 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	}
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
+	}
+	if err := validHostname(spec.Hostname); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	s := &Sandbox{
 		id:      newID(),
@@ -211,19 +251,35 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (_ *Sandbox, err error
 	if err := s.initExecd(); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// awaitStart waits, once, for init to be ready, and then makes the
+// sandbox usable. Its error ends the sandbox (killed; Destroy removes it).
+func (s *Sandbox) awaitStart(ctx context.Context) error {
+	s.ready.Do(func() {
+		s.readyErr = s.finishStart(ctx)
+		if s.readyErr != nil {
+			s.kill()
+		}
+	})
+	return s.readyErr
+}
+
+func (s *Sandbox) finishStart(ctx context.Context) error {
 	if err := s.awaitReady(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	// Open the scratch tmpfs through init's root before any command runs,
 	// so the host's disk readings never follow a path the sandbox controls.
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root/tmp", s.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open sandbox scratch: %w", err)
+		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
 	s.scratch = fd
 	go s.readLoop()
-	rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
-	return s, nil
+	s.rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
+	return nil
 }
 
 // start has the spawner clone init into its namespaces and cgroup.

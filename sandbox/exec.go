@@ -76,6 +76,13 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 		return errResult(r, err)
 	}
 	defer s.execs.Done()
+	// A sandbox from Start may still be starting: the request is queued
+	// to init already, and runs once init is ready.
+	if err := s.awaitStart(ctx); err != nil {
+		x.closeHostEnds()
+		x.unregister()
+		return errResult(r, err)
+	}
 	return x.run(ctx, r)
 }
 

@@ -335,7 +335,10 @@ func runOnce(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result
 		b, err = runner.Bind(ctx, sb, rf.policy())
 		return err
 	}
-	sb, err := rt.Create(ctx, spec)
+	// Started, not created: the command goes to init while it sets the
+	// sandbox up, and starts as soon as init is ready (a setup that fails
+	// is the command's error).
+	sb, err := rt.Start(ctx, spec)
 	if err != nil {
 		if b != nil {
 			err = errors.Join(err, b.Close(ctx))
