@@ -23,9 +23,11 @@ import (
 // ErrClosed is returned by Claim once the pool is closing.
 var ErrClosed = errors.New("pool: closed")
 
-// Creator builds sandboxes; *sandbox.Runtime is one.
+// Creator builds sandboxes; *sandbox.Runtime is one. Start is Create
+// without the wait for init to be ready (see sandbox.Runtime.Start).
 type Creator interface {
 	Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
+	Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error)
 }
 
 // Config describes one pool.
@@ -111,6 +113,18 @@ func New(rt Creator, cfg Config) *Pool {
 // had one ready, else created now (a miss). The caller owns it and must
 // Destroy it; it never returns to the pool.
 func (p *Pool) Claim(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err error) {
+	return p.claim(ctx, false)
+}
+
+// ClaimStarted is Claim for a caller that runs a command at once: a miss
+// is started (sandbox.Runtime.Start), not created, so the command goes to
+// init while it sets the sandbox up and a setup that fails is the
+// command's error. A warm sandbox is ready, as from Claim.
+func (p *Pool) ClaimStarted(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err error) {
+	return p.claim(ctx, true)
+}
+
+func (p *Pool) claim(ctx context.Context, started bool) (sb *sandbox.Sandbox, warm bool, err error) {
 	start := time.Now()
 	defer func() { p.claimNanos.Add(int64(time.Since(start))) }()
 	for {
@@ -136,7 +150,11 @@ func (p *Pool) Claim(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err e
 	}
 	p.misses.Add(1)
 	p.kick()
-	sb, err = p.rt.Create(ctx, p.cfg.Spec)
+	if started {
+		sb, err = p.rt.Start(ctx, p.cfg.Spec)
+	} else {
+		sb, err = p.rt.Create(ctx, p.cfg.Spec)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("pool %s: create: %w", p.cfg.Name, err)
 	}

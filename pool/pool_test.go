@@ -196,6 +196,10 @@ func (f *failing) Create(context.Context, sandbox.Spec) (*sandbox.Sandbox, error
 	return nil, context.DeadlineExceeded
 }
 
+func (f *failing) Start(context.Context, sandbox.Spec) (*sandbox.Sandbox, error) {
+	return nil, context.DeadlineExceeded
+}
+
 var _ Creator = (*failing)(nil)
 
 func TestCreateFailuresBackOff(t *testing.T) {
@@ -208,6 +212,9 @@ func TestCreateFailuresBackOff(t *testing.T) {
 	}
 	if _, _, err := p.Claim(t.Context()); err == nil {
 		t.Fatal("claim succeeded on a broken host")
+	}
+	if _, _, err := p.ClaimStarted(t.Context()); err == nil {
+		t.Fatal("started claim succeeded on a broken host")
 	}
 	closePool(t, p)
 }
@@ -300,4 +307,27 @@ func TestRefillYieldsToTheRun(t *testing.T) {
 		}
 	}
 	waitIdle(t, p, 2)
+}
+
+// TestClaimStartedMiss claims from an empty pool for a run: the sandbox
+// comes back started, not yet ready, and its first command still runs.
+func TestClaimStartedMiss(t *testing.T) {
+	rt := runtimeFor(t)
+	p := New(rt, Config{Name: "cold", Spec: spec(), Warm: 0})
+	defer closePool(t, p)
+	sb, warm, err := p.ClaimStarted(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	if warm {
+		t.Fatal("an empty pool's claim was warm")
+	}
+	r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"echo", "started"}, Capture: true})
+	if r.Outcome != result.Exited || string(r.Stdout) != "started\n" {
+		t.Fatalf("got %s %q %s", r.Outcome, r.Stdout, r.Error)
+	}
+	if st := p.Stats(); st.Misses != 1 || st.Hits != 0 {
+		t.Fatalf("stats %+v, want one miss", st)
+	}
 }

@@ -135,7 +135,9 @@ func (rt *Runtime) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, err
 	}
 	if err := s.awaitStart(ctx); err != nil {
-		return nil, errors.Join(err, s.teardown(context.WithoutCancel(ctx)))
+		err = errors.Join(err, s.teardown(context.WithoutCancel(ctx)))
+		rt.observe(Lifecycle{Event: Destroyed, ID: s.id, Label: s.label, Err: err})
+		return nil, err
 	}
 	return s, nil
 }
@@ -251,6 +253,9 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := s.initExecd(); err != nil {
 		return nil, err
 	}
+	// Created once init runs: a setup that fails later ends it with
+	// Destroyed, as any other end does.
+	rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
 	return s, nil
 }
 
@@ -278,7 +283,6 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	}
 	s.scratch = fd
 	go s.readLoop()
-	s.rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
 	return nil
 }
 

@@ -87,12 +87,14 @@ const (
 
 // Lifecycle is one sandbox lifecycle event.
 type Lifecycle struct {
-	// Event is Created, Destroyed or Swept.
+	// Event is Created (its init runs; a Create that fails after that
+	// is followed by Destroyed with Err), Destroyed or Swept.
 	Event string
 	ID    string
 	// Label is the Spec's label ("" for swept leftovers).
 	Label string
-	// Err is set when a destroy or sweep did not finish cleanly.
+	// Err is set when a destroy or sweep did not finish cleanly, or a
+	// Create failed once init ran.
 	Err error
 }
 

@@ -241,7 +241,9 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		// Queued as the scope is before the claim fills in the sandbox.
 		recorded = d.queueStart(ctx, *scope, rec, j.env, j.dir)
 	}
-	sb, warm, err := d.pools[j.tool.Name].Claim(ctx)
+	// Started on a miss: the binding below and the command's request
+	// overlap init's start.
+	sb, warm, err := d.pools[j.tool.Name].ClaimStarted(ctx)
 	if err != nil {
 		if rerr := recorded(ctx); rerr != nil {
 			return nil, nil, rerr
