@@ -60,6 +60,9 @@ var ErrDead = errors.New("sandbox is no longer running")
 
 // Exec runs one command and returns its result; it never returns nil. A
 // breach of any ceiling kills the whole sandbox and yields outcome limit.
+// On a sandbox from Start whose init is not ready yet, the request goes to
+// init at once and Exec waits for ready; a setup that fails is the
+// result's error.
 func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	r := &result.Result{SandboxID: s.id}
 	if req.Dir == "" {

@@ -77,3 +77,23 @@ func TestBadHostnameRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestStartThenDestroy destroys a sandbox whose init may still be
+// starting, with no command ever given: nothing of it remains.
+func TestStartThenDestroy(t *testing.T) {
+	rt := testRuntime(t)
+	for range 3 {
+		sb, err := rt.Start(t.Context(), Spec{Limits: DefaultLimits()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		tr.assertGone(t)
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
+			t.Errorf("exec after destroy: %s, want an error", r.Outcome)
+		}
+	}
+}
