@@ -58,6 +58,16 @@ func validHostname(h string) error {
 	return nil
 }
 
+// initEnv is init's environment: settings of its Go runtime, read before
+// any of init's code runs. One processor keeps its threads few, and so its
+// start-up cost, its all-thread calls and its footprint small. No memory
+// profiling, which nothing in init reads: the runtime otherwise samples
+// its first allocations, recording each sample's stack in a hash table of
+// its own, and gives each thread two buffers for profiled stacks (6 page
+// faults fewer per sandbox, 0.4 ms of CPU on a VM where a fault costs
+// 13 µs).
+var initEnv = []string{"GOMAXPROCS=1", "GODEBUG=memprofilerate=0,profstackdepth=0"}
+
 // readyTimeout bounds how long init may take to build the sandbox.
 const readyTimeout = 30 * time.Second
 
@@ -302,9 +312,9 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		Path: path,
 		Arg0: sbinit.Arg0,
 		// Init's environment is not the commands' (each exec request
-		// carries its own); one Go runtime setting keeps init's thread
-		// count, and so its start-up cost and footprint, small.
-		Env:    []string{"GOMAXPROCS=1"},
+		// carries its own). It holds Go runtime settings that make
+		// init's start cheaper (see initEnv).
+		Env:    initEnv,
 		IDBase: int(s.ids.base),
 		IDSize: idRangeSize,
 	}

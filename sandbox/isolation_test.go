@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/testutil"
 
 	"github.com/airlockhq/airlock/result"
@@ -698,5 +699,39 @@ func TestInitThreadsConfined(t *testing.T) {
 		for field := range want {
 			t.Errorf("init thread %s: no %s line", task.Name(), field)
 		}
+	}
+}
+
+// TestTimerSlack checks that an init's large timer slack, meant for its
+// Go runtime's own threads (see spawner.InitTimerSlack), stays with them:
+// init's main thread, which starts the commands, has the kernel's default
+// back, and so does every command and what a command starts, whichever way
+// init was cloned. (The kernel shows the slack of a process's main thread
+// only; forkexec's tests check that a child is born with the slack asked
+// for.)
+func TestTimerSlack(t *testing.T) {
+	want := fmt.Sprint(sbinit.CommandTimerSlack)
+	for name, rt := range map[string]*Runtime{"in process": testRuntime(t), "spawner": spawnerRuntime(t)} {
+		t.Run(name, func(t *testing.T) {
+			sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", sb.InitPid()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("init's main thread has timer slack %s, want %s", got, want)
+			}
+			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "cat /proc/self/timerslack_ns; sh -c 'cat /proc/self/timerslack_ns'"}, Capture: true, KeepAlive: true})
+			if r.Outcome != result.Exited || r.ExitCode != 0 {
+				t.Fatalf("%s %d %s %s", r.Outcome, r.ExitCode, r.Error, r.Stderr)
+			}
+			if got := strings.Fields(string(r.Stdout)); len(got) != 2 || got[0] != want || got[1] != want {
+				t.Errorf("a command's and its child's timer slack: %q, want %s each", r.Stdout, want)
+			}
+		})
 	}
 }

@@ -17,6 +17,10 @@ import (
 // before doing anything else.
 const Arg0 = "airlock-init"
 
+// CommandTimerSlack is the timer slack, in nanoseconds, of every command:
+// the kernel's default for a process nobody changed it for.
+const CommandTimerSlack = 50_000
+
 // ctrlFD is where the host places init's end of the control socket.
 const ctrlFD = 3
 
@@ -50,6 +54,13 @@ func run(startup bool) int {
 	// one (077) would make the generated /etc and the workspace unusable
 	// to the sandbox's user; commands get the usual 022 too.
 	unix.Umask(0o022)
+	// Init was born with a large timer slack, for the Go runtime's own
+	// threads (see spawner.InitTimerSlack). This thread starts every
+	// command, and a command inherits its slack: it goes back to the
+	// kernel's default.
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil {
+		return 2
+	}
 	// Die with the host. What guarantees it is the control channel: the
 	// host's end is held by the host alone, so its death is an EOF that
 	// ends init (and with it the sandbox). The parent-death signal is a

@@ -26,6 +26,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
@@ -274,6 +275,19 @@ func Clone(hostNet int, req *Request, ctrl, log, netns int, place Placement, asS
 	return pid, pidfd, ok, nil
 }
 
+// InitTimerSlack is the timer slack an init is born with, which the Go
+// runtime threads it starts before its own code runs inherit (its monitor,
+// sysmon, above all). The monitor sleeps 20 µs at a time while any of
+// init's work is under way, and each of its wake-ups is a context switch:
+// about 55 of them per sandbox with the kernel's default slack of 50 µs,
+// a third of all the sandbox's switches. With this slack the kernel wakes
+// it alongside other timers, at most this late. Init's one goroutine
+// needs none of the monitor's duties on time (handing its processor to
+// other goroutines, preempting them). Init sets its own thread back to
+// the default first thing (sbinit.CommandTimerSlack), so every command,
+// which inherits that thread's slack, sleeps as anywhere else.
+const InitTimerSlack = 10 * time.Millisecond
+
 // CloneLater is Clone without the wait for init's exec: it returns once
 // init is let go, and execd then says how its exec went. The caller's work
 // meanwhile overlaps the exec. execd must be called once, also when the
@@ -304,6 +318,8 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// Init holds nothing of the host's beyond its control channel and
 		// a pipe for its own diagnostics; stdin stays closed.
 		Files: []int{-1, log, log, ctrl},
+		// See InitTimerSlack.
+		TimerSlack: uint64(InitTimerSlack),
 	}
 	runtime.LockOSThread()
 	ok = true

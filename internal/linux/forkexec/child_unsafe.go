@@ -32,9 +32,10 @@ const (
 	stepSetresuid
 	stepChdir
 	stepDup
+	stepTimerSlack
 )
 
-var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup"}
+var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup", "timerslack"}
 
 // forkSpec is one clone, prepared in full before the fork: the child may
 // not allocate, take a lock or touch the Go runtime.
@@ -54,6 +55,7 @@ type forkSpec struct {
 	pathFD      int     // execveat(pathFD, "") instead of execve(path)
 	empty       [1]byte
 	setsid      bool
+	timerSlack  uint64 // nanoseconds; 0 leaves the caller's
 	clearGroups bool
 	uid, gid    int
 	// syncR is read by a held child until the caller releases it (one
@@ -200,6 +202,11 @@ func forkChild(s *forkSpec) {
 				syscall.RawSyscall(unix.SYS_EXIT_GROUP, 126, 0, 0)
 			}
 			break
+		}
+	}
+	if s.timerSlack != 0 {
+		if _, _, e := syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, uintptr(s.timerSlack), 0); e != 0 {
+			childFail(s, stepTimerSlack, e)
 		}
 	}
 	if s.setsid {

@@ -76,6 +76,11 @@ type Spec struct {
 	// itself: a first LockOSThread starts the Go runtime's template
 	// thread, one more thread in the process for good.
 	ThreadLocked bool
+	// TimerSlack, when not 0, is the child's timer slack in nanoseconds
+	// (PR_SET_TIMERSLACK): how late the kernel may wake its timed
+	// sleeps. Exec keeps it, and the threads the program starts inherit
+	// it from the thread that starts them.
+	TimerSlack uint64
 }
 
 // Child is a started child.
@@ -102,7 +107,7 @@ func Start(sp Spec) (*Child, error) {
 		return nil, errors.New("forkexec: bad spec")
 	}
 	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
-		setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1}
+		timerSlack: sp.TimerSlack, setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1}
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())
 		defer runtime.KeepAlive(sp.PathFile)
@@ -375,7 +380,7 @@ func (c *Child) closeAll() {
 // Error is a child's failure before exec.
 type Error struct {
 	// Step is what failed: "setsid", "setgroups", "setresgid",
-	// "setresuid", "chdir", "dup" or "exec".
+	// "setresuid", "chdir", "dup", "timerslack" or "exec".
 	Step  string
 	Errno syscall.Errno
 }
