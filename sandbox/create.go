@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/spawner"
 	"golang.org/x/sys/unix"
@@ -88,10 +89,12 @@ type Sandbox struct {
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
 	ids     *idRange
 	lock    *lockFile
-	// execd, until Create has asked, says how init's exec went (see
-	// spawner.CloneLater).
-	execd   func() error
-	initLog *os.File
+	// execd says how the clone's program and init's exec went (see
+	// spawner.CloneLater); initExecd asks it once.
+	execd     func() error
+	execdOnce sync.Once
+	execdErr  error
+	initLog   *os.File
 	// imageLock holds the image's lock shared while the sandbox lives.
 	imageLock *os.File
 	// ready is the wait for init to be ready, done once (see Start); its
@@ -224,16 +227,25 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	defer logW.Close()
 	s.initLog = logR
 
-	var setupFDs []int
+	// The sandbox is built, and init confined, by a program its clone
+	// runs before it execs init (see sbinit.Program).
+	b, err := rt.base()
+	if err != nil {
+		return nil, err
+	}
+	prog, err := sbinit.Program(rt.setup(s, spec, mounts, b))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox setup: %w", err)
+	}
 	if spec.Image != nil {
 		m, err := s.mountImage(spec.Image)
 		if err != nil {
 			return nil, err
 		}
 		defer m.Close()
-		setupFDs = []int{int(m.Fd())}
+		prog.Files[0] = int(m.Fd())
 	}
-	if err := s.start(initEnd, logW); err != nil {
+	if err := s.start(initEnd, logW, prog); err != nil {
 		return nil, err
 	}
 	// Init holds its own ends now. Without the host's copies, an init that
@@ -243,15 +255,8 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	logW.Close()
 	go s.watchExit()
 	rt.sweepSoon(ctx)
-	b, err := rt.base()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSetup, Setup: rt.setup(s, spec, mounts, b)}, setupFDs); err != nil {
-		return nil, fmt.Errorf("sandbox init: %w", err)
-	}
-	// While init starts: the counter files, so that a command's first
-	// reading of them is no opens.
+	// While the sandbox is built and init starts: the counter files, so
+	// that a command's first reading of them is no opens.
 	if err := s.group.OpenCounters(); err != nil {
 		return nil, err
 	}
@@ -260,11 +265,8 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 			return nil, err
 		}
 	}
-	if err := s.initExecd(); err != nil {
-		return nil, err
-	}
-	// Created once init runs: a setup that fails later ends it with
-	// Destroyed, as any other end does.
+	// Created once init's clone runs: a setup that fails later ends it
+	// with Destroyed, as any other end does.
 	rt.observe(Lifecycle{Event: Created, ID: s.id, Label: s.label})
 	return s, nil
 }
@@ -282,6 +284,11 @@ func (s *Sandbox) awaitStart(ctx context.Context) error {
 }
 
 func (s *Sandbox) finishStart(ctx context.Context) error {
+	// First how the build went: the clone's program reports a failed op
+	// before init ever runs.
+	if err := s.initExecd(); err != nil {
+		return err
+	}
 	if err := s.awaitReady(ctx); err != nil {
 		return err
 	}
@@ -296,8 +303,9 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	return nil
 }
 
-// start has the spawner clone init into its namespaces and cgroup.
-func (s *Sandbox) start(ctrl, log *os.File) error {
+// start clones init into its namespaces and cgroup (or has the spawner do
+// it), its clone running prog before it execs init.
+func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog) error {
 	var err error
 	if s.netns, err = s.rt.nets.take(); err != nil {
 		return fmt.Errorf("network namespace: %w", err)
@@ -317,6 +325,7 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		Env:    initEnv,
 		IDBase: int(s.ids.base),
 		IDSize: idRangeSize,
+		Prog:   prog,
 	}
 	place := spawner.Placement{DirFD: -1, Exe: s.rt.initFile}
 	if s.group.Version() == cgroup.V2 {
@@ -342,6 +351,8 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 		place.Enter = s.group.EnterThread
 	}
 	if s.rt.hostNet == nil {
+		// The program's files travel last.
+		fds = append(fds, prog.Files...)
 		pid, pidfd, err := s.rt.spawner.spawn(req, fds)
 		if err != nil {
 			return fmt.Errorf("start sandbox init: %w", err)
@@ -389,18 +400,24 @@ func (s *Sandbox) start(ctrl, log *os.File) error {
 	return nil
 }
 
-// initExecd returns how init's exec went, once it is over; nil when init
-// was started by the spawner (which waited) or this was asked before.
+// initExecd returns how the clone's program and init's exec went, once
+// they are over (the first caller waits, the others get the same answer);
+// nil when init was started by the spawner, which waited.
 func (s *Sandbox) initExecd() error {
-	f := s.execd
-	s.execd = nil
-	if f == nil {
-		return nil
-	}
-	if err := f(); err != nil {
-		return fmt.Errorf("start sandbox init: %w", err)
-	}
-	return nil
+	s.execdOnce.Do(func() {
+		if s.execd == nil {
+			return
+		}
+		if err := s.execd(); err != nil {
+			var fe *forkexec.Error
+			if errors.As(err, &fe) && fe.Step == "setup" {
+				s.execdErr = fmt.Errorf("sandbox setup: %w", err)
+			} else {
+				s.execdErr = fmt.Errorf("start sandbox init: %w", err)
+			}
+		}
+	})
+	return s.execdErr
 }
 
 // watchExit reaps init and then closes s.exited. Init is the host's child
@@ -430,9 +447,9 @@ func (s *Sandbox) watchExit() {
 	})
 }
 
-func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind, b hostBase) *initproto.Setup {
+func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []sbinit.Bind, b hostBase) *sbinit.Setup {
 	l := s.limits
-	c := &initproto.Setup{
+	c := &sbinit.Setup{
 		RootDir:    rt.rootDir,
 		ScratchDir: rt.scratchDir,
 		Hostname:   spec.Hostname,
@@ -444,7 +461,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind, b hostB
 		Symlinks:   b.image.symlinks,
 		Files:      etcFiles(spec.Hostname, spec.User),
 		Devices:    b.image.devices,
-		Rlimits: []initproto.Rlimit{
+		Rlimits: []sbinit.Rlimit{
 			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(l.FDs), Max: uint64(l.FDs)},
 			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 			// Locked memory is charged outside the cgroup's reach.
@@ -459,7 +476,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind, b hostB
 		c.UID, c.GID = int(spec.User.UID), int(spec.User.GID)
 	}
 	// Init's own real and saved uid: the last of the range, or the one
-	// before when the commands run as that (see initproto.Setup).
+	// before when the commands run as that (see sbinit.Setup).
 	c.InitUID = idRangeSize - 1
 	if c.UID == c.InitUID {
 		c.InitUID--
@@ -470,8 +487,8 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []initproto.Bind, b hostB
 		// airlock controls only what names the network (hosts, hostname,
 		// resolv.conf); the image's users and groups stay its own.
 		c.Binds, c.Symlinks = mounts, nil
-		c.Files = slices.DeleteFunc(c.Files, func(f initproto.File) bool { return !imageEtc[f.Path] })
-		c.Image = &initproto.ImageRoot{Writable: spec.Image.Writable}
+		c.Files = slices.DeleteFunc(c.Files, func(f sbinit.File) bool { return !imageEtc[f.Path] })
+		c.Image = &sbinit.ImageRoot{Writable: spec.Image.Writable}
 	}
 	return c
 }
@@ -499,7 +516,7 @@ func (s *Sandbox) awaitReady(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("sandbox init: %w%s", err, s.initDiagnostics())
 	case m.Kind == initproto.KindFail:
-		return fmt.Errorf("sandbox setup: %s", m.Error)
+		return fmt.Errorf("sandbox init: %s", m.Error)
 	case m.Kind != initproto.KindReady:
 		return fmt.Errorf("sandbox init: unexpected %q before ready", m.Kind)
 	}

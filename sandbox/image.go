@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/internal/sbinit"
 )
 
 // Identity of commands inside the sandbox. Init maps ids 0..idRange-1 of
@@ -31,8 +31,8 @@ var DefaultEnv = []string{
 // system directories, read-only, and a generated /etc that holds nothing
 // of the host's but the loader cache and the CA certificates.
 type hostImage struct {
-	binds    []initproto.Bind
-	symlinks []initproto.Symlink
+	binds    []sbinit.Bind
+	symlinks []sbinit.Symlink
 	devices  []string
 }
 
@@ -63,9 +63,9 @@ func loadHostImage() (*hostImage, error) {
 			if err != nil {
 				return nil, fmt.Errorf("image host: %w", err)
 			}
-			img.symlinks = append(img.symlinks, initproto.Symlink{Target: target, Path: d})
+			img.symlinks = append(img.symlinks, sbinit.Symlink{Target: target, Path: d})
 		case fi.IsDir():
-			img.binds = append(img.binds, initproto.Bind{Source: d, Target: d})
+			img.binds = append(img.binds, sbinit.Bind{Source: d, Target: d})
 		}
 	}
 	if len(img.binds) == 0 {
@@ -76,7 +76,7 @@ func loadHostImage() (*hostImage, error) {
 		if err != nil {
 			continue
 		}
-		img.binds = append(img.binds, initproto.Bind{Source: p, Target: p, File: !fi.IsDir()})
+		img.binds = append(img.binds, sbinit.Bind{Source: p, Target: p, File: !fi.IsDir()})
 	}
 	// Debian-style /etc/alternatives is a directory of symlinks into /usr
 	// that many commands (awk, editor, ...) resolve through. It is bound
@@ -89,7 +89,7 @@ func loadHostImage() (*hostImage, error) {
 			onlyLinks = onlyLinks && (e.Type()&os.ModeSymlink != 0 || e.Name() == "README" && e.Type().IsRegular())
 		}
 		if onlyLinks {
-			img.binds = append(img.binds, initproto.Bind{Source: "/etc/alternatives", Target: "/etc/alternatives"})
+			img.binds = append(img.binds, sbinit.Bind{Source: "/etc/alternatives", Target: "/etc/alternatives"})
 		}
 	}
 	for _, d := range img.devices {
@@ -105,7 +105,7 @@ func loadHostImage() (*hostImage, error) {
 const ResolverIP = "127.0.0.53"
 
 // etcFiles are generated for every sandbox.
-func etcFiles(hostname string, u *User) []initproto.File {
+func etcFiles(hostname string, u *User) []sbinit.File {
 	uid, gid := uint32(sandboxUID), uint32(sandboxGID)
 	if u != nil {
 		uid, gid = u.UID, u.GID
@@ -118,7 +118,7 @@ func etcFiles(hostname string, u *User) []initproto.File {
 	if gid != 0 && gid != 65534 {
 		group += fmt.Sprintf("sandbox:x:%d:\n", gid)
 	}
-	return []initproto.File{
+	return []sbinit.File{
 		{Path: "/etc/passwd", Mode: 0o644, Data: passwd + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
 		{Path: "/etc/group", Mode: 0o644, Data: group + "nogroup:x:65534:\n"},
 		{Path: "/etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},

@@ -6,7 +6,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/initproto"
+	"github.com/airlockhq/airlock/internal/sbinit"
 )
 
 // Mount is a host file or directory bound read-only into a sandbox, so a
@@ -72,11 +72,11 @@ func CheckMount(m Mount) error {
 }
 
 // mountBinds checks mounts and returns them as binds for init.
-func mountBinds(ms []Mount) ([]initproto.Bind, error) {
+func mountBinds(ms []Mount) ([]sbinit.Bind, error) {
 	if len(ms) > maxMounts {
 		return nil, fmt.Errorf("%d mounts; at most %d", len(ms), maxMounts)
 	}
-	var out []initproto.Bind
+	var out []sbinit.Bind
 	seen := map[string]bool{}
 	for _, m := range ms {
 		if err := CheckMount(m); err != nil {
@@ -90,7 +90,7 @@ func mountBinds(ms []Mount) ([]initproto.Bind, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mount source: %w", err)
 		}
-		out = append(out, initproto.Bind{Source: m.Source, Target: m.Target, File: !fi.IsDir()})
+		out = append(out, sbinit.Bind{Source: m.Source, Target: m.Target, File: !fi.IsDir()})
 	}
 	return out, nil
 }

@@ -5,8 +5,9 @@
 // descriptors (the command's stdin, stdout and stderr) travel with a message
 // as SCM_RIGHTS.
 //
-// Messages from init are untrusted input to the host: once setup is done init
-// lives inside the sandbox, so the host validates everything it decodes.
+// Messages from init are untrusted input to the host: init lives inside the
+// sandbox from its exec on (the sandbox is built before), so the host
+// validates everything it decodes.
 package initproto
 
 import (
@@ -24,14 +25,14 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 4
+const Version = 5
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
 const MaxMessage = 256 << 10
 
 // maxReply is the largest datagram the host accepts from init: init only
-// ever says ready, started, exit or why setup failed. Keeping the host's
+// ever says ready, started, exit or why it could not start. Keeping the host's
 // buffer small keeps an idle sandbox cheap.
 const maxReply = 16 << 10
 
@@ -43,11 +44,12 @@ type Kind string
 
 // Message kinds.
 const (
-	// KindSetup (host→init) carries Setup; it is the first message.
-	KindSetup Kind = "setup"
-	// KindReady (init→host): setup finished, waiting for exec requests.
+	// KindReady (init→host), init's first message: it runs, confined
+	// (the sandbox was built before its exec), and waits for exec
+	// requests.
 	KindReady Kind = "ready"
-	// KindFail (init→host): setup failed; Error says why.
+	// KindFail (init→host), instead of ready: init could not finish its
+	// start; Error says why.
 	KindFail Kind = "fail"
 	// KindExec (host→init) carries Exec and three descriptors: the
 	// command's stdin, stdout and stderr.
@@ -61,99 +63,15 @@ const (
 
 // Message is one datagram.
 type Message struct {
-	Kind  Kind
-	ID    uint64
-	Setup *Setup
-	Exec  *Exec
-	Pid   int
+	Kind Kind
+	ID   uint64
+	Exec *Exec
+	Pid  int
 	// Status is a raw wait(2) status.
 	Status int
 	// Errno is set when the command could not be executed.
 	Errno int
 	Error string
-}
-
-// Bind is a host path bound read-only into the sandbox.
-type Bind struct {
-	Source string
-	Target string
-	// File is true when the source is not a directory.
-	File bool
-}
-
-// Symlink is a symlink created in the sandbox's root.
-type Symlink struct {
-	Target string
-	Path   string
-}
-
-// File is a file generated into the sandbox's /etc.
-type File struct {
-	Path string
-	Data string
-	Mode uint32
-}
-
-// ImageRoot describes a root built from an image: an overlay whose lowest
-// layer is the image and whose top layer airlock generates (Files, and the
-// directories everything is mounted on), so the paths airlock controls are
-// never the image's.
-type ImageRoot struct {
-	// Writable adds an upper layer on the sandbox's disk tmpfs, so
-	// commands may change system paths; the changes are the sandbox's own
-	// and count against its disk ceiling.
-	Writable bool
-}
-
-// Rlimit is one resource limit applied to every command.
-type Rlimit struct {
-	Resource int
-	Cur      uint64
-	Max      uint64
-}
-
-// Setup is everything init needs to build the sandbox from the inside.
-type Setup struct {
-	// RootDir is an empty host directory the new root is mounted over
-	// (inside the sandbox's own mount namespace).
-	RootDir string
-	// ScratchDir is an empty host directory, outside RootDir, the scratch
-	// tmpfs (the disk) is mounted over while the root is built; it leaves
-	// with the host's tree when init pivots into the new root.
-	ScratchDir string
-	Hostname   string
-	// UID and GID are the identity commands run as, inside the sandbox.
-	UID int
-	GID int
-	// InitUID is init's own real and saved uid once it has confined
-	// itself (its effective uid is UID). It must differ from UID: the
-	// kernel then refuses every signal a command sends init, by any path
-	// (kill, queued signals, pidfds, F_SETOWN), since a command's ids
-	// match none of init's real and saved ones.
-	InitUID int
-	// DiskBytes and DiskInodes size the tmpfs behind /workspace, /tmp and
-	// /dev/shm.
-	DiskBytes  int64
-	DiskInodes int64
-	Binds      []Bind
-	Symlinks   []Symlink
-	Files      []File
-	// Devices are host device nodes bound into /dev (null, zero, ...).
-	Devices []string
-	Rlimits []Rlimit
-	// Workdir is the default working directory of commands.
-	Workdir string
-	// Seccomp is the compiled filter (seccomp.Encode), compiled once by
-	// the host.
-	Seccomp []byte
-	// Image, when set, makes the root an image instead of a tmpfs
-	// holding Binds and Symlinks: the setup message then carries one
-	// descriptor, a detached read-only mount of the image's root.
-	Image *ImageRoot
-	// NoSeccomp and NoLandlock exist for diagnosis only; the CLI never
-	// sets them.
-	NoSeccomp  bool
-	NoLandlock bool
 }
 
 // Exec asks init to start one command.

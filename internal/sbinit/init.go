@@ -48,12 +48,10 @@ func Main() int {
 // signal and wait for, and for the sandbox's end to tear down.
 func MainOnStartupThread() int { return run(true) }
 
-// run is init; startup says it runs in a package initialiser.
+// run is init; startup says it runs in a package initialiser. The sandbox
+// is built and init confined before its exec (see Program): what is left
+// is what exec undid or the program could not do for every thread.
 func run(startup bool) int {
-	// The umask is inherited from whoever started airlock, and a strict
-	// one (077) would make the generated /etc and the workspace unusable
-	// to the sandbox's user; commands get the usual 022 too.
-	unix.Umask(0o022)
 	// Init was born with a large timer slack, for the Go runtime's own
 	// threads (see spawner.InitTimerSlack). This thread starts every
 	// command, and a command inherits its slack: it goes back to the
@@ -61,18 +59,9 @@ func run(startup bool) int {
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil {
 		return 2
 	}
-	// Die with the host. What guarantees it is the control channel: the
-	// host's end is held by the host alone, so its death is an EOF that
-	// ends init (and with it the sandbox). The parent-death signal is a
-	// backstop for the time before init reads: set here, not at clone
-	// time, because the spawner clones init as the host's child.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return 2
-	}
-	// No os/signal here: commands cannot signal init at all once it has
-	// confined itself (see confine), and subscribing to signals costs a
-	// handshake with the runtime's signal thread per signal, milliseconds
-	// of every sandbox's start.
+	// No os/signal here: commands cannot signal init at all (see below),
+	// and subscribing to signals costs a handshake with the runtime's
+	// signal thread per signal, milliseconds of every sandbox's start.
 	syscall.CloseOnExec(ctrlFD)
 	// Blocking, and no Go poller: init waits on this locked thread alone
 	// (see server.serve), so a message from the host wakes the thread that
@@ -80,33 +69,33 @@ func run(startup bool) int {
 	if err := syscall.SetNonblock(ctrlFD, false); err != nil {
 		return 2
 	}
-	buf := make([]byte, initproto.MaxMessage)
-	m, fds, err := initproto.RecvFD(ctrlFD, buf, false)
-	if err != nil {
-		if errors.Is(err, initproto.ErrVersion) {
-			fail(err)
-		}
+	// The program left init a real and saved uid of its own and the
+	// commands' uid as its effective one; exec made the saved uid the
+	// effective one. Setting it back on every thread (the Go runtime's
+	// all-thread call) makes a command's ids match none of init's real
+	// and saved ones again, so the kernel refuses any signal a command
+	// sends init (see Program).
+	ruid, euid, _ := unix.Getresuid()
+	if ruid == euid {
+		fail(fmt.Errorf("init runs with uid %d as its real and effective one: it was not confined before its exec", ruid))
 		return 2
 	}
-	if m.Kind != initproto.KindSetup || m.Setup == nil {
-		fail(fmt.Errorf("first message is %q, want setup", m.Kind))
+	if err := syscall.Setresuid(-1, -1, ruid); err != nil {
+		fail(fmt.Errorf("setresuid: %w", err))
 		return 2
 	}
-	err = setup(m.Setup, fds)
-	closeFDs(fds)
-	if err != nil {
-		fail(err)
-		return 2
-	}
-	if err := confine(m.Setup); err != nil {
-		fail(err)
+	// Not dumpable (exec resets it): a command running as the same uid
+	// cannot ptrace init, read /proc/1/mem or /proc/1/environ, or open
+	// /proc/1/fd/3 to talk to the host over init's control channel.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fail(fmt.Errorf("dumpable: %w", err))
 		return 2
 	}
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]command), uid: m.Setup.UID, startup: startup}
-	return s.serve(buf)
+	s := &server{cmds: make(map[int]command), uid: euid, startup: startup}
+	return s.serve(make([]byte, initproto.MaxMessage))
 }
 
 func fail(err error) {

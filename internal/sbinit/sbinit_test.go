@@ -3,9 +3,9 @@ package sbinit
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/initproto"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,35 +47,121 @@ func TestLookPath(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	if err := validate(&setupOK, nil); err != nil {
+	if err := validate(&setupOK); err != nil {
 		t.Fatalf("valid setup refused: %v", err)
 	}
 	img := setupOK
-	img.Image = &initproto.ImageRoot{}
-	if err := validate(&img, []int{5}); err != nil {
+	img.Image = &ImageRoot{}
+	if err := validate(&img); err != nil {
 		t.Fatalf("valid image setup refused: %v", err)
 	}
-	for name, tt := range map[string]struct {
-		adjust func(*initproto.Setup)
-		fds    []int
-	}{
-		"relative root":          {func(c *initproto.Setup) { c.RootDir = "relative" }, nil},
-		"image without mount":    {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{} }, nil},
-		"descriptor, no image":   {func(c *initproto.Setup) {}, []int{5}},
-		"root with overlay sep":  {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a:b" }, []int{5}},
-		"root with overlay sep2": {func(c *initproto.Setup) { c.Image = &initproto.ImageRoot{}; c.RootDir = "/run/a,upperdir=/x" }, []int{5}},
+	for name, adjust := range map[string]func(*Setup){
+		"relative root":          func(c *Setup) { c.RootDir = "relative" },
+		"root with overlay sep":  func(c *Setup) { c.Image = &ImageRoot{}; c.RootDir = "/run/a:b" },
+		"root with overlay sep2": func(c *Setup) { c.Image = &ImageRoot{}; c.RootDir = "/run/a,upperdir=/x" },
+		"scratch with overlay sep": func(c *Setup) {
+			c.Image = &ImageRoot{Writable: true}
+			c.ScratchDir = "/run/a,lowerdir=/"
+		},
 		// Init sharing the commands' uid could be signalled by them.
-		"init uid is the commands'": {func(c *initproto.Setup) { c.InitUID = c.UID }, nil},
-		"negative uid":              {func(c *initproto.Setup) { c.UID = -1 }, nil},
-		"scratch inside the root":   {func(c *initproto.Setup) { c.ScratchDir = "/run/x/s" }, nil},
-		"relative scratch":          {func(c *initproto.Setup) { c.ScratchDir = "s" }, nil},
+		"init uid is the commands'": func(c *Setup) { c.InitUID = c.UID },
+		"negative uid":              func(c *Setup) { c.UID = -1 },
+		"scratch inside the root":   func(c *Setup) { c.ScratchDir = "/run/x/s" },
+		"relative scratch":          func(c *Setup) { c.ScratchDir = "s" },
+		"relative bind":             func(c *Setup) { c.Binds = []Bind{{Source: "/usr", Target: "usr"}} },
+		"bind up and out":           func(c *Setup) { c.Binds = []Bind{{Source: "/usr", Target: "/a/../../b"}} },
+		"file up and out":           func(c *Setup) { c.Files = []File{{Path: "/etc/../../x"}} },
+		"device with a slash":       func(c *Setup) { c.Devices = []string{"../sda"} },
 	} {
 		bad := setupOK
-		tt.adjust(&bad)
-		if validate(&bad, tt.fds) == nil {
+		adjust(&bad)
+		if validate(&bad) == nil {
 			t.Errorf("%s: accepted", name)
+		}
+		if _, err := Program(&bad); err == nil {
+			t.Errorf("%s: compiled", name)
 		}
 	}
 }
 
-var setupOK = initproto.Setup{RootDir: "/run/x", ScratchDir: "/run/s", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace", UID: 1000, GID: 1000, InitUID: 65535}
+var setupOK = Setup{RootDir: "/run/x", ScratchDir: "/run/s", DiskBytes: 1 << 20, DiskInodes: 100, Workdir: "/workspace", UID: 1000, GID: 1000, InitUID: 65535, Hostname: "sandbox"}
+
+// TestProgram compiles setups and checks the program's shape: every
+// directory made once, parents first; binds of a directory tried plain,
+// then with their submounts; the confinement last, seccomp at its end;
+// the image's mount as the program's one file.
+func TestProgram(t *testing.T) {
+	c := setupOK
+	c.Binds = []Bind{{Source: "/usr", Target: "/usr"}, {Source: "/etc/ld.so.cache", Target: "/etc/ld.so.cache", File: true}, {Source: "/srv/tool", Target: "/opt/tool/bin"}}
+	c.Symlinks = []Symlink{{Target: "usr/bin", Path: "/bin"}}
+	c.Files = []File{{Path: "/etc/hosts", Data: "127.0.0.1 localhost\n", Mode: 0o644}}
+	c.Devices = []string{"null", "zero"}
+	c.Seccomp = make([]byte, 8)
+	p, err := Program(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Files) != 0 {
+		t.Errorf("files %v without an image", p.Files)
+	}
+	seen := map[string]int{}
+	for i, op := range p.Ops {
+		seen[op.What]++
+		if op.Trap == unix.SYS_MKDIRAT && seen[op.What] > 1 {
+			t.Errorf("op %d: %s twice", i, op.What)
+		}
+	}
+	for _, want := range []string{
+		"make /run/x/opt", "make /run/x/opt/tool", "make /run/x/opt/tool/bin",
+		"bind /srv/tool on /run/x/opt/tool/bin", "bind /srv/tool and its submounts on /run/x/opt/tool/bin",
+		"create /run/x/etc/ld.so.cache", "write /run/x/etc/hosts", "symlink /bin",
+		"mask /proc/kcore", "pivot_root", "setresuid", "install the seccomp filter",
+	} {
+		if seen[want] == 0 {
+			t.Errorf("no op %q", want)
+		}
+	}
+	idx := func(what string) int {
+		for i, op := range p.Ops {
+			if op.What == what {
+				return i
+			}
+		}
+		return -1
+	}
+	if !(idx("make /run/x/opt") < idx("make /run/x/opt/tool") && idx("make /run/x/opt/tool") < idx("make /run/x/opt/tool/bin")) {
+		t.Error("parents are not made first")
+	}
+	if !(idx("pivot_root") < idx("setresuid") && idx("setresuid") < idx("install the seccomp filter")) || idx("install the seccomp filter") != len(p.Ops)-1 {
+		t.Error("confinement out of order: seccomp must come last, after the uid change")
+	}
+	if b := p.Ops[idx("bind /srv/tool on /run/x/opt/tool/bin")]; b.Skip != 1 || b.Else[0].Errno != unix.EINVAL {
+		t.Errorf("plain bind: skip %d, else %v; want the recursive bind only on EINVAL", b.Skip, b.Else)
+	}
+
+	img := c
+	img.Image = &ImageRoot{Writable: true}
+	p, err = Program(&img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Files) != 1 {
+		t.Errorf("image setup: files %v, want one (the image's mount)", p.Files)
+	}
+	for _, op := range p.Ops {
+		if op.What == "make / read-only" {
+			t.Error("a writable image's root is made read-only")
+		}
+		// (Below /dev, on its own tmpfs, is made afresh.)
+		if op.Trap == unix.SYS_MKDIRAT && strings.HasPrefix(op.What, "make /run/x/.airlock-root/") && !strings.HasPrefix(op.What, "make /run/x/.airlock-root/dev/") {
+			t.Errorf("%s: the merged root's mount points come from the generated layer", op.What)
+		}
+	}
+
+	// A bind below a symlink the setup makes cannot be built.
+	bad := c
+	bad.Binds = append(bad.Binds, Bind{Source: "/srv/x", Target: "/bin/x"})
+	if _, err := Program(&bad); err == nil {
+		t.Error("a bind below a symlink compiled")
+	}
+}

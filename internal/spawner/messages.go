@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/wire"
 )
 
@@ -34,6 +36,31 @@ func (q *Request) Marshal() []byte {
 	w.Int(int64(q.IDBase))
 	w.Int(int64(q.IDSize))
 	w.Bool(q.CgroupDir)
+	w.Bool(q.Prog != nil)
+	if p := q.Prog; p != nil {
+		w.Uint(uint64(len(p.Ops)))
+		for _, op := range p.Ops {
+			w.Uint(uint64(op.Trap))
+			for _, a := range op.Args {
+				w.Uint(uint64(a.Kind))
+				w.Uint(uint64(a.Index))
+				w.Uint(a.Imm)
+			}
+			w.Int(int64(op.Save))
+			w.Bool(op.Whole)
+			w.Uint(uint64(op.Skip))
+			for _, b := range op.Else {
+				w.Uint(uint64(b.Errno))
+				w.Uint(uint64(b.Skip))
+			}
+			w.String(op.What)
+		}
+		w.Uint(uint64(len(p.Blobs)))
+		for _, b := range p.Blobs {
+			w.Bytes(b)
+		}
+		w.Uint(uint64(len(p.Files)))
+	}
 	return w.B
 }
 
@@ -47,6 +74,42 @@ func (q *Request) Unmarshal(b []byte) error {
 	q.IDBase = int(r.Int())
 	q.IDSize = int(r.Int())
 	q.CgroupDir = r.Bool()
+	if r.Bool() {
+		p := &forkexec.Prog{}
+		if n := r.Count(); n > 0 {
+			p.Ops = make([]forkexec.Op, n)
+			for i := range p.Ops {
+				op := &p.Ops[i]
+				op.Trap = uintptr(r.Uint())
+				for j := range op.Args {
+					op.Args[j] = forkexec.Arg{Kind: forkexec.ArgKind(r.Uint()), Index: uint32(r.Uint()), Imm: r.Uint()}
+				}
+				op.Save = int8(r.Int())
+				op.Whole = r.Bool()
+				op.Skip = uint8(r.Uint())
+				for j := range op.Else {
+					op.Else[j] = forkexec.Branch{Errno: syscall.Errno(r.Uint()), Skip: uint8(r.Uint())}
+				}
+				op.What = r.String()
+			}
+		}
+		if n := r.Count(); n > 0 {
+			p.Blobs = make([][]byte, n)
+			for i := range p.Blobs {
+				p.Blobs[i] = r.Bytes()
+			}
+		}
+		// The files arrive as descriptors, after the request's own; the
+		// spawner puts their numbers in.
+		n := r.Uint()
+		if n > maxProgFiles {
+			return fmt.Errorf("a program with %d files", n)
+		}
+		if n > 0 {
+			p.Files = make([]int, n)
+		}
+		q.Prog = p
+	}
 	return r.Done()
 }
 

@@ -19,6 +19,7 @@ var shapes = map[int]string{
 	2: "37f58add09193fd1",
 	3: "d85bcb9af73d9d67",
 	4: "bbe38e2fb8f2642d",
+	5: "ea8eea8b0b568442",
 }
 
 func TestProtocolShape(t *testing.T) {

@@ -41,8 +41,12 @@ const Arg0 = "airlock-spawner"
 const connFD = 3
 
 // maxTasks bounds the v1 hierarchies a request may name (airlock uses at
-// most five: memory, pids, cpu, cpuacct, freezer).
-const maxTasks = 8
+// most five: memory, pids, cpu, cpuacct, freezer); maxProgFiles the files
+// of a request's program (an image's mount).
+const (
+	maxTasks     = 8
+	maxProgFiles = 4
+)
 
 // IsSpawner reports whether this process was started as the spawner.
 func IsSpawner() bool { return len(os.Args) == 2 && os.Args[0] == Arg0 }
@@ -55,9 +59,9 @@ type Hello struct {
 
 // Request asks for one init. Its descriptors, in order: the init's end of
 // the control socket, the write end of its diagnostics pipe, the network
-// namespace to clone into, and then either the cgroup v2 directory of the
+// namespace to clone into, then either the cgroup v2 directory of the
 // sandbox (CgroupDir) or the tasks files of its v1 cgroups, one per
-// hierarchy, in the order of Config.HomeTasks.
+// hierarchy, in the order of Config.HomeTasks, and last the files of Prog.
 type Request struct {
 	ID uint64
 	// Path is the binary to execute as init; Arg0 is its argv[0].
@@ -71,6 +75,9 @@ type Request struct {
 	IDSize int
 	// CgroupDir says the fourth descriptor is a cgroup v2 directory.
 	CgroupDir bool
+	// Prog is what the clone runs before it execs init: the sandbox's
+	// setup and confinement (see sbinit.Program).
+	Prog *forkexec.Prog
 }
 
 // Reply answers a Request. A successful reply carries a pidfd of the init;
@@ -123,8 +130,8 @@ func Main() int {
 		fmt.Fprintln(os.Stderr, "airlock-spawner:", err)
 		return 2
 	}
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace((4+maxTasks)*4))
+	buf := make([]byte, 256<<10)
+	oob := make([]byte, unix.CmsgSpace((4+maxTasks+maxProgFiles)*4))
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(connFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
@@ -173,10 +180,26 @@ func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bo
 	if req.CgroupDir {
 		want = 4
 	}
+	if req.Prog != nil {
+		if len(req.Prog.Files) > maxProgFiles {
+			return 0, -1, true, fmt.Errorf("a program with %d files", len(req.Prog.Files))
+		}
+		if len(fds) == want+len(req.Prog.Files) {
+			copy(req.Prog.Files, fds[want:])
+			fds = fds[:want]
+		}
+	}
 	if len(fds) != want || (req.CgroupDir && len(home) != 0) {
 		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
 	}
-	place := Placement{DirFD: -1}
+	// The program grants Landlock's rights to run init's file by a
+	// descriptor of it, which the clone execs: this program's own file.
+	exe, err := os.OpenFile(req.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, -1, true, fmt.Errorf("open %s: %w", req.Path, err)
+	}
+	defer exe.Close()
+	place := Placement{DirFD: -1, Exe: exe}
 	if req.CgroupDir {
 		place.DirFD = fds[3]
 	} else if len(home) > 0 {
@@ -320,6 +343,8 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		Files: []int{-1, log, log, ctrl},
 		// See InitTimerSlack.
 		TimerSlack: uint64(InitTimerSlack),
+		// The sandbox's setup and confinement, before init's exec.
+		Prog: req.Prog,
 	}
 	runtime.LockOSThread()
 	ok = true

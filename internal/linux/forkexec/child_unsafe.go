@@ -73,6 +73,16 @@ type forkSpec struct {
 	nsStep uint8
 	nsPath [32]byte // /proc/thread-self/ns/net, NUL-terminated
 	ifr    [40]byte // struct ifreq for lo
+	// prog, when set, runs after the descriptors are installed (see
+	// Prog); progFiles are its Files. slots are its descriptors: copies
+	// of progFiles, then the executable's copy (which the exec uses
+	// whenever pathFD is set), then what its ops saved. llattr is the
+	// struct a TrapLandlockRule fills in. All are the child's own
+	// scratch, never read by the caller.
+	prog      *resolved
+	progFiles []int
+	slots     [maxSlots]uintptr
+	llattr    [16]byte
 }
 
 // sigsetSize is the kernel's sigset_t size.
@@ -236,7 +246,22 @@ func forkChild(s *forkSpec) {
 	}
 	// Copy every source above the targets first, so that installing one
 	// target never overwrites a source still needed (the copies are
-	// close-on-exec; the installed targets are not).
+	// close-on-exec; the installed targets are not): the program's files
+	// and the executable too, which it and the exec then use.
+	for i, fd := range s.progFiles {
+		nfd, _, e := syscall.RawSyscall(unix.SYS_FCNTL, uintptr(fd), unix.F_DUPFD_CLOEXEC, uintptr(len(s.files)))
+		if e != 0 {
+			childFail(s, stepDup, e)
+		}
+		s.slots[i] = nfd
+	}
+	if s.pathFD >= 0 {
+		nfd, _, e := syscall.RawSyscall(unix.SYS_FCNTL, uintptr(s.pathFD), unix.F_DUPFD_CLOEXEC, uintptr(len(s.files)))
+		if e != 0 {
+			childFail(s, stepDup, e)
+		}
+		s.slots[len(s.progFiles)] = nfd
+	}
 	for i, fd := range s.files {
 		s.tmp[i] = -1
 		if fd < 0 {
@@ -261,16 +286,76 @@ func forkChild(s *forkSpec) {
 	// at exec, whether or not whoever opened it asked for that (a
 	// descriptor the caller inherited without close-on-exec, say).
 	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(len(s.files)), uintptr(^uint32(0)), unix.CLOSE_RANGE_CLOEXEC)
+	if s.prog != nil {
+		if i, e := runProg(s); e != 0 {
+			childFail(s, stepProg+i, e)
+		}
+	}
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&s.mask)), 0, sigsetSize, 0, 0)
 	var e syscall.Errno
 	if s.pathFD >= 0 {
-		_, _, e = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(s.pathFD), uintptr(unsafe.Pointer(&s.empty[0])),
+		_, _, e = syscall.RawSyscall6(unix.SYS_EXECVEAT, s.slots[len(s.progFiles)], uintptr(unsafe.Pointer(&s.empty[0])),
 			uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])), unix.AT_EMPTY_PATH, 0)
 	} else {
 		_, _, e = syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(s.path)),
 			uintptr(unsafe.Pointer(&s.argv[0])), uintptr(unsafe.Pointer(&s.envv[0])))
 	}
 	childFail(s, stepExec, e)
+}
+
+// runProg runs s.prog and returns the index of the op that failed and its
+// errno, or 0 when every op succeeded (or was skipped).
+//
+//go:norace
+//go:nosplit
+func runProg(s *forkSpec) (int, syscall.Errno) {
+	ops := s.prog.ops
+	for i := 0; i < len(ops); {
+		op := &ops[i]
+		a := op.args
+		for j := 0; j < len(a); j++ {
+			if op.slots&(1<<j) != 0 {
+				a[j] = s.slots[a[j]]
+			}
+		}
+		var r uintptr
+		var e syscall.Errno
+		if op.trap == TrapLandlockRule {
+			// struct landlock_path_beneath_attr, packed: the rights,
+			// then the descriptor.
+			for k := 0; k < 8; k++ {
+				s.llattr[k] = byte(a[1] >> (8 * k))
+			}
+			for k := 0; k < 4; k++ {
+				s.llattr[8+k] = byte(a[2] >> (8 * k))
+			}
+			r, _, e = syscall.RawSyscall6(unix.SYS_LANDLOCK_ADD_RULE, a[0], unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&s.llattr[0])), 0, 0, 0)
+		} else {
+			r, _, e = syscall.RawSyscall6(op.trap, a[0], a[1], a[2], a[3], a[4], a[5])
+		}
+		if e == 0 && op.whole && r != a[2] {
+			e = unix.EIO
+		}
+		if e != 0 {
+			next := -1
+			for k := 0; k < len(op.els); k++ {
+				if op.els[k].errno != 0 && op.els[k].errno == e {
+					next = i + 1 + int(op.els[k].skip)
+					break
+				}
+			}
+			if next < 0 {
+				return i, e
+			}
+			i = next
+			continue
+		}
+		if op.save >= 0 {
+			s.slots[op.save] = r
+		}
+		i += 1 + int(op.skip)
+	}
+	return 0, 0
 }
 
 // childFail reports the failed step and errno to the caller and exits the

@@ -76,6 +76,10 @@ type Spec struct {
 	// itself: a first LockOSThread starts the Go runtime's template
 	// thread, one more thread in the process for good.
 	ThreadLocked bool
+	// Prog, when set, is a program of system calls the child runs after
+	// its other steps, as the uid and gid above, before its exec (see
+	// Prog). An op that fails is an *Error naming it (Error.What).
+	Prog *Prog
 	// TimerSlack, when not 0, is the child's timer slack in nanoseconds
 	// (PR_SET_TIMERSLACK): how late the kernel may wake its timed
 	// sleeps. Exec keeps it, and the threads the program starts inherit
@@ -94,6 +98,7 @@ type Child struct {
 	// (see forkExec), so after the clone the caller never writes to it:
 	// the caller's ends of the pipes are its own fields below.
 	s                        *forkSpec
+	prog                     *Prog // names a failed op
 	errR, errW, syncR, syncW int
 	held                     bool
 	owned                    bool // the child is the caller's, and Kill reaps it
@@ -111,6 +116,12 @@ func Start(sp Spec) (*Child, error) {
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())
 		defer runtime.KeepAlive(sp.PathFile)
+	}
+	if sp.Prog != nil {
+		if err := sp.Prog.check(sp.PathFile != nil); err != nil {
+			return nil, err
+		}
+		s.prog, s.progFiles = sp.Prog.resolve(), sp.Prog.Files
 	}
 	var err error
 	if s.path, err = syscall.BytePtrFromString(sp.Path); err != nil {
@@ -132,7 +143,7 @@ func Start(sp Spec) (*Child, error) {
 		return nil, fmt.Errorf("forkexec: pipe: %w", err)
 	}
 	s.errW = errP[1]
-	c := &Child{s: s, errR: errP[0], errW: errP[1], syncR: -1, syncW: -1, PidFD: -1, held: sp.Hold, owned: !sp.Sibling}
+	c := &Child{s: s, prog: sp.Prog, errR: errP[0], errW: errP[1], syncR: -1, syncW: -1, PidFD: -1, held: sp.Hold, owned: !sp.Sibling}
 	if sp.Hold {
 		var syncP [2]int
 		if err := unix.Pipe2(syncP[:], unix.O_CLOEXEC); err != nil {
@@ -255,7 +266,7 @@ func (c *Child) Execd() error {
 	if n != len(buf) {
 		return errors.New("forkexec: short status from the child")
 	}
-	return statusError(buf)
+	return c.statusError(buf)
 }
 
 // Kill kills the child, reaps it when it is the caller's (closing the
@@ -332,7 +343,7 @@ func (c *Child) wait() error {
 	if n != len(buf) {
 		return errors.New("forkexec: short status from the child")
 	}
-	return statusError(buf)
+	return c.statusError(buf)
 }
 
 // readStatus reads the status pipe to its end or to a full report: n is
@@ -356,16 +367,20 @@ func (c *Child) readStatus() (buf [8]byte, n int, err error) {
 }
 
 // statusError decodes a child's report of a failed step.
-func statusError(buf [8]byte) error {
+func (c *Child) statusError(buf [8]byte) error {
 	var v uint64
 	for i := range buf {
 		v |= uint64(buf[i]) << (8 * i)
 	}
-	step := "exec"
-	if st := v >> 32; st < uint64(len(stepNames)) {
-		step = stepNames[st]
+	e := &Error{Step: "exec", Errno: syscall.Errno(uint32(v)), Op: -1}
+	switch st := v >> 32; {
+	case st < uint64(len(stepNames)):
+		e.Step = stepNames[st]
+	case st >= stepProg && c.prog != nil && st-stepProg < uint64(len(c.prog.Ops)):
+		e.Step, e.Op = "setup", int(st-stepProg)
+		e.What = c.prog.Ops[e.Op].What
 	}
-	return &Error{Step: step, Errno: syscall.Errno(uint32(v))}
+	return e
 }
 
 func (c *Child) closeAll() {
@@ -380,12 +395,22 @@ func (c *Child) closeAll() {
 // Error is a child's failure before exec.
 type Error struct {
 	// Step is what failed: "setsid", "setgroups", "setresgid",
-	// "setresuid", "chdir", "dup", "timerslack" or "exec".
+	// "setresuid", "chdir", "dup", "timerslack", "setup" (an op of
+	// Spec.Prog) or "exec".
 	Step  string
 	Errno syscall.Errno
+	// Op is the index of the program's op that failed, What its Op.What
+	// (Step "setup"); else -1 and "".
+	Op   int
+	What string
 }
 
-func (e *Error) Error() string { return e.Step + ": " + e.Errno.Error() }
+func (e *Error) Error() string {
+	if e.Step == "setup" {
+		return e.What + ": " + e.Errno.Error()
+	}
+	return e.Step + ": " + e.Errno.Error()
+}
 
 // Unwrap returns the errno.
 func (e *Error) Unwrap() error { return e.Errno }

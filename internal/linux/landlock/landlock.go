@@ -1,6 +1,7 @@
 package landlock
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -236,4 +237,66 @@ func addRule(rulesetFD int, path string, rights uint64) error {
 		return fmt.Errorf("landlock: add rule for %s: %w", path, err)
 	}
 	return nil
+}
+
+// Ruleset is a Landlock ruleset prepared for a process that confines
+// itself with raw system calls rather than through Restrict: a child
+// between its clone and its exec, one thread that everything it starts
+// inherits (see forkexec.Prog). It holds what landlock_create_ruleset
+// takes and the rights each kind of rule gets on the running kernel.
+type Ruleset struct {
+	// ABI is the Landlock ABI in use; 0 when the kernel has none, and
+	// nothing is to be restricted.
+	ABI int
+	// Attr is struct landlock_ruleset_attr; its size is len(Attr).
+	Attr []byte
+	// handled is every filesystem right the ruleset handles.
+	handled uint64
+}
+
+// NewRuleset prepares a ruleset for the running kernel with the newest ABI
+// both it and this package know (see Restrict), for a process whose every
+// thread will be in one domain. It therefore sets the signal scope (ABI 6)
+// whether or not the kernel has the fix for erratum 2, which concerns only
+// threads of one process in different domains.
+func NewRuleset() Ruleset {
+	abi := min(ABI(), maxABI)
+	if abi < 1 {
+		return Ruleset{}
+	}
+	rs := Ruleset{ABI: abi, handled: handledAccessFS(abi)}
+	attr := rulesetAttr{handledAccessFS: rs.handled}
+	size := uintptr(rulesetAttrSizeV1)
+	if abi >= 6 {
+		attr.scoped = scopeAbstractUnixSocket | scopeSignal
+		size = rulesetAttrSizeV6
+	}
+	rs.Attr = binary.NativeEndian.AppendUint64(nil, attr.handledAccessFS)
+	if size > rulesetAttrSizeV1 {
+		rs.Attr = binary.NativeEndian.AppendUint64(rs.Attr, attr.handledAccessNet)
+		rs.Attr = binary.NativeEndian.AppendUint64(rs.Attr, attr.scoped)
+	}
+	return rs
+}
+
+// Kinds of rule, as Rules names them.
+const (
+	ReadOnly   = rightsReadOnly
+	ReadWrite  = rightsReadWrite
+	WriteFiles = rightsWriteFiles
+	// Exec is what running a program needs of its file: to open it for
+	// reading and to execute it.
+	Exec = accessReadFile | accessExecute
+)
+
+// Rights returns the rights a rule of kind (ReadOnly, ReadWrite,
+// WriteFiles or Exec) grants on a directory (dir) or on a file, as the
+// kernel accepts them: only the rights the ruleset handles, and on a file
+// only those that apply to one. 0 means no rule is needed.
+func (rs Ruleset) Rights(kind uint64, dir bool) uint64 {
+	r := kind & rs.handled
+	if !dir {
+		r &= accessFile
+	}
+	return r
 }
