@@ -233,19 +233,20 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err != nil {
 		return nil, err
 	}
-	prog, err := sbinit.Program(rt.setup(s, spec, mounts, b))
+	prog, err := rt.programs.get(rt.setup(s, spec, mounts, b))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox setup: %w", err)
 	}
+	var progFiles []int
 	if spec.Image != nil {
 		m, err := s.mountImage(spec.Image)
 		if err != nil {
 			return nil, err
 		}
 		defer m.Close()
-		prog.Files[0] = int(m.Fd())
+		progFiles = []int{int(m.Fd())}
 	}
-	if err := s.start(initEnd, logW, prog); err != nil {
+	if err := s.start(initEnd, logW, prog, progFiles); err != nil {
 		return nil, err
 	}
 	// Init holds its own ends now. Without the host's copies, an init that
@@ -284,12 +285,20 @@ func (s *Sandbox) awaitStart(ctx context.Context) error {
 }
 
 func (s *Sandbox) finishStart(ctx context.Context) error {
-	// First how the build went: the clone's program reports a failed op
-	// before init ever runs.
-	if err := s.initExecd(); err != nil {
-		return err
+	// Ready comes through the runtime's poller. Only then is it asked how
+	// the clone's program and exec went: by then they are over (init said
+	// ready, or the channel ended), so that read waits for nothing, where
+	// asking first would hold a thread in a blocking read while the
+	// sandbox is built. An op that failed is the reason init never said
+	// ready, and the error.
+	err := s.awaitReady(ctx)
+	if err != nil {
+		s.kill() // a program still running, say: its end is then at hand
 	}
-	if err := s.awaitReady(ctx); err != nil {
+	if xerr := s.initExecd(); xerr != nil {
+		return xerr
+	}
+	if err != nil {
 		return err
 	}
 	// Open the scratch tmpfs through init's root before any command runs,
@@ -304,8 +313,8 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 }
 
 // start clones init into its namespaces and cgroup (or has the spawner do
-// it), its clone running prog before it execs init.
-func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog) error {
+// it), its clone running prog (with progFiles) before it execs init.
+func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog, progFiles []int) error {
 	var err error
 	if s.netns, err = s.rt.nets.take(); err != nil {
 		return fmt.Errorf("network namespace: %w", err)
@@ -322,10 +331,11 @@ func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog) error {
 		// Init's environment is not the commands' (each exec request
 		// carries its own). It holds Go runtime settings that make
 		// init's start cheaper (see initEnv).
-		Env:    initEnv,
-		IDBase: int(s.ids.base),
-		IDSize: idRangeSize,
-		Prog:   prog,
+		Env:       initEnv,
+		IDBase:    int(s.ids.base),
+		IDSize:    idRangeSize,
+		Prog:      prog,
+		ProgFiles: progFiles,
 	}
 	place := spawner.Placement{DirFD: -1, Exe: s.rt.initFile}
 	if s.group.Version() == cgroup.V2 {
@@ -352,7 +362,7 @@ func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog) error {
 	}
 	if s.rt.hostNet == nil {
 		// The program's files travel last.
-		fds = append(fds, prog.Files...)
+		fds = append(fds, progFiles...)
 		pid, pidfd, err := s.rt.spawner.spawn(req, fds)
 		if err != nil {
 			return fmt.Errorf("start sandbox init: %w", err)

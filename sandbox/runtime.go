@@ -155,6 +155,9 @@ type Runtime struct {
 	// sweeping counts a sweep running.
 	sweepOnce *sync.Once
 	sweeping  sync.WaitGroup
+	// programs are the setup programs compiled for this runtime's
+	// sandboxes, by setup.
+	programs programCache
 }
 
 // ErrInvalid marks bad input from a caller.

@@ -48,7 +48,7 @@ var readOnlyProc = []string{"bus", "fs", "irq", "sys", "driver", "tty"}
 // init itself, a Go program whose every thread would otherwise have to be
 // confined one by one, starts confined.
 //
-// With c.Image, the program's first file (slot 0) is the image's mount.
+// With c.Image, the program takes one file (slot 0): the image's mount.
 // The program grants Landlock's rights to run the file the child execs,
 // the init program, which lies outside the new root: the child opened it
 // (forkexec.Spec.PathFile) before its clone.
@@ -58,7 +58,7 @@ func Program(c *Setup) (*forkexec.Prog, error) {
 	}
 	b := newBuilder()
 	if c.Image != nil {
-		b.p.Files = []int{-1} // the caller fills in the image's mount
+		b.p.NFiles = 1 // the image's mount
 	}
 	b.slot = b.p.FirstSave()
 	b.build(c)

@@ -101,8 +101,8 @@ func TestProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Files) != 0 {
-		t.Errorf("files %v without an image", p.Files)
+	if p.NFiles != 0 {
+		t.Errorf("%d files without an image", p.NFiles)
 	}
 	seen := map[string]int{}
 	for i, op := range p.Ops {
@@ -145,8 +145,8 @@ func TestProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Files) != 1 {
-		t.Errorf("image setup: files %v, want one (the image's mount)", p.Files)
+	if p.NFiles != 1 {
+		t.Errorf("image setup: %d files, want one (the image's mount)", p.NFiles)
 	}
 	for _, op := range p.Ops {
 		if op.What == "make / read-only" {

@@ -59,7 +59,7 @@ func (q *Request) Marshal() []byte {
 		for _, b := range p.Blobs {
 			w.Bytes(b)
 		}
-		w.Uint(uint64(len(p.Files)))
+		w.Uint(uint64(p.NFiles))
 	}
 	return w.B
 }
@@ -99,15 +99,12 @@ func (q *Request) Unmarshal(b []byte) error {
 				p.Blobs[i] = r.Bytes()
 			}
 		}
-		// The files arrive as descriptors, after the request's own; the
-		// spawner puts their numbers in.
+		// The files arrive as descriptors, after the request's own.
 		n := r.Uint()
 		if n > maxProgFiles {
 			return fmt.Errorf("a program with %d files", n)
 		}
-		if n > 0 {
-			p.Files = make([]int, n)
-		}
+		p.NFiles = int(n)
 		q.Prog = p
 	}
 	return r.Done()

@@ -19,7 +19,7 @@ var shapes = map[int]string{
 	2: "37f58add09193fd1",
 	3: "d85bcb9af73d9d67",
 	4: "bbe38e2fb8f2642d",
-	5: "ea8eea8b0b568442",
+	5: "ed756baba79ec405",
 }
 
 func TestProtocolShape(t *testing.T) {
@@ -37,7 +37,8 @@ func TestProtocolShape(t *testing.T) {
 	}
 }
 
-// describe writes t's structure: field names, JSON tags and types.
+// describe writes t's structure: exported field names, JSON tags and
+// types.
 func describe(b *strings.Builder, t reflect.Type, seen map[reflect.Type]bool) {
 	switch t.Kind() {
 	case reflect.Pointer:
@@ -60,6 +61,9 @@ func describe(b *strings.Builder, t reflect.Type, seen map[reflect.Type]bool) {
 		fmt.Fprintf(b, "%s{", t.Name())
 		for i := range t.NumField() {
 			f := t.Field(i)
+			if !f.IsExported() {
+				continue // not on the wire (a Prog's resolved form, say)
+			}
 			fmt.Fprintf(b, "%s %q ", f.Name, f.Tag.Get("json"))
 			describe(b, f.Type, seen)
 			b.WriteString(";")

@@ -76,8 +76,10 @@ type Request struct {
 	// CgroupDir says the fourth descriptor is a cgroup v2 directory.
 	CgroupDir bool
 	// Prog is what the clone runs before it execs init: the sandbox's
-	// setup and confinement (see sbinit.Program).
-	Prog *forkexec.Prog
+	// setup and confinement (see sbinit.Program). ProgFiles are its
+	// files; to the spawner they travel as descriptors, last.
+	Prog      *forkexec.Prog
+	ProgFiles []int
 }
 
 // Reply answers a Request. A successful reply carries a pidfd of the init;
@@ -180,14 +182,9 @@ func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bo
 	if req.CgroupDir {
 		want = 4
 	}
-	if req.Prog != nil {
-		if len(req.Prog.Files) > maxProgFiles {
-			return 0, -1, true, fmt.Errorf("a program with %d files", len(req.Prog.Files))
-		}
-		if len(fds) == want+len(req.Prog.Files) {
-			copy(req.Prog.Files, fds[want:])
-			fds = fds[:want]
-		}
+	if req.Prog != nil && len(fds) == want+req.Prog.NFiles {
+		req.ProgFiles = fds[want:]
+		fds = fds[:want]
 	}
 	if len(fds) != want || (req.CgroupDir && len(home) != 0) {
 		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
@@ -344,7 +341,7 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// See InitTimerSlack.
 		TimerSlack: uint64(InitTimerSlack),
 		// The sandbox's setup and confinement, before init's exec.
-		Prog: req.Prog,
+		Prog: req.Prog, ProgFiles: req.ProgFiles,
 	}
 	runtime.LockOSThread()
 	ok = true

@@ -78,8 +78,10 @@ type Spec struct {
 	ThreadLocked bool
 	// Prog, when set, is a program of system calls the child runs after
 	// its other steps, as the uid and gid above, before its exec (see
-	// Prog). An op that fails is an *Error naming it (Error.What).
-	Prog *Prog
+	// Prog), with ProgFiles as its files (Prog.NFiles of them). An op
+	// that fails is an *Error naming it (Error.What).
+	Prog      *Prog
+	ProgFiles []int
 	// TimerSlack, when not 0, is the child's timer slack in nanoseconds
 	// (PR_SET_TIMERSLACK): how late the kernel may wake its timed
 	// sleeps. Exec keeps it, and the threads the program starts inherit
@@ -118,10 +120,14 @@ func Start(sp Spec) (*Child, error) {
 		defer runtime.KeepAlive(sp.PathFile)
 	}
 	if sp.Prog != nil {
-		if err := sp.Prog.check(sp.PathFile != nil); err != nil {
+		if len(sp.ProgFiles) != sp.Prog.NFiles {
+			return nil, fmt.Errorf("forkexec: %d files for a program of %d", len(sp.ProgFiles), sp.Prog.NFiles)
+		}
+		res, err := sp.Prog.prepare(sp.PathFile != nil)
+		if err != nil {
 			return nil, err
 		}
-		s.prog, s.progFiles = sp.Prog.resolve(), sp.Prog.Files
+		s.prog, s.progFiles = res, sp.ProgFiles
 	}
 	var err error
 	if s.path, err = syscall.BytePtrFromString(sp.Path); err != nil {

@@ -2,6 +2,7 @@ package forkexec
 
 import (
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -20,7 +21,10 @@ import (
 // Ops run in order. Each op is one system call (or one of the pseudo
 // calls, see TrapLandlockRule and TrapSeccomp) whose arguments are
 // immediates, pointers into Blobs, or slots: descriptors that earlier ops
-// returned, or the child's copies of Files. An op that fails ends the
+// returned, or the child's copies of the program's files.
+//
+// A Prog is not changed once used: one may serve any number of children,
+// at once too (what a child writes is its own). An op that fails ends the
 // program, and the child reports which op and errno; an op may instead
 // name errnos after which the program skips ahead and goes on (a /proc
 // entry this kernel lacks, say).
@@ -29,10 +33,15 @@ type Prog struct {
 	// Blobs are the bytes ops point to: NUL-terminated strings, file
 	// contents, kernel structs.
 	Blobs [][]byte
-	// Files are descriptors of the caller's that ops use (ArgSlot 0,
-	// 1, ...): the child uses copies of them, made before it installs
-	// its own descriptors, so their numbers never collide.
-	Files []int
+	// NFiles is how many descriptors of the caller's ops use (ArgSlot 0,
+	// 1, ...), given with each start (Spec.ProgFiles): the child uses
+	// copies of them, made before it installs its own descriptors, so
+	// their numbers never collide.
+	NFiles int
+
+	// once resolves the program for children, once (see resolve).
+	once sync.Once
+	res  *resolved
 }
 
 // Op is one system call of a Prog.
@@ -41,7 +50,7 @@ type Op struct {
 	Trap uintptr
 	Args [6]Arg
 	// Save, when not NoSave, is the slot the call's result is kept in:
-	// one after the slots of Files and of the executable (FirstSave).
+	// one after the slots of the files and of the executable (FirstSave).
 	Save int8
 	// Whole says the result must equal Args[2] (a write of a whole
 	// buffer); a short count fails the op with EIO.
@@ -74,9 +83,9 @@ const (
 	ArgImm ArgKind = iota
 	// ArgBlob is a pointer to Blobs[Arg.Index] (nil for an empty blob).
 	ArgBlob
-	// ArgSlot is the value of slot Arg.Index: a copy of Files[i] for i
-	// below len(Files), the executable's at len(Files) (ArgExe), else a
-	// result an op saved.
+	// ArgSlot is the value of slot Arg.Index: a copy of file i for i
+	// below NFiles, the executable's at NFiles (ArgExe), else a result an
+	// op saved.
 	ArgSlot
 	// ArgExe is the child's copy of the file it will execute
 	// (Spec.PathFile), open with O_PATH.
@@ -114,8 +123,8 @@ func (p *Prog) check(hasExe bool) error {
 	if len(p.Ops) > maxOps {
 		return fmt.Errorf("forkexec: program of %d ops; at most %d", len(p.Ops), maxOps)
 	}
-	if len(p.Files) > maxSlots/2 {
-		return fmt.Errorf("forkexec: program uses %d files; at most %d", len(p.Files), maxSlots/2)
+	if p.NFiles < 0 || p.NFiles > maxSlots/2 {
+		return fmt.Errorf("forkexec: program uses %d files; at most %d", p.NFiles, maxSlots/2)
 	}
 	for i, op := range p.Ops {
 		if op.Save != NoSave && (op.Save < p.FirstSave() || op.Save >= maxSlots) {
@@ -177,14 +186,24 @@ type resolved struct {
 	fprogs []*unix.SockFprog
 }
 
-// exeSlot is the slot of the executable's copy: the one after Files.
-func (p *Prog) exeSlot() uintptr { return uintptr(len(p.Files)) }
+// exeSlot is the slot of the executable's copy: the one after the files.
+func (p *Prog) exeSlot() uintptr { return uintptr(p.NFiles) }
 
 // FirstSave is the first slot an op may save its result in: the ones
-// before hold the copies of Files and of the executable.
-func (p *Prog) FirstSave() int8 { return int8(len(p.Files)) + 1 }
+// before hold the copies of the files and of the executable.
+func (p *Prog) FirstSave() int8 { return int8(p.NFiles) + 1 }
 
-// resolve prepares p for a child. It must be called after check.
+// prepare checks p and returns its form for children, made once: children
+// only read it.
+func (p *Prog) prepare(hasExe bool) (*resolved, error) {
+	if err := p.check(hasExe); err != nil {
+		return nil, err
+	}
+	p.once.Do(func() { p.res = p.resolve() })
+	return p.res, nil
+}
+
+// resolve makes p's form for children. It must be called after check.
 func (p *Prog) resolve() *resolved {
 	r := &resolved{ops: make([]rop, len(p.Ops)), blobs: p.Blobs}
 	for i, op := range p.Ops {

@@ -51,7 +51,7 @@ func TestProg(t *testing.T) {
 	defer w.Close()
 
 	a := &progAsm{}
-	a.p.Files = []int{int(w.Fd())}
+	a.p.NFiles = 1
 	sub := filepath.Join(dir, "sub")
 	a.op(sys("mkdir sub", unix.SYS_MKDIRAT, atCwd(), a.str(sub), imm(0o700)))
 	// A missing directory: ENOENT skips the op after it.
@@ -77,7 +77,7 @@ func TestProg(t *testing.T) {
 	a.op(o)
 	a.op(sys("never run either", unix.SYS_MKDIRAT, atCwd(), a.str(filepath.Join(dir, "skipped")), imm(0o700)))
 
-	out, ws, err := run(t, Spec{Path: "/bin/pwd", Argv: []string{"pwd"}, UID: -1, GID: -1, CgroupFD: -1, Prog: &a.p})
+	out, ws, err := run(t, Spec{Path: "/bin/pwd", Argv: []string{"pwd"}, UID: -1, GID: -1, CgroupFD: -1, Prog: &a.p, ProgFiles: []int{int(w.Fd())}})
 	if err != nil || ws.ExitStatus() != 0 {
 		t.Fatalf("Start: %v, status %v", err, ws)
 	}
@@ -140,22 +140,56 @@ func TestProgSeccomp(t *testing.T) {
 
 // TestProgChecked refuses programs a child could not run safely.
 func TestProgChecked(t *testing.T) {
-	for name, p := range map[string]Prog{
-		"blob out of range": {Ops: []Op{{Trap: unix.SYS_CHDIR, Args: [6]Arg{{Kind: ArgBlob, Index: 3}}, Save: NoSave}}},
-		"slot out of range": {Ops: []Op{{Trap: unix.SYS_CLOSE, Args: [6]Arg{{Kind: ArgSlot, Index: maxSlots}}, Save: NoSave}}},
-		"save over a file":  {Ops: []Op{{Trap: unix.SYS_GETPID, Save: 0}}, Files: []int{1}},
-		"save over the exe": {Ops: []Op{{Trap: unix.SYS_GETPID, Save: 1}}, Files: []int{1}},
-		"save out of range": {Ops: []Op{{Trap: unix.SYS_GETPID, Save: maxSlots}}},
-		"unknown kind":      {Ops: []Op{{Trap: unix.SYS_GETPID, Args: [6]Arg{{Kind: 9}}, Save: NoSave}}},
-		"exe without file":  {Ops: []Op{{Trap: unix.SYS_CLOSE, Args: [6]Arg{{Kind: ArgExe}}, Save: NoSave}}},
-		"seccomp, no blob":  {Ops: []Op{{Trap: TrapSeccomp, Save: NoSave}}},
-		"short filter":      {Ops: []Op{{Trap: TrapSeccomp, Args: [6]Arg{{Kind: ArgBlob}}, Save: NoSave}}, Blobs: [][]byte{{1, 2, 3}}},
+	for name, p := range map[string]*Prog{
+		"blob out of range": &Prog{Ops: []Op{{Trap: unix.SYS_CHDIR, Args: [6]Arg{{Kind: ArgBlob, Index: 3}}, Save: NoSave}}},
+		"slot out of range": &Prog{Ops: []Op{{Trap: unix.SYS_CLOSE, Args: [6]Arg{{Kind: ArgSlot, Index: maxSlots}}, Save: NoSave}}},
+		"save over a file":  &Prog{Ops: []Op{{Trap: unix.SYS_GETPID, Save: 0}}, NFiles: 1},
+		"save over the exe": &Prog{Ops: []Op{{Trap: unix.SYS_GETPID, Save: 1}}, NFiles: 1},
+		"save out of range": &Prog{Ops: []Op{{Trap: unix.SYS_GETPID, Save: maxSlots}}},
+		"unknown kind":      &Prog{Ops: []Op{{Trap: unix.SYS_GETPID, Args: [6]Arg{{Kind: 9}}, Save: NoSave}}},
+		"exe without file":  &Prog{Ops: []Op{{Trap: unix.SYS_CLOSE, Args: [6]Arg{{Kind: ArgExe}}, Save: NoSave}}},
+		"seccomp, no blob":  &Prog{Ops: []Op{{Trap: TrapSeccomp, Save: NoSave}}},
+		"short filter":      &Prog{Ops: []Op{{Trap: TrapSeccomp, Args: [6]Arg{{Kind: ArgBlob}}, Save: NoSave}}, Blobs: [][]byte{{1, 2, 3}}},
+		"too many files":    &Prog{NFiles: maxSlots},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Start(Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, UID: -1, GID: -1, CgroupFD: -1, Prog: &p})
+			_, err := Start(Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, UID: -1, GID: -1, CgroupFD: -1, Prog: p, ProgFiles: make([]int, p.NFiles)})
 			if err == nil || !strings.HasPrefix(err.Error(), "forkexec: ") {
 				t.Errorf("Start: %v, want a refusal", err)
 			}
 		})
+	}
+}
+
+// TestProgShared runs one program in children started at once: a program
+// serves any number of them, each writing only what is its own.
+func TestProgShared(t *testing.T) {
+	dir := t.TempDir()
+	a := &progAsm{}
+	f := a.p.FirstSave()
+	o := sys("create f", unix.SYS_OPENAT, atCwd(), a.str(dir+"/f"), imm(unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC), imm(0o600))
+	o.Save = f
+	a.op(o)
+	o = sys("write f", unix.SYS_WRITE, slot(uint32(f)), a.data([]byte("x")), imm(1))
+	o.Whole = true
+	a.op(o)
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, _, err := run(t, Spec{Path: "/bin/true", Argv: []string{"true"}, UID: -1, GID: -1, CgroupFD: -1, Prog: &a.p})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if b, err := os.ReadFile(dir + "/f"); err != nil || len(b) != n {
+		t.Errorf("f: %q, %v; want %d writes", b, err, n)
+	}
+	if _, err := Start(Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, UID: -1, GID: -1, CgroupFD: -1, Prog: &a.p, ProgFiles: []int{1}}); err == nil {
+		t.Error("a start with files the program does not take was accepted")
 	}
 }
