@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,5 +129,56 @@ func TestDestroyDuringExec(t *testing.T) {
 	trace.assertGone(t)
 	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
 		t.Errorf("an exec after Destroy: %+v", r)
+	}
+}
+
+// TestOnlyLinks checks the scan that decides whether /etc/alternatives is
+// bound: only symlinks and a README, and at least one entry.
+func TestOnlyLinks(t *testing.T) {
+	mk := func(t *testing.T, files ...string) string {
+		dir := t.TempDir()
+		for _, f := range files {
+			p := filepath.Join(dir, strings.TrimSuffix(f, "/"))
+			switch {
+			case strings.HasSuffix(f, "/"):
+				if err := os.Mkdir(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			case f == "README" || strings.HasPrefix(f, "file"):
+				if err := os.WriteFile(p, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := os.Symlink("/usr/bin/"+f, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return dir
+	}
+	many := []string{"README"}
+	for i := range 600 { // more than one read of entries
+		many = append(many, fmt.Sprintf("link%03d-with-a-longer-name", i))
+	}
+	for _, tc := range []struct {
+		name  string
+		files []string
+		want  bool
+	}{
+		{"links and a README", []string{"awk", "editor", "README"}, true},
+		{"many links", many, true},
+		{"empty", nil, false},
+		{"a regular file", []string{"awk", "file1"}, false},
+		{"a directory", []string{"awk", "sub/"}, false},
+		{"only a README", []string{"README"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := onlyLinks(mk(t, tc.files...)); got != tc.want {
+				t.Errorf("onlyLinks = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if onlyLinks("/nonexistent") {
+		t.Error("a missing directory holds only links")
 	}
 }
