@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,41 @@ func TestNoExecAfterBreach(t *testing.T) {
 	}
 	if r2 := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r2.Outcome != result.Error {
 		t.Fatalf("exec after a breach: got %s, want error", r2.Outcome)
+	}
+}
+
+// TestCreateWithManyHostDescriptors creates a sandbox while this process
+// holds more descriptors than the sandbox may have: the clone that builds
+// the sandbox holds copies of them until its exec, and must still be able
+// to open what it needs (a daemon with a hundred sessions holds over a
+// thousand).
+func TestCreateWithManyHostDescriptors(t *testing.T) {
+	rt := testRuntime(t)
+	lim := DefaultLimits()
+	lim.FDs = 64
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for range 2 * lim.FDs {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, f)
+	}
+	sb, err := rt.Create(t.Context(), Spec{Limits: lim})
+	if err != nil {
+		t.Fatalf("Create with %d descriptors open here: %v", len(held), err)
+	}
+	defer sb.Destroy(t.Context())
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "ulimit -n; ls /proc/self/fd | wc -l"}, Capture: true})
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("%s %d %s %s", r.Outcome, r.ExitCode, r.Error, r.Stderr)
+	}
+	if got := strings.Fields(string(r.Stdout)); len(got) != 2 || got[0] != "64" || got[1] != "4" {
+		t.Errorf("ulimit -n and open descriptors: %q, want 64 and 4 (0-2, and the directory ls reads)", r.Stdout)
 	}
 }

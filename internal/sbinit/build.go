@@ -488,12 +488,9 @@ const maxCap = 64
 // confine drops everything init and the commands will never need. Order
 // matters: the bounding set and securebits need CAP_SETPCAP, Landlock
 // without no_new_privs CAP_SYS_ADMIN, so they go before the uid change;
-// seccomp goes last because it refuses calls made before it.
+// the rlimits after every open; seccomp goes last because it refuses
+// calls made before it.
 func (b *builder) confine(c *Setup) {
-	for _, r := range c.Rlimits {
-		// struct rlimit64: cur, max.
-		b.sys(fmt.Sprintf("set rlimit %d", r.Resource), unix.SYS_PRLIMIT64, imm(0), immInt(r.Resource), b.data(u64s(r.Cur, r.Max)), null)
-	}
 	// With these bits, uid 0 inside is not special to the kernel: exec
 	// grants no capabilities and nothing can be re-enabled.
 	bits := uint64(secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup |
@@ -531,6 +528,14 @@ func (b *builder) confine(c *Setup) {
 	hdr = binary.NativeEndian.AppendUint32(hdr, 0)
 	b.sys("clear capabilities", unix.SYS_CAPSET, b.data(hdr), b.data(make([]byte, 2*3*4)))
 	b.sys("set no_new_privs", unix.SYS_PRCTL, imm(unix.PR_SET_NO_NEW_PRIVS), imm(1))
+	// The rlimits come last but for seccomp: until its exec the child
+	// holds a copy of the host's descriptors (close-on-exec), often more
+	// than the sandbox may have, and with RLIMIT_NOFILE set first the
+	// program's own opens (Landlock's) would fail with EMFILE.
+	for _, r := range c.Rlimits {
+		// struct rlimit64: cur, max.
+		b.sys(fmt.Sprintf("set rlimit %d", r.Resource), unix.SYS_PRLIMIT64, imm(0), immInt(r.Resource), b.data(u64s(r.Cur, r.Max)), null)
+	}
 	if !c.NoSeccomp {
 		b.p.Ops = append(b.p.Ops, forkexec.Op{Trap: forkexec.TrapSeccomp, Args: [6]forkexec.Arg{b.data(c.Seccomp)}, Save: forkexec.NoSave, What: "install the seccomp filter"})
 	}
