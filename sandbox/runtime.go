@@ -290,11 +290,11 @@ func loadBase() (hostBase, error) {
 	if err != nil {
 		return hostBase{}, err
 	}
-	prog, err := seccomp.DefaultProfile().Compile()
+	filter, err := seccomp.DefaultFilter()
 	if err != nil {
 		return hostBase{}, err
 	}
-	return hostBase{image: img, seccomp: seccomp.Encode(prog)}, nil
+	return hostBase{image: img, seccomp: filter}, nil
 }
 
 // isSandboxID reports whether a cgroup name is one of ours (newID's form).

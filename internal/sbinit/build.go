@@ -72,9 +72,13 @@ func Program(c *Setup) (*forkexec.Prog, error) {
 // (made: path → is a directory), so that it makes every directory once,
 // parents first, and needs no lookups at run time.
 type builder struct {
-	p     forkexec.Prog
-	strs  map[string]uint32
-	made  map[string]bool
+	p    forkexec.Prog
+	strs map[string]uint32
+	made map[string]bool
+	// under holds every directory the model has something below.
+	under map[string]bool
+	// attrs are the struct mount_attr blobs made, by flags.
+	attrs map[uint64]forkexec.Arg
 	slot  int8 // the next free slot
 	empty forkexec.Arg
 	// err is the first path the model could not make (a file in the
@@ -83,7 +87,11 @@ type builder struct {
 }
 
 func newBuilder() *builder {
-	b := &builder{strs: map[string]uint32{}, made: map[string]bool{}}
+	b := &builder{strs: make(map[string]uint32, 160), made: make(map[string]bool, 64), under: make(map[string]bool, 32), attrs: map[uint64]forkexec.Arg{}}
+	// A program is about 250 ops and 150 blobs: room for them at once
+	// (appending one by one copied the ops over and over).
+	b.p.Ops = make([]forkexec.Op, 0, 320)
+	b.p.Blobs = make([][]byte, 0, 192)
 	b.empty = b.str("")
 	return b
 }
@@ -178,8 +186,12 @@ func (b *builder) setattr(what, p string, attr uint64, recursive bool) int {
 		flags |= unix.AT_RECURSIVE
 	}
 	// struct mount_attr: attr_set, attr_clr, propagation, userns_fd.
-	a := u64s(attr, 0, 0, 0)
-	return b.sys(what, unix.SYS_MOUNT_SETATTR, atFDCWD, b.str(p), imm(flags), b.data(a), imm(uint64(len(a))))
+	a, ok := b.attrs[attr]
+	if !ok {
+		a = b.data(u64s(attr, 0, 0, 0))
+		b.attrs[attr] = a
+	}
+	return b.sys(what, unix.SYS_MOUNT_SETATTR, atFDCWD, b.str(p), imm(flags), a, imm(32))
 }
 
 // u64s packs a struct of 64-bit fields.
@@ -193,12 +205,24 @@ func u64s(v ...uint64) []byte {
 
 // covered forgets what the model knew below p, now hidden by a mount.
 func (b *builder) covered(p string) {
-	for q := range b.made {
-		if strings.HasPrefix(q, p+"/") {
-			delete(b.made, q)
+	if b.under[p] {
+		for q := range b.made {
+			if strings.HasPrefix(q, p+"/") {
+				delete(b.made, q)
+				delete(b.under, q)
+			}
 		}
+		delete(b.under, p)
 	}
-	b.made[p] = true
+	b.record(p, true)
+}
+
+// record puts p in the model, a directory or not.
+func (b *builder) record(p string, dir bool) {
+	b.made[p] = dir
+	for d := filepath.Dir(p); d != p && !b.under[d]; p, d = d, filepath.Dir(d) {
+		b.under[d] = true
+	}
 }
 
 // Files and directories.
@@ -206,7 +230,7 @@ func (b *builder) covered(p string) {
 // mkdir makes directory p with mode (the umask applies) and records it.
 func (b *builder) mkdir(p string, mode uint32) {
 	b.sys("make "+p, unix.SYS_MKDIRAT, atFDCWD, b.str(p), imm(uint64(mode)))
-	b.made[p] = true
+	b.record(p, true)
 }
 
 // mkdirAll makes p and whatever parents the model lacks, mode 0755.
@@ -233,7 +257,7 @@ func (b *builder) writeFile(p string, data []byte, perm uint32) {
 		b.p.Ops[w].Whole = true
 	}
 	b.sys("close "+p, unix.SYS_CLOSE, slotArg(fd))
-	b.made[p] = false
+	b.record(p, false)
 }
 
 // makeTarget creates an empty directory or file to mount over, unless the
@@ -311,7 +335,7 @@ func (b *builder) build(c *Setup) {
 			p := filepath.Join(root, s.Path)
 			b.mkdirAll(filepath.Dir(p))
 			b.sys("symlink "+s.Path, unix.SYS_SYMLINKAT, b.str(s.Target), atFDCWD, b.str(p))
-			b.made[p] = false
+			b.record(p, false)
 		}
 		b.writeFiles(root, c.Files)
 	}
@@ -386,10 +410,10 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 	b.mount("mount the image's overlay", "overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 	// The merged root shows the generated layer's paths (and the
 	// image's, which the model does not know and never needs).
-	b.made[root] = true
+	b.record(root, true)
 	for p, dir := range b.made {
 		if rel, ok := strings.CutPrefix(p, gen+"/"); ok {
-			b.made[filepath.Join(root, rel)] = dir
+			b.record(filepath.Join(root, rel), dir)
 		}
 	}
 	return root
@@ -419,7 +443,7 @@ func (b *builder) dev(root, scratch string, devices []string) {
 	} {
 		p := filepath.Join(dev, l[0])
 		b.sys("symlink /dev/"+l[0], unix.SYS_SYMLINKAT, b.str(l[1]), atFDCWD, b.str(p))
-		b.made[p] = false
+		b.record(p, false)
 	}
 }
 
@@ -499,7 +523,7 @@ func (b *builder) confine(c *Setup) {
 	b.sys("set securebits", unix.SYS_PRCTL, imm(unix.PR_SET_SECUREBITS), imm(bits))
 	// The bounding set caps what any later exec could ever gain.
 	for capNr := 0; capNr < maxCap; capNr++ {
-		i := b.sys(fmt.Sprintf("drop bounding capability %d", capNr), unix.SYS_PRCTL, imm(unix.PR_CAPBSET_DROP), imm(uint64(capNr)))
+		i := b.sys("drop a capability from the bounding set", unix.SYS_PRCTL, imm(unix.PR_CAPBSET_DROP), imm(uint64(capNr)))
 		b.orSkip(i, unix.EINVAL, maxCap-1-capNr) // past the kernel's last
 	}
 	b.sys("clear ambient capabilities", unix.SYS_PRCTL, imm(unix.PR_CAP_AMBIENT), imm(unix.PR_CAP_AMBIENT_CLEAR_ALL))
