@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -132,10 +131,20 @@ func (s *Sandbox) NetNS() *os.File { return s.netns }
 // HostIDBase is the host uid (and gid) that uid 0 inside maps to.
 func (s *Sandbox) HostIDBase() uint32 { return s.ids.base }
 
+// newID is a fresh random sandbox id. It reads the kernel's random source
+// itself (crypto/rand's, and it never fails on Linux): crypto/rand would
+// bring the crypto packages' initialisers into every airlock process.
 func newID() string {
 	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
+	for {
+		n, err := unix.Getrandom(b[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != len(b) {
+			panic(fmt.Sprintf("getrandom: %d bytes, %v", n, err))
+		}
+		break
 	}
 	return hex.EncodeToString(b[:])
 }

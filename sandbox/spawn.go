@@ -3,10 +3,10 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -23,7 +23,7 @@ type spawnerClient struct {
 
 	mu   sync.Mutex
 	proc *os.Process
-	conn *net.UnixConn
+	conn *seqConn
 	next uint64
 	// release ends the thread the spawner was started from.
 	release chan struct{}
@@ -35,7 +35,7 @@ func (c *spawnerClient) start() error {
 	if err != nil {
 		return fmt.Errorf("spawner socket: %w", err)
 	}
-	ours, theirs := os.NewFile(uintptr(pair[0]), "spawner"), os.NewFile(uintptr(pair[1]), "spawner-child")
+	ours, theirs := pair[0], os.NewFile(uintptr(pair[1]), "spawner-child")
 	// The spawner and every init (cloned as our children) get SIGKILL
 	// when the thread that started the spawner exits. That thread is
 	// therefore reserved: locked, parked, and released only when the
@@ -86,11 +86,10 @@ func (c *spawnerClient) start() error {
 		c.release = release
 	}
 	if err != nil {
-		ours.Close()
+		unix.Close(ours)
 		return fmt.Errorf("start spawner: %w", err)
 	}
-	fc, err := net.FileConn(ours)
-	ours.Close()
+	conn, err := newSeqConn(ours)
 	if err != nil {
 		_ = p.Kill()
 		_, _ = p.Wait()
@@ -98,7 +97,7 @@ func (c *spawnerClient) start() error {
 		c.release = nil
 		return fmt.Errorf("spawner socket: %w", err)
 	}
-	c.proc, c.conn = p, fc.(*net.UnixConn)
+	c.proc, c.conn = p, conn
 	if err := c.hello(); err != nil {
 		c.stop()
 		return err
@@ -112,7 +111,7 @@ func (c *spawnerClient) hello() error {
 	_ = c.conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	defer c.conn.SetReadDeadline(time.Time{})
 	buf := make([]byte, 512)
-	n, _, _, _, err := c.conn.ReadMsgUnix(buf, nil)
+	n, _, err := c.conn.readMsg(buf, nil)
 	var h spawner.Hello
 	if err != nil || n == 0 || h.Unmarshal(buf[:n]) != nil {
 		return fmt.Errorf("%s did not start as airlock's spawner (is it airlock-init?)", c.initPath)
@@ -157,20 +156,20 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 	c.next++
 	req.ID = c.next
 	b := req.Marshal()
-	if _, _, err := c.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+	if err := c.conn.writeMsg(b, unix.UnixRights(fds...)); err != nil {
 		// The spawner died since the last request; a new one gets it.
 		c.stop()
 		if err := c.start(); err != nil {
 			return 0, nil, err
 		}
-		if _, _, err := c.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+		if err := c.conn.writeMsg(b, unix.UnixRights(fds...)); err != nil {
 			c.stop()
 			return 0, nil, fmt.Errorf("spawner: %w", err)
 		}
 	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := c.conn.ReadMsgUnix(buf, oob)
+	n, oobn, err := c.conn.readMsg(buf, oob)
 	if err != nil || n == 0 {
 		c.stop()
 		return 0, nil, errors.Join(errors.New("spawner died"), err)
@@ -209,6 +208,55 @@ func (c *spawnerClient) spawn(req spawner.Request, fds []int) (pid int, pidfd *o
 	pidfd, err = pidFile(got[0])
 	return reply.Pid, pidfd, err
 }
+
+// seqConn is a SOCK_SEQPACKET unix socket served by the runtime's poller:
+// what net.UnixConn would do for it, without linking the net package (its
+// initialisers run in every airlock process).
+type seqConn struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+// newSeqConn takes over the socket fd, which it makes non-blocking.
+func newSeqConn(fd int) (*seqConn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "spawner")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &seqConn{f: f, rc: rc}, nil
+}
+
+// writeMsg sends one message with its control data.
+func (c *seqConn) writeMsg(b, oob []byte) error {
+	var err error
+	werr := c.rc.Write(func(fd uintptr) bool {
+		err = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		return err != unix.EAGAIN
+	})
+	return errors.Join(werr, err)
+}
+
+// readMsg receives one message; n and oobn are both 0 at the peer's end.
+func (c *seqConn) readMsg(b, oob []byte) (n, oobn int, err error) {
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, err = unix.Recvmsg(int(fd), b, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN
+	})
+	if rerr != nil {
+		return 0, 0, rerr
+	}
+	return n, oobn, err
+}
+
+func (c *seqConn) SetReadDeadline(t time.Time) error { return c.f.SetReadDeadline(t) }
+
+func (c *seqConn) Close() error { return c.f.Close() }
 
 // pidFile wraps a pidfd, non-blocking, so that waiting for init's exit parks
 // a goroutine in the runtime's poller instead of holding a thread.

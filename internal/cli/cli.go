@@ -2,12 +2,15 @@
 // subcommand and turns its outcome into an exit code. cmd/airlock and
 // cmd/airlockd are its callers.
 //
-// The commands are split between two programs so that the common ones
-// start fast. airlock carries run, session, pool, audit, image (but
-// import), version and help. The commands that need the daemon, SQLite,
-// the MCP SDK or the image decoders — serve, mcp and image import — are
-// Extra commands that only airlockd links (package cli/daemoncmd);
-// airlock hands them to airlockd by exec, arguments unchanged, so both
+// The commands are split between two programs so that the common one
+// starts fast. airlock links only what a plain run needs (the sandbox
+// runtime; no HTTP, DNS, TLS, YAML or image code: see internal/deptest)
+// and carries version, help and `run` without a tool, a config file or an
+// image; a run's egress gateway, when the sandbox first uses the network,
+// is a helper that airlock starts (internal/lazygw). Everything else —
+// serve, mcp, session, pool, audit, image, and runs of a tool, a config or
+// an image — is airlockd's (package cli/daemoncmd, given to Run as Extra);
+// airlock hands those to airlockd by exec, arguments unchanged, so both
 // programs take every command.
 package cli
 
@@ -19,8 +22,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/airlockhq/airlock/internal/lazygw"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // Exit codes of `airlock run` besides the command's own.
@@ -46,14 +54,23 @@ type IO struct {
 // Command is one subcommand: its arguments after the command's name.
 type Command func(ctx context.Context, args []string, stdio IO) error
 
-// Extra is what airlockd adds to airlock's commands. A nil Extra (airlock)
-// hands those commands to airlockd.
+// Extra is what airlockd adds to airlock's commands. A nil Extra
+// (airlock) hands those commands to airlockd.
 type Extra struct {
-	Serve, MCP Command
-	// ImportsImages: image import runs here (the program has registered
-	// the zstd decoder with the image store).
-	ImportsImages bool
+	// Commands are airlockd's own commands, by name: serve, mcp,
+	// session, pool, audit and image (the names Handed lists), and the
+	// gateway helper of airlock run (lazygw.Command).
+	Commands map[string]Command
+	// Run runs what is not plain of `run` (RunFlags.Plain): a tool, a
+	// config file, an image.
+	Run func(ctx context.Context, f *RunFlags, argv []string, stdio IO) error
+	// Bind binds a plain run's network side (in this process); nil
+	// starts the gateway on first use in a helper (lazygw).
+	Bind func(f *RunFlags) Bind
 }
+
+// Handed are the commands airlock hands to airlockd.
+var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -61,16 +78,7 @@ func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 		usage(stdio.Stderr)
 		return &ExitError{Code: 2}
 	}
-	if extra == nil {
-		extra = &Extra{}
-	}
 	cmd, rest := args[1], args[2:]
-	switch {
-	case cmd == "serve" && extra.Serve == nil,
-		cmd == "mcp" && extra.MCP == nil,
-		cmd == "image" && len(rest) > 0 && rest[0] == "import" && !extra.ImportsImages:
-		return handOver(args)
-	}
 	switch cmd {
 	case "version", "--version":
 		fmt.Fprintln(stdio.Stdout, "airlock", Version())
@@ -79,26 +87,65 @@ func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 		usage(stdio.Stdout)
 		return nil
 	}
-	ctx, stop := catchSignals(ctx)
-	defer stop()
-	switch cmd {
-	case "run":
-		return runCmd(ctx, rest, stdio)
-	case "serve":
-		return extra.Serve(ctx, rest, stdio)
-	case "session":
-		return sessionCmd(ctx, rest, stdio)
-	case "pool":
-		return poolCmd(ctx, rest, stdio)
-	case "audit":
-		return auditCmd(ctx, rest, stdio)
-	case "mcp":
-		return extra.MCP(ctx, rest, stdio)
-	case "image":
-		return imageCmd(ctx, rest, stdio)
+	if c, ok := extra.command(cmd); ok {
+		ctx, stop := catchSignals(ctx)
+		defer stop()
+		return c(ctx, rest, stdio)
+	}
+	switch {
+	case cmd == "run":
+	case extra == nil && (slices.Contains(Handed, cmd) || cmd == lazygw.Command):
+		return handOver(args)
 	default:
 		usage(stdio.Stderr)
 		return fmt.Errorf("unknown command %q", cmd)
+	}
+	f, argv, err := ParseRun(rest, stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	if !f.Plain() {
+		if extra == nil {
+			return handOver(args)
+		}
+		ctx, stop := catchSignals(ctx)
+		defer stop()
+		return extra.Run(ctx, f, argv, stdio)
+	}
+	if err := f.Check(argv, stdio.Stderr); err != nil {
+		return err
+	}
+	ctx, stop := catchSignals(ctx)
+	defer stop()
+	bind := lazyBind(f, stdio)
+	if extra != nil && extra.Bind != nil {
+		bind = extra.Bind(f)
+	}
+	r := RunOnce(ctx, f, sandbox.Spec{}, argv, stdio, bind)
+	return Finish(ctx, r, f, stdio)
+}
+
+// command returns airlockd's command name, if e has it.
+func (e *Extra) command(name string) (Command, bool) {
+	if e == nil {
+		return nil, false
+	}
+	c, ok := e.Commands[name]
+	return c, ok
+}
+
+// lazyBind binds a plain run's network side in airlock: the gateway's
+// listeners at once, the gateway itself in a helper (airlockd) when the
+// sandbox first uses them.
+func lazyBind(f *RunFlags, stdio IO) Bind {
+	return func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+		b := runner.NewBinding(sb, nil, nil)
+		gw, err := lazygw.Start(sb.NetNS(), findDaemonProgram, lazygw.Config{SandboxID: sb.ID(), Allow: f.AllowArgs}, b.Egress, stdio.Stderr)
+		if err != nil {
+			return nil, err
+		}
+		b.Attach(gw)
+		return b, nil
 	}
 }
 
@@ -182,10 +229,4 @@ func SignalsCaught(ctx context.Context) {
 	if c, ok := ctx.Value(signalsKey{}).(chan struct{}); ok {
 		<-c
 	}
-}
-
-// isTerminal is replaced in tests.
-var isTerminal = func(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

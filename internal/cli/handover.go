@@ -28,7 +28,7 @@ func findDaemonProgram() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s not found in %s: it carries airlock's serve, mcp and image import; install it beside airlock (go build -o DIR/ ./cmd/... from a clone, or go install github.com/airlockhq/airlock/cmd/...@VERSION)",
+	return "", fmt.Errorf("%s not found in %s: it carries airlock's serve, mcp, session, pool, audit and image, runs of a tool, a config or an image, and the sandbox's egress gateway; install it beside airlock (go build -o DIR/ ./cmd/... from a clone, or go install github.com/airlockhq/airlock/cmd/...@VERSION)",
 		DaemonProgram, strings.Join(tried, ", "))
 }
 

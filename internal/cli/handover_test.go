@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHandOver: the commands airlockd carries reach it from airlock with
 // their arguments unchanged, in the same process; without airlockd they
-// fail naming it, and airlock's own commands still work.
+// fail naming it, and airlock's own commands (version, a plain run) still
+// work, a plain run's sandbox refused its network at once.
 func TestHandOver(t *testing.T) {
 	bin := airlockBin(t)
 	for _, args := range [][]string{{"serve", "-h"}, {"mcp", "-h"}, {"image", "import", "-h"}} {
@@ -39,7 +41,10 @@ func TestHandOver(t *testing.T) {
 	if err := os.WriteFile(alone, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"serve"}, {"mcp"}, {"image", "import", "x.tar"}} {
+	for _, args := range [][]string{
+		{"serve"}, {"mcp"}, {"image", "import", "x.tar"}, {"image", "ls"}, {"session", "ls"}, {"pool", "ls"}, {"audit"},
+		{"run", "--tool", "x", "--", "true"}, {"run", "--config", "/nonexistent", "--", "true"}, {"run", "--image", "x", "--", "true"},
+	} {
 		out, err := exec.Command(alone, args...).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitFailure || !strings.Contains(string(out), DaemonProgram+" not found in "+filepath.Dir(alone)) {
 			t.Errorf("airlock %v without airlockd: %v, %q", args, err, out)
@@ -48,7 +53,22 @@ func TestHandOver(t *testing.T) {
 	if out, err := exec.Command(alone, "version").Output(); err != nil || !strings.HasPrefix(string(out), "airlock ") {
 		t.Errorf("airlock version without airlockd: %v, %q", err, out)
 	}
-	if out, err := exec.Command(alone, "image", "ls", "--store", t.TempDir()+"/store").CombinedOutput(); err != nil && strings.Contains(string(out), DaemonProgram) {
-		t.Errorf("airlock image ls went to airlockd: %q", out)
+	// A plain run needs airlockd only for its gateway, on first use:
+	// without it the sandbox's proxy and resolver refuse at once, and
+	// airlock says why.
+	cmd := exec.Command(alone, "run", "--", "sh", "-c", "echo ran; curl -sS -m 10 -o /dev/null http://example.com/; echo curl=$?")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("plain run without airlockd: %v, %q", err, stderr.String())
+	}
+	// The connection that woke the watcher is reset (56) as its listener
+	// closes; any later one is refused (7).
+	if el := time.Since(start); !(strings.Contains(stdout.String(), "ran\ncurl=7\n") || strings.Contains(stdout.String(), "ran\ncurl=56\n")) || el > 8*time.Second {
+		t.Errorf("plain run without airlockd: stdout %q after %v, want curl refused (7) or reset (56) at once", stdout.String(), el)
+	}
+	if !strings.Contains(stderr.String(), "egress gateway could not start") || !strings.Contains(stderr.String(), DaemonProgram+" not found") {
+		t.Errorf("plain run without airlockd: stderr %q does not say why its network is refused", stderr.String())
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -338,8 +338,8 @@ func workdir(asked string, t *config.Tool) string {
 }
 
 // policyOf is the policy a tool's runs bind at claim time.
-func policyOf(c *config.Config, t *config.Tool) runner.Policy {
-	p := runner.Policy{
+func policyOf(c *config.Config, t *config.Tool) attach.Policy {
+	p := attach.Policy{
 		Tool:    t.Name,
 		Egress:  t.Egress,
 		Secrets: c.Secrets,

@@ -5,6 +5,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -30,7 +31,7 @@ func (d *Daemon) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
 		return nil
 	}
 	return func(sb *sandbox.Sandbox) error {
-		b, err := runner.Bind(context.Background(), sb, pol)
+		b, err := attach.Bind(context.Background(), sb, pol)
 		if err != nil {
 			d.opts.Logger.Debug("bind while creating failed; binding at the claim", "tool", t.Name, "sandbox", sb.ID(), "err", err)
 			return nil
@@ -64,5 +65,5 @@ func (d *Daemon) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config
 	}
 	pol := policyOf(d.opts.Config, t)
 	pol.OnEgress, pol.OnBroker = onEgress, onBroker
-	return runner.Bind(ctx, sb, pol)
+	return attach.Bind(ctx, sb, pol)
 }

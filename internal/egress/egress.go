@@ -28,20 +28,18 @@ import (
 
 	"github.com/airlockhq/airlock/internal/egress/dns"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/egress/sockets"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/result"
 )
 
-// Fixed addresses inside every sandbox. They sit below port 1024 or on
-// addresses of their own, and are bound before any command runs, so code in
-// the sandbox (which holds no capability over the namespace) can neither
-// take them first nor collide with its own 127.0.0.1 servers.
+// Fixed addresses inside every sandbox (see package sockets).
 const (
 	// ProxyAddr is the HTTP proxy that HTTP_PROXY and HTTPS_PROXY name.
-	ProxyAddr = "127.0.0.2:3128"
+	ProxyAddr = sockets.ProxyAddr
 	// ResolverAddr is the DNS resolver; the sandbox's /etc/resolv.conf
 	// names its address.
-	ResolverAddr = "127.0.0.53:53"
+	ResolverAddr = sockets.ResolverAddr
 )
 
 // transparentBase is the first transparent address; names get
@@ -86,6 +84,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger receives airlock's own diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Sockets, when set, are the proxy's and resolver's listeners, open
+	// in the namespace already (sockets.Open, by a process that held
+	// them until something arrived: see internal/lazygw). Attach serves
+	// copies of them; the caller closes its own. Nil: Attach opens them
+	// itself.
+	Sockets *sockets.Set
 }
 
 // Gateway serves one sandbox's egress. Close it when the sandbox is done.
@@ -162,7 +166,11 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	var proxyLn net.Listener
 	var udp net.PacketConn
 	var tcp net.Listener
-	if err := netns.Do(ns, func() error {
+	if cfg.Sockets != nil {
+		if proxyLn, udp, tcp, err = serveSockets(cfg.Sockets); err != nil {
+			return nil, err
+		}
+	} else if err := netns.Do(ns, func() error {
 		var err error
 		if proxyLn, err = listen("tcp4", ProxyAddr); err != nil {
 			return err
@@ -215,6 +223,38 @@ var listenConfig = net.ListenConfig{KeepAlive: -1}
 
 func listen(network, addr string) (net.Listener, error) {
 	return listenConfig.Listen(context.Background(), network, addr)
+}
+
+// serveSockets makes copies of set's files that Go's poller serves.
+// Accepted connections live on the sandbox's loopback, where TCP
+// keep-alive probes are pointless: keepAliveOff turns them off.
+func serveSockets(set *sockets.Set) (proxy net.Listener, udp net.PacketConn, tcp net.Listener, err error) {
+	if proxy, err = net.FileListener(set.Proxy); err != nil {
+		return nil, nil, nil, fmt.Errorf("egress: proxy listener: %w", err)
+	}
+	if udp, err = net.FilePacketConn(set.DNSUDP); err != nil {
+		proxy.Close()
+		return nil, nil, nil, fmt.Errorf("egress: resolver socket: %w", err)
+	}
+	if tcp, err = net.FileListener(set.DNSTCP); err != nil {
+		proxy.Close()
+		udp.Close()
+		return nil, nil, nil, fmt.Errorf("egress: resolver listener: %w", err)
+	}
+	return keepAliveOff{proxy.(*net.TCPListener)}, udp, keepAliveOff{tcp.(*net.TCPListener)}, nil
+}
+
+// keepAliveOff accepts TCP connections with keep-alive probes off, as a
+// net.ListenConfig with KeepAlive -1 would.
+type keepAliveOff struct{ *net.TCPListener }
+
+func (l keepAliveOff) Accept() (net.Conn, error) {
+	c, err := l.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetKeepAlive(false)
+	return c, nil
 }
 
 // inboundSlack is how many sandbox-side connections beyond the outbound
@@ -291,15 +331,7 @@ func (g *Gateway) goServe(serve func() error) {
 
 // Env is what a command's environment needs to use the proxy. Both
 // spellings are set because tools disagree on which they read.
-func Env() []string {
-	const url = "http://" + ProxyAddr
-	const noProxy = "localhost,127.0.0.0/8,::1"
-	return []string{
-		"HTTP_PROXY=" + url, "http_proxy=" + url,
-		"HTTPS_PROXY=" + url, "https_proxy=" + url,
-		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
-	}
-}
+func Env() []string { return sockets.Env() }
 
 // track registers c to be closed by Close. It reports false (and closes c)
 // when the gateway is already closed.

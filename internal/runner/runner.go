@@ -1,65 +1,53 @@
-// Package runner runs one command in a sandbox that has been created (or
-// claimed from a pool): it binds the caller's policy to the sandbox — the
-// egress gateway and, when the tool uses services, the credential broker —
-// runs the command, closes both, and returns the result with every egress
-// and broker decision in it. The CLI and the daemon both use it; creating
-// and destroying the sandbox stay with them.
+// Package runner runs commands in a sandbox that has been created (or
+// claimed from a pool) with its network side bound to it: whatever serves
+// the sandbox's network namespace (Net: the egress gateway and, when the
+// tool uses services, the credential broker; see internal/runner/attach,
+// or a gateway started on first use, internal/lazygw). It runs the
+// command, closes the network side, and returns the result with every
+// egress and broker decision in it. The CLI and the daemon both use it;
+// creating and destroying the sandbox stay with them.
+//
+// It links nothing of the gateway or broker themselves, so that airlock's
+// small command line can use it (see internal/deptest).
 package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/broker"
-	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/egress"
-	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// Policy is what binds to a sandbox when it is claimed.
-type Policy struct {
-	// Tool labels the events.
-	Tool string
-	// Egress are the destinations the sandbox may reach.
-	Egress  []policy.Destination
-	Network egress.Limits
-	// Services are the broker services of the tool, with the secrets
-	// they name; none means no broker.
-	Services []*config.Service
-	Secrets  map[string]*config.Secret
-	// OnEgress and OnBroker, if set, get every decision made while the
-	// policy is bound, whether or not an exec is running (the audit
-	// log); unlike a result's lists they are never capped.
-	OnEgress func(result.EgressEvent)
-	OnBroker func(result.BrokerEvent)
+// Net is what a binding attaches to a sandbox's network namespace.
+type Net interface {
+	// Env is what it adds to the commands' environment (the proxy's and
+	// the broker's variables).
+	Env() []string
+	// Quiet reports that nothing has reached it from the sandbox, and
+	// that closing it can add nothing to a result.
+	Quiet() bool
+	// Close closes it, bounded by ctx; decisions it makes while closing
+	// (connections it cuts) still reach the binding.
+	Close(ctx context.Context) error
 }
 
-// Request is one command to run.
-type Request struct {
-	Policy Policy
-	// Exec is the command; its Env is added after the proxy and broker
-	// variables, so the caller's own values win. Exec.OnEvent, if set,
-	// also receives egress and broker events.
-	Exec sandbox.ExecRequest
-	// Explain, when not nil, gets one line per distinct denial (the CLI's
-	// default mode), at most a handful.
-	Explain io.Writer
+// NewBinding makes the binding of one sandbox. Its network side, which
+// sends its decisions to the binding's Egress and Broker, is attached
+// with Attach before any command runs. onEgress and onBroker, if set, get
+// every decision made while the binding lives, whether or not an exec is
+// running (the audit log); unlike a result's lists they are never capped.
+func NewBinding(sb *sandbox.Sandbox, onEgress func(result.EgressEvent), onBroker func(result.BrokerEvent)) *Binding {
+	return &Binding{sb: sb, execs: make(map[*netLog]struct{}), onEgress: onEgress, onBroker: onBroker}
 }
 
-// Run binds the policy to sb, runs the command and returns its result,
-// which is never nil. The caller destroys sb afterwards.
-func Run(ctx context.Context, sb *sandbox.Sandbox, req Request) *result.Result {
-	b, err := Bind(ctx, sb, req.Policy)
-	if err != nil {
-		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
-	}
-	return b.Run(ctx, req.Exec, req.Explain)
+// Attach gives the binding its network side.
+func (b *Binding) Attach(n Net) {
+	b.net = n
+	b.env = n.Env()
 }
 
 // Run executes one command and closes the binding: the gateway and broker
@@ -72,14 +60,14 @@ func (b *Binding) Run(ctx context.Context, x sandbox.ExecRequest, explain io.Wri
 }
 
 // RunCloseLater is Run for a caller with an answer to give before the
-// binding closes: when nothing has reached the gateway (and there is no
-// broker), closing it could add nothing to the result, and it is left to
+// binding closes: when nothing has reached the network side (Net.Quiet),
+// closing it could add nothing to the result, and it is left to
 // the returned close, for after the answer. Otherwise it closes at once,
 // as Run does, and the returned close does nothing. Either way the caller
 // calls it.
 func (b *Binding) RunCloseLater(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) (*result.Result, func(context.Context) error) {
 	r := b.Exec(ctx, x, explain)
-	if b.br == nil && b.gw.Quiet() {
+	if b.net.Quiet() {
 		return r, b.Close
 	}
 	b.closeInto(ctx, r, explain)
@@ -87,11 +75,10 @@ func (b *Binding) RunCloseLater(ctx context.Context, x sandbox.ExecRequest, expl
 }
 
 // Binding is a policy bound to one sandbox for as long as it lives: the
-// egress gateway and the broker stay open across execs (a session's).
+// network side stays open across execs (a session's).
 type Binding struct {
 	sb  *sandbox.Sandbox
-	gw  *egress.Gateway
-	br  *broker.Broker
+	net Net
 	env []string
 
 	onEgress func(result.EgressEvent)
@@ -99,43 +86,6 @@ type Binding struct {
 
 	mu    sync.Mutex           // guards execs, onEgress and onBroker
 	execs map[*netLog]struct{} // the execs running now get the events
-}
-
-// Bind attaches the policy to sb: the egress gateway and, when there are
-// services, the credential broker.
-func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*Binding, error) {
-	b := &Binding{sb: sb, execs: make(map[*netLog]struct{}), onEgress: p.OnEgress, onBroker: p.OnBroker}
-	var err error
-	b.gw, err = egress.Attach(ctx, sb.NetNS(), egress.Config{
-		Tool:      p.Tool,
-		SandboxID: sb.ID(),
-		Policy:    policy.New(p.Egress),
-		Limits:    p.Network,
-		OnEvent:   b.egressEvent,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var brokerEnv []string
-	if len(p.Services) > 0 {
-		b.br, err = broker.Attach(ctx, sb.NetNS(), broker.Config{
-			Tool:      p.Tool,
-			SandboxID: sb.ID(),
-			Services:  p.Services,
-			Secrets:   p.Secrets,
-			OnEvent:   b.brokerEvent,
-		})
-		if err == nil {
-			if brokerEnv, err = b.br.Env(); err != nil {
-				err = errors.Join(err, closeBounded(ctx, b.br.Close))
-			}
-		}
-		if err != nil {
-			return nil, errors.Join(err, closeBounded(ctx, b.gw.Close))
-		}
-	}
-	b.env = append(egress.Env(), brokerEnv...)
-	return b, nil
 }
 
 // SetRecorders replaces the policy's OnEgress and OnBroker: for a binding
@@ -147,7 +97,8 @@ func (b *Binding) SetRecorders(onEgress func(result.EgressEvent), onBroker func(
 	b.onEgress, b.onBroker = onEgress, onBroker
 }
 
-func (b *Binding) egressEvent(ev result.EgressEvent) {
+// Egress takes one decision of the egress gateway.
+func (b *Binding) Egress(ev result.EgressEvent) {
 	b.mu.Lock()
 	on := b.onEgress
 	b.mu.Unlock()
@@ -161,7 +112,8 @@ func (b *Binding) egressEvent(ev result.EgressEvent) {
 	}
 }
 
-func (b *Binding) brokerEvent(ev result.BrokerEvent) {
+// Broker takes one decision of the broker.
+func (b *Binding) Broker(ev result.BrokerEvent) {
 	b.mu.Lock()
 	on := b.onBroker
 	b.mu.Unlock()
@@ -193,14 +145,12 @@ func (b *Binding) Exec(ctx context.Context, x sandbox.ExecRequest, explain io.Wr
 	return r
 }
 
-// Close closes the gateway and the broker, bounded in time.
+// Close closes the network side, bounded in time so that a stuck
+// connection cannot hold the run's end.
 func (b *Binding) Close(ctx context.Context) error {
-	var errs []error
-	errs = append(errs, closeBounded(ctx, b.gw.Close))
-	if b.br != nil {
-		errs = append(errs, closeBounded(ctx, b.br.Close))
-	}
-	return errors.Join(errs...)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return b.net.Close(ctx)
 }
 
 // closeInto closes the binding while r's exec still listens, so that the
@@ -217,14 +167,6 @@ func (b *Binding) closeInto(ctx context.Context, r *result.Result, explain io.Wr
 	if err != nil && r.Outcome != result.Error && explain != nil {
 		fmt.Fprintf(explain, "airlock: %v\n", err)
 	}
-}
-
-// closeBounded closes a gateway or broker, bounded so a stuck connection
-// cannot hold the run's end.
-func closeBounded(ctx context.Context, closeFn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	return closeFn(ctx)
 }
 
 // netLog collects a run's egress and broker events for the result and,

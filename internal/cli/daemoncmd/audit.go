@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/cli"
 )
 
 // followWait is how long each poll of --follow waits for new events.
 const followWait = 30 * time.Second
 
 // auditCmd is `airlock audit`: read (and follow) the daemon's audit log.
-func auditCmd(ctx context.Context, args []string, stdio IO) error {
+func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs, sock, asJSON := daemonFlags("airlock audit", stdio)
 	var q client.AuditQuery
 	fs.StringVar(&q.Since, "since", "", "events from this time: RFC 3339 or a duration ago (1h)")
@@ -34,12 +35,12 @@ func auditCmd(ctx context.Context, args []string, stdio IO) error {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock audit [flags]\n\nPrints the daemon's audit log, oldest first: one line per event, or one JSON\nobject per line with --json.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if done, err := ParseNoArgs(fs, args, stdio); done {
+	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {
 		fmt.Fprintln(stdio.Stderr, "airlock audit: --limit must be from 1 to 1000")
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	q.Limit = *limit
 	q.Tail = q.Since == ""

@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 )
@@ -27,11 +28,11 @@ Every subcommand takes --store DIR (default: the config's images.store, else
 ` + image.DefaultDir + `) and --config FILE.
 `
 
-func imageCmd(ctx context.Context, args []string, stdio IO) error {
+func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdio.Stdout, imageUsage)
 		if len(args) == 0 {
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		return nil
 	}
@@ -66,7 +67,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil
 			}
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -75,7 +76,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	}
 	if len(pos) != want {
 		fmt.Fprintf(stdio.Stderr, "airlock image %s: want %d argument(s), got %d\n", sub, want, len(pos))
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	cfg, err := config.Discover(*cfgPath)
 	if err != nil {
@@ -91,7 +92,7 @@ func imageCmd(ctx context.Context, args []string, stdio IO) error {
 	}
 	switch sub {
 	case "import":
-		SignalsCaught(ctx) // an interrupted import removes what it unpacked
+		cli.SignalsCaught(ctx) // an interrupted import removes what it unpacked
 		start := time.Now()
 		var imp *image.Imported
 		if pos[0] == "-" {

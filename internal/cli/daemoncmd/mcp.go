@@ -37,7 +37,7 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
-	if cli.DaemonListening(opts.Socket) {
+	if DaemonListening(opts.Socket) {
 		return relayMCP(ctx, opts.Socket, transport)
 	}
 	var err error

@@ -1,74 +1,136 @@
-package cli
+package daemoncmd
 
 import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// allowFlag is the repeatable --allow HOST[:PORT] flag.
-type allowFlag struct{ v *[]policy.Destination }
+// shapingFlags change how the sandbox is built or what it may reach. A
+// warm sandbox of the daemon was built from the tool's settings, so a run
+// that gives any of them runs here instead.
+var shapingFlags = []string{"image", "image-store", "memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "config", "state-dir", "cgroup-parent", "sample-interval"}
 
-func (f allowFlag) String() string { return "" }
+// fullRun is a run with what airlock hands over: a tool, a config file,
+// an image; through the daemon when it can.
+type fullRun struct {
+	*cli.RunFlags
+	// mounts are the tool's.
+	mounts []sandbox.Mount
+	// egress are the allowed destinations (the tool's, then --allow's).
+	egress  []policy.Destination
+	network egress.Limits
+	// services are the broker services of the tool, with the secrets
+	// they name.
+	services []*config.Service
+	secrets  map[string]*config.Secret
+	// cfg is the config file's, when one was read; the tool's settings
+	// that shape the sandbox land in spec (image, user), writableRoot and
+	// toolWorkdir (the tool gave a workdir).
+	cfg          *config.Config
+	spec         sandbox.Spec
+	writableRoot bool
+	toolWorkdir  bool
+	img          *image.Image
+}
 
-func (f allowFlag) Set(s string) error {
-	d, err := policy.ParseDestination(s)
-	if err != nil {
+// runFull is `airlock run` with a tool, a config file or an image.
+func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) error {
+	fr := &fullRun{RunFlags: f, egress: f.Allow}
+	viaDaemon := f.Tool != "" && !slices.ContainsFunc(shapingFlags, func(n string) bool { return f.Set[n] }) && DaemonListening(f.Socket)
+	if !viaDaemon {
+		if err := fr.applyTool(); err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock run: %v\n", err)
+			return &cli.ExitError{Code: cli.ExitFailure}
+		}
+		if err := fr.resolveImage(); err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock run: %v\n", err)
+			return &cli.ExitError{Code: cli.ExitFailure}
+		}
+		if len(argv) == 0 && fr.img != nil {
+			argv = fr.img.Argv()
+		}
+	}
+	if err := f.Check(argv, stdio.Stderr); err != nil {
 		return err
 	}
-	*f.v = append(*f.v, d)
-	return nil
+	var r *result.Result
+	if viaDaemon {
+		r = runViaDaemon(ctx, f, argv, stdio)
+	} else {
+		spec := fr.spec
+		spec.Mounts = fr.mounts
+		r = cli.RunOnce(ctx, f, spec, argv, stdio, func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+			return attach.Bind(ctx, sb, fr.policy())
+		})
+	}
+	return cli.Finish(ctx, r, f, stdio)
+}
+
+// bindHere binds a plain run's gateway in this process, which links it.
+func bindHere(f *cli.RunFlags) cli.Bind {
+	return func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+		return attach.Bind(ctx, sb, attach.Policy{Egress: f.Allow})
+	}
 }
 
 // applyTool loads the config (when --config or --tool asks for it) and
 // puts the tool's settings under the flags: a flag given on the command
 // line always wins over the tool's value.
-func (rf *runFlags) applyTool(set map[string]bool) error {
-	if rf.configPath == "" && rf.tool == "" {
+func (fr *fullRun) applyTool() error {
+	if fr.ConfigPath == "" && fr.Tool == "" {
 		return nil
 	}
-	cfg, err := config.Discover(rf.configPath)
+	cfg, err := config.Discover(fr.ConfigPath)
 	if err != nil {
 		return err
 	}
-	rf.cfg = cfg
-	if rf.tool == "" {
+	fr.cfg = cfg
+	if fr.Tool == "" {
 		return nil
 	}
-	t, err := cfg.Tool(rf.tool)
+	t, err := cfg.Tool(fr.Tool)
 	if err != nil {
 		return err
 	}
 	limits := t.Limits.Apply(sandbox.DefaultLimits())
 	flagged := map[string]func(){
-		"memory":   func() { limits.Memory = rf.limits.Memory },
-		"pids":     func() { limits.Pids = rf.limits.Pids },
-		"disk":     func() { limits.Disk = rf.limits.Disk },
-		"fds":      func() { limits.FDs = rf.limits.FDs },
-		"output":   func() { limits.Output = rf.limits.Output },
-		"time":     func() { limits.Time = rf.limits.Time },
-		"cpu":      func() { limits.CPUMilli = rf.limits.CPUMilli },
-		"cpu-time": func() { limits.CPUTime = rf.limits.CPUTime },
+		"memory":   func() { limits.Memory = fr.Limits.Memory },
+		"pids":     func() { limits.Pids = fr.Limits.Pids },
+		"disk":     func() { limits.Disk = fr.Limits.Disk },
+		"fds":      func() { limits.FDs = fr.Limits.FDs },
+		"output":   func() { limits.Output = fr.Limits.Output },
+		"time":     func() { limits.Time = fr.Limits.Time },
+		"cpu":      func() { limits.CPUMilli = fr.Limits.CPUMilli },
+		"cpu-time": func() { limits.CPUTime = fr.Limits.CPUTime },
 	}
 	for name, apply := range flagged {
-		if set[name] {
+		if fr.Set[name] {
 			apply()
 		}
 	}
-	rf.limits = limits
-	rf.mounts = t.Mounts
-	if !set["image"] {
-		rf.image = t.Image
+	fr.Limits = limits
+	fr.mounts = t.Mounts
+	if !fr.Set["image"] {
+		fr.Image = t.Image
 	}
-	rf.spec.User, rf.writableRoot, rf.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
-	rf.env = append(append([]string(nil), t.Env...), rf.env...)
-	if !set["workdir"] && t.Workdir != "" {
-		rf.workdir = t.Workdir
+	fr.spec.User, fr.writableRoot, fr.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
+	fr.Env = append(append([]string(nil), t.Env...), fr.Env...)
+	if !fr.Set["workdir"] && t.Workdir != "" {
+		fr.Workdir = t.Workdir
 	}
-	rf.egress = append(append([]policy.Destination(nil), t.Egress...), rf.egress...)
-	rf.network = egress.Limits{
+	fr.egress = append(append([]policy.Destination(nil), t.Egress...), fr.Allow...)
+	fr.network = egress.Limits{
 		Connections: t.Network.Connections,
 		Bytes:       t.Network.Bytes,
 		DNSRate:     t.Network.DNSRate,
@@ -78,19 +140,53 @@ func (rf *runFlags) applyTool(set map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		rf.services = append(rf.services, s)
+		fr.services = append(fr.services, s)
 	}
-	rf.secrets = cfg.Secrets
+	fr.secrets = cfg.Secrets
+	return nil
+}
+
+// resolveImage finds the image the run uses in the store and puts its
+// defaults (environment, working directory, user) under the tool's and the
+// flags'.
+func (fr *fullRun) resolveImage() error {
+	if fr.Image == "" || fr.Image == config.ImageHost {
+		return nil
+	}
+	opts := image.Options{Dir: fr.ImageStore}
+	if !fr.Set["image-store"] {
+		// The config's store, also when no tool was asked for.
+		cfg := fr.cfg
+		if cfg == nil {
+			var err error
+			if cfg, err = config.Discover(fr.ConfigPath); err != nil {
+				return err
+			}
+		}
+		opts = cfg.Images.StoreOptions()
+	}
+	st, err := image.Open(opts)
+	if err != nil {
+		return err
+	}
+	if fr.img, err = st.Resolve(fr.Image); err != nil {
+		return err
+	}
+	// The run's settings (the tool's, then the flags') as a tool, for
+	// the same merge the daemon makes.
+	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: fr.spec.User, WritableRoot: fr.writableRoot}
+	ir := t.WithImage(fr.img)
+	fr.spec.Image, fr.spec.User, fr.Env, fr.Workdir = ir.Image, ir.User, ir.Env, ir.Workdir
 	return nil
 }
 
 // policy is what binds to the run's sandbox.
-func (rf *runFlags) policy() runner.Policy {
-	return runner.Policy{
-		Tool:     rf.tool,
-		Egress:   rf.egress,
-		Network:  rf.network,
-		Services: rf.services,
-		Secrets:  rf.secrets,
+func (fr *fullRun) policy() attach.Policy {
+	return attach.Policy{
+		Tool:     fr.Tool,
+		Egress:   fr.egress,
+		Network:  fr.network,
+		Services: fr.services,
+		Secrets:  fr.secrets,
 	}
 }

@@ -1,7 +1,9 @@
 // Package daemoncmd holds the commands that only airlockd carries: serve,
-// mcp and (by registering the zstd decoder) image import. They link the
-// daemon, SQLite, the MCP SDK and the image decoders, whose start-up cost
-// the rest of airlock's commands do not pay (see package cli).
+// mcp, session, pool, audit, image, runs of a tool, a config file or an
+// image, and the egress gateway helper of airlock run. They link the
+// daemon, SQLite, the MCP SDK, the HTTP client, YAML, the image store and
+// decoders, the egress gateway and the broker, whose start-up cost
+// airlock's plain runs do not pay (see package cli).
 package daemoncmd
 
 import (
@@ -16,13 +18,21 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/zstd"
+	"github.com/airlockhq/airlock/internal/lazygw"
 )
 
 // Extra returns airlockd's commands for cli.Run, and gives the image store
 // its zstd decoder.
 func Extra() *cli.Extra {
 	image.RegisterZstd(zstd.Open)
-	return &cli.Extra{Serve: serveCmd, MCP: mcpCmd, ImportsImages: true}
+	return &cli.Extra{
+		Commands: map[string]cli.Command{
+			"serve": serveCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
+			"audit": auditCmd, "image": imageCmd, lazygw.Command: gatewayCmd,
+		},
+		Run:  runFull,
+		Bind: bindHere,
+	}
 }
 
 // serveCmd is `airlock serve`: the daemon, until interrupted.

@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/cli"
 )
 
 // daemonFlags parses the flags every daemon-client command shares.
-func daemonFlags(name string, stdio IO) (*flag.FlagSet, *string, *bool) {
+func daemonFlags(name string, stdio cli.IO) (*flag.FlagSet, *string, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	sock := fs.String("socket", api.DefaultSocket, "the daemon's socket")
@@ -30,11 +31,11 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // sessionCmd is `airlock session create|ls|exec|cp|rm|show`.
-func sessionCmd(ctx context.Context, args []string, stdio IO) error {
+func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	usage := "usage: airlock session create --tool NAME | ls | exec ID -- CMD [ARG...] | cp SRC DST | show ID | rm ID"
 	if len(args) == 0 {
 		fmt.Fprintln(stdio.Stderr, usage)
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	sub, rest := args[0], args[1:]
 	fs, sock, asJSON := daemonFlags("airlock session "+sub, stdio)
@@ -42,7 +43,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 	idle := fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m (create)")
 	life := fs.String("max-lifetime", "", "end the session this long after it began, e.g. 1h (create)")
 	if err := fs.Parse(rest); err != nil {
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	c := client.New(*sock)
 	pos := fs.Args()
@@ -50,7 +51,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 	case "create":
 		if *tool == "" {
 			fmt.Fprintln(stdio.Stderr, "airlock session create: --tool is required")
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: *tool, IdleTimeout: *idle, MaxLifetime: *life})
 		if err != nil {
@@ -64,7 +65,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 	case "ls":
 		if len(pos) != 0 {
 			fmt.Fprintln(stdio.Stderr, usage)
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		ss, err := c.Sessions(ctx)
 		if err != nil {
@@ -86,7 +87,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 	case "show":
 		if len(pos) != 1 {
 			fmt.Fprintln(stdio.Stderr, usage)
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		s, err := c.Session(ctx, pos[0])
 		if err != nil {
@@ -96,7 +97,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 	case "rm":
 		if len(pos) != 1 {
 			fmt.Fprintln(stdio.Stderr, usage)
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		return c.DeleteSession(ctx, pos[0])
 	case "exec":
@@ -105,7 +106,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 		}
 		if len(pos) < 2 {
 			fmt.Fprintln(stdio.Stderr, usage)
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		r, err := c.Exec(ctx, pos[0], api.ExecRequest{Argv: pos[1:]})
 		if err != nil {
@@ -119,12 +120,12 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 			stdio.Stdout.Write(r.Stdout)
 			stdio.Stderr.Write(r.Stderr)
 		}
-		return finish(ctx, r, &runFlags{json: true}, IO{Stdout: io.Discard, Stderr: stdio.Stderr})
+		return cli.Finish(ctx, r, &cli.RunFlags{JSON: true}, cli.IO{Stdout: io.Discard, Stderr: stdio.Stderr})
 	case "cp":
 		// cp ID:PATH LOCAL or LOCAL ID:PATH ("-" is stdin/stdout).
 		if len(pos) != 2 {
 			fmt.Fprintln(stdio.Stderr, "usage: airlock session cp ID:PATH LOCAL | LOCAL ID:PATH  (\"-\" for stdin/stdout)")
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		if id, p, ok := strings.Cut(pos[0], ":"); ok && !strings.Contains(id, "/") {
 			b, err := c.GetFile(ctx, id, p)
@@ -140,7 +141,7 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 		id, p, ok := strings.Cut(pos[1], ":")
 		if !ok {
 			fmt.Fprintln(stdio.Stderr, "airlock session cp: one side must be ID:PATH")
-			return &ExitError{Code: 2}
+			return &cli.ExitError{Code: 2}
 		}
 		var src io.Reader = stdio.Stdin
 		if pos[0] != "-" {
@@ -154,18 +155,18 @@ func sessionCmd(ctx context.Context, args []string, stdio IO) error {
 		return c.PutFile(ctx, id, p, src)
 	}
 	fmt.Fprintln(stdio.Stderr, usage)
-	return &ExitError{Code: 2}
+	return &cli.ExitError{Code: 2}
 }
 
 // poolCmd is `airlock pool ls`.
-func poolCmd(ctx context.Context, args []string, stdio IO) error {
+func poolCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] != "ls" {
 		fmt.Fprintln(stdio.Stderr, "usage: airlock pool ls [--json] [--socket PATH]")
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	fs, sock, asJSON := daemonFlags("airlock pool ls", stdio)
 	if err := fs.Parse(args[1:]); err != nil {
-		return &ExitError{Code: 2}
+		return &cli.ExitError{Code: 2}
 	}
 	ps, err := client.New(*sock).Pools(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/result"
 )
@@ -27,12 +28,18 @@ func DaemonListening(socket string) bool {
 	return true
 }
 
-// runViaDaemon runs argv as a run of rf.tool through the daemon, with the
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// runViaDaemon runs argv as a run of rf.Tool through the daemon, with the
 // same output, events and result as a run here.
-func runViaDaemon(ctx context.Context, rf *runFlags, argv []string, stdio IO) *result.Result {
-	req := api.RunRequest{Tool: rf.tool, Argv: argv, Env: rf.env}
-	if rf.workdirSet {
-		req.Workdir = rf.workdir
+func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cli.IO) *result.Result {
+	req := api.RunRequest{Tool: rf.Tool, Argv: argv, Env: rf.Env}
+	if rf.Set["workdir"] {
+		req.Workdir = rf.Workdir
 	}
 	if f, ok := stdio.Stdin.(*os.File); stdio.Stdin != nil && (!ok || !isTerminal(f)) {
 		b, err := io.ReadAll(io.LimitReader(stdio.Stdin, maxDaemonStdin+1))
@@ -44,18 +51,18 @@ func runViaDaemon(ctx context.Context, rf *runFlags, argv []string, stdio IO) *r
 		}
 		req.Stdin = string(b)
 	}
-	SignalsCaught(ctx) // an interrupt ends the request, and the daemon the run
-	c := client.New(rf.socket)
+	cli.SignalsCaught(ctx) // an interrupt ends the request, and the daemon the run
+	c := client.New(rf.Socket)
 	var r *result.Result
 	var err error
 	switch {
-	case rf.json:
+	case rf.JSON:
 		r, err = c.Run(ctx, req)
-	case rf.events:
-		out := &syncWriter{w: stdio.Stdout}
-		r, err = c.RunStream(ctx, req, out.event)
+	case rf.Events:
+		out := &cli.SyncWriter{W: stdio.Stdout}
+		r, err = c.RunStream(ctx, req, out.Event)
 		if err == nil {
-			out.event(result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r})
+			out.Event(result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r})
 		}
 	default:
 		explain := runner.Explainer(stdio.Stderr)

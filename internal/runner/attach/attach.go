@@ -1,0 +1,122 @@
+// Package attach binds a caller's policy to a sandbox in this process: it
+// attaches the egress gateway to the sandbox's network namespace and, when
+// the tool uses services, the credential broker, as a runner.Binding's
+// network side. The daemon uses it for every run and session, and so does
+// airlockd's command line.
+package attach
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/airlockhq/airlock/internal/broker"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Policy is what binds to a sandbox when it is claimed.
+type Policy struct {
+	// Tool labels the events.
+	Tool string
+	// Egress are the destinations the sandbox may reach.
+	Egress  []policy.Destination
+	Network egress.Limits
+	// Services are the broker services of the tool, with the secrets
+	// they name; none means no broker.
+	Services []*config.Service
+	Secrets  map[string]*config.Secret
+	// OnEgress and OnBroker, if set, get every decision made while the
+	// policy is bound, whether or not an exec is running (the audit
+	// log); unlike a result's lists they are never capped.
+	OnEgress func(result.EgressEvent)
+	OnBroker func(result.BrokerEvent)
+}
+
+// Request is one command to run.
+type Request struct {
+	Policy Policy
+	// Exec is the command; its Env is added after the proxy and broker
+	// variables, so the caller's own values win. Exec.OnEvent, if set,
+	// also receives egress and broker events.
+	Exec sandbox.ExecRequest
+	// Explain, when not nil, gets one line per distinct denial (the CLI's
+	// default mode), at most a handful.
+	Explain io.Writer
+}
+
+// Run binds the policy to sb, runs the command and returns its result,
+// which is never nil. The caller destroys sb afterwards.
+func Run(ctx context.Context, sb *sandbox.Sandbox, req Request) *result.Result {
+	b, err := Bind(ctx, sb, req.Policy)
+	if err != nil {
+		return &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+	}
+	return b.Run(ctx, req.Exec, req.Explain)
+}
+
+// Bind attaches the policy to sb: the egress gateway and, when there are
+// services, the credential broker.
+func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, error) {
+	b := runner.NewBinding(sb, p.OnEgress, p.OnBroker)
+	n := &gatewayNet{}
+	var err error
+	n.gw, err = egress.Attach(ctx, sb.NetNS(), egress.Config{
+		Tool:      p.Tool,
+		SandboxID: sb.ID(),
+		Policy:    policy.New(p.Egress),
+		Limits:    p.Network,
+		OnEvent:   b.Egress,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.env = egress.Env()
+	if len(p.Services) > 0 {
+		n.br, err = broker.Attach(ctx, sb.NetNS(), broker.Config{
+			Tool:      p.Tool,
+			SandboxID: sb.ID(),
+			Services:  p.Services,
+			Secrets:   p.Secrets,
+			OnEvent:   b.Broker,
+		})
+		var env []string
+		if err == nil {
+			if env, err = n.br.Env(); err != nil {
+				err = errors.Join(err, n.br.Close(ctx))
+			}
+		}
+		if err != nil {
+			return nil, errors.Join(err, n.gw.Close(ctx))
+		}
+		n.env = append(n.env, env...)
+	}
+	b.Attach(n)
+	return b, nil
+}
+
+// gatewayNet is a gateway and perhaps a broker, as a binding's network
+// side.
+type gatewayNet struct {
+	gw  *egress.Gateway
+	br  *broker.Broker
+	env []string
+}
+
+func (n *gatewayNet) Env() []string { return n.env }
+
+// Quiet: nothing reached the gateway, and there is no broker (which reads
+// its secrets as long as it is open).
+func (n *gatewayNet) Quiet() bool { return n.br == nil && n.gw.Quiet() }
+
+func (n *gatewayNet) Close(ctx context.Context) error {
+	err := n.gw.Close(ctx)
+	if n.br != nil {
+		err = errors.Join(err, n.br.Close(ctx))
+	}
+	return err
+}
