@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
@@ -175,14 +176,24 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 
 // destroyLater runs done (a run's destroy) after the answer: MCP handlers
 // cannot act after their answer is written, so the sandbox goes in the
-// background, and shutdown waits for it.
-func (d *Daemon) destroyLater(done func()) {
+// background, and shutdown waits for it. A call the fast path answers
+// (see mcp_fast.go) hands done to it instead, which runs it once the
+// answer is out, as postRun does.
+func (d *Daemon) destroyLater(ctx context.Context, done func()) {
+	if after, ok := ctx.Value(afterAnswerKey{}).(*func()); ok && *after == nil {
+		*after = done
+		return
+	}
 	d.destroying.Add(1)
 	go func() {
 		defer d.destroying.Done()
 		done()
 	}()
 }
+
+// afterAnswerKey holds a *func() that destroyLater may fill with the
+// work to run once the answer is out.
+type afterAnswerKey struct{}
 
 // runJob is one run of a tool in a fresh sandbox.
 type runJob struct {
@@ -200,6 +211,17 @@ type runJob struct {
 	// started, if set, is called once the run is recorded and has its
 	// sandbox, just before the command starts.
 	started func()
+	// also, if set, gives events recorded with the run's outcome, in
+	// the same write of the log (an MCP call's record).
+	also func(*result.Result) []audit.Event
+}
+
+// extra is what j.also gives for res.
+func (j *runJob) extra(res *result.Result) []audit.Event {
+	if j.also == nil {
+		return nil
+	}
+	return j.also(res)
 }
 
 // Errors of run, mapped to answers by runError (API) and the MCP server.
@@ -276,7 +298,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	d.counts.runs.Add(1)
 	if bindErr != nil {
 		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
-		d.finishRun(ctx, *scope, res)
+		d.finishRun(ctx, *scope, res, j.extra(res)...)
 		return res, destroy, nil
 	}
 	x := sandbox.ExecRequest{
@@ -294,7 +316,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		j.started()
 	}
 	res, closeNet := b.RunCloseLater(ctx, x, nil)
-	outcome := d.queueFinish(ctx, *scope, res)
+	outcome := d.queueFinish(ctx, *scope, res, j.extra(res)...)
 	return res, func() {
 		if err := closeNet(context.WithoutCancel(ctx)); err != nil {
 			d.opts.Logger.Warn("close the sandbox's network", "sandbox", sb.ID(), "err", err)

@@ -180,10 +180,10 @@ func clip(argv []string) []string {
 	return out
 }
 
-// finishRun records a run's outcome (and its breach, if any) and waits
-// until it is written.
-func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result) {
-	d.queueFinish(ctx, s, res)()
+// finishRun records a run's outcome (and its breach, if any, and also)
+// and waits until it is written.
+func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) {
+	d.queueFinish(ctx, s, res, also...)()
 }
 
 // queueFinish queues the record of a run's outcome (and its breach, if
@@ -192,7 +192,7 @@ func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result) 
 // made after the answer sees the outcome (queries wait for what is
 // queued, see getAudit), and its write does not delay the answer. A write
 // that fails is logged, as the start record is the one that gates a run.
-func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result) (wait func()) {
+func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) (wait func()) {
 	e := s.event(audit.KindRunFinished)
 	e.Decision = string(res.Outcome)
 	e.Detail = audit.Detail(map[string]any{
@@ -206,6 +206,7 @@ func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result
 		b.Decision, b.Detail = res.Limit.Name, audit.Detail(res.Limit)
 		evs = append(evs, b)
 	}
+	evs = append(evs, also...)
 	ctx = context.WithoutCancel(ctx)
 	failed := func(err error) {
 		d.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)

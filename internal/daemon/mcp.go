@@ -43,11 +43,12 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 			res, done, err := d.run(ctx, runJob{
 				tool: j.Tool, client: client, argv: j.Argv, recordArgv: j.RecordArgv,
 				dir: workdir("", j.Tool), stdin: j.Stdin, capture: true, onEvent: j.OnEvent,
+				also: func(res *result.Result) []audit.Event { return []audit.Event{callEvent(client, j.Record(res))} },
 			})
 			if err != nil {
 				return nil, err
 			}
-			d.destroyLater(done)
+			d.destroyLater(ctx, done)
 			return res, nil
 		},
 		OnCall: d.recordCall(client),
@@ -103,11 +104,14 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 
 // recordCall records MCP tool calls of a client.
 func (d *Daemon) recordCall(client string) func(mcpserver.CallRecord) {
-	return func(r mcpserver.CallRecord) {
-		e := audit.Event{Kind: audit.KindMCPCall, Tool: r.Tool, Sandbox: r.Sandbox, Client: client, Decision: r.Outcome}
-		e.Detail = audit.Detail(map[string]any{"arguments": r.Arguments, "reason": r.Reason, "duration_ms": r.Duration.Milliseconds()})
-		d.audit.Record(e)
-	}
+	return func(r mcpserver.CallRecord) { d.audit.Record(callEvent(client, r)) }
+}
+
+// callEvent is the audit record of an MCP tool call.
+func callEvent(client string, r mcpserver.CallRecord) audit.Event {
+	e := audit.Event{Kind: audit.KindMCPCall, Tool: r.Tool, Sandbox: r.Sandbox, Client: client, Decision: r.Outcome}
+	e.Detail = audit.Detail(map[string]any{"arguments": r.Arguments, "reason": r.Reason, "duration_ms": r.Duration.Milliseconds()})
+	return e
 }
 
 // LocalMCPServer is MCPServer for a caller on the host itself.

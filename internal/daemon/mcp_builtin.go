@@ -68,7 +68,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			if err != nil {
 				return nil, err
 			}
-			d.destroyLater(done)
+			d.destroyLater(ctx, done)
 			return runResult(res)
 		}))
 	}

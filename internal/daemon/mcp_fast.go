@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -163,7 +165,17 @@ type fastAnswer struct {
 // answer as one JSON object, as the SDK would have written it.
 func (d *Daemon) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.ToolHandler, c fastCall) {
 	d.mcpFast.Add(1)
-	res, err := h(r.Context(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: c.name, Arguments: c.arguments}})
+	// The sandbox goes once the whole answer is out (destroyLater hands
+	// its destroy here), so that its teardown does not compete with the
+	// answer for the processors.
+	var after func()
+	defer func() {
+		if after != nil {
+			after()
+		}
+	}()
+	ctx := context.WithValue(r.Context(), afterAnswerKey{}, &after)
+	res, err := h(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: c.name, Arguments: c.arguments}})
 	a := fastAnswer{JSONRPC: "2.0", ID: c.id}
 	switch {
 	case err != nil:
@@ -188,5 +200,8 @@ func (d *Daemon) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.Too
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache, no-transform")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+	_ = http.NewResponseController(w).Flush()
 }

@@ -163,6 +163,9 @@ func TestMCPOverHTTP(t *testing.T) {
 		if !strings.HasPrefix(ev.Client, "unix:uid=0,pid=") {
 			t.Errorf("mcp.call without the caller: %+v", ev)
 		}
+		if ev.Tool == "echo" && ev.Decision == "exited" && ev.Sandbox != res.SandboxID {
+			t.Errorf("mcp.call of the echo that ran names sandbox %q, want %q", ev.Sandbox, res.SandboxID)
+		}
 	}
 	if outcomes["echo:exited"] != 1 || outcomes["echo:invalid"] != 5 || outcomes["nap:limit"] != 1 || outcomes["login:exited"] != 1 {
 		t.Errorf("mcp.call outcomes %v", outcomes)

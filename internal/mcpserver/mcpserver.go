@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,13 @@ type Job struct {
 	Stdin      *string
 	// OnEvent gets the run's live events (output, for progress).
 	OnEvent func(result.Event)
+	// Record returns the record of the call given the run's result. A
+	// RunFunc that calls it takes the record over: it records what
+	// Record returns (with the run's own record, in one write of the
+	// log) and OnCall is not told of the call. It calls Record only on
+	// its way to returning a result (never with an error); one that
+	// does not call it leaves the record to OnCall.
+	Record func(*result.Result) CallRecord
 }
 
 // RunFunc runs a job in a fresh sandbox. An error means airlock could not
@@ -144,8 +152,9 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
 		rec := CallRecord{Tool: t.Name}
+		var taken atomic.Bool // the RunFunc records the call
 		defer func() {
-			if opts.OnCall != nil {
+			if opts.OnCall != nil && !taken.Load() {
 				rec.Duration = time.Since(start)
 				opts.OnCall(rec)
 			}
@@ -163,6 +172,18 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 		if tok := req.Params.GetProgressToken(); tok != nil {
 			j.OnEvent = progress(ctx, req.Session, tok)
 		}
+		ran := func(res *result.Result) CallRecord {
+			r := rec
+			r.Outcome, r.Sandbox, r.Duration = string(res.Outcome), res.SandboxID, time.Since(start)
+			if res.Outcome == result.Error {
+				r.Reason = res.Error
+			}
+			return r
+		}
+		j.Record = func(res *result.Result) CallRecord {
+			taken.Store(true)
+			return ran(res)
+		}
 		res, err := opts.Run(ctx, j)
 		if err != nil {
 			rec.Outcome, rec.Reason = "failed", err.Error()
@@ -170,9 +191,8 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 			// keeps it apart from a command's failure or a breach.
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock could not run the tool: " + err.Error()}
 		}
-		rec.Outcome, rec.Sandbox = string(res.Outcome), res.SandboxID
+		rec = ran(res)
 		if res.Outcome == result.Error {
-			rec.Reason = res.Error
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock failed while running the tool: " + res.Error}
 		}
 		return ToolResult(res), nil

@@ -1,7 +1,9 @@
 package mcpserver
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -76,5 +78,69 @@ tools:
 		if _, ok := obj[f]; !ok {
 			t.Errorf("the result object has no %q, which its schema requires", f)
 		}
+	}
+}
+
+// TestCallRecordedOnce: every call is recorded exactly once, by OnCall
+// or, when the RunFunc takes the record over, by the RunFunc.
+func TestCallRecordedOnce(t *testing.T) {
+	c, err := config.Parse("a.yaml", []byte(`
+tools:
+  t:
+    command: [x, "{a}"]
+    inputs:
+      a: {required: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := &result.Result{Outcome: result.Exited, SandboxID: "sb1"}
+	tests := []struct {
+		name    string
+		args    string
+		takes   bool  // the RunFunc calls Record
+		runErr  error // the RunFunc fails
+		byRun   bool  // want the record from the RunFunc
+		outcome string
+	}{
+		{"ran, recorded by OnCall", `{"a":"v"}`, false, nil, false, "exited"},
+		{"ran, taken over", `{"a":"v"}`, true, nil, true, "exited"},
+		{"refused arguments", `{}`, true, nil, false, "invalid"},
+		{"could not run", `{"a":"v"}`, false, errors.New("no sandbox"), false, "failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var onCall, byRun []CallRecord
+			h := handler(Options{
+				Run: func(_ context.Context, j Job) (*result.Result, error) {
+					if tt.runErr != nil {
+						return nil, tt.runErr
+					}
+					if tt.takes {
+						byRun = append(byRun, j.Record(ran))
+					}
+					return ran, nil
+				},
+				OnCall: func(r CallRecord) { onCall = append(onCall, r) },
+			}, c.Tools["t"])
+			_, _ = h(t.Context(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "t", Arguments: json.RawMessage(tt.args)}})
+			got := onCall
+			if tt.byRun {
+				got = byRun
+				if len(onCall) != 0 {
+					t.Errorf("OnCall told of a call the RunFunc recorded: %+v", onCall)
+				}
+			}
+			if len(got) != 1 || len(onCall)+len(byRun) != 1 {
+				t.Fatalf("records: OnCall %+v, RunFunc %+v; want one", onCall, byRun)
+			}
+			r := got[0]
+			if r.Tool != "t" || r.Outcome != tt.outcome {
+				t.Errorf("record %+v, want tool t, outcome %s", r, tt.outcome)
+			}
+			if tt.outcome == "exited" && (r.Sandbox != "sb1" || r.Arguments["a"] != "v") {
+				t.Errorf("record %+v lacks the sandbox or the arguments", r)
+			}
+		})
 	}
 }
