@@ -32,6 +32,7 @@ var measured struct {
 	tput                           float64
 	warmAPI                        time.Duration
 	mcpOver                        time.Duration
+	mcpClient                      time.Duration // the clients' own share of mcpOver
 	sustained                      float64
 	version                        time.Duration
 	idleMiB                        float64
@@ -184,7 +185,7 @@ func printTargets() {
 		{"2. `airlock run -- /bin/true`, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.runP50, m.runBwrapP50)), "≤ 2.0×", ratio(m.runP50, m.runBwrapP50) <= 2, m.runP50 > 0},
 		{"3. fresh sandboxes/s, 4 workers", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.tput/tputBw), "≥ 1.0×", m.tput >= tputBw, m.tput > 0},
 		{"4. warm run through the API, p50", fmt.Sprintf("%.2f× bwrap", ratio(m.warmAPI, warmBw)), "≤ 0.5×", ratio(m.warmAPI, warmBw) <= 0.5, m.warmAPI > 0},
-		{"5. MCP tools/call over the API, p50", ms(m.mcpOver), "≤ 0.30 ms", m.mcpOver <= 300*time.Microsecond, m.mcpOver != 0},
+		{"5. MCP tools/call over the API, p50", fmt.Sprintf("%s (the clients' own: %s)", ms(m.mcpOver), ms(m.mcpClient)), "≤ 0.30 ms", m.mcpOver <= 300*time.Microsecond, m.mcpOver != 0},
 		{"6. sustained API runs/s, 4 clients", fmt.Sprintf("%.2f× bwrap's 4-parallel runs/s", m.sustained/sustBw), "≥ 0.75×", m.sustained >= 0.75*sustBw, m.sustained > 0},
 		{"7. `airlock version`, p50", fmt.Sprintf("%.2f× an empty Go program", ratio(m.version, m.runEmptyGo)), "≤ 2.0×", ratio(m.version, m.runEmptyGo) <= 2, m.version > 0},
 		{"8. idle warm sandbox", fmt.Sprintf("%.2f MiB", m.idleMiB), "≤ 0.75 MiB", m.idleMiB <= 0.75, m.idleRan},

@@ -252,8 +252,22 @@ func (l *Log) Append(ctx context.Context, evs ...Event) error {
 // in between (answer its client). A later Append, an empty one included,
 // returns only after these are committed.
 func (l *Log) Enqueue(ctx context.Context, evs ...Event) (wait func(context.Context) error, err error) {
+	return l.enqueueWait(ctx, true, evs)
+}
+
+// EnqueueQuiet is Enqueue without waking the writer: the events' write
+// starts when wait is called, or with the next write anyone else starts,
+// whichever comes first. For a caller whose work in between (writing an
+// answer) should not share the processors with a transaction. Queries
+// see the events as soon as EnqueueQuiet returns, as they see anything
+// queued. Call wait, or the events wait for the next write.
+func (l *Log) EnqueueQuiet(ctx context.Context, evs ...Event) (wait func(context.Context) error, err error) {
+	return l.enqueueWait(ctx, false, evs)
+}
+
+func (l *Log) enqueueWait(ctx context.Context, wake bool, evs []Event) (wait func(context.Context) error, err error) {
 	done := make(chan error, 1)
-	if err := l.enqueue(ctx, item{events: stamp(evs), done: done}); err != nil {
+	if err := l.enqueue(ctx, item{events: stamp(evs), done: done}, wake); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
@@ -276,6 +290,11 @@ func (l *Log) Enqueue(ctx context.Context, evs ...Event) (wait func(context.Cont
 			if more {
 				l.wake()
 			}
+		} else {
+			// The writer is busy, and may have looked at the queue
+			// for the last time before these events were queued
+			// quietly: it looks again.
+			l.wake()
 		}
 		select {
 		case err := <-done:
@@ -304,7 +323,7 @@ func (l *Log) commitUntil(done chan error) {
 // Err and in the count Lost; it never blocks the caller beyond a full
 // queue.
 func (l *Log) Record(evs ...Event) {
-	if err := l.enqueue(context.Background(), item{events: stamp(evs)}); err != nil {
+	if err := l.enqueue(context.Background(), item{events: stamp(evs)}, true); err != nil {
 		l.lost.Add(int64(len(evs)))
 	}
 }
@@ -321,7 +340,7 @@ func stamp(evs []Event) []Event {
 	return out
 }
 
-func (l *Log) enqueue(ctx context.Context, it item) error {
+func (l *Log) enqueue(ctx context.Context, it item, wake bool) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
@@ -329,13 +348,21 @@ func (l *Log) enqueue(ctx context.Context, it item) error {
 	}
 	select {
 	case l.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		// Full: the writer makes room (quiet items do not wake it).
+		l.wake()
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	l.qmu.Lock()
 	l.q = append(l.q, it)
 	l.qmu.Unlock()
-	l.wake()
+	if wake {
+		l.wake()
+	}
 	return nil
 }
 

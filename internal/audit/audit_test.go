@@ -240,6 +240,59 @@ func TestEnqueueAndBarrier(t *testing.T) {
 	}
 }
 
+// TestEnqueueQuiet: quietly queued events are written by their wait, or
+// by whatever write comes first, never lost to a writer that looked at
+// the queue just before them; a barrier waits for them like any other.
+func TestEnqueueQuiet(t *testing.T) {
+	l := open(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	w, err := l.EnqueueQuiet(ctx, Event{Kind: KindRunFinished, Run: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Query(ctx, Query{Run: "quiet"}); err != nil || len(got) != 1 {
+		t.Fatalf("after a barrier: %d events, %v", len(got), err)
+	}
+	if err := w(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Quiet events amid others, from many goroutines: every wait
+	// returns, and every event is written once.
+	const workers, each = 8, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if g%2 == 0 {
+					l.Record(Event{Kind: KindDNS})
+				}
+				w, err := l.EnqueueQuiet(ctx, Event{Kind: KindRunFinished, Run: fmt.Sprintf("w%d-%d", g, i)})
+				if err == nil {
+					err = w(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a quiet event's wait: %v", err)
+	}
+	got, err := l.Query(ctx, Query{Kind: KindRunFinished, Limit: 10000})
+	if err != nil || len(got) != 1+workers*each {
+		t.Fatalf("%d run.finished events, %v; want %d", len(got), err, 1+workers*each)
+	}
+}
+
 func TestWait(t *testing.T) {
 	l := open(t, Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)

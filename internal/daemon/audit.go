@@ -190,7 +190,8 @@ func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result, 
 // any) and returns a wait for it to be written. A run's answer goes out
 // between the two: the record is queued before it, so an audit query
 // made after the answer sees the outcome (queries wait for what is
-// queued, see getAudit), and its write does not delay the answer. A write
+// queued, see getAudit), and its write starts after it (at wait), so
+// that it does not delay the answer. A write
 // that fails is logged, as the start record is the one that gates a run.
 func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) (wait func()) {
 	e := s.event(audit.KindRunFinished)
@@ -211,7 +212,9 @@ func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result
 	failed := func(err error) {
 		d.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)
 	}
-	w, err := d.audit.Enqueue(ctx, evs...)
+	// Quietly: the transaction starts at wait, once the answer is out,
+	// rather than share the processors with the answer.
+	w, err := d.audit.EnqueueQuiet(ctx, evs...)
 	if err != nil {
 		failed(err)
 		return func() {}
