@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -110,30 +108,9 @@ func daemonBench(n int, tput time.Duration) error {
 	// they go, alternating with windows of bwrap 4 at a time.
 	var total int64
 	sust, bwPar, err := windows(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
-		var count atomic.Int64
-		var wg sync.WaitGroup
-		var firstErr atomic.Value
-		start := time.Now()
-		stop := start.Add(d)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(stop) {
-					if err := run("warm"); err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					count.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		if err, _ := firstErr.Load().(error); err != nil {
-			return 0, 0, err
-		}
-		total += count.Load()
-		return count.Load(), time.Since(start), nil
+		n, took, err := fourAtOnce(d, func() error { return run("warm") })
+		total += n
+		return n, took, err
 	})
 	if err != nil {
 		return err

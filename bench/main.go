@@ -31,7 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/result"
@@ -305,30 +304,12 @@ func inProcess(one oneFunc, inproc int) error {
 func throughput(one oneFunc, tput time.Duration) error {
 	var total int64
 	air, bw, err := windows(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
-		var done atomic.Int64
-		var wg sync.WaitGroup
-		var firstErr atomic.Value
-		start := time.Now()
-		deadline := start.Add(d)
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(deadline) {
-					if _, err := one(); err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					done.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		if e := firstErr.Load(); e != nil {
-			return 0, 0, e.(error)
-		}
-		total += done.Load()
-		return done.Load(), time.Since(start), nil
+		n, took, err := fourAtOnce(d, func() error {
+			_, err := one()
+			return err
+		})
+		total += n
+		return n, took, err
 	})
 	if err != nil {
 		return err

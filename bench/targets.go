@@ -99,23 +99,38 @@ func bwrapOnce() (time.Duration, error) {
 // many runs ended and in how long.
 func bwrapParallel(d time.Duration) (int64, time.Duration) {
 	bw := bwrapArgv()
+	n, took, _ := fourAtOnce(d, func() error {
+		_ = exec.Command(bw[0], bw[1:]...).Run()
+		return nil
+	})
+	return n, took
+}
+
+// fourAtOnce calls fn on 4 goroutines, each again and again until d has
+// passed, and returns how many calls succeeded and in how long. An error
+// stops its goroutine, and the first is returned once all have stopped.
+func fourAtOnce(d time.Duration, fn func() error) (int64, time.Duration, error) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
+	var firstErr atomic.Value
 	start := time.Now()
 	stop := start.Add(d)
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(stop) {
-				if exec.Command(bw[0], bw[1:]...).Run() == nil {
-					done.Add(1)
+				if err := fn(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
 				}
+				done.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return done.Load(), time.Since(start)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, 0, err
+	}
+	return done.Load(), time.Since(start), nil
 }
 
 // windows alternates k windows of airlock's load (own) with k of bwrap's
