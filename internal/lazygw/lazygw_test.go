@@ -94,15 +94,22 @@ func helpers(t *testing.T) int {
 	return n
 }
 
-// TestQuiet: a gateway nothing reaches starts no helper, says it is quiet,
-// and its listeners close with it.
-func TestQuiet(t *testing.T) {
+// freshNS is a new network namespace with only lo, closed with the test.
+func freshNS(t *testing.T) *os.File {
+	t.Helper()
 	testutil.RequireRoot(t)
 	ns, err := netns.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// TestQuiet: a gateway nothing reaches starts no helper, says it is quiet,
+// and its listeners close with it.
+func TestQuiet(t *testing.T) {
+	ns := freshNS(t)
 	var ev events
 	g, err := Start(ns, func() (string, error) { t.Error("the helper was looked for"); return "", errors.New("no") }, Config{SandboxID: "s1"}, ev.add, os.Stderr)
 	if err != nil {
@@ -134,12 +141,7 @@ func TestQuiet(t *testing.T) {
 // name is allowed) and reports the decision; the gateway is no longer
 // quiet, and Close leaves no helper behind.
 func TestFirstUse(t *testing.T) {
-	testutil.RequireRoot(t)
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t)
 	var ev events
 	var warn bytes.Buffer
 	g, err := Start(ns, airlockd(t), Config{Tool: "t", SandboxID: "s2", Allow: []string{"allowed.test:443"}}, ev.add, &warn)
@@ -172,12 +174,7 @@ func TestFirstUse(t *testing.T) {
 // TestHelperMissing: with no helper to start, the first use is refused at
 // once (the listeners close) and the reason goes to the warning.
 func TestHelperMissing(t *testing.T) {
-	testutil.RequireRoot(t)
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t)
 	var warn bytes.Buffer
 	var mu sync.Mutex
 	g, err := Start(ns, func() (string, error) { return "", errors.New("airlockd not found here") }, Config{SandboxID: "s3"}, nil, &lockedWriter{&mu, &warn})
