@@ -680,6 +680,9 @@ func TestInitThreadsConfined(t *testing.T) {
 		want := map[string]func(string) bool{
 			"CapEff:":     func(v string) bool { return v == "0000000000000000" },
 			"CapPrm:":     func(v string) bool { return v == "0000000000000000" },
+			"CapInh:":     func(v string) bool { return v == "0000000000000000" },
+			"CapAmb:":     func(v string) bool { return v == "0000000000000000" },
+			"CapBnd:":     func(v string) bool { return v == "0000000000000000" },
 			"NoNewPrivs:": func(v string) bool { return v == "1" },
 			"Seccomp:":    func(v string) bool { return v == "2" },
 			// real, effective, saved, fs: the real and saved uid differ

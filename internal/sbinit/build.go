@@ -38,8 +38,8 @@ var readOnlyProc = []string{"bus", "fs", "irq", "sys", "driver", "tty"}
 // /workspace, /tmp and /dev/shm, pivots into it and detaches the host's
 // tree; then it drops everything init and the commands will never need:
 // capabilities (the bounding set included), uid and gid 0, rlimits,
-// Landlock, no_new_privs and the seccomp allowlist, which the commands
-// inherit from init.
+// Landlock and the seccomp allowlist, which the commands inherit from
+// init; no_new_privs is init's first act after the exec (see confine).
 //
 // The program runs as uid 0 of the sandbox's user namespace and leaves the
 // child with init's ids: real and saved uid InitUID, effective uid UID
@@ -543,15 +543,6 @@ func (b *builder) confine(c *Setup) {
 	// the clone.
 	b.sys("setresgid", unix.SYS_SETRESGID, immInt(c.GID), immInt(c.GID), immInt(c.GID))
 	b.sys("setresuid", unix.SYS_SETRESUID, immInt(c.InitUID), immInt(c.UID), immInt(c.InitUID))
-	// Clear what is left (inheritable, and everything with
-	// SECBIT_NO_SETUID_FIXUP, which kept the capabilities through the uid
-	// change).
-	// struct __user_cap_header_struct (version, pid 0: this process),
-	// then two struct __user_cap_data_struct, all empty.
-	hdr := binary.NativeEndian.AppendUint32(nil, unix.LINUX_CAPABILITY_VERSION_3)
-	hdr = binary.NativeEndian.AppendUint32(hdr, 0)
-	b.sys("clear capabilities", unix.SYS_CAPSET, b.data(hdr), b.data(make([]byte, 2*3*4)))
-	b.sys("set no_new_privs", unix.SYS_PRCTL, imm(unix.PR_SET_NO_NEW_PRIVS), imm(1))
 	// The rlimits come last but for seccomp: until its exec the child
 	// holds a copy of the host's descriptors (close-on-exec), often more
 	// than the sandbox may have, and with RLIMIT_NOFILE set first the
@@ -560,6 +551,29 @@ func (b *builder) confine(c *Setup) {
 		// struct rlimit64: cur, max.
 		b.sys(fmt.Sprintf("set rlimit %d", r.Resource), unix.SYS_PRLIMIT64, imm(0), immInt(r.Resource), b.data(u64s(r.Cur, r.Max)), null)
 	}
+	// No no_new_privs before the exec: the kernel (6.1 does; 6.18 no longer)
+	// takes an exec under it whose effective uid differs from the real
+	// one for a set-uid exec and resets the effective uid to the real
+	// one, so init would start with its own uid as both. Init sets it
+	// on all its threads first thing after the exec, before any command
+	// exists (see run). Seccomp without it needs CAP_SYS_ADMIN, which the
+	// child keeps until the exec; the inheritable set, the one a file's
+	// inheritable capabilities could combine with, goes now. The exec
+	// then leaves init none: uid 0 is not special (SECBIT_NOROOT), the
+	// bounding and ambient sets are empty, and init's file has no
+	// capabilities. Init checks that it has none.
+	// struct __user_cap_header_struct (version, pid 0: this process),
+	// then two struct __user_cap_data_struct (effective, permitted,
+	// inheritable; capabilities 0–31, then 32–63).
+	hdr := binary.NativeEndian.AppendUint32(nil, unix.LINUX_CAPABILITY_VERSION_3)
+	hdr = binary.NativeEndian.AppendUint32(hdr, 0)
+	caps := make([]byte, 2*3*4)
+	if !c.NoSeccomp {
+		keep := uint32(1) << unix.CAP_SYS_ADMIN
+		binary.NativeEndian.PutUint32(caps[0:], keep) // effective
+		binary.NativeEndian.PutUint32(caps[4:], keep) // permitted
+	}
+	b.sys("clear capabilities", unix.SYS_CAPSET, b.data(hdr), b.data(caps))
 	if !c.NoSeccomp {
 		b.p.Ops = append(b.p.Ops, forkexec.Op{Trap: forkexec.TrapSeccomp, Args: [6]forkexec.Arg{b.data(c.Seccomp)}, Save: forkexec.NoSave, What: "install the seccomp filter"})
 	}

@@ -84,6 +84,28 @@ func run(startup bool) int {
 		fail(fmt.Errorf("setresuid: %w", err))
 		return 2
 	}
+	// no_new_privs, on every thread, before any command exists: the
+	// program could not set it before the exec (see confine in
+	// build.go). Every command is started from this thread and inherits
+	// it; the other threads have it too, so none could ever exec around
+	// it. A binary linked with cgo (a test binary under the race
+	// detector, serving as its own init) cannot make all-thread calls:
+	// there it is set on this thread, the one every command is forked
+	// from.
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	if errno == syscall.ENOTSUP {
+		_, _, errno = syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	}
+	if errno != 0 {
+		fail(fmt.Errorf("no_new_privs: %w", errno))
+		return 2
+	}
+	// The exec left no capabilities (see confine); a kernel or a setup
+	// that did otherwise ends the sandbox here.
+	if err := noCapabilities(); err != nil {
+		fail(err)
+		return 2
+	}
 	// Not dumpable (exec resets it): a command running as the same uid
 	// cannot ptrace init, read /proc/1/mem or /proc/1/environ, or open
 	// /proc/1/fd/3 to talk to the host over init's control channel.
@@ -96,6 +118,22 @@ func run(startup bool) int {
 	}
 	s := &server{cmds: make(map[int]command), uid: euid, startup: startup}
 	return s.serve(make([]byte, initproto.MaxMessage))
+}
+
+// noCapabilities returns an error when this thread holds any capability:
+// effective, permitted, inheritable or ambient.
+func noCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for _, d := range data {
+		if d.Effective|d.Permitted|d.Inheritable != 0 {
+			return fmt.Errorf("init holds capabilities after its exec (%+v): it was not confined before its exec", data)
+		}
+	}
+	return nil
 }
 
 func fail(err error) {
