@@ -168,7 +168,8 @@ func onThisCPU() (had unix.CPUSet, pinned bool) {
 }
 
 // noCapabilities returns an error when this thread holds any capability:
-// effective, permitted, inheritable or ambient.
+// effective, permitted or inheritable (an ambient one is both permitted
+// and inheritable, so none is left either).
 func noCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
