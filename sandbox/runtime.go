@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
+	"github.com/airlockhq/airlock/internal/linux/timerslack"
 	"golang.org/x/sys/unix"
 )
 
@@ -258,6 +259,9 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if !opts.OneShot {
+		slowMonitorOnce.Do(func() { slowMonitor(opts.Logger) })
+	}
 	rt.spawner = &spawnerClient{initPath: opts.InitPath, cg: cg}
 	if m := cg.Moved(); m != "" {
 		opts.Logger.Info("moved this process into a cgroup of its own, so that the cgroup it was in can hand controllers to sandboxes (cgroup v2 keeps processes out of groups with children)", "cgroup", m, "parent", opts.CgroupParent)
@@ -408,4 +412,24 @@ func (rt *Runtime) Close() error {
 		rt.initFile.Close()
 	}
 	return rt.cg.Close()
+}
+
+// monitorSlack is the timer slack of the Go runtime's monitor thread in a
+// process that creates many sandboxes (see package timerslack): its
+// wake-ups every 20 µs, and the hand-offs of processors they cause
+// whenever a clone, unshare or cgroup call blocks for longer, cost a
+// 4-worker create → run → destroy loop 10 % of its CPU.
+const monitorSlack = time.Millisecond
+
+var slowMonitorOnce sync.Once
+
+// slowMonitor gives this process's runtime monitor its slack, once per
+// process. A one-shot process creates one sandbox and does not look for
+// it; where it cannot be set, the process only runs as before.
+func slowMonitor(log *slog.Logger) {
+	if tid, err := timerslack.SetMonitor(monitorSlack); err != nil {
+		log.Debug("the Go runtime's monitor thread keeps its timer slack", "err", err)
+	} else {
+		log.Debug("the Go runtime's monitor thread has a timer slack of its own", "tid", tid, "slack", monitorSlack)
+	}
 }
