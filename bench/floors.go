@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -34,17 +33,16 @@ func floors(n int) error {
 			return err
 		}
 		if g.Version() == cgroup.V1 {
-			// What a clone does there: the cloning thread visits the
-			// group in every hierarchy.
-			runtime.LockOSThread()
-			leave, err := g.EnterThread()
-			if err == nil {
-				err = leave()
-			}
+			// What a sandbox start does there: the tasks files opened
+			// for the clone, which writes itself into them (the
+			// child's writes are not this process's CPU).
+			fds, err := g.TasksFDs()
 			if err != nil {
-				return err // the thread stays locked: the runtime retires it
+				return err
 			}
-			runtime.UnlockOSThread()
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
 		} else {
 			fd, err := g.DirFD()
 			if err != nil {
@@ -74,7 +72,7 @@ func floors(n int) error {
 		cpu  time.Duration
 	}
 	steps := []*step{
-		{name: fmt.Sprintf("the sandbox's cgroup (%s): made with its limits, visited by a thread (v1) or its directory opened (v2), its counters read, removed", cg.Version()), fn: group},
+		{name: fmt.Sprintf("the sandbox's cgroup (%s): made with its limits, its tasks files (v1) or its directory (v2) opened for the clone, its counters read, removed", cg.Version()), fn: group},
 		{name: "a network namespace: made (`lo` up) and closed (bwrap makes one too)", fn: namespace},
 	}
 	for i := range n {

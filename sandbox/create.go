@@ -356,18 +356,19 @@ func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog, progFiles []int
 		fds = append(fds, fd)
 		req.CgroupDir = true
 		place.DirFD = fd
-	} else if s.rt.hostNet == nil {
-		// The spawner visits the group through its tasks files.
-		tasks, err := s.group.OpenTasks()
+	} else {
+		// v1: the clone writes itself into the group's tasks files
+		// before anything else; the host's thread never visits it.
+		tasks, err := s.group.TasksFDs()
 		if err != nil {
 			return err
 		}
-		defer closeFiles(tasks)
-		for _, f := range tasks {
-			fds = append(fds, int(f.Fd()))
+		defer closeFDs(tasks)
+		if s.rt.hostNet == nil {
+			fds = append(fds, tasks...)
+		} else {
+			place.Tasks = tasks
 		}
-	} else {
-		place.Enter = s.group.EnterThread
 	}
 	if s.rt.hostNet == nil {
 		// The program's files travel last.
@@ -581,8 +582,8 @@ func (s *Sandbox) OpenWorkspace() (*os.File, error) {
 // UserHostID is the host uid (and gid) of the user commands run as.
 func (s *Sandbox) UserHostID() int { return int(s.ids.base) + sandboxUID }
 
-func closeFiles(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
 	}
 }

@@ -50,21 +50,8 @@ func (c *spawnerClient) start() error {
 		runtime.LockOSThread()
 		files := []*os.File{nil, os.Stderr, os.Stderr, theirs}
 		cfg := spawner.Config{Version: initproto.Version}
-		if c.cg.Version() == cgroup.V1 {
-			// Where the spawner's cloning thread returns after visiting
-			// a sandbox's cgroups: the cgroups it is born in, this
-			// thread's.
-			home, err := c.cg.OpenHomeTasks()
-			if err != nil {
-				res <- started{nil, err}
-				<-release
-				runtime.UnlockOSThread()
-				return
-			}
-			defer closeFiles(home)
-			files = append(files, home...)
-			cfg.HomeTasks = len(home)
-		}
+		// How many v1 tasks files each request carries.
+		cfg.Hierarchies = c.cg.Hierarchies()
 		p, err := os.StartProcess(c.initPath, []string{spawner.Arg0, cfg.String()}, &os.ProcAttr{
 			Env:   []string{"GOMAXPROCS=1"},
 			Files: files,

@@ -25,7 +25,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 5
+const Version = 6
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).

@@ -128,9 +128,9 @@ func (p *Reply) Unmarshal(b []byte) error {
 	return r.Done()
 }
 
-// String renders the Config as the spawner's argv[1]: "VERSION HOMETASKS".
+// String renders the Config as the spawner's argv[1]: "VERSION HIERARCHIES".
 func (c Config) String() string {
-	return strconv.Itoa(c.Version) + " " + strconv.Itoa(c.HomeTasks)
+	return strconv.Itoa(c.Version) + " " + strconv.Itoa(c.Hierarchies)
 }
 
 // ParseConfig reads what Config.String wrote.
@@ -139,7 +139,7 @@ func ParseConfig(s string) (Config, error) {
 	var c Config
 	var err1, err2 error
 	c.Version, err1 = strconv.Atoi(v)
-	c.HomeTasks, err2 = strconv.Atoi(h)
+	c.Hierarchies, err2 = strconv.Atoi(h)
 	if !ok || err1 != nil || err2 != nil {
 		return Config{}, fmt.Errorf("bad config %q", s)
 	}

@@ -20,6 +20,7 @@ var shapes = map[int]string{
 	3: "d85bcb9af73d9d67",
 	4: "bbe38e2fb8f2642d",
 	5: "ed756baba79ec405",
+	6: "5b353e039907e418",
 }
 
 func TestProtocolShape(t *testing.T) {

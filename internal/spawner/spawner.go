@@ -11,8 +11,8 @@
 // itself), its heap is tiny, and it does nothing but clone inits: into the
 // network namespace and cgroup it is handed, by descriptors only. On cgroup
 // v2 that is the cgroup's directory, cloned into (CLONE_INTO_CGROUP); on v1
-// the cgroup's tasks files, one per hierarchy, which the cloning thread
-// visits for the clone. It links no cgroup library and reads no cgroup
+// the cgroup's tasks files, one per hierarchy, which the clone writes itself
+// into before anything else. It links no cgroup library and reads no cgroup
 // layout of its own.
 //
 // Inits are cloned as children of the host (CLONE_PARENT), which reaps them.
@@ -36,8 +36,7 @@ import (
 // Arg0 is the argv[0] the host starts the spawner with.
 const Arg0 = "airlock-spawner"
 
-// connFD is where the host places the spawner's end of its socket; the
-// descriptors of Config.HomeTasks follow it.
+// connFD is where the host places the spawner's end of its socket.
 const connFD = 3
 
 // maxTasks bounds the v1 hierarchies a request may name (airlock uses at
@@ -61,7 +60,7 @@ type Hello struct {
 // the control socket, the write end of its diagnostics pipe, the network
 // namespace to clone into, then either the cgroup v2 directory of the
 // sandbox (CgroupDir) or the tasks files of its v1 cgroups, one per
-// hierarchy, in the order of Config.HomeTasks, and last the files of Prog.
+// hierarchy (Config.Hierarchies of them), and last the files of Prog.
 type Request struct {
 	ID uint64
 	// Path is the binary to execute as init; Arg0 is its argv[0].
@@ -96,10 +95,9 @@ type Reply struct {
 type Config struct {
 	// Version is the host's protocol (initproto.Version).
 	Version int
-	// HomeTasks is the number of v1 tasks files the host passed after the
-	// socket (descriptors 4, 5, ...): the spawner's own cgroups, where
-	// the cloning thread returns after each clone. 0 on cgroup v2.
-	HomeTasks int
+	// Hierarchies is the number of v1 tasks files each request carries,
+	// one per hierarchy; 0 on cgroup v2.
+	Hierarchies int
 }
 
 // Main runs the spawner and returns its exit code.
@@ -119,13 +117,9 @@ func Main() int {
 		// The host says so to its caller: it reads the hello.
 		return 2
 	}
-	if cfg.HomeTasks < 0 || cfg.HomeTasks > maxTasks {
-		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config: home tasks", cfg.HomeTasks)
+	if cfg.Hierarchies < 0 || cfg.Hierarchies > maxTasks {
+		fmt.Fprintln(os.Stderr, "airlock-spawner: bad config: hierarchies", cfg.Hierarchies)
 		return 2
-	}
-	home := make([]int, cfg.HomeTasks)
-	for i := range home {
-		home[i] = connFD + 1 + i
 	}
 	hostNet, err := os.Open("/proc/self/ns/net")
 	if err != nil {
@@ -153,7 +147,7 @@ func Main() int {
 		pidfd := -1
 		if reply.Error == "" {
 			var ok bool
-			reply.Pid, pidfd, ok, err = cloneFor(&req, fds, home, int(hostNet.Fd()))
+			reply.Pid, pidfd, ok, err = cloneFor(&req, fds, cfg.Hierarchies, int(hostNet.Fd()))
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -177,8 +171,8 @@ func Main() int {
 }
 
 // cloneFor places and clones one init as req and its descriptors say.
-func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bool, err error) {
-	want := 3 + len(home)
+func cloneFor(req *Request, fds []int, hierarchies int, hostNet int) (pid, pidfd int, ok bool, err error) {
+	want := 3 + hierarchies
 	if req.CgroupDir {
 		want = 4
 	}
@@ -186,7 +180,7 @@ func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bo
 		req.ProgFiles = fds[want:]
 		fds = fds[:want]
 	}
-	if len(fds) != want || (req.CgroupDir && len(home) != 0) {
+	if len(fds) != want || (req.CgroupDir && hierarchies != 0) {
 		return 0, -1, true, fmt.Errorf("got %d descriptors, want %d", len(fds), want)
 	}
 	// The program grants Landlock's rights to run init's file by a
@@ -199,35 +193,10 @@ func cloneFor(req *Request, fds, home []int, hostNet int) (pid, pidfd int, ok bo
 	place := Placement{DirFD: -1, Exe: exe}
 	if req.CgroupDir {
 		place.DirFD = fds[3]
-	} else if len(home) > 0 {
-		place.Enter = EnterTasks(fds[3:], home)
+	} else {
+		place.Tasks = fds[3:]
 	}
 	return Clone(hostNet, req, fds[0], fds[1], fds[2], place, true)
-}
-
-// EnterTasks returns a Placement.Enter that moves the calling thread into
-// the cgroups whose v1 tasks files are open as tasks, and back into those
-// of home (one per hierarchy, in the same order). Writing "0" moves the
-// writer's own thread, whoever opened the file.
-func EnterTasks(tasks, home []int) func() (func() error, error) {
-	move := func(fds []int) error {
-		for _, fd := range fds {
-			if _, err := unix.Write(fd, []byte("0")); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return func() (func() error, error) {
-		leave := func() error { return move(home) }
-		if len(tasks) != len(home) {
-			return nil, fmt.Errorf("%d cgroup hierarchies, want %d", len(tasks), len(home))
-		}
-		if err := move(tasks); err != nil {
-			return nil, errors.Join(fmt.Errorf("enter the sandbox's cgroups: %w", err), leave())
-		}
-		return leave, nil
-	}
 }
 
 func rights(oob []byte) []int {
@@ -271,14 +240,14 @@ type Placement struct {
 	// DirFD, when not -1, is a cgroup v2 directory the child is cloned
 	// straight into (CLONE_INTO_CGROUP).
 	DirFD int
-	// Enter, when set, moves the calling thread into the cgroup (v1,
-	// which has no CLONE_INTO_CGROUP) so that the child is born there,
-	// and returns how to move the thread back.
-	Enter func() (leave func() error, err error)
+	// Tasks, when set, are the cgroup's v1 tasks files (v1 has no
+	// CLONE_INTO_CGROUP), one per hierarchy: the child writes itself into
+	// them before anything else (forkexec.Spec.CgroupTasks).
+	Tasks []int
 }
 
 // Clone clones one init on a locked thread that visits the network
-// namespace netns (and, through place.Enter, the cgroup) for the clone, and
+// namespace netns for the clone (the cgroup is place's), and
 // returns its pid and a pidfd. ctrl and log become the init's control
 // socket (fd 3) and its stdout and stderr. See CloneInto for hostNet,
 // asSibling and ok.
@@ -328,9 +297,10 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// its own parent-death signal, since the runtime's check for that
 		// would see an unexpected parent.
 		Sibling: asSibling,
-		// Born in its cgroup (v2), so its cgroup namespace is rooted
-		// there and nothing it does runs uncounted.
-		CgroupFD: place.DirFD,
+		// Born in its cgroup (v2), or moving itself into it first thing
+		// (v1), so its cgroup namespace is rooted there and nothing it
+		// does runs uncounted.
+		CgroupFD: place.DirFD, CgroupTasks: place.Tasks,
 		// Held until its id maps are written, then uid and gid 0 inside.
 		// Supplementary groups are cleared: a host gid kept would still
 		// grant access to host files by group.
@@ -359,22 +329,7 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 			err = errors.Join(err, fmt.Errorf("restore network namespace: %w", serr))
 		}
 	}()
-	leave := func() error { return nil }
-	if place.Enter != nil {
-		if leave, err = place.Enter(); err != nil {
-			return 0, -1, nil, true, err
-		}
-	}
 	c, err := forkexec.Start(sp)
-	if lerr := leave(); lerr != nil {
-		ok = false
-		if err == nil {
-			c.Kill()
-			err = lerr
-		} else {
-			err = errors.Join(err, lerr)
-		}
-	}
 	if err != nil {
 		return 0, -1, nil, ok, fmt.Errorf("clone init: %w", err)
 	}

@@ -58,14 +58,13 @@ func (g *Group) fd(i int) (int, error) {
 		g.fds[i] = fdAbsent
 		return fdAbsent, nil
 	}
-	p := filepath.Join(g.dirs[s.dir], s.name)
-	fd, err := openRetry(p, unix.O_RDONLY|unix.O_CLOEXEC)
+	fd, err := g.open(s.dir, s.name, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
-		if err == unix.ENOENT && s.optional {
+		if errors.Is(err, unix.ENOENT) && s.optional {
 			g.fds[i] = fdAbsent
 			return fdAbsent, nil
 		}
-		return 0, fmt.Errorf("cgroup: group %s: %w", g.id, &fs.PathError{Op: "open", Path: p, Err: err})
+		return 0, fmt.Errorf("cgroup: group %s: %w", g.id, err)
 	}
 	g.fds[i] = fd
 	return fd, nil
@@ -90,11 +89,16 @@ func (g *Group) OpenCounters() error {
 func (g *Group) read(i int) ([]byte, error) {
 	s := &g.p.files[i]
 	if s.fresh {
-		data, err := readFile(filepath.Join(g.dirs[s.dir], s.name), g.buf[:])
+		fd, err := g.open(s.dir, s.name, unix.O_RDONLY|unix.O_CLOEXEC)
 		if err != nil {
 			return nil, fmt.Errorf("cgroup: group %s: %w", g.id, err)
 		}
-		return data, nil
+		n, err := preadRetry(fd, g.buf[:])
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: group %s: %w", g.id, &fs.PathError{Op: "read", Path: filepath.Join(g.dirs[s.dir], s.name), Err: err})
+		}
+		return g.buf[:n], nil
 	}
 	fd, err := g.fd(i)
 	if err != nil || fd < 0 {
@@ -188,8 +192,9 @@ func (g *Group) Populated() (bool, error) {
 	return n != 0, nil
 }
 
-// Close releases the kept file descriptors. The group itself is untouched
-// and the Group stays usable; a later Counters reopens what it needs.
+// Close releases the kept file descriptors, of control files and of the
+// group's directories. The group itself is untouched and the Group stays
+// usable; a later Counters reopens what it needs, by path.
 func (g *Group) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -202,6 +207,7 @@ func (g *Group) Close() error {
 		}
 		g.fds[i] = fdUnopened
 	}
+	g.closeDirs()
 	return errors.Join(errs...)
 }
 

@@ -27,7 +27,7 @@ type limitWrite struct {
 // memory.limit_in_bytes, so the limit goes first).
 func (g *Group) writeLimits(ws []limitWrite) error {
 	for _, w := range ws {
-		if err := writeFile(filepath.Join(g.dirs[w.dir], w.file), w.value); err != nil {
+		if err := g.write(w.dir, w.file, w.value); err != nil {
 			return err
 		}
 	}

@@ -109,9 +109,13 @@ func (p *Parent) createV1(id string, l Limits) (*Group, error) {
 				return err
 			}
 		}
+		if err := g.openDirs(); err != nil {
+			return err
+		}
 		return g.writeLimits(p.v1Resources(l))
 	}()
 	if err != nil {
+		g.closeDirs()
 		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
 	}
 	return g, nil
@@ -346,44 +350,36 @@ func (g *Group) procsV1() ([]int, error) {
 	return nil, nil
 }
 
-// OpenTasks opens the group's tasks file in every v1 hierarchy, in the
-// Parent's hierarchy order, for writing: a thread writing "0" to each
-// moves itself into the group (see EnterThread). It lets another process
-// (the spawner) visit the group with descriptors alone. The caller closes
-// the files.
-func (g *Group) OpenTasks() ([]*os.File, error) {
+// TasksFDs opens the group's tasks file in every v1 hierarchy, in the
+// Parent's hierarchy order, for writing (O_CLOEXEC): a thread writing "0"
+// to each moves itself into the group, which is how a clone places itself
+// (forkexec.Spec.CgroupTasks), whichever process made the clone. The
+// caller closes the descriptors.
+func (g *Group) TasksFDs() ([]int, error) {
 	if g.p.version != V1 {
-		return nil, errors.New("cgroup: OpenTasks is for cgroup v1; on v2 use DirFD")
+		return nil, errors.New("cgroup: TasksFDs is for cgroup v1; on v2 use DirFD")
 	}
-	return openAll(g.dirs, func(i int) string { return g.dirs[i] + "/tasks" })
-}
-
-// OpenHomeTasks opens, like OpenTasks, the tasks files of the calling
-// thread's own cgroups: where a thread that visited a group returns.
-func (p *Parent) OpenHomeTasks() ([]*os.File, error) {
-	if p.version != V1 {
-		return nil, errors.New("cgroup: OpenHomeTasks is for cgroup v1")
-	}
-	files, err := currentTasksFiles(p.v1.hier, "/proc/thread-self/cgroup", "tasks")
-	if err != nil {
-		return nil, err
-	}
-	return openAll(files, func(i int) string { return files[i] })
-}
-
-func openAll[T any](items []T, name func(int) string) ([]*os.File, error) {
-	out := make([]*os.File, 0, len(items))
-	for i := range items {
-		// Opened by path from the host's own view of the hierarchy: the
-		// group was just made by this process.
-		f, err := os.OpenFile(name(i), os.O_WRONLY, 0)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fds := make([]int, 0, len(g.dirs))
+	for i := range g.dirs {
+		fd, err := g.open(i, "tasks", unix.O_WRONLY|unix.O_CLOEXEC)
 		if err != nil {
-			for _, o := range out {
-				o.Close()
+			for _, f := range fds {
+				unix.Close(f)
 			}
-			return nil, fmt.Errorf("cgroup: %w", err)
+			return nil, fmt.Errorf("cgroup: group %s: %w", g.id, err)
 		}
-		out = append(out, f)
+		fds = append(fds, fd)
 	}
-	return out, nil
+	return fds, nil
+}
+
+// Hierarchies is the number of v1 hierarchies a group has a directory
+// (and TasksFDs a descriptor) in; 0 on v2.
+func (p *Parent) Hierarchies() int {
+	if p.version != V1 {
+		return 0
+	}
+	return len(p.v1.hier)
 }

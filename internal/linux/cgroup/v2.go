@@ -241,7 +241,12 @@ func (p *Parent) createV2(id string, l Limits) (*Group, error) {
 		}
 		return nil, fmt.Errorf("cgroup: create group %s: %w", id, &fs.PathError{Op: "mkdir", Path: g.dirs[0], Err: err})
 	}
-	if err := g.writeLimits(ws); err != nil {
+	err = g.openDirs()
+	if err == nil {
+		err = g.writeLimits(ws)
+	}
+	if err != nil {
+		g.closeDirs()
 		return nil, errors.Join(fmt.Errorf("cgroup: create group %s: %w", id, err), g.removeDirs())
 	}
 	return g, nil
@@ -261,7 +266,7 @@ func (p *Parent) loadV2(id string) (*Group, error) {
 // atomically at birth. The caller closes it. It is for cgroup v2 only.
 func (g *Group) DirFD() (int, error) {
 	if g.p.version != V2 {
-		return -1, errors.New("cgroup: DirFD needs cgroup v2 (CLONE_INTO_CGROUP); on v1 use EnterThread")
+		return -1, errors.New("cgroup: DirFD needs cgroup v2 (CLONE_INTO_CGROUP); on v1 use TasksFDs")
 	}
 	fd, err := openRetry(g.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {

@@ -33,9 +33,11 @@ const (
 	stepChdir
 	stepDup
 	stepTimerSlack
+	stepCgroup
+	stepCgroupNS
 )
 
-var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup", "timerslack"}
+var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup", "timerslack", "enter cgroup", "cgroup namespace"}
 
 // forkSpec is one clone, prepared in full before the fork: the child may
 // not allocate, take a lock or touch the Go runtime.
@@ -50,12 +52,17 @@ type forkSpec struct {
 	// caller's memory, or on the memory itself (see forkExec).
 	share shareMode
 	// stack is the child's own stack with shareStack.
-	stack       []byte
-	stackTop    uintptr // the legacy clone's stack pointer
-	pathFD      int     // execveat(pathFD, "") instead of execve(path)
-	empty       [1]byte
-	setsid      bool
-	timerSlack  uint64 // nanoseconds; 0 leaves the caller's
+	stack      []byte
+	stackTop   uintptr // the legacy clone's stack pointer
+	pathFD     int     // execveat(pathFD, "") instead of execve(path)
+	empty      [1]byte
+	setsid     bool
+	timerSlack uint64 // nanoseconds; 0 leaves the caller's
+	// tasks are the v1 tasks files the child moves itself into first;
+	// cgroupNS makes it unshare its cgroup namespace after (see
+	// Spec.CgroupTasks).
+	tasks       []int
+	cgroupNS    bool
 	clearGroups bool
 	uid, gid    int
 	// syncR is read by a held child until the caller releases it (one
@@ -90,6 +97,12 @@ const sigsetSize = 8
 
 func (s *forkSpec) setArgs(sp Spec) {
 	s.args.flags = uint64(sp.Flags | unix.CLONE_PIDFD)
+	if len(s.tasks) > 0 && sp.Flags&unix.CLONE_NEWCGROUP != 0 {
+		// Made by the child once it is in its cgroups: a namespace made
+		// by the clone would be rooted in the caller's.
+		s.args.flags &^= unix.CLONE_NEWCGROUP
+		s.cgroupNS = true
+	}
 	s.args.pidfd = uint64(uintptr(unsafe.Pointer(&s.pidfd)))
 	if sp.Sibling {
 		// With CLONE_PARENT the exit signal must be 0: the child takes
@@ -199,6 +212,19 @@ func forkExec(s *forkSpec) (uintptr, syscall.Errno) {
 func forkChild(s *forkSpec) {
 	if s.netns {
 		netnsChild(s) // never returns
+	}
+	for _, fd := range s.tasks {
+		// "0" is the writer itself: the kernel moves this thread alone,
+		// which is the whole child.
+		s.buf[0] = '0'
+		if _, _, e := syscall.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&s.buf[0])), 1); e != 0 {
+			childFail(s, stepCgroup, e)
+		}
+	}
+	if s.cgroupNS {
+		if _, _, e := syscall.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); e != 0 {
+			childFail(s, stepCgroupNS, e)
+		}
 	}
 	if s.syncR >= 0 {
 		syscall.RawSyscall(unix.SYS_CLOSE, uintptr(s.syncW), 0, 0)

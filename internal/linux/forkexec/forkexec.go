@@ -60,6 +60,15 @@ type Spec struct {
 	// CgroupFD, when not -1, is a cgroup v2 directory the child is born
 	// in (CLONE_INTO_CGROUP).
 	CgroupFD int
+	// CgroupTasks are cgroup v1 tasks files, open for writing, one per
+	// hierarchy: the child's first act is to write "0" to each, which
+	// moves it into those cgroups (v1 has no CLONE_INTO_CGROUP). It runs
+	// nothing of its own before, and the caller's thread never visits
+	// the cgroups. With CLONE_NEWCGROUP in Flags the child makes its
+	// cgroup namespace after the move (unshare), so that it is rooted in
+	// those cgroups, as a namespace made by the clone would be when the
+	// clone is born there.
+	CgroupTasks []int
 	// Hold makes the child wait, before anything else, until Release:
 	// the caller writes the id maps of a new user namespace meanwhile.
 	Hold bool
@@ -113,8 +122,12 @@ func Start(sp Spec) (*Child, error) {
 	if sp.CgroupFD < -1 || len(sp.Files) == 0 || len(sp.Argv) == 0 {
 		return nil, errors.New("forkexec: bad spec")
 	}
+	if sp.CgroupFD >= 0 && len(sp.CgroupTasks) > 0 {
+		return nil, errors.New("forkexec: a child is born in a v2 cgroup (CgroupFD) or moves into v1 ones (CgroupTasks), not both")
+	}
 	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
-		timerSlack: sp.TimerSlack, setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1}
+		timerSlack: sp.TimerSlack, setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1,
+		tasks: sp.CgroupTasks}
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())
 		defer runtime.KeepAlive(sp.PathFile)
