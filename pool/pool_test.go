@@ -18,7 +18,12 @@ func TestMain(m *testing.M) {
 	if code, ok := sandbox.Child(); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The shared runtime's groups made ahead go with it.
+	if rtVal != nil {
+		rtVal.Close()
+	}
+	os.Exit(code)
 }
 
 const testStateDir = "/run/airlock-test-pool"

@@ -192,8 +192,17 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := validHostname(spec.Hostname); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	cl := cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}
+	var prep *preparedGroup
+	if rt.groups != nil {
+		prep = rt.groups.take(cl)
+	}
+	id := newID()
+	if prep != nil {
+		id = prep.id
+	}
 	s := &Sandbox{
-		id:      newID(),
+		id:      id,
 		label:   spec.Label,
 		rt:      rt,
 		limits:  l,
@@ -210,15 +219,20 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		}
 	}()
 	// The lock file exists before the cgroup, so a sweeping process never
-	// mistakes a sandbox being built for a leftover.
-	if s.lock, err = tryLock(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
+	// mistakes a sandbox being built for a leftover. A group made ahead
+	// comes with both.
+	if prep != nil {
+		s.lock, s.group = prep.lock, prep.group
+	} else if s.lock, err = tryLock(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
 		return nil, errors.Join(errors.New("claim sandbox id"), err)
 	}
 	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots); err != nil {
 		return nil, err
 	}
-	if s.group, err = rt.cg.Create(s.id, cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}); err != nil {
-		return nil, err
+	if s.group == nil {
+		if s.group, err = rt.cg.Create(s.id, cl); err != nil {
+			return nil, err
+		}
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

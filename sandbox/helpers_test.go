@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,27 @@ func TestMain(m *testing.M) {
 	if code, ok := Child(); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The shared runtime's groups made ahead go with it.
+	if rtVal != nil {
+		rtVal.Close()
+	}
+	os.Exit(code)
+}
+
+// sandboxGroups lists rt's sandbox cgroups, without those its supply has
+// made ahead (which belong to no sandbox yet).
+func sandboxGroups(t testing.TB, rt *Runtime) []string {
+	t.Helper()
+	ids, err := rt.cg.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.groups == nil {
+		return ids
+	}
+	ahead := rt.groups.ids()
+	return slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(ahead, id) })
 }
 
 func requireRoot(t testing.TB) { testutil.RequireRoot(t) }

@@ -8,6 +8,8 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,17 +172,14 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	t.Logf("%d sequential runs in %v", n, time.Since(start))
-	ids, err := rt.cg.Children()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ids) != 0 {
+	if ids := sandboxGroups(t, rt); len(ids) != 0 {
 		t.Errorf("%d sandbox cgroups left: %v", len(ids), ids)
 	}
 	if m := hostMountsUnder(testStateDir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	ents, _ := os.ReadDir(testStateDir + "/sandboxes")
+	ents = slices.DeleteFunc(ents, func(e os.DirEntry) bool { return slices.Contains(rt.groups.ids(), e.Name()) })
 	if len(ents) != 0 {
 		t.Errorf("%d lock files left", len(ents))
 	}
@@ -349,17 +348,11 @@ func TestCreateCanceled(t *testing.T) {
 // processes, and returns a check that there are no more of either.
 func nothingLeft(t *testing.T, rt *Runtime) func() {
 	t.Helper()
-	before, err := rt.cg.Children()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := sandboxGroups(t, rt)
 	procs := countSandboxProcs()
 	return func() {
 		t.Helper()
-		after, err := rt.cg.Children()
-		if err != nil {
-			t.Fatal(err)
-		}
+		after := sandboxGroups(t, rt)
 		if len(after) != len(before) {
 			t.Errorf("cgroups %v after, %v before", after, before)
 		}
@@ -394,4 +387,102 @@ func TestOnStart(t *testing.T) {
 		t.Errorf("Create with a failing OnStart: %v, want its error", err)
 	}
 	checkLeft()
+}
+
+// TestGroupsMadeAhead: a runtime makes the next sandbox's cgroup while the
+// last one runs, with the last one's limits; a sandbox with those limits
+// gets it, one with others gets a new group (the one made ahead is
+// removed), and Close removes what nobody took, lock file included.
+func TestGroupsMadeAhead(t *testing.T) {
+	requireRoot(t)
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			rt.Close()
+		}
+	}()
+	ahead := func() string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if ids := rt.groups.ids(); len(ids) == 1 {
+				if _, err := rt.cg.Load(ids[0]); err == nil && len(rt.groups.ready) == 1 {
+					return ids[0]
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no group made ahead: %v", rt.groups.ids())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	run := func(l Limits) string {
+		t.Helper()
+		sb, err := rt.Create(t.Context(), Spec{Limits: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/true"}})
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+		}
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return sb.ID()
+	}
+	if ids := rt.groups.ids(); len(ids) != 0 {
+		t.Fatalf("groups made before any sandbox said which limits: %v", ids)
+	}
+	small := DefaultLimits()
+	small.Memory, small.Pids = 48<<20, 40
+	run(small)
+	next := ahead()
+	// Made with the last sandbox's limits.
+	memDir := ""
+	for _, m := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(m, testCgroup, next)); err == nil {
+			memDir = filepath.Join(m, testCgroup, next)
+			break
+		}
+	}
+	if memDir == "" {
+		t.Fatalf("group %s made ahead has no directory", next)
+	}
+	for file, want := range map[string]string{"memory.limit_in_bytes": "50331648", "memory.max": "50331648", "pids.max": "40"} {
+		b, err := os.ReadFile(filepath.Join(memDir, file))
+		if err != nil {
+			continue // the other version's file, or pids in its own v1 hierarchy
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%s of the group made ahead is %s, want %s", file, got, want)
+		}
+	}
+	if got := run(small); got != next {
+		t.Errorf("the sandbox got id %s, not the group made ahead (%s)", got, next)
+	}
+	// Other limits: a group of their own, and the one made ahead for
+	// the old ones is gone.
+	stale := ahead()
+	if got := run(DefaultLimits()); got == stale {
+		t.Errorf("a sandbox with other limits got the group made for %+v", small)
+	}
+	if _, err := rt.cg.Load(stale); err == nil {
+		t.Errorf("the group made ahead for other limits (%s) was not removed", stale)
+	}
+	last := ahead()
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if _, err := rt.cg.Load(last); err == nil {
+		t.Errorf("Close left the group made ahead (%s)", last)
+	}
+	if _, err := os.Stat(filepath.Join(testStateDir, "sandboxes", last)); err == nil {
+		t.Errorf("Close left the lock file of the group made ahead (%s)", last)
+	}
 }

@@ -146,6 +146,9 @@ type Runtime struct {
 	initFile *os.File
 	// nets supplies network namespaces made ahead of demand.
 	nets *netnsSupply
+	// groups are sandbox cgroups made ahead of demand; nil in a one-shot
+	// runtime.
+	groups *groupSupply
 	// rootDir and scratchDir are the empty directories init mounts the
 	// new root and the scratch tmpfs over, in its own mount namespace.
 	rootDir    string
@@ -279,6 +282,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 	if rt.nets == nil {
 		rt.nets = newNetnsSupply(prepNetns)
 	}
+	if !opts.OneShot {
+		// After the sweep: it would leave the supply's groups alone
+		// anyway (their locks are held), but has nothing to look at.
+		rt.groups = newGroupSupply(rt.lockDir, rt.cg, prepGroups)
+	}
 	return rt, nil
 }
 
@@ -404,6 +412,9 @@ func (rt *Runtime) Close() error {
 	rt.sweeping.Wait()
 	rt.spawner.Close()
 	rt.nets.close()
+	if rt.groups != nil {
+		rt.groups.close()
+	}
 	rt.imageNS.close()
 	if rt.hostNet != nil {
 		rt.hostNet.Close()
