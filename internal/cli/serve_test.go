@@ -248,9 +248,10 @@ func TestServeKilledThenRestarted(t *testing.T) {
 	first.Process.Kill()
 	first.Wait()
 	second := start()
-	// The first daemon's sandboxes are gone; only the new pool remains.
-	if n := cliCgroups(t); n != 2 {
-		t.Fatalf("%d sandbox cgroups after the restart, want the new pool's 2", n)
+	// The first daemon's sandboxes are gone; only the new pool remains,
+	// and the cgroup its runtime may have made ahead for the next one.
+	if n := cliCgroups(t); n != 2 && n != 3 {
+		t.Fatalf("%d sandbox cgroups after the restart, want the new pool's 2 (and one made ahead)", n)
 	}
 	finished := map[string]bool{}
 	for after := int64(0); ; {
