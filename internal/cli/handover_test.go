@@ -63,10 +63,13 @@ func TestHandOver(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("plain run without airlockd: %v, %q", err, stderr.String())
 	}
-	// The connection that woke the watcher is reset (56) as its listener
-	// closes; any later one is refused (7).
-	if el := time.Since(start); !(strings.Contains(stdout.String(), "ran\ncurl=7\n") || strings.Contains(stdout.String(), "ran\ncurl=56\n")) || el > 8*time.Second {
-		t.Errorf("plain run without airlockd: stdout %q after %v, want curl refused (7) or reset (56) at once", stdout.String(), el)
+	// The connection that woke the watcher is reset as its listener
+	// closes: curl says so as a failed receive (56) or, when the reset
+	// comes while it still sends its request, a failed send (55; seen
+	// under emulation). Any later connection is refused (7).
+	out := stdout.String()
+	if el := time.Since(start); !(strings.Contains(out, "ran\ncurl=7\n") || strings.Contains(out, "ran\ncurl=56\n") || strings.Contains(out, "ran\ncurl=55\n")) || el > 8*time.Second {
+		t.Errorf("plain run without airlockd: stdout %q after %v, want curl refused (7) or reset (55, 56) at once", out, el)
 	}
 	if !strings.Contains(stderr.String(), "egress gateway could not start") || !strings.Contains(stderr.String(), DaemonProgram+" not found") {
 		t.Errorf("plain run without airlockd: stderr %q does not say why its network is refused", stderr.String())
