@@ -354,7 +354,7 @@ func (s *Sandbox) start(ctrl, log *os.File, prog *forkexec.Prog, progFiles []int
 		// Init's environment is not the commands' (each exec request
 		// carries its own). It holds Go runtime settings that make
 		// init's start cheaper (see initEnv).
-		Env:       initEnv,
+		Env:       s.rt.initEnv,
 		IDBase:    int(s.ids.base),
 		IDSize:    idRangeSize,
 		Prog:      prog,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
 	"github.com/airlockhq/airlock/internal/linux/timerslack"
+	"github.com/airlockhq/airlock/internal/sbinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,6 +148,10 @@ type Runtime struct {
 	initFile *os.File
 	// nets supplies network namespaces made ahead of demand.
 	nets *netnsSupply
+	// initEnv is init's environment: the package's, and the processors
+	// this process runs on (sbinit.CPUsEnv), which init, born on one,
+	// gives the commands.
+	initEnv []string
 	// groups are sandbox cgroups made ahead of demand; nil in a one-shot
 	// runtime.
 	groups *groupSupply
@@ -202,6 +208,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		rootDir:    filepath.Join(opts.StateDir, "root"),
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
 		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
+		initEnv:    initEnv,
+	}
+	var cpus unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpus); err == nil {
+		rt.initEnv = append(slices.Clip(initEnv), sbinit.CPUsEnv+"="+sbinit.FormatCPUs(&cpus))
 	}
 	// What New has opened is closed again if it fails.
 	defer func() {

@@ -135,13 +135,31 @@ func run(startup bool) int {
 	return s.serve(make([]byte, initproto.MaxMessage))
 }
 
-// onThisCPU moves each of init's threads onto the processor this one runs
-// on, and returns the processors this thread had and whether it moved it.
-// It is best effort: a thread it misses, or a call that fails, only makes
-// the all-thread calls slower.
+// onThisCPU puts each of init's threads on the processor this one runs
+// on, and returns the processors this thread is to have back after the
+// all-thread calls and whether it is to get them. Init is normally born on
+// one processor (its clone pins it before the exec), so every thread the
+// Go runtime started is there already and the processors to give back are
+// the host's (CPUsEnv); otherwise each thread is moved. It is best effort:
+// a thread it misses, or a call that fails, only makes the all-thread
+// calls slower.
 func onThisCPU() (had unix.CPUSet, pinned bool) {
 	if err := unix.SchedGetaffinity(0, &had); err != nil {
 		return had, false
+	}
+	if had.Count() == 1 {
+		// Born on one processor (the clone pinned it, see
+		// spawner.CloneLater): every thread is there already. This one
+		// gets the host's processors back after the calls.
+		if host, ok := parseCPUs(os.Getenv(CPUsEnv)); ok {
+			return host, true
+		}
+		// No word from the host: every processor this cgroup allows
+		// (the kernel keeps the ones it does not).
+		for i := range len(had) * 64 {
+			had.Set(i)
+		}
+		return had, true
 	}
 	var cpu uint32
 	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
@@ -165,6 +183,58 @@ func onThisCPU() (had unix.CPUSet, pinned bool) {
 		}
 	}
 	return had, true
+}
+
+// CPUsEnv names the variable of init's environment that holds the
+// processors the host runs on (FormatCPUs), which init's own thread, the
+// one commands are started from, gets back after the clone pinned init to
+// one.
+const CPUsEnv = "AIRLOCK_CPUS"
+
+// FormatCPUs writes a CPU set as CPUsEnv holds it: its 64-bit words in
+// hex, lowest first, comma-separated, up to the last that is not zero.
+func FormatCPUs(set *unix.CPUSet) string {
+	var b []byte
+	last := 0
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			last = i / 64
+		}
+	}
+	for w := 0; w <= last; w++ {
+		var word uint64
+		for bit := 0; bit < 64; bit++ {
+			if set.IsSet(w*64 + bit) {
+				word |= 1 << bit
+			}
+		}
+		if w > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, word, 16)
+	}
+	return string(b)
+}
+
+// parseCPUs reads what FormatCPUs wrote; a set with no processor is not
+// one.
+func parseCPUs(s string) (unix.CPUSet, bool) {
+	var set unix.CPUSet
+	if s == "" {
+		return set, false
+	}
+	for w, part := range strings.Split(s, ",") {
+		word, err := strconv.ParseUint(part, 16, 64)
+		if err != nil || w >= len(set) {
+			return set, false
+		}
+		for bit := 0; bit < 64; bit++ {
+			if word&(1<<bit) != 0 {
+				set.Set(w*64 + bit)
+			}
+		}
+	}
+	return set, set.Count() > 0
 }
 
 // noCapabilities returns an error when this thread holds any capability:

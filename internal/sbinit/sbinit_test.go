@@ -165,3 +165,22 @@ func TestProgram(t *testing.T) {
 		t.Error("a bind below a symlink compiled")
 	}
 }
+
+func TestCPUsRoundTrip(t *testing.T) {
+	for _, cpus := range [][]int{{0}, {0, 1}, {1}, {63}, {64}, {0, 5, 64, 130}, {1023}} {
+		var set unix.CPUSet
+		for _, c := range cpus {
+			set.Set(c)
+		}
+		s := FormatCPUs(&set)
+		got, ok := parseCPUs(s)
+		if !ok || got != set {
+			t.Errorf("%v: %q parsed back as %v, %v", cpus, s, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "0", "x", "3,", ",3", "3,zz", "1" + strings.Repeat(",0", 16)} {
+		if set, ok := parseCPUs(bad); ok {
+			t.Errorf("parseCPUs(%q) = %v, want refused", bad, set)
+		}
+	}
+}

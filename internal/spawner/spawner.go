@@ -301,6 +301,12 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// (v1), so its cgroup namespace is rooted there and nothing it
 		// does runs uncounted.
 		CgroupFD: place.DirFD, CgroupTasks: place.Tasks,
+		// On one processor from its exec: the Go runtime's threads start
+		// there, their hand-offs during its start cross no processor,
+		// and init's all-thread calls find them all there (see
+		// sbinit's onThisCPU). Init gives its own thread, which starts
+		// the commands, the host's processors back.
+		PinCPU: true,
 		// Held until its id maps are written, then uid and gid 0 inside.
 		// Supplementary groups are cleared: a host gid kept would still
 		// grant access to host files by group.

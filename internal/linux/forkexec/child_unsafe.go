@@ -71,6 +71,11 @@ type forkSpec struct {
 	syncR, syncW, errW int
 	buf                [8]byte
 	mask               unix.Sigset_t // restored in the child before exec
+	// pinCPU makes the child, last before its exec, run on the processor
+	// it is on alone (cpu and cpus are its scratch).
+	pinCPU bool
+	cpu    uint32
+	cpus   unix.CPUSet
 	// netns makes the child StartNetns's: it makes a network namespace,
 	// records its descriptor (nsFD) or the failed step and errno, and
 	// exits, never execs.
@@ -315,6 +320,15 @@ func forkChild(s *forkSpec) {
 	if s.prog != nil {
 		if i, e := runProg(s); e != 0 {
 			childFail(s, stepProg+i, e)
+		}
+	}
+	if s.pinCPU {
+		if _, _, e := syscall.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&s.cpu)), 0, 0); e == 0 && int(s.cpu) < len(s.cpus)*64 {
+			for i := range s.cpus {
+				s.cpus[i] = 0
+			}
+			s.cpus[s.cpu/64] = 1 << (s.cpu % 64)
+			syscall.RawSyscall(unix.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(s.cpus), uintptr(unsafe.Pointer(&s.cpus)))
 		}
 	}
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&s.mask)), 0, sigsetSize, 0, 0)

@@ -69,6 +69,11 @@ type Spec struct {
 	// those cgroups, as a namespace made by the clone would be when the
 	// clone is born there.
 	CgroupTasks []int
+	// PinCPU makes the child, last before its exec, run on the one
+	// processor it is on then (sched_setaffinity); the threads the
+	// program starts inherit that. It is best effort: a child that cannot
+	// read its processor, or set it, execs unpinned.
+	PinCPU bool
 	// Hold makes the child wait, before anything else, until Release:
 	// the caller writes the id maps of a new user namespace meanwhile.
 	Hold bool
@@ -127,7 +132,7 @@ func Start(sp Spec) (*Child, error) {
 	}
 	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
 		timerSlack: sp.TimerSlack, setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1,
-		tasks: sp.CgroupTasks}
+		tasks: sp.CgroupTasks, pinCPU: sp.PinCPU}
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())
 		defer runtime.KeepAlive(sp.PathFile)
