@@ -391,8 +391,9 @@ func TestOnStart(t *testing.T) {
 
 // TestGroupsMadeAhead: a runtime makes the next sandbox's cgroup while the
 // last one runs, with the last one's limits; a sandbox with those limits
-// gets it, one with others gets a new group (the one made ahead is
-// removed), and Close removes what nobody took, lock file included.
+// gets it, one with others gets a new group while the one made ahead waits
+// for its limits; beyond prepGroups limits the oldest is removed, and
+// Close removes what nobody took, lock files included.
 func TestGroupsMadeAhead(t *testing.T) {
 	requireRoot(t)
 	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
@@ -405,17 +406,17 @@ func TestGroupsMadeAhead(t *testing.T) {
 			rt.Close()
 		}
 	}()
-	ahead := func() string {
+	// ready waits until n groups are ready and returns their ids.
+	ready := func(n int) []string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if ids := rt.groups.ids(); len(ids) == 1 {
-				if _, err := rt.cg.Load(ids[0]); err == nil && len(rt.groups.ready) == 1 {
-					return ids[0]
-				}
+			ids := rt.groups.readyIDs()
+			if len(ids) == n && len(rt.groups.ids()) == n {
+				return ids
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no group made ahead: %v", rt.groups.ids())
+				t.Fatalf("%d groups ready (%v), want %d", len(ids), ids, n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -435,54 +436,68 @@ func TestGroupsMadeAhead(t *testing.T) {
 		}
 		return sb.ID()
 	}
+	gone := func(id string) bool {
+		_, err := rt.cg.Load(id)
+		_, serr := os.Stat(filepath.Join(testStateDir, "sandboxes", id))
+		return err != nil && serr != nil
+	}
 	if ids := rt.groups.ids(); len(ids) != 0 {
 		t.Fatalf("groups made before any sandbox said which limits: %v", ids)
 	}
 	small := DefaultLimits()
 	small.Memory, small.Pids = 48<<20, 40
 	run(small)
-	next := ahead()
+	next := ready(1)[0]
 	// Made with the last sandbox's limits.
-	memDir := ""
+	checked := 0
 	for _, m := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
-		if _, err := os.Stat(filepath.Join(m, testCgroup, next)); err == nil {
-			memDir = filepath.Join(m, testCgroup, next)
-			break
+		dir := filepath.Join(m, testCgroup, next)
+		for file, want := range map[string]string{"memory.limit_in_bytes": "50331648", "memory.max": "50331648", "pids.max": "40"} {
+			b, err := os.ReadFile(filepath.Join(dir, file))
+			if err != nil {
+				continue // the other version's file, or pids in its own v1 hierarchy
+			}
+			checked++
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("%s of the group made ahead is %s, want %s", file, got, want)
+			}
 		}
 	}
-	if memDir == "" {
-		t.Fatalf("group %s made ahead has no directory", next)
-	}
-	for file, want := range map[string]string{"memory.limit_in_bytes": "50331648", "memory.max": "50331648", "pids.max": "40"} {
-		b, err := os.ReadFile(filepath.Join(memDir, file))
-		if err != nil {
-			continue // the other version's file, or pids in its own v1 hierarchy
-		}
-		if got := strings.TrimSpace(string(b)); got != want {
-			t.Errorf("%s of the group made ahead is %s, want %s", file, got, want)
-		}
+	if checked == 0 {
+		t.Fatalf("group %s made ahead has no memory limit file", next)
 	}
 	if got := run(small); got != next {
 		t.Errorf("the sandbox got id %s, not the group made ahead (%s)", got, next)
 	}
-	// Other limits: a group of their own, and the one made ahead for
-	// the old ones is gone.
-	stale := ahead()
-	if got := run(DefaultLimits()); got == stale {
+	// Other limits: a group of their own; the one made ahead for the
+	// first stays for them.
+	kept := ready(1)[0]
+	if got := run(DefaultLimits()); got == kept {
 		t.Errorf("a sandbox with other limits got the group made for %+v", small)
 	}
-	if _, err := rt.cg.Load(stale); err == nil {
-		t.Errorf("the group made ahead for other limits (%s) was not removed", stale)
+	ready(2)
+	if got := run(small); got != kept {
+		t.Errorf("the sandbox got id %s, not the group kept for its limits (%s)", got, kept)
 	}
-	last := ahead()
+	// Beyond prepGroups limits the oldest goes.
+	oldest := ready(2)[0]
+	for i := range prepGroups {
+		l := DefaultLimits()
+		l.Pids = int64(50 + i)
+		run(l)
+	}
+	ready(prepGroups)
+	if !gone(oldest) {
+		t.Errorf("the oldest group made ahead (%s) outlived %d newer limits", oldest, prepGroups)
+	}
+	last := ready(prepGroups)
 	if err := rt.Close(); err != nil {
 		t.Fatal(err)
 	}
 	closed = true
-	if _, err := rt.cg.Load(last); err == nil {
-		t.Errorf("Close left the group made ahead (%s)", last)
-	}
-	if _, err := os.Stat(filepath.Join(testStateDir, "sandboxes", last)); err == nil {
-		t.Errorf("Close left the lock file of the group made ahead (%s)", last)
+	for _, id := range last {
+		if !gone(id) {
+			t.Errorf("Close left the group made ahead %s or its lock file", id)
+		}
 	}
 }

@@ -10,17 +10,19 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 )
 
-// prepGroups is how many sandbox cgroups a runtime keeps made ahead of
-// demand, each with its sandbox id claimed (the id's lock file held) and
-// its counter files open. Making one is a fifth of a millisecond of
-// kernel work on cgroup v1 (a directory, limit files and descriptors in
-// each of five hierarchies) that depends on nothing but the limits, so it
-// is done while the previous sandbox runs, and a Start on an otherwise
-// idle machine does not wait for it. A group is never reused: each goes
-// to one sandbox, or is removed unused (limits that no longer match, the
-// runtime's Close). Nothing runs in a prepared group, so its counters
+// prepGroups bounds the sandbox cgroups a runtime keeps made ahead of
+// demand: one for each of the last few limits Start was given (a daemon's
+// tools differ in limits, and its pools refill them in turn), each with
+// its sandbox id claimed (the id's lock file held) and its counter files
+// open. Making one is a fifth of a millisecond of kernel work on cgroup v1
+// (a directory, limit files and descriptors in each of five hierarchies)
+// that depends on nothing but the limits, so it is done while the
+// previous sandbox runs, and a Start on an otherwise idle machine does not
+// wait for it. A group is never reused: each goes to one sandbox, or is
+// removed unused (the oldest, when limits beyond these are wanted; all at
+// the runtime's Close). Nothing runs in a prepared group, so its counters
 // start at zero as a new group's do.
-const prepGroups = 1
+const prepGroups = 3
 
 // preparedGroup is one sandbox's cgroup made ahead.
 type preparedGroup struct {
@@ -30,18 +32,19 @@ type preparedGroup struct {
 	limits cgroup.Limits
 }
 
-// groupSupply keeps up to prepGroups groups ready, made with the limits
-// of the latest take: a runtime's sandboxes mostly share their limits (a
-// tool's), and a take with others makes its own.
+// groupSupply keeps a group ready for the limits of each of the latest
+// takes, up to prepGroups: after a take it makes the next for the limits
+// taken, unless one is ready for them.
 type groupSupply struct {
 	lockDir string
 	cg      *cgroup.Parent
-	ready   chan *preparedGroup
+	max     int
 	kick    chan struct{}
 	stop    chan struct{}
 	done    sync.WaitGroup
 
 	mu     sync.Mutex
+	ready  []*preparedGroup // oldest first
 	want   cgroup.Limits
 	wanted bool     // a take has said which limits
 	owned  []string // ids being made or ready, for the tests' census
@@ -51,7 +54,7 @@ func newGroupSupply(lockDir string, cg *cgroup.Parent, n int) *groupSupply {
 	s := &groupSupply{
 		lockDir: lockDir,
 		cg:      cg,
-		ready:   make(chan *preparedGroup, n),
+		max:     n,
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
@@ -61,21 +64,21 @@ func newGroupSupply(lockDir string, cg *cgroup.Parent, n int) *groupSupply {
 }
 
 // take returns a prepared group with limits l, or nil when there is none
-// (the caller makes its own). A prepared group with other limits is
-// removed. The supply then makes the next with l.
+// (the caller makes its own). The supply then makes the next with l.
 func (s *groupSupply) take(l cgroup.Limits) *preparedGroup {
+	var p *preparedGroup
 	s.mu.Lock()
 	s.want, s.wanted = l, true
-	s.mu.Unlock()
-	var p *preparedGroup
-	select {
-	case p = <-s.ready:
-		s.disown(p.id)
-		if p.limits != l {
-			s.remove(p)
-			p = nil
+	for i, r := range s.ready {
+		if r.limits == l {
+			p = r
+			s.ready = slices.Delete(s.ready, i, i+1)
+			break
 		}
-	default:
+	}
+	s.mu.Unlock()
+	if p != nil {
+		s.disown(p.id)
 	}
 	select {
 	case s.kick <- struct{}{}:
@@ -92,24 +95,32 @@ func (s *groupSupply) fill() {
 			return
 		case <-s.kick:
 		}
-		for len(s.ready) < cap(s.ready) {
-			s.mu.Lock()
-			l, ok := s.want, s.wanted
-			s.mu.Unlock()
-			if !ok {
-				break
+		s.mu.Lock()
+		l, ok := s.want, s.wanted
+		for _, r := range s.ready {
+			if r.limits == l {
+				ok = false // one is ready for them
 			}
-			p, err := s.make(l)
-			if err != nil {
-				break // Start makes its own, and reports why it cannot
-			}
-			select {
-			case s.ready <- p:
-			case <-s.stop:
-				s.disown(p.id)
-				s.remove(p)
-				return
-			}
+		}
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		p, err := s.make(l)
+		if err != nil {
+			continue // Start makes its own, and reports why it cannot
+		}
+		var old *preparedGroup
+		s.mu.Lock()
+		s.ready = append(s.ready, p)
+		if len(s.ready) > s.max {
+			old = s.ready[0]
+			s.ready = slices.Delete(s.ready, 0, 1)
+		}
+		s.mu.Unlock()
+		if old != nil {
+			s.disown(old.id)
+			s.remove(old)
 		}
 	}
 }
@@ -157,6 +168,17 @@ func (s *groupSupply) disown(id string) {
 	}
 }
 
+// readyIDs lists the ids of the groups ready, oldest first.
+func (s *groupSupply) readyIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, len(s.ready))
+	for i, r := range s.ready {
+		ids[i] = r.id
+	}
+	return ids
+}
+
 // ids lists the ids of the groups the supply holds or is making.
 func (s *groupSupply) ids() []string {
 	s.mu.Lock()
@@ -168,13 +190,12 @@ func (s *groupSupply) ids() []string {
 func (s *groupSupply) close() {
 	close(s.stop)
 	s.done.Wait()
-	for {
-		select {
-		case p := <-s.ready:
-			s.disown(p.id)
-			s.remove(p)
-		default:
-			return
-		}
+	s.mu.Lock()
+	ready := s.ready
+	s.ready = nil
+	s.mu.Unlock()
+	for _, p := range ready {
+		s.disown(p.id)
+		s.remove(p)
 	}
 }
