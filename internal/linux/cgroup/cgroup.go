@@ -365,13 +365,7 @@ func (g *Group) write(i int, name, data string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	for {
-		_, err = unix.Write(fd, []byte(data))
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := writeFD(fd, data); err != nil {
 		return &fs.PathError{Op: "write", Path: filepath.Join(g.dirs[i], name), Err: err}
 	}
 	return nil

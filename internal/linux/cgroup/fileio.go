@@ -25,16 +25,20 @@ func writeFile(path, data string) error {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	for {
-		_, err = unix.Write(fd, []byte(data))
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := writeFD(fd, data); err != nil {
 		return &fs.PathError{Op: "write", Path: path, Err: err}
 	}
 	return nil
+}
+
+// writeFD writes data to fd in one write(2), again on EINTR.
+func writeFD(fd int, data string) error {
+	for {
+		_, err := unix.Write(fd, []byte(data))
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // readFile reads a small file into buf and returns the bytes read.

@@ -238,13 +238,7 @@ func (p *Parent) writeReturnLocked(file string) error {
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: file, Err: err}
 	}
-	for {
-		_, err = unix.Write(fd, []byte("0"))
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err = writeFD(fd, "0"); err != nil {
 		unix.Close(fd)
 		return &fs.PathError{Op: "write", Path: file, Err: err}
 	}
