@@ -196,6 +196,23 @@ func TestServeKilledThenRestarted(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// A test that fails before it ends this daemon itself still
+		// ends it, as a shutdown (which destroys its sandboxes), so
+		// nothing of it meets the next test.
+		t.Cleanup(func() {
+			if cmd.ProcessState != nil {
+				return
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
 		c := client.New(sock)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
