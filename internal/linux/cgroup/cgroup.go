@@ -385,7 +385,7 @@ func (g *Group) removeDirs() error {
 func (g *Group) ID() string { return g.id }
 
 // Version reports the cgroup interface the group belongs to, which decides
-// whether the first process is placed with DirFD or EnterThread.
+// whether the first process is placed with DirFD or TasksFDs.
 func (g *Group) Version() Version { return g.p.version }
 
 // AddProc moves a whole running process into the group: into cgroup.procs
