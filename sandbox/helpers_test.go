@@ -185,7 +185,7 @@ func traceOf(t *testing.T, sb *Sandbox) *trace {
 		initPid:  sb.InitPid(),
 		uidBase:  sb.HostIDBase(),
 		netnsIno: st.Ino,
-		lock:     filepath.Join(testStateDir, "sandboxes", sb.ID()),
+		lock:     filepath.Join(testLockDir(), sb.ID()),
 	}
 }
 
@@ -290,3 +290,7 @@ func hostMountsUnder(dir string) []string {
 	}
 	return out
 }
+
+// testLockDir holds the tests' sandbox locks (Options.GroupLockDir's
+// default, for the tests' cgroup parent).
+func testLockDir() string { return groupLockDir("/run/airlock/groups", testCgroup) }

@@ -127,7 +127,7 @@ func crashedHolder(t *testing.T) *trace {
 	if len(cgroupDirs(id)) == 0 {
 		t.Fatalf("crashed holder left no cgroup to sweep; test is not testing anything")
 	}
-	return &trace{id: id, initPid: pid, uidBase: base, lock: testStateDir + "/sandboxes/" + id}
+	return &trace{id: id, initPid: pid, uidBase: base, lock: filepath.Join(testLockDir(), id)}
 }
 
 // TestHoldSandbox is the crashing holder of TestSweepAfterCrash.
@@ -178,7 +178,7 @@ func TestSoak(t *testing.T) {
 	if m := hostMountsUnder(testStateDir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
-	ents, _ := os.ReadDir(testStateDir + "/sandboxes")
+	ents, _ := os.ReadDir(testLockDir())
 	ents = slices.DeleteFunc(ents, func(e os.DirEntry) bool { return slices.Contains(rt.groups.ids(), e.Name()) })
 	if len(ents) != 0 {
 		t.Errorf("%d lock files left", len(ents))
@@ -438,7 +438,7 @@ func TestGroupsMadeAhead(t *testing.T) {
 	}
 	gone := func(id string) bool {
 		_, err := rt.cg.Load(id)
-		_, serr := os.Stat(filepath.Join(testStateDir, "sandboxes", id))
+		_, serr := os.Stat(filepath.Join(testLockDir(), id))
 		return err != nil && serr != nil
 	}
 	if ids := rt.groups.ids(); len(ids) != 0 {
@@ -499,5 +499,88 @@ func TestGroupsMadeAhead(t *testing.T) {
 		if !gone(id) {
 			t.Errorf("Close left the group made ahead %s or its lock file", id)
 		}
+	}
+}
+
+// TestSweepBesideLiveTeardown sweeps from a second runtime, over and over,
+// while the first creates and destroys sandboxes: a sandbox whose owner
+// removes it between the sweeper's listing and its lock is not a leftover,
+// and the sweep must neither fail on it nor disturb the owner. Parallel
+// one-shot runs (airlock run beside airlock run) meet this constantly.
+func TestSweepBesideLiveTeardown(t *testing.T) {
+	owner := testRuntime(t)
+	sweeper, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sweeper.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	fail := func(s string) {
+		mu.Lock()
+		failures = append(failures, s)
+		mu.Unlock()
+	}
+	for range 2 {
+		wg.Go(func() {
+			for i := 0; i < 60; i++ {
+				sb, err := owner.Create(t.Context(), Spec{Limits: DefaultLimits()})
+				if err != nil {
+					fail("create: " + err.Error())
+					return
+				}
+				if err := sb.Destroy(t.Context()); err != nil {
+					fail("destroy: " + err.Error())
+				}
+			}
+		})
+	}
+	sweeps := 0
+	go func() { wg.Wait(); close(stop) }()
+	for done := false; !done; {
+		select {
+		case <-stop:
+			done = true
+		default:
+		}
+		n, err := sweeper.Sweep(t.Context())
+		sweeps++
+		if err != nil {
+			fail("sweep: " + err.Error())
+		}
+		if n != 0 {
+			fail(fmt.Sprintf("sweep removed %d live sandboxes", n))
+		}
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d failures over %d sweeps, first: %s", len(failures), sweeps, failures[0])
+	}
+	t.Logf("%d sweeps beside 120 sandboxes", sweeps)
+}
+
+// TestSweepOtherStateDir runs a second runtime with a state directory of
+// its own but the same cgroup parent (two daemons configured apart, both
+// on the default cgroup parent): its sweep must leave the first runtime's
+// live sandbox alone.
+func TestSweepOtherStateDir(t *testing.T) {
+	owner := testRuntime(t)
+	sb, err := owner.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	other := t.TempDir()
+	rt, err := New(t.Context(), Options{StateDir: other, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if n, err := rt.Sweep(t.Context()); n != 0 || err != nil {
+		t.Errorf("the other runtime swept %d sandboxes (%v)", n, err)
+	}
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("the live sandbox after the other runtime's sweep: %s %d %s", r.Outcome, r.ExitCode, r.Error)
 	}
 }

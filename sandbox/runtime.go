@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,9 +24,8 @@ import (
 
 // Options configure a Runtime. Zero values take the documented defaults.
 type Options struct {
-	// StateDir holds the runtime's lock files and the empty directory new
-	// roots are mounted over. Default /run/airlock. Every airlock process
-	// sharing a StateDir must share CgroupParent too, and vice versa.
+	// StateDir holds the empty directory new roots are mounted over and
+	// the scratch directories. Default /run/airlock.
 	StateDir string
 	// CgroupParent is the cgroup under which each sandbox gets its own,
 	// relative to the cgroup root(s). Default /airlock.
@@ -32,6 +33,12 @@ type Options struct {
 	// IDLockDir holds one lock per host uid range in use. It must be the
 	// same for every airlock process on the host. Default /run/airlock/ids.
 	IDLockDir string
+	// GroupLockDir holds one lock per sandbox cgroup, in a directory per
+	// cgroup parent: a sweep takes a cgroup whose lock is free for a
+	// leftover, so every process that shares a cgroup parent must see the
+	// same locks, whatever its StateDir. It must be the same for every
+	// airlock process on the host. Default /run/airlock/groups.
+	GroupLockDir string
 	// UIDBase is the first host uid (and gid) of the sandbox ranges;
 	// slot n maps ids 0..65535 onto UIDBase+n*65536... Default 1<<30.
 	UIDBase uint32
@@ -116,6 +123,9 @@ func (o *Options) defaults() {
 	}
 	if o.IDLockDir == "" {
 		o.IDLockDir = "/run/airlock/ids"
+	}
+	if o.GroupLockDir == "" {
+		o.GroupLockDir = "/run/airlock/groups"
 	}
 	if o.UIDBase == 0 {
 		o.UIDBase = DefaultUIDBase
@@ -207,7 +217,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		opts:       opts,
 		rootDir:    filepath.Join(opts.StateDir, "root"),
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
-		lockDir:    filepath.Join(opts.StateDir, "sandboxes"),
+		lockDir:    groupLockDir(opts.GroupLockDir, opts.CgroupParent),
 		initEnv:    initEnv,
 	}
 	var cpus unix.CPUSet
@@ -241,7 +251,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.scratchDir, 0o755}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
+	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.scratchDir, 0o755}, {opts.GroupLockDir, 0o700}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}
@@ -320,6 +330,17 @@ func loadBase() (hostBase, error) {
 	return hostBase{image: img, seccomp: filter}, nil
 }
 
+// groupLockDir is where the locks of the sandbox cgroups under parent
+// live: one directory per cgroup parent, named by the parent's path with
+// its slashes escaped ("/airlock" is "airlock", "/a/b" is "a%2Fb").
+func groupLockDir(root, parent string) string {
+	name := strings.Trim(filepath.Clean(parent), "/")
+	if name == "" {
+		name = "/" // the cgroup root itself: escaped, never the root dir
+	}
+	return filepath.Join(root, url.PathEscape(name))
+}
+
 // isSandboxID reports whether a cgroup name is one of ours (newID's form).
 func isSandboxID(s string) bool {
 	if len(s) == 0 || len(s) > 32 {
@@ -379,6 +400,13 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 			continue // alive
 		}
 		g, err := rt.cg.Load(id)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Its owner removed it between our listing and our lock: a
+			// live teardown, not a leftover (the owner removes the
+			// cgroup before it lets go of the lock).
+			errs = append(errs, l.release())
+			continue
+		}
 		if err == nil {
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err = errors.Join(g.Kill(kctx), g.Delete(kctx))
