@@ -80,14 +80,30 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	}
 	defer s.execs.Done()
 	// A sandbox from Start may still be starting: the request is queued
-	// to init already, and runs once init is ready.
-	if err := s.awaitStart(ctx); err != nil {
+	// to init already, and runs once init is ready. The time ceiling
+	// bounds the whole attempt, the wait for the setup included: a setup
+	// that outlasts it is a breach of it, and the sandbox is destroyed.
+	x.began = time.Now()
+	wctx, cancel := context.WithTimeoutCause(ctx, s.limits.Time, errSetupTime)
+	err = s.awaitStart(wctx)
+	cancel()
+	if err != nil {
 		x.closeHostEnds()
 		x.unregister()
+		if ctx.Err() == nil && context.Cause(wctx) == errSetupTime {
+			s.kill()
+			r.Outcome = result.LimitExceeded
+			r.Limit = &result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis}
+			return r
+		}
 		return errResult(r, err)
 	}
 	return x.run(ctx, r)
 }
+
+// errSetupTime is the cause of a wait for setup cut short by the time
+// ceiling.
+var errSetupTime = errors.New("setup outlasted the time ceiling")
 
 // validate refuses requests the kernel would reject in confusing ways.
 func (req *ExecRequest) validate() error {
@@ -124,11 +140,14 @@ func errResult(r *result.Result, err error) *result.Result {
 
 // execution is the state of one running command.
 type execution struct {
-	s     *Sandbox
-	req   ExecRequest
-	id    uint64
-	msgs  chan *initproto.Message
-	start time.Time
+	s    *Sandbox
+	req  ExecRequest
+	id   uint64
+	msgs chan *initproto.Message
+	// began is when Exec was called, start when the command started:
+	// the time ceiling counts from began (a setup still running is part
+	// of the attempt), the command's wall time from start.
+	began, start time.Time
 
 	stdinW           *os.File
 	stdoutR, stderrR *os.File
@@ -311,7 +330,7 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	monDone := make(chan struct{})
 	mon := time.AfterFunc(checkEvery, func() { defer close(monDone); x.monitor(monCtx) })
 
-	timer := time.NewTimer(s.limits.Time)
+	timer := time.NewTimer(s.limits.Time - time.Since(x.began))
 	defer timer.Stop()
 	var exit *initproto.Message
 	var runErr error
@@ -333,7 +352,7 @@ wait:
 		case <-x.breached:
 			break wait
 		case <-timer.C:
-			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.start).Milliseconds(), Unit: result.UnitMillis})
+			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis})
 		case <-ctx.Done():
 			runErr = ctx.Err()
 			s.kill()

@@ -14,7 +14,10 @@ type Limits struct {
 	// Files written to /workspace, /tmp and /dev/shm live in memory and
 	// count here too.
 	Memory int64
-	// Pids caps processes and threads of the whole sandbox.
+	// Pids caps processes and threads of the whole sandbox, airlock's
+	// init included: it is the cgroup's pids.max, the kernel's own count.
+	// Init is three or four threads (its Go runtime adds one now and
+	// then), so the command and its children have Pids-4 at least.
 	Pids int64
 	// Disk is the writable space of /workspace, /tmp and /dev/shm
 	// together, in bytes.
@@ -52,7 +55,11 @@ func DefaultLimits() Limits {
 // refused rather than producing confusing failures.
 const (
 	minMemory = 8 << 20
-	minPids   = 4
+	// minPids leaves the command and three children room beside init's
+	// three or four threads: at 4, init's fourth thread, when its
+	// runtime made one, was a pids breach of a command that never
+	// forked (5 runs in 100).
+	minPids = 8
 	minDisk   = 64 << 10
 	minFDs    = 16
 	maxFDs    = 1 << 20
@@ -71,7 +78,7 @@ func (l Limits) Validate() error {
 		}
 	}
 	check(l.Memory >= minMemory, "memory: %d bytes is below the minimum of %d", l.Memory, minMemory)
-	check(l.Pids >= minPids, "pids: %d is below the minimum of %d", l.Pids, minPids)
+	check(l.Pids >= minPids, "pids: %d is below the minimum of %d (the count includes airlock's init, three or four threads)", l.Pids, minPids)
 	check(l.Disk >= minDisk, "disk: %d bytes is below the minimum of %d", l.Disk, minDisk)
 	check(l.Inodes >= 0, "inodes: %d is negative", l.Inodes)
 	check(l.FDs >= minFDs && l.FDs <= maxFDs, "fds: %d is outside %d..%d", l.FDs, minFDs, maxFDs)

@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
 )
 
 func TestLimitsValidate(t *testing.T) {
@@ -209,5 +211,68 @@ func TestCreateWithManyHostDescriptors(t *testing.T) {
 	}
 	if got := strings.Fields(string(r.Stdout)); len(got) != 2 || got[0] != "64" || got[1] != "4" {
 		t.Errorf("ulimit -n and open descriptors: %q, want 64 and 4 (0-2, and the directory ls reads)", r.Stdout)
+	}
+}
+
+// TestTimeBoundsSetup: the time ceiling bounds the whole attempt, the
+// sandbox's setup included. The test stops the sandbox's clone (SIGSTOP)
+// as Start hands it over, so its setup never finishes: an Exec with a
+// 60 ms ceiling is a time breach at 60 ms, before the command ever
+// starts, where it used to wait out the 30 s ready timeout. (A clone
+// quick enough to be ready before the stop lands makes an attempt that
+// proves nothing; the test then tries again.)
+func TestTimeBoundsSetup(t *testing.T) {
+	rt := testRuntime(t)
+	l := DefaultLimits()
+	l.Time = 60 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		sb, err := rt.Start(t.Context(), Spec{Limits: l, OnStart: func(sb *Sandbox) error {
+			return unix.Kill(sb.pid, unix.SIGSTOP)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		r := sb.Exec(ctx, ExecRequest{Argv: []string{"echo", "ran"}, Capture: true})
+		cancel()
+		destroyed := sb.Destroy(t.Context())
+		if r.Outcome == result.Exited && attempt < 5 {
+			t.Logf("attempt %d: the clone was ready before it was stopped", attempt)
+			continue
+		}
+		if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitTime {
+			t.Fatalf("got %s %+v %s, want the time ceiling", r.Outcome, r.Limit, r.Error)
+		}
+		if len(r.Stdout) != 0 || r.Usage.WallMillis != 0 {
+			t.Fatalf("the command ran (stdout %q, %d ms)", r.Stdout, r.Usage.WallMillis)
+		}
+		if r.Limit.Observed < 60 || r.Limit.Observed > 1000 {
+			t.Fatalf("breach observed at %d ms, want about 60", r.Limit.Observed)
+		}
+		if destroyed != nil {
+			t.Fatal(destroyed)
+		}
+		return
+	}
+}
+
+// TestLowestPids: every pids ceiling Validate accepts runs a command; at
+// the minimum, init's own tasks and a few processes fit, and more is a
+// pids breach that names its ceiling.
+func TestLowestPids(t *testing.T) {
+	l := DefaultLimits()
+	l.Pids = minPids - 1
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "minimum") {
+		t.Fatalf("pids %d: %v, want it refused naming the minimum", l.Pids, err)
+	}
+	for n := int64(minPids); n <= minPids+2; n++ {
+		r := run(t, runOpts{limits: limits(func(l *Limits) { l.Pids = n })}, "sh", "-c", "echo one")
+		if r.Outcome != result.Exited || r.ExitCode != 0 || string(r.Stdout) != "one\n" {
+			t.Fatalf("pids %d: got %s %d %q %s", n, r.Outcome, r.ExitCode, r.Stdout, r.Error)
+		}
+	}
+	r := run(t, runOpts{limits: limits(func(l *Limits) { l.Pids = minPids })}, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait")
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitPids || r.Limit.Ceiling != minPids {
+		t.Fatalf("a pipeline at pids %d: got %s %+v", minPids, r.Outcome, r.Limit)
 	}
 }

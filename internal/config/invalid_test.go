@@ -123,7 +123,7 @@ func TestParseInvalid(t *testing.T) {
 		{"pids huge", tool("    limits:", "      pids: 99999999999999999999999"), 4, 13, "tools.t.limits.pids", "is out of range"},
 		{"pids bool", tool("    limits:", "      pids: true"), 4, 13, "tools.t.limits.pids", `invalid number "true"`},
 		{"pids null", tool("    limits:", "      pids: null"), 4, 13, "tools.t.limits.pids", "expected a whole number, got null"},
-		{"pids below sandbox minimum", tool("    limits:", "      pids: 2"), 3, 5, "tools.t.limits", "pids: 2 is below the minimum of 4"},
+		{"pids below sandbox minimum", tool("    limits:", "      pids: 2"), 3, 5, "tools.t.limits", "pids: 2 is below the minimum of 8"},
 		{"fds too many", tool("    limits:", "      fds: 2000000"), 3, 5, "tools.t.limits", "fds: 2000000 is outside 16..1048576"},
 		{"time zero", tool("    limits:", "      time: 0"), 4, 13, "tools.t.limits.time", `invalid duration "0": must be positive`},
 		{"time unit", tool("    limits:", "      time: 5d"), 4, 13, "tools.t.limits.time", `invalid duration "5d": unknown unit "d"`},
