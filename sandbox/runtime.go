@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -338,7 +337,13 @@ func groupLockDir(root, parent string) string {
 	if name == "" {
 		name = "/" // the cgroup root itself: escaped, never the root dir
 	}
-	return filepath.Join(root, url.PathEscape(name))
+	return filepath.Join(root, escapeSlashes(name))
+}
+
+// escapeSlashes makes a path one file name: "%" becomes "%25" and "/"
+// "%2F", so that two different paths never share a name.
+func escapeSlashes(p string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(p, "%", "%25"), "/", "%2F")
 }
 
 // isSandboxID reports whether a cgroup name is one of ours (newID's form).

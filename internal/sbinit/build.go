@@ -419,6 +419,14 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 	return root
 }
 
+// PtyMax bounds the pseudo-terminals one sandbox may hold open (devpts
+// max=). The kernel has one count for all devpts instances but the
+// host's (kernel.pty.max, 4,096, less kernel.pty.reserve, 1,024, kept
+// for the host's own instance): without a bound one sandbox opened 3,071
+// and left none for any other. 3,072 / 32 = 96 sandboxes at their bound
+// before a sandbox is refused one; the host's own are never touched.
+const PtyMax = 32
+
 func (b *builder) dev(root, scratch string, devices []string) {
 	dev := filepath.Join(root, "dev")
 	b.makeTarget(dev, false)
@@ -434,7 +442,7 @@ func (b *builder) dev(root, scratch string, devices []string) {
 	// A private devpts instance: the sandbox can open pseudo-terminals of
 	// its own but sees none of the host's. There is no /dev/tty and no
 	// /dev/console: commands never get a controlling terminal of the host.
-	b.mount("mount /dev/pts", "devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	b.mount("mount /dev/pts", "devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,max=%d", PtyMax))
 	b.covered(pts)
 	b.bindScratch(filepath.Join(scratch, "shm"), filepath.Join(dev, "shm"))
 	for _, l := range [][2]string{

@@ -307,6 +307,10 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// sbinit's onThisCPU). Init gives its own thread, which starts
 		// the commands, the host's processors back.
 		PinCPU: true,
+		// Its user namespace is owned by the host uid its root maps to,
+		// not by the host's root: what the kernel counts per user is then
+		// charged to the sandbox's own uid at the host's level.
+		NSOwner: req.IDBase,
 		// Held until its id maps are written, then uid and gid 0 inside.
 		// Supplementary groups are cleared: a host gid kept would still
 		// grant access to host files by group.

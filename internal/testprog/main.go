@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -336,6 +337,122 @@ var attacks = map[string]func(args []string) report{
 		for {
 		}
 	},
+	// Host-wide kernel counts: each takes what it can, prints its report
+	// and holds it until killed, for the host to look meanwhile.
+	"hold-inotify": func([]string) report { return hold(inotifyHog()) },
+	"hold-ptys": func([]string) report {
+		n := 0
+		var err error
+		for n < 5000 {
+			if _, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY, 0); err != nil {
+				break
+			}
+			n++
+		}
+		return hold(report{OK: true, Value: strconv.Itoa(n), Errno: errnoOf(err)})
+	},
+	"io-setup": func(args []string) report {
+		var ctx uintptr
+		_, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(atoi(args[0])), uintptr(unsafe.Pointer(&ctx)), 0)
+		return result(rawErr(e))
+	},
+	"hold-tcp": func(args []string) report { return hold(tcpHog(atoi(args[0]))) },
+}
+
+// hold prints rep and waits to be killed, holding what it took.
+func hold(rep report) report {
+	b, _ := json.Marshal(rep)
+	fmt.Println(string(b))
+	for {
+		_ = unix.Pause()
+	}
+}
+
+// inotifyHog opens inotify instances until refused, then adds watches on
+// the files under /usr to each, until refused. Its value is
+// "INSTANCES WATCHES" and its errno the refusal of the watches.
+func inotifyHog() report {
+	var fds []int
+	var ierr error
+	for len(fds) < 5000 {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			ierr = err
+			break
+		}
+		fds = append(fds, fd)
+	}
+	if len(fds) == 0 {
+		return result(ierr)
+	}
+	var paths []string
+	_ = filepath.WalkDir("/usr", func(p string, d os.DirEntry, err error) error {
+		if err == nil && len(paths) < 20000 {
+			paths = append(paths, p)
+		}
+		return nil
+	})
+	watches := 0
+	var werr error
+	for _, fd := range fds {
+		for _, p := range paths {
+			if _, err := unix.InotifyAddWatch(fd, p, unix.IN_MODIFY); err != nil {
+				if err == unix.ENOSPC {
+					werr = err
+					break
+				}
+				continue // unreadable, say
+			}
+			watches++
+		}
+		if werr != nil {
+			break
+		}
+	}
+	return report{OK: true, Value: fmt.Sprintf("%d %d", len(fds), watches), Errno: errnoOf(werr)}
+}
+
+// tcpHog makes n pairs of loopback TCP connections and fills each with
+// data its receiver never reads. Its value is the bytes written.
+func tcpHog(n int) report {
+	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return result(err)
+	}
+	lo := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}
+	if err := unix.Bind(l, lo); err != nil {
+		return result(err)
+	}
+	if err := unix.Listen(l, 1024); err != nil {
+		return result(err)
+	}
+	sa, err := unix.Getsockname(l)
+	if err != nil {
+		return result(err)
+	}
+	buf := make([]byte, 1<<16)
+	total := 0
+	for range n {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return result(err)
+		}
+		if err := unix.Connect(c, sa); err != nil {
+			return result(err)
+		}
+		if _, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
+			return result(err)
+		}
+		_ = unix.SetNonblock(c, true)
+		for {
+			w, err := unix.Write(c, buf)
+			if err != nil || w <= 0 {
+				break
+			}
+			total += w
+		}
+	}
+	return report{OK: true, Value: strconv.Itoa(total)}
 }
 
 func atoi(s string) int {

@@ -89,8 +89,9 @@ type Parent struct {
 	path    string // absolute cgroup path of the parent, e.g. "/airlock"
 
 	// v1
-	v1    *v1Layout
-	memsw bool // memory.memsw.* exist (swap accounting enabled)
+	v1     *v1Layout
+	memsw  bool // memory.memsw.* exist (swap accounting enabled)
+	tcpmem bool // memory.kmem.tcp.* exist (v1 socket buffer accounting)
 	// retFDs are kept descriptors of the tasks files threads return to
 	// after EnterThread, by path; see returnThread.
 	retMu  sync.Mutex

@@ -43,6 +43,7 @@ func openV1(mounts []mountEntry, parent string) (*Parent, error) {
 		return nil, fmt.Errorf("cgroup v1 controller \"cpu\" has no bandwidth control under %s (no cpu.cfs_quota_us; the kernel lacks CONFIG_CFS_BANDWIDTH)", parent)
 	}
 	p.memsw = exists(filepath.Join(dir(ctrlMemory), "memory.memsw.limit_in_bytes"))
+	p.tcpmem = exists(filepath.Join(dir(ctrlMemory), "memory.kmem.tcp.limit_in_bytes"))
 	mem, pids, acct := l.idx[ctrlMemory], l.idx[ctrlPids], l.idx[ctrlCPUAcct]
 	p.files = [numFiles]fileSpec{
 		fMemory:     {dir: mem, name: "memory.usage_in_bytes"},
@@ -71,6 +72,15 @@ func (p *Parent) v1Resources(l Limits) []limitWrite {
 		// swap goes uncounted.
 		if p.memsw {
 			ws = append(ws, limitWrite{mem, "memory.memsw.limit_in_bytes", m})
+		}
+		// v1 charges socket buffers to a counter of their own, which
+		// is off until a limit is written to it: without one, a 64 MiB
+		// sandbox held 400 MiB of TCP buffers over loopback pairs it
+		// never read, and past the host's tcp_mem every socket on the
+		// host stalls. The same ceiling as memory bounds them (v2
+		// counts them in memory.current itself).
+		if p.tcpmem {
+			ws = append(ws, limitWrite{mem, "memory.kmem.tcp.limit_in_bytes", m})
 		}
 	}
 	if l.Pids > 0 {

@@ -14,24 +14,26 @@ func TestV1Resources(t *testing.T) {
 	layout := &v1Layout{idx: [numCtrls]int{ctrlMemory: 0, ctrlPids: 1, ctrlCPU: 2, ctrlCPUAcct: 2, ctrlFreezer: 3}}
 	mem := limitWrite{0, "memory.limit_in_bytes", "67108864"}
 	memsw := limitWrite{0, "memory.memsw.limit_in_bytes", "67108864"}
+	tcp := limitWrite{0, "memory.kmem.tcp.limit_in_bytes", "67108864"}
 	pids := limitWrite{1, "pids.max", "17"}
 	period := limitWrite{2, "cpu.cfs_period_us", "100000"}
 	quota := limitWrite{2, "cpu.cfs_quota_us", "150000"}
 	tests := []struct {
-		name  string
-		memsw bool
-		l     Limits
-		want  []limitWrite
+		name       string
+		memsw, tcp bool
+		l          Limits
+		want       []limitWrite
 	}{
-		{"all, swap accounting", true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, period, quota}},
-		{"all, no swap accounting", false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, pids, period, quota}},
-		{"memory only", true, Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw}},
-		{"cpu only", true, Limits{CPUMilli: 1500}, []limitWrite{period, quota}},
-		{"no limits", true, Limits{}, nil},
+		{"all, swap and tcp accounting", true, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, tcp, pids, period, quota}},
+		{"all, no swap accounting", false, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, tcp, pids, period, quota}},
+		{"all, a kernel without tcp accounting", true, false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, period, quota}},
+		{"memory only", true, true, Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw, tcp}},
+		{"cpu only", true, true, Limits{CPUMilli: 1500}, []limitWrite{period, quota}},
+		{"no limits", true, true, Limits{}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &Parent{version: V1, v1: layout, memsw: tc.memsw}
+			p := &Parent{version: V1, v1: layout, memsw: tc.memsw, tcpmem: tc.tcp}
 			if got := p.v1Resources(tc.l); !slices.Equal(got, tc.want) {
 				t.Errorf("v1Resources(%+v) = %+v, want %+v", tc.l, got, tc.want)
 			}

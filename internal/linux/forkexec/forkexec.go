@@ -96,6 +96,18 @@ type Spec struct {
 	// that fails is an *Error naming it (Error.What).
 	Prog      *Prog
 	ProgFiles []int
+	// NSOwner, when above 0, is the host uid that owns the user namespace
+	// the clone makes (CLONE_NEWUSER in Flags), instead of the caller's
+	// effective uid. The kernel charges what the kernel counts per user
+	// (inotify instances and watches, namespaces, queued signals...) at
+	// every level up to the host, and at the host's level to the owner of
+	// the namespace: with the caller's root as owner, every sandbox's
+	// inotify use was host root's, and one sandbox could exhaust it. The
+	// calling thread takes this uid as its effective uid for the clone
+	// alone, keeping its capabilities (SECBIT_NO_SETUID_FIXUP), and its
+	// own again after it. Changing an effective uid makes the process
+	// non-dumpable (the kernel's suid_dumpable rule); it stays so.
+	NSOwner int
 	// TimerSlack, when not 0, is the child's timer slack in nanoseconds
 	// (PR_SET_TIMERSLACK): how late the kernel may wake its timed
 	// sleeps. Exec keeps it, and the threads the program starts inherit
@@ -179,7 +191,11 @@ func Start(sp Spec) (*Child, error) {
 	}
 	s.setArgs(sp)
 
-	pid, errno, err := forkBlocked(s, sp.ThreadLocked)
+	if sp.NSOwner > 0 && sp.Flags&unix.CLONE_NEWUSER == 0 {
+		c.closeAll()
+		return nil, errors.New("forkexec: NSOwner without CLONE_NEWUSER")
+	}
+	pid, errno, err := forkBlocked(s, sp.ThreadLocked, sp.NSOwner)
 	if err != nil {
 		c.closeAll()
 		return nil, err
@@ -209,8 +225,9 @@ func Start(sp Spec) (*Child, error) {
 // no Go signal handler may run in the child, which has none of the
 // runtime's threads. The child finds the caller's mask in s.mask and
 // restores it just before exec. With locked, the caller's goroutine is
-// locked to its thread already (Spec.ThreadLocked).
-func forkBlocked(s *forkSpec, locked bool) (uintptr, syscall.Errno, error) {
+// locked to its thread already (Spec.ThreadLocked). With owner above 0
+// the thread clones as that effective uid (Spec.NSOwner).
+func forkBlocked(s *forkSpec, locked bool, owner int) (uintptr, syscall.Errno, error) {
 	if !locked {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -222,10 +239,58 @@ func forkBlocked(s *forkSpec, locked bool) (uintptr, syscall.Errno, error) {
 	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
 		return 0, 0, fmt.Errorf("forkexec: block signals: %w", err)
 	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	s.mask = old
+	if owner > 0 {
+		restore, err := actAs(owner)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer func() {
+			if err := restore(); err != nil {
+				// This thread's credentials are not the process's:
+				// it must never run another goroutine. One more lock
+				// than unlocks keeps it this goroutine's, and the
+				// runtime ends the thread with the goroutine.
+				runtime.LockOSThread()
+				panic(err)
+			}
+		}()
+	}
 	pid, errno := forkExec(s)
-	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	return pid, errno, nil
+}
+
+// secbitNoSetuidFixup keeps a thread's capabilities across a change of its
+// uids (linux/securebits.h).
+const secbitNoSetuidFixup = 1 << 2
+
+// actAs makes the calling thread's effective uid uid, with its
+// capabilities kept, and returns what puts both back. Credentials are per
+// thread in the kernel; the raw system calls here change only this one
+// (the Go runtime's Setresuid changes every thread of the process).
+func actAs(uid int) (restore func() error, err error) {
+	bits, _, errno := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_GET_SECUREBITS, 0, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("forkexec: read securebits: %w", errno)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits|secbitNoSetuidFixup, 0); errno != 0 {
+		return nil, fmt.Errorf("forkexec: keep capabilities across the uid change: %w", errno)
+	}
+	euid := unix.Geteuid()
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); errno != 0 {
+		unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0)
+		return nil, fmt.Errorf("forkexec: take uid %d to own the user namespace: %w", uid, errno)
+	}
+	return func() error {
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); errno != 0 {
+			return fmt.Errorf("forkexec: take back uid %d: %w", euid, errno)
+		}
+		if _, _, errno := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0); errno != 0 {
+			return fmt.Errorf("forkexec: put back securebits: %w", errno)
+		}
+		return nil
+	}, nil
 }
 
 // Release lets a held child go on, and returns once it has exec'd; an

@@ -42,7 +42,7 @@ func StartNetns() (*NetnsChild, error) {
 	s.stack = make([]byte, childStack)
 	s.stackTop = (uintptr(unsafe.Pointer(&s.stack[0])) + childStack - 64) &^ 15
 
-	_, errno, err := forkBlocked(s, false)
+	_, errno, err := forkBlocked(s, false, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,7 @@ func TestDefaultProfileDecisions(t *testing.T) {
 		{"finit_module", call(p, unix.SYS_FINIT_MODULE), ePERM},
 		{"clock_settime", call(p, unix.SYS_CLOCK_SETTIME), ePERM},
 		{"clone3", call(p, unix.SYS_CLONE3), eNOSYS},
+		{"io_setup", call(p, unix.SYS_IO_SETUP), eNOSYS},
 		{"clone newuser", call(p, unix.SYS_CLONE, unix.CLONE_NEWUSER|uint64(unix.SIGCHLD)), ePERM},
 		{"clone newnet with high garbage", call(p, unix.SYS_CLONE, 0xdead<<32|unix.CLONE_NEWNET), ePERM},
 		{"clone newtime bit", call(p, unix.SYS_CLONE, unix.CLONE_NEWTIME), ePERM},

@@ -234,6 +234,8 @@ func helperAttacks(rep *helperReport) error {
 	rep.Results["settimeofday(NULL, NULL)"] = raw(unix.SYS_SETTIMEOFDAY, 0, 0)
 	rep.Results["syslog(SIZE_BUFFER)"] = raw(unix.SYS_SYSLOG, 10, 0, 0)
 	rep.Results["clone3"] = raw(unix.SYS_CLONE3, 0, 0)
+	var aio uintptr
+	rep.Results["io_setup"] = raw(unix.SYS_IO_SETUP, 128, uintptr(unsafe.Pointer(&aio)))
 	rep.Results["socket(AF_PACKET)"] = sock(unix.AF_PACKET, unix.SOCK_RAW, 0)
 	rep.Results["socket(AF_VSOCK)"] = sock(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
 	rep.Results["socket(AF_INET, SOCK_RAW)"] = sock(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
@@ -579,6 +581,7 @@ func TestInstallBlocksAttacks(t *testing.T) {
 		{"settimeofday(NULL, NULL)", refused("EPERM")},
 		{"syslog(SIZE_BUFFER)", refused("EPERM")},
 		{"clone3", refused("ENOSYS")},
+		{"io_setup", refused("ENOSYS")},
 		{"socket(AF_PACKET)", refused("EAFNOSUPPORT")},
 		{"socket(AF_VSOCK)", refused("EAFNOSUPPORT")},
 		{"socket(AF_INET, SOCK_RAW)", refused("EPERM")},

@@ -352,7 +352,7 @@ type archTable struct {
 	// amd64 and arm64 (clone(flags, stack, ...)); s390 swaps the first two.
 	cloneFlagsArg int
 	// Numbers of the syscalls with conditional or special rules.
-	clone, clone3, socket, socketpair, ioctl, personality uint32
+	clone, clone3, socket, socketpair, ioctl, personality, ioSetup uint32
 	// allowed are allowed unconditionally.
 	allowed []Syscall
 	// refused maps each refused syscall name that exists on the
@@ -386,6 +386,7 @@ func (t *archTable) profile() *Profile {
 		socketpairRule(t.socketpair),
 		ioctlRule(t.ioctl),
 		personalityRule(t.personality),
+		ioSetupRule(t.ioSetup),
 	)
 	slices.SortFunc(p.Rules, func(a, b Rule) int { return int(a.Nr) - int(b.Nr) })
 	for _, f := range refusals {
@@ -401,6 +402,18 @@ func (t *archTable) profile() *Profile {
 	}
 	p.FutureFrom, p.FutureAction = highest+1, ActErrno(unix.ENOSYS)
 	return p
+}
+
+// ioSetupRule refuses io_setup, the old asynchronous I/O interface's
+// context setup, with ENOSYS. Its events are reserved against one count
+// for the whole host (fs.aio-max-nr, 65,536 by default) that no cgroup or
+// user namespace divides: one sandbox reserved all of it, and the host's
+// own io_setup then failed with EAGAIN. ENOSYS is a kernel without AIO,
+// which libaio's users (databases among them) answer by falling back to
+// threads. The other io_* calls stay allowed: without a context they can
+// do nothing.
+func ioSetupRule(nr uint32) Rule {
+	return Rule{Name: "io_setup", Nr: nr, Action: ActErrno(unix.ENOSYS)}
 }
 
 // cloneRule allows clone unless it would create a namespace. Threads (the Go

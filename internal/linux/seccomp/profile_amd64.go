@@ -17,6 +17,7 @@ var native = &archTable{
 	socketpair:    unix.SYS_SOCKETPAIR,
 	ioctl:         unix.SYS_IOCTL,
 	personality:   unix.SYS_PERSONALITY,
+	ioSetup:       unix.SYS_IO_SETUP,
 	allowed:       allowedAmd64,
 	refused:       refusedAmd64,
 }
@@ -159,7 +160,7 @@ var allowedAmd64 = []Syscall{
 	{"inotify_rm_watch", unix.SYS_INOTIFY_RM_WATCH},
 	{"fanotify_mark", unix.SYS_FANOTIFY_MARK}, // inert without fanotify_init, which is refused
 	// Asynchronous I/O (the old io_* interface; io_uring is refused).
-	{"io_setup", unix.SYS_IO_SETUP},
+	// io_setup has its own rule (ENOSYS), and without it these are inert.
 	{"io_destroy", unix.SYS_IO_DESTROY},
 	{"io_getevents", unix.SYS_IO_GETEVENTS},
 	{"io_pgetevents", unix.SYS_IO_PGETEVENTS},

@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/airlockhq/airlock/internal/sbinit"
+	"golang.org/x/sys/unix"
+)
+
+// The tests here attack counts the kernel keeps per user or for the whole
+// host rather than per cgroup: a sandbox takes all it can of one, holds
+// it, and the host checks that it, and other sandboxes, are unharmed.
+
+// holding starts the test program with args in a new sandbox and returns
+// the first line it prints, decoded, while it holds what it took; the
+// sandbox is destroyed when the test ends.
+func holding(t *testing.T, l *Limits, args ...string) (report, *Sandbox) {
+	t.Helper()
+	if l == nil {
+		l = limits(func(*Limits) {})
+	}
+	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: *l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := sb.Exec(t.Context(), ExecRequest{Argv: withProg(args...), Stdin: bytes.NewReader(testProg(t)), Stdout: pw, Stderr: os.Stderr})
+		pw.CloseWithError(fmt.Errorf("the command ended: %s %s", r.Outcome, r.Error))
+	}()
+	t.Cleanup(func() {
+		_ = sb.Destroy(t.Context())
+		pr.Close()
+		<-done
+	})
+	lines := make(chan string, 1)
+	errs := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(pr).ReadString('\n')
+		if err != nil {
+			errs <- err
+			return
+		}
+		lines <- line
+	}()
+	select {
+	case line := <-lines:
+		var rep report
+		if err := json.Unmarshal([]byte(line), &rep); err != nil {
+			t.Fatalf("%v: bad report %q: %v", args, line, err)
+		}
+		return rep, sb
+	case err := <-errs:
+		t.Fatalf("%v: %v", args, err)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%v: no report", args)
+	}
+	return report{}, nil
+}
+
+// TestInotifyIsTheSandboxs: a sandbox takes every inotify instance and
+// watch it can. The kernel counts both per user, and charges a user
+// namespace's use at the host's level to the namespace's owner: with
+// host root as owner, one sandbox's use was all of root's, and root's
+// own inotify_init1 then failed with EMFILE, its inotify_add_watch with
+// ENOSPC (systemd's path units, file watchers, tail -f). The sandbox's
+// user namespace is owned by its own host uid.
+func TestInotifyIsTheSandboxs(t *testing.T) {
+	rep, sb := holding(t, nil, "hold-inotify")
+	var instances, watches int
+	if _, err := fmt.Sscan(rep.Value, &instances, &watches); err != nil || !rep.OK {
+		t.Fatalf("inotify hog: %+v", rep)
+	}
+	t.Logf("the sandbox holds %d inotify instances and %d watches (refused with errno %d)", instances, watches, rep.Errno)
+	if instances == 0 || rep.Errno != int(unix.ENOSPC) {
+		t.Fatalf("the sandbox did not reach its watch bound: %+v", rep)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("the host's inotify_init1 while the sandbox holds %d instances: %v", instances, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, "/", unix.IN_MODIFY); err != nil {
+		t.Fatalf("the host's inotify_add_watch while the sandbox holds %d watches: %v", watches, err)
+	}
+	if owner := nsOwner(t, sb.pid); owner != sb.ids.base {
+		t.Fatalf("the sandbox's user namespace is owned by host uid %d, want its own root's %d", owner, sb.ids.base)
+	}
+}
+
+// nsOwner returns the host uid owning the user namespace of pid.
+func nsOwner(t *testing.T, pid int) uint32 {
+	t.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const nsGetOwnerUID = 0xb704 // _IO(0xb7, 0x4)
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	return uid
+}
+
+// TestAIORefused: io_setup reserves events against one count for the
+// whole host (fs.aio-max-nr); one sandbox reserved all of it and the
+// host's own io_setup failed. A sandbox gets ENOSYS, as from a kernel
+// without AIO, while the host's io_setup works.
+func TestAIORefused(t *testing.T) {
+	rep, _ := attack(t, "io-setup", "65536")
+	if rep.OK || rep.Errno != int(unix.ENOSYS) {
+		t.Fatalf("io_setup in the sandbox: %+v, want ENOSYS", rep)
+	}
+	var ctx uintptr
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 128, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		t.Fatalf("the host's io_setup: %v", e)
+	}
+	unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+}
+
+// TestPtysBounded: every devpts instance but the host's draws on one count
+// (kernel.pty.max less the host's reserve). One sandbox opened 3,071 ptys
+// and the next sandbox could open none. Each sandbox's instance has a
+// bound of its own, and a second sandbox opens as many as the first.
+func TestPtysBounded(t *testing.T) {
+	for i := range 2 {
+		rep, _ := holding(t, nil, "hold-ptys")
+		if rep.Value != strconv.Itoa(sbinit.PtyMax) || rep.Errno != int(unix.ENOSPC) {
+			t.Fatalf("sandbox %d opened %s ptys (errno %d), want %d and then ENOSPC", i+1, rep.Value, rep.Errno, sbinit.PtyMax)
+		}
+	}
+}
+
+// TestTCPBuffersBounded: a 64 MiB sandbox fills 108 loopback TCP
+// connections it never reads. On cgroup v1 socket buffers had no ceiling
+// (memory.kmem.tcp unlimited): it held about 400 MiB of the host's TCP
+// memory (tcp_mem is one pool for every socket on the host, airlock's
+// own gateway and broker among them). Now the kernel's count of TCP
+// memory in use grows by no more than the sandbox's memory ceiling.
+func TestTCPBuffersBounded(t *testing.T) {
+	before := tcpMem(t)
+	rep, _ := holding(t, limits(func(l *Limits) { l.Memory = 64 << 20 }), "hold-tcp", "108")
+	if !rep.OK {
+		t.Fatalf("tcp hog: %+v", rep)
+	}
+	written, _ := strconv.Atoi(rep.Value)
+	grew := tcpMem(t) - before
+	t.Logf("the sandbox wrote %d MiB into its sockets; the host's TCP memory grew by %d MiB", written>>20, grew>>20)
+	if grew > 64<<20+16<<20 {
+		t.Fatalf("the host's TCP memory grew by %d MiB for a 64 MiB sandbox", grew>>20)
+	}
+}
+
+// tcpMem is the host's TCP memory in use (the "mem" pages of the TCP line
+// of /proc/net/sockstat), in bytes.
+func tcpMem(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/sockstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "TCP:" {
+			continue
+		}
+		for i := 1; i+1 < len(f); i++ {
+			if f[i] == "mem" {
+				n, err := strconv.ParseInt(f[i+1], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n * int64(os.Getpagesize())
+			}
+		}
+	}
+	t.Fatal("no TCP mem in /proc/net/sockstat")
+	return 0
+}
