@@ -60,9 +60,9 @@ const (
 	// runtime made one, was a pids breach of a command that never
 	// forked (5 runs in 100).
 	minPids = 8
-	minDisk   = 64 << 10
-	minFDs    = 16
-	maxFDs    = 1 << 20
+	minDisk = 64 << 10
+	minFDs  = 16
+	maxFDs  = 1 << 20
 	// inodeBytes is the disk space one derived inode stands for.
 	inodeBytes = 16 << 10
 	minInodes  = 1024
