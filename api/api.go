@@ -50,6 +50,14 @@ const (
 	// CodeAuditUnavailable: the audit log cannot be written, so the run
 	// (or session) was refused rather than run unrecorded.
 	CodeAuditUnavailable = "audit_unavailable"
+	// CodeCapacity (503): the node's capacity (live sandboxes, or the
+	// sums of their memory or pids ceilings) is spent; Retry-After says
+	// when to try again.
+	CodeCapacity = "capacity"
+	// CodeTooManyRequests (429): the caller's token has as many calls in
+	// flight and sessions open as its concurrency allows; Retry-After
+	// says when to try again.
+	CodeTooManyRequests = "too_many_requests"
 )
 
 // Tool describes a configured tool (GET /v1/tools).

@@ -62,6 +62,9 @@ type Error struct {
 	// Status is the HTTP status; Code and Message come from the body.
 	Status        int
 	Code, Message string
+	// RetryAfter is the daemon's Retry-After (a call refused for want of
+	// capacity: 503 capacity, 429 too_many_requests), or 0.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -320,5 +323,9 @@ func apiError(resp *http.Response) *Error {
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil || body.Message == "" {
 		body.Message = resp.Status
 	}
-	return &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+	e := &Error{Status: resp.StatusCode, Code: body.Code, Message: body.Message}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
+	return e
 }

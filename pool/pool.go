@@ -65,6 +65,12 @@ type Stats struct {
 	CreateFailures int64 `json:"create_failures"`
 	// Discarded counts ready sandboxes found dead and destroyed unused.
 	Discarded int64 `json:"discarded"`
+	// Evicted counts ready sandboxes destroyed unused to make room for a
+	// claim of another pool when the node was at capacity.
+	Evicted int64 `json:"evicted"`
+	// AtCapacity says the last refill was refused because the node's
+	// budget was spent: the pool is below its target until room frees.
+	AtCapacity bool `json:"at_capacity,omitempty"`
 	// ClaimNanos is the total time claims took (hits and misses).
 	ClaimNanos int64 `json:"claim_ns"`
 }
@@ -80,6 +86,9 @@ type Pool struct {
 	wake   chan struct{}
 
 	hits, misses, created, failures, discarded, claimNanos atomic.Int64
+	evicted                                                atomic.Int64
+	// short says the last refill was refused for the node's capacity.
+	short atomic.Bool
 
 	mu     sync.Mutex
 	idle   []*sandbox.Sandbox // oldest first
@@ -204,6 +213,20 @@ func (p *Pool) replenish() {
 				if p.ctx.Err() != nil {
 					return
 				}
+				if errors.Is(err, sandbox.ErrCapacity) {
+					// The node's budget is spent, by work or by other
+					// pools: no failure, and no retry until something
+					// may have been freed (a claim, or the next tick).
+					p.short.Store(true)
+					select {
+					case <-p.wake:
+					case <-check.C:
+					case <-p.ctx.Done():
+						return
+					}
+					continue
+				}
+				p.short.Store(false)
 				p.failures.Add(1)
 				p.cfg.Logger.Warn("pool: create failed", "pool", p.cfg.Name, "err", err, "retry_in", retry)
 				select {
@@ -215,6 +238,7 @@ func (p *Pool) replenish() {
 				continue
 			}
 			retry = p.cfg.RetryMin
+			p.short.Store(false)
 			p.created.Add(1)
 			if !p.put(sb) {
 				p.destroy(sb)
@@ -309,6 +333,23 @@ func (p *Pool) destroy(sb *sandbox.Sandbox) {
 	}
 }
 
+// Evict destroys the pool's oldest ready sandbox, to give its share of
+// the node's capacity to a claim elsewhere, and reports whether there was
+// one. The pool refills once the capacity is free again.
+func (p *Pool) Evict() bool {
+	p.mu.Lock()
+	if len(p.idle) == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	sb := p.idle[0]
+	p.idle = p.idle[1:]
+	p.mu.Unlock()
+	p.evicted.Add(1)
+	p.destroy(sb)
+	return true
+}
+
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
@@ -323,6 +364,8 @@ func (p *Pool) Stats() Stats {
 		Created:        p.created.Load(),
 		CreateFailures: p.failures.Load(),
 		Discarded:      p.discarded.Load(),
+		Evicted:        p.evicted.Load(),
+		AtCapacity:     p.short.Load(),
 		ClaimNanos:     p.claimNanos.Load(),
 	}
 }

@@ -336,3 +336,36 @@ func TestClaimStartedMiss(t *testing.T) {
 		t.Fatalf("stats %+v, want one miss", st)
 	}
 }
+
+// TestAtCapacity: a pool whose runtime's budget is spent holds what fits,
+// says so, and counts no failure; Evict gives a sandbox's room back, and
+// the pool refills it once it is free.
+func TestAtCapacity(t *testing.T) {
+	runtimeFor(t)
+	rt, err := sandbox.New(context.Background(), sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t),
+		Budget: sandbox.Budget{Sandboxes: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	p := New(rt, Config{Name: "capped", Spec: spec(), Warm: 3})
+	defer closePool(t, p)
+	waitIdle(t, p, 2)
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.Stats().AtCapacity {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never said it is at capacity: %+v", p.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := p.Stats(); st.Idle != 2 || st.CreateFailures != 0 {
+		t.Fatalf("stats %+v, want 2 ready and no failures", st)
+	}
+	if !p.Evict() {
+		t.Fatal("nothing to evict")
+	}
+	if st := p.Stats(); st.Evicted != 1 {
+		t.Fatalf("stats %+v after an eviction", st)
+	}
+	waitIdle(t, p, 2)
+}

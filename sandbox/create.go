@@ -86,8 +86,11 @@ type Sandbox struct {
 	group   *cgroup.Group
 	netns   *os.File
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
-	ids     *idRange
-	lock    *lockFile
+	// booked says the sandbox holds its ceilings in the runtime's
+	// ledger, until its teardown gives them back.
+	booked bool
+	ids    *idRange
+	lock   *lockFile
 	// execd says how the clone's program and init's exec went (see
 	// spawner.CloneLater); initExecd asks it once.
 	execd     func() error
@@ -192,6 +195,14 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := validHostname(spec.Hostname); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := rt.opts.Budget.Fits(l); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// The ceilings are reserved first, and given back at the end of the
+	// teardown, when all they bound is gone.
+	if err := rt.ledger.take(l); err != nil {
+		return nil, err
+	}
 	cl := cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}
 	var prep *preparedGroup
 	if rt.groups != nil {
@@ -211,6 +222,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		waiters: make(map[uint64]chan *initproto.Message),
 		dead:    make(chan struct{}),
 		scratch: -1,
+		booked:  true,
 	}
 	// Anything built so far is torn down if a later step fails.
 	defer func() {

@@ -150,6 +150,10 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	// cgroup alone.
 	errs = append(errs, s.lock.release())
 	s.lock = nil
+	if s.booked {
+		s.rt.ledger.give(s.limits)
+		s.booked = false
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
 	}

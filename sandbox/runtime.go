@@ -74,6 +74,12 @@ type Options struct {
 	// spawner makes the runtime clone through the spawner even where a
 	// clone in process shares memory (the tests of the spawner's path).
 	spawner bool
+	// Budget bounds what the runtime's live sandboxes reserve together
+	// (see Budget); the zero value bounds nothing. Its memory and pids
+	// also become the cgroup parent's own ceilings (cgroup SetCeiling),
+	// which hold every sandbox under the parent together, those of other
+	// airlock processes too; the last runtime to start sets them.
+	Budget Budget
 	// Observe, if set, is told of every sandbox created and destroyed by
 	// this runtime and of every leftover it sweeps (the daemon's audit
 	// log). It must not block for long.
@@ -143,8 +149,9 @@ func (o *Options) defaults() {
 // Runtime creates sandboxes. One Runtime serves a whole process; it is safe
 // for concurrent use.
 type Runtime struct {
-	opts Options
-	cg   *cgroup.Parent
+	opts   Options
+	ledger ledger
+	cg     *cgroup.Parent
 	// base is what every init's setup carries from the host: loaded once,
 	// by New, or (OneShot) on another goroutine while New and the Create
 	// go on, so that the work overlaps them and the start of init.
@@ -212,7 +219,11 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		uint64(opts.ImageIDBase) < uint64(opts.UIDBase)+uint64(opts.UIDSlots)*idRangeSize {
 		return nil, fmt.Errorf("image id base %d overlaps ordinary host users or the sandbox ranges: %w", opts.ImageIDBase, ErrInvalid)
 	}
+	if opts.Budget.Sandboxes < 0 || opts.Budget.Memory < 0 || opts.Budget.Pids < 0 {
+		return nil, fmt.Errorf("negative budget %+v: %w", opts.Budget, ErrInvalid)
+	}
 	rt := &Runtime{
+		ledger:     ledger{b: opts.Budget},
 		opts:       opts,
 		rootDir:    filepath.Join(opts.StateDir, "root"),
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
@@ -290,6 +301,14 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		opts.Logger.Info("moved this process into a cgroup of its own, so that the cgroup it was in can hand controllers to sandboxes (cgroup v2 keeps processes out of groups with children)", "cgroup", m, "parent", opts.CgroupParent)
 	}
 	rt.cg = cg
+	if b := opts.Budget; b.Memory > 0 || b.Pids > 0 {
+		// The kernel's backstop behind the ledger, which sees only this
+		// runtime's sandboxes: every sandbox under the parent, of any
+		// airlock process, is held to the budget together.
+		if err := cg.SetCeiling(b.Memory, b.Pids); err != nil {
+			opts.Logger.Warn("the cgroup parent's own ceiling could not be set; admission still bounds this process's sandboxes", "err", err)
+		}
+	}
 	if opts.OneShot {
 		// Swept while its sandbox's command runs (see sweepSoon), off
 		// the way to it.

@@ -3,13 +3,16 @@ package config
 import (
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
 var (
-	serverKeys = []string{"socket", "socket_group", "tcp", "tokens"}
-	tokenKeys  = []string{"name", "secret", "tools"}
+	serverKeys   = []string{"capacity", "socket", "socket_group", "tcp", "tokens"}
+	tokenKeys    = []string{"concurrency", "name", "secret", "tools"}
+	capacityKeys = []string{"memory", "pids", "sandboxes"}
 )
 
 // Server configures `airlock serve`'s listeners.
@@ -24,6 +27,21 @@ type Server struct {
 	TCP netip.AddrPort
 	// Tokens are the bearer tokens accepted on TCP.
 	Tokens []Token
+	// Capacity bounds what the node's live sandboxes reserve together.
+	Capacity Capacity
+}
+
+// Capacity is the node's budget: how many sandboxes may be live at once
+// (warm in pools, running, held by sessions and MCP servers), and what
+// their memory and pids ceilings may add up to. A zero field takes the
+// daemon's default, derived from the host.
+type Capacity struct {
+	Sandboxes int
+	// Memory is a size, or MemoryShare a share of the host's memory in
+	// percent (one of the two is set, or neither).
+	Memory      int64
+	MemoryShare int
+	Pids        int64
 }
 
 // Token is one bearer token: its value is a secret, read at start, and
@@ -32,7 +50,11 @@ type Token struct {
 	Name   string
 	Secret string
 	Tools  []string
-	Line   int
+	// Concurrency bounds the token's calls in flight (runs, MCP tool
+	// calls) plus the sessions and MCP servers it holds open; 0 is no
+	// bound of its own (the node's capacity still applies).
+	Concurrency int
+	Line        int
 }
 
 // AllowsTool reports whether the token may use tool.
@@ -73,6 +95,8 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 			}
 		case "tokens":
 			c.Server.Tokens, err = p.tokens(f.val, sub)
+		case "capacity":
+			c.Server.Capacity, err = p.capacity(f.val, sub)
 		}
 		if err != nil {
 			return err
@@ -92,7 +116,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret and tools", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools and concurrency", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -108,6 +132,10 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				if t.Secret, err = p.str(f.val, fsub); err == nil {
 					p.secretRefs = append(p.secretRefs, secretRef{name: t.Secret, node: f.val, at: fsub})
 				}
+			case "concurrency":
+				var n int64
+				n, err = p.integer(f.val, fsub, 1, 1<<20)
+				t.Concurrency = int(n)
 			case "tools":
 				if t.Tools, err = p.distinct(f.val, fsub, nil); err == nil {
 					items, _ := p.list(f.val, fsub)
@@ -138,4 +166,52 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// capacity reads server.capacity: sandboxes (a count), memory (a size,
+// or a share of the host's memory such as "75%"), pids (a count).
+func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
+	var c Capacity
+	fs, err := p.fields(n, at, "a mapping of sandboxes, memory and pids", capacityKeys)
+	if err != nil {
+		return c, err
+	}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		switch f.name {
+		case "sandboxes":
+			var v int64
+			v, err = p.integer(f.val, sub, 1, 1<<20)
+			c.Sandboxes = int(v)
+		case "pids":
+			var v *int64
+			if v, err = p.count(f.val, sub); err == nil {
+				c.Pids = *v
+			}
+		case "memory":
+			var s string
+			if s, err = p.str(f.val, sub); err != nil {
+				break
+			}
+			if pct, ok := strings.CutSuffix(s, "%"); ok {
+				v, perr := strconv.Atoi(pct)
+				if perr != nil || v < 1 || v > 100 || pct != strconv.Itoa(v) {
+					err = p.errAt(f.val, sub, "%s: want a share of the host's memory from 1%% to 100%%, or a size", quote(s))
+				}
+				c.MemoryShare = v
+				break
+			}
+			var v *int64
+			if v, err = p.size(f.val, sub); err == nil {
+				if *v <= 0 {
+					err = p.errAt(f.val, sub, "%s: want a size above zero", quote(s))
+				}
+				c.Memory = *v
+			}
+		}
+		if err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }

@@ -134,7 +134,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	j := runJob{tool: t, client: clientOf(r), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
+	j := runJob{tool: t, client: clientOf(r), caller: callerOf(r.Context()), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
 	if req.Stdin != "" {
 		j.stdin = &req.Stdin
 	}
@@ -199,6 +199,9 @@ type afterAnswerKey struct{}
 type runJob struct {
 	tool   *config.Tool
 	client string
+	// caller made the call: its token's concurrency bounds it (nil is
+	// the local socket's).
+	caller *caller
 	argv   []string
 	// recordArgv is the argv the audit log keeps (secret inputs masked);
 	// nil keeps argv.
@@ -232,6 +235,9 @@ var (
 )
 
 func runError(w http.ResponseWriter, err error) {
+	if writeRefusal(w, err) {
+		return
+	}
 	code := api.CodeUnavailable
 	if errors.Is(err, errAuditRefused) {
 		code = api.CodeAuditUnavailable
@@ -244,7 +250,19 @@ func runError(w http.ResponseWriter, err error) {
 // record of its outcome before returning it. done waits for that record
 // to be written and destroys the sandbox; call it once the answer is out.
 // On error nothing ran and done is nil.
-func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), _ error) {
+func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), err error) {
+	if j.caller == nil {
+		j.caller = local
+	}
+	release, err := d.hold(j.caller, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if done == nil {
+			release()
+		}
+	}()
 	scope := &runScope{tool: j.tool.Name, run: newRunID(), client: j.client}
 	rec := j.recordArgv
 	if rec == nil {
@@ -265,7 +283,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	}
 	// Started on a miss: the binding below and the command's request
 	// overlap init's start.
-	sb, warm, err := d.pools[j.tool.Name].ClaimStarted(ctx)
+	sb, warm, err := d.claim(ctx, j.tool.Name, true)
 	if err != nil {
 		if rerr := recorded(ctx); rerr != nil {
 			return nil, nil, rerr
@@ -273,6 +291,8 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		e := errNoSandbox
 		if errors.Is(err, pool.ErrClosed) {
 			e = errShutdown
+		} else if errors.Is(err, sandbox.ErrCapacity) {
+			e = atCapacity(err)
 		} else {
 			d.counts.failures.Add(1)
 			d.opts.Logger.Warn("claim failed", "tool", j.tool.Name, "err", err)
@@ -299,7 +319,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if bindErr != nil {
 		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
 		d.finishRun(ctx, *scope, res, j.extra(res)...)
-		return res, destroy, nil
+		return res, func() { destroy(); release() }, nil
 	}
 	x := sandbox.ExecRequest{
 		Argv:        j.argv,
@@ -323,6 +343,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		}
 		outcome()
 		destroy()
+		release()
 	}, nil
 }
 

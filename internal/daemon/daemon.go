@@ -76,6 +76,7 @@ type Daemon struct {
 	audit  *audit.Log
 
 	counts    counters
+	holds     holds
 	sessions  sessions
 	instances instances   // MCP servers of client sessions
 	mcpSess   mcpSessions // sandboxes of the built-in session tools
@@ -211,6 +212,18 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	opts.Sandbox.Observe = d.observe
+	if opts.Sandbox.Budget == (sandbox.Budget{}) {
+		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity); err != nil {
+			return nil, fmt.Errorf("server.capacity: %w", err)
+		}
+	}
+	for _, t := range opts.Config.Profiles() {
+		if err := opts.Sandbox.Budget.Fits(t.Limits.Apply(sandbox.DefaultLimits())); err != nil {
+			return nil, fmt.Errorf("tool %s: %w of the node (server.capacity)", t.Name, err)
+		}
+	}
+	d.opts.Sandbox.Budget = opts.Sandbox.Budget
+	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids)
 	// sandbox.New sweeps leftovers of a crashed predecessor.
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err

@@ -77,14 +77,22 @@ func (i *instance) stop() {
 
 // startServer starts one MCP server for a client: a sandbox of its
 // profile with its policy bound, the command on pipes, the handshake.
-func (d *Daemon) startServer(ctx context.Context, t *config.Tool, client string) (_ *instance, err error) {
+// The server is one of the daemon's MaxSessions, and of c's token's
+// concurrency, until it ends.
+func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, client string) (_ *instance, err error) {
+	release, err := d.hold(c, true)
+	if err != nil {
+		return nil, err
+	}
 	scope := &runScope{tool: t.Name, run: newRunID(), client: client}
 	dir := workdir("", t)
 	if err := d.recordStart(ctx, *scope, t.Argv(), nil, dir); err != nil {
+		release()
 		return nil, err
 	}
 	sb, bind, err := d.claimBound(ctx, t, scope)
 	if err != nil {
+		release()
 		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: err.Error()})
 		return nil, err
 	}
@@ -106,6 +114,7 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, client string)
 		close(i.done)
 		d.finishRun(context.Background(), *scope, res)
 		d.instances.remove(i)
+		release()
 	}()
 	defer func() {
 		if err != nil {
@@ -160,7 +169,7 @@ func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *caller, clien
 		if !c.allows(name) {
 			continue
 		}
-		i, err := d.startServer(ctx, d.opts.Config.MCPServers[name], client)
+		i, err := d.startServer(ctx, d.opts.Config.MCPServers[name], c, client)
 		if err != nil {
 			stop()
 			return nil, err

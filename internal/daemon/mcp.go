@@ -41,7 +41,7 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 		Version: d.opts.Version,
 		Run: func(ctx context.Context, j mcpserver.Job) (*result.Result, error) {
 			res, done, err := d.run(ctx, runJob{
-				tool: j.Tool, client: client, argv: j.Argv, recordArgv: j.RecordArgv,
+				tool: j.Tool, client: client, caller: c, argv: j.Argv, recordArgv: j.RecordArgv,
 				dir: workdir("", j.Tool), stdin: j.Stdin, capture: true, onEvent: j.OnEvent,
 				also: func(res *result.Result) []audit.Event { return []audit.Event{callEvent(client, j.Record(res))} },
 			})

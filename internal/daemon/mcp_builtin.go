@@ -60,7 +60,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			if err != nil {
 				return nil, err
 			}
-			j := runJob{tool: t, client: client, argv: in.Argv, dir: workdir("", t), capture: true}
+			j := runJob{tool: t, client: client, caller: c, argv: in.Argv, dir: workdir("", t), capture: true}
 			if in.Stdin != nil {
 				j.stdin = in.Stdin
 			}
@@ -88,10 +88,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if d.mcpSession(req.Session) != nil {
 			return nil, &inputError{"this MCP session already has a sandbox; close it first"}
 		}
-		if d.openSessions() >= d.opts.MaxSessions {
-			return nil, fmt.Errorf("%d sessions are open, the most this daemon allows", d.opts.MaxSessions)
-		}
-		sess, err := d.newSession(ctx, t, client, c.name, defaultIdle, defaultLife)
+		sess, err := d.newSession(ctx, t, client, c, defaultIdle, defaultLife)
 		if err != nil {
 			return nil, err
 		}

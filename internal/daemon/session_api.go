@@ -92,10 +92,6 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
 		return
 	}
-	if d.openSessions() >= d.opts.MaxSessions {
-		writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, fmt.Sprintf("%d sessions are open, the most this daemon allows; end one first", d.opts.MaxSessions))
-		return
-	}
 	life, err := parseBound(req.MaxLifetime, defaultLife, maxLife, "max_lifetime")
 	if err == nil {
 		var idle time.Duration
@@ -108,7 +104,7 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()).name, idle, life)
+	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life)
 	if err != nil {
 		if r.Context().Err() == nil {
 			runError(w, err)
@@ -124,10 +120,13 @@ var errBind = errors.New("the sandbox's network could not be set up; see the dae
 // claimBound claims a sandbox of t for a session or MCP server and binds
 // t's policy to it for its whole life, its decisions recorded in scope.
 func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope) (*sandbox.Sandbox, *runner.Binding, error) {
-	sb, warm, err := d.pools[t.Name].Claim(ctx)
+	sb, warm, err := d.claim(ctx, t.Name, false)
 	if err != nil {
 		if errors.Is(err, pool.ErrClosed) {
 			return nil, nil, errShutdown
+		}
+		if errors.Is(err, sandbox.ErrCapacity) {
+			return nil, nil, atCapacity(err)
 		}
 		d.counts.failures.Add(1)
 		d.opts.Logger.Warn("claim failed", "tool", t.Name, "err", err)
@@ -146,15 +145,24 @@ func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope
 
 // newSession opens a session of tool t: recorded first (refused when the
 // log cannot be written), then a sandbox claimed and the tool's policy
-// bound to it for the session's life. owner is who may use it.
-func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client, owner string, idle, life time.Duration) (*session, error) {
+// bound to it for the session's life. c is who may use it; the session
+// is one of the daemon's MaxSessions and of c's token's concurrency
+// until it ends.
+func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, c *caller, idle, life time.Duration) (*session, error) {
+	release, err := d.hold(c, true)
+	if err != nil {
+		return nil, err
+	}
+	owner := c.name
 	scope := &runScope{tool: t.Name, session: newSessionID(), client: client}
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
 	if err := d.acknowledge(ctx, opened); err != nil {
+		release()
 		return nil, err
 	}
 	fail := func(err error) (*session, error) {
+		release()
 		e := scope.event(audit.KindSessionEnded)
 		e.Detail = audit.Detail(map[string]string{"reason": err.Error()})
 		d.audit.Record(e)
@@ -167,6 +175,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client, owner s
 	now := time.Now()
 	s := &session{id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
 		onEnd: func(reason string) {
+			release()
 			e := scope.event(audit.KindSessionEnded)
 			e.Detail = audit.Detail(map[string]string{"reason": reason})
 			d.audit.Record(e)

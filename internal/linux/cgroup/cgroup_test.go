@@ -438,3 +438,41 @@ func TestOpenRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestParentCeiling: the parent's own ceiling holds its children together,
+// whatever their own limits: a child without a pids limit still cannot
+// fork past the parent's, and a raise and a lower of the memory ceiling
+// both take (v1 orders memsw and the plain limit by direction).
+func TestParentCeiling(t *testing.T) {
+	p := openTestParent(t)
+	if err := p.SetCeiling(256<<20, 6); err != nil {
+		t.Fatalf("SetCeiling: %v", err)
+	}
+	for _, m := range []int64{128 << 20, -1, 64 << 20, 512 << 20} {
+		if err := p.SetCeiling(m, 0); err != nil {
+			t.Fatalf("SetCeiling(%d): %v", m, err)
+		}
+	}
+	g, err := p.Create("unbounded", Limits{})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	defer g.Close()
+	cmd := exec.Command("sh", "-c", "for i in $(seq 20); do sleep 30 & done; wait")
+	startInGroup(t, g, cmd)
+	var c Counters
+	waitFor(t, "the parent's ceiling to stop a fork", 10*time.Second, func() bool {
+		c, err = g.Counters()
+		return err == nil && c.Pids == 6
+	})
+	time.Sleep(100 * time.Millisecond)
+	if c, err = g.Counters(); err != nil || c.Pids > 6 {
+		t.Errorf("Counters() = %+v, %v: the child passed the parent's ceiling of 6", c, err)
+	}
+	if err := g.Kill(t.Context()); err != nil {
+		t.Errorf("Kill: %v", err)
+	}
+	if err := g.Delete(t.Context()); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+}

@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Admission: what one caller, and all callers together, may hold of the
+// node. The node's budget (how many sandboxes, and the sums of their
+// memory and pids ceilings) is the runtime's (sandbox.Budget), so every
+// sandbox counts, warm in a pool or not. On top of it the daemon bounds
+// the sandboxes held for a while (sessions and MCP servers: MaxSessions)
+// and each token's calls in flight plus what it holds (its concurrency).
+
+// refusal is an error with its HTTP answer: a call refused for want of
+// capacity, with when to try again.
+type refusal struct {
+	status     int
+	code       string
+	msg        string
+	retryAfter int // seconds
+}
+
+func (e *refusal) Error() string { return e.msg }
+
+// writeRefusal answers err when it is a refusal, and reports whether it
+// was.
+func writeRefusal(w http.ResponseWriter, err error) bool {
+	var r *refusal
+	if !errors.As(err, &r) {
+		return false
+	}
+	if r.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(r.retryAfter))
+	}
+	writeError(w, r.status, r.code, r.msg)
+	return true
+}
+
+// atCapacity is the refusal of a sandbox the node's budget has no room for.
+func atCapacity(err error) error {
+	why := err.Error()
+	if _, after, ok := strings.Cut(why, sandbox.ErrCapacity.Error()+": "); ok {
+		why = after
+	}
+	return &refusal{status: http.StatusServiceUnavailable, code: api.CodeCapacity, retryAfter: 1,
+		msg: "the node is at capacity: " + why + "; try again shortly"}
+}
+
+// holds counts the sandboxes held for a while and each token's share.
+type holds struct {
+	mu       sync.Mutex
+	sessions int
+	tokens   map[string]int
+}
+
+// hold takes one of c's token's concurrency and, for a session or an MCP
+// server (held), one of the daemon's MaxSessions. release gives back what
+// it took, once. The check and the count are one step, so concurrent
+// calls can never pass the bounds together.
+func (d *Daemon) hold(c *caller, held bool) (release func(), err error) {
+	h := &d.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tok := c.token
+	if held && h.sessions >= d.opts.MaxSessions {
+		return nil, &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retryAfter: 5,
+			msg: fmt.Sprintf("%d sessions and MCP servers are open, the most this daemon allows; end one first", d.opts.MaxSessions)}
+	}
+	if tok != nil && tok.Concurrency > 0 && h.tokens[tok.Name] >= tok.Concurrency {
+		return nil, &refusal{status: http.StatusTooManyRequests, code: api.CodeTooManyRequests, retryAfter: 1,
+			msg: fmt.Sprintf("token %s has %d calls in flight and sessions open, the most its concurrency allows", tok.Name, tok.Concurrency)}
+	}
+	if held {
+		h.sessions++
+	}
+	if tok != nil {
+		if h.tokens == nil {
+			h.tokens = map[string]int{}
+		}
+		h.tokens[tok.Name]++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if held {
+				h.sessions--
+			}
+			if tok != nil {
+				h.tokens[tok.Name]--
+			}
+		})
+	}, nil
+}
+
+// claim claims a sandbox of tool from its pool (started, for a caller that
+// runs a command at once). When the node is at capacity it makes room by
+// destroying a ready sandbox of another pool, and tries again, a few
+// times: warm pools are the node's spare capacity, and work comes first.
+func (d *Daemon) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
+	p := d.pools[tool]
+	for tries := 0; ; tries++ {
+		var sb *sandbox.Sandbox
+		var warm bool
+		var err error
+		if started {
+			sb, warm, err = p.ClaimStarted(ctx)
+		} else {
+			sb, warm, err = p.Claim(ctx)
+		}
+		if err == nil || !errors.Is(err, sandbox.ErrCapacity) {
+			return sb, warm, err
+		}
+		if tries == 3 || !d.evictFor(tool) {
+			return nil, false, err
+		}
+	}
+}
+
+// evictFor destroys one ready sandbox of the pool (other than tool's) that
+// holds the most, and reports whether there was one.
+func (d *Daemon) evictFor(tool string) bool {
+	var most *pool.Pool
+	n := 0
+	for name, p := range d.pools {
+		if name == tool {
+			continue
+		}
+		if idle := p.Stats().Idle; idle > n {
+			most, n = p, idle
+		}
+	}
+	return most != nil && most.Evict()
+}
+
+// budget turns the configured capacity into the runtime's budget, taking
+// defaults from the host: memory ceilings may add up to 80% of the host's
+// memory (the rest is the host's own, the daemon's and the page cache's),
+// pids ceilings to half the host's pid space (every sandbox's tasks take
+// host pids), and 1,024 sandboxes.
+func budget(c config.Capacity) (sandbox.Budget, error) {
+	b := sandbox.Budget{Sandboxes: c.Sandboxes, Memory: c.Memory, Pids: c.Pids}
+	if b.Sandboxes == 0 {
+		b.Sandboxes = 1024
+	}
+	if b.Memory == 0 {
+		total, err := memTotal()
+		if err != nil {
+			return b, err
+		}
+		share := int64(c.MemoryShare)
+		if share == 0 {
+			share = 80
+		}
+		b.Memory = total / 100 * share
+	}
+	if b.Pids == 0 {
+		pidMax, err := readInt("/proc/sys/kernel/pid_max")
+		if err != nil {
+			return b, err
+		}
+		b.Pids = pidMax / 2
+	}
+	return b, nil
+}
+
+// memTotal is the host's memory (MemTotal in /proc/meminfo), in bytes.
+func memTotal() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("MemTotal:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(" kB"))), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/meminfo: MemTotal %q: %w", v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal")
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
