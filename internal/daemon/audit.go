@@ -312,7 +312,17 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), seenKey{}, &caller{}))
 		h.ServeHTTP(sw, r)
 		e := audit.Event{Kind: audit.KindAPI, Time: start, Client: clientOf(r), Decision: audit.Allow}
-		if sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest {
+		if sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest ||
+			sw.status == http.StatusTooManyRequests && sw.Header().Get("Connection") == "close" {
+			// Refusals are summed per client over a window (see
+			// flood.go): the first is recorded now, the rest as one
+			// count when the window ends, so a flood of them cannot
+			// flood the log.
+			key := clientKey(r)
+			if !d.refusals.note(key, sw.status, r.URL.Path) {
+				return
+			}
+			d.opts.Logger.Warn("refused API request", "client", key, "status", sw.status, "method", r.Method, "path", shorten(r.URL.Path))
 			e.Decision = audit.Deny
 		} else if r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics" ||
 			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after"))) {

@@ -105,7 +105,9 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 		}
 		if t == nil {
 			d.counts.unauthorized.Add(1)
-			d.opts.Logger.Warn("unauthorized API request", "remote", r.RemoteAddr, "method", r.Method, "path", shorten(r.URL.Path))
+			if d.slowFailures(w, r) {
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 			writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")
 			return
@@ -122,7 +124,6 @@ func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string)
 		return false
 	}
 	d.counts.forbidden.Add(1)
-	d.opts.Logger.Warn("forbidden API request", "caller", c.name, "tool", tool, "path", shorten(r.URL.Path))
 	writeError(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("%s may not use tool %q", c.name, tool))
 	return true
 }

@@ -58,6 +58,11 @@ type Options struct {
 	ImageStore string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
+	// IdleTimeout closes a keep-alive connection that sends no request
+	// for this long; 0 means 30s.
+	IdleTimeout time.Duration
+	// MaxConns bounds the TCP listener's open connections; 0 means 512.
+	MaxConns int
 }
 
 // Daemon serves the API. Create it with New and run it with Serve.
@@ -77,6 +82,7 @@ type Daemon struct {
 
 	counts    counters
 	holds     holds
+	refusals  refusals
 	sessions  sessions
 	instances instances   // MCP servers of client sessions
 	mcpSess   mcpSessions // sandboxes of the built-in session tools
@@ -170,6 +176,12 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = 256
 	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = defaultIdleTimeout
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = defaultMaxConns
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -251,6 +263,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Handler:           d.audited(withCaller(local, routes)),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
 	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
@@ -258,10 +272,12 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			d.ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
+		d.tcp = limitConns(d.tcp, opts.MaxConns)
 		d.tsrv = &http.Server{
 			Handler:           d.audited(checkHost(tcp, d.requireToken(routes))),
 			ReadHeaderTimeout: 10 * time.Second,
-			MaxHeaderBytes:    64 << 10,
+			IdleTimeout:       opts.IdleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		}
 	}
@@ -306,6 +322,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.reapStop = stop
 	go d.reap(rctx)
+	go d.refusalFlusher(rctx)
 	if d.srv != nil {
 		go func() { errc <- d.srv.Serve(d.ln) }()
 	}
@@ -361,6 +378,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, d.closePools(ctx))
 		d.prebinds.Wait()
 		d.rt.Close()
+		d.flushRefusals()
 		// Last, so every destroy above is in the log.
 		errs = append(errs, d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped}))
 		actx, cancel := context.WithTimeout(ctx, time.Minute)

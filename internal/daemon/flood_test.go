@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/result"
+)
+
+// p99 runs n runs one after another through c and returns their 99th
+// percentile latency.
+func p99(t *testing.T, c *client.Client, n int) time.Duration {
+	t.Helper()
+	var ds []time.Duration
+	for range n {
+		start := time.Now()
+		r, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}})
+		if err != nil || r.Outcome != result.Exited {
+			t.Fatalf("run: %+v %v", r, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)*99+99)/100-1]
+}
+
+// TestFlood floods the TCP listener as an attacker without a token would:
+// hundreds of connections sending wrong tokens as fast as they are
+// answered, then hundreds that send one and sit idle. Runs with a valid
+// token keep their p99 within 3x of the unloaded one; the audit log gains
+// a few records, not one per request; and once the flood is over the
+// daemon holds no more descriptors than before.
+func TestFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test")
+	}
+	addr := freePort(t)
+	const tok = "flood-test-0123456789abcdef"
+	t.Setenv("TEST_FLOOD_TOKEN", tok)
+	d, _ := serveConfig(t, `
+server:
+  tcp: `+addr+`
+  tokens: [{name: ci, secret: s, tools: ["*"]}]
+secrets:
+  s: {env: TEST_FLOOD_TOKEN}
+tools:
+  sh: {pool: {warm: 2}, limits: {memory: 64MiB}}
+`, func(o *Options) { o.IdleTimeout = time.Second })
+	c := client.NewTCP(addr, tok)
+	p99(t, c, 10) // warm up
+	unloaded := p99(t, c, 100)
+	fdsBefore := openFDs(t)
+
+	ctx, stop := context.WithCancel(t.Context())
+	var tried, sent atomic.Int64
+	var wg sync.WaitGroup
+	for range 300 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				if err != nil {
+					continue
+				}
+				context.AfterFunc(ctx, func() { conn.Close() })
+				br := bufio.NewReader(conn)
+				for ctx.Err() == nil {
+					if _, err := fmt.Fprintf(conn, "GET /v1/tools HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer wrong-token\r\n\r\n", addr); err != nil {
+						break
+					}
+					tried.Add(1)
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						break
+					}
+					resp.Body.Close()
+					sent.Add(1)
+					if resp.Close {
+						break
+					}
+				}
+				conn.Close()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // the flood at its height
+	loaded := p99(t, c, 300)
+	stop()
+	wg.Wait()
+	t.Logf("run p99 %v unloaded, %v under a flood from 300 connections (%d wrong-token requests sent, %d answered)", unloaded, loaded, tried.Load(), sent.Load())
+	if tried.Load() < 300 {
+		t.Fatalf("the flood sent %d requests", tried.Load())
+	}
+	if loaded > 3*unloaded {
+		t.Errorf("run p99 %v under the flood, over 3x the unloaded %v", loaded, unloaded)
+	}
+
+	// Connections that send one refused request and sit idle are closed
+	// by the daemon after its idle timeout.
+	var idle []net.Conn
+	for range 300 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		idle = append(idle, conn)
+	}
+	for _, conn := range idle {
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("an idle connection's answer: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if _, err := br.ReadByte(); err == nil || os.IsTimeout(err) {
+			t.Fatalf("the daemon kept an idle connection open: %v", err)
+		}
+		conn.Close() // this test's end: the count below is the daemon's
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openFDs(t) > fdsBefore+5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors after the flood, %d before", openFDs(t), fdsBefore)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	d.flushRefusals()
+	denied, err := client.New(d.opts.Socket).Audit(t.Context(), client.AuditQuery{Kind: "api.request", Decision: "deny", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d audit records for %d refused requests", len(denied.Events), tried.Load()+300)
+	if len(denied.Events) > 10 {
+		t.Errorf("%d audit records for one flooding client", len(denied.Events))
+	}
+}
