@@ -129,8 +129,11 @@ func (o *Output) UnmarshalJSON(b []byte) error {
 
 // Result is the outcome of one run.
 type Result struct {
-	SandboxID string  `json:"sandbox_id"`
-	Outcome   Outcome `json:"outcome"`
+	SandboxID string `json:"sandbox_id"`
+	// RunID names the run in the daemon's audit log (its run.started and
+	// run.finished events); empty outside the daemon.
+	RunID   string  `json:"run_id,omitempty"`
+	Outcome Outcome `json:"outcome"`
 	// ExitCode is the command's exit status when Outcome is exited, else 0.
 	ExitCode int `json:"exit_code"`
 	// Signal is the number of the signal that killed the command when

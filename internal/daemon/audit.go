@@ -194,6 +194,7 @@ func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result, 
 // that it does not delay the answer. A write
 // that fails is logged, as the start record is the one that gates a run.
 func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) (wait func()) {
+	res.RunID = s.run // the caller's answer names the run it records
 	e := s.event(audit.KindRunFinished)
 	e.Decision = string(res.Outcome)
 	e.Detail = audit.Detail(map[string]any{

@@ -16,9 +16,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultSocket is where the daemon listens unless told otherwise.
@@ -223,6 +224,11 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	})}); err != nil {
 		return nil, err
 	}
+	if n, err := d.reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("audit log: close what the previous daemon left open: %w", err)
+	} else if n > 0 {
+		opts.Logger.Warn("the previous daemon stopped without recording every outcome; closed its open runs and sessions in the audit log", "closed", n)
+	}
 	opts.Sandbox.Observe = d.observe
 	if opts.Sandbox.Budget == (sandbox.Budget{}) {
 		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity); err != nil {
@@ -286,21 +292,36 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 
 // listenUnix opens the socket, replacing a stale one left by a crashed
 // daemon but never one a live daemon still answers on.
+//
+// Which daemon owns the path is decided by a lock, not by whether the
+// socket answers a connect: a POSIX record lock on PATH.lock, which the
+// kernel drops when its process dies and which, unlike flock, no child
+// holds for it. A daemon killed while it was cloning a sandbox leaves
+// that clone alive for a moment, holding a copy of the listening socket;
+// a connect then succeeds (the backlog takes it) though nobody will ever
+// accept, and a restart used to give up on a dead daemon's socket.
 func listenUnix(path, group string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("another daemon is listening on %s", path)
-	} else if errors.Is(err, syscall.ECONNREFUSED) {
-		_ = os.Remove(path)
-	}
-	ln, err := listenUnixMode(path, 0o660)
+	unlock, err := lockSocket(path + ".lock")
 	if err != nil {
+		return nil, err
+	}
+	// The path is this daemon's: whatever socket is there is stale.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		unlock()
+		return nil, fmt.Errorf("remove the stale socket %s: %w", path, err)
+	}
+	ul, err := listenUnixMode(path, 0o660)
+	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	ul.(*net.UnixListener).SetUnlinkOnClose(true)
+	// The lock goes with the listener: a daemon closes it last, after
+	// the socket is removed.
+	ln := &lockedListener{Listener: ul, unlock: unlock}
 	if group != "" {
 		gid, err := lookupGroup(group)
 		if err == nil {
@@ -312,6 +333,64 @@ func listenUnix(path, group string) (net.Listener, error) {
 		}
 	}
 	return ln, nil
+}
+
+// lockedListener drops the socket's lock once the listener is closed.
+type lockedListener struct {
+	net.Listener
+	unlock func()
+}
+
+func (l *lockedListener) Close() error {
+	err := l.Listener.Close()
+	l.unlock()
+	return err
+}
+
+// socketLocks are the socket locks this process holds, by path: POSIX
+// record locks belong to a process, so a second daemon in the same
+// process would be granted the lock again; this refuses it.
+var socketLocks = struct {
+	sync.Mutex
+	fds map[string]int
+}{fds: map[string]int{}}
+
+// lockSocket takes the POSIX write lock of path (created) and returns what
+// drops it. The descriptor stays open until then: closing any descriptor
+// of the file would drop the lock.
+func lockSocket(path string) (unlock func(), err error) {
+	socket := strings.TrimSuffix(path, ".lock")
+	socketLocks.Lock()
+	defer socketLocks.Unlock()
+	if _, ok := socketLocks.fds[path]; ok {
+		return nil, fmt.Errorf("another daemon is listening on %s (in this process)", socket)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("socket lock: %w", &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_SETLK, &lk); err != nil {
+		msg := "another daemon is listening on " + socket
+		if unix.FcntlFlock(uintptr(fd), unix.F_GETLK, &lk) == nil && lk.Type != unix.F_UNLCK {
+			msg += fmt.Sprintf(" (pid %d)", lk.Pid)
+		}
+		unix.Close(fd)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			return nil, errors.New(msg)
+		}
+		return nil, fmt.Errorf("socket lock %s: %w", path, err)
+	}
+	socketLocks.fds[path] = fd
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			socketLocks.Lock()
+			defer socketLocks.Unlock()
+			delete(socketLocks.fds, path)
+			unix.Close(fd) // drops the lock
+		})
+	}, nil
 }
 
 // Serve answers requests until ctx ends, then shuts down: it stops

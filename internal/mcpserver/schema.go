@@ -6,6 +6,7 @@ var ResultSchema = map[string]any{
 	"type": "object",
 	"properties": map[string]any{
 		"sandbox_id": map[string]any{"type": "string"},
+		"run_id":     map[string]any{"type": "string", "description": "the run's id in the daemon's audit log"},
 		"outcome":    map[string]any{"type": "string", "enum": []string{"exited", "signaled", "limit", "error"}, "description": "exited: the command ended on its own; signaled: killed by a signal; limit: a ceiling was breached and the sandbox destroyed; error: airlock failed"},
 		"exit_code":  map[string]any{"type": "integer"},
 		"signal":     map[string]any{"type": "integer"},
