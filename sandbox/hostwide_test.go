@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
 
@@ -149,19 +150,53 @@ func TestPtysBounded(t *testing.T) {
 // connections it never reads. On cgroup v1 socket buffers had no ceiling
 // (memory.kmem.tcp unlimited): it held about 400 MiB of the host's TCP
 // memory (tcp_mem is one pool for every socket on the host, airlock's
-// own gateway and broker among them). Now the kernel's count of TCP
-// memory in use grows by no more than the sandbox's memory ceiling.
+// own gateway and broker among them). Now the host's TCP memory in use
+// grows by no more than the sandbox's memory ceiling, sampled while the
+// sandbox fills it: on v1 its socket buffers stop at their own ceiling
+// and it holds them; on v2 they count in memory.current, and the memory
+// ceiling ends the sandbox (a memory breach).
 func TestTCPBuffersBounded(t *testing.T) {
 	before := tcpMem(t)
-	rep, _ := holding(t, limits(func(l *Limits) { l.Memory = 64 << 20 }), "hold-tcp", "108")
-	if !rep.OK {
-		t.Fatalf("tcp hog: %+v", rep)
+	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 64 << 20 })})
+	if err != nil {
+		t.Fatal(err)
 	}
-	written, _ := strconv.Atoi(rep.Value)
-	grew := tcpMem(t) - before
-	t.Logf("the sandbox wrote %d MiB into its sockets; the host's TCP memory grew by %d MiB", written>>20, grew>>20)
+	defer sb.Destroy(t.Context())
+	done := make(chan *result.Result, 1)
+	var out bytes.Buffer
+	pr, pw := io.Pipe()
+	go func() {
+		r := sb.Exec(t.Context(), ExecRequest{Argv: withProg("hold-tcp", "108"), Stdin: bytes.NewReader(testProg(t)), Stdout: pw, Stderr: os.Stderr})
+		pw.Close()
+		done <- r
+	}()
+	line := make(chan struct{})
+	go func() {
+		_, _ = bufio.NewReader(io.TeeReader(pr, &out)).ReadString('\n')
+		close(line)
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	peak := before
+	var r *result.Result
+	timeout := time.After(2 * time.Minute)
+	for held := false; r == nil && !held; {
+		select {
+		case r = <-done:
+		case <-line:
+			held = true
+		case <-timeout:
+			t.Fatal("the sandbox neither held its sockets nor ended")
+		case <-time.After(5 * time.Millisecond):
+		}
+		peak = max(peak, tcpMem(t))
+	}
+	grew := peak - before
+	t.Logf("report %q, outcome %+v; the host's TCP memory grew by %d MiB at most", strings.TrimSpace(out.String()), r, grew>>20)
 	if grew > 64<<20+16<<20 {
 		t.Fatalf("the host's TCP memory grew by %d MiB for a 64 MiB sandbox", grew>>20)
+	}
+	if r != nil && (r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory) {
+		t.Fatalf("the sandbox ended but not at its memory ceiling: %+v", r)
 	}
 }
 

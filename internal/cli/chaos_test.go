@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +54,7 @@ func TestChaos(t *testing.T) {
 		cmd, logs := start()
 		waitChaos(t, cmd, c, logs)
 		ctx, stop := context.WithCancel(context.Background())
+		var answered atomic.Int64
 		var wg sync.WaitGroup
 		for w := range 3 {
 			wg.Go(func() {
@@ -71,9 +73,16 @@ func TestChaos(t *testing.T) {
 						mu.Lock()
 						acked[r.RunID] = true
 						mu.Unlock()
+						answered.Add(1)
 					}
 				}
 			})
+		}
+		// The kill lands at a random point once work is under way (an
+		// emulated guest is ten times slower: a fixed delay would kill
+		// every daemon before its first answer there).
+		for deadline := time.Now().Add(20 * time.Second); answered.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
