@@ -20,7 +20,10 @@ import (
 // let refill first) against a cold one (a tool without a pool),
 // interleaved, and sustained throughput with 4 clients.
 func daemonBench(n int, tput time.Duration) error {
-	cfg, err := config.Parse("bench.yaml", []byte("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {}\n"))
+	// The cold tool's ceilings are small enough that the 100 sessions
+	// held below fit the node's default capacity (80 % of the memory,
+	// half of pid_max, summed over the sandboxes' ceilings).
+	cfg, err := config.Parse("bench.yaml", []byte("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {limits: {memory: 128MiB, pids: 64}}\n"))
 	if err != nil {
 		return err
 	}

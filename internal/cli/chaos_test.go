@@ -36,17 +36,7 @@ func TestChaos(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
 	auditDB := filepath.Join(t.TempDir(), "audit.db")
 	mountsBefore := mountCount(t)
-	start := func() (*exec.Cmd, *bytes.Buffer) {
-		cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", auditDB,
-			"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
-		cmd.Env = []string{"PATH=/usr/bin:/bin"}
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, &logs
-	}
+	start := func() (*exec.Cmd, *bytes.Buffer) { return serveCmd(t, cfg, sock, auditDB) }
 	var mu sync.Mutex
 	acked := map[string]bool{} // answered runs
 	c := client.New(sock)

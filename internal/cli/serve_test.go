@@ -164,6 +164,21 @@ func waitForDaemon(t *testing.T, sock string, logs *bytes.Buffer, d time.Duratio
 	return c
 }
 
+// serveCmd starts `airlock serve` with the config file cfg on sock, with
+// the tests' state directory and cgroup parent, its stderr in logs.
+func serveCmd(t *testing.T, cfg, sock, auditDB string) (cmd *exec.Cmd, logs *bytes.Buffer) {
+	t.Helper()
+	cmd = exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", auditDB,
+		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	logs = &bytes.Buffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, logs
+}
+
 func cliCgroups(t *testing.T) int {
 	dir := "/sys/fs/cgroup" + testCgroup
 	if _, err := os.Stat("/sys/fs/cgroup/pids"); err == nil {

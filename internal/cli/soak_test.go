@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,14 +30,7 @@ func TestParallelSoak(t *testing.T) {
 	const cliWorkers, apiWorkers = 6, 2
 	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 2}\n")
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	daemon := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", filepath.Join(t.TempDir(), "audit.db"),
-		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
-	daemon.Env = []string{"PATH=/usr/bin:/bin"}
-	var logs bytes.Buffer
-	daemon.Stderr = &logs
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
+	daemon, logs := serveCmd(t, cfg, sock, filepath.Join(t.TempDir(), "audit.db"))
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -52,7 +43,7 @@ func TestParallelSoak(t *testing.T) {
 		}
 	}
 	t.Cleanup(stop)
-	c := waitForDaemon(t, sock, &logs, 20*time.Second)
+	c := waitForDaemon(t, sock, logs, 20*time.Second)
 	var next atomic.Int64
 	var mu sync.Mutex
 	var failures []string
