@@ -22,28 +22,36 @@
 //
 // The runtime does not name the monitor's thread. It is the one thread
 // that sleeps in nanosleep(2) (the runtime's usleep); every other sleeps
-// on a futex or in epoll. Set looks for a thread found in nanosleep twice
-// in a row, while the caller's goroutine runs (the monitor sleeps on a
-// futex instead only while every processor is idle).
+// on a futex or in epoll. Set looks for a thread found alone in nanosleep
+// several times in a row, while the caller's goroutine runs (the monitor sleeps on a
+// futex instead once every processor was idle, until woken; see
+// findMonitor).
 package timerslack
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotFound is returned when no thread was seen sleeping in nanosleep
-// twice in a row.
+// ErrNotFound is returned when no thread was seen alone in nanosleep
+// sightings times in a row.
 var ErrNotFound = errors.New("timerslack: the runtime's monitor thread was not found")
 
 // attempts bounds the search: each reads every thread's /proc syscall
-// file once, a few microseconds per thread.
-const attempts = 200
+// file once, a few microseconds per thread. A thread must be the only one
+// in nanosleep at sightings looks in a row: other threads sleep there for
+// a few microseconds now and then (a spinning worker, the collector's),
+// the monitor for 20 µs to 10 ms at a time.
+const (
+	attempts  = 400
+	sightings = 4
+)
 
 // SetMonitor sets the timer slack of the Go runtime's monitor thread of
 // this process, and returns that thread's id. Writing another thread's
@@ -89,9 +97,24 @@ func Get(tid int) (time.Duration, error) {
 	return time.Duration(n), nil
 }
 
+// findMonitor looks for the monitor; when it is not found, it runs a
+// garbage collection and looks again. A monitor that found every processor
+// idle sleeps on a futex, not in nanosleep, until something wakes it, and
+// a goroutine that merely runs does not: starting the world after a
+// collection does, and the monitor then sleeps in nanosleep again for as
+// long as a processor is busy (this search's).
 func findMonitor() (int, error) {
+	tid, err := searchMonitor()
+	if !errors.Is(err, ErrNotFound) {
+		return tid, err
+	}
+	runtime.GC()
+	return searchMonitor()
+}
+
+func searchMonitor() (int, error) {
 	self := unix.Gettid()
-	prev := -1
+	prev, streak := -1, 0
 	var buf [64]byte
 	for range attempts {
 		tids, err := threads()
@@ -114,7 +137,11 @@ func findMonitor() (int, error) {
 			}
 		}
 		if found >= 0 && found == prev {
-			return found, nil
+			if streak++; streak == sightings {
+				return found, nil
+			}
+		} else {
+			streak = 1
 		}
 		prev = found
 	}

@@ -58,6 +58,9 @@ func TestSetMonitor(t *testing.T) {
 		}
 	}
 	const slack = 1234567 * time.Nanosecond
+	// An idle process: the monitor goes to sleep on a futex (it was
+	// not found that way, now and then, before SetMonitor woke it).
+	time.Sleep(300 * time.Millisecond)
 	tid, err := SetMonitor(slack)
 	if err != nil {
 		t.Fatal(err)
