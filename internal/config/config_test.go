@@ -78,6 +78,7 @@ func TestParseValid(t *testing.T) {
 		"        ports: [443, 8443]",
 		"        addresses: [10.0.0.5]",
 		"        private: true",
+		"      - {host: git.internal:22, addresses: [10.0.0.6], private: true, opaque: true}",
 		"    network:",
 		"      connections: 10",
 		"      bytes: 1GiB",
@@ -108,11 +109,12 @@ func TestParseValid(t *testing.T) {
 			dest(t, policy.Spec{Host: "*.githubusercontent.com:443"}),
 			dest(t, policy.Spec{Host: "140.82.112.0/20:443"}),
 			dest(t, policy.Spec{Host: "mirror.internal", Ports: []int{443, 8443}, Addresses: []string{"10.0.0.5"}, Private: true}),
+			dest(t, policy.Spec{Host: "git.internal:22", Addresses: []string{"10.0.0.6"}, Private: true, Opaque: true}),
 		},
 		Network: Network{Connections: 10, Bytes: 1 << 30, DNSRate: 5},
 		Line:    3,
 	}
-	b2 := defTool("b-2", 34)
+	b2 := defTool("b-2", 35)
 	b2.Limits = Limits{CPUMilli: new(int64(0)), CPUTime: new(time.Duration(0)), Time: new(90 * time.Second)}
 
 	tests := []struct {
@@ -136,7 +138,7 @@ func TestParseValid(t *testing.T) {
 		{
 			"full",
 			full,
-			cfg(fetch, b2, defTool("9lives", 36)),
+			cfg(fetch, b2, defTool("9lives", 37)),
 		},
 		{
 			"quoted and tagged scalars",

@@ -65,6 +65,8 @@ func (p *parser) egressMapping(item *yaml.Node, at string) (policy.Destination, 
 			where.host, hasHost = f.val, true
 		case "private":
 			spec.Private, err = p.boolean(f.val, sub)
+		case "opaque":
+			spec.Opaque, err = p.boolean(f.val, sub)
 		case "ports":
 			spec.Ports, where.ports, err = p.ports(f.val, sub)
 		case "addresses":

@@ -138,7 +138,7 @@ func TestParseInvalid(t *testing.T) {
 		{"egress null item", tool("    egress:", "      - a.example", "      -"), 5, 8, "tools.t.egress[1]", "expected a string, got nothing"},
 		{"egress list item", tool("    egress:", "      - [a]"), 4, 9, "tools.t.egress[0]", "expected a string, got a list"},
 		{"egress bad host", tool("    egress:", "      - a.example", "      - a b"), 5, 9, "tools.t.egress[1]", `egress destination "a b": contains white space`},
-		{"egress unknown key", tool("    egress:", "      - host: a", "        port: 443"), 5, 9, "tools.t.egress[0].port", `unknown field "port" (allowed: addresses, host, ports, private)`},
+		{"egress unknown key", tool("    egress:", "      - host: a", "        port: 443"), 5, 9, "tools.t.egress[0].port", `unknown field "port" (allowed: addresses, host, opaque, ports, private)`},
 		{"egress no host", tool("    egress:", "      - ports: [443]"), 4, 9, "tools.t.egress[0]", `missing required field "host"`},
 		{"egress host list", tool("    egress:", "      - host: [a]"), 4, 15, "tools.t.egress[0].host", "expected a string, got a list"},
 		{"egress host compile", tool("    egress:", "      - host: a b", "        ports: [1]"), 4, 15, "tools.t.egress[0].host", `egress destination "a b": contains white space`},

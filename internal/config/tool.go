@@ -21,7 +21,7 @@ var (
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
-	egressKeys  = []string{"addresses", "host", "ports", "private"}
+	egressKeys  = []string{"addresses", "host", "opaque", "ports", "private"}
 	networkKeys = []string{"bytes", "connections", "dns_rate"}
 )
 

@@ -22,6 +22,9 @@ type Decision = ipclass.Decision
 type outbound struct {
 	conn net.Conn
 	addr netip.AddrPort // what was dialed
+	// opaque says the destination opted out of the check of what the
+	// client sends first (Destination.Opaque).
+	opaque bool
 }
 
 // Why a connection may be allowed by policy yet still not made. The client
@@ -61,7 +64,7 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 		g.active.Add(-1)
 		return out, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, errUnreachable
 	}
-	return outbound{conn: c, addr: ap}, Decision{Allow: true}, nil
+	return outbound{conn: c, addr: ap, opaque: d.Opaque}, Decision{Allow: true}, nil
 }
 
 // release returns a connection slot taken by a successful dial.

@@ -82,6 +82,11 @@ type Config struct {
 	Resolver Resolver
 	// DialTimeout bounds one outbound dial; 0 means 10s.
 	DialTimeout time.Duration
+	// HelloWait bounds the wait for what a client sends first on a
+	// connection to a destination that is not opaque, and for the rest of
+	// a TLS ClientHello; 0 means 10s. A client silent that long is
+	// refused.
+	HelloWait time.Duration
 	// Logger receives airlock's own diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Sockets, when set, are the proxy's and resolver's listeners, open
@@ -137,6 +142,9 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(nil)
+	}
+	if cfg.HelloWait <= 0 {
+		cfg.HelloWait = helloWait
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -427,37 +428,58 @@ func TestInboundConnectionsBounded(t *testing.T) {
 	}
 }
 
+// TestTransparentServerSpeaksFirst: a protocol whose server speaks first
+// (SSH) carries nothing to check, so it goes through only to a destination
+// marked opaque. Elsewhere a client that sends nothing is refused once the
+// gateway's wait is over: silence used to be taken for such a protocol
+// after 250 ms and let through unchecked, and a ClientHello sent after
+// that, for any name, went upstream with it.
 func TestTransparentServerSpeaksFirst(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	var upstream atomic.Int64
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			upstream.Add(1)
 			io.WriteString(c, "SSH-2.0-test\r\n")
 			c.Close()
 		}
 	}()
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-	f := gateway(t, []policy.Spec{pinned("ssh.test", port)}, nil)
-	addrs, err := f.lookup(t.Context(), "ssh.test")
-	if err != nil {
-		t.Fatal(err)
+	opaque := pinned("ssh.test", port)
+	opaque.Opaque = true
+	f := gateway(t, []policy.Spec{opaque, pinned("strict.test", port)}, func(c *Config) { c.HelloWait = 300 * time.Millisecond })
+	banner := func(name string) (string, error) {
+		addrs, err := f.lookup(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.dialIn(t.Context(), "tcp", netip.AddrPortFrom(addrs[0], port).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		return bufio.NewReader(c).ReadString('\n')
 	}
-	c, err := f.dialIn(t.Context(), "tcp", netip.AddrPortFrom(addrs[0], port).String())
-	if err != nil {
-		t.Fatal(err)
+	if b, err := banner("ssh.test"); err != nil || b != "SSH-2.0-test\r\n" {
+		t.Fatalf("opaque destination: got %q, %v; want the server's banner", b, err)
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	banner, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || banner != "SSH-2.0-test\r\n" {
-		t.Fatalf("got %q, %v; want the server's banner", banner, err)
+	if b, err := banner("strict.test"); err == nil || b != "" {
+		t.Fatalf("a silent client of a strict destination got %q, %v", b, err)
+	}
+	ev := f.evs.wait(t, "silent client refused", func(e result.EgressEvent) bool {
+		return strings.HasPrefix(e.Destination, "strict.test") && strings.Contains(e.Reason, "opaque: true")
+	})
+	if ev.Allow || upstream.Load() != 1 {
+		t.Fatalf("the silent client's connection: %+v, upstream saw %d connections (want only the opaque one's)", ev, upstream.Load())
 	}
 }
 

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress/ipclass"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -143,8 +145,27 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 	var pre []byte
 	if n := brw.Reader.Buffered(); n > 0 {
 		pre, _ = brw.Reader.Peek(n)
+		pre = bytes.Clone(pre)
 	}
 	ev.Status = http.StatusOK
+	// What the client sends through the tunnel must be for the host it
+	// asked for, as on the transparent path: a CONNECT for an allowed
+	// name, then a ClientHello for another, reached every site served
+	// at the same address.
+	name := ""
+	if _, isIP, err := ipclass.ParseHost(host); err == nil && !isIP {
+		name = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	method := ev.Method
+	pre, reason := g.checkHello(conn, pre, name, out.opaque, &ev)
+	ev.Method = method // the event is the CONNECT's
+	if reason != "" {
+		ev.Reason = reason
+		if reason != reasonClosed {
+			ev.Allow = false
+		}
+		return
+	}
 	ev.BytesOut, ev.BytesIn, ev.Reason = g.pipe(conn, up, pre)
 }
 

@@ -19,11 +19,13 @@ import (
 )
 
 const (
-	// firstByteWait is how long a transparent connection may stay silent
-	// before it is taken for a protocol where the server speaks first
-	// (SSH, SMTP), which carries no TLS server name to check.
-	firstByteWait = 250 * time.Millisecond
-	// helloWait bounds reading the rest of a TLS ClientHello.
+	// helloWait is Config.HelloWait's default: it bounds the wait for
+	// the client's first bytes and for the rest of a TLS ClientHello. A client that sends nothing in that time
+	// is refused: only an opaque destination carries a protocol whose
+	// server speaks first (SSH, SMTP). There used to be a shorter wait
+	// after which silence was taken for such a protocol and let through
+	// unchecked, which a client could use to send, late, a ClientHello
+	// for any name.
 	helloWait = 10 * time.Second
 	// tlsHandshake starts every TLS connection (a handshake record).
 	tlsHandshake = 0x16
@@ -159,7 +161,8 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 		ev.DurationMs = time.Since(ev.Time).Milliseconds()
 		g.emit(ev)
 	}
-	pre, reason := g.checkHello(c, name, &ev)
+	d, _ := g.cfg.Policy.Match(name, port)
+	pre, reason := g.checkHello(c, nil, name, d != nil && d.Opaque, &ev)
 	if reason != "" {
 		done(reason) // closing the connection is the client's answer
 		return
@@ -186,38 +189,54 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 	ev.BytesOut, ev.BytesIn, cut = g.pipe(c, up, pre)
 }
 
-// checkHello reads what the client sends first. A TLS ClientHello must
-// name the destination: otherwise a client could look up an allowed name
-// and speak TLS for another host served at the same address. It returns
-// the bytes read (to replay upstream) or a refusal reason.
-func (g *Gateway) checkHello(c net.Conn, name string, ev *result.EgressEvent) ([]byte, string) {
-	var first [1]byte
-	c.SetReadDeadline(time.Now().Add(firstByteWait))
-	n, err := c.Read(first[:])
-	if n == 0 {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			c.SetReadDeadline(time.Time{})
-			return nil, "" // the server speaks first
-		}
-		return nil, "client closed before sending"
+// reasonClosed is checkHello's reason for a client that closed before it
+// sent anything: nothing went anywhere, and nothing was refused.
+const reasonClosed = "client closed before sending"
+
+// checkHello reads what the client sends first on a connection to the
+// destination name ("" for an address destination), pre being what was
+// read of it already. A TLS ClientHello must name the destination: a
+// client could otherwise connect for an allowed name and speak TLS for
+// another host served at the same address (a CDN serves thousands). It
+// returns the bytes to replay upstream, or a refusal reason. An opaque
+// destination is not checked.
+func (g *Gateway) checkHello(c net.Conn, pre []byte, name string, opaque bool, ev *result.EgressEvent) ([]byte, string) {
+	if opaque {
+		ev.Method = "tcp"
+		return pre, ""
 	}
-	if first[0] != tlsHandshake {
-		c.SetReadDeadline(time.Time{})
-		return first[:], "" // not TLS: nothing to check
-	}
-	c.SetReadDeadline(time.Now().Add(helloWait))
+	c.SetReadDeadline(time.Now().Add(g.cfg.HelloWait))
 	defer c.SetReadDeadline(time.Time{})
-	raw, server, err := sni.Read(io.MultiReader(bytes.NewReader(first[:]), c))
+	if len(pre) == 0 {
+		var first [1]byte
+		n, err := c.Read(first[:])
+		if n == 0 {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, fmt.Sprintf("the client sent nothing for %v (a destination whose server speaks first, such as SSH, needs opaque: true)", g.cfg.HelloWait)
+			}
+			return nil, reasonClosed
+		}
+		pre = first[:]
+	}
+	if pre[0] != tlsHandshake {
+		return pre, "" // not TLS: nothing to check
+	}
+	raw, server, err := sni.Read(io.MultiReader(bytes.NewReader(pre), c))
 	switch {
 	case errors.Is(err, sni.ErrNotTLS):
 		return raw, ""
+	case errors.Is(err, sni.ErrEncrypted):
+		ev.Method = "tls"
+		return nil, "TLS ClientHello with Encrypted Client Hello (ECH): the name it is for cannot be checked"
 	case err != nil:
 		ev.Method = "tls"
 		return nil, "malformed TLS ClientHello"
 	}
 	ev.Method = "tls"
 	switch {
+	case name == "":
+		return raw, "" // an address destination: the address is what was allowed
 	case server == "":
 		return nil, "TLS ClientHello without a server name"
 	case !strings.EqualFold(strings.TrimSuffix(server, "."), name):

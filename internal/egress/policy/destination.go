@@ -60,6 +60,11 @@ type Spec struct {
 	// resolve to loopback, private, CGNAT, reserved or IPv4-embedding
 	// addresses. Cloud metadata and link-local addresses stay refused.
 	Private bool
+	// Opaque is the `opaque: true` option: the connection may carry any
+	// protocol, unchecked (SSH, a database, a server that speaks first).
+	// Without it the gateway reads what the client sends first and
+	// refuses a TLS server name that is not the destination's.
+	Opaque bool
 }
 
 // Destination is a compiled egress entry. Build one with Compile; a
@@ -82,6 +87,8 @@ type Destination struct {
 	Addresses []netip.Addr
 	// Private is Spec.Private.
 	Private bool
+	// Opaque is Spec.Opaque.
+	Opaque bool
 }
 
 // ParseDestination compiles a destination written as Spec.Host alone, with
@@ -129,6 +136,7 @@ func compile(s Spec) (Destination, string) {
 	}
 	var d Destination
 	d.Private = s.Private
+	d.Opaque = s.Opaque
 	if d.Ports, problem = compilePorts(t, s.Ports); problem != "" {
 		return Destination{}, problem
 	}

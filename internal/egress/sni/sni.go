@@ -20,6 +20,11 @@ var ErrNotTLS = errors.New("not a TLS handshake")
 // valid one.
 var ErrMalformed = errors.New("malformed TLS ClientHello")
 
+// ErrEncrypted means the ClientHello offers Encrypted Client Hello: the
+// server name it shows is the outer, public one, and the name the server
+// will serve is hidden from the check.
+var ErrEncrypted = errors.New("TLS ClientHello with Encrypted Client Hello (ECH)")
+
 const (
 	recordHeaderLen  = 5
 	recordHandshake  = 0x16
@@ -29,6 +34,7 @@ const (
 	// (even with post-quantum key shares) are a few KiB.
 	maxHello         = 32 << 10
 	extServerName    = 0
+	extECH           = 0xfe0d // encrypted_client_hello (RFC 9849)
 	nameTypeHost     = 0
 	maxServerNameLen = 253
 )
@@ -171,6 +177,9 @@ func Parse(body []byte) (string, error) {
 			return "", fmt.Errorf("%w: duplicate extension %d", ErrMalformed, typ)
 		}
 		seen[typ] = true
+		if typ == extECH {
+			return "", ErrEncrypted
+		}
 		if typ != extServerName {
 			continue
 		}

@@ -146,6 +146,22 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseECH: a ClientHello that offers Encrypted Client Hello shows
+// its outer, public name; the name the server will serve is hidden, so it
+// is refused as such, before or after the server name extension.
+func TestParseECH(t *testing.T) {
+	ech := []byte{0xfe, 0x0d, 0, 4, 0, 1, 2, 3}
+	for _, body := range [][]byte{
+		build(append(sniExt("public.example.com"), ech...)),
+		build(append(append([]byte{}, ech...), sniExt("public.example.com")...)),
+		build(ech),
+	} {
+		if _, err := Parse(body); !errors.Is(err, ErrEncrypted) {
+			t.Errorf("got %v, want ErrEncrypted", err)
+		}
+	}
+}
+
 func FuzzRead(f *testing.F) {
 	f.Add(hello(f, &tls.Config{ServerName: "fuzz.example.com"}))
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
