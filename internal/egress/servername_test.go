@@ -147,4 +147,3 @@ func TestServerNameOnBothPaths(t *testing.T) {
 		t.Fatal("the upstream saw a ClientHello without a name")
 	}
 }
-
