@@ -236,7 +236,7 @@ func TestTransparent(t *testing.T) {
 		t.Fatalf("got %q", body)
 	}
 	ev := f.evs.wait(t, "transparent plain", func(e result.EgressEvent) bool { return e.Kind == result.EgressTransparent })
-	if !ev.Allow || ev.Method != "plain" || ev.Address != fmt.Sprintf("127.0.0.1:%d", pport) || ev.BytesIn == 0 {
+	if !ev.Allow || ev.Method != "GET" || ev.Status != 200 || ev.Address != fmt.Sprintf("127.0.0.1:%d", pport) || ev.BytesIn == 0 {
 		t.Fatalf("event %+v", ev)
 	}
 

@@ -147,3 +147,144 @@ func TestServerNameOnBothPaths(t *testing.T) {
 		t.Fatal("the upstream saw a ClientHello without a name")
 	}
 }
+
+// TestHostOnTheTransparentPath: plain HTTP to an allowed name's address
+// must name that host in every request: a Host for another site served at
+// the same address is refused (421), on a fresh connection and on one that
+// already carried an allowed request (a refusal closes the connection),
+// and a connection that is neither TLS
+// nor HTTP/1 goes nowhere. The upstream's own log shows which hosts it
+// was asked for.
+func TestHostOnTheTransparentPath(t *testing.T) {
+	var mu sync.Mutex
+	var hosts []string
+	var conns int
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host)
+		mu.Unlock()
+		io.WriteString(w, "hello")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	pn, _ := strconv.Atoi(p)
+	port := uint16(pn)
+	f := gateway(t, []policy.Spec{pinned("web.test", port)}, func(c *Config) { c.HelloWait = 2 * time.Second })
+	addrs, err := f.lookup(t.Context(), "web.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() (net.Conn, *bufio.Reader) {
+		c, err := f.dialIn(t.Context(), "tcp", netip.AddrPortFrom(addrs[0], port).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	get := func(c net.Conn, br *bufio.Reader, host string) int {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	own := net.JoinHostPort("web.test", p)
+	c, br := open()
+	if st := get(c, br, own); st != 200 {
+		t.Fatalf("GET with Host %s: %d", own, st)
+	}
+	// The same connection, kept alive, then another host.
+	if st := get(c, br, "evil.test"); st != http.StatusMisdirectedRequest {
+		t.Fatalf("a second request for evil.test on the connection: %d, want 421", st)
+	}
+	c, br = open()
+	if st := get(c, br, "evil.test:"+p); st != http.StatusMisdirectedRequest {
+		t.Fatalf("GET with Host evil.test: %d, want 421", st)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the connection stayed open after a refusal")
+	}
+	c, br = open()
+	if st := get(c, br, "web.test"); st != 200 {
+		t.Fatalf("GET with Host web.test (no port): %d", st)
+	}
+	f.evs.wait(t, "the Host refusal", func(e result.EgressEvent) bool {
+		return e.Kind == result.EgressTransparent && !e.Allow && e.Status == http.StatusMisdirectedRequest && strings.Contains(e.Reason, `"evil.test`)
+	})
+	for _, tt := range []struct{ send, reason string }{
+		{"SSH-2.0-client\r\n", "neither TLS nor HTTP/1"},
+		{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "h2c"},
+	} {
+		c, br := open()
+		io.WriteString(c, tt.send)
+		if _, err := br.ReadByte(); err == nil {
+			t.Fatalf("%q: the gateway answered", tt.send)
+		}
+		f.evs.wait(t, "refusal of "+tt.send, func(e result.EgressEvent) bool { return !e.Allow && strings.Contains(e.Reason, tt.reason) })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range hosts {
+		if strings.HasPrefix(h, "evil.test") {
+			t.Fatalf("the upstream was asked for %q (all: %q)", h, hosts)
+		}
+	}
+	if len(hosts) != 2 {
+		t.Fatalf("the upstream served %q, want the two allowed requests", hosts)
+	}
+}
+
+func TestNotHTTP1(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		ok   bool
+	}{
+		{"GET / HTTP/1.1", true},
+		{"POST /a?b HTTP/1.0\r", true},
+		{"OPTIONS * HTTP/1.1", true},
+		{"get / HTTP/1.1", false},
+		{"GET / HTTP/2.0", false},
+		{"PRI * HTTP/2.0", false},
+		{"GET  / HTTP/1.1", false},
+		{"GET /", false},
+		{"SSH-2.0-OpenSSH_9.6", false},
+		{"", false},
+	} {
+		if got := notHTTP1([]byte(tt.line)) == ""; got != tt.ok {
+			t.Errorf("notHTTP1(%q) ok = %v, want %v", tt.line, got, tt.ok)
+		}
+	}
+}
+
+func TestSameHost(t *testing.T) {
+	for _, tt := range []struct {
+		authority string
+		ok        bool
+	}{
+		{"web.test", true},
+		{"WEB.test:8080", true},
+		{"web.test.:8080", true},
+		{"web.test:80", false},
+		{"evil.test:8080", false},
+		{"web.test.evil.test", false},
+		{"[::1]:8080", false},
+		{"", false},
+	} {
+		if got := sameHost(tt.authority, "web.test", 8080); got != tt.ok {
+			t.Errorf("sameHost(%q) = %v, want %v", tt.authority, got, tt.ok)
+		}
+	}
+}

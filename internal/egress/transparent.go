@@ -162,9 +162,17 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 		g.emit(ev)
 	}
 	d, _ := g.cfg.Policy.Match(name, port)
-	pre, reason := g.checkHello(c, nil, name, d != nil && d.Opaque, &ev)
+	opaque := d != nil && d.Opaque
+	pre, reason := g.checkHello(c, nil, name, opaque, &ev)
 	if reason != "" {
 		done(reason) // closing the connection is the client's answer
+		return
+	}
+	if !opaque && ev.Method == "plain" {
+		// Not TLS: HTTP/1, each request checked and logged on its own.
+		if reason := g.serveTransparentHTTP(c, pre, name, port); reason != "" {
+			done(reason)
+		}
 		return
 	}
 	out, dec, err := g.dial(g.ctx, name, port)
