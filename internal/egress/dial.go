@@ -45,6 +45,11 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	if !dec.Allow {
 		return out, dec, nil
 	}
+	if d.Wildcard && len(d.Addresses) == 0 {
+		if dec := g.wildcardLookup(host, d.Name); !dec.Allow {
+			return out, dec, nil
+		}
+	}
 	addrs, dec := g.dialer.Addresses(ctx, d, host)
 	if !dec.Allow {
 		return out, dec, nil
@@ -65,6 +70,41 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 		return out, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, errUnreachable
 	}
 	return outbound{conn: c, addr: ap, opaque: d.Opaque}, Decision{Allow: true}, nil
+}
+
+// maxUnderWildcard bounds the part of a name under a wildcard destination
+// ("abc.def" of "abc.def.example.com" under "*.example.com"): one DNS
+// label's worth.
+const maxUnderWildcard = 63
+
+// wildcardLookup decides whether the host may resolve host, a name under
+// the wildcard destination *.suffix: the host's lookup reaches the zone's
+// name servers, which see the name, so the names a sandbox may have
+// looked up are few (Limits.WildcardNames, distinct) and short. A name
+// counts from its first lookup, found or not.
+func (g *Gateway) wildcardLookup(host, suffix string) Decision {
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if under := strings.TrimSuffix(name, "."+suffix); len(under) > maxUnderWildcard {
+		return Decision{Reason: fmt.Sprintf("the part of %q under *.%s is %d bytes; names under a wildcard are resolved up to %d", shortName(name), suffix, len(under), maxUnderWildcard)}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.wild[name]; ok {
+		return Decision{Allow: true}
+	}
+	if len(g.wild) >= g.cfg.Limits.WildcardNames {
+		return Decision{Reason: fmt.Sprintf("%d distinct names under wildcard destinations were resolved already, the most a sandbox may have resolved", len(g.wild))}
+	}
+	g.wild[name] = struct{}{}
+	return Decision{Allow: true}
+}
+
+// shortName bounds a name for a message.
+func shortName(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // release returns a connection slot taken by a successful dial.

@@ -56,11 +56,17 @@ type Limits struct {
 	DNSRate int
 	// Names caps how many names get a transparent address.
 	Names int
+	// WildcardNames caps how many distinct names under wildcard
+	// destinations the host resolves for the sandbox: each such lookup
+	// reaches the zone's own name servers, which see the name, so a
+	// sandbox could spell data into names. The part of a name under the
+	// wildcard is also at most maxUnderWildcard bytes.
+	WildcardNames int
 }
 
 // DefaultLimits are used for any zero field of Config.Limits.
 func DefaultLimits() Limits {
-	return Limits{Connections: 256, Bytes: 4 << 30, DNSRate: 100, Names: 256}
+	return Limits{Connections: 256, Bytes: 4 << 30, DNSRate: 100, Names: 256, WildcardNames: 64}
 }
 
 // Resolver looks up host names on the host. *net.Resolver satisfies it.
@@ -121,6 +127,8 @@ type Gateway struct {
 	closers  map[io.Closer]struct{} // listeners and live connections
 	names    map[string]netip.Addr  // transparent address of each name
 	nextAddr netip.Addr
+	// wild are the names under wildcard destinations resolved so far.
+	wild map[string]struct{}
 }
 
 // Attach opens the proxy, the resolver and (lazily, as names are looked up)
@@ -140,6 +148,9 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	if cfg.Limits.Names <= 0 {
 		cfg.Limits.Names = def.Names
 	}
+	if cfg.Limits.WildcardNames <= 0 {
+		cfg.Limits.WildcardNames = def.WildcardNames
+	}
 	if cfg.Policy == nil {
 		cfg.Policy = policy.New(nil)
 	}
@@ -158,6 +169,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 		ns:       ns,
 		closers:  make(map[io.Closer]struct{}),
 		names:    make(map[string]netip.Addr),
+		wild:     make(map[string]struct{}),
 		nextAddr: transparentBase,
 		// Connections the sandbox opens to the gateway cost host
 		// goroutines and descriptors, so they are bounded too; those
