@@ -30,7 +30,9 @@ services:
       GH_URL: "{url}"
       GH_TOKEN: airlock-brokered
     operations:
-      - GET /repos/{owner}/{repo}/issues
+      - method: GET
+        path: /repos/{owner}/{repo}/issues
+        headers: [X-GitHub-Api-Version]
       - method: GET
         path: /repos/{owner}/{repo}
         query: [state]
@@ -48,6 +50,8 @@ services:
         path: /big
         max_response: 1MiB
       - GET /gzip
+      - GET /gzip2
+      - {method: GET, path: /ranged, rate: 1000}
 %s
 tools:
   t:
@@ -64,6 +68,13 @@ func TestAllowedCallGetsCredential(t *testing.T) {
 	req.Header.Set("Cookie", "session=stolen")
 	req.Header.Set("X-Api-Key", "stolen")
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	// Headers a framework upstream may route by, and a slice of the
+	// answer: none is declared, none goes.
+	req.Header.Set("X-Original-URL", "/admin")
+	req.Header.Set("X-Rewrite-URL", "/admin")
+	req.Header.Set("X-Original-Host", "admin.internal")
+	req.Header.Set("Range", "bytes=0-11")
+	req.Header.Set("Accept", "application/json")
 	resp, err := f.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +88,10 @@ func TestAllowedCallGetsCredential(t *testing.T) {
 	if got.Path != "/api/repos/octo/hello/issues" || got.Header.Get("Authorization") != "Bearer "+secret {
 		t.Fatalf("upstream saw %s %q", got.Path, got.Header.Get("Authorization"))
 	}
-	for _, h := range []string{"Cookie", "X-Api-Key"} {
+	if got.Header.Get("Accept") != "application/json" {
+		t.Errorf("Accept dropped")
+	}
+	for _, h := range []string{"Cookie", "X-Api-Key", "X-Original-Url", "X-Rewrite-Url", "X-Original-Host", "Range"} {
 		if v := got.Header.Get(h); v != "" {
 			t.Errorf("caller's %s reached the upstream: %q", h, v)
 		}
@@ -138,6 +152,9 @@ func TestRefusals(t *testing.T) {
 		{"oversized chunked body", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + big + "\r\n0\r\n\r\n", 413, "cap"},
 		{"wrong content type", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi", 415, "content type"},
 		{"compressed answer", "GET /gh/gzip HTTP/1.1\r\nHost: b\r\n\r\n", 502, "encoding"},
+		// An empty Content-Encoding, then gzip: every instance counts.
+		{"compressed answer behind an empty encoding", "GET /gh/gzip2 HTTP/1.1\r\nHost: b\r\n\r\n", 502, "gzip encoding"},
+		{"two content types", "POST /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}", 400, "Content-Type"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,5 +278,37 @@ func TestHTTPSUpstreamWithCA(t *testing.T) {
 	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n")
 	if resp.StatusCode != 200 || u.last().Header.Get("Authorization") != "Bearer "+secret {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestRangeCannotSliceTheSecret: the echo upstream serves ranges of its
+// answer, which reflects the credential. Twelve bytes at a time, each
+// slice was too short to hold the secret, so none was redacted, and
+// together they gave it whole. Range is not forwarded unless an operation
+// declares it: every call gets the whole, redacted answer, and no slice
+// of the secret leaves.
+func TestRangeCannotSliceTheSecret(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	var all strings.Builder
+	for off := 0; off < 1200; off += 12 {
+		req, _ := http.NewRequest("GET", URL+"/gh/ranged", nil)
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+11))
+		resp, err := f.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("Range %d: status %d %s", off, resp.StatusCode, body)
+		}
+		if got := u.last().Header.Get("Range"); got != "" {
+			t.Fatalf("the upstream got Range %q", got)
+		}
+		all.Write(body)
+	}
+	if strings.Contains(all.String(), secret) || strings.Contains(all.String(), secret[:len(secret)/2]) {
+		t.Fatal("the answers hold the secret, or half of it")
 	}
 }

@@ -203,8 +203,18 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	if len(body) == 0 {
 		out.Body = http.NoBody
 	}
+	// Only the headers an API call needs go upstream: a short list, and
+	// what the operation declares. Anything else could steer a framework
+	// upstream (X-Original-URL, X-Rewrite-URL and X-Original-Host route
+	// to paths no operation allows) or slice the answer past redaction
+	// (Range, If-Range: twelve bytes at a time, each slice too short to
+	// hold the secret).
+	if len(r.Header.Values("Content-Type")) > 1 {
+		c.refuse(http.StatusBadRequest, "more than one Content-Type")
+		return
+	}
 	for k, vs := range r.Header {
-		if credentialLike(k) || isHop(k) || strings.EqualFold(k, s.cfg.Credential.Header) || forwardedHeader(k) {
+		if !op.forwards(k) || credentialLike(k) || isHop(k) || strings.EqualFold(k, s.cfg.Credential.Header) || forwardedHeader(k) {
 			continue
 		}
 		out.Header[k] = vs
@@ -228,8 +238,19 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	}
 	defer resp.Body.Close()
 	c.ev.Upstream = true
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	// Every instance of the header counts: an empty Content-Encoding
+	// followed by "gzip" passed a check of the first alone, and a client
+	// that decodes showed the secret.
+	if ce := encoded(resp.Header.Values("Content-Encoding")); ce != "" {
 		c.refuse(http.StatusBadGateway, fmt.Sprintf("upstream answered with %s encoding, which cannot be checked for the secret", shorten(ce)))
+		return
+	}
+	if te := encoded(resp.TransferEncoding); te != "" && !strings.EqualFold(te, "chunked") || len(resp.TransferEncoding) > 1 {
+		c.refuse(http.StatusBadGateway, fmt.Sprintf("upstream answered with transfer coding %s, which cannot be checked for the secret", shorten(strings.Join(resp.TransferEncoding, ", "))))
+		return
+	}
+	if resp.StatusCode == http.StatusPartialContent && !op.forwards("Range") {
+		c.refuse(http.StatusBadGateway, "upstream answered with part of a resource (206) to a call without a Range")
 		return
 	}
 	if resp.ContentLength > op.cfg.MaxResponse {
@@ -273,6 +294,19 @@ func (c *call) relay(resp *http.Response, red *redact.Redactor, max int64) {
 	if err != nil {
 		c.ev.Reason = "response relay ended early"
 	}
+}
+
+// encoded returns the first coding other than identity among header
+// values (each a comma-separated list), or "".
+func encoded(values []string) string {
+	for _, v := range values {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 func isHop(k string) bool {

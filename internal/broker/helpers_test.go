@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -76,6 +78,18 @@ func newUpstream(t *testing.T, tlsOn bool) *upstream {
 		case "/api/gzip":
 			w.Header().Set("Content-Encoding", "gzip")
 			w.Write([]byte{0x1f, 0x8b})
+			return
+		case "/api/gzip2":
+			// An empty encoding first, the real one second: a check of
+			// the first instance alone sees none.
+			w.Header()["Content-Encoding"] = []string{"", "gzip"}
+			w.Write(gzipped(t, "Bearer "+secret))
+			return
+		case "/api/ranged":
+			// The echo (the credential in it), served in whatever slice
+			// the caller's Range asks for.
+			b, _ := json.Marshal(e)
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -223,4 +237,15 @@ func queryEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// gzipped compresses s.
+func gzipped(t *testing.T, s string) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := io.WriteString(zw, s); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	return b.Bytes()
 }

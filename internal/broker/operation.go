@@ -23,6 +23,16 @@ func newOperation(cfg *config.Operation) *operation {
 }
 
 // name is the operation as configured, for events and refusals.
+// baseHeaders go upstream on every call; others only when the operation
+// declares them (config Operation.Headers).
+var baseHeaders = []string{"Accept", "Accept-Language", "Content-Type", "User-Agent"}
+
+// forwards reports whether request header k may go upstream.
+func (o *operation) forwards(k string) bool {
+	k = http.CanonicalHeaderKey(k)
+	return slices.Contains(baseHeaders, k) || slices.Contains(o.cfg.Headers, k)
+}
+
 func (o *operation) name() string { return o.cfg.Template.Method + " " + o.cfg.Template.Path }
 
 // match returns the first operation of s matching method and segs.

@@ -294,7 +294,7 @@ func TestParseInvalid(t *testing.T) {
 		{"operation duplicate forms", ops("      - GET /a", "      - {method: GET, path: /a, rate: 1}"), 7, 9, "services.s.operations[1]", `duplicate operation "GET /a"`},
 		{"operation no method", ops("      - path: /a"), 6, 9, "services.s.operations[0]", `missing required field "method"`},
 		{"operation no path field", ops("      - method: GET"), 6, 9, "services.s.operations[0]", `missing required field "path"`},
-		{"operation unknown", ops("      - method: GET", "        path: /a", "        querys: [a]"), 8, 9, "services.s.operations[0].querys", `unknown field "querys" (allowed: content_types, max_request, max_response, method, params, path, query, rate)`},
+		{"operation unknown", ops("      - method: GET", "        path: /a", "        querys: [a]"), 8, 9, "services.s.operations[0].querys", `unknown field "querys" (allowed: content_types, headers, max_request, max_response, method, params, path, query, rate)`},
 		{"operation bad method", ops("      - method: get", "        path: /a"), 6, 17, "services.s.operations[0].method", "method must be one of"},
 		{"operation bad path", ops("      - method: GET", "        path: a"), 7, 15, "services.s.operations[0].path", "path must start with /"},
 		{"operation param pattern", ops("      - method: GET", "        path: /{a}", `        params: {a: "("}`), 8, 21, "services.s.operations[0].params.a", `parameter "a": bad pattern`},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 
@@ -116,6 +117,12 @@ func (p *parser) operationMapping(item *yaml.Node, at string) (Operation, error)
 			op.MaxResponse, err = p.positiveSize(f.val, sub)
 		case "rate":
 			op.Rate, err = p.rate(f.val, sub)
+		case "headers":
+			if op.Headers, err = p.distinct(f.val, sub, headerNameProblem); err == nil {
+				for i, h := range op.Headers {
+					op.Headers[i] = http.CanonicalHeaderKey(h)
+				}
+			}
 		}
 		if err != nil {
 			return op, err
@@ -229,6 +236,26 @@ func mediaTypeProblem(s string) string {
 	}
 	if !ok || !token(typ) || !token(sub) || len(s) > 255 {
 		return "invalid media type " + quote(s) + ": want type/subtype in lower case, without parameters or wildcards, such as application/json"
+	}
+	return ""
+}
+
+// headerNameProblem says why h cannot be a header an operation forwards:
+// not a header name, or one the broker decides itself (the credential's,
+// hop-by-hop and connection headers, encodings).
+func headerNameProblem(h string) string {
+	if h == "" || len(h) > 64 {
+		return "want a header name of 1-64 characters"
+	}
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return "want a header name (letters, digits and '-')"
+		}
+	}
+	switch strings.ToLower(h) {
+	case "authorization", "proxy-authorization", "cookie", "host", "connection", "keep-alive", "te", "trailer",
+		"transfer-encoding", "upgrade", "content-length", "content-encoding", "accept-encoding", "expect", "forwarded":
+		return "the broker sets this header itself, or never sends it"
 	}
 	return ""
 }

@@ -44,7 +44,7 @@ const (
 var (
 	serviceKeys    = []string{"addresses", "ca", "credential", "env", "max_request", "max_response", "operations", "private", "rate", "upstream"}
 	credentialKeys = []string{"header", "secret", "template"}
-	operationKeys  = []string{"content_types", "max_request", "max_response", "method", "params", "path", "query", "rate"}
+	operationKeys  = []string{"content_types", "headers", "max_request", "max_response", "method", "params", "path", "query", "rate"}
 )
 
 // Service is an upstream HTTP API that sandboxes reach only through the
@@ -122,6 +122,10 @@ type Operation struct {
 	MaxRequest, MaxResponse int64
 	// Rate caps calls per minute, 1..MaxRate.
 	Rate int
+	// Headers are request headers the call may send upstream beyond the
+	// broker's own short list (Accept, Accept-Language, Content-Type,
+	// User-Agent), in canonical form ("X-Github-Api-Version").
+	Headers []string
 	// Line is the line of the operation's item, for later error messages.
 	Line int
 }

@@ -347,3 +347,25 @@ func TestServiceErrorText(t *testing.T) {
 		}
 	}
 }
+
+func TestOperationHeaders(t *testing.T) {
+	base := "secrets: {s: {env: X}}\nservices:\n  gh:\n    upstream: https://api.github.com\n    credential: {secret: s}\n    operations:\n      - {method: GET, path: /user, headers: %s}\n"
+	c, err := Parse("a.yaml", []byte(fmt.Sprintf(base, "[x-github-api-version, If-None-Match]")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Services["gh"].Operations[0].Headers; !slices.Equal(got, []string{"X-Github-Api-Version", "If-None-Match"}) {
+		t.Fatalf("headers %q", got)
+	}
+	for _, bad := range []struct{ list, want string }{
+		{"[Authorization]", "sets this header itself"},
+		{"[Transfer-Encoding]", "sets this header itself"},
+		{"[Accept-Encoding]", "sets this header itself"},
+		{`["X Y"]`, "header name"},
+		{"[a, a]", "twice"},
+	} {
+		if _, err := Parse("a.yaml", []byte(fmt.Sprintf(base, bad.list))); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("headers %s: %v, want %q", bad.list, err, bad.want)
+		}
+	}
+}
