@@ -61,6 +61,10 @@ type Template struct {
 	// Parts alternate literal text and input names: Parts[0] is literal,
 	// Parts[1] an input name, Parts[2] literal, and so on.
 	Parts []string
+	// Group, when not 0, joins the arguments written as one nested list
+	// in the command ([-o, "{out}"]): they are left out together when
+	// any of them names an absent optional input.
+	Group int
 }
 
 // Inputs returns the names of the inputs the template uses.
@@ -124,28 +128,56 @@ func (p *parser) command(n *yaml.Node, at string) ([]Template, []*yaml.Node, err
 		return nil, nil, p.errAt(n, at, "%d arguments; at most %d", len(items), maxArgs)
 	}
 	var out []Template
-	for i, item := range items {
-		sub := index(at, i)
+	var nodes []*yaml.Node
+	one := func(item *yaml.Node, sub string, group int) error {
 		s, err := p.str(item, sub)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		if strings.IndexByte(s, 0) >= 0 {
-			return nil, nil, p.errAt(item, sub, "an argument cannot hold a NUL byte")
+			return p.errAt(item, sub, "an argument cannot hold a NUL byte")
 		}
 		t, err := parseTemplate(s)
 		if err != nil {
-			return nil, nil, p.wrapAt(item, sub, err)
+			return p.wrapAt(item, sub, err)
 		}
-		if i == 0 && len(t.Parts) > 1 {
+		t.Group = group
+		out = append(out, t)
+		nodes = append(nodes, item)
+		return nil
+	}
+	for i, item := range items {
+		sub := index(at, i)
+		if item.Kind == yaml.SequenceNode {
+			// A group: arguments left out together ([-o, "{out}"]).
+			if i == 0 {
+				return nil, nil, p.errAt(item, sub, "the command itself cannot be a group; name a program")
+			}
+			members, err := p.nonEmptyList(item, sub)
+			if err != nil {
+				return nil, nil, err
+			}
+			for j, m := range members {
+				if err := one(m, index(sub, j), i); err != nil {
+					return nil, nil, err
+				}
+			}
+			continue
+		}
+		if err := one(item, sub, 0); err != nil {
+			return nil, nil, err
+		}
+		if i == 0 && len(out[0].Parts) > 1 {
 			return nil, nil, p.errAt(item, sub, "the command itself cannot be an input; name a program")
 		}
-		out = append(out, t)
+	}
+	if len(out) > maxArgs {
+		return nil, nil, p.errAt(n, at, "%d arguments; at most %d", len(out), maxArgs)
 	}
 	if out[0].Parts[0] == "" {
 		return nil, nil, p.errAt(items[0], index(at, 0), "the command is empty")
 	}
-	return out, items, nil
+	return out, nodes, nil
 }
 
 // inputs parses a tool's inputs mapping, in file order.
@@ -297,6 +329,22 @@ func (p *parser) checkInputs(t *Tool, cmdNodes []*yaml.Node, stdinNode *yaml.Nod
 		}
 		used[t.Stdin] = true
 	}
+	// An argument that may be left out (it names an optional input with
+	// no default) must not follow a literal option: the option would take
+	// the next argument instead, a caller's value meant for something
+	// else ([curl, -o, "{out}", "{url}"] without out runs curl -o URL).
+	// A group takes its option with it.
+	for i, a := range t.Command {
+		if i == 0 || a.Group != 0 || !t.mayDrop(a) {
+			continue
+		}
+		prev := t.Command[i-1]
+		if len(prev.Parts) == 1 && strings.HasPrefix(prev.Parts[0], "-") && prev.Parts[0] != "--" && prev.Parts[0] != "-" {
+			names := a.Inputs()
+			return p.errAt(cmdNodes[i], index(join(at, "command"), i), "{%s} is optional and is left out when absent, which would leave %s before it to take the next argument; write the two as one group, [%s, %q], which is left out together, or make the input required or give it a default",
+				names[0], quote(prev.Parts[0]), prev.Parts[0], "{"+names[0]+"}")
+		}
+	}
 	for _, in := range t.Inputs {
 		if !used[in.Name] {
 			return p.errLine(in.Line, join(join(at, "inputs"), in.Name), "input %s is not used by command or stdin", quote(in.Name))
@@ -324,4 +372,15 @@ func (p *parser) errLine(line int, field, format string, args ...any) *Error {
 	e := p.errAt(nil, field, format, args...)
 	e.Line = line
 	return e
+}
+
+// mayDrop reports whether argument a is left out of some call: it names an
+// input that is neither required nor defaulted.
+func (t *Tool) mayDrop(a Template) bool {
+	for _, name := range a.Inputs() {
+		if in := t.input(name); in != nil && !in.Required && in.Default == nil {
+			return true
+		}
+	}
+	return false
 }

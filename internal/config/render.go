@@ -199,8 +199,24 @@ func (t *Tool) Render(arguments json.RawMessage) (*Call, error) {
 			return nil, &InputError{Input: name, Reason: fmt.Sprintf("is not an input of this tool (inputs: %s)", inputNames(t.Inputs))}
 		}
 	}
+	// A group is left out whole when any of its arguments names an
+	// absent input.
+	dropped := map[int]bool{}
+	for _, a := range t.Command {
+		if a.Group == 0 {
+			continue
+		}
+		for _, name := range a.Inputs() {
+			if _, ok := vals[name]; !ok {
+				dropped[a.Group] = true
+			}
+		}
+	}
 	afterDashes := false // past a literal "--": no more options
 	for _, a := range t.Command {
+		if a.Group != 0 && dropped[a.Group] {
+			continue
+		}
 		if len(a.Parts) == 1 && a.Parts[0] == "--" {
 			afterDashes = true
 		}

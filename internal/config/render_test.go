@@ -191,3 +191,45 @@ func TestMountsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionalArgumentTakesItsOption: an optional argument left out must
+// not leave a literal option before it to take the caller's next value.
+// Such a template is refused when the config loads; written as a group,
+// the option goes with it.
+func TestOptionalArgumentTakesItsOption(t *testing.T) {
+	const shifted = "tools:\n  dl:\n    command: [curl, -o, \"{out}\", \"{url}\"]\n    inputs:\n      out: {}\n      url: {required: true}\n"
+	_, err := Parse("a.yaml", []byte(shifted))
+	if err == nil || !strings.Contains(err.Error(), `tools.dl.command[2]`) || !strings.Contains(err.Error(), `[-o, "{out}"]`) {
+		t.Fatalf("a template whose option would take the next argument: %v", err)
+	}
+	for _, fixed := range []string{
+		strings.Replace(shifted, "      out: {}\n", "      out: {required: true}\n", 1),
+		strings.Replace(shifted, "      out: {}\n", "      out: {default: out.bin}\n", 1),
+	} {
+		if _, err := Parse("a.yaml", []byte(fixed)); err != nil {
+			t.Fatalf("a required or defaulted input: %v", err)
+		}
+	}
+	c, err := Parse("a.yaml", []byte(strings.Replace(shifted, `[curl, -o, "{out}", "{url}"]`, `[curl, [-o, "{out}"], "{url}"]`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args string
+		want []string
+	}{
+		{`{"url": "https://a.example/x"}`, []string{"curl", "https://a.example/x"}},
+		{`{"url": "https://a.example/x", "out": "x.bin"}`, []string{"curl", "-o", "x.bin", "https://a.example/x"}},
+	} {
+		call, err := c.Tools["dl"].Render(json.RawMessage(tt.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(call.Argv, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("%s: argv %q, want %q", tt.args, call.Argv, tt.want)
+		}
+	}
+	if _, err := Parse("a.yaml", []byte("tools:\n  g:\n    command: [[x, y]]\n")); err == nil || !strings.Contains(err.Error(), "cannot be a group") {
+		t.Errorf("a group as the command: %v", err)
+	}
+}
