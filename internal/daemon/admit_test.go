@@ -255,3 +255,49 @@ mcp_servers:
 		t.Fatalf("%d sandboxes live for 2 MCP sessions", u.Sandboxes)
 	}
 }
+
+// TestMCPSessionStaysItsOwners: an MCP session is its opener's for as long
+// as it lives. Owner entries long unused were dropped after an hour while
+// a standing stream kept the session alive, and then another caller who
+// knew its id was let in. Here the check runs at once (ownerCheck), the
+// session is alive, and a token's request with its id is still refused.
+func TestMCPSessionStaysItsOwners(t *testing.T) {
+	oldCheck, oldPrune := ownerCheck, ownerPrune
+	ownerCheck, ownerPrune = 0, 0
+	// Put back after the daemon has stopped (cleanups run last first).
+	t.Cleanup(func() { ownerCheck, ownerPrune = oldCheck, oldPrune })
+	addr := freePort(t)
+	t.Setenv("TEST_MCP_TOKEN", "mcp-token-0123456789abcdef")
+	_, sock := serveConfig(t, `
+server:
+  tcp: `+addr+`
+  tokens: [{name: other, secret: s, tools: ["*"]}]
+secrets:
+  s: {env: TEST_MCP_TOKEN}
+tools:
+  echo: {command: [echo, hi]}
+`, nil)
+	cs := mcpConnect(t, sock, nil) // the local socket's session
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Another session's opening runs the check of unused owners; the
+	// next request is the other caller's, before the owner's own.
+	mcpConnect(t, sock, nil)
+	req, _ := http.NewRequest("POST", "http://"+addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+	req.Header.Set("Authorization", "Bearer mcp-token-0123456789abcdef")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another caller with the session's id: %d, want 404", resp.StatusCode)
+	}
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatalf("the owner's own session after the check: %v", err)
+	}
+}

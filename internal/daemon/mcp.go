@@ -231,12 +231,18 @@ func (o *sessionOwners) open(id, name string, server *mcp.Server, fast map[strin
 	defer o.mu.Unlock()
 	now := time.Now()
 	if now.After(o.next) {
+		// An owner is forgotten only with its session: an entry long
+		// unused is dropped only when its server no longer holds the
+		// session. (Entries used to go after an hour unused, while a
+		// standing GET stream kept the session alive, and then any
+		// caller who knew the id was let in.) A session's end drops its
+		// entry on its own (see below); this catches any that did not.
 		for k, v := range o.m {
-			if now.Sub(v.seen) > 2*mcpIdle {
+			if now.Sub(v.seen) > ownerCheck && !serves(v.server, k) {
 				delete(o.m, k)
 			}
 		}
-		o.next = now.Add(time.Minute)
+		o.next = now.Add(ownerPrune)
 	}
 	ow, ok := o.m[id]
 	if !ok || server != nil {
@@ -253,6 +259,26 @@ func (o *sessionOwners) open(id, name string, server *mcp.Server, fast map[strin
 	}
 	ow.name, ow.seen, ow.sdkSeen = name, now, now
 	o.m[id] = ow
+}
+
+// ownerCheck is how long an owner entry goes unused before open looks
+// whether its session still exists, and ownerPrune how often it looks.
+var (
+	ownerCheck = 2 * mcpIdle
+	ownerPrune = time.Minute
+)
+
+// serves reports whether server still serves session id.
+func serves(server *mcp.Server, id string) bool {
+	if server == nil {
+		return false
+	}
+	for ss := range server.Sessions() {
+		if ss.ID() == id {
+			return true
+		}
+	}
+	return false
 }
 
 // drop forgets session id if it is still the one server serves.
