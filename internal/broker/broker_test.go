@@ -231,6 +231,14 @@ func TestSecretRedacted(t *testing.T) {
 	if !strings.Contains(string(body), "plain=[REDACTED]") || resp.Header.Get("X-Echo") != "[REDACTED]" {
 		t.Fatalf("got %q, X-Echo %q", body, resp.Header.Get("X-Echo"))
 	}
+	// An upstream that echoes the secret hex-encoded, JSON-escaped
+	// (slashes too, or every character as \u00XX) or base64 of its URL
+	// encoding: each line is masked whole.
+	for _, f := range hostileForms(secret) {
+		if strings.Contains(all, f[1]) || !strings.Contains(string(body), f[0]+"=[REDACTED]\n") {
+			t.Errorf("the %s form was not redacted:\n%s", f[0], body)
+		}
+	}
 }
 
 func TestResponseCut(t *testing.T) {
@@ -310,5 +318,22 @@ func TestRangeCannotSliceTheSecret(t *testing.T) {
 	}
 	if strings.Contains(all.String(), secret) || strings.Contains(all.String(), secret[:len(secret)/2]) {
 		t.Fatal("the answers hold the secret, or half of it")
+	}
+}
+
+// TestShortSecretRefused: a secret shorter than 8 bytes cannot be kept out
+// of answers (its forms are a few bytes innocent data holds too), so the
+// broker does not use it, and says why.
+func TestShortSecretRefused(t *testing.T) {
+	u := newUpstream(t, false)
+	f := attach(t, svcYAML(u, ""))
+	t.Setenv("TEST_BROKER_SECRET", "abc1234")
+	before := u.hits.Load()
+	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n")
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "shorter than 8 bytes") {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if u.hits.Load() != before {
+		t.Fatal("the short secret went upstream")
 	}
 }

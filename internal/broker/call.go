@@ -149,6 +149,11 @@ func shorten(s string) string {
 	return s
 }
 
+// minSecret is the shortest secret the broker attaches: below it,
+// redaction cannot tell the secret from innocent data (real API tokens
+// are 20 bytes and more).
+const minSecret = 8
+
 // forward sends a matched call upstream with the real credential and
 // relays the answer, redacted.
 func (c *call) forward(s *service, op *operation, r *http.Request, segs []string, query string) {
@@ -157,6 +162,14 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 		// The error names the secret and its source, never its value.
 		c.b.cfg.Logger.Warn("broker: secret unavailable", "service", s.cfg.Name, "err", err)
 		c.refuse(http.StatusBadGateway, "the service's credential is not available on the host")
+		return
+	}
+	if len(secret) < minSecret {
+		// Redaction would have to mask a few bytes wherever innocent
+		// data holds them, and would still miss the secret in forms too
+		// short to tell apart: such a credential is not used.
+		c.b.cfg.Logger.Warn("broker: secret too short to keep out of answers", "service", s.cfg.Name, "bytes", len(secret), "minimum", minSecret)
+		c.refuse(http.StatusBadGateway, fmt.Sprintf("the service's credential is shorter than %d bytes, too short to keep out of the answers; the operator must use a longer one", minSecret))
 		return
 	}
 	value := s.cfg.Credential.Value(secret)

@@ -6,12 +6,15 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -64,6 +67,9 @@ func newUpstream(t *testing.T, tlsOn bool) *upstream {
 			// A careless upstream echoing the token back in every form.
 			w.Header().Set("X-Echo", "Bearer "+secret)
 			fmt.Fprintf(w, "plain=%s\nquery=%s\nb64=%s\n", secret, queryEscape(secret), b64(secret))
+			for _, f := range hostileForms(secret) {
+				fmt.Fprintf(w, "%s=%s\n", f[0], f[1])
+			}
 			return
 		case "/api/redirect":
 			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
@@ -248,4 +254,24 @@ func gzipped(t *testing.T, s string) []byte {
 	}
 	zw.Close()
 	return b.Bytes()
+}
+
+// hostileForms are the secret as an upstream that encodes what it echoes
+// might write it: labels and forms.
+func hostileForms(s string) [][2]string {
+	js, _ := json.Marshal(s)
+	var uLower, uUpper strings.Builder
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&uLower, "\\u%04x", s[i])
+		fmt.Fprintf(&uUpper, "\\u%04X", s[i])
+	}
+	return [][2]string{
+		{"hex", hex.EncodeToString([]byte(s))},
+		{"HEX", strings.ToUpper(hex.EncodeToString([]byte(s)))},
+		{"json", string(js[1 : len(js)-1])},
+		{"json-slash", strings.ReplaceAll(string(js[1:len(js)-1]), "/", `\/`)},
+		{"json-u", uLower.String()},
+		{"json-U", uUpper.String()},
+		{"b64-of-query", base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(s)))},
+	}
 }

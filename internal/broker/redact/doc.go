@@ -14,7 +14,12 @@
 //   - the secret itself;
 //   - URL encodings: [url.QueryEscape], [url.PathEscape] and every byte
 //     percent-encoded, each with upper- and lower-case hex digits;
-//   - base64 in the standard and URL alphabets, padded and unpadded;
+//   - JSON string escapes: Go's (which writes "<", ">" and "&" as \u003c
+//     and so on) and with "/" as "\/";
+//   - for secrets of 6 bytes or more, hex in both cases, and every byte as
+//     a JSON \u00XX escape in both cases;
+//   - base64 in the standard and URL alphabets, padded and unpadded, of the
+//     secret and of its URL encoding;
 //   - base64 "cores": the characters of the encoding that depend on the
 //     secret's bytes alone, at each of the three byte alignments and in both
 //     alphabets. They catch the secret inside a longer encoded value, such as
@@ -28,10 +33,12 @@
 // Occurrences that merely touch get one Mask each.
 //
 // Redaction is a last line of defence, not a guarantee. It does not catch
-// the secret in transformations it does not know (hex, JSON escapes such as
-// "\/", percent-encoding with mixed-case hex digits, the URL-encoded form of
-// the base64 form, compression), split by the upstream in ways other than
-// encoding, or in pieces shorter than a form. Callers that know how the
+// the secret in transformations it does not know (percent-encoding that
+// mixes the cases of hex digits within one value, the URL-encoded form of
+// the base64 form, JSON escapes of only some characters as \u00XX,
+// compression), split by the upstream in ways other than encoding, or in
+// pieces shorter than a form (the broker strips Range, so a caller cannot
+// ask for such pieces, and refuses secrets under 8 bytes). Callers that know how the
 // secret is wrapped should pass the wrapped value too (for example both the
 // token and "Bearer " + token, or "user:" + token for HTTP Basic), so its
 // whole encodings are redacted as well. Very short secrets are a poor fit:

@@ -3,8 +3,11 @@ package redact
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"net/url"
 	"slices"
+	"strings"
 )
 
 const (
@@ -33,13 +36,30 @@ func formsOf(s string) []string {
 		forms = append(forms, e, lowerHex(e))
 	}
 
+	// JSON string escapes: an upstream's encoder may escape "/" as "\/",
+	// and "<", ">" and "&" as \u003c and so on (Go's, by default).
+	forms = append(forms, jsonEscape(s, false), jsonEscape(s, true))
+	if len(s) >= minCoreSecret {
+		// Hex in both cases (a debugging echo, a signature input), and
+		// every character as a \u00XX escape in both cases. Not for a
+		// short secret: its hex is a few digits that innocent data
+		// holds everywhere.
+		h := hex.EncodeToString([]byte(s))
+		forms = append(forms, h, strings.ToUpper(h), uEscapeAll(s, false), uEscapeAll(s, true))
+	}
+
 	// Whole base64 encodings, for an upstream that echoes an encoded
-	// header or stores the token encoded in a JSON field.
+	// header or stores the token encoded in a JSON field; and of the
+	// URL-encoded secret, which an upstream that encodes a query string
+	// or a form body as a whole produces.
 	for _, enc := range []*base64.Encoding{
 		base64.StdEncoding, base64.URLEncoding,
 		base64.RawStdEncoding, base64.RawURLEncoding,
 	} {
 		forms = append(forms, enc.EncodeToString([]byte(s)))
+		if q := url.QueryEscape(s); q != s {
+			forms = append(forms, enc.EncodeToString([]byte(q)))
+		}
 	}
 
 	// Base64 cores: the secret inside a longer encoded value ("user:" +
@@ -75,6 +95,32 @@ func core(enc *base64.Encoding, s string, k int) string {
 		return ""
 	}
 	return e[first:last]
+}
+
+// jsonEscape returns s as the inside of a JSON string, with "/" escaped as
+// "\/" when slash is set, and "<", ">", "&" as \u003c, \u003e, \u0026
+// (what Go's encoder writes by default).
+func jsonEscape(s string, slash bool) string {
+	b, _ := json.Marshal(s)
+	e := string(b[1 : len(b)-1])
+	if slash {
+		e = strings.ReplaceAll(e, "/", `\/`)
+	}
+	return e
+}
+
+// uEscapeAll returns s with every byte written as a \u00XX escape, hex in
+// upper or lower case.
+func uEscapeAll(s string, upper bool) string {
+	digits := "0123456789abcdef"
+	if upper {
+		digits = "0123456789ABCDEF"
+	}
+	b := make([]byte, 0, 6*len(s))
+	for i := 0; i < len(s); i++ {
+		b = append(b, '\\', 'u', '0', '0', digits[s[i]>>4], digits[s[i]&15])
+	}
+	return string(b)
 }
 
 // percentAll returns s with every byte percent-encoded in upper-case hex.

@@ -23,12 +23,14 @@ func TestFormsOfKnownSecret(t *testing.T) {
 	// base64, and the core at alignment 0 is the unpadded encoding minus
 	// its last character, which mixes in what follows the secret.
 	want := []string{
-		"%61%62%63%64%65%66%67%68", // every byte escaped (hex digits have no case here)
-		"YWJjZGVmZ2g=",             // Std and URL
-		"YWJjZGVmZ2g",              // RawStd and RawURL
-		"FiY2RlZmdo",               // core at alignment 1 ("x" + secret → "?GFiY2RlZmdo")
-		"YWJjZGVmZ2",               // core at alignment 0
-		"hYmNkZWZna",               // core at alignment 2 ("xy" + secret → "???hYmNkZWZna?")
+		`\u0061\u0062\u0063\u0064\u0065\u0066\u0067\u0068`, // every byte a JSON \u escape
+		"%61%62%63%64%65%66%67%68",                         // every byte escaped (hex digits have no case here)
+		"6162636465666768",                                 // hex
+		"YWJjZGVmZ2g=",                                     // Std and URL
+		"YWJjZGVmZ2g",                                      // RawStd and RawURL
+		"FiY2RlZmdo",                                       // core at alignment 1 ("x" + secret → "?GFiY2RlZmdo")
+		"YWJjZGVmZ2",                                       // core at alignment 0
+		"hYmNkZWZna",                                       // core at alignment 2 ("xy" + secret → "???hYmNkZWZna?")
 		"abcdefgh",
 	}
 	if len(got) != len(want) {
