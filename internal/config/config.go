@@ -166,17 +166,25 @@ type Network struct {
 	Bytes int64
 	// DNSRate caps DNS queries per second (1..10000).
 	DNSRate int
+	// WildcardNames caps the distinct names under wildcard destinations
+	// the host resolves for one sandbox (1..4096).
+	WildcardNames int
+	// NoHostLookups: the host resolves no name for the sandbox; every
+	// name destination must be pinned with addresses (host_lookups:
+	// false).
+	NoHostLookups bool
 }
 
 // Bounds and defaults of Network.
 const (
 	maxConnections = 65536
 	maxDNSRate     = 10000
+	maxWildNames   = 4096
 )
 
 // DefaultNetwork returns the caps a tool gets unless it sets its own.
 func DefaultNetwork() Network {
-	return Network{Connections: 256, Bytes: 4 << 30, DNSRate: 100}
+	return Network{Connections: 256, Bytes: 4 << 30, DNSRate: 100, WildcardNames: 64}
 }
 
 // Empty returns the built-in default config: no tools, secrets or

@@ -111,7 +111,7 @@ func TestParseValid(t *testing.T) {
 			dest(t, policy.Spec{Host: "mirror.internal", Ports: []int{443, 8443}, Addresses: []string{"10.0.0.5"}, Private: true}),
 			dest(t, policy.Spec{Host: "git.internal:22", Addresses: []string{"10.0.0.6"}, Private: true, Opaque: true}),
 		},
-		Network: Network{Connections: 10, Bytes: 1 << 30, DNSRate: 5},
+		Network: Network{Connections: 10, Bytes: 1 << 30, DNSRate: 5, WildcardNames: 64},
 		Line:    3,
 	}
 	b2 := defTool("b-2", 35)
@@ -156,7 +156,7 @@ func TestParseValid(t *testing.T) {
 			"tools:\r\n  t:\r\n    network: {connections: 65536, dns_rate: 10000, bytes: 1}\r\n    limits: {cpu: none, fds: 1048576}\r\n",
 			cfg(func() *Tool {
 				tl := defTool("t", 2)
-				tl.Network = Network{Connections: 65536, DNSRate: 10000, Bytes: 1}
+				tl.Network = Network{Connections: 65536, DNSRate: 10000, Bytes: 1, WildcardNames: 64}
 				tl.Limits = Limits{CPUMilli: new(int64(0)), FDs: new(int64(1 << 20))}
 				return tl
 			}()),
@@ -384,5 +384,24 @@ func TestQuote(t *testing.T) {
 		if got := quote(tt.in); got != tt.want {
 			t.Errorf("quote(%q) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestNetworkLookups(t *testing.T) {
+	const tool = "tools:\n  t:\n    network: {host_lookups: false, wildcard_names: 8}\n    egress:\n%s"
+	c, err := Parse("a.yaml", []byte(fmt.Sprintf(tool, "      - {host: a.example, addresses: [10.0.0.7], private: true}\n      - {host: 10.1.0.0/24:443, private: true}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Tools["t"].Network; !n.NoHostLookups || n.WildcardNames != 8 {
+		t.Fatalf("network %+v", n)
+	}
+	for _, eg := range []string{"      - b.example\n", "      - \"*.example.org\"\n"} {
+		if _, err := Parse("a.yaml", []byte(fmt.Sprintf(tool, eg))); err == nil || !strings.Contains(err.Error(), "host_lookups is false") {
+			t.Errorf("%q without lookups: %v", eg, err)
+		}
+	}
+	if _, err := Parse("a.yaml", []byte("tools:\n  t:\n    network: {wildcard_names: 5000}\n")); err == nil || !strings.Contains(err.Error(), "wildcard_names") {
+		t.Errorf("wildcard_names 5000: %v", err)
 	}
 }

@@ -165,7 +165,7 @@ func TestParseInvalid(t *testing.T) {
 		{"egress duplicate host", tool("    egress:", "      - host: a", "        host: b"), 5, 9, "tools.t.egress[0].host", "duplicate key"},
 
 		// network.
-		{"network unknown", tool("    network:", "      conns: 1"), 4, 7, "tools.t.network.conns", `unknown field "conns" (allowed: bytes, connections, dns_rate)`},
+		{"network unknown", tool("    network:", "      conns: 1"), 4, 7, "tools.t.network.conns", `unknown field "conns" (allowed: bytes, connections, dns_rate, host_lookups, wildcard_names)`},
 		{"network list", tool("    network: [1]"), 3, 14, "tools.t.network", "expected a mapping of network settings, got a list"},
 		{"connections zero", tool("    network:", "      connections: 0"), 4, 20, "tools.t.network.connections", `"0" is out of range (1..65536)`},
 		{"connections big", tool("    network:", "      connections: 65537"), 4, 20, "tools.t.network.connections", "out of range (1..65536)"},

@@ -22,7 +22,7 @@ var (
 	poolKeys    = []string{"warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "opaque", "ports", "private"}
-	networkKeys = []string{"bytes", "connections", "dns_rate"}
+	networkKeys = []string{"bytes", "connections", "dns_rate", "host_lookups", "wildcard_names"}
 )
 
 // maxPath is the longest path accepted, PATH_MAX less the NUL.
@@ -134,6 +134,16 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 	}
 	if t.WritableRoot && t.Image == ImageHost {
 		return nil, p.errAt(rootfsNode, join(at, "rootfs"), "a writable root needs an imported image (image: NAME); the host image is always read-only")
+	}
+	if t.Network.NoHostLookups {
+		// Without host lookups a name destination is reachable only at
+		// its pinned addresses: say so now rather than refuse every
+		// connection to it later.
+		for i, d := range t.Egress {
+			if d.Name != "" && len(d.Addresses) == 0 {
+				return nil, p.errLine(t.Line, index(join(at, "egress"), i), "%s has no addresses, and network.host_lookups is false: pin it with addresses, or allow host lookups", quote(d.String()))
+			}
+		}
 	}
 	return t, nil
 }
@@ -349,6 +359,13 @@ func (p *parser) network(n *yaml.Node, at string) (Network, error) {
 		case "dns_rate":
 			v, err = p.integer(f.val, sub, 1, maxDNSRate)
 			nw.DNSRate = int(v)
+		case "wildcard_names":
+			v, err = p.integer(f.val, sub, 1, maxWildNames)
+			nw.WildcardNames = int(v)
+		case "host_lookups":
+			var on bool
+			on, err = p.boolean(f.val, sub)
+			nw.NoHostLookups = !on
 		case "bytes":
 			var b *int64
 			if b, err = p.size(f.val, sub); err == nil && *b <= 0 {

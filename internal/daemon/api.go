@@ -387,7 +387,7 @@ func policyOf(c *config.Config, t *config.Tool) attach.Policy {
 		Egress:  t.Egress,
 		Secrets: c.Secrets,
 	}
-	p.Network.Connections, p.Network.Bytes, p.Network.DNSRate = t.Network.Connections, t.Network.Bytes, t.Network.DNSRate
+	p.Network = attach.NetworkLimits(t.Network)
 	for _, name := range t.Services {
 		if s, ok := c.Services[name]; ok {
 			p.Services = append(p.Services, s)

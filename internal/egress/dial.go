@@ -45,9 +45,14 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	if !dec.Allow {
 		return out, dec, nil
 	}
-	if d.Wildcard && len(d.Addresses) == 0 {
-		if dec := g.wildcardLookup(host, d.Name); !dec.Allow {
-			return out, dec, nil
+	if d.Name != "" && len(d.Addresses) == 0 {
+		if g.cfg.Limits.NoHostLookups {
+			return out, Decision{Reason: fmt.Sprintf("%q is not pinned, and this sandbox's names are not looked up on the host", shortName(host))}, nil
+		}
+		if d.Wildcard {
+			if dec := g.wildcardLookup(host, d.Name); !dec.Allow {
+				return out, dec, nil
+			}
 		}
 	}
 	addrs, dec := g.dialer.Addresses(ctx, d, host)

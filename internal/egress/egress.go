@@ -62,6 +62,9 @@ type Limits struct {
 	// sandbox could spell data into names. The part of a name under the
 	// wildcard is also at most maxUnderWildcard bytes.
 	WildcardNames int
+	// NoHostLookups: the host resolves no name for the sandbox; only
+	// pinned addresses and address destinations are dialed.
+	NoHostLookups bool
 }
 
 // DefaultLimits are used for any zero field of Config.Limits.

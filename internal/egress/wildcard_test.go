@@ -77,3 +77,28 @@ func TestWildcardLookupsBounded(t *testing.T) {
 		t.Fatalf("the host resolved %d distinct names, want the 8 allowed", n)
 	}
 }
+
+// TestNoHostLookups: a sandbox whose names are not looked up on the host
+// reaches pinned names only; another name is refused without a query.
+func TestNoHostLookups(t *testing.T) {
+	_, port := upstream(t, hello, false)
+	q := &queryLog{names: map[string]int{}}
+	f := gateway(t, []policy.Spec{pinned("pinned.test", port), {Host: fmt.Sprintf("open.test:%d", port), Private: true}}, func(c *Config) {
+		c.Resolver = q
+		c.Limits.NoHostLookups = true
+	})
+	c := f.client(nil)
+	for name, want := range map[string]int{"pinned.test": 200, "open.test": http.StatusForbidden} {
+		resp, err := c.Get(fmt.Sprintf("http://%s:%d/", name, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", name, resp.StatusCode, want)
+		}
+	}
+	if q.distinct() != 0 {
+		t.Fatalf("the host looked up %v", q.names)
+	}
+}

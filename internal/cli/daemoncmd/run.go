@@ -130,11 +130,7 @@ func (fr *fullRun) applyTool() error {
 		fr.Workdir = t.Workdir
 	}
 	fr.egress = append(append([]policy.Destination(nil), t.Egress...), fr.Allow...)
-	fr.network = egress.Limits{
-		Connections: t.Network.Connections,
-		Bytes:       t.Network.Bytes,
-		DNSRate:     t.Network.DNSRate,
-	}
+	fr.network = attach.NetworkLimits(t.Network)
 	for _, name := range t.Services {
 		s, err := cfg.Service(name)
 		if err != nil {

@@ -37,6 +37,18 @@ type Policy struct {
 	OnBroker func(result.BrokerEvent)
 }
 
+// NetworkLimits are a tool's network settings as the egress gateway takes
+// them: the one translation, for the daemon and the command line alike.
+func NetworkLimits(n config.Network) egress.Limits {
+	return egress.Limits{
+		Connections:   n.Connections,
+		Bytes:         n.Bytes,
+		DNSRate:       n.DNSRate,
+		WildcardNames: n.WildcardNames,
+		NoHostLookups: n.NoHostLookups,
+	}
+}
+
 // Request is one command to run.
 type Request struct {
 	Policy Policy
