@@ -337,3 +337,36 @@ func TestShortSecretRefused(t *testing.T) {
 		t.Fatal("the short secret went upstream")
 	}
 }
+
+// TestHTTP2Upstream: against a real HTTP/2 upstream on loopback (the
+// broker's transport speaks HTTP/2 to a TLS upstream that offers it), the
+// credential is attached, the secret redacted in every echoed form, a
+// compressed answer behind an empty Content-Encoding refused, and Range
+// not forwarded.
+func TestHTTP2Upstream(t *testing.T) {
+	u := newUpstreamH2(t)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pemOf(u.srv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(svcYAML(u, ""), "    private: true\n", "    private: true\n    ca: "+ca+"\n", 1)
+	yaml = strings.Replace(yaml, "https://upstream.test", "https://example.com", 1)
+	f := attach(t, yaml)
+	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\nRange: bytes=0-11\r\n\r\n")
+	got := u.last()
+	if resp.StatusCode != 200 || got.ProtoMajor != 2 || got.Header.Get("Authorization") != "Bearer "+secret || got.Header.Get("Range") != "" {
+		t.Fatalf("got %d %q; upstream saw HTTP/%d, Authorization %q, Range %q", resp.StatusCode, body, got.ProtoMajor, got.Header.Get("Authorization"), got.Header.Get("Range"))
+	}
+	if strings.Contains(body, secret) {
+		t.Fatal("the echo holds the secret")
+	}
+	resp, body = f.raw(t, "GET /gh/leak HTTP/1.1\r\nHost: b\r\n\r\n")
+	for _, form := range append(hostileForms(secret), [2]string{"plain", secret}) {
+		if strings.Contains(body, form[1]) {
+			t.Errorf("the %s form came back over HTTP/2:\n%s", form[0], body)
+		}
+	}
+	if resp, body = f.raw(t, "GET /gh/gzip2 HTTP/1.1\r\nHost: b\r\n\r\n"); resp.StatusCode != 502 || !strings.Contains(body, "gzip") {
+		t.Fatalf("an encoded answer over HTTP/2: %d %q", resp.StatusCode, body)
+	}
+}

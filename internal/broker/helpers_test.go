@@ -38,6 +38,7 @@ type echo struct {
 	Method, Path, Query string
 	Header              http.Header
 	Body                string
+	ProtoMajor          int
 }
 
 // upstream is a real HTTP server on loopback that demands the credential
@@ -49,12 +50,14 @@ type upstream struct {
 	calls []echo
 }
 
-func newUpstream(t *testing.T, tlsOn bool) *upstream {
+func newUpstream(t *testing.T, tlsOn bool) *upstream { return newUpstreamProto(t, tlsOn, false) }
+
+func newUpstreamProto(t *testing.T, tlsOn, h2 bool) *upstream {
 	u := &upstream{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
 		body, _ := io.ReadAll(r.Body)
-		e := echo{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Clone(), string(body)}
+		e := echo{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Clone(), string(body), r.ProtoMajor}
 		u.mu.Lock()
 		u.calls = append(u.calls, e)
 		u.mu.Unlock()
@@ -102,14 +105,22 @@ func newUpstream(t *testing.T, tlsOn bool) *upstream {
 		w.Header().Set("Set-Cookie", "session=abc")
 		json.NewEncoder(w).Encode(e)
 	})
-	if tlsOn {
+	switch {
+	case h2:
+		u.srv = httptest.NewUnstartedServer(h)
+		u.srv.EnableHTTP2 = true
+		u.srv.StartTLS()
+	case tlsOn:
 		u.srv = httptest.NewTLSServer(h)
-	} else {
+	default:
 		u.srv = httptest.NewServer(h)
 	}
 	t.Cleanup(u.srv.Close)
 	return u
 }
+
+// newUpstreamH2 is newUpstream over TLS speaking HTTP/2.
+func newUpstreamH2(t *testing.T) *upstream { return newUpstreamProto(t, true, true) }
 
 func (u *upstream) last() echo {
 	u.mu.Lock()
