@@ -13,7 +13,8 @@
 //
 //   - the secret itself;
 //   - URL encodings: [url.QueryEscape], [url.PathEscape] and every byte
-//     percent-encoded, each with upper- and lower-case hex digits;
+//     percent-encoded, their escapes' hex digits matched in any case, any
+//     mix of cases in one value included;
 //   - JSON string escapes: Go's (which writes "<", ">" and "&" as \u003c
 //     and so on) and with "/" as "\/";
 //   - for secrets of 6 bytes or more, hex in both cases, and every byte as
@@ -33,8 +34,7 @@
 // Occurrences that merely touch get one Mask each.
 //
 // Redaction is a last line of defence, not a guarantee. It does not catch
-// the secret in transformations it does not know (percent-encoding that
-// mixes the cases of hex digits within one value, the URL-encoded form of
+// the secret in transformations it does not know (the URL-encoded form of
 // the base64 form, JSON escapes of only some characters as \u00XX,
 // compression), split by the upstream in ways other than encoding, or in
 // pieces shorter than a form (the broker strips Range, so a caller cannot

@@ -25,15 +25,29 @@ const (
 	minCoreSecret = 6
 )
 
+// form is one byte string to redact. A folded form's hex digits after
+// each '%' match in either case: it is a percent-encoding, and an escaper
+// may write any mix of "%2f" and "%2F".
+type form struct {
+	b    []byte
+	fold bool
+}
+
 // formsOf returns the byte strings to redact for one non-empty secret, in no
-// particular order and possibly with duplicates.
-func formsOf(s string) []string {
-	forms := []string{s}
+// particular order and possibly with duplicates, and the percent-encodings
+// among them (folded).
+func formsOf(s string) (forms, folded []string) {
+	forms = []string{s}
 
 	// URL encodings. An upstream that puts the secret into a Location
-	// header or a link escapes it; some escapers use lower-case hex.
+	// header or a link escapes it, with upper- or lower-case hex digits,
+	// or both in one value.
 	for _, e := range []string{url.QueryEscape(s), url.PathEscape(s), percentAll(s)} {
-		forms = append(forms, e, lowerHex(e))
+		if strings.IndexByte(e, '%') >= 0 {
+			folded = append(folded, e, lowerHex(e))
+		} else {
+			forms = append(forms, e)
+		}
 	}
 
 	// JSON string escapes: an upstream's encoder may escape "/" as "\/",
@@ -78,7 +92,7 @@ func formsOf(s string) []string {
 			}
 		}
 	}
-	return forms
+	return forms, folded
 }
 
 // core returns the characters of enc's encoding of k filler bytes followed
@@ -148,6 +162,13 @@ func lowerHex(e string) string {
 	return string(b)
 }
 
+func toUpper(c byte) byte {
+	if 'a' <= c && c <= 'z' {
+		return c - ('a' - 'A')
+	}
+	return c
+}
+
 func toLower(c byte) byte {
 	if 'A' <= c && c <= 'Z' {
 		return c + 'a' - 'A'
@@ -157,24 +178,63 @@ func toLower(c byte) byte {
 
 // collect returns the distinct forms of all non-empty secrets, longest
 // first and, among equal lengths, in byte order so the result does not
-// depend on the order of the secrets.
-func collect(secrets []string) [][]byte {
-	var all [][]byte
+// depend on the order of the secrets. A byte string that is a folded form
+// of one secret and a plain one of another is kept folded (it matches
+// more).
+func collect(secrets []string) []form {
+	var all []form
 	for _, s := range secrets {
 		if s == "" {
 			// An empty form would match everywhere and redact
 			// everything.
 			continue
 		}
-		for _, f := range formsOf(s) {
-			all = append(all, []byte(f))
+		forms, folded := formsOf(s)
+		for _, f := range forms {
+			all = append(all, form{b: []byte(f)})
+		}
+		for _, f := range folded {
+			all = append(all, form{b: []byte(f), fold: true})
 		}
 	}
-	slices.SortFunc(all, func(a, b []byte) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
+	slices.SortFunc(all, func(a, b form) int {
+		if len(a.b) != len(b.b) {
+			return len(b.b) - len(a.b)
 		}
-		return bytes.Compare(a, b)
+		if c := bytes.Compare(a.b, b.b); c != 0 {
+			return c
+		}
+		switch {
+		case a.fold == b.fold:
+			return 0
+		case a.fold:
+			return -1
+		}
+		return 1
 	})
-	return slices.CompactFunc(all, bytes.Equal)
+	return slices.CompactFunc(all, func(a, b form) bool { return bytes.Equal(a.b, b.b) })
+}
+
+// foldAt reports whether byte j of folded form f is a hex digit of an
+// escape: one of the two bytes after a '%'. Every '%' of an escaper's
+// output starts an escape (a literal '%' is "%25").
+func foldAt(f []byte, j int) bool {
+	return j >= 1 && f[j-1] == '%' || j >= 2 && f[j-2] == '%'
+}
+
+// equalFold reports whether data equals form f, its escapes' hex digits
+// compared in either case when f is folded.
+func equalFold(data []byte, f form) bool {
+	if !f.fold {
+		return bytes.Equal(data, f.b)
+	}
+	if len(data) != len(f.b) {
+		return false
+	}
+	for j, c := range f.b {
+		if d := data[j]; d != c && !(foldAt(f.b, j) && toLower(d) == toLower(c)) {
+			return false
+		}
+	}
+	return true
 }

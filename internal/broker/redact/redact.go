@@ -1,7 +1,6 @@
 package redact
 
 import (
-	"bytes"
 	"slices"
 )
 
@@ -12,7 +11,7 @@ const Mask = "[REDACTED]"
 // immutable after [New] and safe for concurrent use.
 type Redactor struct {
 	// forms holds every distinct form, longest first.
-	forms [][]byte
+	forms []form
 	// byFirst lists, for each byte value, the indexes into forms of the
 	// forms starting with it, longest first.
 	byFirst [256][]int
@@ -30,13 +29,19 @@ type Redactor struct {
 // redacted. Empty secrets are ignored.
 func New(secrets ...string) *Redactor {
 	r := &Redactor{forms: collect(secrets)}
-	for i, f := range r.forms {
+	for i, fm := range r.forms {
+		f := fm.b
 		r.byFirst[f[0]] = append(r.byFirst[f[0]], i)
-		if len(f) == 1 {
+		switch {
+		case len(f) == 1:
 			for b := range 256 {
 				r.setPair(f[0], byte(b))
 			}
-		} else {
+		case fm.fold && foldAt(f, 1):
+			// An escape's first hex digit, in either case.
+			r.setPair(f[0], toLower(f[1]))
+			r.setPair(f[0], toUpper(f[1]))
+		default:
 			r.setPair(f[0], f[1])
 		}
 		r.maxLen = max(r.maxLen, len(f))
@@ -55,7 +60,7 @@ func (r *Redactor) setPair(a, b byte) {
 func (r *Redactor) Forms() [][]byte {
 	out := make([][]byte, len(r.forms))
 	for i, f := range r.forms {
-		out[i] = slices.Clone(f)
+		out[i] = slices.Clone(f.b)
 	}
 	return out
 }
@@ -141,18 +146,18 @@ func (r *Redactor) matchAt(data []byte, i int, final bool) (n int, ok bool) {
 	}
 	for _, fi := range r.byFirst[rest[0]] {
 		f := r.forms[fi]
-		if len(f) > len(rest) {
+		if len(f.b) > len(rest) {
 			// A longer form could still match once more data
 			// arrives; deciding now could leave its tail unredacted.
-			if !final && bytes.HasPrefix(f, rest) {
+			if !final && equalFold(rest, form{b: f.b[:len(rest)], fold: f.fold}) {
 				return 0, false
 			}
 			continue
 		}
 		// Forms are tried longest first, so the first that matches
 		// covers the most.
-		if bytes.Equal(rest[:len(f)], f) {
-			return len(f), true
+		if equalFold(rest[:len(f.b)], f) {
+			return len(f.b), true
 		}
 	}
 	return 0, true

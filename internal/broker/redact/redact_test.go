@@ -323,3 +323,33 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedCaseEscapes: an escaper may write the hex digits of one value
+// in any mix of cases ("%2f" beside "%2B"); every mix is redacted, and a
+// near miss (one escape's digit changed) is not.
+func TestMixedCaseEscapes(t *testing.T) {
+	r := New(secret)
+	for _, e := range []string{url.QueryEscape(secret), url.PathEscape(secret), percentAll(secret)} {
+		mixed := mixHex(e)
+		if mixed == e || mixed == lowerHex(e) {
+			t.Fatalf("%q: no mixed form to test", e)
+		}
+		if got := r.String("<" + mixed + ">"); got != "<"+Mask+">" {
+			t.Errorf("%q: got %q", mixed, got)
+		}
+		var out bytes.Buffer
+		w := r.Writer(&out)
+		for i := 0; i < len(mixed); i++ {
+			w.Write([]byte{mixed[i]})
+		}
+		w.Close()
+		if out.String() != Mask {
+			t.Errorf("%q streamed a byte at a time: got %q", mixed, out.String())
+		}
+	}
+	near := []byte(percentAll(secret))
+	near[len(near)-1] = '0' + (near[len(near)-1]-'0'+1)%10
+	if r.Contains(near) {
+		t.Errorf("a near miss %q was redacted", near)
+	}
+}
