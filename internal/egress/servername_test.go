@@ -2,6 +2,8 @@ package egress
 
 import (
 	"bufio"
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -286,5 +288,59 @@ func TestSameHost(t *testing.T) {
 		if got := sameHost(tt.authority, "web.test", 8080); got != tt.ok {
 			t.Errorf("sameHost(%q) = %v, want %v", tt.authority, got, tt.ok)
 		}
+	}
+}
+
+// echConfigList builds an ECHConfigList (RFC 9849) with one config for
+// publicName and a fresh X25519 key: enough for Go's TLS client to offer
+// Encrypted Client Hello.
+func echConfigList(t *testing.T, publicName string) []byte {
+	t.Helper()
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c []byte
+	c = append(c, 7)          // config_id
+	c = append(c, 0x00, 0x20) // kem_id: DHKEM(X25519, HKDF-SHA256)
+	pub := key.PublicKey().Bytes()
+	c = append(c, byte(len(pub)>>8), byte(len(pub)))
+	c = append(c, pub...)
+	c = append(c, 0, 4, 0x00, 0x01, 0x00, 0x01) // HKDF-SHA256, AES-128-GCM
+	c = append(c, 64)                           // maximum_name_length
+	c = append(c, byte(len(publicName)))
+	c = append(c, publicName...)
+	c = append(c, 0, 0) // no extensions
+	cfg := append([]byte{0xfe, 0x0d, byte(len(c) >> 8), byte(len(c))}, c...)
+	return append([]byte{byte(len(cfg) >> 8), byte(len(cfg))}, cfg...)
+}
+
+// TestECHRefused: a real TLS client offering Encrypted Client Hello shows
+// an outer name and hides the one it wants served. Its ClientHello is
+// refused on both paths, named as such, and the upstream never sees it.
+func TestECHRefused(t *testing.T) {
+	log, port := namedUpstream(t)
+	f := gateway(t, []policy.Spec{pinned("allowed.test", port)}, nil)
+	ctx := t.Context()
+	addrs, err := f.lookup(ctx, "allowed.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.dialIn(ctx, "tcp", netip.AddrPortFrom(addrs[0], port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Client(c, &tls.Config{ServerName: "hidden.test", MinVersion: tls.VersionTLS13,
+		EncryptedClientHelloConfigList: echConfigList(t, "allowed.test"), InsecureSkipVerify: true})
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("a handshake offering ECH got through")
+	}
+	f.evs.wait(t, "the ECH refusal", func(e result.EgressEvent) bool {
+		return !e.Allow && strings.Contains(e.Reason, "Encrypted Client Hello")
+	})
+	if log.has("allowed.test") || log.has("hidden.test") {
+		t.Fatalf("the upstream saw a ClientHello: %q", log.names)
 	}
 }
