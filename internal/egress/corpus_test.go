@@ -1,0 +1,169 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/result"
+)
+
+// TestBypassCorpus is the regression corpus of ways a sandbox allowed one
+// name tried to reach another over an allowed connection: each row is an
+// attack, the refusal it must meet and the reason its event must give,
+// against upstreams that log every TLS server name and HTTP Host they
+// are asked for; after each, nothing the attack named is in their logs.
+// The proxy's refusals of destinations are TestProxyRefusals; the
+// broker's are in internal/broker.
+func TestBypassCorpus(t *testing.T) {
+	names, tport := namedUpstream(t)
+	var mu sync.Mutex
+	var hosts []string
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host)
+		mu.Unlock()
+		io.WriteString(w, "hello")
+	}))
+	t.Cleanup(plain.Close)
+	pport := uint16(netip.MustParseAddrPort(plain.Listener.Addr().String()).Port())
+	f := gateway(t, []policy.Spec{pinned("allowed.test", tport), pinned("web.test", pport)}, func(c *Config) { c.HelloWait = time.Second })
+	ctx := t.Context()
+
+	// The ways in.
+	tunnel := func(t *testing.T) net.Conn {
+		c, err := f.dialIn(ctx, "tcp", ProxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		target := net.JoinHostPort("allowed.test", strconv.Itoa(int(tport)))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		return c
+	}
+	direct := func(name string, port uint16) func(*testing.T) net.Conn {
+		return func(t *testing.T) net.Conn {
+			addrs, err := f.lookup(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := f.dialIn(ctx, "tcp", netip.AddrPortFrom(addrs[0], port).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			return c
+		}
+	}
+	transparentTLS, transparentWeb := direct("allowed.test", tport), direct("web.test", pport)
+
+	// What is sent.
+	hello := func(server string, ech bool) func(net.Conn) {
+		return func(c net.Conn) {
+			cfg := &tls.Config{ServerName: server, InsecureSkipVerify: true}
+			if ech {
+				cfg.MinVersion = tls.VersionTLS13
+				cfg.EncryptedClientHelloConfigList = echConfigList(t, "allowed.test")
+			}
+			_ = tls.Client(c, cfg).Handshake()
+		}
+	}
+	late := func(send func(net.Conn)) func(net.Conn) {
+		return func(c net.Conn) { time.Sleep(600 * time.Millisecond); send(c) }
+	}
+	raw := func(s string) func(net.Conn) {
+		return func(c net.Conn) {
+			io.WriteString(c, s)
+			io.Copy(io.Discard, c)
+		}
+	}
+	requests := func(hs ...string) func(net.Conn) {
+		return func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for _, h := range hs {
+				fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", h)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}
+	ownWeb := net.JoinHostPort("web.test", strconv.Itoa(int(pport)))
+
+	proxy, trans := result.EgressProxy, result.EgressTransparent
+	tests := []struct {
+		name   string
+		conn   func(*testing.T) net.Conn
+		send   func(net.Conn)
+		kind   string // of the refusal's event
+		reason string // in the refusal's event
+		evil   string // what no upstream may have been asked for
+	}{
+		{"CONNECT, then TLS for another name", tunnel, hello("evil1.test", false), proxy, `"evil1.test" does not match`, "evil1.test"},
+		{"CONNECT, then TLS without a name", tunnel, hello("127.0.0.1", false), proxy, "without a server name", ""},
+		{"CONNECT, then a ClientHello after a pause", tunnel, late(hello("evil2.test", false)), proxy, `"evil2.test" does not match`, "evil2.test"},
+		{"CONNECT, then Encrypted Client Hello", tunnel, hello("hidden1.test", true), proxy, "Encrypted Client Hello", "hidden1.test"},
+		{"CONNECT, then nothing", tunnel, raw(""), proxy, "sent nothing", ""},
+		{"transparent, TLS for another name", transparentTLS, hello("evil3.test", false), trans, `"evil3.test" does not match`, "evil3.test"},
+		{"transparent, a ClientHello after a pause", transparentTLS, late(hello("evil4.test", false)), trans, `"evil4.test" does not match`, "evil4.test"},
+		{"transparent, Encrypted Client Hello", transparentTLS, hello("hidden2.test", true), trans, "Encrypted Client Hello", "hidden2.test"},
+		{"transparent, nothing (a server-first protocol)", transparentTLS, raw(""), trans, "sent nothing", ""},
+		{"transparent, HTTP for another host", transparentWeb, requests("evil5.test"), trans, `HTTP Host "evil5.test"`, "evil5.test"},
+		{"transparent, HTTP for another host after an allowed request", transparentWeb, requests(ownWeb, "evil6.test:"+strconv.Itoa(int(pport))), trans, `HTTP Host "evil6.test`, "evil6.test"},
+		{"transparent, HTTP/2 without TLS", transparentWeb, raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), trans, "h2c", ""},
+		{"transparent, another protocol", transparentWeb, raw("SSH-2.0-client\r\n"), trans, "neither TLS nor HTTP/1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.conn(t)
+			defer c.Close()
+			tt.send(c)
+			f.evs.wait(t, "the refusal", func(e result.EgressEvent) bool {
+				return !e.Allow && e.Kind == tt.kind && strings.Contains(e.Reason, tt.reason)
+			})
+			if tt.evil == "" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, h := range hosts {
+				if strings.HasPrefix(h, tt.evil) {
+					t.Fatalf("the plain upstream was asked for %q", h)
+				}
+			}
+			if names.has(tt.evil) {
+				t.Fatalf("the TLS upstream was asked for %q", tt.evil)
+			}
+		})
+	}
+	// The one allowed request went through, and nothing else did.
+	names.mu.Lock()
+	asked := names.names
+	names.mu.Unlock()
+	if len(asked) != 0 {
+		t.Fatalf("the TLS upstream was asked for %q", asked)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hosts) != 1 || hosts[0] != ownWeb {
+		t.Fatalf("the plain upstream served %q, want only the one allowed request", hosts)
+	}
+}
