@@ -310,10 +310,12 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		r = r.WithContext(context.WithValue(r.Context(), seenKey{}, &caller{}))
+		var refused string
+		ctx := context.WithValue(r.Context(), seenKey{}, &caller{})
+		r = r.WithContext(context.WithValue(ctx, refusedKey{}, &refused))
 		h.ServeHTTP(sw, r)
 		e := audit.Event{Kind: audit.KindAPI, Time: start, Client: clientOf(r), Decision: audit.Allow}
-		if sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest ||
+		if refused != "" || sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest ||
 			sw.status == http.StatusTooManyRequests && sw.Header().Get("Connection") == "close" {
 			// Refusals are summed per client over a window (see
 			// flood.go): the first is recorded now, the rest as one
@@ -329,12 +331,28 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after"))) {
 			return
 		}
-		e.Detail = audit.Detail(map[string]any{
+		detail := map[string]any{
 			"method": r.Method, "path": shorten(r.URL.Path), "status": sw.status,
 			"duration_ms": time.Since(start).Milliseconds(),
-		})
+		}
+		if refused != "" {
+			detail["reason"] = refused
+		}
+		e.Detail = audit.Detail(detail)
 		d.audit.Record(e)
 	})
+}
+
+// refusedKey holds a *string in which a handler that refuses a request
+// with a status the audit wrapper would not take for a refusal (the 404
+// an MCP session id gets from a caller other than its opener) says why.
+type refusedKey struct{}
+
+// markRefused records, for the audit wrapper, that r was refused and why.
+func markRefused(r *http.Request, reason string) {
+	if p, ok := r.Context().Value(refusedKey{}).(*string); ok {
+		*p = reason
+	}
 }
 
 // Audit query parameters.

@@ -54,6 +54,20 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 		OnCall: d.recordCall(client),
 	})
 	d.addBuiltins(s, c, client)
+	// A call the SDK itself refuses (a tool this caller is not given, or
+	// that does not exist) never reaches a tool's handler, which records
+	// the others: it is recorded here.
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && err != nil && method == "tools/call" {
+				e := audit.Event{Kind: audit.KindMCPCall, Tool: shorten(p.Name), Client: client, Decision: audit.Deny}
+				e.Detail = audit.Detail(map[string]any{"reason": err.Error()})
+				d.audit.Record(e)
+			}
+			return res, err
+		}
+	})
 	for name := range fast {
 		if strings.HasPrefix(name, "airlock_") {
 			delete(fast, name)
@@ -144,6 +158,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 			// A session is its opener's: another caller that learned its
 			// id gets what an unknown id gets.
 			if !owners.use(id, c.name, r.Method == http.MethodDelete) {
+				markRefused(r, "an MCP session another caller opened")
 				writeError(w, http.StatusNotFound, api.CodeNotFound, "no such MCP session")
 				return
 			}
