@@ -119,6 +119,39 @@ func TestInspectorStdio(t *testing.T) {
 	checkInspected(t, "echo hog slow", func(args ...string) []string { return append(args, server...) })
 }
 
+// TestInspectorListsEveryTool: the official TypeScript SDK (inside the
+// Inspector) drops from tools/list any tool whose schema it cannot read;
+// airlock_session_close, with "required": null, was one, so an agent
+// could open sessions and never close them. Every tool airlock serves,
+// built-ins and tools with each kind of input, is listed by the
+// Inspector exactly as by the Go SDK.
+func TestInspectorListsEveryTool(t *testing.T) {
+	requireRoot(t)
+	inspector(t)
+	cfg := writeConfig(t, mcpTools+`
+  typed:
+    command: [echo, "{n}", "{flag}", "{word}", "{pw}"]
+    inputs:
+      n: {type: integer, minimum: 0, maximum: 9, required: true}
+      flag: {type: boolean}
+      word: {enum: [a, b], default: a}
+      pw: {secret: true}
+mcp: {builtins: [run, session]}
+`)
+	server := []string{"--", airlockBin(t), "mcp", "--config", cfg, "--socket", filepath.Join(t.TempDir(), "none.sock"),
+		"--audit", filepath.Join(t.TempDir(), "audit.db"), "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}
+	out, err := inspect(t, append([]string{"--method", "tools/list"}, server...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r inspected
+	jsonOut(t, []byte(out), &r)
+	const want = "airlock_run airlock_session_close airlock_session_exec airlock_session_open airlock_session_read airlock_session_write echo hog slow typed"
+	if got := r.names(); got != want {
+		t.Fatalf("the Inspector lists %q, want %q", got, want)
+	}
+}
+
 // TestInspectorHTTP: the Inspector over streamable HTTP against the
 // daemon's TCP listener, with bearer tokens and their scopes.
 func TestInspectorHTTP(t *testing.T) {

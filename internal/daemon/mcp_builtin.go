@@ -46,7 +46,13 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 	stdin := map[string]any{"type": "string", "description": "fed to the command's standard input"}
 	toolIn := map[string]any{"type": "string", "enum": tools, "description": "the tool profile whose sandbox runs it"}
 	obj := func(props map[string]any, required ...string) map[string]any {
-		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+		o := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+		// Never "required": null: the official TypeScript SDK drops a
+		// tool whose schema has it from tools/list.
+		if len(required) > 0 {
+			o["required"] = required
+		}
+		return o
 	}
 	record := d.recordCall(client)
 	if d.opts.Config.MCP.HasBuiltin(config.BuiltinRun) {
