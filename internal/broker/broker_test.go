@@ -308,7 +308,7 @@ func TestHTTP2Upstream(t *testing.T) {
 	if strings.Contains(body, secret) {
 		t.Fatal("the echo holds the secret")
 	}
-	resp, body = f.raw(t, "GET /gh/leak HTTP/1.1\r\nHost: b\r\n\r\n")
+	_, body = f.raw(t, "GET /gh/leak HTTP/1.1\r\nHost: b\r\n\r\n")
 	for _, form := range append(hostileForms(secret), [2]string{"plain", secret}) {
 		if strings.Contains(body, form[1]) {
 			t.Errorf("the %s form came back over HTTP/2:\n%s", form[0], body)

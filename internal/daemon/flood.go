@@ -79,8 +79,6 @@ func (c *slotConn) Close() error {
 type refusals struct {
 	mu      sync.Mutex
 	clients map[string]*refused
-	stop    chan struct{}
-	done    chan struct{}
 }
 
 type refused struct {

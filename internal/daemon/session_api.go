@@ -260,22 +260,6 @@ func (s *session) openFile(rel string) (*os.File, int64, error) {
 // errGone is a file call's error once the session's sandbox is gone.
 var errGone = errors.New("the session's sandbox is gone")
 
-// openSessions counts the sessions not yet ended. A caller can open
-// sessions without end, each holding a sandbox; the count bounds them.
-func (d *Daemon) openSessions() int {
-	d.sessions.mu.Lock()
-	defer d.sessions.mu.Unlock()
-	n := 0
-	for _, s := range d.sessions.m {
-		s.mu.Lock()
-		if !s.ended {
-			n++
-		}
-		s.mu.Unlock()
-	}
-	return n
-}
-
 // lookup finds the session of the request's {id}, answering 404 itself.
 func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 	id := r.PathValue("id")

@@ -86,7 +86,7 @@ func indexTar(f *os.File) (*tarBundle, error) {
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		switch hdr.Typeflag {
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // archive/tar reads the old TypeRegA as TypeReg or TypeDir
 			tb.entries[name] = section{off: cr.n, size: hdr.Size}
 		case tar.TypeSymlink:
 			target := hdr.Linkname

@@ -764,10 +764,7 @@ func digestOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(
 func defaultName(oi *ociImage, path string) string {
 	if oi != nil && len(oi.names) > 0 {
 		n := oi.names[0]
-		if strings.HasPrefix(n, "docker.io/library/") {
-			n = strings.TrimPrefix(n, "docker.io/library/")
-		}
-		return n
+		return strings.TrimPrefix(n, "docker.io/library/")
 	}
 	base := filepath.Base(path)
 	for _, ext := range []string{".gz", ".tgz", ".zst", ".tar"} {

@@ -175,7 +175,7 @@ func Clean(name string) (string, error) {
 		case "", ".":
 			continue
 		case "..":
-			return "", fmt.Errorf("%w: %q climbs out with ..", ErrUnsafe, clip(name))
+			return "", fmt.Errorf("%w: %q climbs out of the root (a .. component)", ErrUnsafe, clip(name))
 		}
 		parts = append(parts, p)
 	}
@@ -231,7 +231,7 @@ func (u *Unpacker) entry(tr *tar.Reader, hdr *tar.Header, whiteouts bool) error 
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		u.rep.Skipped++
 		return nil
-	case tar.TypeDir, tar.TypeReg, tar.TypeRegA, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink: // archive/tar reads the old TypeRegA as TypeReg or TypeDir
 	default:
 		return fmt.Errorf("%w: %q has unsupported type %q", ErrUnsafe, clip(name), hdr.Typeflag)
 	}
@@ -243,7 +243,7 @@ func (u *Unpacker) entry(tr *tar.Reader, hdr *tar.Header, whiteouts bool) error 
 	case tar.TypeDir:
 		u.mine[name] = true
 		err = u.dir(pfd, base, hdr)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg:
 		err = u.file(pfd, base, hdr, tr)
 	case tar.TypeSymlink:
 		err = u.symlink(pfd, base, hdr)

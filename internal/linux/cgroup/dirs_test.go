@@ -125,8 +125,7 @@ func TestLoadHalfRemoved(t *testing.T) {
 	if _, err := p.Load("half"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load after Delete: %v, want fs.ErrNotExist", err)
 	}
-	g, err = p.Create("half", Limits{Pids: 4})
-	if err != nil {
+	if _, err = p.Create("half", Limits{Pids: 4}); err != nil {
 		t.Fatalf("Create after the sweep: %v", err)
 	}
 	// Only the memory directory decides whether a group is new: the
