@@ -236,7 +236,7 @@ func concurrentTunnels(inside *insideWorker, port, k int) (held, errs int, took 
 		}
 		tuns = append(tuns, t)
 	}
-	var mu sync.Mutex
+	var mu sync.Mutex // guards held and errs
 	var wg sync.WaitGroup
 	for _, t := range tuns {
 		wg.Add(1)

@@ -90,6 +90,7 @@ type Pool struct {
 	// short says the last refill was refused for the node's capacity.
 	short atomic.Bool
 
+	// mu guards idle, closed and last.
 	mu     sync.Mutex
 	idle   []*sandbox.Sandbox // oldest first
 	closed bool
@@ -389,7 +390,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("pool %s: replenisher did not stop: %w", p.cfg.Name, ctx.Err()))
 	}
-	var mu sync.Mutex
+	var mu sync.Mutex // guards errs while the destroys run
 	var wg sync.WaitGroup
 	for _, sb := range idle {
 		wg.Add(1)

@@ -45,8 +45,9 @@ func (b Budget) Fits(l Limits) error {
 
 // ledger keeps a runtime's Usage against its Budget.
 type ledger struct {
-	mu sync.Mutex
-	b  Budget
+	b Budget // fixed when the runtime starts
+
+	mu sync.Mutex // guards u
 	u  Usage
 }
 

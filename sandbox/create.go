@@ -104,6 +104,13 @@ type Sandbox struct {
 	ready    sync.Once
 	readyErr error
 
+	// destroy runs Destroy once; destroyE is its error.
+	destroy  sync.Once
+	destroyE error
+
+	// mu guards waiters, nextID and killed, and dead is closed under it.
+	// An exec is added to execs under it, once killed is checked, so
+	// that Destroy's wait counts every exec that started.
 	mu sync.Mutex
 	// waiters receive init's messages for one exec request id.
 	waiters map[uint64]chan *initproto.Message
@@ -113,9 +120,7 @@ type Sandbox struct {
 	// killed is set once init has been sent SIGKILL: no exec may start.
 	killed bool
 	// execs counts the execs in flight; Destroy waits for them.
-	execs    sync.WaitGroup
-	destroy  sync.Once
-	destroyE error
+	execs sync.WaitGroup
 }
 
 // ID is the sandbox's identifier; it also names its cgroup.

@@ -153,13 +153,19 @@ type execution struct {
 	stdoutR, stderrR *os.File
 	out              *outputCounter
 
+	// base is the group's CPU time when the command started: set before
+	// the monitor starts, only read after.
+	base cpuBase
+
+	// mu guards breach, samples and usage: the monitor, the output pumps
+	// and run all update them. breached is closed under it, with breach
+	// set.
 	mu sync.Mutex
 	// breach is the first ceiling found breached.
 	breach   *result.Limit
 	breached chan struct{}
 	samples  []result.Sample
 	usage    result.Usage
-	base     cpuBase
 }
 
 type cpuBase struct{ nanos int64 }
@@ -469,6 +475,8 @@ type outputCounter struct {
 	x     *execution
 	limit int64
 
+	// mu guards total, truncated, stdout and stderr: the two pumps
+	// deliver at once.
 	mu        sync.Mutex
 	total     int64
 	truncated bool

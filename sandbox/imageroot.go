@@ -67,7 +67,7 @@ func (img *Image) validate() error {
 // sandbox after sandbox (ranges are claimed lowest first), so each is made
 // once.
 type imageNS struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards ns; held while one is made, so each is made once
 	ns map[uint32]*os.File
 }
 

@@ -25,9 +25,11 @@ type netnsSupply struct {
 	// pending, in a supply of one (newNetnsOne) made by a goroutine, is
 	// closed once the one namespace is made or has failed.
 	pending chan struct{}
+
+	// mu guards child, which a take and close may both claim.
+	mu sync.Mutex
 	// child, in a supply of one made by a child process, is that child
 	// until the namespace is taken.
-	mu    sync.Mutex
 	child *forkexec.NetnsChild
 }
 

@@ -43,6 +43,8 @@ type groupSupply struct {
 	stop    chan struct{}
 	done    sync.WaitGroup
 
+	// mu guards ready, want, wanted and owned: take, the filler and the
+	// census run on different goroutines.
 	mu     sync.Mutex
 	ready  []*preparedGroup // oldest first
 	want   cgroup.Limits

@@ -21,6 +21,9 @@ type spawnerClient struct {
 	initPath string
 	cg       *cgroup.Parent
 
+	// mu guards proc, conn, next and release. It is held for a whole
+	// request, so one request at a time is on the socket and the next
+	// message read is its reply.
 	mu   sync.Mutex
 	proc *os.Process
 	conn *seqConn

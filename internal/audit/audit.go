@@ -112,24 +112,29 @@ type Log struct {
 	r    *sql.DB   // readers
 
 	// q holds what waits to be committed, oldest first, bounded by
-	// slots (one token per item queued). Items leave it only under wmu,
-	// which whoever commits holds: the writer, or an Append's waiter
-	// that commits for it (see Enqueue). So the log's order is the
-	// queue's, whoever commits.
-	qmu    sync.Mutex
-	q      []item
-	slots  chan struct{}
-	kick   chan struct{} // the writer has work (capacity 1)
+	// slots (one token per item queued); qmu guards it. Items leave it
+	// only under wmu, which whoever commits holds: the writer, or an
+	// Append's waiter that commits for it (see Enqueue). So the log's
+	// order is the queue's, whoever commits.
+	qmu   sync.Mutex
+	q     []item
+	slots chan struct{}
+	kick  chan struct{} // the writer has work (capacity 1)
+	// wmu is held by whoever commits or prunes: one transaction at a
+	// time on w and ins. It is taken before qmu and fmu.
 	wmu    sync.Mutex
 	stop   chan struct{} // closed by Close: the writer drains and exits
 	done   chan struct{} // closed when the writer has exited
 	closed atomic.Bool
-	mu     sync.RWMutex // held for reading while queueing, for writing by Close
+	// mu is held for reading while queueing and for writing by Close
+	// as it sets closed, so nothing is queued once the writer may have
+	// drained for the last time. It is taken before qmu.
+	mu sync.RWMutex
 
 	last atomic.Int64 // the newest committed id
 	lost atomic.Int64 // Recorded events that could not be written
 
-	fmu     sync.Mutex
+	fmu     sync.Mutex    // guards failure and changed
 	failure error         // the last write's error, nil once one succeeds
 	changed chan struct{} // closed (and replaced) on every commit
 }

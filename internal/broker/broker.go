@@ -68,6 +68,8 @@ type Broker struct {
 	services map[string]*service
 	names    []string // sorted, for refusals that list them
 
+	// mu guards closed. A call is added to wg under it, once closed is
+	// checked, so that Close's wait counts every call.
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup

@@ -90,10 +90,11 @@ func (o *operation) checkBodyType(contentType string) (int, string) {
 
 // limiter is a token bucket of perMinute calls, refilled continuously.
 type limiter struct {
-	mu     sync.Mutex
+	max  float64
+	rate float64 // tokens per second
+
+	mu     sync.Mutex // guards tokens and last
 	tokens float64
-	max    float64
-	rate   float64 // tokens per second
 	last   time.Time
 }
 

@@ -120,7 +120,7 @@ func (f *RunFlags) Check(argv []string, stderr io.Writer) error {
 
 // SyncWriter serialises writes of concurrent streams to one writer.
 type SyncWriter struct {
-	mu sync.Mutex
+	mu sync.Mutex // held across each write to W
 	W  io.Writer
 }
 

@@ -62,7 +62,7 @@ func atCapacity(err error) error {
 
 // holds counts the sandboxes held for a while and each token's share.
 type holds struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards sessions and tokens
 	sessions int
 	tokens   map[string]int
 }

@@ -353,6 +353,8 @@ func resultEvent(r *result.Result) result.Event {
 
 // eventWriter writes NDJSON events, one line each, flushed as they come.
 type eventWriter struct {
+	// mu is held across each write to w and flush of rc: events come
+	// from the output pumps, the monitor and the gateway at once.
 	mu sync.Mutex
 	w  io.Writer
 	rc *http.ResponseController

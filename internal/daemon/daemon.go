@@ -351,8 +351,8 @@ func (l *lockedListener) Close() error {
 // record locks belong to a process, so a second daemon in the same
 // process would be granted the lock again; this refuses it.
 var socketLocks = struct {
-	sync.Mutex
-	fds map[string]int
+	sync.Mutex // guards fds
+	fds        map[string]int
 }{fds: map[string]int{}}
 
 // lockSocket takes the POSIX write lock of path (created) and returns what
@@ -428,7 +428,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		defer cancel()
 		var errs []error
 		var wg sync.WaitGroup
-		var mu sync.Mutex
+		var mu sync.Mutex // guards errs while the servers shut down
 		for _, srv := range []*http.Server{d.srv, d.tsrv} {
 			if srv == nil {
 				continue

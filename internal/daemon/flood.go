@@ -77,7 +77,7 @@ func (c *slotConn) Close() error {
 // refusals sums each client's refused requests (401, 403, 421 and the
 // 429s of a client that keeps failing) over refusalWindow.
 type refusals struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards clients and every entry in it
 	clients map[string]*refused
 }
 
@@ -85,7 +85,7 @@ type refused struct {
 	count  int // refusals after the first, not yet recorded
 	status int // the last one's status
 	path   string
-	// failures is the client's authentication-failure bucket.
+	// tokens and last are the client's authentication-failure bucket.
 	tokens float64
 	last   time.Time
 }
@@ -101,6 +101,7 @@ func clientKey(r *http.Request) string {
 }
 
 // entry returns key's entry, or the shared one past maxRefusalClients.
+// The caller holds rf.mu.
 func (rf *refusals) entry(key string) *refused {
 	if rf.clients == nil {
 		rf.clients = map[string]*refused{}

@@ -37,14 +37,16 @@ type instance struct {
 	name  string
 	sb    *sandbox.Sandbox
 	bind  *runner.Binding
-	up    *mcp.ClientSession
 	stdin *io.PipeWriter
 	tail  *tailWriter
 	done  chan struct{} // closed when the server's process has ended
+	close sync.Once     // stop runs once
 
+	// mu guards up and ended. The instance is listed for a shutdown's
+	// stopAll before its handshake sets up.
 	mu    sync.Mutex
+	up    *mcp.ClientSession
 	ended error // why it ended, once it has
-	close sync.Once
 }
 
 // endedErr says why the server is gone, or nil while it runs. A call
@@ -64,8 +66,11 @@ func (i *instance) endedErr() error {
 // stop ends the server and destroys its sandbox.
 func (i *instance) stop() {
 	i.close.Do(func() {
-		if i.up != nil {
-			_ = i.up.Close()
+		i.mu.Lock()
+		up := i.up
+		i.mu.Unlock()
+		if up != nil {
+			_ = up.Close()
 		}
 		_ = i.stdin.Close()
 		// Destroy first: it ends the process (and so the exec) at once.
@@ -123,8 +128,11 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, cli
 	}()
 	cctx, cancel := context.WithTimeout(ctx, serverStart)
 	defer cancel()
-	i.up, err = mcp.NewClient(&mcp.Implementation{Name: "airlock-gateway", Version: d.opts.Version}, nil).
+	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-gateway", Version: d.opts.Version}, nil).
 		Connect(cctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	i.mu.Lock()
+	i.up = up
+	i.mu.Unlock()
 	if err != nil {
 		if e := i.endedErr(); e != nil {
 			return nil, fmt.Errorf("MCP server %s did not start: %w", t.Name, e)
@@ -193,7 +201,7 @@ func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *caller, clien
 
 // instances are the MCP servers running now, destroyed at shutdown.
 type instances struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards all
 	all map[*instance]struct{}
 }
 
@@ -233,8 +241,9 @@ func (s *instances) stopAll() {
 
 // tailWriter keeps the last bytes written to it.
 type tailWriter struct {
-	mu  sync.Mutex
 	max int
+
+	mu  sync.Mutex // guards buf
 	buf []byte
 }
 

@@ -217,7 +217,7 @@ type builtKey struct{}
 // entry unused for longer than the SDK keeps an idle session is dropped:
 // the session is gone by then.
 type sessionOwners struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards m and next
 	m    map[string]owner
 	next time.Time // the next time stale entries are dropped
 }

@@ -26,7 +26,7 @@ const maxBuiltinArgs = 256
 // mcpSessions ties airlock sessions to MCP sessions: each MCP session
 // owns at most one, destroyed when the MCP session ends.
 type mcpSessions struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards m
 	m  map[*mcp.ServerSession]*session
 }
 

@@ -38,6 +38,9 @@ type session struct {
 	expires time.Time
 	onEnd   func(reason string) // records the end
 
+	// mu guards lastUsed, running, ended, endReason and endedAt. A call
+	// is added to wg under it, once ended is checked, so that end's wait
+	// counts every call. It is taken after sessions.mu (see reap).
 	mu        sync.Mutex
 	lastUsed  time.Time
 	running   int
@@ -49,6 +52,7 @@ type session struct {
 
 // sessions is the daemon's table of sessions.
 type sessions struct {
+	// mu guards m and closed; it is taken before a session's mu.
 	mu     sync.Mutex
 	m      map[string]*session
 	closed bool // shutting down: no new sessions

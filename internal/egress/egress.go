@@ -125,6 +125,9 @@ type Gateway struct {
 	// connections accepted and resolver packets read (see Quiet).
 	heard atomic.Int64
 
+	// mu guards closed, closers, names, nextAddr and wild. A handler is
+	// added to wg under it, once closed is checked (see tracked). It is
+	// held while a name's listeners open, so each name gets one address.
 	mu       sync.Mutex
 	closed   bool
 	closers  map[io.Closer]struct{} // listeners and live connections

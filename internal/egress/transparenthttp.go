@@ -150,7 +150,7 @@ func (c *readerConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // oneConn is a listener that hands out one connection, then none.
 type oneConn struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards c
 	c  net.Conn
 }
 

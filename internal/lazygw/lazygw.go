@@ -77,6 +77,9 @@ type Gateway struct {
 	wakeR, wakeW *os.File
 	watched      chan struct{}
 
+	// mu guards started and closed. The watcher sets cmd, ctrl and
+	// relayed under it too; Close reads them without it, once the
+	// watcher has returned (watched).
 	mu sync.Mutex
 	// started says the helper was started (or tried); cmd and ctrl are
 	// it and the write end of its control pipe, relayed closed once its

@@ -16,7 +16,7 @@ import (
 // relays stdio to the daemon's /mcp. Progress the upstream reports for a
 // call goes to the session that made the call.
 type Relay struct {
-	mu      sync.Mutex
+	mu      sync.Mutex                 // guards waiting
 	waiting map[any]*mcp.ServerSession // progress token -> downstream
 }
 

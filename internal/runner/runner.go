@@ -78,14 +78,15 @@ func (b *Binding) RunCloseLater(ctx context.Context, x sandbox.ExecRequest, expl
 // network side stays open across execs (a session's).
 type Binding struct {
 	sb  *sandbox.Sandbox
-	net Net
-	env []string
+	net Net      // set by Attach, before any command runs
+	env []string // likewise
 
+	// mu guards onEgress, onBroker and execs. It is held while an event
+	// goes to the execs, and so taken before a netLog's mu.
+	mu       sync.Mutex
 	onEgress func(result.EgressEvent)
 	onBroker func(result.BrokerEvent)
-
-	mu    sync.Mutex           // guards execs, onEgress and onBroker
-	execs map[*netLog]struct{} // the execs running now get the events
+	execs    map[*netLog]struct{} // the execs running now get the events
 }
 
 // SetRecorders replaces the policy's OnEgress and OnBroker: for a binding
@@ -172,9 +173,13 @@ func (b *Binding) closeInto(ctx context.Context, r *result.Result, explain io.Wr
 // netLog collects a run's egress and broker events for the result and,
 // when asked, passes them on live.
 type netLog struct {
-	start   time.Time
-	live    func(result.Event)
-	stderr  io.Writer
+	start  time.Time
+	live   func(result.Event)
+	stderr io.Writer
+
+	// mu guards events, dropped, broker, bdrop, shown and seen: the
+	// gateway's and the broker's decisions arrive on their own
+	// goroutines.
 	mu      sync.Mutex
 	events  []result.EgressEvent
 	dropped int

@@ -24,6 +24,8 @@ func RequireRoot(t testing.TB) {
 }
 
 var (
+	// buildMu guards built, and is held across a build so that each
+	// package is built once.
 	buildMu sync.Mutex
 	built   = map[string]string{}
 )

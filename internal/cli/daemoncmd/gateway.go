@@ -59,7 +59,7 @@ func gatewayCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	}
 	// Decisions go out one line each, as they are made: airlock run
 	// streams them (--events) while the command runs.
-	var mu sync.Mutex
+	var mu sync.Mutex // guards werr and the writes to events
 	var werr error
 	emit := func(ev result.EgressEvent) {
 		b, err := json.Marshal(ev)

@@ -118,6 +118,8 @@ type Server struct {
 	// now is the rate limiter's clock; nil means time.Now. Tests set it.
 	now func() time.Time
 
+	// mu guards bucketInit, tokens, last, collapsed, limitLogged and
+	// tcpConns: queries are answered on many goroutines, UDP and TCP.
 	mu sync.Mutex
 	// bucketInit says tokens and last hold state; the bucket starts full.
 	bucketInit bool

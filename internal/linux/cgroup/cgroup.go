@@ -93,7 +93,8 @@ type Parent struct {
 	memsw  bool // memory.memsw.* exist (swap accounting enabled)
 	tcpmem bool // memory.kmem.tcp.* exist (v1 socket buffer accounting)
 	// retFDs are kept descriptors of the tasks files threads return to
-	// after EnterThread, by path; see returnThread.
+	// after EnterThread, by path; see returnThread. retMu guards it, and
+	// is held across each write so no descriptor is closed in use.
 	retMu  sync.Mutex
 	retFDs map[string]int
 

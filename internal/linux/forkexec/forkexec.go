@@ -379,8 +379,8 @@ func (c *Child) Kill() {
 // unsettled keeps the specs (and stacks) of children settle could not see
 // end.
 var unsettled struct {
-	sync.Mutex
-	specs []*forkSpec
+	sync.Mutex // guards specs, which only grows
+	specs      []*forkSpec
 }
 
 // settle waits, when the child runs on the caller's memory, for the end of

@@ -13,6 +13,9 @@ import (
 
 // NetnsChild is a child making a network namespace (see StartNetns).
 type NetnsChild struct {
+	// mu guards s and pidfd, so that one Wait takes the namespace. The
+	// child writes to s until it exits; Wait reads s once it has reaped
+	// it.
 	mu    sync.Mutex
 	s     *forkSpec
 	pidfd int
