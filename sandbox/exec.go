@@ -213,7 +213,17 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 	}
 	x.stdinW, x.stdoutR, x.stderrR = hostEnds[0], hostEnds[1], hostEnds[2]
 
+	// dead is closed under mu, with every waiter then registered: a
+	// waiter registered after that would never be released, and the
+	// exec would wait out its time limit as if it were a breach.
 	s.mu.Lock()
+	select {
+	case <-s.dead:
+		s.mu.Unlock()
+		x.closeHostEnds()
+		return nil, ErrDead
+	default:
+	}
 	s.nextID++
 	x.id = s.nextID
 	s.waiters[x.id] = x.msgs

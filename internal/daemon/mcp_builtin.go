@@ -98,12 +98,22 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if err != nil {
 			return nil, err
 		}
+		// Checked again as it is kept: of two opens at once on one MCP
+		// session, the second would otherwise replace the first, whose
+		// sandbox then waited out its idle time unreachable.
 		d.mcpSess.mu.Lock()
 		if d.mcpSess.m == nil {
 			d.mcpSess.m = map[*mcp.ServerSession]*session{}
 		}
-		d.mcpSess.m[req.Session] = sess
+		_, taken := d.mcpSess.m[req.Session]
+		if !taken {
+			d.mcpSess.m[req.Session] = sess
+		}
 		d.mcpSess.mu.Unlock()
+		if taken {
+			sess.end(context.WithoutCancel(ctx), "opened twice at once")
+			return nil, &inputError{"this MCP session already has a sandbox; close it first"}
+		}
 		go func() {
 			_ = req.Session.Wait()
 			d.closeMCPSession(req.Session, "MCP session ended")

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,4 +100,43 @@ func firstKey(d *Daemon) *mcp.ServerSession {
 		return k
 	}
 	return nil
+}
+
+// TestMCPSessionOpenRace: opens of one MCP session's sandbox sent at once
+// give it exactly one; each other open is refused, and its sandbox, made
+// while the first was being made, is destroyed rather than left to wait
+// out its idle time unreachable.
+func TestMCPSessionOpenRace(t *testing.T) {
+	d, sock := serveConfig(t, "mcp: {builtins: [session]}\ntools:\n  sh: {}\n", nil)
+	cs := mcpConnect(t, sock, nil)
+	const n = 6
+	var wg sync.WaitGroup
+	var opened atomic.Int32
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "airlock_session_open", Arguments: map[string]any{"tool": "sh"}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !r.IsError {
+				opened.Add(1)
+			} else if !strings.Contains(resultText(r), "already has a sandbox") {
+				t.Errorf("a refused open: %q", resultText(r))
+			}
+		}()
+	}
+	wg.Wait()
+	if opened.Load() != 1 {
+		t.Fatalf("%d opens succeeded, want 1", opened.Load())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for d.rt.Usage().Sandboxes != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sandboxes live for one MCP session's sandbox", d.rt.Usage().Sandboxes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
