@@ -16,7 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // MaxFileSize is the largest config file Load and Parse accept, in bytes.
@@ -35,7 +35,7 @@ const (
 const ImageHost = "host"
 
 // DefaultWorkdir is a tool's working directory unless it names one.
-const DefaultWorkdir = sandbox.HomeDir
+const DefaultWorkdir = sbspec.HomeDir
 
 // Config is a parsed airlock.yaml.
 type Config struct {
@@ -82,7 +82,7 @@ type Tool struct {
 	WorkdirSet bool
 	// User, when set, is who commands run as (else the image's user, else
 	// 1000:1000).
-	User *sandbox.User
+	User *sbspec.User
 	// WritableRoot gives each sandbox of the tool a writable root: an
 	// upper layer over its image, on its disk tmpfs. Images only.
 	WritableRoot bool
@@ -112,7 +112,7 @@ type Tool struct {
 	// Inputs are the tool's declared inputs, in file order.
 	Inputs []Input
 	// Mounts are host paths bound read-only into the tool's sandboxes.
-	Mounts []sandbox.Mount
+	Mounts []sbspec.Mount
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }
@@ -130,8 +130,9 @@ type Limits struct {
 	CPUTime *time.Duration
 }
 
-// Apply returns base with the overrides of l put on top.
-func (l Limits) Apply(base sandbox.Limits) sandbox.Limits {
+// Apply returns base with the overrides of l put on top. The runtime
+// takes the result as its sandbox.Limits (see attach.Limits).
+func (l Limits) Apply(base sbspec.Limits) sbspec.Limits {
 	set := func(dst *int64, src *int64) {
 		if src != nil {
 			*dst = *src

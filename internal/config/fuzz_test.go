@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // FuzzParse checks that Parse never panics, that every error is an *Error
@@ -80,7 +80,7 @@ func FuzzParse(f *testing.F) {
 			case tl.Line < 1:
 				t.Fatalf("tool %q on line %d", name, tl.Line)
 			}
-			if err := tl.Limits.Apply(sandbox.DefaultLimits()).Validate(); err != nil {
+			if err := tl.Limits.Apply(sbspec.DefaultLimits()).Validate(); err != nil {
 				t.Fatalf("limits of %q accepted but invalid: %v", name, err)
 			}
 			for i, sn := range tl.Services {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -52,7 +53,7 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 
 // user parses a tool's user: "UID" or "UID:GID", numbers inside the
 // sandbox's ids 0-65535.
-func (p *parser) user(n *yaml.Node, at string) (*sandbox.User, error) {
+func (p *parser) user(n *yaml.Node, at string) (*sbspec.User, error) {
 	s, err := p.str(n, at)
 	if err != nil {
 		return nil, err
@@ -66,7 +67,7 @@ func (p *parser) user(n *yaml.Node, at string) (*sandbox.User, error) {
 	if err1 != nil || err2 != nil {
 		return nil, p.errAt(n, at, "%s: want UID or UID:GID, numbers from 0 to 65535", quote(s))
 	}
-	return &sandbox.User{UID: uint32(uid), GID: uint32(gid)}, nil
+	return &sbspec.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 // rootfs parses a tool's rootfs: read-only (the default) or writable.
@@ -105,7 +106,7 @@ func (t *Tool) WithImage(img *image.Image) ImageRun {
 	si, u := img.SandboxImage()
 	si.Writable = t.WritableRoot
 	if t.User != nil {
-		u = t.User
+		u = (*sandbox.User)(t.User)
 	}
 	wd := ""
 	if t.WorkdirSet {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -103,7 +104,7 @@ func (fr *fullRun) applyTool() error {
 	if err != nil {
 		return err
 	}
-	limits := t.Limits.Apply(sandbox.DefaultLimits())
+	limits := attach.Limits(t.Limits)
 	flagged := map[string]func(){
 		"memory":   func() { limits.Memory = fr.Limits.Memory },
 		"pids":     func() { limits.Pids = fr.Limits.Pids },
@@ -120,11 +121,11 @@ func (fr *fullRun) applyTool() error {
 		}
 	}
 	fr.Limits = limits
-	fr.mounts = t.Mounts
+	fr.mounts = attach.Mounts(t.Mounts)
 	if !fr.Set["image"] {
 		fr.Image = t.Image
 	}
-	fr.spec.User, fr.writableRoot, fr.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
+	fr.spec.User, fr.writableRoot, fr.toolWorkdir = attach.User(t.User), t.WritableRoot, t.WorkdirSet
 	fr.Env = append(append([]string(nil), t.Env...), fr.Env...)
 	if !fr.Set["workdir"] && t.Workdir != "" {
 		fr.Workdir = t.Workdir
@@ -170,7 +171,7 @@ func (fr *fullRun) resolveImage() error {
 	}
 	// The run's settings (the tool's, then the flags') as a tool, for
 	// the same merge the daemon makes.
-	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: fr.spec.User, WritableRoot: fr.writableRoot}
+	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: (*sbspec.User)(fr.spec.User), WritableRoot: fr.writableRoot}
 	ir := t.WithImage(fr.img)
 	fr.spec.Image, fr.spec.User, fr.Env, fr.Workdir = ir.Image, ir.User, ir.Env, ir.Workdir
 	return nil
