@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
@@ -32,7 +33,7 @@ const (
 
 // ImageHost is the only image today: the sandbox sees the host's /usr
 // and friends, read-only.
-const ImageHost = "host"
+const ImageHost = imageref.Host
 
 // DefaultWorkdir is a tool's working directory unless it names one.
 const DefaultWorkdir = sbspec.HomeDir

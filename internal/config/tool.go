@@ -6,10 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/image"
-
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/internal/units"
 )
@@ -156,7 +155,7 @@ func (p *parser) image(n *yaml.Node, at string) (string, error) {
 		return "", err
 	}
 	if s != ImageHost {
-		if err := image.CheckRef(s); err != nil {
+		if err := imageref.Check(s); err != nil {
 			return "", p.errAt(n, at, "%v", err)
 		}
 	}

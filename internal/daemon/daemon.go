@@ -133,7 +133,7 @@ func resolveImages(opts *Options) (map[string]*toolImage, error) {
 			continue
 		}
 		if store == nil {
-			so := cfg.Images.StoreOptions()
+			so := attach.StoreOptions(cfg.Images)
 			if opts.ImageStore != "" {
 				so.Dir = opts.ImageStore
 			}
@@ -146,7 +146,7 @@ func resolveImages(opts *Options) (map[string]*toolImage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 		}
-		ir := t.WithImage(img)
+		ir := attach.WithImage(t, img)
 		tc := *t
 		tc.Env, tc.Workdir = ir.Env, ir.Workdir
 		if _, ok := cfg.Tools[t.Name]; ok {

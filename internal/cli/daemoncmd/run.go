@@ -36,10 +36,12 @@ type fullRun struct {
 	services []*config.Service
 	secrets  map[string]*config.Secret
 	// cfg is the config file's, when one was read; the tool's settings
-	// that shape the sandbox land in spec (image, user), writableRoot and
-	// toolWorkdir (the tool gave a workdir).
+	// that shape the sandbox land in spec (image, user), user (the
+	// tool's, as the file gave it), writableRoot and toolWorkdir (the
+	// tool gave a workdir).
 	cfg          *config.Config
 	spec         sandbox.Spec
+	user         *sbspec.User
 	writableRoot bool
 	toolWorkdir  bool
 	img          *image.Image
@@ -125,7 +127,8 @@ func (fr *fullRun) applyTool() error {
 	if !fr.Set["image"] {
 		fr.Image = t.Image
 	}
-	fr.spec.User, fr.writableRoot, fr.toolWorkdir = attach.User(t.User), t.WritableRoot, t.WorkdirSet
+	fr.user, fr.writableRoot, fr.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
+	fr.spec.User = attach.User(t.User)
 	fr.Env = append(append([]string(nil), t.Env...), fr.Env...)
 	if !fr.Set["workdir"] && t.Workdir != "" {
 		fr.Workdir = t.Workdir
@@ -160,7 +163,7 @@ func (fr *fullRun) resolveImage() error {
 				return err
 			}
 		}
-		opts = cfg.Images.StoreOptions()
+		opts = attach.StoreOptions(cfg.Images)
 	}
 	st, err := image.Open(opts)
 	if err != nil {
@@ -171,8 +174,8 @@ func (fr *fullRun) resolveImage() error {
 	}
 	// The run's settings (the tool's, then the flags') as a tool, for
 	// the same merge the daemon makes.
-	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: (*sbspec.User)(fr.spec.User), WritableRoot: fr.writableRoot}
-	ir := t.WithImage(fr.img)
+	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: fr.user, WritableRoot: fr.writableRoot}
+	ir := attach.WithImage(&t, fr.img)
 	fr.spec.Image, fr.spec.User, fr.Env, fr.Workdir = ir.Image, ir.User, ir.Env, ir.Workdir
 	return nil
 }
