@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/sbspec"
@@ -50,7 +51,7 @@ type Config struct {
 	Secrets map[string]*Secret
 	// Services maps service names to the services the credential broker
 	// forwards to.
-	Services map[string]*Service
+	Services map[string]*brokerspec.Service
 	// ServiceOrder lists the service names in file order.
 	ServiceOrder []string
 	// Server configures `airlock serve`'s listeners and tokens.
@@ -192,7 +193,7 @@ func DefaultNetwork() Network {
 // Empty returns the built-in default config: no tools, secrets or
 // services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit(), Images: defaultImages()}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*brokerspec.Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit(), Images: defaultImages()}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
@@ -207,8 +208,8 @@ func (c *Config) Tool(name string) (*Tool, error) {
 
 // Service returns the service called name. An unknown name gives an error
 // that matches ErrNotFound and lists the known names.
-func (c *Config) Service(name string) (*Service, error) {
-	var services map[string]*Service
+func (c *Config) Service(name string) (*brokerspec.Service, error) {
+	var services map[string]*brokerspec.Service
 	if c != nil {
 		services = c.Services
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
@@ -131,7 +132,7 @@ func checkService(t *testing.T, c *Config, name string) {
 		t.Fatalf("service %q: ca %q accepted", name, s.CA)
 	case c.Secrets[cr.Secret] == nil:
 		t.Fatalf("service %q: undefined secret %q accepted", name, cr.Secret)
-	case strings.Count(cr.Template, SecretPlaceholder) != 1 || strings.IndexFunc(cr.Template, isHeaderControl) >= 0:
+	case strings.Count(cr.Template, brokerspec.SecretPlaceholder) != 1 || strings.IndexFunc(cr.Template, isHeaderControl) >= 0:
 		t.Fatalf("service %q: template %q accepted", name, cr.Template)
 	case cr.Header == "" || canonicalHeader(cr.Header) != cr.Header || framingHeaders[strings.ToLower(cr.Header)] ||
 		strings.HasPrefix(cr.Header, "Proxy-") || strings.IndexFunc(cr.Header, func(r rune) bool { return !isTokenChar(r) }) >= 0:
@@ -144,7 +145,7 @@ func checkService(t *testing.T, c *Config, name string) {
 		t.Fatalf("service %q: upstream %#v does not survive a round trip: %#v, %v", name, u, again, err)
 	}
 	for _, e := range s.Env {
-		if !validEnvName(e.Name) || strings.Contains(e.Value, SecretPlaceholder) {
+		if !validEnvName(e.Name) || strings.Contains(e.Value, brokerspec.SecretPlaceholder) {
 			t.Fatalf("service %q: env %+v accepted", name, e)
 		}
 	}

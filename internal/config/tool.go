@@ -8,6 +8,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/internal/units"
@@ -198,12 +199,12 @@ func (p *parser) env(n *yaml.Node, at string) ([]string, error) {
 // envVars parses a mapping of environment variable names to string
 // values, kept in file order. check, if not nil, vets each value and
 // returns what is wrong with it, or "".
-func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]EnvVar, error) {
+func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]brokerspec.EnvVar, error) {
 	fs, err := p.fields(n, at, "a mapping of NAME: value", nil)
 	if err != nil {
 		return nil, err
 	}
-	var out []EnvVar
+	var out []brokerspec.EnvVar
 	for _, f := range fs {
 		sub := join(at, f.name)
 		if !validEnvName(f.name) {
@@ -218,7 +219,7 @@ func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]
 				return nil, p.errAt(f.val, sub, "%s", problem)
 			}
 		}
-		out = append(out, EnvVar{Name: f.name, Value: v})
+		out = append(out, brokerspec.EnvVar{Name: f.name, Value: v})
 	}
 	return out, nil
 }

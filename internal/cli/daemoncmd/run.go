@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
@@ -33,7 +34,7 @@ type fullRun struct {
 	network egress.Limits
 	// services are the broker services of the tool, with the secrets
 	// they name.
-	services []*config.Service
+	services []*brokerspec.Service
 	secrets  map[string]*config.Secret
 	// cfg is the config file's, when one was read; the tool's settings
 	// that shape the sandbox land in spec (image, user), user (the

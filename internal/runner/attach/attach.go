@@ -11,6 +11,7 @@ import (
 	"io"
 
 	"github.com/airlockhq/airlock/internal/broker"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -28,7 +29,7 @@ type Policy struct {
 	Network egress.Limits
 	// Services are the broker services of the tool, with the secrets
 	// they name; none means no broker.
-	Services []*config.Service
+	Services []*brokerspec.Service
 	Secrets  map[string]*config.Secret
 	// OnEgress and OnBroker, if set, get every decision made while the
 	// policy is bound, whether or not an exec is running (the audit
@@ -93,7 +94,7 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 			Tool:      p.Tool,
 			SandboxID: sb.ID(),
 			Services:  p.Services,
-			Secrets:   p.Secrets,
+			Secrets:   brokerSecrets(p.Services, p.Secrets),
 			OnEvent:   b.Broker,
 		})
 		var env []string
@@ -109,6 +110,17 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 	}
 	b.Attach(n)
 	return b, nil
+}
+
+// brokerSecrets are the secrets services name, as the broker takes them.
+func brokerSecrets(services []*brokerspec.Service, secrets map[string]*config.Secret) map[string]broker.Secret {
+	out := make(map[string]broker.Secret, len(services))
+	for _, s := range services {
+		if sec, ok := secrets[s.Credential.Secret]; ok {
+			out[s.Credential.Secret] = sec
+		}
+	}
+	return out
 }
 
 // gatewayNet is a gateway and perhaps a broker, as a binding's network
