@@ -3,6 +3,10 @@
 // the tool uses services, the credential broker, as a runner.Binding's
 // network side. The daemon uses it for every run and session, and so does
 // airlockd's command line.
+//
+// It is also where a tool's settings, which package config emits as plain
+// values, become what the runtime takes (tool.go): config links none of
+// the runtime, and the broker and the image store no config.
 package attach
 
 import (

@@ -8,10 +8,6 @@ import (
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// Package config emits plain values (sbspec's, its own) and links none of
-// the runtime; these turn a tool's settings into what the runtime takes,
-// once, for the daemon and the command line alike.
-
 // Limits are a tool's ceilings: its overrides over the defaults.
 func Limits(l config.Limits) sandbox.Limits {
 	return sandbox.Limits(l.Apply(sbspec.DefaultLimits()))
