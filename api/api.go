@@ -69,6 +69,34 @@ type Tool struct {
 	Services    []string `json:"services"`
 }
 
+// PoolStats are one tool's warm-pool counters since the daemon started
+// (GET /v1/pools).
+type PoolStats struct {
+	// Name is the tool's.
+	Name string `json:"name"`
+	// Warm is the target; Idle how many are ready now.
+	Warm int `json:"warm"`
+	Idle int `json:"idle"`
+	// Hits were claims served warm, Misses claims that created a sandbox
+	// on the spot.
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
+	// Created counts sandboxes the replenisher built; CreateFailures its
+	// failed attempts.
+	Created        int64 `json:"created"`
+	CreateFailures int64 `json:"create_failures"`
+	// Discarded counts ready sandboxes found dead and destroyed unused.
+	Discarded int64 `json:"discarded"`
+	// Evicted counts ready sandboxes destroyed unused to make room for a
+	// claim of another pool when the node was at capacity.
+	Evicted int64 `json:"evicted"`
+	// AtCapacity says the last refill was refused because the node's
+	// budget was spent: the pool is below its target until room frees.
+	AtCapacity bool `json:"at_capacity,omitempty"`
+	// ClaimNanos is the total time claims took (hits and misses).
+	ClaimNanos int64 `json:"claim_ns"`
+}
+
 // NDJSON is the media type of streamed answers: one result.Event per
 // line, the last of type "result".
 const NDJSON = "application/x-ndjson"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/broker"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 )
@@ -58,7 +59,7 @@ services:
 	}
 	defer ns.Close()
 	ctx := context.Background()
-	b, err := broker.Attach(ctx, ns, broker.Config{SandboxID: "bench", Services: []*config.Service{svc}, Secrets: cfg.Secrets})
+	b, err := broker.Attach(ctx, ns, broker.Config{SandboxID: "bench", Services: []*brokerspec.Service{svc}, Secrets: map[string]broker.Secret{"tok": cfg.Secrets["tok"]}})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -166,8 +165,8 @@ func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
 }
 
 // Pools returns every tool's pool counters.
-func (c *Client) Pools(ctx context.Context) ([]pool.Stats, error) {
-	var p []pool.Stats
+func (c *Client) Pools(ctx context.Context) ([]api.PoolStats, error) {
+	var p []api.PoolStats
 	return p, c.getJSON(ctx, "/v1/pools", &p)
 }
 

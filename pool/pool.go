@@ -49,30 +49,31 @@ type Config struct {
 	YieldMax time.Duration
 }
 
-// Stats are a pool's counters since it was made.
+// Stats are a pool's counters since it was made. The daemon serves them
+// as api.PoolStats.
 type Stats struct {
-	Name string `json:"name"`
+	Name string
 	// Warm is the target; Idle how many are ready now.
-	Warm int `json:"warm"`
-	Idle int `json:"idle"`
+	Warm int
+	Idle int
 	// Hits were claims served warm, Misses claims that created a sandbox
 	// on the spot.
-	Hits   int64 `json:"hits"`
-	Misses int64 `json:"misses"`
+	Hits   int64
+	Misses int64
 	// Created counts sandboxes the replenisher built; CreateFailures its
 	// failed attempts.
-	Created        int64 `json:"created"`
-	CreateFailures int64 `json:"create_failures"`
+	Created        int64
+	CreateFailures int64
 	// Discarded counts ready sandboxes found dead and destroyed unused.
-	Discarded int64 `json:"discarded"`
+	Discarded int64
 	// Evicted counts ready sandboxes destroyed unused to make room for a
 	// claim of another pool when the node was at capacity.
-	Evicted int64 `json:"evicted"`
+	Evicted int64
 	// AtCapacity says the last refill was refused because the node's
 	// budget was spent: the pool is below its target until room frees.
-	AtCapacity bool `json:"at_capacity,omitempty"`
+	AtCapacity bool
 	// ClaimNanos is the total time claims took (hits and misses).
-	ClaimNanos int64 `json:"claim_ns"`
+	ClaimNanos int64
 }
 
 // Pool keeps sandboxes of one profile warm. Its methods are safe for

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +19,7 @@ const (
 	sandboxUID = 1000
 	sandboxGID = 1000
 	// HomeDir is also the default working directory.
-	HomeDir = "/workspace"
+	HomeDir = sbspec.HomeDir
 )
 
 // DefaultEnv is what every command gets unless the caller overrides a

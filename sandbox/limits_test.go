@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
 )
@@ -261,18 +262,18 @@ func TestTimeBoundsSetup(t *testing.T) {
 // pids breach that names its ceiling.
 func TestLowestPids(t *testing.T) {
 	l := DefaultLimits()
-	l.Pids = minPids - 1
+	l.Pids = sbspec.MinPids - 1
 	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "minimum") {
 		t.Fatalf("pids %d: %v, want it refused naming the minimum", l.Pids, err)
 	}
-	for n := int64(minPids); n <= minPids+2; n++ {
+	for n := int64(sbspec.MinPids); n <= sbspec.MinPids+2; n++ {
 		r := run(t, runOpts{limits: limits(func(l *Limits) { l.Pids = n })}, "sh", "-c", "echo one")
 		if r.Outcome != result.Exited || r.ExitCode != 0 || string(r.Stdout) != "one\n" {
 			t.Fatalf("pids %d: got %s %d %q %s", n, r.Outcome, r.ExitCode, r.Stdout, r.Error)
 		}
 	}
-	r := run(t, runOpts{limits: limits(func(l *Limits) { l.Pids = minPids })}, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait")
-	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitPids || r.Limit.Ceiling != minPids {
-		t.Fatalf("a pipeline at pids %d: got %s %+v", minPids, r.Outcome, r.Limit)
+	r := run(t, runOpts{limits: limits(func(l *Limits) { l.Pids = sbspec.MinPids })}, "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait")
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitPids || r.Limit.Ceiling != sbspec.MinPids {
+		t.Fatalf("a pipeline at pids %d: got %s %+v", sbspec.MinPids, r.Outcome, r.Limit)
 	}
 }

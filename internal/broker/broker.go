@@ -24,8 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/redact"
-	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/result"
@@ -48,15 +48,23 @@ type Config struct {
 	// own, so they need no token to prove.
 	Tool, SandboxID string
 	// Services are the services the tool may use.
-	Services []*config.Service
+	Services []*brokerspec.Service
 	// Secrets holds every secret the services name.
-	Secrets map[string]*config.Secret
+	Secrets map[string]Secret
 	// OnEvent receives every call. Nil discards events.
 	OnEvent func(result.BrokerEvent)
 	// Dialer makes the upstream connections; nil is a default one.
 	Dialer *egress.Dialer
 	// Logger receives airlock's own diagnostics; nil discards them.
 	Logger *slog.Logger
+}
+
+// Secret is where a service's credential comes from (config.Secret is
+// one). Read returns its current value and is called for every call, so a
+// rotated credential is taken up at once; its errors are logged, so they
+// must name the secret and its source and never hold the value.
+type Secret interface {
+	Read() (string, error)
 }
 
 // Broker serves one sandbox's calls. Close it when the sandbox is done.
@@ -77,8 +85,8 @@ type Broker struct {
 
 // service is a configured service ready to serve calls.
 type service struct {
-	cfg       *config.Service
-	secret    *config.Secret
+	cfg       *brokerspec.Service
+	secret    Secret
 	transport *http.Transport
 	ops       []*operation
 }
@@ -138,7 +146,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Broker, err error)
 
 // newService prepares one service: its secret, its operations and a
 // transport that can only ever connect to the service's upstream.
-func (b *Broker) newService(sc *config.Service) (*service, error) {
+func (b *Broker) newService(sc *brokerspec.Service) (*service, error) {
 	sec, ok := b.cfg.Secrets[sc.Credential.Secret]
 	if !ok {
 		return nil, fmt.Errorf("secret %q is not defined", sc.Credential.Secret)
@@ -190,7 +198,7 @@ type deniedError struct{ reason string }
 func (e *deniedError) Error() string { return e.reason }
 
 // upstreamPort is the upstream URL's port, or its scheme's default.
-func upstreamPort(sc *config.Service) uint16 {
+func upstreamPort(sc *brokerspec.Service) uint16 {
 	if len(sc.Destination.Ports) > 0 {
 		return sc.Destination.Ports[0]
 	}
@@ -212,7 +220,7 @@ func (b *Broker) Env() ([]string, error) {
 			red = redact.New(v)
 		}
 		for _, e := range s.cfg.Env {
-			v := strings.ReplaceAll(e.Value, "{url}", URL+"/"+name)
+			v := strings.ReplaceAll(e.Value, brokerspec.URLPlaceholder, URL+"/"+name)
 			if red != nil && red.Contains([]byte(v)) {
 				return nil, fmt.Errorf("broker: service %q: placeholder %s holds the secret; placeholders must never be the credential", name, e.Name)
 			}

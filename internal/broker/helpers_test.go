@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
@@ -170,13 +171,17 @@ func attach(t *testing.T, yaml string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var svcs []*config.Service
+	var svcs []*brokerspec.Service
 	for _, name := range tool.Services {
 		s, err := cfg.Service(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		svcs = append(svcs, s)
+	}
+	secrets := map[string]Secret{}
+	for name, sec := range cfg.Secrets {
+		secrets[name] = sec
 	}
 	ns, err := netns.New()
 	if err != nil {
@@ -185,7 +190,7 @@ func attach(t *testing.T, yaml string) *fixture {
 	t.Cleanup(func() { ns.Close() })
 	f := &fixture{ns: ns}
 	b, err := Attach(t.Context(), ns, Config{
-		Tool: "t", SandboxID: "sb1", Services: svcs, Secrets: cfg.Secrets,
+		Tool: "t", SandboxID: "sb1", Services: svcs, Secrets: secrets,
 		OnEvent: func(ev result.BrokerEvent) {
 			f.mu.Lock()
 			f.evs = append(f.evs, ev)

@@ -9,22 +9,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 )
 
 // operation is a declared operation with its own rate limiter.
 type operation struct {
-	cfg     *config.Operation
+	cfg     *brokerspec.Operation
 	limiter *limiter
 }
 
-func newOperation(cfg *config.Operation) *operation {
+func newOperation(cfg *brokerspec.Operation) *operation {
 	return &operation{cfg: cfg, limiter: newLimiter(cfg.Rate)}
 }
 
 // name is the operation as configured, for events and refusals.
 // baseHeaders go upstream on every call; others only when the operation
-// declares them (config Operation.Headers).
+// declares them (brokerspec.Operation.Headers).
 var baseHeaders = []string{"Accept", "Accept-Language", "Content-Type", "User-Agent"}
 
 // forwards reports whether request header k may go upstream.

@@ -15,8 +15,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/egress/policy"
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/image/imageref"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // MaxFileSize is the largest config file Load and Parse accept, in bytes.
@@ -32,10 +34,10 @@ const (
 
 // ImageHost is the only image today: the sandbox sees the host's /usr
 // and friends, read-only.
-const ImageHost = "host"
+const ImageHost = imageref.Host
 
 // DefaultWorkdir is a tool's working directory unless it names one.
-const DefaultWorkdir = sandbox.HomeDir
+const DefaultWorkdir = sbspec.HomeDir
 
 // Config is a parsed airlock.yaml.
 type Config struct {
@@ -49,7 +51,7 @@ type Config struct {
 	Secrets map[string]*Secret
 	// Services maps service names to the services the credential broker
 	// forwards to.
-	Services map[string]*Service
+	Services map[string]*brokerspec.Service
 	// ServiceOrder lists the service names in file order.
 	ServiceOrder []string
 	// Server configures `airlock serve`'s listeners and tokens.
@@ -82,7 +84,7 @@ type Tool struct {
 	WorkdirSet bool
 	// User, when set, is who commands run as (else the image's user, else
 	// 1000:1000).
-	User *sandbox.User
+	User *sbspec.User
 	// WritableRoot gives each sandbox of the tool a writable root: an
 	// upper layer over its image, on its disk tmpfs. Images only.
 	WritableRoot bool
@@ -112,7 +114,7 @@ type Tool struct {
 	// Inputs are the tool's declared inputs, in file order.
 	Inputs []Input
 	// Mounts are host paths bound read-only into the tool's sandboxes.
-	Mounts []sandbox.Mount
+	Mounts []sbspec.Mount
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }
@@ -130,8 +132,9 @@ type Limits struct {
 	CPUTime *time.Duration
 }
 
-// Apply returns base with the overrides of l put on top.
-func (l Limits) Apply(base sandbox.Limits) sandbox.Limits {
+// Apply returns base with the overrides of l put on top. The runtime
+// takes the result as its sandbox.Limits (see attach.Limits).
+func (l Limits) Apply(base sbspec.Limits) sbspec.Limits {
 	set := func(dst *int64, src *int64) {
 		if src != nil {
 			*dst = *src
@@ -190,7 +193,7 @@ func DefaultNetwork() Network {
 // Empty returns the built-in default config: no tools, secrets or
 // services.
 func Empty() *Config {
-	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit(), Images: defaultImages()}
+	return &Config{Tools: map[string]*Tool{}, Secrets: map[string]*Secret{}, Services: map[string]*brokerspec.Service{}, MCPServers: map[string]*Tool{}, Audit: defaultAudit(), Images: defaultImages()}
 }
 
 // Tool returns the tool called name. An unknown name gives an error that
@@ -205,8 +208,8 @@ func (c *Config) Tool(name string) (*Tool, error) {
 
 // Service returns the service called name. An unknown name gives an error
 // that matches ErrNotFound and lists the known names.
-func (c *Config) Service(name string) (*Service, error) {
-	var services map[string]*Service
+func (c *Config) Service(name string) (*brokerspec.Service, error) {
+	var services map[string]*brokerspec.Service
 	if c != nil {
 		services = c.Services
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // lines joins its arguments into a file, one line each.
@@ -195,23 +195,23 @@ func dump(c *Config) string {
 }
 
 func TestLimitsApply(t *testing.T) {
-	base := sandbox.DefaultLimits()
+	base := sbspec.DefaultLimits()
 	tests := []struct {
 		name string
 		l    Limits
-		want sandbox.Limits
+		want sbspec.Limits
 	}{
 		{"none", Limits{}, base},
 		{"all", Limits{
 			Memory: new(int64(1)), Pids: new(int64(2)), Disk: new(int64(3)), FDs: new(int64(4)),
 			Output: new(int64(5)), CPUMilli: new(int64(6)), Time: new(time.Duration(7)), CPUTime: new(time.Duration(8)),
-		}, sandbox.Limits{Memory: 1, Pids: 2, Disk: 3, Inodes: base.Inodes, FDs: 4, Output: 5, Time: 7, CPUMilli: 6, CPUTime: 8}},
-		{"zero overrides", Limits{CPUMilli: new(int64(0)), CPUTime: new(time.Duration(0))}, func() sandbox.Limits {
+		}, sbspec.Limits{Memory: 1, Pids: 2, Disk: 3, Inodes: base.Inodes, FDs: 4, Output: 5, Time: 7, CPUMilli: 6, CPUTime: 8}},
+		{"zero overrides", Limits{CPUMilli: new(int64(0)), CPUTime: new(time.Duration(0))}, func() sbspec.Limits {
 			l := base
 			l.CPUMilli, l.CPUTime = 0, 0
 			return l
 		}()},
-		{"some", Limits{Memory: new(int64(64 << 20)), Time: new(time.Second)}, func() sandbox.Limits {
+		{"some", Limits{Memory: new(int64(64 << 20)), Time: new(time.Second)}, func() sbspec.Limits {
 			l := base
 			l.Memory, l.Time = 64<<20, time.Second
 			return l

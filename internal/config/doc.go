@@ -88,8 +88,8 @@
 // [A-Za-z_][A-Za-z0-9_]*. workdir, a secret's file and a service's ca must
 // be absolute and clean (no ".", ".." or empty elements, no trailing
 // slash). Limit values use the syntax of the matching `airlock run` flags
-// (see package units); once applied to sandbox.DefaultLimits they must
-// pass sandbox.Limits.Validate. Egress strings and mappings, and a
+// (see package units); once applied to sbspec.DefaultLimits they must
+// pass sbspec.Limits.Validate. Egress strings and mappings, and a
 // service's upstream host and port with its addresses and private, are
 // compiled by policy.Compile, which defines the host spec syntax and
 // refuses metadata and link-local destinations. Operations are parsed by

@@ -37,7 +37,7 @@ type Error struct {
 	// Msg says what is wrong. It may be empty when Err says it all.
 	Msg string
 	// Err is the underlying error, if any: a units or egress policy
-	// error, or the error of sandbox.Limits.Validate.
+	// error, or the error of sbspec.Limits.Validate.
 	Err error
 }
 

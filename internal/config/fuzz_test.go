@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // FuzzParse checks that Parse never panics, that every error is an *Error
@@ -80,7 +81,7 @@ func FuzzParse(f *testing.F) {
 			case tl.Line < 1:
 				t.Fatalf("tool %q on line %d", name, tl.Line)
 			}
-			if err := tl.Limits.Apply(sandbox.DefaultLimits()).Validate(); err != nil {
+			if err := tl.Limits.Apply(sbspec.DefaultLimits()).Validate(); err != nil {
 				t.Fatalf("limits of %q accepted but invalid: %v", name, err)
 			}
 			for i, sn := range tl.Services {
@@ -131,7 +132,7 @@ func checkService(t *testing.T, c *Config, name string) {
 		t.Fatalf("service %q: ca %q accepted", name, s.CA)
 	case c.Secrets[cr.Secret] == nil:
 		t.Fatalf("service %q: undefined secret %q accepted", name, cr.Secret)
-	case strings.Count(cr.Template, SecretPlaceholder) != 1 || strings.IndexFunc(cr.Template, isHeaderControl) >= 0:
+	case strings.Count(cr.Template, brokerspec.SecretPlaceholder) != 1 || strings.IndexFunc(cr.Template, isHeaderControl) >= 0:
 		t.Fatalf("service %q: template %q accepted", name, cr.Template)
 	case cr.Header == "" || canonicalHeader(cr.Header) != cr.Header || framingHeaders[strings.ToLower(cr.Header)] ||
 		strings.HasPrefix(cr.Header, "Proxy-") || strings.IndexFunc(cr.Header, func(r rune) bool { return !isTokenChar(r) }) >= 0:
@@ -144,7 +145,7 @@ func checkService(t *testing.T, c *Config, name string) {
 		t.Fatalf("service %q: upstream %#v does not survive a round trip: %#v, %v", name, u, again, err)
 	}
 	for _, e := range s.Env {
-		if !validEnvName(e.Name) || strings.Contains(e.Value, SecretPlaceholder) {
+		if !validEnvName(e.Name) || strings.Contains(e.Value, brokerspec.SecretPlaceholder) {
 			t.Fatalf("service %q: env %+v accepted", name, e)
 		}
 	}

@@ -6,14 +6,18 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/image/unpack"
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 var imagesKeys = []string{"max_entries", "max_size", "store"}
 
-// Images configures the image store.
+// DefaultImageStore is the image store's directory unless the file names
+// one: the store's own default (image.DefaultDir, which this package does
+// not link).
+const DefaultImageStore = "/var/lib/airlock/images"
+
+// Images configures the image store; the runtime takes it as the store's
+// options (see attach.StoreOptions).
 type Images struct {
 	// Store is the store's directory.
 	Store string
@@ -23,7 +27,7 @@ type Images struct {
 	MaxEntries int
 }
 
-func defaultImages() Images { return Images{Store: image.DefaultDir} }
+func defaultImages() Images { return Images{Store: DefaultImageStore} }
 
 func (p *parser) images(n *yaml.Node, c *Config) error {
 	const at = "images"
@@ -52,7 +56,7 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 
 // user parses a tool's user: "UID" or "UID:GID", numbers inside the
 // sandbox's ids 0-65535.
-func (p *parser) user(n *yaml.Node, at string) (*sandbox.User, error) {
+func (p *parser) user(n *yaml.Node, at string) (*sbspec.User, error) {
 	s, err := p.str(n, at)
 	if err != nil {
 		return nil, err
@@ -66,7 +70,7 @@ func (p *parser) user(n *yaml.Node, at string) (*sandbox.User, error) {
 	if err1 != nil || err2 != nil {
 		return nil, p.errAt(n, at, "%s: want UID or UID:GID, numbers from 0 to 65535", quote(s))
 	}
-	return &sandbox.User{UID: uint32(uid), GID: uint32(gid)}, nil
+	return &sbspec.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 // rootfs parses a tool's rootfs: read-only (the default) or writable.
@@ -82,38 +86,4 @@ func (p *parser) rootfs(n *yaml.Node, at string) (bool, error) {
 		return true, nil
 	}
 	return false, p.errAt(n, at, "%s: want \"read-only\" or \"writable\"", quote(s))
-}
-
-// StoreOptions are the image store's options from the file.
-func (im Images) StoreOptions() image.Options {
-	return image.Options{Dir: im.Store, Limits: unpack.Limits{Bytes: im.MaxSize, Entries: im.MaxEntries}}
-}
-
-// ImageRun is what a tool's sandboxes get from its image.
-type ImageRun struct {
-	Image *sandbox.Image
-	// User is the tool's user, else the image's; nil is the default.
-	User *sandbox.User
-	// Env is the image's environment, then the tool's.
-	Env []string
-	// Workdir is the tool's, else the image's, else DefaultWorkdir.
-	Workdir string
-}
-
-// WithImage combines the tool's settings with img's defaults.
-func (t *Tool) WithImage(img *image.Image) ImageRun {
-	si, u := img.SandboxImage()
-	si.Writable = t.WritableRoot
-	if t.User != nil {
-		u = t.User
-	}
-	wd := ""
-	if t.WorkdirSet {
-		wd = t.Workdir
-	}
-	env, wd := img.Defaults(t.Env, wd)
-	if wd == "" {
-		wd = DefaultWorkdir
-	}
-	return ImageRun{Image: si, User: u, Env: env, Workdir: wd}
 }

@@ -3,7 +3,7 @@ package config
 import (
 	"testing"
 
-	"github.com/airlockhq/airlock/sandbox"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 func TestParseImageSettings(t *testing.T) {
@@ -28,10 +28,10 @@ tools:
 		t.Errorf("images %+v", c.Images)
 	}
 	py, pinned := c.Tools["py"], c.Tools["pinned"]
-	if py.Image != "python:3.12" || *py.User != (sandbox.User{UID: 1000, GID: 2000}) || !py.WritableRoot || py.WorkdirSet {
+	if py.Image != "python:3.12" || *py.User != (sbspec.User{UID: 1000, GID: 2000}) || !py.WritableRoot || py.WorkdirSet {
 		t.Errorf("py %+v user %+v", py, py.User)
 	}
-	if *pinned.User != (sandbox.User{}) || pinned.WritableRoot {
+	if *pinned.User != (sbspec.User{}) || pinned.WritableRoot {
 		t.Errorf("pinned %+v", pinned)
 	}
 	d, err := Parse("a.yaml", []byte("tools:\n  t: {}\n"))

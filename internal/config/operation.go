@@ -7,6 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/route"
 )
 
@@ -20,7 +21,7 @@ const maxQueryName = 128
 // operations parses a service's operations: a list, not empty, of
 // "METHOD /path" strings and mappings. Rates and body caps an operation
 // does not set are left zero for the service to fill in.
-func (p *parser) operations(n *yaml.Node, at string) ([]Operation, error) {
+func (p *parser) operations(n *yaml.Node, at string) ([]brokerspec.Operation, error) {
 	items, err := p.list(n, at)
 	if err != nil {
 		return nil, err
@@ -30,11 +31,11 @@ func (p *parser) operations(n *yaml.Node, at string) ([]Operation, error) {
 		// likely the list was lost in editing.
 		return nil, p.errAt(n, at, "must list at least one operation, such as GET /user")
 	}
-	var out []Operation
+	var out []brokerspec.Operation
 	seen := make(map[string]int, len(items))
 	for i, item := range items {
 		sub := index(at, i)
-		var op Operation
+		var op brokerspec.Operation
 		if item.Kind == yaml.MappingNode {
 			op, err = p.operationMapping(item, sub)
 		} else {
@@ -83,9 +84,9 @@ type routeNodes struct {
 }
 
 // operationMapping parses one operation written as a mapping.
-func (p *parser) operationMapping(item *yaml.Node, at string) (Operation, error) {
+func (p *parser) operationMapping(item *yaml.Node, at string) (brokerspec.Operation, error) {
 	var (
-		op           Operation
+		op           brokerspec.Operation
 		method, path string
 		params       map[string]string
 		where        = routeNodes{item: item}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 )
 
 // secretRef is a use of a secret's name, by a service's credential.
@@ -56,7 +58,7 @@ func (p *parser) checkRefs(c *Config) error {
 	}
 	for _, r := range p.serviceRefs {
 		// from remembers which service set each variable first.
-		from := map[string]*Service{}
+		from := map[string]*brokerspec.Service{}
 		for i, name := range r.tool.Services {
 			sub := index(r.at, i)
 			s, ok := c.Services[name]
@@ -75,7 +77,7 @@ func (p *parser) checkRefs(c *Config) error {
 				// Two services giving one variable different values
 				// would leave the sandbox's value to the order of a
 				// list; make the author choose.
-				if v := envValue(first.Env, e.Name); v != e.Value || strings.Contains(v, URLPlaceholder) {
+				if v := envValue(first.Env, e.Name); v != e.Value || strings.Contains(v, brokerspec.URLPlaceholder) {
 					return p.errAt(r.nodes[i], sub, "services %s and %s both set environment variable %s; set it in the tool's env to choose its value",
 						quote(first.Name), quote(s.Name), e.Name)
 				}
@@ -101,7 +103,7 @@ func toolSets(t *Tool, name string) bool {
 }
 
 // envValue returns the value of name in vars.
-func envValue(vars []EnvVar, name string) string {
+func envValue(vars []brokerspec.EnvVar, name string) string {
 	for _, v := range vars {
 		if v.Name == name {
 			return v.Value

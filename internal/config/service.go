@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/airlockhq/airlock/internal/broker/route"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 )
 
@@ -30,105 +30,12 @@ const (
 	DefaultHeader = "Authorization"
 )
 
-// Placeholders replaced by the broker, not by this package.
-const (
-	// SecretPlaceholder stands for the secret's value in
-	// Credential.Template.
-	SecretPlaceholder = "{secret}"
-	// URLPlaceholder stands for the service's broker URL in the values of
-	// Service.Env.
-	URLPlaceholder = "{url}"
-)
-
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	serviceKeys    = []string{"addresses", "ca", "credential", "env", "max_request", "max_response", "operations", "private", "rate", "upstream"}
 	credentialKeys = []string{"header", "secret", "template"}
 	operationKeys  = []string{"content_types", "headers", "max_request", "max_response", "method", "params", "path", "query", "rate"}
 )
-
-// Service is an upstream HTTP API that sandboxes reach only through the
-// credential broker, at $AIRLOCK_BROKER_URL/<name>/<path>. The broker
-// forwards only the declared operations and attaches the credential on
-// the host, so confined code never holds it.
-type Service struct {
-	// Name is the service's key in the file; it is a URL path segment of
-	// the broker.
-	Name string
-	// Upstream is the base URL calls are forwarded to: scheme http or
-	// https, a host, an optional port and an optional base path without
-	// a trailing slash ("" for the root); never user info, a query or a
-	// fragment.
-	Upstream *url.URL
-	// Destination is the upstream host and port as an egress destination,
-	// with the service's pinned addresses and private option. The broker
-	// dials through it, so an upstream gets the same address checks as
-	// egress. It always has exactly one port: the URL's, or 443 for https
-	// and 80 for http.
-	Destination policy.Destination
-	// CA is the absolute path of a PEM file of CA certificates to trust
-	// for an https upstream instead of the system's, or "". The file is
-	// read when the broker starts, not by Parse.
-	CA string
-	// Credential says which secret to attach to calls, and how.
-	Credential Credential
-	// Env holds the placeholder variables given to sandboxes of the tools
-	// that use the service, in file order. URLPlaceholder in a value
-	// stands for the service's broker URL. A tool's own env wins over a
-	// service's for the same name.
-	Env []EnvVar
-	// Operations are the calls the broker forwards, in file order, with
-	// the service's defaults filled in. Never empty.
-	Operations []Operation
-	// Line is the line of the service's key, for later error messages.
-	Line int
-}
-
-// Credential says how the broker attaches a secret to a call.
-type Credential struct {
-	// Secret names an entry of Config.Secrets.
-	Secret string
-	// Header is the request header that carries the credential, in
-	// canonical form ("Authorization"). Whatever the sandbox sends in it
-	// is replaced.
-	Header string
-	// Template is the header's value with SecretPlaceholder, exactly
-	// once, standing for the secret ("Bearer {secret}").
-	Template string
-}
-
-// Value returns the header value for secret.
-func (c Credential) Value(secret string) string {
-	return strings.Replace(c.Template, SecretPlaceholder, secret, 1)
-}
-
-// EnvVar is one environment variable.
-type EnvVar struct {
-	Name, Value string
-}
-
-// Operation is one call the broker may forward to a service.
-type Operation struct {
-	// Template is the method and path template the call must match.
-	Template *route.Template
-	// Query lists the query parameters the call may have; empty means
-	// none.
-	Query []string
-	// ContentTypes lists the media types ("application/json") a request
-	// body may have; nil means any.
-	ContentTypes []string
-	// MaxRequest and MaxResponse cap the request and response bodies, in
-	// bytes; both are more than zero.
-	MaxRequest, MaxResponse int64
-	// Rate caps calls per minute, 1..MaxRate.
-	Rate int
-	// Headers are request headers the call may send upstream beyond the
-	// broker's own short list (Accept, Accept-Language, Content-Type,
-	// User-Agent), in canonical form ("X-Github-Api-Version").
-	Headers []string
-	// Line is the line of the operation's item, for later error messages.
-	Line int
-}
 
 // validServiceName reports whether name is [a-z0-9][a-z0-9_-]{0,62}. The
 // name is a segment of the broker's URL path, so it is kept to characters
@@ -171,13 +78,13 @@ type opDefaults struct {
 }
 
 // service parses one entry of services.
-func (p *parser) service(sf field) (*Service, error) {
+func (p *parser) service(sf field) (*brokerspec.Service, error) {
 	name := sf.name
 	at := join("services", name)
 	if !validServiceName(name) {
 		return nil, p.errAt(sf.key, at, "invalid service name %s: use 1-63 lower-case letters, digits, '_' and '-', starting with a letter or digit (it becomes a URL path segment)", quote(name))
 	}
-	s := &Service{Name: name, Line: sf.key.Line}
+	s := &brokerspec.Service{Name: name, Line: sf.key.Line}
 	fs, err := p.fields(sf.val, at, "a mapping of service settings", serviceKeys)
 	if err != nil {
 		return nil, err
@@ -257,7 +164,7 @@ func (p *parser) service(sf field) (*Service, error) {
 // "{secret}" there suggests the author expects the secret to be filled
 // in, which it never is.
 func placeholderProblem(v string) string {
-	if strings.Contains(v, SecretPlaceholder) {
+	if strings.Contains(v, brokerspec.SecretPlaceholder) {
 		return `a service's env values are given to the sandbox, which never sees the secret, so "{secret}" is not replaced here; use a placeholder such as airlock-brokered, and "{url}" for the service's broker URL`
 	}
 	return ""
@@ -333,8 +240,8 @@ func isPathChar(r rune) bool {
 }
 
 // credential parses a service's credential.
-func (p *parser) credential(cf field, at string) (Credential, error) {
-	c := Credential{Header: DefaultHeader, Template: SecretPlaceholder}
+func (p *parser) credential(cf field, at string) (brokerspec.Credential, error) {
+	c := brokerspec.Credential{Header: DefaultHeader, Template: brokerspec.SecretPlaceholder}
 	fs, err := p.fields(cf.val, at, "a mapping with secret, header and template", credentialKeys)
 	if err != nil {
 		return c, err
@@ -415,8 +322,8 @@ func isTokenChar(r rune) bool {
 		strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }
 
-// template parses a credential's template: SecretPlaceholder exactly once,
-// and nothing a header value may not hold.
+// template parses a credential's template: brokerspec.SecretPlaceholder
+// exactly once, and nothing a header value may not hold.
 func (p *parser) template(n *yaml.Node, at string) (string, error) {
 	s, err := p.str(n, at)
 	if err != nil {
@@ -426,7 +333,7 @@ func (p *parser) template(n *yaml.Node, at string) (string, error) {
 	case strings.IndexFunc(s, isHeaderControl) >= 0:
 		// CR or LF would end the header and start another one.
 		return "", p.errAt(n, at, "%s contains a line break or other control character; it becomes an HTTP header value", quote(s))
-	case strings.Count(s, SecretPlaceholder) != 1:
+	case strings.Count(s, brokerspec.SecretPlaceholder) != 1:
 		return "", p.errAt(n, at, `%s must contain "{secret}" exactly once, as in "Bearer {secret}"`, quote(s))
 	}
 	return s, nil

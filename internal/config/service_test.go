@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/route"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 )
@@ -34,8 +35,8 @@ func upstreamURL(t *testing.T, s string) *url.URL {
 }
 
 // defOp is an operation with the service defaults and no settings.
-func defOp(tp *route.Template, line int) Operation {
-	op := Operation{Template: tp, MaxRequest: DefaultMaxRequest, MaxResponse: DefaultMaxResponse, Rate: DefaultRate, Line: line}
+func defOp(tp *route.Template, line int) brokerspec.Operation {
+	op := brokerspec.Operation{Template: tp, MaxRequest: DefaultMaxRequest, MaxResponse: DefaultMaxResponse, Rate: DefaultRate, Line: line}
 	if hasBody(tp.Method) {
 		op.ContentTypes = []string{DefaultContentType}
 	}
@@ -87,13 +88,13 @@ func TestParseServices(t *testing.T) {
 		"  other:",
 		"    file: /etc/airlock/secrets/other",
 	)
-	gh := &Service{
+	gh := &brokerspec.Service{
 		Name:        "github",
 		Upstream:    upstreamURL(t, "https://api.github.com"),
 		Destination: dest(t, policy.Spec{Host: "api.github.com:443"}),
-		Credential:  Credential{Secret: "github_token", Header: "Authorization", Template: "Bearer {secret}"},
-		Env:         []EnvVar{{"GITHUB_API_URL", "{url}"}, {"GITHUB_TOKEN", "airlock-brokered"}},
-		Operations: []Operation{
+		Credential:  brokerspec.Credential{Secret: "github_token", Header: "Authorization", Template: "Bearer {secret}"},
+		Env:         []brokerspec.EnvVar{{Name: "GITHUB_API_URL", Value: "{url}"}, {Name: "GITHUB_TOKEN", Value: "airlock-brokered"}},
+		Operations: []brokerspec.Operation{
 			{Template: tmpl(t, "GET", "/repos/{owner}/{repo}/issues", nil), MaxRequest: 2 << 20, MaxResponse: 20 << 20, Rate: 30, Line: 20},
 			{
 				Template:     tmpl(t, "POST", "/repos/{owner}/{repo}/issues", map[string]string{"owner": "[a-z0-9-]+", "repo": "[a-z]+"}),
@@ -105,14 +106,14 @@ func TestParseServices(t *testing.T) {
 		},
 		Line: 7,
 	}
-	local := &Service{
+	local := &brokerspec.Service{
 		Name:        "local",
 		Upstream:    upstreamURL(t, "http://Localhost:8080/api/v1"),
 		Destination: dest(t, policy.Spec{Host: "localhost:8080", Addresses: []string{"127.0.0.1"}, Private: true}),
 		CA:          "/etc/airlock/ca/internal.pem",
-		Credential:  Credential{Secret: "other", Header: "X-Api-Key", Template: "{secret}"},
-		Env:         []EnvVar{{"GITHUB_TOKEN", "airlock-brokered"}},
-		Operations: []Operation{
+		Credential:  brokerspec.Credential{Secret: "other", Header: "X-Api-Key", Template: "{secret}"},
+		Env:         []brokerspec.EnvVar{{Name: "GITHUB_TOKEN", Value: "airlock-brokered"}},
+		Operations: []brokerspec.Operation{
 			defOp(tmpl(t, "PUT", "/x", nil), 37),
 			defOp(tmpl(t, "DELETE", "/x", nil), 37),
 			defOp(tmpl(t, "PATCH", "/x", nil), 37),
@@ -123,7 +124,7 @@ func TestParseServices(t *testing.T) {
 	ghTool.Env = []string{"GITHUB_TOKEN=mine"}
 	ghTool.Services = []string{"github", "local"}
 	want := cfg(ghTool, defTool("plain", 5))
-	want.Services = map[string]*Service{"github": gh, "local": local}
+	want.Services = map[string]*brokerspec.Service{"github": gh, "local": local}
 	want.ServiceOrder = []string{"github", "local"}
 	want.Secrets = map[string]*Secret{
 		"github_token": {Name: "github_token", Env: "GITHUB_TOKEN", Line: 39},
@@ -288,7 +289,7 @@ func TestCredentialValue(t *testing.T) {
 		{"token={secret};", "{secret}", "token={secret};"},
 	}
 	for _, tt := range tests {
-		if got := (Credential{Template: tt.template}).Value(tt.secret); got != tt.want {
+		if got := (brokerspec.Credential{Template: tt.template}).Value(tt.secret); got != tt.want {
 			t.Errorf("Value(%q) with %q = %q, want %q", tt.secret, tt.template, got, tt.want)
 		}
 	}
@@ -309,7 +310,7 @@ func TestCanonicalHeader(t *testing.T) {
 }
 
 // sprintService formats a service for failure messages.
-func sprintService(s *Service) string {
+func sprintService(s *brokerspec.Service) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s upstream=%v dest=%v/%v/%v ca=%q cred=%+v env=%v line=%d", s.Name, s.Upstream, s.Destination,
 		s.Destination.Addresses, s.Destination.Private, s.CA, s.Credential, s.Env, s.Line)

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/image"
-
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
+	"github.com/airlockhq/airlock/internal/image/imageref"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/internal/units"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
@@ -156,7 +156,7 @@ func (p *parser) image(n *yaml.Node, at string) (string, error) {
 		return "", err
 	}
 	if s != ImageHost {
-		if err := image.CheckRef(s); err != nil {
+		if err := imageref.Check(s); err != nil {
 			return "", p.errAt(n, at, "%v", err)
 		}
 	}
@@ -199,12 +199,12 @@ func (p *parser) env(n *yaml.Node, at string) ([]string, error) {
 // envVars parses a mapping of environment variable names to string
 // values, kept in file order. check, if not nil, vets each value and
 // returns what is wrong with it, or "".
-func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]EnvVar, error) {
+func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]brokerspec.EnvVar, error) {
 	fs, err := p.fields(n, at, "a mapping of NAME: value", nil)
 	if err != nil {
 		return nil, err
 	}
-	var out []EnvVar
+	var out []brokerspec.EnvVar
 	for _, f := range fs {
 		sub := join(at, f.name)
 		if !validEnvName(f.name) {
@@ -219,7 +219,7 @@ func (p *parser) envVars(n *yaml.Node, at string, check func(string) string) ([]
 				return nil, p.errAt(f.val, sub, "%s", problem)
 			}
 		}
-		out = append(out, EnvVar{Name: f.name, Value: v})
+		out = append(out, brokerspec.EnvVar{Name: f.name, Value: v})
 	}
 	return out, nil
 }
@@ -256,7 +256,7 @@ func (p *parser) limits(lf field, at string) (Limits, error) {
 			return l, err
 		}
 	}
-	if err := l.Apply(sandbox.DefaultLimits()).Validate(); err != nil {
+	if err := l.Apply(sbspec.DefaultLimits()).Validate(); err != nil {
 		// Validate may join several errors with newlines; one line
 		// reads better after "file:line:col:".
 		return l, p.wrapAt(lf.key, at, errors.New(strings.ReplaceAll(err.Error(), "\n", "; ")))
@@ -383,12 +383,12 @@ func (p *parser) network(n *yaml.Node, at string) (Network, error) {
 }
 
 // mounts parses read-only host mounts: a list of {source, target}.
-func (p *parser) mounts(n *yaml.Node, at string) ([]sandbox.Mount, error) {
+func (p *parser) mounts(n *yaml.Node, at string) ([]sbspec.Mount, error) {
 	items, err := p.list(n, at)
 	if err != nil {
 		return nil, err
 	}
-	var out []sandbox.Mount
+	var out []sbspec.Mount
 	seen := map[string]bool{}
 	for i, item := range items {
 		sub := index(at, i)
@@ -396,7 +396,7 @@ func (p *parser) mounts(n *yaml.Node, at string) ([]sandbox.Mount, error) {
 		if err != nil {
 			return nil, err
 		}
-		var m sandbox.Mount
+		var m sbspec.Mount
 		for _, f := range fs {
 			switch f.name {
 			case "source":
@@ -411,7 +411,7 @@ func (p *parser) mounts(n *yaml.Node, at string) ([]sandbox.Mount, error) {
 		if m.Source == "" || m.Target == "" {
 			return nil, p.errAt(item, sub, "a mount needs source and target")
 		}
-		if err := sandbox.CheckMount(m); err != nil {
+		if err := m.Check(); err != nil {
 			return nil, p.wrapAt(item, sub, err)
 		}
 		if seen[m.Target] {

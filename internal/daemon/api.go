@@ -418,12 +418,17 @@ func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// poolStats is a pool's counters as the API serves them. The two types
+// have the same fields, so a field added to one and not the other stops
+// the build here.
+func poolStats(s pool.Stats) api.PoolStats { return api.PoolStats(s) }
+
 func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
-	out := []pool.Stats{}
+	out := []api.PoolStats{}
 	c := callerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
 		if c.allows(name) {
-			out = append(out, d.pools[name].Stats())
+			out = append(out, poolStats(d.pools[name].Stats()))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -132,7 +133,7 @@ func resolveImages(opts *Options) (map[string]*toolImage, error) {
 			continue
 		}
 		if store == nil {
-			so := cfg.Images.StoreOptions()
+			so := attach.StoreOptions(cfg.Images)
 			if opts.ImageStore != "" {
 				so.Dir = opts.ImageStore
 			}
@@ -145,7 +146,7 @@ func resolveImages(opts *Options) (map[string]*toolImage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 		}
-		ir := t.WithImage(img)
+		ir := attach.WithImage(t, img)
 		tc := *t
 		tc.Env, tc.Workdir = ir.Env, ir.Workdir
 		if _, ok := cfg.Tools[t.Name]; ok {
@@ -236,7 +237,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	for _, t := range opts.Config.Profiles() {
-		if err := opts.Sandbox.Budget.Fits(t.Limits.Apply(sandbox.DefaultLimits())); err != nil {
+		if err := opts.Sandbox.Budget.Fits(attach.Limits(t.Limits)); err != nil {
 			return nil, fmt.Errorf("tool %s: %w of the node (server.capacity)", t.Name, err)
 		}
 	}
@@ -248,7 +249,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	specs := make(map[string]sandbox.Spec)
 	for _, t := range opts.Config.Profiles() {
-		spec := sandbox.Spec{Limits: t.Limits.Apply(sandbox.DefaultLimits()), Label: t.Name, Mounts: t.Mounts, User: t.User}
+		spec := sandbox.Spec{Limits: attach.Limits(t.Limits), Label: t.Name, Mounts: attach.Mounts(t.Mounts), User: attach.User(t.User)}
 		if img := images[t.Name]; img != nil {
 			spec.Image, spec.User = img.sandbox, img.user
 		}

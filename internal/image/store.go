@@ -33,15 +33,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/image/unpack"
 	"github.com/airlockhq/airlock/internal/linux/idmap"
-	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
 
 // Errors callers map to exit codes and answers.
 var (
-	ErrInvalid  = errors.New("invalid")
+	ErrInvalid  = imageref.ErrInvalid
 	ErrNotFound = errors.New("no such image")
 	ErrInUse    = errors.New("image in use")
 )
@@ -51,7 +51,7 @@ const DefaultDir = "/var/lib/airlock/images"
 
 // Host is the embedded default image's name: the host's own system
 // directories. It is never in the store.
-const Host = "host"
+const Host = imageref.Host
 
 // Options configure a Store.
 type Options struct {
@@ -65,9 +65,18 @@ type Options struct {
 	Limits unpack.Limits
 }
 
-// DefaultIDBase is the image id range's default start, the sandbox
-// runtime's: just below the sandbox ranges.
-const DefaultIDBase = sandbox.DefaultImageIDBase
+// The id ranges, as the sandbox runtime's defaults have them (this
+// package does not link it; a test of package attach, which links both,
+// checks they agree).
+const (
+	// DefaultIDBase is the image id range's default start, the sandbox
+	// runtime's (sandbox.DefaultImageIDBase): just below the sandbox
+	// ranges.
+	DefaultIDBase = sandboxUIDBase - unpack.IDRange
+	// sandboxUIDBase is where the sandbox ranges start
+	// (sandbox.DefaultUIDBase).
+	sandboxUIDBase = 1 << 30
+)
 
 // Store is an image store. Its methods are safe for concurrent use, also
 // by several processes.
@@ -141,66 +150,6 @@ func Open(opts Options) (*Store, error) {
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.opts.Dir }
-
-// isDigest reports whether ref is sha256: and 64 lower-case hex digits.
-// (Checked by hand, as the name below, not with a regular expression:
-// compiling one costs every airlock process, inits included, about a
-// millisecond at start.)
-func isDigest(ref string) bool {
-	hex, ok := strings.CutPrefix(ref, "sha256:")
-	if !ok || len(hex) != 64 {
-		return false
-	}
-	for i := 0; i < len(hex); i++ {
-		if c := hex[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// isName reports whether n may be an image name: 1 to 255 of lower-case
-// letters, digits and . _ / : @ -, starting with a letter or digit.
-// Registry references fit ("docker.io/library/python:3.12").
-func isName(n string) bool {
-	if len(n) == 0 || len(n) > 255 {
-		return false
-	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && strings.IndexByte("._/:@-", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// CheckName validates an image name.
-func CheckName(n string) error {
-	switch {
-	case n == Host:
-		return fmt.Errorf("%w: %q is the embedded host image and cannot name a stored one", ErrInvalid, n)
-	case strings.HasPrefix(n, "sha256:"):
-		return fmt.Errorf("%w: name %q looks like a digest", ErrInvalid, n)
-	case !isName(n):
-		return fmt.Errorf("%w: image name %q: want lower-case letters, digits and . _ / : @ - (at most 255, starting with a letter or digit)", ErrInvalid, n)
-	}
-	return nil
-}
-
-// CheckRef validates an image reference: a name or a digest.
-func CheckRef(ref string) error {
-	if isDigest(ref) {
-		return nil
-	}
-	if strings.HasPrefix(ref, "sha256:") {
-		return fmt.Errorf("%w: digest %q: want sha256: and 64 hex digits", ErrInvalid, ref)
-	}
-	return CheckName(ref)
-}
 
 func (s *Store) contentDir(digest string) string {
 	return filepath.Join(s.opts.Dir, "sha256", strings.TrimPrefix(digest, "sha256:"))
@@ -352,7 +301,7 @@ func namesOf(names map[string]string, digest string) []string {
 
 // Resolve finds an image by name or digest.
 func (s *Store) Resolve(ref string) (*Image, error) {
-	if err := CheckRef(ref); err != nil {
+	if err := imageref.Check(ref); err != nil {
 		return nil, err
 	}
 	names, err := s.readNames()
@@ -360,7 +309,7 @@ func (s *Store) Resolve(ref string) (*Image, error) {
 		return nil, err
 	}
 	digest := ref
-	if !isDigest(ref) {
+	if !imageref.IsDigest(ref) {
 		d, ok := names[ref]
 		if !ok {
 			return nil, fmt.Errorf("%w: %q (import it with: airlock image import PATH --name %s)", ErrNotFound, ref, ref)
@@ -398,7 +347,7 @@ type Imported struct {
 // and zstd compressed tarballs too).
 func (s *Store) Import(ctx context.Context, path string, o ImportOptions) (_ *Imported, err error) {
 	if o.Name != "" {
-		if err := CheckName(o.Name); err != nil {
+		if err := imageref.CheckName(o.Name); err != nil {
 			return nil, err
 		}
 	}
@@ -524,7 +473,7 @@ func (src *source) openTar(f *os.File) error {
 // needs a name.
 func (s *Store) ImportReader(ctx context.Context, r io.Reader, o ImportOptions) (*Imported, error) {
 	if o.Name != "" {
-		if err := CheckName(o.Name); err != nil {
+		if err := imageref.CheckName(o.Name); err != nil {
 			return nil, err
 		}
 	}
@@ -604,7 +553,7 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	}
 	if name == "" {
 		name = defaultName(oi, src.path)
-		if err := CheckName(name); err != nil {
+		if err := imageref.CheckName(name); err != nil {
 			return nil, fmt.Errorf("%w (choose a name with --name)", err)
 		}
 	}
@@ -691,7 +640,7 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 // mounts. Better to refuse the import than every sandbox later.
 func (s *Store) checkIDMap(dir string) error {
 	s.idmapOnce.Do(func() {
-		ns, err := idmap.UserNS(idmap.Shift{From: s.opts.IDBase, To: sandbox.DefaultUIDBase, Size: unpack.IDRange})
+		ns, err := idmap.UserNS(idmap.Shift{From: s.opts.IDBase, To: sandboxUIDBase, Size: unpack.IDRange})
 		if err == nil {
 			var m *os.File
 			if m, err = idmap.Mount(dir, ns); err == nil {
@@ -897,7 +846,7 @@ func (s *Store) Remove(ref string, o RemoveOptions) (*Removed, error) {
 	}
 	defer unlock()
 	var drop []string
-	if isDigest(ref) {
+	if imageref.IsDigest(ref) {
 		drop = namesOf(names, img.Digest)
 	} else {
 		drop = []string{ref}
@@ -999,16 +948,6 @@ func (s *Store) GC() ([]string, error) {
 		removed = append(removed, digest)
 	}
 	return removed, errors.Join(errs...)
-}
-
-// SandboxImage is what a sandbox built from img needs: its root, its lock
-// and the user its config names (nil: the sandbox's default user).
-func (img *Image) SandboxImage() (*sandbox.Image, *sandbox.User) {
-	var u *sandbox.User
-	if img.Config.UID != nil && img.Config.GID != nil {
-		u = &sandbox.User{UID: *img.Config.UID, GID: *img.Config.GID}
-	}
-	return &sandbox.Image{Root: img.Root, Lock: img.Lock}, u
 }
 
 // Defaults applies the image's environment and working directory under a

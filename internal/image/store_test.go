@@ -405,25 +405,6 @@ func TestRemoveAndGC(t *testing.T) {
 	}
 }
 
-func TestNames(t *testing.T) {
-	for _, ok := range []string{"python", "python:3.12", "docker.io/library/python:3.12", "a", "my-tool_1.0"} {
-		if err := CheckName(ok); err != nil {
-			t.Errorf("CheckName(%q): %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "host", "Python", "-x", "sha256:abc", "a b", "a\nb", strings.Repeat("a", 256), "../x"} {
-		if err := CheckName(bad); err == nil {
-			t.Errorf("CheckName(%q) accepted", bad)
-		}
-	}
-	if err := CheckRef("sha256:" + strings.Repeat("a", 64)); err != nil {
-		t.Error(err)
-	}
-	if err := CheckRef("sha256:abc"); err == nil {
-		t.Error("short digest accepted")
-	}
-}
-
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func mustOpenDir(t *testing.T, p string) int {

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 )
 
 const imageUsage = `Usage:
@@ -82,7 +83,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if err != nil {
 		return err
 	}
-	opts := cfg.Images.StoreOptions()
+	opts := attach.StoreOptions(cfg.Images)
 	if *storeDir != "" {
 		opts.Dir = *storeDir
 	}

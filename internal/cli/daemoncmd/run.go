@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
@@ -12,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -32,13 +34,15 @@ type fullRun struct {
 	network egress.Limits
 	// services are the broker services of the tool, with the secrets
 	// they name.
-	services []*config.Service
+	services []*brokerspec.Service
 	secrets  map[string]*config.Secret
 	// cfg is the config file's, when one was read; the tool's settings
-	// that shape the sandbox land in spec (image, user), writableRoot and
-	// toolWorkdir (the tool gave a workdir).
+	// that shape the sandbox land in spec (image, user), user (the
+	// tool's, as the file gave it), writableRoot and toolWorkdir (the
+	// tool gave a workdir).
 	cfg          *config.Config
 	spec         sandbox.Spec
+	user         *sbspec.User
 	writableRoot bool
 	toolWorkdir  bool
 	img          *image.Image
@@ -103,7 +107,7 @@ func (fr *fullRun) applyTool() error {
 	if err != nil {
 		return err
 	}
-	limits := t.Limits.Apply(sandbox.DefaultLimits())
+	limits := attach.Limits(t.Limits)
 	flagged := map[string]func(){
 		"memory":   func() { limits.Memory = fr.Limits.Memory },
 		"pids":     func() { limits.Pids = fr.Limits.Pids },
@@ -120,11 +124,12 @@ func (fr *fullRun) applyTool() error {
 		}
 	}
 	fr.Limits = limits
-	fr.mounts = t.Mounts
+	fr.mounts = attach.Mounts(t.Mounts)
 	if !fr.Set["image"] {
 		fr.Image = t.Image
 	}
-	fr.spec.User, fr.writableRoot, fr.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
+	fr.user, fr.writableRoot, fr.toolWorkdir = t.User, t.WritableRoot, t.WorkdirSet
+	fr.spec.User = attach.User(t.User)
 	fr.Env = append(append([]string(nil), t.Env...), fr.Env...)
 	if !fr.Set["workdir"] && t.Workdir != "" {
 		fr.Workdir = t.Workdir
@@ -159,7 +164,7 @@ func (fr *fullRun) resolveImage() error {
 				return err
 			}
 		}
-		opts = cfg.Images.StoreOptions()
+		opts = attach.StoreOptions(cfg.Images)
 	}
 	st, err := image.Open(opts)
 	if err != nil {
@@ -170,8 +175,8 @@ func (fr *fullRun) resolveImage() error {
 	}
 	// The run's settings (the tool's, then the flags') as a tool, for
 	// the same merge the daemon makes.
-	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: fr.spec.User, WritableRoot: fr.writableRoot}
-	ir := t.WithImage(fr.img)
+	t := config.Tool{Env: fr.Env, Workdir: fr.Workdir, WorkdirSet: fr.Set["workdir"] || fr.toolWorkdir, User: fr.user, WritableRoot: fr.writableRoot}
+	ir := attach.WithImage(&t, fr.img)
 	fr.spec.Image, fr.spec.User, fr.Env, fr.Workdir = ir.Image, ir.User, ir.Env, ir.Workdir
 	return nil
 }

@@ -3,6 +3,10 @@
 // the tool uses services, the credential broker, as a runner.Binding's
 // network side. The daemon uses it for every run and session, and so does
 // airlockd's command line.
+//
+// It is also where a tool's settings, which package config emits as plain
+// values, become what the runtime takes (tool.go): config links none of
+// the runtime, and the broker and the image store no config.
 package attach
 
 import (
@@ -11,6 +15,7 @@ import (
 	"io"
 
 	"github.com/airlockhq/airlock/internal/broker"
+	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -28,7 +33,7 @@ type Policy struct {
 	Network egress.Limits
 	// Services are the broker services of the tool, with the secrets
 	// they name; none means no broker.
-	Services []*config.Service
+	Services []*brokerspec.Service
 	Secrets  map[string]*config.Secret
 	// OnEgress and OnBroker, if set, get every decision made while the
 	// policy is bound, whether or not an exec is running (the audit
@@ -93,7 +98,7 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 			Tool:      p.Tool,
 			SandboxID: sb.ID(),
 			Services:  p.Services,
-			Secrets:   p.Secrets,
+			Secrets:   brokerSecrets(p.Services, p.Secrets),
 			OnEvent:   b.Broker,
 		})
 		var env []string
@@ -109,6 +114,17 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 	}
 	b.Attach(n)
 	return b, nil
+}
+
+// brokerSecrets are the secrets services name, as the broker takes them.
+func brokerSecrets(services []*brokerspec.Service, secrets map[string]*config.Secret) map[string]broker.Secret {
+	out := make(map[string]broker.Secret, len(services))
+	for _, s := range services {
+		if sec, ok := secrets[s.Credential.Secret]; ok {
+			out[s.Credential.Secret] = sec
+		}
+	}
+	return out
 }
 
 // gatewayNet is a gateway and perhaps a broker, as a binding's network
