@@ -29,8 +29,8 @@ type RunRequest struct {
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
 	// Code is a stable word: invalid, not_found, method_not_allowed,
-	// too_large, unavailable, audit_unavailable, internal, unauthorized,
-	// forbidden, ended.
+	// too_large, unavailable, audit_unavailable, capacity,
+	// too_many_requests, internal, unauthorized, forbidden, ended.
 	Code string `json:"code"`
 	// Message is written for the caller and never holds host paths or
 	// secrets.
@@ -58,6 +58,8 @@ const (
 	// flight and sessions open as its concurrency allows; Retry-After
 	// says when to try again.
 	CodeTooManyRequests = "too_many_requests"
+	// CodeEnded (409): an exec or file call on a session that has ended.
+	CodeEnded = "ended"
 )
 
 // Tool describes a configured tool (GET /v1/tools).

@@ -17,11 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// ErrClosed is returned by Claim once the pool is closing.
-var ErrClosed = errors.New("pool: closed")
+// ErrClosed is returned by Claim once the pool is closing. It belongs to
+// errdefs.ErrUnavailable.
+var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "pool: closed")
 
 // Creator builds sandboxes; *sandbox.Runtime is one. Start is Create
 // without the wait for init to be ready (see sandbox.Runtime.Start).

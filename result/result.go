@@ -180,7 +180,10 @@ type BrokerEvent struct {
 	// (quoted and shortened) when it was refused before normalising.
 	Path  string `json:"path"`
 	Allow bool   `json:"allow"`
-	// Reason says why the call was refused or cut short.
+	// Code says why the call was refused or cut short, for machines: one
+	// of the Broker* codes below; empty for a call relayed whole.
+	Code string `json:"code,omitempty"`
+	// Reason says the same for people: a sentence that may change.
 	Reason string `json:"reason,omitempty"`
 	// Status is the status the sandbox got: the upstream's, or the
 	// broker's own for a refusal.
@@ -194,6 +197,59 @@ type BrokerEvent struct {
 	DurationMs int64 `json:"duration_ms"`
 }
 
+// Broker event codes (BrokerEvent.Code): why a call was refused or cut
+// short. The set is closed: a new code is a change of the wire format.
+const (
+	// BrokerNoService: the path names no service, or one the tool is not
+	// given.
+	BrokerNoService = "no_service"
+	// BrokerNoOperation: no operation of the service matches the method
+	// and path.
+	BrokerNoOperation = "no_operation"
+	// BrokerBadPath: the request target is not a plain path below the
+	// broker (absolute form, "..", encoded separators, NUL), or cannot be
+	// sent upstream as one.
+	BrokerBadPath = "bad_path"
+	// BrokerOverride: a method override header (X-HTTP-Method-Override…).
+	BrokerOverride = "override"
+	// BrokerQuery: a query parameter the operation does not list, or a
+	// malformed query.
+	BrokerQuery = "query"
+	// BrokerTooLarge: the request body is over the operation's cap.
+	BrokerTooLarge = "too_large"
+	// BrokerContentType: a content type the operation does not list, or
+	// more than one Content-Type.
+	BrokerContentType = "content_type"
+	// BrokerBadRequest: the request body could not be read, or the call
+	// could not be made into a request upstream.
+	BrokerBadRequest = "bad_request"
+	// BrokerRate: over the operation's rate of calls per minute.
+	BrokerRate = "rate"
+	// BrokerNoSecret: the service's credential is not available on the
+	// host.
+	BrokerNoSecret = "no_secret"
+	// BrokerShortSecret: the credential is too short to be kept out of
+	// the answers, so it is not used.
+	BrokerShortSecret = "short_secret"
+	// BrokerAddress: the upstream's address was refused by the egress
+	// address checks (metadata, link-local, private…).
+	BrokerAddress = "address"
+	// BrokerUpstream: the upstream could not be reached, or its answer
+	// ended early.
+	BrokerUpstream = "upstream"
+	// BrokerEncoding: the upstream answered with a content or transfer
+	// coding, which cannot be checked for the secret.
+	BrokerEncoding = "encoding"
+	// BrokerPartial: the upstream answered with part of a resource (206)
+	// to a call without a Range.
+	BrokerPartial = "partial"
+	// BrokerResponseTooLarge: the answer is over the operation's cap:
+	// refused when its length says so, else cut.
+	BrokerResponseTooLarge = "response_too_large"
+	// BrokerClosing: the sandbox's broker is closing.
+	BrokerClosing = "closing"
+)
+
 // MaxEgressEvents bounds Result.Egress; the live event stream carries all.
 const MaxEgressEvents = 1000
 
@@ -205,6 +261,76 @@ const (
 	EgressTransparent = "transparent"
 	// EgressDNS: a query to the sandbox's resolver.
 	EgressDNS = "dns"
+)
+
+// Egress event codes (EgressEvent.Code): why a decision went as it did.
+// The set is closed: a new code is a change of the wire format.
+const (
+	// EgressNotAllowed: no destination allows the name or address, or
+	// not on that port.
+	EgressNotAllowed = "not_allowed"
+	// EgressInvalidHost: the host is neither a valid name nor a valid
+	// address (a number that is not an address, a zone, bad syntax, the
+	// root name).
+	EgressInvalidHost = "invalid_host"
+	// EgressMetadata: a cloud metadata address or name, in any spelling
+	// (never allowed).
+	EgressMetadata = "metadata"
+	// EgressLinkLocal: a link-local address, or an IPv6 form of one
+	// (never allowed).
+	EgressLinkLocal = "link_local"
+	// EgressNotUnicast: an unspecified, multicast or broadcast address,
+	// or an IPv6 form of one (never allowed).
+	EgressNotUnicast = "not_unicast"
+	// EgressPrivate: a loopback, private, CGNAT or reserved address, or an
+	// IPv6 form embedding an IPv4 address, for a destination without
+	// private: true.
+	EgressPrivate = "private"
+	// EgressNotPinned: the name has no pinned addresses and this
+	// sandbox's names are not looked up on the host.
+	EgressNotPinned = "not_pinned"
+	// EgressLookupFailed: the host could not resolve the name.
+	EgressLookupFailed = "lookup_failed"
+	// EgressCapped: a per-sandbox cap was reached (connections, bytes,
+	// names with a transparent address, names under wildcards, DNS
+	// queries a second). On an allowed connection: it was cut.
+	EgressCapped = "capped"
+	// EgressUpstreamFailed: the request was allowed but the destination
+	// could not be reached, or failed to answer.
+	EgressUpstreamFailed = "upstream_failed"
+	// EgressMalformed: not a request the gateway serves in that form: an
+	// origin-form or non-http proxy request, an authority without a valid
+	// port, CONNECT on a transparent connection, a malformed TLS
+	// ClientHello or DNS message.
+	EgressMalformed = "malformed"
+	// EgressSilent: the client sent nothing before the wait ran out (a
+	// server-first protocol needs opaque: true).
+	EgressSilent = "silent"
+	// EgressClosed: the client closed before it sent anything; nothing
+	// was refused.
+	EgressClosed = "closed"
+	// EgressECH: a TLS ClientHello offering Encrypted Client Hello, whose
+	// real server name cannot be checked.
+	EgressECH = "ech"
+	// EgressNoSNI: a TLS ClientHello without a server name.
+	EgressNoSNI = "no_sni"
+	// EgressSNIMismatch: a TLS ClientHello for another name than the
+	// connection's destination.
+	EgressSNIMismatch = "sni_mismatch"
+	// EgressNotHTTP1: a transparent connection carrying neither TLS nor
+	// HTTP/1 (another protocol, HTTP/2 without TLS).
+	EgressNotHTTP1 = "not_http1"
+	// EgressHostMismatch: an HTTP request on a transparent connection
+	// naming another host than the connection's.
+	EgressHostMismatch = "host_mismatch"
+	// EgressQueryType: a DNS query of a class or type not served (only
+	// IN A and AAAA are).
+	EgressQueryType = "query_type"
+	// EgressNoIPv6: an allowed AAAA query, answered with no address (the
+	// transparent addresses are IPv4).
+	EgressNoIPv6 = "no_ipv6"
+	// EgressInternal: airlock could not serve the request itself.
+	EgressInternal = "internal"
 )
 
 // EgressEvent is one egress decision: a connection the sandbox asked for
@@ -227,8 +353,12 @@ type EgressEvent struct {
 	// DNS answer handed out.
 	Address string `json:"address,omitempty"`
 	Allow   bool   `json:"allow"`
+	// Code says why a request was refused, or why an allowed one ended
+	// early or was answered as it was, for machines: one of the Egress*
+	// codes below; empty for an allowed request with nothing to note.
+	Code string `json:"code,omitempty"`
 	// Reason says why the decision went as it did, or why an allowed
-	// connection ended early.
+	// connection ended early, for people: a sentence that may change.
 	Reason string `json:"reason,omitempty"`
 	// Status is the HTTP status the proxy answered with, if any.
 	Status int `json:"status,omitempty"`

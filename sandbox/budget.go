@@ -1,10 +1,10 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
@@ -28,8 +28,8 @@ type Usage struct {
 
 // ErrCapacity is wrapped by the error of a Start or Create refused because
 // the runtime's Budget is spent: it may succeed once other sandboxes are
-// destroyed.
-var ErrCapacity = errors.New("at capacity")
+// destroyed. It belongs to errdefs.ErrUnavailable.
+var ErrCapacity = errdefs.New(errdefs.ErrUnavailable, "at capacity")
 
 // Fits reports why limits l could never be admitted under b, even with
 // no other sandbox live, or nil.

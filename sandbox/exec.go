@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
@@ -55,8 +56,9 @@ const (
 	drainGrace = 100 * time.Millisecond
 )
 
-// ErrDead is returned for a sandbox that can no longer run commands.
-var ErrDead = errors.New("sandbox is no longer running")
+// ErrDead is returned for a sandbox that can no longer run commands. It
+// belongs to errdefs.ErrConflict.
+var ErrDead = errdefs.New(errdefs.ErrConflict, "sandbox is no longer running")
 
 // Exec runs one command and returns its result; it never returns nil. A
 // breach of any ceiling kills the whole sandbox and yields outcome limit.

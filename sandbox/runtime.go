@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
@@ -186,8 +187,9 @@ type Runtime struct {
 	programs programCache
 }
 
-// ErrInvalid marks bad input from a caller.
-var ErrInvalid = errors.New("invalid")
+// ErrInvalid marks bad input from a caller. It belongs to
+// errdefs.ErrInvalid.
+var ErrInvalid = errdefs.New(errdefs.ErrInvalid, "invalid")
 
 // New prepares the state directory and cgroup parent and sweeps leftovers
 // of airlock processes that died without cleaning up.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -136,7 +138,7 @@ func TestRate(t *testing.T) {
 	if fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Fatalf("got %v, want %v", codes, want)
 	}
-	if ev := f.lastEvent(t, 5); ev.Allow || !strings.Contains(ev.Reason, "rate of 3") {
+	if ev := f.lastEvent(t, 5); ev.Allow || ev.Code != result.BrokerRate || ev.Status != 429 {
 		t.Fatalf("event %+v", ev)
 	}
 }
@@ -201,7 +203,7 @@ func TestResponseCut(t *testing.T) {
 	if rerr == nil || n > 1<<20 {
 		t.Fatalf("read %d bytes, error %v; want a cut at 1 MiB", n, rerr)
 	}
-	if ev := f.lastEvent(t, 1); !strings.Contains(ev.Reason, "cut") {
+	if ev := f.lastEvent(t, 1); ev.Code != result.BrokerResponseTooLarge || !ev.Upstream {
 		t.Fatalf("event %+v", ev)
 	}
 }
@@ -215,6 +217,9 @@ func TestUpstreamAddressChecks(t *testing.T) {
 	resp, body := f.raw(t, "GET /gh/repos/o/r/issues HTTP/1.1\r\nHost: b\r\n\r\n")
 	if resp.StatusCode != 502 || !strings.Contains(body, "loopback") {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if ev := f.lastEvent(t, 1); ev.Allow || ev.Code != result.BrokerAddress || ev.Upstream {
+		t.Fatalf("event %+v", ev)
 	}
 	if u.hits.Load() != 0 {
 		t.Fatal("upstream reached")

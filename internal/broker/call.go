@@ -47,11 +47,12 @@ type call struct {
 }
 
 // refuse answers the sandbox with the broker's own status and a one-line
-// body that names the service and the reason, and records the decision.
-func (c *call) refuse(status int, reason string) {
+// body that names the service and the reason, and records the decision
+// with its code (result.Broker*).
+func (c *call) refuse(status int, code, reason string) {
 	c.ev.Allow = false
 	c.ev.Status = status
-	c.ev.Reason = reason
+	c.ev.Code, c.ev.Reason = code, reason
 	h := c.w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -66,7 +67,7 @@ func (c *call) refuse(status int, reason string) {
 func (b *Broker) serve(w http.ResponseWriter, r *http.Request) {
 	c := &call{b: b, w: w, ev: result.BrokerEvent{Time: time.Now(), Method: r.Method}}
 	if !b.enter() {
-		c.refuse(http.StatusServiceUnavailable, "the sandbox's broker is closing")
+		c.refuse(http.StatusServiceUnavailable, result.BrokerClosing, "the sandbox's broker is closing")
 		return
 	}
 	defer b.wg.Done()
@@ -84,22 +85,22 @@ func (b *Broker) handle(c *call, r *http.Request) {
 	rawPath, rawQuery, _ := strings.Cut(raw, "?")
 	c.ev.Path = shorten(rawPath)
 	if !strings.HasPrefix(raw, "/") {
-		c.refuse(http.StatusBadRequest, "call $AIRLOCK_BROKER_URL/<service>/<path>; absolute and authority forms are refused")
+		c.refuse(http.StatusBadRequest, result.BrokerBadPath, "call $AIRLOCK_BROKER_URL/<service>/<path>; absolute and authority forms are refused")
 		return
 	}
 	for _, h := range overrideHeaders {
 		if _, ok := r.Header[h]; ok {
-			c.refuse(http.StatusBadRequest, fmt.Sprintf("method override header %s is refused", h))
+			c.refuse(http.StatusBadRequest, result.BrokerOverride, fmt.Sprintf("method override header %s is refused", h))
 			return
 		}
 	}
 	segs, err := route.Normalize(rawPath)
 	if err != nil {
-		c.refuse(http.StatusBadRequest, err.Error())
+		c.refuse(http.StatusBadRequest, result.BrokerBadPath, err.Error())
 		return
 	}
 	if len(segs) == 0 {
-		c.refuse(http.StatusNotFound, fmt.Sprintf("name a service: $AIRLOCK_BROKER_URL/<service>/<path> (services: %s)", b.list()))
+		c.refuse(http.StatusNotFound, result.BrokerNoService, fmt.Sprintf("name a service: $AIRLOCK_BROKER_URL/<service>/<path> (services: %s)", b.list()))
 		return
 	}
 	c.ev.Service = segs[0]
@@ -107,27 +108,27 @@ func (b *Broker) handle(c *call, r *http.Request) {
 	s := b.services[segs[0]]
 	if s == nil {
 		c.ev.Service = ""
-		c.refuse(http.StatusForbidden, fmt.Sprintf("no service %s for this tool (services: %s)", strconv.Quote(shorten(segs[0])), b.list()))
+		c.refuse(http.StatusForbidden, result.BrokerNoService, fmt.Sprintf("no service %s for this tool (services: %s)", strconv.Quote(shorten(segs[0])), b.list()))
 		c.ev.Service = shorten(segs[0])
 		return
 	}
 	op := s.match(r.Method, segs[1:])
 	if op == nil {
-		c.refuse(http.StatusForbidden, fmt.Sprintf("no operation matches %s %s", r.Method, c.ev.Path))
+		c.refuse(http.StatusForbidden, result.BrokerNoOperation, fmt.Sprintf("no operation matches %s %s", r.Method, c.ev.Path))
 		return
 	}
 	c.ev.Operation = op.name()
 	query, reason := op.checkQuery(rawQuery)
 	if reason != "" {
-		c.refuse(http.StatusForbidden, reason)
+		c.refuse(http.StatusForbidden, result.BrokerQuery, reason)
 		return
 	}
-	if status, reason := op.checkBody(r); reason != "" {
-		c.refuse(status, reason)
+	if status, code, reason := op.checkBody(r); reason != "" {
+		c.refuse(status, code, reason)
 		return
 	}
 	if !op.limiter.allow(time.Now()) {
-		c.refuse(http.StatusTooManyRequests, fmt.Sprintf("over the rate of %d calls per minute for %s", op.cfg.Rate, op.name()))
+		c.refuse(http.StatusTooManyRequests, result.BrokerRate, fmt.Sprintf("over the rate of %d calls per minute for %s", op.cfg.Rate, op.name()))
 		return
 	}
 	c.forward(s, op, r, segs[1:], query)
@@ -161,7 +162,7 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	if err != nil {
 		// The error names the secret and its source, never its value.
 		c.b.cfg.Logger.Warn("broker: secret unavailable", "service", s.cfg.Name, "err", err)
-		c.refuse(http.StatusBadGateway, "the service's credential is not available on the host")
+		c.refuse(http.StatusBadGateway, result.BrokerNoSecret, "the service's credential is not available on the host")
 		return
 	}
 	if len(secret) < minSecret {
@@ -169,7 +170,7 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 		// data holds them, and would still miss the secret in forms too
 		// short to tell apart: such a credential is not used.
 		c.b.cfg.Logger.Warn("broker: secret too short to keep out of answers", "service", s.cfg.Name, "bytes", len(secret), "minimum", minSecret)
-		c.refuse(http.StatusBadGateway, fmt.Sprintf("the service's credential is shorter than %d bytes, too short to keep out of the answers; the operator must use a longer one", minSecret))
+		c.refuse(http.StatusBadGateway, result.BrokerShortSecret, fmt.Sprintf("the service's credential is shorter than %d bytes, too short to keep out of the answers; the operator must use a longer one", minSecret))
 		return
 	}
 	value := s.cfg.Credential.Value(secret)
@@ -184,7 +185,7 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	}
 	unescaped, err := url.PathUnescape(escaped)
 	if err != nil {
-		c.refuse(http.StatusBadRequest, "path cannot be sent upstream")
+		c.refuse(http.StatusBadRequest, result.BrokerBadPath, "path cannot be sent upstream")
 		return
 	}
 	target.Path, target.RawPath = unescaped, escaped
@@ -195,21 +196,21 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	body, err := io.ReadAll(io.LimitReader(r.Body, op.cfg.MaxRequest+1))
 	switch {
 	case int64(len(body)) > op.cfg.MaxRequest:
-		c.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over the cap of %d bytes", op.cfg.MaxRequest))
+		c.refuse(http.StatusRequestEntityTooLarge, result.BrokerTooLarge, fmt.Sprintf("request body over the cap of %d bytes", op.cfg.MaxRequest))
 		return
 	case err != nil:
-		c.refuse(http.StatusBadRequest, "request body could not be read")
+		c.refuse(http.StatusBadRequest, result.BrokerBadRequest, "request body could not be read")
 		return
 	case len(body) > 0 && r.ContentLength < 0:
 		// A chunked body gets the same content-type check as a sized one.
 		if status, reason := op.checkBodyType(r.Header.Get("Content-Type")); reason != "" {
-			c.refuse(status, reason)
+			c.refuse(status, result.BrokerContentType, reason)
 			return
 		}
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, target.String(), bytes.NewReader(body))
 	if err != nil {
-		c.refuse(http.StatusBadRequest, "call cannot be sent upstream")
+		c.refuse(http.StatusBadRequest, result.BrokerBadRequest, "call cannot be sent upstream")
 		return
 	}
 	out.URL = &target
@@ -223,7 +224,7 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	// (Range, If-Range: twelve bytes at a time, each slice too short to
 	// hold the secret).
 	if len(r.Header.Values("Content-Type")) > 1 {
-		c.refuse(http.StatusBadRequest, "more than one Content-Type")
+		c.refuse(http.StatusBadRequest, result.BrokerContentType, "more than one Content-Type")
 		return
 	}
 	for k, vs := range r.Header {
@@ -243,9 +244,9 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 		var denied *deniedError
 		switch {
 		case errors.As(err, &denied):
-			c.refuse(http.StatusBadGateway, "upstream refused by address checks: "+denied.reason)
+			c.refuse(http.StatusBadGateway, result.BrokerAddress, "upstream refused by address checks: "+denied.reason)
 		default:
-			c.refuse(http.StatusBadGateway, "upstream unreachable")
+			c.refuse(http.StatusBadGateway, result.BrokerUpstream, "upstream unreachable")
 		}
 		return
 	}
@@ -255,19 +256,19 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 	// followed by "gzip" passed a check of the first alone, and a client
 	// that decodes showed the secret.
 	if ce := encoded(resp.Header.Values("Content-Encoding")); ce != "" {
-		c.refuse(http.StatusBadGateway, fmt.Sprintf("upstream answered with %s encoding, which cannot be checked for the secret", shorten(ce)))
+		c.refuse(http.StatusBadGateway, result.BrokerEncoding, fmt.Sprintf("upstream answered with %s encoding, which cannot be checked for the secret", shorten(ce)))
 		return
 	}
 	if te := encoded(resp.TransferEncoding); te != "" && !strings.EqualFold(te, "chunked") || len(resp.TransferEncoding) > 1 {
-		c.refuse(http.StatusBadGateway, fmt.Sprintf("upstream answered with transfer coding %s, which cannot be checked for the secret", shorten(strings.Join(resp.TransferEncoding, ", "))))
+		c.refuse(http.StatusBadGateway, result.BrokerEncoding, fmt.Sprintf("upstream answered with transfer coding %s, which cannot be checked for the secret", shorten(strings.Join(resp.TransferEncoding, ", "))))
 		return
 	}
 	if resp.StatusCode == http.StatusPartialContent && !op.forwards("Range") {
-		c.refuse(http.StatusBadGateway, "upstream answered with part of a resource (206) to a call without a Range")
+		c.refuse(http.StatusBadGateway, result.BrokerPartial, "upstream answered with part of a resource (206) to a call without a Range")
 		return
 	}
 	if resp.ContentLength > op.cfg.MaxResponse {
-		c.refuse(http.StatusBadGateway, fmt.Sprintf("upstream response of %d bytes is over the cap of %d", resp.ContentLength, op.cfg.MaxResponse))
+		c.refuse(http.StatusBadGateway, result.BrokerResponseTooLarge, fmt.Sprintf("upstream response of %d bytes is over the cap of %d", resp.ContentLength, op.cfg.MaxResponse))
 		return
 	}
 	c.relay(resp, red, op.cfg.MaxResponse)
@@ -294,7 +295,7 @@ func (c *call) relay(resp *http.Response, red *redact.Redactor, max int64) {
 	rw := red.Writer(c.w)
 	n, err := io.Copy(rw, io.LimitReader(resp.Body, max+1))
 	if n > max {
-		c.ev.Reason = fmt.Sprintf("response cut at the cap of %d bytes", max)
+		c.ev.Code, c.ev.Reason = result.BrokerResponseTooLarge, fmt.Sprintf("response cut at the cap of %d bytes", max)
 		c.ev.BytesIn = max
 		// End the connection without a proper end of body, so the
 		// client sees a truncated answer, not a complete-looking one.
@@ -305,7 +306,7 @@ func (c *call) relay(resp *http.Response, red *redact.Redactor, max int64) {
 	}
 	c.ev.BytesIn = n
 	if err != nil {
-		c.ev.Reason = "response relay ended early"
+		c.ev.Code, c.ev.Reason = result.BrokerUpstream, "response relay ended early"
 	}
 }
 

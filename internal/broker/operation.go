@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/broker/brokerspec"
+	"github.com/airlockhq/airlock/result"
 )
 
 // operation is a declared operation with its own rate limiter.
@@ -68,15 +69,17 @@ func (o *operation) checkQuery(raw string) (string, string) {
 	return vals.Encode(), ""
 }
 
-// checkBody enforces the request's content type and declared size.
-func (o *operation) checkBody(r *http.Request) (int, string) {
+// checkBody enforces the request's content type and declared size: it
+// returns the refusal's status, code and reason, or an empty reason.
+func (o *operation) checkBody(r *http.Request) (int, string, string) {
 	if r.ContentLength > o.cfg.MaxRequest {
-		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, o.cfg.MaxRequest)
+		return http.StatusRequestEntityTooLarge, result.BrokerTooLarge, fmt.Sprintf("request body of %d bytes is over the cap of %d", r.ContentLength, o.cfg.MaxRequest)
 	}
 	if r.ContentLength <= 0 { // none, or chunked: checked once read
-		return 0, ""
+		return 0, "", ""
 	}
-	return o.checkBodyType(r.Header.Get("Content-Type"))
+	status, reason := o.checkBodyType(r.Header.Get("Content-Type"))
+	return status, result.BrokerContentType, reason
 }
 
 // checkBodyType allows only the media types the operation lists.

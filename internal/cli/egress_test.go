@@ -154,8 +154,8 @@ tools:
 
 	// The decision log holds every one of them.
 	type want struct {
-		kind, dest, reason string
-		allow              bool
+		kind, dest, code string
+		allow            bool
 	}
 	wantLog := []want{
 		{result.EgressProxy, fmt.Sprintf("plain.test:%d", h), "", true},
@@ -163,20 +163,20 @@ tools:
 		{result.EgressTransparent, fmt.Sprintf("plain.test:%d", h), "", true},
 		{result.EgressTransparent, fmt.Sprintf("example.com:%d", p), "", true},
 		{result.EgressDNS, "plain.test", "", true},
-		{result.EgressTransparent, fmt.Sprintf("example.com:%d", p), `TLS server name "wrong.example" does not match`, false},
-		{result.EgressProxy, "evil.test:80", "not an allowed destination", false},
-		{result.EgressProxy, "169.254.169.254:80", "metadata", false},
-		{result.EgressProxy, fmt.Sprintf("localhost:%d", h), "loopback", false},
-		{result.EgressProxy, fmt.Sprintf("127.0.0.1:%d", h), "not an allowed destination", false},
-		{result.EgressProxy, "plain.test:22", "port 22 is not allowed", false},
-		{result.EgressDNS, "evil.test", "not an allowed destination", false},
-		{result.EgressDNS, "mfrggzdfmztwq2lknnwg23tpobyxe43uov3ho6dzpjqwezdfmztwq2lknnwg23t.evil.test", "not an allowed destination", false},
-		{result.EgressDNS, "data.plain.test", "TXT", false},
+		{result.EgressTransparent, fmt.Sprintf("example.com:%d", p), result.EgressSNIMismatch, false},
+		{result.EgressProxy, "evil.test:80", result.EgressNotAllowed, false},
+		{result.EgressProxy, "169.254.169.254:80", result.EgressMetadata, false},
+		{result.EgressProxy, fmt.Sprintf("localhost:%d", h), result.EgressPrivate, false},
+		{result.EgressProxy, fmt.Sprintf("127.0.0.1:%d", h), result.EgressNotAllowed, false},
+		{result.EgressProxy, "plain.test:22", result.EgressNotAllowed, false},
+		{result.EgressDNS, "evil.test", result.EgressNotAllowed, false},
+		{result.EgressDNS, "mfrggzdfmztwq2lknnwg23tpobyxe43uov3ho6dzpjqwezdfmztwq2lknnwg23t.evil.test", result.EgressNotAllowed, false},
+		{result.EgressDNS, "data.plain.test", result.EgressQueryType, false},
 	}
 	for _, w := range wantLog {
 		found := false
 		for _, ev := range r.Egress {
-			if ev.Kind == w.kind && ev.Destination == w.dest && ev.Allow == w.allow && strings.Contains(ev.Reason, w.reason) && ev.Sandbox == r.SandboxID && ev.Tool == "web" {
+			if ev.Kind == w.kind && ev.Destination == w.dest && ev.Allow == w.allow && ev.Code == w.code && (w.allow || ev.Reason != "") && ev.Sandbox == r.SandboxID && ev.Tool == "web" {
 				if w.allow && w.kind != result.EgressDNS && (ev.Address == "" || ev.BytesIn == 0) {
 					continue
 				}

@@ -139,7 +139,10 @@ func TestMCPStdioEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 4 || !strings.HasPrefix(evs[0].Client, "stdio:uid=0,ppid=") {
+	// Four calls ran or were refused by airlock; the fifth, of a tool
+	// without a command (not listed), was refused by the SDK: all five
+	// are recorded, that one as denied.
+	if len(evs) != 5 || !strings.HasPrefix(evs[0].Client, "stdio:uid=0,ppid=") || evs[4].Tool != "sh" || evs[4].Decision != audit.Deny {
 		t.Fatalf("mcp.call events %+v", evs)
 	}
 	if n := cliCgroups(t); n != 0 {

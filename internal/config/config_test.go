@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
@@ -367,6 +368,27 @@ func TestErrorFormat(t *testing.T) {
 	}
 	if e := (&Error{Err: cause}); !errors.Is(e, cause) {
 		t.Errorf("errors.Is(%v, cause) = false, want true", e)
+	}
+}
+
+// TestErrorClasses checks that the package's errors report their class,
+// which the daemon's answers are chosen by.
+func TestErrorClasses(t *testing.T) {
+	tests := []struct {
+		err  error
+		want error
+	}{
+		{&Error{File: "a.yaml", Msg: "bad"}, errdefs.ErrInvalid},
+		{&Error{Err: &SecretError{Secret: "s", Problem: "unset"}}, errdefs.ErrInvalid},
+		{ErrNotFound, errdefs.ErrNotFound},
+		{fmt.Errorf("tool %q: %w", "x", ErrNotFound), errdefs.ErrNotFound},
+		{&InputError{Input: "n", Reason: "is required"}, errdefs.ErrInvalid},
+		{&SecretError{Secret: "s", Problem: "unset"}, errdefs.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		if got := errdefs.Class(tt.err); got != tt.want {
+			t.Errorf("Class(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
 

@@ -4,17 +4,20 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // Error classes. Every error Parse and Load return for a bad file matches
 // ErrInvalid; Find and Config.Tool return errors matching ErrNotFound.
+// They belong to errdefs.ErrInvalid and errdefs.ErrNotFound.
 var (
 	// ErrInvalid is the class of every *Error: the file is not a valid
 	// airlock.yaml.
-	ErrInvalid = errors.New("invalid config")
+	ErrInvalid = errdefs.New(errdefs.ErrInvalid, "invalid config")
 	// ErrNotFound is the class of a config file or a tool that does not
 	// exist.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "not found")
 )
 
 // Error is a problem in a config file, located as precisely as the file
@@ -73,9 +76,9 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is reports whether target is ErrInvalid, so that every *Error belongs to
-// that class whatever its underlying error.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Is reports whether target is ErrInvalid or its class, errdefs.ErrInvalid,
+// so that every *Error belongs to them whatever its underlying error.
+func (e *Error) Is(target error) bool { return errors.Is(ErrInvalid, target) }
 
 // quote quotes a value taken from the file for an error message. Long
 // values are cut so that a hostile file cannot make a message huge, and

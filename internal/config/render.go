@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // InputError says which input of a call was refused and why. Its text is
@@ -24,6 +26,10 @@ func (e *InputError) Error() string {
 	}
 	return fmt.Sprintf("invalid input %q: %s", e.Input, e.Reason)
 }
+
+// Is reports whether target is errdefs.ErrInvalid: a refused input is the
+// caller's to correct.
+func (e *InputError) Is(target error) bool { return target == errdefs.ErrInvalid }
 
 // maxArguments bounds the arguments object of a call.
 const maxArguments = 1 << 20

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // MaxSecretSize is the largest secret file Secret.Read accepts, in bytes.
@@ -20,8 +22,9 @@ const MaxSecretSize = 64 << 10
 var secretKeys = []string{"env", "file"}
 
 // ErrSecret is the class of every error Secret.Read returns: the secret's
-// value is not available on the host.
-var ErrSecret = errors.New("secret unavailable")
+// value is not available on the host. It belongs to errdefs.ErrUnavailable:
+// the operator may yet provide it.
+var ErrSecret = errdefs.New(errdefs.ErrUnavailable, "secret unavailable")
 
 // Secret says where the host keeps a credential. The file names the
 // source, never the value, and Read fetches the value each time it is
@@ -64,9 +67,9 @@ func (e *SecretError) Error() string {
 // Unwrap returns the underlying error, if any.
 func (e *SecretError) Unwrap() error { return e.Err }
 
-// Is reports whether target is ErrSecret, so that every *SecretError
-// belongs to that class whatever its underlying error.
-func (e *SecretError) Is(target error) bool { return target == ErrSecret }
+// Is reports whether target is ErrSecret or its class, so that every
+// *SecretError belongs to them whatever its underlying error.
+func (e *SecretError) Is(target error) bool { return errors.Is(ErrSecret, target) }
 
 // Read returns the secret's current value: the environment variable's
 // value, or the file's content less one trailing newline ("\n" or

@@ -6,14 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -25,38 +24,14 @@ import (
 // the sandboxes held for a while (sessions and MCP servers: MaxSessions)
 // and each token's calls in flight plus what it holds (its concurrency).
 
-// refusal is an error with its HTTP answer: a call refused for want of
-// capacity, with when to try again.
-type refusal struct {
-	status     int
-	code       string
-	msg        string
-	retryAfter int // seconds
-}
-
-func (e *refusal) Error() string { return e.msg }
-
-// writeRefusal answers err when it is a refusal, and reports whether it
-// was.
-func writeRefusal(w http.ResponseWriter, err error) bool {
-	var r *refusal
-	if !errors.As(err, &r) {
-		return false
-	}
-	if r.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(r.retryAfter))
-	}
-	writeError(w, r.status, r.code, r.msg)
-	return true
-}
-
-// atCapacity is the refusal of a sandbox the node's budget has no room for.
+// atCapacity is the refusal of a sandbox the node's budget has no room
+// for (err matches sandbox.ErrCapacity, and so does the refusal).
 func atCapacity(err error) error {
 	why := err.Error()
 	if _, after, ok := strings.Cut(why, sandbox.ErrCapacity.Error()+": "); ok {
 		why = after
 	}
-	return &refusal{status: http.StatusServiceUnavailable, code: api.CodeCapacity, retryAfter: 1,
+	return &refusal{kind: sandbox.ErrCapacity, retryAfter: 1,
 		msg: "the node is at capacity: " + why + "; try again shortly"}
 }
 
@@ -77,11 +52,11 @@ func (d *Daemon) hold(c *caller, held bool) (release func(), err error) {
 	defer h.mu.Unlock()
 	tok := c.token
 	if held && h.sessions >= d.opts.MaxSessions {
-		return nil, &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retryAfter: 5,
+		return nil, &refusal{kind: errdefs.ErrUnavailable, retryAfter: 5,
 			msg: fmt.Sprintf("%d sessions and MCP servers are open, the most this daemon allows; end one first", d.opts.MaxSessions)}
 	}
 	if tok != nil && tok.Concurrency > 0 && h.tokens[tok.Name] >= tok.Concurrency {
-		return nil, &refusal{status: http.StatusTooManyRequests, code: api.CodeTooManyRequests, retryAfter: 1,
+		return nil, &refusal{kind: errTooMany, retryAfter: 1,
 			msg: fmt.Sprintf("token %s has %d calls in flight and sessions open, the most its concurrency allows", tok.Name, tok.Concurrency)}
 	}
 	if held {

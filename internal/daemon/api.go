@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"path"
@@ -17,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -37,7 +37,7 @@ func (d *Daemon) routes() http.Handler {
 	d.sessionRoutes(mux)
 	mux.HandleFunc("/healthz", only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no such endpoint %s", path.Clean("/"+r.URL.Path)))
+		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
 	return d.counted(recoverer(mux))
 }
@@ -59,7 +59,7 @@ func recoverer(h http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "internal error")
+				writeErr(w, errors.New("internal error"))
 			}
 		}()
 		h.ServeHTTP(w, r)
@@ -71,7 +71,7 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
 			w.Header().Set("Allow", method)
-			writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here; use %s", r.Method, method))
+			writeErr(w, errdefs.Errorf(errMethod, "%s is not allowed here; use %s", r.Method, method))
 			return
 		}
 		h(w, r)
@@ -84,10 +84,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{Code: code, Message: msg})
-}
-
 // decodeRun reads and checks a run request.
 func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
 	var req api.RunRequest
@@ -96,15 +92,26 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
 	}
 	switch {
 	case req.Tool == "":
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"tool" is required`)
+		writeErr(w, errdefs.New(errdefs.ErrInvalid, `"tool" is required`))
 	case len(req.Argv) > 0 && req.Argv[0] == "":
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command`)
+		writeErr(w, errNoCommand)
 	case req.Workdir != "" && !path.IsAbs(req.Workdir):
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"workdir" must be an absolute path`)
+		writeErr(w, errRelativeWorkdir)
 	default:
 		return &req, true
 	}
 	return nil, false
+}
+
+// Refusals of a run's or an exec's request.
+var (
+	errNoCommand       = errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command`)
+	errRelativeWorkdir = errdefs.New(errdefs.ErrInvalid, `"workdir" must be an absolute path`)
+)
+
+// noTool is the refusal of a tool the config does not have.
+func (d *Daemon) noTool(name string) error {
+	return errdefs.Errorf(errdefs.ErrNotFound, "no tool %q (tools: %s)", name, strings.Join(d.opts.Config.Order, ", "))
 }
 
 // postRun runs one command of a tool in a fresh sandbox: claimed warm
@@ -120,7 +127,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	t, ok := d.opts.Config.Tools[req.Tool]
 	p := d.pools[req.Tool]
 	if !ok || p == nil {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
+		writeErr(w, d.noTool(req.Tool))
 		return
 	}
 	if len(req.Argv) == 0 {
@@ -129,7 +136,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 			req.Argv = img.argv
 		}
 		if len(req.Argv) == 0 {
-			writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command (the tool's image has no default command)`)
+			writeErr(w, errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command (the tool's image has no default command)`))
 			return
 		}
 	}
@@ -149,7 +156,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	res, done, err := d.run(r.Context(), j)
 	if err != nil {
-		runError(w, err)
+		writeErr(w, err)
 		return
 	}
 	// The answer is out before the sandbox goes (done), but the handler
@@ -163,7 +170,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	// destroy: the caller need not wait for the teardown.
 	b, err := json.Marshal(res)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, api.CodeInternal, "result could not be encoded")
+		writeErr(w, errors.New("result could not be encoded"))
 		return
 	}
 	b = append(b, '\n')
@@ -225,24 +232,6 @@ func (j *runJob) extra(res *result.Result) []audit.Event {
 		return nil
 	}
 	return j.also(res)
-}
-
-// Errors of run, mapped to answers by runError (API) and the MCP server.
-var (
-	errAuditRefused = errors.New(errAuditMsg)
-	errShutdown     = errors.New("the daemon is shutting down")
-	errNoSandbox    = errors.New("no sandbox could be created for this tool; see the daemon's log")
-)
-
-func runError(w http.ResponseWriter, err error) {
-	if writeRefusal(w, err) {
-		return
-	}
-	code := api.CodeUnavailable
-	if errors.Is(err, errAuditRefused) {
-		code = api.CodeAuditUnavailable
-	}
-	writeError(w, http.StatusServiceUnavailable, code, err.Error())
 }
 
 // run records a run, claims a sandbox of its tool (warm from the pool, or

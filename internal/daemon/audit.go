@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -367,7 +368,7 @@ const maxWait = time.Minute
 func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 	q, wait, err := parseAuditQuery(r.URL.Query(), time.Now())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 		return
 	}
 	// A token sees the events of its tools only; the rest of the log
@@ -390,7 +391,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			if ctx.Err() == nil {
 				d.opts.Logger.Error("audit query failed", "err", err)
-				writeError(w, http.StatusInternalServerError, api.CodeInternal, "the audit log could not be read; see the daemon's log")
+				writeErr(w, errors.New("the audit log could not be read; see the daemon's log"))
 			}
 			return
 		}
@@ -420,7 +421,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, audit.ErrClosed) {
-				writeError(w, http.StatusServiceUnavailable, api.CodeUnavailable, "the daemon is shutting down")
+				writeErr(w, errShutdown)
 			}
 			return
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"net"
@@ -440,5 +441,32 @@ func TestAuditNetEventsCapped(t *testing.T) {
 	capped, err := c.Audit(t.Context(), client.AuditQuery{Run: "r_capped", Kind: "audit.capped"})
 	if err != nil || len(capped.Events) != 1 {
 		t.Fatalf("audit.capped events: %+v %v", capped, err)
+	}
+}
+
+// TestAuditNetEventCodes: an egress or broker decision is recorded with
+// its code beside its reason, so the log can be searched by code.
+func TestAuditNetEventCodes(t *testing.T) {
+	d, c, _ := start(t)
+	scope := &runScope{tool: "sh", sandbox: "codes00000", run: "r_codes"}
+	egress, broker := d.netRecorder(scope)
+	egress(result.EgressEvent{Kind: result.EgressProxy, Destination: "169.254.169.254:80", Code: result.EgressMetadata, Reason: "address 169.254.169.254 is a cloud metadata endpoint (never allowed)"})
+	broker(result.BrokerEvent{Service: "gh", Method: "DELETE", Code: result.BrokerNoOperation, Reason: "no operation matches DELETE /repos/o/r"})
+	if err := d.audit.Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Audit(t.Context(), client.AuditQuery{Run: "r_codes"})
+	if err != nil || len(p.Events) != 2 {
+		t.Fatalf("events: %+v %v", p, err)
+	}
+	want := map[string]string{audit.KindEgress: result.EgressMetadata, audit.KindBroker: result.BrokerNoOperation}
+	for _, ev := range p.Events {
+		var detail struct{ Code, Reason string }
+		if err := json.Unmarshal(ev.Detail, &detail); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Decision != audit.Deny || detail.Code != want[ev.Kind] || detail.Reason == "" {
+			t.Errorf("%s event: decision %s, detail %s; want deny with code %s and a reason", ev.Kind, ev.Decision, ev.Detail, want[ev.Kind])
+		}
 	}
 }

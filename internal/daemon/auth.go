@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // caller is who made a request: the local socket (trusted by its file
@@ -109,22 +109,22 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeError(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")
+			writeErr(w, errdefs.New(errUnauthenticated, "a valid bearer token is required (Authorization: Bearer ...)"))
 			return
 		}
 		withCaller(&caller{name: "token:" + t.Name, token: t}, h).ServeHTTP(w, r)
 	})
 }
 
-// forbidTool answers 403 when the caller may not use tool; true when it
-// answered.
+// forbidTool answers that the caller may not use tool, when it may not;
+// true when it answered.
 func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string) bool {
 	c := callerOf(r.Context())
 	if c.allows(tool) {
 		return false
 	}
 	d.counts.forbidden.Add(1)
-	writeError(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("%s may not use tool %q", c.name, tool))
+	writeErr(w, errdefs.Errorf(errdefs.ErrDenied, "%s may not use tool %q", c.name, tool))
 	return true
 }
 
@@ -147,13 +147,13 @@ func checkHost(addr netip.AddrPort, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !allowed[strings.ToLower(r.Host)] {
-			writeError(w, http.StatusMisdirectedRequest, api.CodeForbidden, "this listener answers only to its own loopback address (Host header)")
+			writeErr(w, errdefs.New(errMisdirected, "this listener answers only to its own loopback address (Host header)"))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
 			u, err := url.Parse(o)
 			if err != nil || !allowed[strings.ToLower(u.Host)] {
-				writeError(w, http.StatusForbidden, api.CodeForbidden, "cross-origin requests are refused")
+				writeErr(w, errdefs.New(errdefs.ErrDenied, "cross-origin requests are refused"))
 				return
 			}
 		}

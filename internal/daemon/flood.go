@@ -5,11 +5,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 )
 
@@ -209,7 +207,6 @@ func (d *Daemon) slowFailures(w http.ResponseWriter, r *http.Request) bool {
 	case <-r.Context().Done():
 	}
 	w.Header().Set("Connection", "close")
-	w.Header().Set("Retry-After", strconv.Itoa(int(failHold/time.Second)))
-	writeError(w, http.StatusTooManyRequests, api.CodeTooManyRequests, "too many requests without a valid token; slow down")
+	writeErr(w, &refusal{kind: errTooMany, retryAfter: int(failHold / time.Second), msg: "too many requests without a valid token; slow down"})
 	return true
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/result"
 )
@@ -159,7 +159,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 			// id gets what an unknown id gets.
 			if !owners.use(id, c.name, r.Method == http.MethodDelete) {
 				markRefused(r, "an MCP session another caller opened")
-				writeError(w, http.StatusNotFound, api.CodeNotFound, "no such MCP session")
+				writeErr(w, errdefs.New(errdefs.ErrNotFound, "no such MCP session"))
 				return
 			}
 		}
@@ -181,7 +181,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 		if id != "" && r.Method == http.MethodPost && owners.known(id) {
 			body, whole, err := peekBody(r, maxFastBody)
 			if err != nil {
-				writeError(w, http.StatusBadRequest, api.CodeInvalid, "reading the request: "+err.Error())
+				writeErr(w, errdefs.New(errdefs.ErrInvalid, "reading the request: "+err.Error()))
 				return
 			}
 			if whole {

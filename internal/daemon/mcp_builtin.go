@@ -10,11 +10,10 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -92,7 +91,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			return nil, err
 		}
 		if d.mcpSession(req.Session) != nil {
-			return nil, &inputError{"this MCP session already has a sandbox; close it first"}
+			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
 		sess, err := d.newSession(ctx, t, client, c, defaultIdle, defaultLife)
 		if err != nil {
@@ -112,7 +111,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		d.mcpSess.mu.Unlock()
 		if taken {
 			sess.end(context.WithoutCancel(ctx), "opened twice at once")
-			return nil, &inputError{"this MCP session already has a sandbox; close it first"}
+			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
 		go func() {
 			_ = req.Session.Wait()
@@ -189,7 +188,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		InputSchema: obj(map[string]any{}),
 	}, builtin(record, "airlock_session_close", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
 		if !d.closeMCPSession(req.Session, "closed") {
-			return nil, &inputError{"this MCP session has no sandbox open"}
+			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session has no sandbox open")
 		}
 		return text("closed; the sandbox was destroyed"), nil
 	}))
@@ -204,15 +203,9 @@ type builtinIn struct {
 	Content string   `json:"content"`
 }
 
-// inputError is a refusal written for the agent: a tool error, not a
-// protocol error.
-type inputError struct{ msg string }
-
-func (e *inputError) Error() string { return e.msg }
-
 // builtin wraps a built-in tool's body: arguments decoded strictly, its
-// refusals turned into tool errors, airlock's failures into protocol
-// errors, and the call recorded.
+// errors answered by mcpserver.CallError (refusals are tool errors,
+// airlock's failures protocol errors), and the call recorded.
 func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Context, *mcp.CallToolRequest, builtinIn) (*mcp.CallToolResult, error)) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		rec := mcpserver.CallRecord{Tool: name}
@@ -222,29 +215,28 @@ func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Con
 			dec.DisallowUnknownFields()
 			if len(req.Params.Arguments) > 0 {
 				if err := dec.Decode(&in); err != nil {
-					return nil, &inputError{"invalid arguments: " + err.Error()}
+					return nil, errdefs.New(errdefs.ErrInvalid, "invalid arguments: "+err.Error())
 				}
 			}
 			if len(in.Argv) > maxBuiltinArgs || (in.Argv != nil && (len(in.Argv) == 0 || in.Argv[0] == "")) {
-				return nil, &inputError{fmt.Sprintf(`invalid input "argv": want a command and at most %d arguments`, maxBuiltinArgs-1)}
+				return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "argv": want a command and at most %d arguments`, maxBuiltinArgs-1)
 			}
 			for _, a := range in.Argv {
 				if strings.IndexByte(a, 0) >= 0 {
-					return nil, &inputError{`invalid input "argv": an argument holds a NUL byte`}
+					return nil, errdefs.New(errdefs.ErrInvalid, `invalid input "argv": an argument holds a NUL byte`)
 				}
 			}
 			return fn(ctx, req, in)
 		}()
-		var ie *inputError
 		switch {
-		case errors.As(err, &ie):
-			rec.Outcome, rec.Reason = "invalid", ie.msg
-			res, err = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: ie.msg}}}, nil
 		case err != nil:
-			rec.Outcome, rec.Reason = "failed", err.Error()
-			err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock: " + err.Error()}
+			rec.Outcome, rec.Reason = mcpserver.OutcomeFailed, err.Error()
+			if mcpserver.Refused(err) {
+				rec.Outcome = mcpserver.OutcomeInvalid
+			}
+			res, err = mcpserver.CallError(err, "airlock")
 		default:
-			rec.Outcome = "ok"
+			rec.Outcome = mcpserver.OutcomeOK
 			if sc, ok := res.StructuredContent.(*result.Result); ok {
 				rec.Outcome, rec.Sandbox = string(sc.Outcome), sc.SandboxID
 			}
@@ -272,7 +264,7 @@ func runResult(r *result.Result) (*mcp.CallToolResult, error) {
 func (d *Daemon) builtinTool(c *caller, name string) (*config.Tool, error) {
 	t, ok := d.opts.Config.Tools[name]
 	if !ok || !c.allows(name) {
-		return nil, &inputError{fmt.Sprintf(`invalid input "tool": no tool %q for this caller`, name)}
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "tool": no tool %q for this caller`, name)
 	}
 	return t, nil
 }
@@ -287,11 +279,11 @@ func (d *Daemon) mcpSession(ss *mcp.ServerSession) *session {
 func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*session, error) {
 	s := d.mcpSession(ss)
 	if s == nil {
-		return nil, &inputError{"this MCP session has no sandbox open; call airlock_session_open first"}
+		return nil, errdefs.New(errdefs.ErrConflict, "this MCP session has no sandbox open; call airlock_session_open first")
 	}
 	if !s.enter() {
 		v := s.view()
-		return nil, &inputError{fmt.Sprintf("this MCP session's sandbox has ended (%s); open another", v.EndReason)}
+		return nil, errdefs.Errorf(errdefs.ErrConflict, "this MCP session's sandbox has ended (%s); open another", v.EndReason)
 	}
 	return s, nil
 }
@@ -307,14 +299,4 @@ func (d *Daemon) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
 	}
 	s.end(context.Background(), reason)
 	return true
-}
-
-// fileErr turns a file call's error into a refusal for the agent.
-func fileErr(err error) error {
-	switch {
-	case errors.Is(err, inroot.ErrPath), errors.Is(err, inroot.ErrNotFound), errors.Is(err, inroot.ErrNotRegular),
-		errors.Is(err, inroot.ErrTooLarge), errors.Is(err, inroot.ErrNoSpace), errors.Is(err, errGone):
-		return &inputError{err.Error()}
-	}
-	return errors.New("the file operation failed")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/pool"
@@ -41,7 +42,7 @@ func methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here", r.Method))
+		writeErr(w, errdefs.Errorf(errMethod, "%s is not allowed here", r.Method))
 	}
 }
 
@@ -69,14 +70,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("request body is over %d bytes", maxBody))
+			writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
 		} else {
-			writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: "+err.Error())
+			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
 		}
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, "invalid JSON body: more than one value")
+		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: more than one value"))
 		return false
 	}
 	return true
@@ -89,7 +90,7 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
 	if !ok {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no tool %q (tools: %s)", req.Tool, strings.Join(d.opts.Config.Order, ", ")))
+		writeErr(w, d.noTool(req.Tool))
 		return
 	}
 	life, err := parseBound(req.MaxLifetime, defaultLife, maxLife, "max_lifetime")
@@ -100,22 +101,19 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+	writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
 	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life)
 	if err != nil {
 		if r.Context().Err() == nil {
-			runError(w, err)
+			writeErr(w, err)
 		}
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.view())
 }
-
-// errBind is the error when a tool's policy could not be bound.
-var errBind = errors.New("the sandbox's network could not be set up; see the daemon's log")
 
 // claimBound claims a sandbox of t for a session or MCP server and binds
 // t's policy to it for its whole life, its decisions recorded in scope.
@@ -257,10 +255,8 @@ func (s *session) openFile(rel string) (*os.File, int64, error) {
 	return f, fi.Size(), nil
 }
 
-// errGone is a file call's error once the session's sandbox is gone.
-var errGone = errors.New("the session's sandbox is gone")
-
-// lookup finds the session of the request's {id}, answering 404 itself.
+// lookup finds the session of the request's {id}, answering that there is
+// none itself.
 func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 	id := r.PathValue("id")
 	d.sessions.mu.Lock()
@@ -271,7 +267,7 @@ func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 		s = nil
 	}
 	if s == nil {
-		writeError(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no session %q", shorten(id)))
+		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", shorten(id)))
 	}
 	return s
 }
@@ -283,13 +279,13 @@ func shorten(s string) string {
 	return s
 }
 
-// enterOr409 registers a call in s, or answers that it has ended.
-func enterOr409(w http.ResponseWriter, s *session) bool {
+// enterOrEnded registers a call in s, or answers that it has ended.
+func enterOrEnded(w http.ResponseWriter, s *session) bool {
 	if s.enter() {
 		return true
 	}
 	v := s.view()
-	writeError(w, http.StatusConflict, "ended", fmt.Sprintf("session %s has ended (%s)", v.ID, v.EndReason))
+	writeErr(w, errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", v.ID, v.EndReason))
 	return false
 }
 
@@ -342,14 +338,14 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"argv" needs at least a command`)
+		writeErr(w, errNoCommand)
 		return
 	}
 	if req.Workdir != "" && !path.IsAbs(req.Workdir) {
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, `"workdir" must be an absolute path`)
+		writeErr(w, errRelativeWorkdir)
 		return
 	}
-	if !enterOr409(w, s) {
+	if !enterOrEnded(w, s) {
 		return
 	}
 	defer s.leave()
@@ -362,7 +358,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		res, err := d.exec(r.Context(), s, clientOf(r), x)
 		if err != nil {
 			if r.Context().Err() == nil {
-				runError(w, err)
+				writeErr(w, err)
 			}
 			return
 		}
@@ -377,7 +373,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	res, err := d.exec(r.Context(), s, clientOf(r), x)
 	if err != nil {
 		if r.Context().Err() == nil {
-			runError(w, err)
+			writeErr(w, err)
 		}
 		return
 	}
@@ -386,18 +382,18 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
-	if s == nil || !enterOr409(w, s) {
+	if s == nil || !enterOrEnded(w, s) {
 		return
 	}
 	defer s.leave()
 	if r.ContentLength > maxFile {
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("files are at most %d bytes", maxFile))
+		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "files are at most %d bytes", maxFile))
 		return
 	}
 	n, err := s.writeFile(r.PathValue("path"), r.Body)
 	d.fileEvent(clientOf(r), s, "put", r.PathValue("path"), n, err)
 	if err != nil {
-		fileError(w, err)
+		writeErr(w, fileErr(err))
 		return
 	}
 	w.Header().Set("X-Airlock-Bytes", strconv.FormatInt(n, 10))
@@ -406,14 +402,14 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
-	if s == nil || !enterOr409(w, s) {
+	if s == nil || !enterOrEnded(w, s) {
 		return
 	}
 	defer s.leave()
 	f, size, err := s.openFile(r.PathValue("path"))
 	d.fileEvent(clientOf(r), s, "get", r.PathValue("path"), size, err)
 	if err != nil {
-		fileError(w, err)
+		writeErr(w, fileErr(err))
 		return
 	}
 	defer f.Close()
@@ -422,22 +418,19 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, io.LimitReader(f, size))
 }
 
-// fileError maps inroot's errors to answers that name no host path.
-func fileError(w http.ResponseWriter, err error) {
+// fileErr is the error a file call answers for err, over the API and MCP
+// alike: inroot's errors, in their classes, with messages that name no
+// host path; any other failure is the daemon's own.
+func fileErr(err error) error {
 	switch {
-	case errors.Is(err, errGone):
-		writeError(w, http.StatusConflict, "ended", "the session's sandbox is gone")
-	case errors.Is(err, inroot.ErrPath):
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+	case errors.Is(err, errGone), errors.Is(err, inroot.ErrPath), errors.Is(err, inroot.ErrTooLarge):
+		return err // written for the caller: the path as given, the sizes
 	case errors.Is(err, inroot.ErrNotFound):
-		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such file in the workspace")
+		return errdefs.New(inroot.ErrNotFound, "no such file in the workspace")
 	case errors.Is(err, inroot.ErrNotRegular):
-		writeError(w, http.StatusBadRequest, api.CodeInvalid, "not a regular file")
-	case errors.Is(err, inroot.ErrTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, err.Error())
+		return errdefs.New(inroot.ErrNotRegular, "not a regular file")
 	case errors.Is(err, inroot.ErrNoSpace):
-		writeError(w, http.StatusInsufficientStorage, api.CodeTooLarge, "the sandbox's disk ceiling is reached")
-	default:
-		writeError(w, http.StatusInternalServerError, api.CodeInternal, "file operation failed")
+		return errDiskFull
 	}
+	return errors.New("file operation failed")
 }

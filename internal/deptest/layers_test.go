@@ -175,6 +175,8 @@ var configLeaves = []string{
 	module + "/internal/broker/route",      // operation templates
 	module + "/internal/egress/policy",     // egress destinations
 	module + "/internal/egress/ipclass",    // address classes, policy's
+	module + "/internal/errdefs",           // the classes of errors
+	module + "/result",                     // decision and event codes (a wire type)
 }
 
 // configMayNot are what config must never link: the runtime, the kernel
@@ -259,7 +261,9 @@ func TestLayers(t *testing.T) {
 
 // kernelAllowed are the packages outside the standard library that the
 // kernel packages may link.
-var kernelAllowed = []string{"golang.org/x/sys/unix"}
+// errdefs, the classes of errors, is itself a leaf of the standard
+// library (TestConfigIsPlain checks).
+var kernelAllowed = []string{"golang.org/x/sys/unix", module + "/internal/errdefs"}
 
 // TestKernelPackagesAreLeaves keeps the privileged, syscall-heavy
 // packages under internal/linux small leaves: each links only the

@@ -12,11 +12,29 @@ import (
 
 	"github.com/airlockhq/airlock/internal/egress/ipclass"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/result"
 )
 
-// Decision is the outcome of one check, with the reason that goes to the
-// log (and, for denials, to the client).
+// Decision is the outcome of one check, with the code (result.Egress*) and
+// the reason that go to the log (and the reason, for denials, to the
+// client).
 type Decision = ipclass.Decision
+
+// denial is a refusal with its code and reason.
+func denial(code, format string, args ...any) Decision {
+	return Decision{Code: code, Reason: fmt.Sprintf(format, args...)}
+}
+
+// connectFailed is the decision of an allowed request whose destination
+// could not be reached.
+func connectFailed(err error) Decision {
+	return Decision{Allow: true, Code: result.EgressUpstreamFailed, Reason: "connect failed: " + dialReason(err)}
+}
+
+// cut is the note of an allowed connection the byte cap cut.
+func (g *Gateway) cut() Decision {
+	return Decision{Allow: true, Code: result.EgressCapped, Reason: fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)}
+}
 
 // outbound is a connection airlock dialed for the sandbox.
 type outbound struct {
@@ -47,7 +65,7 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	}
 	if d.Name != "" && len(d.Addresses) == 0 {
 		if g.cfg.Limits.NoHostLookups {
-			return out, Decision{Reason: fmt.Sprintf("%q is not pinned, and this sandbox's names are not looked up on the host", shortName(host))}, nil
+			return out, denial(result.EgressNotPinned, "%q is not pinned, and this sandbox's names are not looked up on the host", shortName(host)), nil
 		}
 		if d.Wildcard {
 			if dec := g.wildcardLookup(host, d.Name); !dec.Allow {
@@ -63,16 +81,16 @@ func (g *Gateway) dial(ctx context.Context, host string, port uint16) (out outbo
 	// counts against them.
 	if n := g.active.Add(1); n > int64(g.cfg.Limits.Connections) {
 		g.active.Add(-1)
-		return out, Decision{Reason: fmt.Sprintf("connection limit of %d reached", g.cfg.Limits.Connections)}, errCapped
+		return out, denial(result.EgressCapped, "connection limit of %d reached", g.cfg.Limits.Connections), errCapped
 	}
 	if g.bytes.Load() >= g.cfg.Limits.Bytes {
 		g.active.Add(-1)
-		return out, Decision{Reason: fmt.Sprintf("byte limit of %d reached", g.cfg.Limits.Bytes)}, errCapped
+		return out, denial(result.EgressCapped, "byte limit of %d reached", g.cfg.Limits.Bytes), errCapped
 	}
 	c, ap, err := g.dialer.DialAddrs(ctx, addrs, port)
 	if err != nil {
 		g.active.Add(-1)
-		return out, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, errUnreachable
+		return out, connectFailed(err), errUnreachable
 	}
 	return outbound{conn: c, addr: ap, opaque: d.Opaque}, Decision{Allow: true}, nil
 }
@@ -90,7 +108,7 @@ const maxUnderWildcard = 63
 func (g *Gateway) wildcardLookup(host, suffix string) Decision {
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	if under := strings.TrimSuffix(name, "."+suffix); len(under) > maxUnderWildcard {
-		return Decision{Reason: fmt.Sprintf("the part of %q under *.%s is %d bytes; names under a wildcard are resolved up to %d", shortName(name), suffix, len(under), maxUnderWildcard)}
+		return denial(result.EgressCapped, "the part of %q under *.%s is %d bytes; names under a wildcard are resolved up to %d", shortName(name), suffix, len(under), maxUnderWildcard)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -98,7 +116,7 @@ func (g *Gateway) wildcardLookup(host, suffix string) Decision {
 		return Decision{Allow: true}
 	}
 	if len(g.wild) >= g.cfg.Limits.WildcardNames {
-		return Decision{Reason: fmt.Sprintf("%d distinct names under wildcard destinations were resolved already, the most a sandbox may have resolved", len(g.wild))}
+		return denial(result.EgressCapped, "%d distinct names under wildcard destinations were resolved already, the most a sandbox may have resolved", len(g.wild))
 	}
 	g.wild[name] = struct{}{}
 	return Decision{Allow: true}
@@ -144,7 +162,7 @@ func (d *Dialer) Dial(ctx context.Context, dest *policy.Destination, host string
 	}
 	c, ap, err := d.DialAddrs(ctx, addrs, port)
 	if err != nil {
-		return nil, netip.AddrPort{}, Decision{Allow: true, Reason: "connect failed: " + dialReason(err)}, err
+		return nil, netip.AddrPort{}, connectFailed(err), err
 	}
 	return c, ap, Decision{Allow: true}, nil
 }
@@ -180,7 +198,7 @@ func (d *Dialer) Addresses(ctx context.Context, dest *policy.Destination, host s
 	case dest.Prefix.IsValid():
 		a, ok, err := ipclass.ParseHost(host)
 		if err != nil || !ok {
-			return nil, Decision{Reason: fmt.Sprintf("%q is not a valid address", host)}
+			return nil, denial(result.EgressInvalidHost, "%q is not a valid address", host)
 		}
 		cands = []netip.Addr{a}
 	case len(dest.Addresses) > 0:
@@ -195,7 +213,7 @@ func (d *Dialer) Addresses(ctx context.Context, dest *policy.Destination, host s
 		}
 		found, err := res.LookupNetIP(rctx, "ip", name)
 		if err != nil || len(found) == 0 {
-			return nil, Decision{Reason: fmt.Sprintf("could not resolve %q", name)}
+			return nil, denial(result.EgressLookupFailed, "could not resolve %q", name)
 		}
 		// The resolver may hand IPv4 answers back in IPv4-mapped form;
 		// the mapped and plain forms dial the same host, so classify the

@@ -475,6 +475,7 @@ func (g *Gateway) logQuery(q dns.Query) {
 		Destination: q.Name,
 		Method:      q.Type,
 		Allow:       q.Allow,
+		Code:        q.Code,
 		Reason:      q.Reason,
 		DurationMs:  q.Duration.Milliseconds(),
 	}

@@ -102,42 +102,43 @@ func TestProxyRefusals(t *testing.T) {
 	tests := []struct {
 		name, req string
 		status    int
-		reason    string
+		reason    string // in the answer's body
+		code      string // of the refusal's event
 	}{
-		{"unlisted name", "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", 403, "not an allowed destination"},
-		{"unlisted name connect", "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", 403, "not an allowed destination"},
-		{"unlisted port", fmt.Sprintf("CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port+1), 403, "port"},
-		{"metadata ip", "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n", 403, ""},
-		{"metadata decimal", "GET http://2852039166/ HTTP/1.1\r\nHost: 2852039166\r\n\r\n", 403, ""},
-		{"metadata hex connect", "CONNECT 0xA9FEA9FE:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, ""},
-		{"metadata name under wildcard", "GET http://metadata.google.internal/ HTTP/1.1\r\nHost: metadata.google.internal\r\n\r\n", 403, "metadata"},
-		{"internal address connect", fmt.Sprintf("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
-		{"short loopback", fmt.Sprintf("CONNECT 127.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
-		{"ipv6 loopback", fmt.Sprintf("CONNECT [::1]:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, ""},
-		{"mapped metadata", "CONNECT [::ffff:169.254.169.254]:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, ""},
-		{"listed name resolving to loopback", fmt.Sprintf("GET http://localhost:%d/ HTTP/1.1\r\nHost: localhost\r\n\r\n", port), 403, "loopback"},
-		{"connect without port", "CONNECT up.test HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, ""},
-		{"origin form", "GET / HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "not a proxy request"},
-		{"https absolute form", "GET https://up.test/ HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "CONNECT"},
+		{"unlisted name", "GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", 403, "not an allowed destination", result.EgressNotAllowed},
+		{"unlisted name connect", "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", 403, "not an allowed destination", result.EgressNotAllowed},
+		{"unlisted port", fmt.Sprintf("CONNECT up.test:%d HTTP/1.1\r\nHost: up.test\r\n\r\n", port+1), 403, "port", result.EgressNotAllowed},
+		{"metadata ip", "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n", 403, "", result.EgressMetadata},
+		{"metadata decimal", "GET http://2852039166/ HTTP/1.1\r\nHost: 2852039166\r\n\r\n", 403, "", result.EgressMetadata},
+		{"metadata hex connect", "CONNECT 0xA9FEA9FE:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, "", result.EgressMetadata},
+		{"metadata name under wildcard", "GET http://metadata.google.internal/ HTTP/1.1\r\nHost: metadata.google.internal\r\n\r\n", 403, "metadata", result.EgressMetadata},
+		{"internal address connect", fmt.Sprintf("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, "", result.EgressNotAllowed},
+		{"short loopback", fmt.Sprintf("CONNECT 127.1:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, "", result.EgressNotAllowed},
+		{"ipv6 loopback", fmt.Sprintf("CONNECT [::1]:%d HTTP/1.1\r\nHost: x\r\n\r\n", port), 403, "", result.EgressNotAllowed},
+		{"mapped metadata", "CONNECT [::ffff:169.254.169.254]:80 HTTP/1.1\r\nHost: x\r\n\r\n", 403, "", result.EgressMetadata},
+		{"listed name resolving to loopback", fmt.Sprintf("GET http://localhost:%d/ HTTP/1.1\r\nHost: localhost\r\n\r\n", port), 403, "loopback", result.EgressPrivate},
+		{"connect without port", "CONNECT up.test HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "", result.EgressMalformed},
+		{"origin form", "GET / HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "not a proxy request", result.EgressMalformed},
+		{"https absolute form", "GET https://up.test/ HTTP/1.1\r\nHost: up.test\r\n\r\n", 400, "CONNECT", result.EgressMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			n := f.evs.count()
 			status, body := rawProxy(t, f, tt.req)
 			if status != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock: ") {
 				t.Fatalf("got %d %q, want %d mentioning %q", status, body, tt.status, tt.reason)
 			}
+			// The refusal is logged, with its code and a reason, before
+			// it is answered.
+			f.evs.mu.Lock()
+			defer f.evs.mu.Unlock()
+			if len(f.evs.evs) != n+1 {
+				t.Fatalf("got %d events for one refusal: %+v", len(f.evs.evs)-n, f.evs.evs[n:])
+			}
+			if ev := f.evs.evs[n]; ev.Allow || ev.Code != tt.code || ev.Reason == "" || ev.Address != "" {
+				t.Errorf("refusal logged as %+v, want code %s", ev, tt.code)
+			}
 		})
-	}
-	// Every refusal is logged with its reason, and nothing was allowed.
-	f.evs.mu.Lock()
-	defer f.evs.mu.Unlock()
-	if len(f.evs.evs) != len(tests) {
-		t.Fatalf("got %d events for %d refusals: %+v", len(f.evs.evs), len(tests), f.evs.evs)
-	}
-	for _, ev := range f.evs.evs {
-		if ev.Allow || ev.Reason == "" || ev.Address != "" {
-			t.Errorf("refusal logged as %+v", ev)
-		}
 	}
 }
 
@@ -197,7 +198,7 @@ func TestDNS(t *testing.T) {
 		}
 	}
 	f.evs.wait(t, "refused lookup logged", func(e result.EgressEvent) bool {
-		return e.Kind == result.EgressDNS && !e.Allow && e.Destination == "evil.test" && strings.Contains(e.Reason, "not an allowed destination")
+		return e.Kind == result.EgressDNS && !e.Allow && e.Destination == "evil.test" && e.Code == result.EgressNotAllowed
 	})
 	f.evs.wait(t, "allowed lookup logged", func(e result.EgressEvent) bool {
 		return e.Kind == result.EgressDNS && e.Allow && e.Destination == "api.example.com" && e.Address == a[0].String()
@@ -261,7 +262,7 @@ func TestTransparent(t *testing.T) {
 		t.Fatal("TLS with another server name got through")
 	}
 	f.evs.wait(t, "SNI mismatch refusal", func(e result.EgressEvent) bool {
-		return e.Kind == result.EgressTransparent && !e.Allow && strings.Contains(e.Reason, "does not match")
+		return e.Kind == result.EgressTransparent && !e.Allow && e.Code == result.EgressSNIMismatch
 	})
 	// A port the destination does not list has no listener at all.
 	if c, err := f.dialIn(ctx, "tcp", net.JoinHostPort(taddrs[0].String(), "22")); err == nil {
@@ -294,7 +295,7 @@ func TestConnectionCap(t *testing.T) {
 	held[0].Close()
 	f.evs.wait(t, "closed tunnel logged", func(e result.EgressEvent) bool { return e.Allow && e.Method == "CONNECT" && e.Status == 200 })
 	f.evs.wait(t, "capped connection logged as denied", func(e result.EgressEvent) bool {
-		return !e.Allow && e.Status == http.StatusTooManyRequests && strings.Contains(e.Reason, "connection limit of 2")
+		return !e.Allow && e.Status == http.StatusTooManyRequests && e.Code == result.EgressCapped
 	})
 	if status, _ := rawProxy(t, f, fmt.Sprintf("GET http://up.test:%d/ HTTP/1.1\r\nHost: up.test\r\n\r\n", port)); status != 200 {
 		t.Fatalf("after one closed, got %d", status)
@@ -321,7 +322,7 @@ func TestByteCap(t *testing.T) {
 		t.Fatalf("read %d bytes through a 3 MiB cap", n)
 	}
 	ev := f.evs.wait(t, "cut tunnel", func(e result.EgressEvent) bool { return e.Method == "CONNECT" })
-	if !strings.Contains(ev.Reason, "byte limit") || ev.BytesIn > 4<<20 {
+	if !ev.Allow || ev.Code != result.EgressCapped || ev.BytesIn > 4<<20 {
 		t.Fatalf("event %+v", ev)
 	}
 	// Once spent, nothing more is dialed.
@@ -351,24 +352,25 @@ func TestResolvedAddressesClassified(t *testing.T) {
 	tests := []struct {
 		host   string
 		status int
-		reason string
+		reason string // in the answer's body
+		code   string // of the event
 	}{
-		{"rebind.test", 403, "metadata"},
-		{"v6.test", 403, ""},
-		{"gone.test", 403, "could not resolve"},
+		{"rebind.test", 403, "metadata", result.EgressMetadata},
+		{"v6.test", 403, "", result.EgressPrivate},
+		{"gone.test", 403, "could not resolve", result.EgressLookupFailed},
 		// Only the public address is dialed; this namespace has no route
 		// to it, so the dial fails here instead of leaving the machine.
-		{"mixed.test", 502, ""},
+		{"mixed.test", 502, "", result.EgressUpstreamFailed},
 	}
 	for _, tt := range tests {
 		status, body := rawProxy(t, f, fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", tt.host, tt.host))
 		if status != tt.status || !strings.Contains(body, tt.reason) {
 			t.Errorf("%s: got %d %q, want %d %q", tt.host, status, body, tt.status, tt.reason)
 		}
-	}
-	ev := f.evs.wait(t, "mixed dial", func(e result.EgressEvent) bool { return strings.HasPrefix(e.Destination, "mixed.test") })
-	if !ev.Allow || !strings.Contains(ev.Reason, "connect failed") {
-		t.Fatalf("mixed event %+v: want allowed with a failed connect to 8.8.8.8 only", ev)
+		ev := f.evs.wait(t, tt.host, func(e result.EgressEvent) bool { return strings.HasPrefix(e.Destination, tt.host) })
+		if ev.Code != tt.code || ev.Allow != (tt.status == 502) {
+			t.Errorf("%s: event %+v, want code %s", tt.host, ev, tt.code)
+		}
 	}
 }
 
@@ -476,7 +478,7 @@ func TestTransparentServerSpeaksFirst(t *testing.T) {
 		t.Fatalf("a silent client of a strict destination got %q, %v", b, err)
 	}
 	ev := f.evs.wait(t, "silent client refused", func(e result.EgressEvent) bool {
-		return strings.HasPrefix(e.Destination, "strict.test") && strings.Contains(e.Reason, "opaque: true")
+		return strings.HasPrefix(e.Destination, "strict.test") && e.Code == result.EgressSilent
 	})
 	if ev.Allow || upstream.Load() != 1 {
 		t.Fatalf("the silent client's connection: %+v, upstream saw %d connections (want only the opaque one's)", ev, upstream.Load())

@@ -45,10 +45,23 @@ func (e *events) add(ev result.EgressEvent) {
 // wait returns the first event for which match is true, waiting up to 5s.
 func (e *events) wait(t *testing.T, what string, match func(result.EgressEvent) bool) result.EgressEvent {
 	t.Helper()
+	return e.waitFrom(t, 0, what, match)
+}
+
+// count is how many events there are so far, for waitFrom.
+func (e *events) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.evs)
+}
+
+// waitFrom is wait for an event after the first from.
+func (e *events) waitFrom(t *testing.T, from int, what string, match func(result.EgressEvent) bool) result.EgressEvent {
+	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		e.mu.Lock()
-		for _, ev := range e.evs {
+		for _, ev := range e.evs[from:] {
 			if match(ev) {
 				e.mu.Unlock()
 				return ev

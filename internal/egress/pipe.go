@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -21,15 +20,15 @@ var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
 // reached, or the gateway closes. pre holds bytes already read from in
 // (a peeked TLS ClientHello, a proxy client's buffered bytes) that go
 // upstream first. It returns the bytes each way and, when the cap cut the
-// connection, a reason.
-func (g *Gateway) pipe(in, up net.Conn, pre []byte) (out, back int64, reason string) {
+// connection, a note saying so (g.cut).
+func (g *Gateway) pipe(in, up net.Conn, pre []byte) (out, back int64, cut Decision) {
 	var capped atomic.Bool
 	if len(pre) > 0 {
 		n, err := up.Write(pre)
 		out += int64(n)
 		g.bytes.Add(int64(n))
 		if err != nil {
-			return out, 0, ""
+			return out, 0, Decision{}
 		}
 	}
 	var wg sync.WaitGroup
@@ -45,9 +44,9 @@ func (g *Gateway) pipe(in, up net.Conn, pre []byte) (out, back int64, reason str
 	}()
 	wg.Wait()
 	if capped.Load() {
-		reason = fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)
+		cut = g.cut()
 	}
-	return out + outN, backN, reason
+	return out + outN, backN, cut
 }
 
 // copy moves src to dst until EOF or error, then half-closes dst so the

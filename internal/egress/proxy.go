@@ -27,10 +27,10 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		g.serveConnect(w, r, ev)
 	case !r.URL.IsAbs():
 		ev.Destination = r.Host
-		g.deny(w, ev, http.StatusBadRequest, "not a proxy request: send absolute-form requests (GET http://host/path) or CONNECT host:port")
+		g.deny(w, ev, http.StatusBadRequest, denial(result.EgressMalformed, "not a proxy request: send absolute-form requests (GET http://host/path) or CONNECT host:port"))
 	case r.URL.Scheme != "http":
 		ev.Destination = r.URL.Host
-		g.deny(w, ev, http.StatusBadRequest, fmt.Sprintf("scheme %q is not proxied: use CONNECT for https", r.URL.Scheme))
+		g.deny(w, ev, http.StatusBadRequest, denial(result.EgressMalformed, "scheme %q is not proxied: use CONNECT for https", r.URL.Scheme))
 	default:
 		g.serveForward(w, r, ev)
 	}
@@ -66,13 +66,14 @@ func splitHostPort(authority string, def uint16) (string, uint16, error) {
 	return host, uint16(p), nil
 }
 
-// deny logs a refusal and answers the client.
-func (g *Gateway) deny(w http.ResponseWriter, ev result.EgressEvent, status int, reason string) {
-	ev.Reason = reason
+// deny logs a refusal, with its code and reason, and answers the client
+// with the reason.
+func (g *Gateway) deny(w http.ResponseWriter, ev result.EgressEvent, status int, dec Decision) {
+	ev.Code, ev.Reason = dec.Code, dec.Reason
 	ev.Status = status
 	ev.DurationMs = time.Since(ev.Time).Milliseconds()
 	g.emit(ev)
-	refuse(w, status, fmt.Sprintf("egress to %q denied: %s", ev.Destination, reason))
+	refuse(w, status, fmt.Sprintf("egress to %q denied: %s", ev.Destination, dec.Reason))
 }
 
 // dialFor dials for a proxy request, answering the client itself when the
@@ -82,11 +83,11 @@ func (g *Gateway) dialFor(w http.ResponseWriter, r *http.Request, ev *result.Egr
 	ev.Allow = dec.Allow
 	switch {
 	case errors.Is(err, errCapped):
-		g.deny(w, *ev, http.StatusTooManyRequests, dec.Reason)
+		g.deny(w, *ev, http.StatusTooManyRequests, dec)
 	case !dec.Allow:
-		g.deny(w, *ev, http.StatusForbidden, dec.Reason)
+		g.deny(w, *ev, http.StatusForbidden, dec)
 	case err != nil:
-		g.deny(w, *ev, http.StatusBadGateway, dec.Reason)
+		g.deny(w, *ev, http.StatusBadGateway, dec)
 	default:
 		ev.Address = out.addr.String()
 		return out, true
@@ -99,7 +100,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 	ev.Destination = r.Host
 	host, port, err := splitHostPort(r.Host, 0)
 	if err != nil {
-		g.deny(w, ev, http.StatusBadRequest, err.Error())
+		g.deny(w, ev, http.StatusBadRequest, Decision{Code: result.EgressMalformed, Reason: err.Error()})
 		return
 	}
 	out, ok := g.dialFor(w, r, &ev, host, port)
@@ -122,7 +123,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 	if err != nil {
 		up.Close()
 		logged = true
-		g.deny(w, ev, http.StatusInternalServerError, "proxy could not take over the connection")
+		g.deny(w, ev, http.StatusInternalServerError, denial(result.EgressInternal, "proxy could not take over the connection"))
 		return
 	}
 	if !g.track(conn) || !g.track(up) {
@@ -157,16 +158,18 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 		name = strings.ToLower(strings.TrimSuffix(host, "."))
 	}
 	method := ev.Method
-	pre, reason := g.checkHello(conn, pre, name, out.opaque, &ev)
+	pre, why := g.checkHello(conn, pre, name, out.opaque, &ev)
 	ev.Method = method // the event is the CONNECT's
-	if reason != "" {
-		ev.Reason = reason
-		if reason != reasonClosed {
+	if why.Code != "" {
+		ev.Code, ev.Reason = why.Code, why.Reason
+		if why.Code != result.EgressClosed {
 			ev.Allow = false
 		}
 		return
 	}
-	ev.BytesOut, ev.BytesIn, ev.Reason = g.pipe(conn, up, pre)
+	var cut Decision
+	ev.BytesOut, ev.BytesIn, cut = g.pipe(conn, up, pre)
+	ev.Code, ev.Reason = cut.Code, cut.Reason
 }
 
 // serveForward relays an absolute-form http:// request. The proxy never
@@ -177,7 +180,7 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ev result
 	ev.Destination = r.URL.Host
 	host, port, err := splitHostPort(r.URL.Host, 80)
 	if err != nil {
-		g.deny(w, ev, http.StatusBadRequest, err.Error())
+		g.deny(w, ev, http.StatusBadRequest, Decision{Code: result.EgressMalformed, Reason: err.Error()})
 		return
 	}
 	if ev.Destination == host {
@@ -205,7 +208,8 @@ func (g *Gateway) serveForward(w http.ResponseWriter, r *http.Request, ev result
 	ev.Status = int(st.status.Load())
 	ev.BytesOut, ev.BytesIn = cc.out.Load(), cc.in.Load()
 	if cc.capped.Load() {
-		ev.Reason = fmt.Sprintf("cut: byte limit of %d reached", g.cfg.Limits.Bytes)
+		cut := g.cut()
+		ev.Code, ev.Reason = cut.Code, cut.Reason
 	}
 }
 
@@ -268,7 +272,7 @@ func (g *Gateway) newForwarder() *httputil.ReverseProxy {
 				return
 			}
 			st.status.Store(http.StatusBadGateway)
-			st.ev.Reason = "upstream failed: " + dialReason(err)
+			st.ev.Code, st.ev.Reason = result.EgressUpstreamFailed, "upstream failed: "+dialReason(err)
 			refuse(w, http.StatusBadGateway, fmt.Sprintf("request to %q failed", st.ev.Destination))
 		},
 		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),

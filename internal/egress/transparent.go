@@ -39,16 +39,16 @@ const (
 func (g *Gateway) resolveName(name string) dns.Verdict {
 	ports := g.portsFor(name)
 	if len(ports) == 0 {
-		return dns.Verdict{Reason: fmt.Sprintf("%q is not an allowed destination", name)}
+		return dns.Verdict{Code: result.EgressNotAllowed, Reason: fmt.Sprintf("%q is not an allowed destination", name)}
 	}
 	// Match applies the name rules (metadata names are never allowed,
 	// even under a wildcard).
 	if _, dec := g.cfg.Policy.Match(name, ports[0]); !dec.Allow {
-		return dns.Verdict{Reason: dec.Reason}
+		return dns.Verdict{Code: dec.Code, Reason: dec.Reason}
 	}
-	addr, err := g.transparentAddr(name, ports)
-	if err != nil {
-		return dns.Verdict{Reason: err.Error()}
+	addr, dec := g.transparentAddr(name, ports)
+	if !dec.Allow {
+		return dns.Verdict{Code: dec.Code, Reason: dec.Reason}
 	}
 	return dns.Verdict{Allow: true, Addr: addr}
 }
@@ -73,18 +73,18 @@ func (g *Gateway) portsFor(name string) []uint16 {
 }
 
 // transparentAddr returns name's transparent address, opening its
-// listeners the first time.
-func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, error) {
+// listeners the first time, or the refusal when it cannot.
+func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, Decision) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if a, ok := g.names[name]; ok {
-		return a, nil
+		return a, Decision{Allow: true}
 	}
 	if g.closed {
-		return netip.Addr{}, errors.New("sandbox network is closing")
+		return netip.Addr{}, denial(result.EgressInternal, "sandbox network is closing")
 	}
 	if len(g.names) >= g.cfg.Limits.Names {
-		return netip.Addr{}, fmt.Errorf("more than %d names looked up", g.cfg.Limits.Names)
+		return netip.Addr{}, denial(result.EgressCapped, "more than %d names looked up", g.cfg.Limits.Names)
 	}
 	for range listenTries {
 		g.nextAddr = g.nextAddr.Next()
@@ -100,9 +100,9 @@ func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, erro
 			lim := &heardListener{LimitListener(ln, g.inbound, g.ctx.Done()), &g.heard}
 			g.goServe(func() error { return g.acceptTransparent(lim, name, ports[i]) })
 		}
-		return addr, nil
+		return addr, Decision{Allow: true}
 	}
-	return netip.Addr{}, errors.New("no transparent address could be bound")
+	return netip.Addr{}, denial(result.EgressInternal, "no transparent address could be bound")
 }
 
 // listenAll opens a listener on addr for every port inside the sandbox's
@@ -156,32 +156,32 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 		Destination: net.JoinHostPort(name, strconv.Itoa(int(port))),
 		Method:      "plain",
 	}
-	done := func(reason string) {
-		ev.Reason = reason
+	done := func(why Decision) {
+		ev.Code, ev.Reason = why.Code, why.Reason
 		ev.DurationMs = time.Since(ev.Time).Milliseconds()
 		g.emit(ev)
 	}
 	d, _ := g.cfg.Policy.Match(name, port)
 	opaque := d != nil && d.Opaque
-	pre, reason := g.checkHello(c, nil, name, opaque, &ev)
-	if reason != "" {
-		done(reason) // closing the connection is the client's answer
+	pre, why := g.checkHello(c, nil, name, opaque, &ev)
+	if why.Code != "" {
+		done(why) // closing the connection is the client's answer
 		return
 	}
 	if !opaque && ev.Method == "plain" {
 		// Not TLS: HTTP/1, each request checked and logged on its own.
-		if reason := g.serveTransparentHTTP(c, pre, name, port); reason != "" {
-			done(reason)
+		if why := g.serveTransparentHTTP(c, pre, name, port); why.Code != "" {
+			done(why)
 		}
 		return
 	}
 	out, dec, err := g.dial(g.ctx, name, port)
 	ev.Allow = dec.Allow
 	if !dec.Allow || err != nil {
-		done(dec.Reason)
+		done(dec)
 		return
 	}
-	var cut string
+	var cut Decision
 	defer func() { done(cut) }() // after the slot is released
 	defer g.release()
 	up := out.conn
@@ -197,21 +197,21 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 	ev.BytesOut, ev.BytesIn, cut = g.pipe(c, up, pre)
 }
 
-// reasonClosed is checkHello's reason for a client that closed before it
+// closedEarly is checkHello's note for a client that closed before it
 // sent anything: nothing went anywhere, and nothing was refused.
-const reasonClosed = "client closed before sending"
+var closedEarly = Decision{Code: result.EgressClosed, Reason: "client closed before sending"}
 
 // checkHello reads what the client sends first on a connection to the
 // destination name ("" for an address destination), pre being what was
 // read of it already. A TLS ClientHello must name the destination: a
 // client could otherwise connect for an allowed name and speak TLS for
 // another host served at the same address (a CDN serves thousands). It
-// returns the bytes to replay upstream, or a refusal reason. An opaque
-// destination is not checked.
-func (g *Gateway) checkHello(c net.Conn, pre []byte, name string, opaque bool, ev *result.EgressEvent) ([]byte, string) {
+// returns the bytes to replay upstream, or why not (a decision with a
+// code: a refusal, or closedEarly). An opaque destination is not checked.
+func (g *Gateway) checkHello(c net.Conn, pre []byte, name string, opaque bool, ev *result.EgressEvent) ([]byte, Decision) {
 	if opaque {
 		ev.Method = "tcp"
-		return pre, ""
+		return pre, Decision{}
 	}
 	c.SetReadDeadline(time.Now().Add(g.cfg.HelloWait))
 	defer c.SetReadDeadline(time.Time{})
@@ -221,34 +221,34 @@ func (g *Gateway) checkHello(c net.Conn, pre []byte, name string, opaque bool, e
 		if n == 0 {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return nil, fmt.Sprintf("the client sent nothing for %v (a destination whose server speaks first, such as SSH, needs opaque: true)", g.cfg.HelloWait)
+				return nil, denial(result.EgressSilent, "the client sent nothing for %v (a destination whose server speaks first, such as SSH, needs opaque: true)", g.cfg.HelloWait)
 			}
-			return nil, reasonClosed
+			return nil, closedEarly
 		}
 		pre = first[:]
 	}
 	if pre[0] != tlsHandshake {
-		return pre, "" // not TLS: nothing to check
+		return pre, Decision{} // not TLS: nothing to check
 	}
 	raw, server, err := sni.Read(io.MultiReader(bytes.NewReader(pre), c))
 	switch {
 	case errors.Is(err, sni.ErrNotTLS):
-		return raw, ""
+		return raw, Decision{}
 	case errors.Is(err, sni.ErrEncrypted):
 		ev.Method = "tls"
-		return nil, "TLS ClientHello with Encrypted Client Hello (ECH): the name it is for cannot be checked"
+		return nil, denial(result.EgressECH, "TLS ClientHello with Encrypted Client Hello (ECH): the name it is for cannot be checked")
 	case err != nil:
 		ev.Method = "tls"
-		return nil, "malformed TLS ClientHello"
+		return nil, denial(result.EgressMalformed, "malformed TLS ClientHello")
 	}
 	ev.Method = "tls"
 	switch {
 	case name == "":
-		return raw, "" // an address destination: the address is what was allowed
+		return raw, Decision{} // an address destination: the address is what was allowed
 	case server == "":
-		return nil, "TLS ClientHello without a server name"
+		return nil, denial(result.EgressNoSNI, "TLS ClientHello without a server name")
 	case !strings.EqualFold(strings.TrimSuffix(server, "."), name):
-		return nil, fmt.Sprintf("TLS server name %q does not match %q", server, name)
+		return nil, denial(result.EgressSNIMismatch, "TLS server name %q does not match %q", server, name)
 	}
-	return raw, ""
+	return raw, Decision{}
 }

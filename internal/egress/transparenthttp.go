@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -31,9 +30,10 @@ import (
 const maxRequestLine = 8 << 10
 
 // serveTransparentHTTP serves the HTTP/1 requests of connection c to
-// name:port, pre being what was read of it already. It returns a refusal
-// reason when the connection does not carry HTTP/1 at all.
-func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port uint16) string {
+// name:port, pre being what was read of it already. It returns the
+// refusal (or closedEarly) when the connection does not carry HTTP/1 at
+// all.
+func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port uint16) Decision {
 	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(pre), c), maxRequestLine)
 	// The first line, read as it arrives (a Peek of what is buffered, or
 	// of one byte more, which waits for it), each byte searched once.
@@ -59,10 +59,10 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 	}
 	c.SetReadDeadline(time.Time{})
 	if len(line) == 0 && err != nil {
-		return reasonClosed
+		return closedEarly
 	}
 	if why := notHTTP1(line); why != "" {
-		return why
+		return Decision{Code: result.EgressNotHTTP1, Reason: why}
 	}
 	conn := &readerConn{Conn: c, r: br}
 	done := make(chan struct{})
@@ -87,7 +87,7 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 		_ = srv.Close()
 		<-done
 	}
-	return ""
+	return Decision{}
 }
 
 // serveTransparentRequest relays one request, after checking that it names
@@ -97,11 +97,11 @@ func (g *Gateway) serveTransparentRequest(w http.ResponseWriter, r *http.Request
 	ev := result.EgressEvent{Time: time.Now(), Kind: result.EgressTransparent, Method: r.Method, Destination: dest}
 	switch {
 	case r.Method == http.MethodConnect:
-		g.deny(w, ev, http.StatusMethodNotAllowed, "CONNECT on a transparent connection")
+		g.deny(w, ev, http.StatusMethodNotAllowed, denial(result.EgressMalformed, "CONNECT on a transparent connection"))
 		return
 	case !sameHost(r.Host, name, port):
 		ev.Destination = r.Host
-		g.deny(w, ev, http.StatusMisdirectedRequest, fmt.Sprintf("HTTP Host %q is not %q, the host this connection is for", r.Host, dest))
+		g.deny(w, ev, http.StatusMisdirectedRequest, denial(result.EgressHostMismatch, "HTTP Host %q is not %q, the host this connection is for", r.Host, dest))
 		return
 	}
 	r.URL.Scheme, r.URL.Host = "http", dest

@@ -33,17 +33,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image/imageref"
 	"github.com/airlockhq/airlock/internal/image/unpack"
 	"github.com/airlockhq/airlock/internal/linux/idmap"
 	"golang.org/x/sys/unix"
 )
 
-// Errors callers map to exit codes and answers.
+// Errors callers map to exit codes and answers, in the classes of
+// errdefs.
 var (
 	ErrInvalid  = imageref.ErrInvalid
-	ErrNotFound = errors.New("no such image")
-	ErrInUse    = errors.New("image in use")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "no such image")
+	ErrInUse    = errdefs.New(errdefs.ErrConflict, "image in use")
 )
 
 // DefaultDir is the store's default location.

@@ -50,8 +50,8 @@ type CallRecord struct {
 	// Arguments are the call's inputs with secret ones masked; nil when
 	// they were refused.
 	Arguments map[string]string
-	// Outcome is the run's outcome, "invalid" for refused arguments, or
-	// "failed" when airlock could not run it.
+	// Outcome is the run's outcome, OutcomeInvalid for refused arguments,
+	// or OutcomeFailed when airlock could not run it.
 	Outcome  string
 	Reason   string
 	Duration time.Duration
@@ -161,8 +161,8 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 		}()
 		call, err := t.Render(req.Params.Arguments)
 		if err != nil {
-			rec.Outcome, rec.Reason = "invalid", err.Error()
-			return toolError(err.Error()), nil
+			rec.Outcome, rec.Reason = OutcomeInvalid, err.Error()
+			return CallError(err, "airlock could not read the arguments")
 		}
 		rec.Arguments = call.Recorded
 		j := Job{Tool: t, Argv: call.Argv, RecordArgv: call.RecordArgv}
@@ -186,10 +186,14 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 		}
 		res, err := opts.Run(ctx, j)
 		if err != nil {
-			rec.Outcome, rec.Reason = "failed", err.Error()
-			// Not a tool error: the tool never ran. A protocol error
-			// keeps it apart from a command's failure or a breach.
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock could not run the tool: " + err.Error()}
+			// The tool never ran. A refusal is the agent's to act on;
+			// anything else is a protocol error, kept apart from a
+			// command's failure or a breach.
+			rec.Outcome, rec.Reason = OutcomeFailed, err.Error()
+			if Refused(err) {
+				rec.Outcome = OutcomeInvalid
+			}
+			return CallError(err, "airlock could not run the tool")
 		}
 		rec = ran(res)
 		if res.Outcome == result.Error {

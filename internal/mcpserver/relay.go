@@ -97,12 +97,12 @@ func (r *Relay) Mirror(ctx context.Context, s *mcp.Server, u Upstream) error {
 			start := time.Now()
 			res, err := r.call(ctx, u, name, req)
 			if u.OnCall != nil {
-				rec := CallRecord{Tool: local.Name, Outcome: "ok", Duration: time.Since(start)}
+				rec := CallRecord{Tool: local.Name, Outcome: OutcomeOK, Duration: time.Since(start)}
 				switch {
 				case err != nil:
-					rec.Outcome, rec.Reason = "failed", err.Error()
+					rec.Outcome, rec.Reason = OutcomeFailed, err.Error()
 				case res.IsError:
-					rec.Outcome = "tool_error"
+					rec.Outcome = OutcomeToolError
 				}
 				u.OnCall(rec)
 			}

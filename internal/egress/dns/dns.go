@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 // Defaults for the zero values of Server's fields.
@@ -60,8 +62,10 @@ type Verdict struct {
 	// queries when Allow is set. An allowed name without a valid IPv4 Addr
 	// is refused rather than answered with garbage.
 	Addr netip.Addr
-	// Reason says why, for the log, when Allow is not set
-	// (e.g. `"evil.com" is not an allowed destination`).
+	// Code and Reason say why, for the log, when Allow is not set: a
+	// result.Egress* code (default not_allowed) and a sentence (e.g.
+	// `"evil.com" is not an allowed destination`).
+	Code   string
 	Reason string
 }
 
@@ -81,7 +85,9 @@ type Query struct {
 	Allow bool
 	// Answer is the address returned, if any.
 	Answer netip.Addr
-	// Reason says why, when !Allow, and notes NODATA answers to AAAA.
+	// Code and Reason say why, when !Allow, and note NODATA answers to
+	// AAAA: a result.Egress* code for machines, a sentence for people.
+	Code   string
 	Reason string
 	// Duration is how long the decision took, including Resolve.
 	Duration time.Duration
@@ -150,7 +156,7 @@ func (s *Server) Handle(msg []byte, transport string) []byte {
 		return nil
 	}
 
-	rcode, reason, q, haveQ := parseRequest(&p, h)
+	rcode, code, reason, q, haveQ := parseRequest(&p, h)
 	entry := Query{Transport: transport}
 	if haveQ {
 		entry.Name = logName(q.Name)
@@ -161,14 +167,14 @@ func (s *Server) Handle(msg []byte, transport string) []byte {
 	allowed, logIt, collapsed := s.take()
 	if !allowed {
 		if logIt {
-			entry.Reason = limitedReason(collapsed)
+			entry.Code, entry.Reason = result.EgressCapped, limitedReason(collapsed)
 			entry.Duration = time.Since(start)
 			s.log(entry)
 		}
 		return resp.build(dnsmessage.RCodeRefused, netip.Addr{}, 0)
 	}
 	if collapsed > 0 {
-		s.log(Query{Transport: transport, Reason: collapsedReason(collapsed)})
+		s.log(Query{Transport: transport, Code: result.EgressCapped, Reason: collapsedReason(collapsed)})
 	}
 
 	if rcode != dnsmessage.RCodeSuccess {
@@ -176,7 +182,7 @@ func (s *Server) Handle(msg []byte, transport string) []byte {
 			// Echoing a question of a malformed message is pointless.
 			resp.haveQ = false
 		}
-		entry.Reason = reason
+		entry.Code, entry.Reason = code, reason
 		entry.Duration = time.Since(start)
 		s.log(entry)
 		return resp.build(rcode, netip.Addr{}, 0)
@@ -190,83 +196,87 @@ func (s *Server) Handle(msg []byte, transport string) []byte {
 
 // parseRequest checks the shape of a query: opcode QUERY, exactly one
 // question, and sections that parse. When rcode is not RCodeSuccess the
-// message is answered with rcode and reason; haveQ says whether q holds the
-// single question, which is echoed even in refusals so clients can match them.
-func parseRequest(p *dnsmessage.Parser, h dnsmessage.Header) (rcode dnsmessage.RCode, reason string, q dnsmessage.Question, haveQ bool) {
+// message is answered with rcode, and logged with code and reason; haveQ
+// says whether q holds the single question, which is echoed even in
+// refusals so clients can match them.
+func parseRequest(p *dnsmessage.Parser, h dnsmessage.Header) (rcode dnsmessage.RCode, code, reason string, q dnsmessage.Question, haveQ bool) {
 	if h.OpCode != 0 {
 		// IQUERY, STATUS, NOTIFY, UPDATE...: none has any business
 		// reaching a sandbox's stub resolver, and UPDATE's sections do
 		// not even mean what they mean in a query.
-		return dnsmessage.RCodeNotImplemented, fmt.Sprintf("opcode %s is not implemented", opcodeString(h.OpCode)), q, false
+		return dnsmessage.RCodeNotImplemented, result.EgressMalformed, fmt.Sprintf("opcode %s is not implemented", opcodeString(h.OpCode)), q, false
 	}
 	qs, err := p.AllQuestions()
 	if err != nil {
-		return dnsmessage.RCodeFormatError, reasonMalformed, q, false
+		return dnsmessage.RCodeFormatError, result.EgressMalformed, reasonMalformed, q, false
 	}
 	if len(qs) != 1 {
 		// Several questions in one message have no agreed meaning (RFC
 		// 9619); answering only one would let a second name slip past the
 		// log.
-		return dnsmessage.RCodeFormatError, fmt.Sprintf("message has %d questions; want 1", len(qs)), q, false
+		return dnsmessage.RCodeFormatError, result.EgressMalformed, fmt.Sprintf("message has %d questions; want 1", len(qs)), q, false
 	}
 	// The other sections are ignored (EDNS OPT is tolerated), but they must
 	// parse: a message we cannot read in full is not a query we answer.
 	if p.SkipAllAnswers() != nil || p.SkipAllAuthorities() != nil || p.SkipAllAdditionals() != nil {
-		return dnsmessage.RCodeFormatError, reasonMalformed, q, false
+		return dnsmessage.RCodeFormatError, result.EgressMalformed, reasonMalformed, q, false
 	}
-	return dnsmessage.RCodeSuccess, "", qs[0], true
+	return dnsmessage.RCodeSuccess, "", "", qs[0], true
 }
 
 // decide answers one well-formed question, filling in entry's verdict. It
 // returns the rcode and, for an A answer, the address.
 func (s *Server) decide(q dnsmessage.Question, entry *Query) (dnsmessage.RCode, netip.Addr) {
-	refuse := func(reason string) (dnsmessage.RCode, netip.Addr) {
-		entry.Reason = reason
+	refuse := func(code, reason string) (dnsmessage.RCode, netip.Addr) {
+		entry.Code, entry.Reason = code, reason
 		return dnsmessage.RCodeRefused, netip.Addr{}
 	}
 	if q.Class != dnsmessage.ClassINET {
 		// CHAOS (version.bind, hostname.bind) and friends would fingerprint
 		// the host; nothing else lives outside class IN.
-		return refuse(fmt.Sprintf("query class %s is not served", classString(q.Class)))
+		return refuse(result.EgressQueryType, fmt.Sprintf("query class %s is not served", classString(q.Class)))
 	}
 	if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA {
 		// TXT, NULL, ANY, MX, SRV, HTTPS... are refused before Resolve
 		// sees them: record types with room for data are the classic
 		// tunnelling channel, and the sandbox only ever needs addresses.
-		return refuse(fmt.Sprintf("query type %s is not served", typeString(q.Type)))
+		return refuse(result.EgressQueryType, fmt.Sprintf("query type %s is not served", typeString(q.Type)))
 	}
 	name, ok := canonicalName(q.Name)
 	if !ok {
 		// Strict hostname syntax stops names carrying binary or escaped
 		// payloads, or odd forms that a policy matcher and a log reader
 		// might interpret differently, from ever reaching Resolve.
-		return refuse(reasonInvalidName)
+		return refuse(result.EgressInvalidHost, reasonInvalidName)
 	}
 	if name == "" {
-		return refuse(reasonRoot)
+		return refuse(result.EgressInvalidHost, reasonRoot)
 	}
 	if s.Resolve == nil {
-		return refuse(reasonNoResolver)
+		return refuse(result.EgressInternal, reasonNoResolver)
 	}
 	v := s.Resolve(name)
 	if !v.Allow {
+		if v.Code == "" {
+			v.Code = result.EgressNotAllowed
+		}
 		if v.Reason == "" {
 			v.Reason = reasonNotAllowed
 		}
-		return refuse(v.Reason)
+		return refuse(v.Code, v.Reason)
 	}
 	if q.Type == dnsmessage.TypeAAAA {
 		// The sandbox only has IPv4 transparent addresses. NODATA (not
 		// NXDOMAIN, not REFUSED) tells clients the name exists, so they
 		// go on to use the A answer.
 		entry.Allow = true
-		entry.Reason = reasonNoIPv6
+		entry.Code, entry.Reason = result.EgressNoIPv6, reasonNoIPv6
 		return dnsmessage.RCodeSuccess, netip.Addr{}
 	}
 	addr := v.Addr.Unmap()
 	if !addr.Is4() {
 		// A broken policy must not hand out an address it did not mean.
-		return refuse(reasonBadAddr)
+		return refuse(result.EgressInternal, reasonBadAddr)
 	}
 	entry.Allow = true
 	entry.Answer = addr

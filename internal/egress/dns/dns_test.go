@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 var allowedAddr = netip.MustParseAddr("127.0.0.2")
@@ -176,7 +178,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeSuccess,
 			wantQuestion: true,
 			wantResolve:  []string{"api.allowed.test"},
-			wantLog:      Query{Name: "api.allowed.test", Type: "AAAA", Allow: true, Reason: "no IPv6 address; use A"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "AAAA", Allow: true, Code: result.EgressNoIPv6, Reason: "no IPv6 address; use A"},
 		},
 		{
 			name:         "unlisted A",
@@ -184,7 +186,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{"evil.test"},
-			wantLog:      Query{Name: "evil.test", Type: "A", Reason: `"evil.test" is not an allowed destination`},
+			wantLog:      Query{Name: "evil.test", Type: "A", Code: result.EgressNotAllowed, Reason: `"evil.test" is not an allowed destination`},
 		},
 		{
 			name:         "unlisted AAAA",
@@ -192,7 +194,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{"evil.test"},
-			wantLog:      Query{Name: "evil.test", Type: "AAAA", Reason: `"evil.test" is not an allowed destination`},
+			wantLog:      Query{Name: "evil.test", Type: "AAAA", Code: result.EgressNotAllowed, Reason: `"evil.test" is not an allowed destination`},
 		},
 		{
 			name:         "denial without a reason gets one",
@@ -200,7 +202,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{"noreason.test"},
-			wantLog:      Query{Name: "noreason.test", Type: "A", Reason: "not an allowed destination"},
+			wantLog:      Query{Name: "noreason.test", Type: "A", Code: result.EgressNotAllowed, Reason: "not an allowed destination"},
 		},
 		{
 			name:         "allowed without an IPv4 address",
@@ -208,7 +210,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{"v6only.test"},
-			wantLog:      Query{Name: "v6only.test", Type: "A", Reason: reasonBadAddr},
+			wantLog:      Query{Name: "v6only.test", Type: "A", Code: result.EgressInternal, Reason: reasonBadAddr},
 		},
 		{
 			name:         "exfiltration labels of an unlisted name",
@@ -216,7 +218,7 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{strings.Join([]string{exfil, exfil, exfil, exfil, "evil.test"}, ".")},
-			wantLog: Query{Name: strings.Join([]string{exfil, exfil, exfil, exfil, "evil.test"}, "."), Type: "A",
+			wantLog: Query{Name: strings.Join([]string{exfil, exfil, exfil, exfil, "evil.test"}, "."), Type: "A", Code: result.EgressNotAllowed,
 				Reason: fmt.Sprintf("%q is not an allowed destination", strings.Join([]string{exfil, exfil, exfil, exfil, "evil.test"}, "."))},
 		},
 		{
@@ -225,14 +227,14 @@ func TestHandle(t *testing.T) {
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
 			wantResolve:  []string{strings.Join([]string{label63, label63, label63, strings.Repeat("b", 61)}, ".")},
-			wantLog: Query{Name: strings.Join([]string{label63, label63, label63, strings.Repeat("b", 61)}, "."), Type: "A",
+			wantLog: Query{Name: strings.Join([]string{label63, label63, label63, strings.Repeat("b", 61)}, "."), Type: "A", Code: result.EgressNotAllowed,
 				Reason: fmt.Sprintf("%q is not an allowed destination", strings.Join([]string{label63, label63, label63, strings.Repeat("b", 61)}, "."))},
 		},
 		{
 			name:      "name of 254 characters",
 			msg:       rawQuery(9, 0x0100, rawQuestion(dnsmessage.TypeA, dnsmessage.ClassINET, label63, label63, label63, strings.Repeat("b", 62))),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			// 64 does not fit a label's length byte: 0x40 is a reserved
@@ -240,41 +242,41 @@ func TestHandle(t *testing.T) {
 			name:      "64-character label",
 			msg:       rawQuery(10, 0x0100, rawQuestion(dnsmessage.TypeA, dnsmessage.ClassINET, strings.Repeat("a", 64), "allowed", "test")),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			name:      "dot inside a label",
 			msg:       rawQuery(10, 0x0100, rawQuestion(dnsmessage.TypeA, dnsmessage.ClassINET, "x.allowed", "test")),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			name:         "NUL byte in label",
 			msg:          rawQuery(11, 0x0100, rawQuestion(dnsmessage.TypeA, dnsmessage.ClassINET, "a\x00b", "allowed", "test")),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "a\x00b.allowed.test", Type: "A", Reason: "invalid name"},
+			wantLog:      Query{Name: "a\x00b.allowed.test", Type: "A", Code: result.EgressInvalidHost, Reason: "invalid name"},
 		},
 		{
 			name:         "space in label",
 			msg:          query(t, "a b.allowed.test", dnsmessage.TypeA, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "a b.allowed.test", Type: "A", Reason: "invalid name"},
+			wantLog:      Query{Name: "a b.allowed.test", Type: "A", Code: result.EgressInvalidHost, Reason: "invalid name"},
 		},
 		{
 			name:         "escaped byte in label",
 			msg:          query(t, `\065.allowed.test`, dnsmessage.TypeA, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: `\065.allowed.test`, Type: "A", Reason: "invalid name"},
+			wantLog:      Query{Name: `\065.allowed.test`, Type: "A", Code: result.EgressInvalidHost, Reason: "invalid name"},
 		},
 		{
 			name:         "non-ASCII label",
 			msg:          query(t, "bücher.allowed.test", dnsmessage.TypeA, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "bücher.allowed.test", Type: "A", Reason: "invalid name"},
+			wantLog:      Query{Name: "bücher.allowed.test", Type: "A", Code: result.EgressInvalidHost, Reason: "invalid name"},
 		},
 		{
 			name:         "underscore and hyphen are fine",
@@ -290,63 +292,63 @@ func TestHandle(t *testing.T) {
 			msg:          query(t, ".", dnsmessage.TypeA, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: ".", Type: "A", Reason: reasonRoot},
+			wantLog:      Query{Name: ".", Type: "A", Code: result.EgressInvalidHost, Reason: reasonRoot},
 		},
 		{
 			name:         "TXT for an allowed name",
 			msg:          query(t, "api.allowed.test", dnsmessage.TypeTXT, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "api.allowed.test", Type: "TXT", Reason: "query type TXT is not served"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "TXT", Code: result.EgressQueryType, Reason: "query type TXT is not served"},
 		},
 		{
 			name:         "NULL for an allowed name",
 			msg:          query(t, "api.allowed.test", 10, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "api.allowed.test", Type: "NULL", Reason: "query type NULL is not served"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "NULL", Code: result.EgressQueryType, Reason: "query type NULL is not served"},
 		},
 		{
 			name:         "HTTPS for an allowed name",
 			msg:          query(t, "api.allowed.test", dnsmessage.TypeHTTPS, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "api.allowed.test", Type: "TYPE65", Reason: "query type TYPE65 is not served"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "TYPE65", Code: result.EgressQueryType, Reason: "query type TYPE65 is not served"},
 		},
 		{
 			name:         "ANY for an allowed name",
 			msg:          query(t, "api.allowed.test", dnsmessage.TypeALL, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "api.allowed.test", Type: "ANY", Reason: "query type ANY is not served"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "ANY", Code: result.EgressQueryType, Reason: "query type ANY is not served"},
 		},
 		{
 			name:         "MX for an allowed name",
 			msg:          query(t, "allowed.test", dnsmessage.TypeMX, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "allowed.test", Type: "MX", Reason: "query type MX is not served"},
+			wantLog:      Query{Name: "allowed.test", Type: "MX", Code: result.EgressQueryType, Reason: "query type MX is not served"},
 		},
 		{
 			name:         "PTR",
 			msg:          query(t, "2.0.0.127.in-addr.arpa", dnsmessage.TypePTR, queryOpts{}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "2.0.0.127.in-addr.arpa", Type: "PTR", Reason: "query type PTR is not served"},
+			wantLog:      Query{Name: "2.0.0.127.in-addr.arpa", Type: "PTR", Code: result.EgressQueryType, Reason: "query type PTR is not served"},
 		},
 		{
 			name:         "class CH",
 			msg:          query(t, "version.bind", dnsmessage.TypeTXT, queryOpts{class: dnsmessage.ClassCHAOS}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "version.bind", Type: "TXT", Reason: "query class CH is not served"},
+			wantLog:      Query{Name: "version.bind", Type: "TXT", Code: result.EgressQueryType, Reason: "query class CH is not served"},
 		},
 		{
 			name:         "class CH A for an allowed name",
 			msg:          query(t, "api.allowed.test", dnsmessage.TypeA, queryOpts{class: dnsmessage.ClassCHAOS}),
 			wantRCode:    dnsmessage.RCodeRefused,
 			wantQuestion: true,
-			wantLog:      Query{Name: "api.allowed.test", Type: "A", Reason: "query class CH is not served"},
+			wantLog:      Query{Name: "api.allowed.test", Type: "A", Code: result.EgressQueryType, Reason: "query class CH is not served"},
 		},
 		{
 			name:         "EDNS OPT is tolerated",
@@ -361,25 +363,25 @@ func TestHandle(t *testing.T) {
 			name:      "two questions",
 			msg:       twoQuestions,
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: "message has 2 questions; want 1"},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: "message has 2 questions; want 1"},
 		},
 		{
 			name:      "no question",
 			msg:       rawQuery(13, 0x0100),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: "message has 0 questions; want 1"},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: "message has 0 questions; want 1"},
 		},
 		{
 			name:      "opcode STATUS",
 			msg:       query(t, "api.allowed.test", dnsmessage.TypeA, queryOpts{opcode: 2}),
 			wantRCode: dnsmessage.RCodeNotImplemented,
-			wantLog:   Query{Reason: "opcode STATUS is not implemented"},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: "opcode STATUS is not implemented"},
 		},
 		{
 			name:      "opcode UPDATE",
 			msg:       query(t, "api.allowed.test", dnsmessage.TypeA, queryOpts{opcode: 5}),
 			wantRCode: dnsmessage.RCodeNotImplemented,
-			wantLog:   Query{Reason: "opcode UPDATE is not implemented"},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: "opcode UPDATE is not implemented"},
 		},
 		{
 			name:    "response message",
@@ -400,25 +402,25 @@ func TestHandle(t *testing.T) {
 			name:      "header claiming a question that is cut off",
 			msg:       rawQuery(15, 0x0100, []byte{7, 'a', 'l'}),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			name:      "bare header with counts and nothing else",
 			msg:       []byte{0, 16, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0},
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			name:      "additional record cut off",
 			msg:       withGarbageTail,
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 		{
 			name:      "compression pointer loop",
 			msg:       rawQuery(17, 0x0100, []byte{0xc0, 12, 0, 1, 0, 1}),
 			wantRCode: dnsmessage.RCodeFormatError,
-			wantLog:   Query{Reason: reasonMalformed},
+			wantLog:   Query{Code: result.EgressMalformed, Reason: reasonMalformed},
 		},
 	}
 	for _, tt := range tests {
@@ -597,7 +599,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	var limited, accounted int
 	for _, e := range logs.all() {
-		if !strings.HasPrefix(e.Reason, reasonRateLimited) {
+		if e.Code != result.EgressCapped {
 			continue
 		}
 		limited++

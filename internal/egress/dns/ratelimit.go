@@ -3,6 +3,8 @@ package dns
 import (
 	"fmt"
 	"time"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 // take spends one token from the server's bucket. allowed says whether the
@@ -53,7 +55,7 @@ func (s *Server) flushLimitLog(transport string) {
 	s.collapsed = 0
 	s.mu.Unlock()
 	if n > 0 {
-		s.log(Query{Transport: transport, Reason: collapsedReason(n)})
+		s.log(Query{Transport: transport, Code: result.EgressCapped, Reason: collapsedReason(n)})
 	}
 }
 

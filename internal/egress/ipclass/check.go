@@ -3,13 +3,17 @@ package ipclass
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/airlockhq/airlock/result"
 )
 
-// Decision is the outcome of a policy check. Reason is a short sentence for
-// the audit log, written for an operator, such as
-// "address 10.0.0.5 is private".
+// Decision is the outcome of a policy check. Code is a refusal's stable
+// code for machines and tests (one of the result.Egress* codes; empty
+// when allowed); Reason is a short sentence for the audit log, written
+// for an operator, such as "address 10.0.0.5 is private".
 type Decision struct {
 	Allow  bool
+	Code   string
 	Reason string
 }
 
@@ -17,8 +21,8 @@ func allow(format string, args ...any) Decision {
 	return Decision{Allow: true, Reason: fmt.Sprintf(format, args...)}
 }
 
-func deny(format string, args ...any) Decision {
-	return Decision{Allow: false, Reason: fmt.Sprintf(format, args...)}
+func deny(code, format string, args ...any) Decision {
+	return Decision{Allow: false, Code: code, Reason: fmt.Sprintf(format, args...)}
 }
 
 // Check decides whether airlock may dial a. allowPrivate is the
@@ -36,24 +40,24 @@ func deny(format string, args ...any) Decision {
 // Addr are refused.
 func Check(a netip.Addr, allowPrivate bool) Decision {
 	if !a.IsValid() {
-		return deny("invalid address")
+		return deny(result.EgressInvalidHost, "invalid address")
 	}
 	if a.Zone() != "" {
 		// A zone picks a host interface; nothing a sandbox should reach
 		// needs one, and zones only exist for scoped (link-local style)
 		// addresses.
-		return deny("address %s has a zone (scoped addresses are never allowed)", a)
+		return deny(result.EgressInvalidHost, "address %s has a zone (scoped addresses are never allowed)", a)
 	}
 	c := Classify(a)
 	switch {
 	case c == Public:
 		return allow("address %s is public", a)
 	case c.never():
-		return deny("address %s is %s (never allowed)", a, c.phrase())
+		return deny(c.code(), "address %s is %s (never allowed)", a, c.phrase())
 	case c == Embedded:
 		return checkEmbedded(a, allowPrivate)
 	case !allowPrivate:
-		return deny("address %s is %s", a, c.phrase())
+		return deny(c.code(), "address %s is %s", a, c.phrase())
 	}
 	return allow("address %s is %s (allowed: private destination)", a, c.phrase())
 }
@@ -68,7 +72,7 @@ func checkEmbedded(a netip.Addr, allowPrivate bool) Decision {
 	found := false
 	embeddings(a, func(e netip.Addr, l *layout) bool {
 		if c := Classify(e); l.neverVia(c) {
-			d = deny("address %s is the %s form of %s, which is %s (never allowed)", a, l.form, e, c.phrase())
+			d = deny(c.code(), "address %s is the %s form of %s, which is %s (never allowed)", a, l.form, e, c.phrase())
 			found = true
 			return false
 		}
@@ -82,7 +86,7 @@ func checkEmbedded(a netip.Addr, allowPrivate bool) Decision {
 		desc = "an IPv6 form of " + e.String()
 	}
 	if !allowPrivate {
-		return deny("address %s is %s", a, desc)
+		return deny(result.EgressPrivate, "address %s is %s", a, desc)
 	}
 	return allow("address %s is %s (allowed: private destination)", a, desc)
 }
@@ -96,7 +100,7 @@ func checkEmbedded(a netip.Addr, allowPrivate bool) Decision {
 // judges its address.
 func CheckPrefix(p netip.Prefix, allowPrivate bool) Decision {
 	if !p.IsValid() {
-		return deny("invalid prefix")
+		return deny(result.EgressInvalidHost, "invalid prefix")
 	}
 	p = p.Masked()
 	if p.IsSingleIP() {
@@ -107,12 +111,12 @@ func CheckPrefix(p netip.Prefix, allowPrivate bool) Decision {
 	// link-local rather than as containing one metadata address.
 	for _, r := range rows {
 		if r.c.never() && !r.p.IsSingleIP() && p.Overlaps(r.p) {
-			return deny("prefix %s overlaps %s range %s (never allowed)", p, r.c, r.p)
+			return deny(r.c.code(), "prefix %s overlaps %s range %s (never allowed)", p, r.c, r.p)
 		}
 	}
 	for _, r := range rows {
 		if r.c.never() && r.p.IsSingleIP() && p.Overlaps(r.p) {
-			return deny("prefix %s contains %s %s (never allowed)", p, r.c.phrase(), r.p.Addr())
+			return deny(r.c.code(), "prefix %s contains %s %s (never allowed)", p, r.c.phrase(), r.p.Addr())
 		}
 	}
 	if p.Addr().Is6() {
@@ -124,7 +128,7 @@ func CheckPrefix(p netip.Prefix, allowPrivate bool) Decision {
 			q := l.v4Prefix(p)
 			for _, r := range v4Ranges {
 				if l.neverVia(r.c) && q.Overlaps(r.p) {
-					return deny("prefix %s contains %s forms of %s, which is %s (never allowed)", p, l.form, narrower(q, r.p), r.c.phrase())
+					return deny(r.c.code(), "prefix %s contains %s forms of %s, which is %s (never allowed)", p, l.form, narrower(q, r.p), r.c.phrase())
 				}
 			}
 		}
@@ -134,7 +138,7 @@ func CheckPrefix(p netip.Prefix, allowPrivate bool) Decision {
 			continue
 		}
 		if !allowPrivate {
-			return deny("prefix %s overlaps %s range %s", p, r.c, r.p)
+			return deny(r.c.code(), "prefix %s overlaps %s range %s", p, r.c, r.p)
 		}
 		return allow("prefix %s overlaps %s range %s (allowed: private destination)", p, r.c, r.p)
 	}

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 func TestCheck(t *testing.T) {
@@ -95,6 +97,59 @@ func TestCheck(t *testing.T) {
 	}
 	if got := Check(netip.Addr{}, true); got.Allow || got.Reason != "invalid address" {
 		t.Errorf("Check(zero Addr, true) = %+v, want denied as invalid", got)
+	}
+}
+
+// TestCheckCodes checks the code of each kind of refusal, which events
+// and tests rely on rather than the reason's words.
+func TestCheckCodes(t *testing.T) {
+	tests := []struct {
+		addr string
+		code string // without allowPrivate
+	}{
+		{"8.8.8.8", ""},
+		{"10.0.0.5", result.EgressPrivate},
+		{"127.0.0.1", result.EgressPrivate},
+		{"100.64.0.1", result.EgressPrivate},
+		{"192.0.2.1", result.EgressPrivate},
+		{"::ffff:8.8.8.8", result.EgressPrivate},
+		{"64:ff9b:1::808:808", result.EgressPrivate},
+		{"169.254.169.254", result.EgressMetadata},
+		{"fd00:ec2::254", result.EgressMetadata},
+		{"::ffff:169.254.169.254", result.EgressMetadata},
+		{"64:ff9b:1::a9fe:a9fe", result.EgressMetadata},
+		{"169.254.0.1", result.EgressLinkLocal},
+		{"fe80::1", result.EgressLinkLocal},
+		{"::ffff:169.254.1.1", result.EgressLinkLocal},
+		{"0.0.0.0", result.EgressNotUnicast},
+		{"224.0.0.1", result.EgressNotUnicast},
+		{"255.255.255.255", result.EgressNotUnicast},
+		{"::ffff:224.0.0.1", result.EgressNotUnicast},
+		{"fe80::1%eth0", result.EgressInvalidHost},
+	}
+	for _, tt := range tests {
+		if got := Check(netip.MustParseAddr(tt.addr), false); got.Code != tt.code || got.Allow != (tt.code == "") {
+			t.Errorf("Check(%s, false) = %+v, want code %q", tt.addr, got, tt.code)
+		}
+	}
+	if got := Check(netip.Addr{}, true); got.Code != result.EgressInvalidHost {
+		t.Errorf("Check(zero Addr, true) = %+v, want code %q", got, result.EgressInvalidHost)
+	}
+	prefixes := []struct {
+		prefix string
+		code   string
+	}{
+		{"8.8.8.0/24", ""},
+		{"10.0.0.0/8", result.EgressPrivate},
+		{"128.0.0.0/1", result.EgressLinkLocal},
+		{"100.64.0.0/10", result.EgressMetadata},
+		{"224.0.0.0/4", result.EgressNotUnicast},
+		{"::ffff:0:0/96", result.EgressMetadata},
+	}
+	for _, tt := range prefixes {
+		if got := CheckPrefix(netip.MustParsePrefix(tt.prefix), false); got.Code != tt.code {
+			t.Errorf("CheckPrefix(%s, false) = %+v, want code %q", tt.prefix, got, tt.code)
+		}
 	}
 }
 

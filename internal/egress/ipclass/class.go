@@ -3,6 +3,8 @@ package ipclass
 import (
 	"net/netip"
 	"strconv"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 // Class is the kind of network an IP address belongs to, as far as egress
@@ -85,6 +87,21 @@ func (c Class) phrase() string {
 		return "an IPv6 form embedding an IPv4 address"
 	}
 	return c.String()
+}
+
+// code is the egress event code of a refusal for class c: one of the
+// never-allowed classes, or private for the others (which need the
+// destination's private: true).
+func (c Class) code() string {
+	switch c {
+	case Metadata:
+		return result.EgressMetadata
+	case LinkLocal:
+		return result.EgressLinkLocal
+	case Unspecified, Multicast, Broadcast:
+		return result.EgressNotUnicast
+	}
+	return result.EgressPrivate
 }
 
 // never reports whether addresses of class c are refused whatever the

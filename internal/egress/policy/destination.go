@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/egress/ipclass"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // DefaultPort is the port a destination allows when config names none.
@@ -22,7 +22,7 @@ const maxHostLen = 1024
 // ErrInvalid is wrapped by every error Compile returns: the entry is not an
 // acceptable egress destination. Callers map it to a config error without
 // looking at the message.
-var ErrInvalid = errors.New("invalid egress destination")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalid, "invalid egress destination")
 
 // SpecError is the error Compile returns. It unwraps to ErrInvalid.
 type SpecError struct {

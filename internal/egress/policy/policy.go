@@ -6,10 +6,11 @@ import (
 	"slices"
 
 	"github.com/airlockhq/airlock/internal/egress/ipclass"
+	"github.com/airlockhq/airlock/result"
 )
 
-// Decision is the outcome of Match: whether to connect, and why, for the
-// audit log.
+// Decision is the outcome of Match: whether to connect, and why: a code
+// (result.Egress*) for machines and a reason for the audit log.
 type Decision = ipclass.Decision
 
 // Policy is an ordered list of destinations. It is immutable, so safe for
@@ -45,8 +46,8 @@ func allow(format string, args ...any) Decision {
 	return Decision{Allow: true, Reason: fmt.Sprintf(format, args...)}
 }
 
-func deny(format string, args ...any) Decision {
-	return Decision{Allow: false, Reason: fmt.Sprintf(format, args...)}
+func deny(code, format string, args ...any) Decision {
+	return Decision{Allow: false, Code: code, Reason: fmt.Sprintf(format, args...)}
 }
 
 // Match decides a request from a sandbox to connect to host:port. host is
@@ -65,17 +66,17 @@ func deny(format string, args ...any) Decision {
 func (p *Policy) Match(host string, port uint16) (*Destination, Decision) {
 	a, isIP, err := ipclass.ParseHost(host)
 	if err != nil {
-		return nil, deny("%s; refused rather than resolved", err)
+		return nil, deny(result.EgressInvalidHost, "%s; refused rather than resolved", err)
 	}
 	if isIP {
 		return p.matchAddr(host, a, port)
 	}
 	name, problem := normalizeName(host)
 	if problem != "" {
-		return nil, deny("%s", problem)
+		return nil, deny(result.EgressInvalidHost, "%s", problem)
 	}
 	if isMetadataName(name) {
-		return nil, deny("%s is a cloud metadata name (never allowed)", quote(name))
+		return nil, deny(result.EgressMetadata, "%s is a cloud metadata name (never allowed)", quote(name))
 	}
 	var ports []uint16
 	if p != nil {
@@ -93,7 +94,7 @@ func (p *Policy) Match(host string, port uint16) (*Destination, Decision) {
 	if ports != nil {
 		return nil, portDenied(port, quote(name), ports)
 	}
-	return nil, deny("%s is not an allowed destination", quote(name))
+	return nil, deny(result.EgressNotAllowed, "%s is not an allowed destination", quote(name))
 }
 
 // matchAddr is Match for an IP literal host that parsed to a.
@@ -106,7 +107,7 @@ func (p *Policy) matchAddr(host string, a netip.Addr, port uint16) (*Destination
 		spelled = "host " + quote(host) + ": "
 	}
 	if d := ipclass.Check(a, true); !d.Allow {
-		return nil, deny("%s%s", spelled, d.Reason)
+		return nil, deny(d.Code, "%s%s", spelled, d.Reason)
 	}
 	var ports []uint16
 	var refused *Decision
@@ -133,17 +134,17 @@ func (p *Policy) matchAddr(host string, a netip.Addr, port uint16) (*Destination
 	}
 	switch {
 	case refused != nil:
-		return nil, deny("%s%s", spelled, refused.Reason)
+		return nil, deny(refused.Code, "%s%s", spelled, refused.Reason)
 	case ports != nil:
 		return nil, portDenied(port, what, ports)
 	}
-	return nil, deny("%s is not an allowed destination", what)
+	return nil, deny(result.EgressNotAllowed, "%s is not an allowed destination", what)
 }
 
 // portDenied says that port is not among the ports allowed for what.
 func portDenied(port uint16, what string, ports []uint16) Decision {
 	slices.Sort(ports)
-	return deny("port %d is not allowed for %s (allowed: %s)", port, what, portList(slices.Compact(ports)))
+	return deny(result.EgressNotAllowed, "port %d is not allowed for %s (allowed: %s)", port, what, portList(slices.Compact(ports)))
 }
 
 // Lookup returns the first name destination that covers name at any port,

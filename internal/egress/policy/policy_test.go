@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/result"
 )
 
 // testSpecs is the policy the Match and Lookup tests run against. The
@@ -188,17 +190,24 @@ func TestMatchChecksHandBuiltDestinations(t *testing.T) {
 		{Name: "internal", Wildcard: true, Ports: []uint16{443}},
 	})
 	tests := []struct {
-		host, reason string
+		host, code, reason string
 	}{
-		{"10.0.0.1", "address 10.0.0.1 is private"},
-		{"169.254.169.254", "cloud metadata endpoint (never allowed)"},
-		{"metadata.google.internal", "cloud metadata name"},
+		{"10.0.0.1", result.EgressPrivate, "address 10.0.0.1 is private"},
+		{"169.254.169.254", result.EgressMetadata, "cloud metadata endpoint (never allowed)"},
+		{"0xA9FEA9FE", result.EgressMetadata, "cloud metadata endpoint (never allowed)"},
+		{"metadata.google.internal", result.EgressMetadata, "cloud metadata name"},
+		{"fe80::1", result.EgressLinkLocal, "link-local"},
+		{"256.1.1.1", result.EgressInvalidHost, "looks like an IPv4 address"},
+		{"example.com", result.EgressNotAllowed, "is not an allowed destination"},
 	}
 	for _, tt := range tests {
 		d, got := p.Match(tt.host, 443)
-		if d != nil || got.Allow || !strings.Contains(got.Reason, tt.reason) {
-			t.Errorf("Match(%q, 443) = %v, %+v; want denied with %q", tt.host, d, got, tt.reason)
+		if d != nil || got.Allow || got.Code != tt.code || !strings.Contains(got.Reason, tt.reason) {
+			t.Errorf("Match(%q, 443) = %v, %+v; want denied (%s) with %q", tt.host, d, got, tt.code, tt.reason)
 		}
+	}
+	if d, got := p.Match("a.internal", 80); d != nil || got.Code != result.EgressNotAllowed || !strings.Contains(got.Reason, "port 80") {
+		t.Errorf("Match(a.internal, 80) = %v, %+v; want denied (%s) for its port", d, got, result.EgressNotAllowed)
 	}
 	if d, got := p.Match("8.8.8.8", 443); d == nil || !got.Allow {
 		t.Errorf("Match(8.8.8.8, 443) = %v, %+v; want allowed by 0.0.0.0/0", d, got)

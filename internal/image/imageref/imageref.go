@@ -7,14 +7,15 @@
 package imageref
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // ErrInvalid is the class of every error here; package image's ErrInvalid
 // is the same value.
-var ErrInvalid = errors.New("invalid")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalid, "invalid")
 
 // Host is the embedded default image's name: the host's own system
 // directories. It is never in the store.

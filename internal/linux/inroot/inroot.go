@@ -16,20 +16,22 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
-// Errors callers map to answers.
+// Errors callers map to answers, in the classes of errdefs.
 var (
 	// ErrPath: the path is not a clean relative path.
-	ErrPath = errors.New("invalid path")
+	ErrPath = errdefs.New(errdefs.ErrInvalid, "invalid path")
 	// ErrNotFound: nothing there.
-	ErrNotFound = errors.New("no such file")
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "no such file")
 	// ErrNotRegular: not a regular file (a directory, a symlink, a device).
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = errdefs.New(errdefs.ErrInvalid, "not a regular file")
 	// ErrTooLarge: over the caller's byte cap.
-	ErrTooLarge = errors.New("file too large")
+	ErrTooLarge = errdefs.New(errdefs.ErrLimit, "file too large")
 	// ErrNoSpace: the file system (the sandbox's disk ceiling) is full.
-	ErrNoSpace = errors.New("no space left (the sandbox's disk ceiling)")
+	ErrNoSpace = errdefs.New(errdefs.ErrLimit, "no space left (the sandbox's disk ceiling)")
 )
 
 // MaxPath bounds a relative path.
