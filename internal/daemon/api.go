@@ -17,7 +17,6 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -132,9 +131,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Argv) == 0 {
 		// The tool's image may give the command (its entrypoint and cmd).
-		if img := d.images[req.Tool]; img != nil {
-			req.Argv = img.argv
-		}
+		req.Argv = d.plans[req.Tool].Argv
 		if len(req.Argv) == 0 {
 			writeErr(w, errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command (the tool's image has no default command)`))
 			return
@@ -369,22 +366,6 @@ func workdir(asked string, t *config.Tool) string {
 		return t.Workdir
 	}
 	return sandbox.HomeDir
-}
-
-// policyOf is the policy a tool's runs bind at claim time.
-func policyOf(c *config.Config, t *config.Tool) attach.Policy {
-	p := attach.Policy{
-		Tool:    t.Name,
-		Egress:  t.Egress,
-		Secrets: c.Secrets,
-	}
-	p.Network = attach.NetworkLimits(t.Network)
-	for _, name := range t.Services {
-		if s, ok := c.Services[name]; ok {
-			p.Services = append(p.Services, s)
-		}
-	}
-	return p
 }
 
 func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {

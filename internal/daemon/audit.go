@@ -46,8 +46,8 @@ func (d *Daemon) observe(ev sandbox.Lifecycle) {
 	if ev.Err != nil {
 		detail["error"] = ev.Err.Error()
 	}
-	if img := d.images[ev.Label]; img != nil && ev.Event == sandbox.Created {
-		detail["image"] = img.digest // which content the sandbox's root was
+	if dg := d.plans[ev.Label].Digest; dg != "" && ev.Event == sandbox.Created {
+		detail["image"] = dg // which content the sandbox's root was
 	}
 	if len(detail) > 0 {
 		e.Detail = audit.Detail(detail)

@@ -72,9 +72,10 @@ type Daemon struct {
 	opts  Options
 	rt    *sandbox.Runtime
 	pools map[string]*pool.Pool
-	// images holds, per tool with an image, what the daemon uses of it;
-	// written before anything starts, only read after.
-	images map[string]*toolImage
+	// plans holds each profile's translation (attach.For): its sandbox
+	// spec, its image's command and digest, its policy. Written before
+	// anything starts, only read after.
+	plans map[string]attach.Plan
 	ln     net.Listener
 	srv    *http.Server
 	tcp    net.Listener // nil unless the config has server.tcp
@@ -109,52 +110,50 @@ type Daemon struct {
 	shutErr  error
 }
 
-// toolImage is what a tool's sandboxes and runs take from its image.
-type toolImage struct {
-	sandbox *sandbox.Image
-	user    *sandbox.User
-	// argv is the image's command, run when a run gives none; digest is
-	// recorded in the audit log for each sandbox created.
-	argv   []string
-	digest string
-}
-
-// resolveImages finds every tool's image in the store. The image's
-// environment and working directory become the tool's defaults: tools
-// with an image are copied into a copy of opts.Config, so the caller's
-// configuration is never changed.
-func resolveImages(opts *Options) (map[string]*toolImage, error) {
-	out := make(map[string]*toolImage)
+// planAll finds every profile's image in the store and translates each
+// profile (attach.For: the one translation). The image's environment and
+// working directory become the tool's: tools with an image are copied
+// into a copy of opts.Config, so the caller's configuration is never
+// changed.
+func planAll(opts *Options) (map[string]attach.Plan, error) {
+	out := make(map[string]attach.Plan)
 	var store *image.Store
 	cfg := *opts.Config
 	cfg.Tools, cfg.MCPServers = maps.Clone(cfg.Tools), maps.Clone(cfg.MCPServers)
 	for _, t := range cfg.Profiles() {
-		if t.Image == config.ImageHost || t.Image == "" {
+		var o attach.Overrides
+		if t.Image != config.ImageHost && t.Image != "" {
+			if store == nil {
+				so := attach.StoreOptions(cfg.Images)
+				if opts.ImageStore != "" {
+					so.Dir = opts.ImageStore
+				}
+				var err error
+				if store, err = image.Open(so); err != nil {
+					return nil, err
+				}
+			}
+			img, err := store.Resolve(t.Image)
+			if err != nil {
+				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+			}
+			o.Image = img
+		}
+		p, err := attach.For(&cfg, t, o)
+		if err != nil {
+			return nil, err
+		}
+		out[t.Name] = p
+		if o.Image == nil {
 			continue
 		}
-		if store == nil {
-			so := attach.StoreOptions(cfg.Images)
-			if opts.ImageStore != "" {
-				so.Dir = opts.ImageStore
-			}
-			var err error
-			if store, err = image.Open(so); err != nil {
-				return nil, err
-			}
-		}
-		img, err := store.Resolve(t.Image)
-		if err != nil {
-			return nil, fmt.Errorf("tool %s: %w", t.Name, err)
-		}
-		ir := attach.WithImage(t, img)
 		tc := *t
-		tc.Env, tc.Workdir = ir.Env, ir.Workdir
+		tc.Env, tc.Workdir = p.Env, p.Workdir
 		if _, ok := cfg.Tools[t.Name]; ok {
 			cfg.Tools[t.Name] = &tc
 		} else {
 			cfg.MCPServers[t.Name] = &tc
 		}
-		out[t.Name] = &toolImage{sandbox: ir.Image, user: ir.User, argv: img.Argv(), digest: img.Digest}
 	}
 	opts.Config = &cfg
 	return out, nil
@@ -190,11 +189,11 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.Sandbox.Logger = opts.Logger
 	// Every tool's image is resolved before anything starts (pools, and
 	// the runtime's reports to observe, read what this finds).
-	images, err := resolveImages(&opts)
+	plans, err := planAll(&opts)
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), images: images, sessions: sessions{m: make(map[string]*session)}}
+	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), plans: plans, sessions: sessions{m: make(map[string]*session)}}
 	d.quit, d.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -237,7 +236,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	for _, t := range opts.Config.Profiles() {
-		if err := opts.Sandbox.Budget.Fits(attach.Limits(t.Limits)); err != nil {
+		if err := opts.Sandbox.Budget.Fits(plans[t.Name].Spec.Limits); err != nil {
 			return nil, fmt.Errorf("tool %s: %w of the node (server.capacity)", t.Name, err)
 		}
 	}
@@ -247,17 +246,10 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
-	specs := make(map[string]sandbox.Spec)
 	for _, t := range opts.Config.Profiles() {
-		spec := sandbox.Spec{Limits: attach.Limits(t.Limits), Label: t.Name, Mounts: attach.Mounts(t.Mounts), User: attach.User(t.User)}
-		if img := images[t.Name]; img != nil {
-			spec.Image, spec.User = img.sandbox, img.user
-		}
+		spec := plans[t.Name].Spec
 		spec.OnStart = d.prebind(t)
-		specs[t.Name] = spec
-	}
-	for _, t := range opts.Config.Profiles() {
-		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: specs[t.Name], Warm: t.Pool.Warm, Logger: opts.Logger})
+		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
 	}
 	if opts.Embedded {
 		return d, nil

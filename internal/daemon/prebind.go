@@ -26,7 +26,7 @@ import (
 // are bound at the claim. A binding that fails here is not an error of the
 // sandbox's creation: the claim binds again and reports what fails then.
 func (d *Daemon) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
-	pol := policyOf(d.opts.Config, t)
+	pol := d.plans[t.Name].Policy
 	if len(pol.Services) > 0 {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (d *Daemon) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config
 		b.SetRecorders(onEgress, onBroker)
 		return b, nil
 	}
-	pol := policyOf(d.opts.Config, t)
+	pol := d.plans[t.Name].Policy
 	pol.OnEgress, pol.OnBroker = onEgress, onBroker
 	return attach.Bind(ctx, sb, pol)
 }
