@@ -75,7 +75,7 @@ type Daemon struct {
 	// plans holds each profile's translation (attach.For): its sandbox
 	// spec, its image's command and digest, its policy. Written before
 	// anything starts, only read after.
-	plans map[string]attach.Plan
+	plans  map[string]attach.Plan
 	ln     net.Listener
 	srv    *http.Server
 	tcp    net.Listener // nil unless the config has server.tcp

@@ -150,4 +150,3 @@ func (fr *fullRun) resolveImage() error {
 	fr.img, err = st.Resolve(fr.Image)
 	return err
 }
-
