@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/lazygw"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // Exit codes of `airlock run` besides the command's own.
@@ -70,7 +72,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image"}
+var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -81,7 +83,7 @@ func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 	cmd, rest := args[1], args[2:]
 	switch cmd {
 	case "version", "--version":
-		fmt.Fprintln(stdio.Stdout, "airlock", Version())
+		fmt.Fprint(stdio.Stdout, versionText())
 		return nil
 	case "help", "-h", "--help":
 		usage(stdio.Stdout)
@@ -163,12 +165,47 @@ func ExitCode(err error, stderr io.Writer) int {
 	return ExitFailure
 }
 
-// Version is the module version the binary was built from.
+// Version is the module version the binary was built from: the release
+// (v1.2.3) when it was installed as a module, else the pseudo-version the
+// go command stamps from the checkout's commit ("+dirty" with uncommitted
+// changes); "(devel)" only for a build without VCS information.
 func Version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// versionText is what `airlock version` prints: the version, the commit
+// it was built from when known, and the Go toolchain, platform and
+// kernel, which a bug report needs.
+func versionText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "airlock %s\n", Version())
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, at, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = ", with uncommitted changes"
+				}
+			}
+		}
+		if rev != "" {
+			fmt.Fprintf(&b, "commit %s (%s%s)\n", rev, at, dirty)
+		}
+	}
+	fmt.Fprintf(&b, "built with %s for %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		fmt.Fprintf(&b, "kernel %s %s\n", unix.ByteSliceToString(u.Sysname[:]), unix.ByteSliceToString(u.Release[:]))
+	}
+	return b.String()
 }
 
 func usage(w io.Writer) {
@@ -183,7 +220,8 @@ Usage:
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)
-  airlock version                          print the version
+  airlock config check [--config PATH]     check the config and show what it resolves to
+  airlock version                          print the version, commit, Go and kernel
 
 Run "airlock COMMAND -h" for a command's flags.
 `, "\n"))

@@ -50,7 +50,8 @@ func TestHandOver(t *testing.T) {
 			t.Errorf("airlock %v without airlockd: %v, %q", args, err, out)
 		}
 	}
-	if out, err := exec.Command(alone, "version").Output(); err != nil || !strings.HasPrefix(string(out), "airlock ") {
+	if out, err := exec.Command(alone, "version").Output(); err != nil || !strings.HasPrefix(string(out), "airlock ") ||
+		!strings.Contains(string(out), "\nbuilt with go") || !strings.Contains(string(out), "\nkernel Linux ") {
 		t.Errorf("airlock version without airlockd: %v, %q", err, out)
 	}
 	// A plain run needs airlockd only for its gateway, on first use:

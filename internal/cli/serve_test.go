@@ -53,6 +53,18 @@ func TestServeBinary(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 4 || res.ExitCode != 4 {
 		t.Fatalf("--json through the daemon: %q exit %d (%v)", out, code, err)
 	}
+	// A flag that reshapes the sandbox makes the run here, from the
+	// config file, and airlock says so rather than switch silently.
+	if out, errs, code := cli("", "--memory", "64MiB", "--config", cfg, "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "echo", "here"); out != "here\n" || code != 0 ||
+		!strings.Contains(errs, "--memory, --config, --state-dir, --cgroup-parent change how the sandbox is built, so this run is made here from the config file, not by the daemon on "+sock) {
+		t.Fatalf("a reshaping flag: %q %q exit %d", out, errs, code)
+	}
+	// airlock mcp relays to the daemon, and says that its flags meant
+	// for an embedded run are not used.
+	mcpOut := execAirlock(t, nil, "", "mcp", "--socket", sock, "--config", "/nonexistent.yaml")
+	if !strings.Contains(mcpOut.stderr, "a daemon answers on "+sock+", so its config, audit log and image store serve these calls and --config is ignored; --embedded runs the tools here instead") {
+		t.Fatalf("airlock mcp --config beside a daemon: exit %d %q", mcpOut.code, mcpOut.stderr)
+	}
 	st, err := c.Pools(t.Context())
 	if err != nil || st[0].Hits+st[0].Misses < 3 {
 		t.Fatalf("the runs did not go through the daemon: %+v %v", st, err)
@@ -146,6 +158,12 @@ func TestServeBinary(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+	// The log says where it listened, what it serves and that it stopped.
+	for _, want := range []string{"msg=listening socket=" + sock, "msg=serving", "config=" + cfg, "tools=1", "msg=\"shutting down\"", "msg=stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the daemon's log lacks %q:\n%s", want, logs.String())
+		}
 	}
 }
 

@@ -401,7 +401,18 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.tsrv != nil {
 		go func() { errc <- d.tsrv.Serve(d.tcp) }()
 	}
-	d.opts.Logger.Info("serving", "socket", d.opts.Socket, "tools", len(d.pools))
+	// Every listener opened, so an operator sees where the daemon
+	// answers (and that a TCP listener is open at all).
+	if d.ln != nil {
+		d.opts.Logger.Info("listening", "socket", d.opts.Socket, "group", d.opts.Config.Server.SocketGroup)
+	}
+	if d.tcp != nil {
+		d.opts.Logger.Info("listening", "tcp", d.tcp.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
+	}
+	if len(d.opts.Config.Order) == 0 && len(d.opts.Config.MCPServerOrder) == 0 {
+		d.opts.Logger.Warn("no tools are configured: every run and session names a tool, so none can start (see docs/config.md)", "config", d.opts.Config.Path)
+	}
+	d.opts.Logger.Info("serving", "version", d.opts.Version, "config", d.opts.Config.Path, "tools", len(d.opts.Config.Order), "mcp_servers", len(d.opts.Config.MCPServerOrder))
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
@@ -416,6 +427,15 @@ func (d *Daemon) Serve(ctx context.Context) error {
 // Shutdown stops the daemon as Serve does when its context ends.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.shutdown.Do(func() {
+		start := time.Now()
+		d.opts.Logger.Info("shutting down", "grace", d.opts.Grace)
+		defer func() {
+			if d.shutErr != nil {
+				d.opts.Logger.Error("stopped, with errors", "err", d.shutErr, "took", time.Since(start).Round(time.Millisecond))
+			} else {
+				d.opts.Logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
+			}
+		}()
 		d.quitNow()
 		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
 		defer cancel()

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -29,6 +30,7 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	var opts daemon.Options
 	cfgPath := embedFlags(fs, &opts, ", when no daemon runs")
 	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "the daemon's socket; used when a daemon answers there")
+	embedded := fs.Bool("embedded", false, "run the tools in this process even when a daemon answers on --socket")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
@@ -37,7 +39,19 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
-	if DaemonListening(opts.Socket) {
+	if !*embedded && DaemonListening(opts.Socket) {
+		// The daemon's config, audit log and store serve the calls: a
+		// flag meant for an embedded run is not dropped without a word.
+		var ignored []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "socket" {
+				ignored = append(ignored, "--"+f.Name)
+			}
+		})
+		if len(ignored) > 0 {
+			fmt.Fprintf(stdio.Stderr, "airlock mcp: a daemon answers on %s, so its config, audit log and image store serve these calls and %s %s ignored; --embedded runs the tools here instead\n",
+				opts.Socket, strings.Join(ignored, ", "), plural(len(ignored), "is", "are"))
+		}
 		return relayMCP(ctx, opts.Socket, transport)
 	}
 	var err error
@@ -104,3 +118,11 @@ type writeCloser struct{ w io.Writer }
 
 func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
 func (writeCloser) Close() error                  { return nil }
+
+// plural picks one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -3,7 +3,7 @@ package daemoncmd
 import (
 	"context"
 	"fmt"
-	"slices"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
@@ -33,8 +33,21 @@ type fullRun struct {
 // runFull is `airlock run` with a tool, a config file or an image.
 func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) error {
 	fr := &fullRun{RunFlags: f, tool: &config.Tool{}}
-	viaDaemon := f.Tool != "" && !slices.ContainsFunc(shapingFlags, func(n string) bool { return f.Set[n] }) && DaemonListening(f.Socket)
+	var shaping []string
+	for _, n := range shapingFlags {
+		if f.Set[n] {
+			shaping = append(shaping, "--"+n)
+		}
+	}
+	listening := f.Tool != "" && DaemonListening(f.Socket)
+	viaDaemon := listening && len(shaping) == 0
 	var plan attach.Plan
+	if listening && !viaDaemon {
+		// The two paths differ (the config file read here may not be
+		// the daemon's): say which one this run takes, and why.
+		fmt.Fprintf(stdio.Stderr, "airlock run: %s %s how the sandbox is built, so this run is made here from the config file, not by the daemon on %s\n",
+			strings.Join(shaping, ", "), plural(len(shaping), "changes", "change"), f.Socket)
+	}
 	if !viaDaemon {
 		var err error
 		if plan, err = fr.plan(); err != nil {

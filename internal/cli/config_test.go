@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConfigCheck runs `airlock config check` on every example and the
+// deployment config in the repository (each must pass), and on files the
+// daemon would not start with (each must fail, saying why).
+func TestConfigCheck(t *testing.T) {
+	bin := airlockBin(t)
+	check := func(path string) (string, int) {
+		t.Helper()
+		out, err := exec.Command(bin, "config", "check", "--config", path, "--image-store", t.TempDir()).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	files = append(files, "../../deploy/airlock.yaml")
+	if len(files) < 6 {
+		t.Fatalf("examples: %v", files)
+	}
+	for _, f := range files {
+		out, code := check(f)
+		if code != 0 || !strings.Contains(out, "\nok: ") || !strings.Contains(out, "config:       "+f) {
+			t.Errorf("%s: exit %d\n%s", f, code, out)
+		}
+	}
+	out, _ := check("../../examples/python.yaml")
+	for _, want := range []string{"tool python: Runs a Python 3 snippet", "egress:     pypi.org:443, files.pythonhosted.org:443", "limits:     memory 512MiB, pids 64, disk 256MiB, fds 1024, output 1MiB, time 1m0s", "pool:       2 warm"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("python.yaml: no %q in\n%s", want, out)
+		}
+	}
+	for _, tt := range []struct{ name, body, want string }{
+		{"an unknown key", "tools:\n  a: {limits: {memroy: 1GiB}}\n", `unknown field "memroy"`},
+		{"an image not in the store", "tools:\n  a: {image: python:3.12}\n", `tool a: `},
+		{"a service the file lacks", "tools:\n  a: {services: [gh]}\n", `"gh"`},
+	} {
+		out, code := check(writeConfig(t, tt.body))
+		if code != 1 || !strings.Contains(out, tt.want) || strings.Contains(out, "\nok: ") {
+			t.Errorf("%s: exit %d, want 1 mentioning %q:\n%s", tt.name, code, tt.want, out)
+		}
+	}
+	if out, code := check("/nonexistent/airlock.yaml"); code != 1 || !strings.Contains(out, "/nonexistent/airlock.yaml") {
+		t.Errorf("a missing file: exit %d\n%s", code, out)
+	}
+}
