@@ -78,7 +78,7 @@ var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "conf
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 	if len(args) < 2 {
 		usage(stdio.Stderr)
-		return &ExitError{Code: 2}
+		return &ExitError{Code: ExitUsage}
 	}
 	cmd, rest := args[1], args[2:]
 	switch cmd {
@@ -99,8 +99,7 @@ func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 	case extra == nil && (slices.Contains(Handed, cmd) || cmd == lazygw.Command):
 		return handOver(args)
 	default:
-		usage(stdio.Stderr)
-		return fmt.Errorf("unknown command %q", cmd)
+		return UsageError(stdio.Stderr, "airlock", "unknown command %q", cmd)
 	}
 	f, argv, err := ParseRun(rest, stdio.Stderr)
 	if err != nil {

@@ -304,3 +304,50 @@ func TestStrictUmask(t *testing.T) {
 		t.Fatalf("with umask 077: exit %d %q %q", o.code, o.stdout, o.stderr)
 	}
 }
+
+// TestUsageErrors: a command line airlock cannot take ends every command
+// the same way: exit 125, one line saying what is wrong and a pointer to
+// -h, never the whole usage. -h prints the command's own usage and exits 0.
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"run", "--memory", "lots", "--", "true"},
+		{"run", "--bogus", "--", "true"},
+		{"serve", "--bogus"},
+		{"serve", "extra"},
+		{"session", "bogus"},
+		{"session", "exec", "--bogus", "x"},
+		{"session", "exec", "s_1"},
+		{"session", "create"},
+		{"session", "rm"},
+		{"pool"},
+		{"pool", "ls", "extra"},
+		{"audit", "--limit", "0"},
+		{"image", "bogus"},
+		{"image", "inspect"},
+		{"config"},
+		{"config", "check", "--bogus"},
+		{"mcp", "--bogus"},
+	} {
+		o := execAirlock(t, nil, "", args...)
+		lines := strings.Split(strings.TrimSpace(o.stderr), "\n")
+		if o.code != ExitUsage || len(lines) != 2 || !strings.HasPrefix(lines[1], "Run 'airlock") || !strings.HasSuffix(lines[1], " -h' for its usage.") {
+			t.Errorf("airlock %v: exit %d, stderr:\n%s", args, o.code, o.stderr)
+		}
+	}
+	for _, tt := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"session", "exec", "-h"}, "exec ID -- CMD", "-tool"},
+		{[]string{"session", "create", "-h"}, "-tool", "exec ID"},
+		{[]string{"run", "-h"}, "-memory", ""},
+		{[]string{"config", "check", "-h"}, "-config", ""},
+	} {
+		o := execAirlock(t, nil, "", tt.args...)
+		all := o.stdout + o.stderr
+		if o.code != 0 || !strings.Contains(all, tt.want) || (tt.not != "" && strings.Contains(all, tt.not)) {
+			t.Errorf("airlock %v: exit %d, want %q and not %q:\n%s", tt.args, o.code, tt.want, tt.not, all)
+		}
+	}
+}

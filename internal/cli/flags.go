@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -11,18 +12,55 @@ import (
 	"github.com/airlockhq/airlock/internal/units"
 )
 
+// ExitUsage is the exit status of a command line airlock cannot take (an
+// unknown command or flag, a bad value, a missing argument), in every
+// command alike. It is 125, as for any failure of airlock itself (and as
+// docker does): run and session exec pass the command's own status
+// through, and a usage error must not look like one of those.
+const ExitUsage = ExitFailure
+
+// UsageError prints "name: problem" and where to find name's flags, and
+// returns the usage error to end the command with.
+func UsageError(stderr io.Writer, name, format string, args ...any) error {
+	fmt.Fprintf(stderr, "%s: %s\nRun '%s -h' for its usage.\n", name, fmt.Sprintf(format, args...), name)
+	return &ExitError{Code: ExitUsage}
+}
+
+// ParseFlags parses args into fs. -h prints fs.Usage and ends the command
+// (done, with a nil error); a bad flag is one line and a pointer to -h,
+// not the whole usage.
+func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, err error) {
+	// The flag package prints the error and the whole usage itself:
+	// neither, here.
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err = fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, flag.ErrHelp):
+		if fs.Usage != nil {
+			fs.Usage()
+		} else {
+			fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+		return true, nil
+	}
+	return true, UsageError(stderr, fs.Name(), "%v", err)
+}
+
 // ParseNoArgs parses the flags of a command that takes no arguments. done
 // is true when the command should end now, with err (nil after -h).
 func ParseNoArgs(fs *flag.FlagSet, args []string, stdio IO) (done bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return true, &ExitError{Code: 2}
+	if done, err := ParseFlags(fs, args, stdio.Stderr); done {
+		return true, err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stdio.Stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return true, &ExitError{Code: 2}
+		return true, UsageError(stdio.Stderr, fs.Name(), "unexpected argument %q", fs.Arg(0))
 	}
 	return false, nil
 }

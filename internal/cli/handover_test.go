@@ -22,7 +22,7 @@ func TestHandOver(t *testing.T) {
 		}
 	}
 	// A bad flag is airlockd's to report, with the command's usage.
-	if o := execAirlock(t, nil, "", "serve", "--no-such-flag"); o.code != 2 || !strings.Contains(o.stderr, "no-such-flag") {
+	if o := execAirlock(t, nil, "", "serve", "--no-such-flag"); o.code != ExitUsage || !strings.Contains(o.stderr, "no-such-flag") {
 		t.Errorf("serve --no-such-flag: exit %d, stderr %q", o.code, o.stderr)
 	}
 

@@ -87,11 +87,11 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 		fmt.Fprintln(stderr, "Usage: airlock run [flags] -- COMMAND [ARG...]\n\nRuns COMMAND in a fresh sandbox that is destroyed afterwards.\nExit status: the command's own; 128+N if killed by signal N; 124 if a ceiling\nwas breached; 125 if airlock itself failed.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, &ExitError{Code: 0}
+	if done, err := ParseFlags(fs, args, stderr); done {
+		if err == nil {
+			err = &ExitError{Code: 0}
 		}
-		return nil, nil, &ExitError{Code: ExitFailure} // flag printed the error
+		return nil, nil, err
 	}
 	fs.Visit(func(fl *flag.Flag) { f.Set[fl.Name] = true })
 	return f, fs.Args(), nil

@@ -114,7 +114,7 @@ func TestServeBinary(t *testing.T) {
 	if o := execAirlock(t, nil, "", "audit", "--socket", sock, "--since", "later"); o.code == 0 || !strings.Contains(o.stderr, "since") {
 		t.Fatalf("audit --since later: exit %d %q", o.code, o.stderr)
 	}
-	if o := execAirlock(t, nil, "", "audit", "--socket", sock, "--limit", "0"); o.code != 2 {
+	if o := execAirlock(t, nil, "", "audit", "--socket", sock, "--limit", "0"); o.code != ExitUsage {
 		t.Fatalf("audit --limit 0: exit %d %q", o.code, o.stderr)
 	}
 	// --follow prints the newest, then what is recorded after it.

@@ -39,8 +39,7 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	if *limit < 1 || *limit > 1000 {
-		fmt.Fprintln(stdio.Stderr, "airlock audit: --limit must be from 1 to 1000")
-		return &cli.ExitError{Code: 2}
+		return cli.UsageError(stdio.Stderr, "airlock audit", "--limit must be from 1 to 1000")
 	}
 	q.Limit = *limit
 	q.Tail = q.Since == ""

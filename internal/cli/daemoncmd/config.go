@@ -22,8 +22,7 @@ import (
 // would, and prints what it resolves to and where things would go.
 func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stdio.Stderr, "usage: airlock config check [--config PATH] (see airlock config check -h)")
-		return &cli.ExitError{Code: 2}
+		return cli.UsageError(stdio.Stderr, "airlock config", "the one subcommand is check: airlock config check [--config PATH]")
 	}
 	fs := flag.NewFlagSet("airlock config check", flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)

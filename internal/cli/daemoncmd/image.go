@@ -2,7 +2,6 @@ package daemoncmd
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -31,10 +30,11 @@ Every subcommand takes --store DIR (default: the config's images.store, else
 
 func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdio.Stdout, imageUsage)
 		if len(args) == 0 {
-			return &cli.ExitError{Code: 2}
+			fmt.Fprint(stdio.Stderr, imageUsage)
+			return &cli.ExitError{Code: cli.ExitUsage}
 		}
+		fmt.Fprint(stdio.Stdout, imageUsage)
 		return nil
 	}
 	sub, rest := args[0], args[1:]
@@ -58,17 +58,13 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "gc":
 		want = 0
 	default:
-		fmt.Fprint(stdio.Stderr, imageUsage)
-		return fmt.Errorf("unknown image command %q", sub)
+		return cli.UsageError(stdio.Stderr, "airlock image", "unknown subcommand %q (import, ls, inspect, rm, gc)", sub)
 	}
 	// Flags may come before or after the one argument.
 	var pos []string
 	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return &cli.ExitError{Code: 2}
+		if done, err := cli.ParseFlags(fs, rest, stdio.Stderr); done {
+			return err
 		}
 		if fs.NArg() == 0 {
 			break
@@ -76,8 +72,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
 	if len(pos) != want {
-		fmt.Fprintf(stdio.Stderr, "airlock image %s: want %d argument(s), got %d\n", sub, want, len(pos))
-		return &cli.ExitError{Code: 2}
+		return cli.UsageError(stdio.Stderr, "airlock image "+sub, "want %d argument(s), got %d", want, len(pos))
 	}
 	cfg, err := config.Discover(*cfgPath)
 	if err != nil {

@@ -30,28 +30,55 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// sessionUsage is each session subcommand's synopsis.
+var sessionUsage = map[string]string{
+	"create": "create --tool NAME [--idle-timeout D] [--max-lifetime D]",
+	"ls":     "ls",
+	"show":   "show ID",
+	"rm":     "rm ID",
+	"exec":   "exec ID -- CMD [ARG...]",
+	"cp":     "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
+}
+
 // sessionCmd is `airlock session create|ls|exec|cp|rm|show`.
 func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
-	usage := "usage: airlock session create --tool NAME | ls | exec ID -- CMD [ARG...] | cp SRC DST | show ID | rm ID"
-	if len(args) == 0 {
-		fmt.Fprintln(stdio.Stderr, usage)
-		return &cli.ExitError{Code: 2}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock session create|ls|exec|cp|show|rm ...; airlock session SUBCOMMAND -h for each")
+		if len(args) == 0 {
+			return &cli.ExitError{Code: cli.ExitUsage}
+		}
+		return nil
 	}
 	sub, rest := args[0], args[1:]
-	fs, sock, asJSON := daemonFlags("airlock session "+sub, stdio)
-	tool := fs.String("tool", "", "tool of the session (create)")
-	idle := fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m (create)")
-	life := fs.String("max-lifetime", "", "end the session this long after it began, e.g. 1h (create)")
-	if err := fs.Parse(rest); err != nil {
-		return &cli.ExitError{Code: 2}
+	synopsis, ok := sessionUsage[sub]
+	if !ok {
+		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm)", sub)
 	}
+	name := "airlock session " + sub
+	fs, sock, asJSON := daemonFlags(name, stdio)
+	var tool, idle, life *string
+	if sub == "create" {
+		tool = fs.String("tool", "", "tool of the session (required)")
+		idle = fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m")
+		life = fs.String("max-lifetime", "", "end the session this long after it began, e.g. 1h")
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stdio.Stderr, "Usage: %s [flags] %s\n\nFlags:\n", "airlock session", synopsis)
+		fs.PrintDefaults()
+	}
+	if done, err := cli.ParseFlags(fs, rest, stdio.Stderr); done {
+		return err
+	}
+	bad := func(format string, a ...any) error { return cli.UsageError(stdio.Stderr, name, format, a...) }
 	c := client.New(*sock)
 	pos := fs.Args()
 	switch sub {
 	case "create":
 		if *tool == "" {
-			fmt.Fprintln(stdio.Stderr, "airlock session create: --tool is required")
-			return &cli.ExitError{Code: 2}
+			return bad("--tool is required")
+		}
+		if len(pos) != 0 {
+			return bad("unexpected argument %q", pos[0])
 		}
 		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: *tool, IdleTimeout: *idle, MaxLifetime: *life})
 		if err != nil {
@@ -64,8 +91,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return nil
 	case "ls":
 		if len(pos) != 0 {
-			fmt.Fprintln(stdio.Stderr, usage)
-			return &cli.ExitError{Code: 2}
+			return bad("unexpected argument %q", pos[0])
 		}
 		ss, err := c.Sessions(ctx)
 		if err != nil {
@@ -86,8 +112,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return tw.Flush()
 	case "show":
 		if len(pos) != 1 {
-			fmt.Fprintln(stdio.Stderr, usage)
-			return &cli.ExitError{Code: 2}
+			return bad("want one session ID, got %d arguments", len(pos))
 		}
 		s, err := c.Session(ctx, pos[0])
 		if err != nil {
@@ -96,8 +121,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return printJSON(stdio.Stdout, s)
 	case "rm":
 		if len(pos) != 1 {
-			fmt.Fprintln(stdio.Stderr, usage)
-			return &cli.ExitError{Code: 2}
+			return bad("want one session ID, got %d arguments", len(pos))
 		}
 		return c.DeleteSession(ctx, pos[0])
 	case "exec":
@@ -105,8 +129,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			pos = append(pos[:1], pos[2:]...)
 		}
 		if len(pos) < 2 {
-			fmt.Fprintln(stdio.Stderr, usage)
-			return &cli.ExitError{Code: 2}
+			return bad("want a session ID and a command")
 		}
 		r, err := c.Exec(ctx, pos[0], api.ExecRequest{Argv: pos[1:]})
 		if err != nil {
@@ -124,8 +147,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "cp":
 		// cp ID:PATH LOCAL or LOCAL ID:PATH ("-" is stdin/stdout).
 		if len(pos) != 2 {
-			fmt.Fprintln(stdio.Stderr, "usage: airlock session cp ID:PATH LOCAL | LOCAL ID:PATH  (\"-\" for stdin/stdout)")
-			return &cli.ExitError{Code: 2}
+			return bad("want a source and a destination, one of them ID:PATH")
 		}
 		if id, p, ok := strings.Cut(pos[0], ":"); ok && !strings.Contains(id, "/") {
 			b, err := c.GetFile(ctx, id, p)
@@ -140,8 +162,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		}
 		id, p, ok := strings.Cut(pos[1], ":")
 		if !ok {
-			fmt.Fprintln(stdio.Stderr, "airlock session cp: one side must be ID:PATH")
-			return &cli.ExitError{Code: 2}
+			return bad("one side must be ID:PATH")
 		}
 		var src io.Reader = stdio.Stdin
 		if pos[0] != "-" {
@@ -154,19 +175,17 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		}
 		return c.PutFile(ctx, id, p, src)
 	}
-	fmt.Fprintln(stdio.Stderr, usage)
-	return &cli.ExitError{Code: 2}
+	return bad("unknown subcommand")
 }
 
 // poolCmd is `airlock pool ls`.
 func poolCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] != "ls" {
-		fmt.Fprintln(stdio.Stderr, "usage: airlock pool ls [--json] [--socket PATH]")
-		return &cli.ExitError{Code: 2}
+		return cli.UsageError(stdio.Stderr, "airlock pool", "the one subcommand is ls: airlock pool ls [--json] [--socket PATH]")
 	}
 	fs, sock, asJSON := daemonFlags("airlock pool ls", stdio)
-	if err := fs.Parse(args[1:]); err != nil {
-		return &cli.ExitError{Code: 2}
+	if done, err := cli.ParseNoArgs(fs, args[1:], stdio); done {
+		return err
 	}
 	ps, err := client.New(*sock).Pools(ctx)
 	if err != nil {
