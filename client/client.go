@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,8 @@ import (
 type Client struct {
 	http *http.Client
 	base string
+	// where names the daemon in errors: its socket or TCP address.
+	where string
 }
 
 // New returns a client of the daemon listening on the unix socket path.
@@ -35,13 +38,19 @@ func New(socket string) *Client {
 		},
 		MaxIdleConnsPerHost: 8,
 	}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://airlock"}
+	return &Client{http: &http.Client{Transport: tr, CheckRedirect: noRedirects}, base: "http://airlock", where: socket}
 }
+
+// noRedirects makes a redirect the answer: the API never redirects a
+// request it has served, and a request with a body (a file PUT) cannot
+// be sent again anyway, so a redirect is reported as an error, not
+// followed or taken for success.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // NewTCP returns a client of a daemon's TCP listener at addr
 // ("host:port"), sending token as its bearer token.
 func NewTCP(addr, token string) *Client {
-	return &Client{http: &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}}, base: "http://" + addr}
+	return &Client{http: &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}, CheckRedirect: noRedirects}, base: "http://" + addr, where: addr}
 }
 
 // bearer adds the token to every request.
@@ -89,15 +98,30 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode >= 400 {
+	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		return nil, apiError(resp)
 	}
 	return resp, nil
+}
+
+// ErrNoDaemon is the error of a request no daemon answered: nothing
+// listens on the socket or address.
+var ErrNoDaemon = errors.New("no airlock daemon answers")
+
+// roundTrip sends req; a daemon that is not there is said in a sentence
+// (matching ErrNoDaemon), not as a raw dial error.
+func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	var op *net.OpError
+	if err != nil && errors.As(err, &op) && op.Op == "dial" {
+		return nil, fmt.Errorf("%w on %s (is `airlock serve` running? %v)", ErrNoDaemon, c.where, op.Err)
+	}
+	return resp, err
 }
 
 func (c *Client) getJSON(ctx context.Context, path string, v any) error {
@@ -188,6 +212,9 @@ type AuditQuery struct {
 	// After exists.
 	Wait time.Duration
 }
+
+// Values are q as GET /v1/audit's query parameters.
+func (q AuditQuery) Values() url.Values { return q.values() }
 
 func (q AuditQuery) values() url.Values {
 	v := url.Values{}
@@ -296,12 +323,12 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 
 // send does a request whose answer has no body of interest.
 func (c *Client) send(req *http.Request) error {
-	resp, err := c.http.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
+	if resp.StatusCode >= 300 {
 		return apiError(resp)
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,24 @@ const (
 	// one sandbox; the rest are not in the log.
 	KindCapped = "audit.capped"
 )
+
+// Kinds are every kind of event, in the order above.
+var Kinds = []string{
+	KindDaemonStarted, KindDaemonStopped, KindSandboxCreated, KindSandboxClaimed, KindSandboxDestroyed,
+	KindSandboxSwept, KindRunStarted, KindRunFinished, KindLimit, KindEgress, KindDNS, KindBroker,
+	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindCapped,
+}
+
+// KnownKind reports whether a kind filter can match anything: a kind, or
+// the part of one before a dot ("sandbox").
+func KnownKind(k string) bool {
+	for _, kind := range Kinds {
+		if k == kind || strings.HasPrefix(kind, k+".") {
+			return true
+		}
+	}
+	return false
+}
 
 // Decisions, for the kinds that decide.
 const (
@@ -553,6 +572,29 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	return l.closeDBs()
 }
+
+// Reader reads a log file that another process (the daemon) may be
+// writing: it never writes, creates or prunes anything.
+type Reader struct{ l *Log }
+
+// OpenReader opens the log at path for reading; the file must exist.
+func OpenReader(path string) (*Reader, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	db, err := sql.Open("sqlite", dsn(path, SyncNormal, true))
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	return &Reader{l: &Log{r: db}}, nil
+}
+
+// Query is Log.Query.
+func (r *Reader) Query(ctx context.Context, q Query) ([]Event, error) { return r.l.Query(ctx, q) }
+
+// Close closes the file.
+func (r *Reader) Close() error { return r.l.r.Close() }
 
 func (l *Log) closeDBs() error {
 	var errs []error

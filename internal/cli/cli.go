@@ -141,7 +141,7 @@ func (e *Extra) command(name string) (Command, bool) {
 func lazyBind(f *RunFlags, stdio IO) Bind {
 	return func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
 		b := runner.NewBinding(sb, nil, nil)
-		gw, err := lazygw.Start(sb.NetNS(), findDaemonProgram, lazygw.Config{SandboxID: sb.ID(), Allow: f.AllowArgs}, b.Egress, stdio.Stderr)
+		gw, err := lazygw.Start(sb.NetNS(), findDaemonProgram, lazygw.Config{SandboxID: sb.ID(), Allow: f.AllowArgs, AllowPrivate: f.AllowPrivateArgs}, b.Egress, stdio.Stderr)
 		if err != nil {
 			return nil, err
 		}

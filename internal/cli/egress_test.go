@@ -214,6 +214,8 @@ func TestEgressConfigErrors(t *testing.T) {
 		{"metadata name flag", []string{"--allow", "metadata.google.internal"}, "metadata"},
 		{"wildcard tld", []string{"--allow", "*.com"}, "-allow"},
 		{"bad port", []string{"--allow", "example.com:99999"}, "-allow"},
+		{"loopback without --allow-private", []string{"--allow", "127.0.0.1:8080"}, "set private: true to allow it (--allow-private on the command line)"},
+		{"metadata with --allow-private", []string{"--allow-private", "169.254.169.254:80"}, "-allow-private"},
 		{"metadata in config", []string{"--config", bad, "--tool", "web"}, bad + ":4:"},
 		{"unknown key", []string{"--config", unknown, "--tool", "web"}, `:4:7: tools.web.limits.memery: unknown field "memery"`},
 		{"unknown tool", []string{"--config", good, "--tool", "nope"}, "other, web"},
@@ -226,6 +228,23 @@ func TestEgressConfigErrors(t *testing.T) {
 				t.Fatalf("got exit %d, stderr %q; want %d mentioning %q", o.code, o.stderr, ExitFailure, tt.want)
 			}
 		})
+	}
+}
+
+// TestAllowPrivate: --allow-private lets a plain run reach a destination
+// in a private range, as private: true does in the config; --allow alone
+// does not.
+func TestAllowPrivate(t *testing.T) {
+	isolatednet.Require(t)
+	u := newUpstreams(t)
+	url := fmt.Sprintf("http://127.0.0.1:%d/", u.hport)
+	o := airlock(t, "", "--allow-private", fmt.Sprintf("127.0.0.1:%d", u.hport), "--", "curl", "-sS", "--noproxy", "", url)
+	if o.code != 0 || !strings.HasPrefix(o.stdout, "hello ") {
+		t.Fatalf("--allow-private: exit %d %q %q", o.code, o.stdout, o.stderr)
+	}
+	o = airlock(t, "", "--allow-private", fmt.Sprintf("127.0.0.1:%d", u.hport+1), "--", "curl", "-sS", "--noproxy", "", url)
+	if strings.Contains(o.stdout, "hello") || !strings.Contains(o.stdout, "denied: port") {
+		t.Fatalf("another port: exit %d %q", o.code, o.stdout)
 	}
 }
 

@@ -175,12 +175,14 @@ func (f envFlag) Set(s string) error {
 type allowFlag struct {
 	v   *[]policy.Destination
 	raw *[]string
+	// private: the destination may be in a private range (--allow-private).
+	private bool
 }
 
 func (f allowFlag) String() string { return "" }
 
 func (f allowFlag) Set(s string) error {
-	d, err := policy.ParseDestination(s)
+	d, err := policy.Compile(policy.Spec{Host: s, Private: f.private})
 	if err != nil {
 		return err
 	}

@@ -40,10 +40,11 @@ type RunFlags struct {
 	// Image is the root file system ("" or "host": the host's) and
 	// ImageStore the store it is found in.
 	Image, ImageStore string
-	// Allow are the destinations --allow named, and AllowArgs the same
-	// as they were given.
-	Allow     []policy.Destination
-	AllowArgs []string
+	// Allow are the destinations --allow and --allow-private named, and
+	// AllowArgs and AllowPrivateArgs the same as they were given.
+	Allow            []policy.Destination
+	AllowArgs        []string
+	AllowPrivateArgs []string
 	// Set holds the name of every flag given.
 	Set map[string]bool
 }
@@ -80,7 +81,8 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 	fs.StringVar(&f.Tool, "tool", "", "use the named tool's settings from the config file; flags override them")
 	fs.StringVar(&f.Image, "image", "", "root file system: host (the default) or an imported image's name or digest")
 	fs.StringVar(&f.ImageStore, "image-store", DefaultImageStore, "image store directory (default: the config's images.store, else this)")
-	fs.Var(allowFlag{&f.Allow, &f.AllowArgs}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
+	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowArgs}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
+	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowPrivateArgs, private: true}, "allow-private", "as --allow, for a destination in a private range (10/8, 192.168/16, loopback, ...; never metadata or link-local), as private: true in the config")
 	fs.StringVar(&f.Opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&f.Opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
 	fs.Usage = func() {

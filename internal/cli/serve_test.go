@@ -25,7 +25,8 @@ func TestServeBinary(t *testing.T) {
 	requireRoot(t)
 	cfg := writeConfig(t, "tools:\n  sh:\n    pool: {warm: 1}\n")
 	sock := filepath.Join(t.TempDir(), "airlock.sock")
-	cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", filepath.Join(t.TempDir(), "audit.db"),
+	auditDB := filepath.Join(t.TempDir(), "audit.db")
+	cmd := exec.Command(airlockBin(t), "serve", "--config", cfg, "--socket", sock, "--audit", auditDB,
 		"--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var logs bytes.Buffer
@@ -84,6 +85,14 @@ func TestServeBinary(t *testing.T) {
 	}
 	if _, code := ac("file body", "session", "cp", "--socket", sock, "-", id+":f.txt"); code != 0 {
 		t.Fatalf("cp in: %d", code)
+	}
+	// A directory is refused plainly; a path with ".." is refused by the
+	// daemon, not taken for a success.
+	if o := execAirlock(t, nil, "", "session", "cp", "--socket", sock, t.TempDir(), id+":d"); o.code != ExitFailure || !strings.Contains(o.stderr, "is a directory: session cp copies one file") {
+		t.Fatalf("cp of a directory: exit %d %q", o.code, o.stderr)
+	}
+	if o := execAirlock(t, nil, "x", "session", "cp", "--socket", sock, "-", id+":sub/../g.txt"); o.code == 0 || !strings.Contains(o.stderr, "segments") {
+		t.Fatalf("cp to sub/../g.txt: exit %d %q", o.code, o.stderr)
 	}
 	if out, code := ac("", "session", "exec", "--socket", sock, id, "--", "cat", "f.txt"); out != "file body" || code != 0 {
 		t.Fatalf("exec: %q %d", out, code)
@@ -158,6 +167,16 @@ func TestServeBinary(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+	// With the daemon gone, audit says so, and --db reads the file.
+	if o := execAirlock(t, nil, "", "audit", "--socket", sock); o.code != ExitFailure || !strings.Contains(o.stderr, "no airlock daemon answers on "+sock) || !strings.Contains(o.stderr, "--db FILE") {
+		t.Errorf("audit without a daemon: exit %d %q", o.code, o.stderr)
+	}
+	if o := execAirlock(t, nil, "", "audit", "--db", auditDB, "--kind", "run.finished", "--json"); o.code != 0 || strings.Count(o.stdout, "\n") != 6 || !strings.Contains(o.stdout, `"exit_code":7`) {
+		t.Errorf("audit --db: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := execAirlock(t, nil, "", "audit", "--db", auditDB, "--kind", "nope"); o.code != ExitFailure || !strings.Contains(o.stderr, `no events are of kind "nope"`) {
+		t.Errorf("audit --db --kind nope: exit %d %q", o.code, o.stderr)
 	}
 	// The log says where it listened, what it serves and that it stopped.
 	for _, want := range []string{"msg=listening socket=" + sock, "msg=serving", "config=" + cfg, "tools=1", "msg=\"shutting down\"", "msg=stopped"} {

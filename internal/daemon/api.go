@@ -38,7 +38,29 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
-	return d.counted(recoverer(mux))
+	return d.counted(recoverer(cleanPaths(mux)))
+}
+
+// cleanPaths refuses a path with ".", ".." or empty segments. ServeMux
+// would answer it with a redirect to the cleaned path, which a client
+// sending a body (a file PUT) does not follow and may take for success:
+// `session cp a.txt ID:sub/../b.txt` exited 0 having written nothing.
+func cleanPaths(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p != "/" && p != "" && path.Clean(p) != p {
+			writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "the path %q has \".\", \"..\" or empty segments; name the file by its plain path in the workspace", shortenPath(p)))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// shortenPath bounds a path quoted in an answer.
+func shortenPath(p string) string {
+	if len(p) > 256 {
+		return p[:256] + "..."
+	}
+	return p
 }
 
 // counted counts API requests.

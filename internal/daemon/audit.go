@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -362,6 +363,25 @@ var auditParams = []string{"after", "since", "until", "kind", "tool", "sandbox",
 // maxWait bounds a long poll of GET /v1/audit.
 const maxWait = time.Minute
 
+// ReadAuditFile answers an audit query (GET /v1/audit's parameters) from
+// the log file at path, as the daemon would, without one: for reading
+// the log while no daemon runs. A wait is not taken.
+func ReadAuditFile(ctx context.Context, path string, params url.Values) ([]api.AuditEvent, error) {
+	q, wait, err := parseAuditQuery(params, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if wait > 0 {
+		return nil, errors.New("waiting for new events needs the daemon")
+	}
+	r, err := audit.OpenReader(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Query(ctx, q)
+}
+
 // getAudit answers GET /v1/audit: the events the query selects, oldest
 // first, with the cursor for the next page. With wait, it holds the
 // request until an event newer than after exists (following the log).
@@ -476,6 +496,9 @@ func parseAuditQuery(v map[string][]string, now time.Time) (audit.Query, time.Du
 			}
 		case "kind":
 			q.Kind = s
+			if !audit.KnownKind(s) {
+				err = fmt.Errorf(`no events are of kind %q (kinds: %s, or the part before a dot)`, shorten(s), strings.Join(audit.Kinds, ", "))
+			}
 		case "tool":
 			q.Tool = s
 		case "sandbox":

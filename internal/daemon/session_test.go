@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"errors"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -189,5 +191,48 @@ func TestSessionCap(t *testing.T) {
 	}
 	if _, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "cold"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUncleanPathsRefused: a path with "." or ".." segments is refused
+// as such. ServeMux answered it with a redirect to the cleaned path, which
+// a file PUT (a body that cannot be sent twice) did not follow, and the
+// client took the redirect for success: `session cp a.txt ID:sub/../b.txt`
+// exited 0 having written nothing. An unknown audit kind is refused too,
+// rather than answered with no events.
+func TestUncleanPathsRefused(t *testing.T) {
+	_, c, _ := start(t)
+	ctx := t.Context()
+	s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSession(ctx, s.ID)
+	for _, p := range []string{"sub/../b.txt", "./b.txt", "sub//b.txt"} {
+		err := c.PutFile(ctx, s.ID, p, strings.NewReader("x"))
+		var ae *client.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "segments") {
+			t.Errorf("PUT %s: %v, want 400 naming the segments", p, err)
+		}
+		if _, err := c.GetFile(ctx, s.ID, p); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+			t.Errorf("GET %s: %v, want 400", p, err)
+		}
+	}
+	if err := c.PutFile(ctx, s.ID, "b.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Audit(ctx, client.AuditQuery{Kind: "nope"})
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, `no events are of kind "nope"`) {
+		t.Errorf("kind nope: %v", err)
+	}
+	for _, k := range []string{"sandbox", "run.finished", "limit", "mcp.call"} {
+		if _, err := c.Audit(ctx, client.AuditQuery{Kind: k}); err != nil {
+			t.Errorf("kind %s: %v", k, err)
+		}
+	}
+	// No daemon: a sentence, matching client.ErrNoDaemon.
+	if _, err := client.New(filepath.Join(t.TempDir(), "none.sock")).Pools(ctx); !errors.Is(err, client.ErrNoDaemon) || !strings.Contains(err.Error(), "is `airlock serve` running?") {
+		t.Errorf("no daemon: %v", err)
 	}
 }

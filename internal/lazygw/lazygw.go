@@ -46,6 +46,9 @@ type Config struct {
 	// Allow are the destinations the sandbox may reach, as airlock run's
 	// --allow takes them.
 	Allow []string `json:"allow,omitempty"`
+	// AllowPrivate are those of --allow-private: they may be in private
+	// ranges.
+	AllowPrivate []string `json:"allow_private,omitempty"`
 	// Connections, Bytes and DNSRate bound the sandbox's network; zero
 	// takes the gateway's default.
 	Connections int   `json:"connections,omitempty"`

@@ -3,6 +3,7 @@ package daemoncmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
 )
 
 // followWait is how long each poll of --follow waits for new events.
@@ -30,6 +33,7 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs.StringVar(&q.Kind, "kind", "", "events of this kind and the kinds below it (sandbox, run.finished, egress, dns, broker, api.request, ...)")
 	fs.StringVar(&q.Decision, "decision", "", "events with this decision (allow, deny) or run outcome (exited, limit, ...)")
 	limit := fs.Int("limit", 100, "print at most this many events: the newest, or the oldest from --since (1-1000)")
+	db := fs.String("db", "", "read this audit log file directly, without the daemon (e.g. "+config.DefaultAuditPath+")")
 	follow := fs.Bool("follow", false, "after the events so far, print new ones as they are recorded, until interrupted")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock audit [flags]\n\nPrints the daemon's audit log, oldest first: one line per event, or one JSON\nobject per line with --json.\n\nFlags:")
@@ -52,7 +56,20 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		}
 		return nil
 	}
+	if *db != "" {
+		if *follow {
+			return cli.UsageError(stdio.Stderr, "airlock audit", "--follow needs the daemon; --db reads the file as it is")
+		}
+		evs, err := daemon.ReadAuditFile(ctx, *db, q.Values())
+		if err != nil {
+			return err
+		}
+		return print(evs)
+	}
 	page, err := c.Audit(ctx, q)
+	if errors.Is(err, client.ErrNoDaemon) {
+		return fmt.Errorf("%w; --db FILE reads the audit log file directly (%s by default)", err, config.DefaultAuditPath)
+	}
 	if err != nil {
 		return err
 	}

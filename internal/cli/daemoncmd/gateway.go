@@ -50,8 +50,8 @@ func gatewayCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return fmt.Errorf("the gateway's config: %w", err)
 	}
 	var dests []policy.Destination
-	for _, a := range cfg.Allow {
-		d, err := policy.ParseDestination(a)
+	for i, a := range append(cfg.Allow, cfg.AllowPrivate...) {
+		d, err := policy.Compile(policy.Spec{Host: a, Private: i >= len(cfg.Allow)})
 		if err != nil {
 			return fmt.Errorf("the gateway's config: %w", err)
 		}

@@ -17,7 +17,7 @@ import (
 // shapingFlags change how the sandbox is built or what it may reach. A
 // warm sandbox of the daemon was built from the tool's settings, so a run
 // that gives any of them runs here instead.
-var shapingFlags = []string{"image", "image-store", "memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "config", "state-dir", "cgroup-parent", "sample-interval"}
+var shapingFlags = []string{"image", "image-store", "memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "allow-private", "config", "state-dir", "cgroup-parent", "sample-interval"}
 
 // fullRun is a run with what airlock hands over: a tool, a config file,
 // an image; through the daemon when it can.

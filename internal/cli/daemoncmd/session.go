@@ -171,6 +171,13 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 				return err
 			}
 			defer f.Close()
+			if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+				what := "not a regular file"
+				if fi.IsDir() {
+					what = "a directory"
+				}
+				return fmt.Errorf("%s is %s: session cp copies one file (for a tree: tar -C %s -c . | airlock session cp - %s:tree.tar, then tar -xf tree.tar in the session)", pos[0], what, pos[0], id)
+			}
 			src = f
 		}
 		return c.PutFile(ctx, id, p, src)

@@ -377,7 +377,7 @@ func rangeProblem(check func(private bool) ipclass.Decision, private bool) strin
 		return ""
 	}
 	if !private && check(true).Allow {
-		return d.Reason + "; set private: true to allow it"
+		return d.Reason + "; set private: true to allow it (--allow-private on the command line)"
 	}
 	return d.Reason
 }
