@@ -417,5 +417,9 @@ func (p *parser) syntaxError(err error) *Error {
 		}
 	}
 	e.Msg = "invalid YAML: " + msg
+	// An unquoted wildcard is read as a YAML alias ("*" starts one).
+	if strings.Contains(msg, "did not find expected alphabetic or numeric character") || strings.Contains(msg, "unknown anchor") {
+		e.Msg += `; a value that starts with "*" (a wildcard such as *.example.com) must be quoted: "*.example.com"`
+	}
 	return e
 }

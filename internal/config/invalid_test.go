@@ -54,6 +54,7 @@ func TestParseInvalid(t *testing.T) {
 		// YAML features that are refused.
 		{"alias", tool("    env: &e {A: b}", "  u:", "    env: *e"), 3, 10, "tools.t.env", "YAML anchors (&e) are not supported"},
 		{"alias only", "tools:\n  t:\n    description: *x\n", 0, 0, "", "invalid YAML: unknown anchor 'x' referenced"},
+		{"unquoted wildcard", "tools:\n  t:\n    egress:\n      - *.example.com\n", 4, 0, "", `must be quoted: "*.example.com"`},
 		{"merge key", tool("    <<: {}"), 3, 5, "tools.t", "YAML merge keys (<<) are not supported"},
 		{"custom tag", tool("    description: !secret x"), 3, 18, "tools.t.description", `unsupported YAML tag "!secret"`},
 		{"binary tag", tool("    description: !!binary aGk="), 3, 18, "tools.t.description", `unsupported YAML tag "!!binary"`},
