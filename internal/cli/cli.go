@@ -72,7 +72,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config"}
+var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config", "doctor"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -220,6 +220,7 @@ Usage:
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)
   airlock config check [--config PATH]     check the config and show what it resolves to
+  airlock doctor                           check what airlock needs of this host, then make a sandbox
   airlock version                          print the version, commit, Go and kernel
 
 Run "airlock COMMAND -h" for a command's flags.

@@ -54,3 +54,26 @@ func TestConfigCheck(t *testing.T) {
 		t.Errorf("a missing file: exit %d\n%s", code, out)
 	}
 }
+
+// TestDoctor: on this host every check passes and a real sandbox runs;
+// a config the daemon would refuse fails its line and the exit status.
+func TestDoctor(t *testing.T) {
+	requireRoot(t)
+	args := []string{"doctor", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup}
+	o := execAirlock(t, nil, "", append(args, "--config", writeConfig(t, "tools:\n  sh: {}\n"))...)
+	if o.code != 0 {
+		t.Fatalf("doctor: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	for _, want := range []string{"ok    root ", "ok    user ns ", "ok    cgroups ", "ok    seccomp ", "ok    id range ", "ok    sandbox        created, ran /bin/true, destroyed"} {
+		if !strings.Contains(o.stdout, want) {
+			t.Errorf("doctor: no %q in\n%s", want, o.stdout)
+		}
+	}
+	o = execAirlock(t, nil, "", append(args, "--no-sandbox", "--config", writeConfig(t, "tools:\n  a: {limits: {memroy: 1GiB}}\n"))...)
+	if o.code != 1 || !strings.Contains(o.stdout, "FAIL  config") || !strings.Contains(o.stdout, `unknown field "memroy"`) || strings.Contains(o.stdout, "sandbox ") {
+		t.Errorf("doctor with a bad config: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if n := cliCgroups(t); n != 0 {
+		t.Errorf("%d sandbox cgroups left after doctor", n)
+	}
+}
