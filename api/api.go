@@ -175,3 +175,40 @@ type AuditPage struct {
 	// Next is the cursor to pass as "after" for the following page.
 	Next int64 `json:"next"`
 }
+
+// Activity is the body of GET /v1/ps: what runs now, as the caller may
+// see it (all of it on the local socket, a token's own on TCP).
+type Activity struct {
+	// Runs are runs and MCP servers' processes in flight, oldest first.
+	Runs []LiveRun `json:"runs"`
+	// Sessions are the active sessions.
+	Sessions []Session `json:"sessions"`
+}
+
+// LiveRun is one run or MCP server in flight, with its use so far and
+// its ceilings. DELETE /v1/runs/{id} ends it.
+type LiveRun struct {
+	ID string `json:"id"`
+	// Kind is "run" (a run, an MCP tool call) or "server" (an MCP
+	// server's process of a gateway session).
+	Kind      string `json:"kind"`
+	Tool      string `json:"tool"`
+	Client    string `json:"client"`
+	SandboxID string `json:"sandbox_id"`
+	Started   string `json:"started"`
+	AgeMillis int64  `json:"age_ms"`
+	// What the sandbox uses now.
+	MemoryBytes int64      `json:"memory_bytes"`
+	Pids        int64      `json:"pids"`
+	CPUMillis   int64      `json:"cpu_ms"`
+	DiskBytes   int64      `json:"disk_bytes"`
+	Limits      LiveLimits `json:"limits"`
+}
+
+// LiveLimits are a live run's main ceilings.
+type LiveLimits struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	Pids        int64 `json:"pids"`
+	DiskBytes   int64 `json:"disk_bytes"`
+	TimeMillis  int64 `json:"time_ms"`
+}

@@ -194,6 +194,26 @@ func (c *Client) Pools(ctx context.Context) ([]api.PoolStats, error) {
 	return p, c.getJSON(ctx, "/v1/pools", &p)
 }
 
+// PS lists what runs now: runs and MCP servers in flight, and active
+// sessions, as the caller may see them.
+func (c *Client) PS(ctx context.Context) (*api.Activity, error) {
+	var a api.Activity
+	if err := c.getJSON(ctx, "/v1/ps", &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// KillRun ends a run or MCP server in flight (an id from PS) and
+// destroys its sandbox; the kill is in the audit log.
+func (c *Client) KillRun(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/runs/"+url.PathEscape(id), nil)
+	if err != nil {
+		return err
+	}
+	return c.send(req)
+}
+
 // AuditQuery selects audit events; empty fields do not filter.
 type AuditQuery struct {
 	// After returns only events with a larger id (the paging cursor).

@@ -52,6 +52,9 @@ const (
 	KindFile             = "session.file"
 	KindAPI              = "api.request"
 	KindMCPCall          = "mcp.call"
+	// KindKilled: a run or MCP server ended by airlock kill (DELETE
+	// /v1/runs/{id}); its client is who asked.
+	KindKilled = "run.killed"
 	// KindCapped: a sandbox made more decisions than are recorded for
 	// one sandbox; the rest are not in the log.
 	KindCapped = "audit.capped"
@@ -61,7 +64,7 @@ const (
 var Kinds = []string{
 	KindDaemonStarted, KindDaemonStopped, KindSandboxCreated, KindSandboxClaimed, KindSandboxDestroyed,
 	KindSandboxSwept, KindRunStarted, KindRunFinished, KindLimit, KindEgress, KindDNS, KindBroker,
-	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindCapped,
+	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindKilled, KindCapped,
 }
 
 // KnownKind reports whether a kind filter can match anything: a kind, or

@@ -72,7 +72,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config", "doctor"}
+var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -216,6 +216,8 @@ Usage:
   airlock serve [flags]                    serve the API on a unix socket, with warm pools
   airlock session create|ls|exec|cp|show|rm  work in a session of the daemon
   airlock pool ls                          show the daemon's pools
+  airlock ps                               list the daemon's runs, MCP servers and sessions in flight
+  airlock kill ID...                       end a run, MCP server or session; recorded in the audit log
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)

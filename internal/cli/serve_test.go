@@ -106,6 +106,12 @@ func TestServeBinary(t *testing.T) {
 	if out, code := ac("", "pool", "ls", "--socket", sock); code != 0 || !strings.Contains(out, "sh ") {
 		t.Fatalf("pool ls: %q %d", out, code)
 	}
+	if out, code := ac("", "ps", "--socket", sock); code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, id+"  session  sh") {
+		t.Fatalf("ps: %q %d", out, code)
+	}
+	if o := execAirlock(t, nil, "", "kill", "--socket", sock, "r_0000"); o.code != ExitFailure || !strings.Contains(o.stderr, `no run "r_0000" in flight`) {
+		t.Fatalf("kill of no run: exit %d %q", o.code, o.stderr)
+	}
 	// airlock audit: the runs above, as JSON lines and as text.
 	o := execAirlock(t, nil, "", "audit", "--socket", sock, "--kind", "run.finished", "--json")
 	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")

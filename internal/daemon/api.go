@@ -28,6 +28,8 @@ const maxBody = 1 << 20
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/runs", only(http.MethodPost, d.postRun))
+	mux.HandleFunc("/v1/runs/{id}", only(http.MethodDelete, d.deleteRun))
+	mux.HandleFunc("/v1/ps", only(http.MethodGet, d.getPS))
 	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
 	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
@@ -343,7 +345,14 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if j.started != nil {
 		j.started()
 	}
-	res, closeNet := b.RunCloseLater(ctx, x, nil)
+	kctx, kill, stop := killable(ctx)
+	drop := d.live.add(&liveRun{id: scope.run, kind: "run", tool: j.tool.Name, client: j.client, owner: j.caller.name, sb: sb, started: time.Now(), kill: kill})
+	res, closeNet := b.RunCloseLater(kctx, x, nil)
+	drop()
+	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
+		res.Outcome, res.Error = result.Error, "the run was ended by airlock kill"
+	}
+	stop()
 	outcome := d.queueFinish(ctx, *scope, res, j.extra(res)...)
 	return res, func() {
 		if err := closeNet(context.WithoutCancel(ctx)); err != nil {

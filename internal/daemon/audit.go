@@ -407,6 +407,11 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 	_ = d.audit.Append(ctx)
 	deadline := time.Now().Add(wait)
 	for {
+		// The newest commit is read before the query, which sees it and
+		// everything before it: an event committed during the query is
+		// then still past it. (Read after, it was skipped: a follower
+		// waited for a commit past an event it had never been sent.)
+		seen := d.audit.Last()
 		evs, err := d.audit.Query(ctx, q)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -421,14 +426,14 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 			if len(evs) > 0 {
 				next = evs[len(evs)-1].ID
 			} else if q.Tail {
-				next = d.audit.Last()
+				next = seen
 			}
 			writeJSON(w, http.StatusOK, api.AuditPage{Events: evs, Next: next})
 			return
 		}
 		// Nothing yet: wait for any commit past the newest event seen,
 		// then ask again (the new event may not match the filters).
-		after := max(q.After, d.audit.Last())
+		after := max(q.After, seen)
 		wctx, cancel := context.WithTimeout(ctx, left)
 		stop := context.AfterFunc(d.quit, cancel)
 		err = d.audit.Wait(wctx, after)

@@ -76,6 +76,7 @@ type Daemon struct {
 	// spec, its image's command and digest, its policy. Written before
 	// anything starts, only read after.
 	plans  map[string]attach.Plan
+	live   liveRuns
 	ln     net.Listener
 	srv    *http.Server
 	tcp    net.Listener // nil unless the config has server.tcp

@@ -105,7 +105,9 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, cli
 	outR, outW := io.Pipe()
 	i := &instance{name: t.Name, sb: sb, bind: bind, stdin: inW, tail: &tailWriter{max: 2048}, done: make(chan struct{})}
 	d.instances.add(i)
+	dropLive := d.live.add(&liveRun{id: scope.run, kind: "server", tool: t.Name, client: client, owner: c.name, sb: sb, started: time.Now(), kill: func(string) { i.stop() }})
 	go func() {
+		defer dropLive()
 		// The server lives past the request that started it: until its
 		// session ends, its ceilings hit, or the daemon stops.
 		res := bind.Exec(context.Background(), sandbox.ExecRequest{

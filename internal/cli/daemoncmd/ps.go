@@ -1,0 +1,81 @@
+package daemoncmd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/units"
+)
+
+// psCmd is `airlock ps`: what the daemon runs now.
+func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
+	fs, sock, asJSON := daemonFlags("airlock ps", stdio)
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock ps [flags]\n\nLists the daemon's runs and MCP servers in flight and its active sessions:\ntool, caller, age, use so far and ceilings. airlock kill ID ends one.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
+		return err
+	}
+	a, err := client.New(*sock).PS(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdio.Stdout, a)
+	}
+	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tTOOL\tCLIENT\tAGE\tMEMORY\tPIDS\tCPU\tSANDBOX")
+	for _, r := range a.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s\n", r.ID, r.Kind, r.Tool, r.Client,
+			age(r.AgeMillis), units.FormatSize(r.MemoryBytes), units.FormatSize(r.Limits.MemoryBytes), r.Pids, r.Limits.Pids,
+			(time.Duration(r.CPUMillis) * time.Millisecond).String(), r.SandboxID)
+	}
+	for _, s := range a.Sessions {
+		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s\n", s.ID, s.Tool, s.Created, s.Running, s.SandboxID)
+	}
+	return tw.Flush()
+}
+
+func age(ms int64) string {
+	return (time.Duration(ms) * time.Millisecond).Round(time.Second / 10).String()
+}
+
+// killCmd is `airlock kill ID`: it ends a run, an MCP server or a
+// session and destroys its sandbox.
+func killCmd(ctx context.Context, args []string, stdio cli.IO) error {
+	fs, sock, _ := daemonFlags("airlock kill", stdio)
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock kill [flags] ID...\n\nEnds runs, MCP servers (r_...) or sessions (s_...) that airlock ps lists, and\ndestroys their sandboxes. Each kill is in the audit log with who asked.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if done, err := cli.ParseFlags(fs, args, stdio.Stderr); done {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return cli.UsageError(stdio.Stderr, "airlock kill", "name at least one ID (see airlock ps)")
+	}
+	c := client.New(*sock)
+	var failed bool
+	for _, id := range fs.Args() {
+		var err error
+		if strings.HasPrefix(id, "s_") {
+			err = c.DeleteSession(ctx, id)
+		} else {
+			err = c.KillRun(ctx, id)
+		}
+		if err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock kill: %s: %v\n", id, err)
+			failed = true
+		}
+	}
+	if failed {
+		return &cli.ExitError{Code: cli.ExitFailure}
+	}
+	return nil
+}
