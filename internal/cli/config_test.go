@@ -77,3 +77,33 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("%d sandbox cgroups left after doctor", n)
 	}
 }
+
+// TestOneShotRunAudited: with an audit section in the config, a run made
+// here (no daemon) is recorded there as the daemon records its runs; a
+// log that cannot be written stops the run before it starts.
+func TestOneShotRunAudited(t *testing.T) {
+	requireRoot(t)
+	db := filepath.Join(t.TempDir(), "audit.db")
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	cfg := writeConfig(t, "audit: {path: "+db+"}\ntools:\n  sh: {limits: {time: 1s}}\n")
+	if o := airlock(t, "", "--config", cfg, "--tool", "sh", "--socket", sock, "--", "sh", "-c", "exit 3"); o.code != 3 {
+		t.Fatalf("run: exit %d %q", o.code, o.stderr)
+	}
+	if o := airlock(t, "", "--config", cfg, "--tool", "sh", "--socket", sock, "--", "sleep", "5"); o.code != ExitLimit {
+		t.Fatalf("breach: exit %d %q", o.code, o.stderr)
+	}
+	o := execAirlock(t, nil, "", "audit", "--db", db, "--kind", "run", "--json")
+	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
+	if o.code != 0 || len(lines) != 4 || !strings.Contains(lines[1], `"decision":"exited"`) || !strings.Contains(lines[1], `"exit_code":3`) ||
+		!strings.Contains(lines[3], `"decision":"limit"`) || !strings.Contains(lines[0], `"client":"cli:uid=0,pid=`) || !strings.Contains(lines[0], `"one_shot":true`) {
+		t.Fatalf("audit: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := execAirlock(t, nil, "", "audit", "--db", db, "--kind", "limit.breach"); strings.Count(o.stdout, "\n") != 1 {
+		t.Fatalf("limit.breach: %q", o.stdout)
+	}
+	// A log in a directory that is a file: the run does not start.
+	bad := writeConfig(t, "audit: {path: "+cfg+"/audit.db}\ntools:\n  sh: {}\n")
+	if o := airlock(t, "", "--config", bad, "--tool", "sh", "--socket", sock, "--", "sh", "-c", "echo ran"); o.code != ExitFailure || strings.Contains(o.stdout, "ran") || !strings.Contains(o.stderr, "audit log cannot be written") {
+		t.Fatalf("unwritable log: exit %d %q %q", o.code, o.stdout, o.stderr)
+	}
+}

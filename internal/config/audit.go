@@ -26,6 +26,9 @@ type Audit struct {
 	// daemon) or "full" (it survives a crash of the host too, at one
 	// fsync per group commit).
 	Sync string
+	// Set is true when the file has an audit section: then a one-shot
+	// airlock run that reads the file records itself there too.
+	Set bool
 }
 
 func defaultAudit() Audit {
@@ -38,6 +41,7 @@ func (p *parser) audit(n *yaml.Node, c *Config) error {
 	if err != nil {
 		return err
 	}
+	c.Audit.Set = true
 	for _, f := range fs {
 		sub := join(at, f.name)
 		switch f.name {

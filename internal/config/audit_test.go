@@ -14,9 +14,9 @@ func TestAudit(t *testing.T) {
 		err  string // a substring of the error, "" for none
 	}{
 		{"defaults", "tools: {}", Audit{Path: DefaultAuditPath, Retention: 30 * 24 * time.Hour, Sync: "normal"}, ""},
-		{"all set", "audit: {path: /srv/a.db, retention: 7d, sync: full}", Audit{Path: "/srv/a.db", Retention: 7 * 24 * time.Hour, Sync: "full"}, ""},
-		{"hours", "audit: {retention: 36h}", Audit{Path: DefaultAuditPath, Retention: 36 * time.Hour, Sync: "normal"}, ""},
-		{"forever", `audit: {retention: "0"}`, Audit{Path: DefaultAuditPath, Sync: "normal"}, ""},
+		{"all set", "audit: {path: /srv/a.db, retention: 7d, sync: full}", Audit{Path: "/srv/a.db", Retention: 7 * 24 * time.Hour, Sync: "full", Set: true}, ""},
+		{"hours", "audit: {retention: 36h}", Audit{Path: DefaultAuditPath, Retention: 36 * time.Hour, Sync: "normal", Set: true}, ""},
+		{"forever", `audit: {retention: "0"}`, Audit{Path: DefaultAuditPath, Sync: "normal", Set: true}, ""},
 		{"relative path", "audit: {path: a.db}", Audit{}, "1:15: audit.path"},
 		{"bad sync", "audit: {sync: sometimes}", Audit{}, `audit.sync: "sometimes": want "normal" or "full"`},
 		{"bad days", "audit: {retention: 3.5d}", Audit{}, "audit.retention"},

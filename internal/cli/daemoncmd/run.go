@@ -65,9 +65,17 @@ func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) 
 	if viaDaemon {
 		r = runViaDaemon(ctx, f, argv, stdio)
 	} else {
+		rec, err := recordRun(ctx, fr.cfg, f.Tool, argv, f.Workdir)
+		if err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock run: %v\n", err)
+			return &cli.ExitError{Code: cli.ExitFailure}
+		}
 		r = cli.RunOnce(ctx, f, plan.Spec, argv, stdio, func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
 			return attach.Bind(ctx, sb, plan.Policy)
 		})
+		if err := rec.finish(ctx, r); err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock run: the run's outcome could not be recorded in the audit log: %v\n", err)
+		}
 	}
 	return cli.Finish(ctx, r, f, stdio)
 }
