@@ -4,9 +4,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlockhq/airlock/internal/image/imagetest"
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
@@ -122,5 +128,42 @@ func TestImageRun(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(store, "sha256")); len(ents) != 0 {
 		t.Errorf("content left: %v", ents)
+	}
+}
+
+// TestImagePull: airlock image pull from a real registry on loopback,
+// with the credential the config names, progress on standard error; the
+// pulled image then runs; a second pull fetches nothing.
+func TestImagePull(t *testing.T) {
+	requireRoot(t)
+	host, _ := imagetest.Registry(t, "ci", "registry-pw-0123")
+	ref := host + "/tools/t:1"
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, imagetest.Tool(t, runtime.GOARCH), remote.WithAuth(&authn.Basic{Username: "ci", Password: "registry-pw-0123"})); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("/var/tmp", "airlock-cli-pull-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	store := filepath.Join(tmp, "store")
+	cfg := writeConfig(t, "secrets:\n  reg: {env: TEST_REGISTRY_PW}\nimages:\n  registries:\n    \""+host+"\": {username: ci, secret: reg}\n")
+	env := []string{"TEST_REGISTRY_PW=registry-pw-0123"}
+	if o := execAirlock(t, nil, "", "image", "pull", "--config", cfg, "--store", store, ref); o.code == 0 || !strings.Contains(o.stderr, "TEST_REGISTRY_PW") {
+		t.Fatalf("a pull whose secret is not set: exit %d %q", o.code, o.stderr)
+	}
+	o := execAirlock(t, env, "", "image", "pull", "--config", cfg, "--store", store, ref)
+	if o.code != 0 || !strings.HasPrefix(o.stdout, ref+" sha256:") || !strings.Contains(o.stdout, "fetched ") || !strings.Contains(o.stderr, "layer 2/2 sha256:") {
+		t.Fatalf("pull: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := execAirlock(t, env, "", "image", "pull", "--config", cfg, "--store", store, ref); o.code != 0 || !strings.Contains(o.stdout, "already stored; nothing fetched") {
+		t.Fatalf("second pull: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := airlock(t, "", "--image", ref, "--image-store", store, "--", "/bin/t", "cat", "/srv/data"); o.code != 0 || !strings.Contains(o.stdout, `"value":"layer two"`) {
+		t.Fatalf("run the pulled image: exit %d %q %q", o.code, o.stdout, o.stderr)
 	}
 }

@@ -9,7 +9,10 @@ import (
 	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
-var imagesKeys = []string{"max_entries", "max_size", "store"}
+var (
+	imagesKeys   = []string{"max_entries", "max_size", "registries", "store"}
+	registryKeys = []string{"secret", "username"}
+)
 
 // DefaultImageStore is the image store's directory unless the file names
 // one: the store's own default (image.DefaultDir, which this package does
@@ -25,6 +28,16 @@ type Images struct {
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
 	MaxEntries int
+	// Registries are the credentials `airlock image pull` sends, by
+	// registry host ("ghcr.io", "registry.internal:5000").
+	Registries map[string]Registry
+}
+
+// Registry is the credential of one registry: a user name and a secret
+// (docs/config.md#secrets) holding the password or token.
+type Registry struct {
+	Username string
+	Secret   string
 }
 
 func defaultImages() Images { return Images{Store: DefaultImageStore} }
@@ -46,6 +59,8 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 			var v int64
 			v, err = p.integer(f.val, sub, 1, 1<<31-1)
 			c.Images.MaxEntries = int(v)
+		case "registries":
+			c.Images.Registries, err = p.registries(f.val, sub)
 		}
 		if err != nil {
 			return err
@@ -86,4 +101,43 @@ func (p *parser) rootfs(n *yaml.Node, at string) (bool, error) {
 		return true, nil
 	}
 	return false, p.errAt(n, at, "%s: want \"read-only\" or \"writable\"", quote(s))
+}
+
+// registries parses images.registries: registry host to credential.
+func (p *parser) registries(n *yaml.Node, at string) (map[string]Registry, error) {
+	fs, err := p.fields(n, at, "a mapping of registry hosts to credentials", nil)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Registry{}
+	for _, f := range fs {
+		sub := join(at, f.name)
+		if f.name == "" || strings.ContainsAny(f.name, "/ @") || strings.ToLower(f.name) != f.name {
+			return nil, p.errAt(f.key, sub, "%s: want a registry host, like ghcr.io or registry.internal:5000", quote(f.name))
+		}
+		rs, err := p.fields(f.val, sub, "a mapping with username and secret", registryKeys)
+		if err != nil {
+			return nil, err
+		}
+		var r Registry
+		for _, g := range rs {
+			gsub := join(sub, g.name)
+			switch g.name {
+			case "username":
+				r.Username, err = p.str(g.val, gsub)
+			case "secret":
+				if r.Secret, err = p.str(g.val, gsub); err == nil {
+					p.secretRefs = append(p.secretRefs, secretRef{name: r.Secret, node: g.val, at: gsub})
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if r.Secret == "" {
+			return nil, p.errAt(f.val, sub, "a registry's credential needs a secret")
+		}
+		out[f.name] = r
+	}
+	return out, nil
 }

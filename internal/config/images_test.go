@@ -1,6 +1,8 @@
 package config
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/sbspec"
@@ -24,7 +26,7 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Images != (Images{Store: "/srv/images", MaxSize: 2 << 30, MaxEntries: 5000}) {
+	if !reflect.DeepEqual(c.Images, Images{Store: "/srv/images", MaxSize: 2 << 30, MaxEntries: 5000}) {
 		t.Errorf("images %+v", c.Images)
 	}
 	py, pinned := c.Tools["py"], c.Tools["pinned"]
@@ -37,5 +39,26 @@ tools:
 	d, err := Parse("a.yaml", []byte("tools:\n  t: {}\n"))
 	if err != nil || d.Images.Store != "/var/lib/airlock/images" || d.Tools["t"].User != nil {
 		t.Errorf("defaults: %+v %v", d.Images, err)
+	}
+}
+
+func TestRegistries(t *testing.T) {
+	t.Setenv("TEST_REG", "pw")
+	c, err := Parse("a.yaml", []byte("secrets:\n  reg: {env: TEST_REG}\nimages:\n  registries:\n    127.0.0.1:5000: {username: u, secret: reg}\n    ghcr.io: {secret: reg}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Images.Registries["127.0.0.1:5000"]; r.Username != "u" || r.Secret != "reg" || c.Images.Registries["ghcr.io"].Secret != "reg" {
+		t.Fatalf("registries %+v", c.Images.Registries)
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"images:\n  registries:\n    ghcr.io: {username: u}\n", "needs a secret"},
+		{"images:\n  registries:\n    ghcr.io: {username: u, secret: nope}\n", `"nope"`},
+		{"images:\n  registries:\n    ghcr.io/x: {secret: s}\nsecrets: {s: {env: X}}\n", "want a registry host"},
+		{"images:\n  registries:\n    ghcr.io: {password: p, secret: s}\nsecrets: {s: {env: X}}\n", `unknown field "password"`},
+	} {
+		if _, err := Parse("a.yaml", []byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.in, err, tt.want)
+		}
 	}
 }

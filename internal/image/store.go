@@ -153,6 +153,22 @@ func Open(opts Options) (*Store, error) {
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.opts.Dir }
 
+// Limits are what one import may unpack.
+func (s *Store) Limits() unpack.Limits { return s.opts.limits() }
+
+// TempDir makes a directory in the store for work that ends in an import
+// (a pull's download), removed by done, and by the sweep of a later
+// store if this process dies first.
+func (s *Store) TempDir() (dir string, done func(), err error) { return s.tmpDir() }
+
+// Tag names stored content: name then resolves to the image of digest.
+func (s *Store) Tag(name, digest string) error {
+	if err := imageref.CheckName(name); err != nil {
+		return err
+	}
+	return s.setName(name, digest)
+}
+
 func (s *Store) contentDir(digest string) string {
 	return filepath.Join(s.opts.Dir, "sha256", strings.TrimPrefix(digest, "sha256:"))
 }

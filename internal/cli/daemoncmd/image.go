@@ -9,9 +9,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/image/pull"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 )
 
@@ -19,6 +22,9 @@ const imageUsage = `Usage:
   airlock image import PATH [--name NAME]   import an OCI layout or archive, a docker save
                                             archive, or a root file system (directory or tarball);
                                             PATH - reads an archive from standard input
+  airlock image pull REF [--name NAME]      fetch an image from an OCI registry (credentials:
+                                            images.registries in the config); content already
+                                            stored is not fetched again
   airlock image ls                          list stored images
   airlock image inspect NAME|DIGEST         print an image's record as JSON
   airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
@@ -49,6 +55,9 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "import":
 		fs.StringVar(&name, "name", "", "name for the image; in an archive of several, the tag to import")
 		fs.BoolVar(&asJSON, "json", false, "print the record as JSON")
+	case "pull":
+		fs.StringVar(&name, "name", "", "name for the image (default: the reference as given)")
+		fs.BoolVar(&asJSON, "json", false, "print the record as JSON")
 	case "ls":
 		want = 0
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
@@ -58,7 +67,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "gc":
 		want = 0
 	default:
-		return cli.UsageError(stdio.Stderr, "airlock image", "unknown subcommand %q (import, ls, inspect, rm, gc)", sub)
+		return cli.UsageError(stdio.Stderr, "airlock image", "unknown subcommand %q (import, pull, ls, inspect, rm, gc)", sub)
 	}
 	// Flags may come before or after the one argument.
 	var pos []string
@@ -111,6 +120,26 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			fmt.Fprintf(stdio.Stdout, "neutralised: %d device nodes or FIFOs skipped, %d setuid/setgid bits cleared, %d owners outside ids 0-65535 made nobody\n",
 				r.Skipped, r.SetIDCleared, r.IDsClamped)
 		}
+		return nil
+	case "pull":
+		cli.SignalsCaught(ctx) // an interrupted pull removes what it fetched
+		start := time.Now()
+		o := pull.Options{Name: name, Progress: stdio.Stderr}
+		if o.Username, o.Password, err = registryAuth(cfg, pos[0]); err != nil {
+			return err
+		}
+		p, err := pull.Pull(ctx, st, pos[0], o)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdio.Stdout, p.Image)
+		}
+		how := fmt.Sprintf("fetched %s, unpacked %d entries, %s in %.1fs", humanSize(p.Fetched), p.Unpacked.Entries, humanSize(p.Unpacked.Bytes), time.Since(start).Seconds())
+		if p.Existed {
+			how = "already stored; nothing fetched"
+		}
+		fmt.Fprintf(stdio.Stdout, "%s %s (%s)\n", p.Name, p.Digest, how)
 		return nil
 	case "ls":
 		list, err := st.List()
@@ -181,4 +210,30 @@ func humanSize(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, suffix[i])
+}
+
+// registryAuth is the credential the config names for ref's registry:
+// images.registries, its password read from the secret.
+func registryAuth(cfg *config.Config, ref string) (user, password string, err error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %w", image.ErrInvalid, err)
+	}
+	host := r.Context().RegistryStr()
+	reg, ok := cfg.Images.Registries[host]
+	if !ok && host == name.DefaultRegistry {
+		reg, ok = cfg.Images.Registries["docker.io"]
+	}
+	if !ok {
+		return "", "", nil
+	}
+	s, ok := cfg.Secrets[reg.Secret]
+	if !ok {
+		return "", "", fmt.Errorf("images.registries.%s: no secret %q", host, reg.Secret)
+	}
+	pw, err := s.Read()
+	if err != nil {
+		return "", "", fmt.Errorf("images.registries.%s: %w", host, err)
+	}
+	return reg.Username, pw, nil
 }

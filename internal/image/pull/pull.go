@@ -1,0 +1,162 @@
+// Package pull brings an image from an OCI registry into the image
+// store: the manifest for this platform, then each layer not already
+// stored, into a layout in the store's temporary space, which the store
+// imports with its own confined unpacker. Content the store holds already
+// is not fetched again: the image's config digest is its digest there.
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/image/imageref"
+)
+
+// Options modify a pull.
+type Options struct {
+	// Name names the image in the store; default: the reference as given
+	// (docker.io/library/ left out).
+	Name string
+	// Username and Password, when set, are the registry's credentials
+	// (basic auth, or traded for a token as the registry asks).
+	Username, Password string
+	// Progress, when set, gets a line per step and per layer.
+	Progress io.Writer
+}
+
+// Pulled is a pull's outcome.
+type Pulled struct {
+	*image.Imported
+	// Fetched is what was downloaded, in bytes (compressed).
+	Fetched int64
+}
+
+// Pull fetches ref ("registry/repo:tag" or "...@sha256:...") into st.
+func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", image.ErrInvalid, err)
+	}
+	n := o.Name
+	if n == "" {
+		n = strings.TrimPrefix(ref, "docker.io/library/")
+		if imageref.CheckName(n) != nil {
+			n = strings.TrimPrefix(r.Name(), "index.docker.io/library/")
+		}
+	}
+	if err := imageref.CheckName(n); err != nil {
+		return nil, err
+	}
+	auth := authn.Anonymous
+	if o.Username != "" || o.Password != "" {
+		auth = &authn.Basic{Username: o.Username, Password: o.Password}
+	}
+	say := func(format string, a ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, format+"\n", a...)
+		}
+	}
+	say("resolving %s", r.Name())
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithUserAgent("airlock"),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+	}
+	// The manifest names the config's digest, the image's digest in the
+	// store: content already there is not fetched, not even its config.
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+	}
+	digest := m.Config.Digest.String()
+	if have, err := st.Resolve(digest); err == nil {
+		if err := st.Tag(n, digest); err != nil {
+			return nil, err
+		}
+		say("%s is in the store already; nothing fetched", digest)
+		return &Pulled{Imported: &image.Imported{Image: have, Name: n, Existed: true}}, nil
+	} else if !errors.Is(err, image.ErrNotFound) {
+		return nil, err
+	}
+	// What the layers declare is bounded before any is fetched; each is
+	// then read to its declared size at most (layout checks its digest).
+	var total int64
+	for _, l := range m.Layers {
+		if l.Size < 0 {
+			return nil, fmt.Errorf("%w: layer %s declares a negative size", image.ErrInvalid, l.Digest)
+		}
+		total += l.Size
+	}
+	if max := st.Limits().Bytes*2 + 1<<30; total > max {
+		return nil, fmt.Errorf("%w: %s's layers are %d bytes compressed, over the store's %d", image.ErrInvalid, r.Name(), total, max)
+	}
+	dir, done, err := st.TempDir()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return nil, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+	}
+	var fetched int64
+	for i, l := range layers {
+		h, err := l.Digest()
+		if err != nil {
+			return nil, err
+		}
+		size := m.Layers[i].Size
+		say("layer %d/%d %s (%d bytes)", i+1, len(layers), h, size)
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", h, err)
+		}
+		cr := &counter{r: io.LimitReader(rc, size+1)}
+		err = p.WriteBlob(h, io.NopCloser(cr))
+		rc.Close()
+		fetched += cr.n
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", h, err)
+		}
+		if cr.n > size {
+			return nil, fmt.Errorf("%w: layer %s is larger than its manifest says", image.ErrInvalid, h)
+		}
+	}
+	if err := p.AppendImage(img); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+	}
+	say("fetched %d bytes; unpacking", fetched)
+	imp, err := st.Import(ctx, dir, image.ImportOptions{Name: n})
+	if err != nil {
+		return nil, err
+	}
+	return &Pulled{Imported: imp, Fetched: fetched}, nil
+}
+
+// counter counts what is read through it.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}

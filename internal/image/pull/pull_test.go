@@ -1,0 +1,89 @@
+package pull
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/image/imagetest"
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+// TestPullFromRegistry pushes the test image to a real registry and
+// pulls it into a store: without credentials it is refused; with them it
+// is imported through the store's unpacker and runs as the store's other
+// images do; pulled again (under another name) nothing is fetched.
+func TestPullFromRegistry(t *testing.T) {
+	testutil.RequireRoot(t)
+	host, blobBytes := imagetest.Registry(t, "puller", "s3cret-pw")
+	ref := host + "/tools/t:1"
+	img := imagetest.Tool(t, runtime.GOARCH)
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &authn.Basic{Username: "puller", Password: "s3cret-pw"}
+	if err := remote.Write(r, img, remote.WithAuth(auth)); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-pull-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := Pull(ctx, st, ref, Options{}); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+		t.Fatalf("a pull without credentials: %v", err)
+	}
+	blobBytes.Store(0)
+	var progress bytes.Buffer
+	p, err := Pull(ctx, st, ref, Options{Username: "puller", Password: "s3cret-pw", Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.ConfigName()
+	if p.Existed || p.Name != ref || p.Digest != cfg.String() || p.Fetched == 0 || blobBytes.Load() < p.Fetched {
+		t.Fatalf("pulled %+v (fetched %d, the registry served %d blob bytes)", p, p.Fetched, blobBytes.Load())
+	}
+	if !strings.Contains(progress.String(), "layer 1/2 sha256:") || !strings.Contains(progress.String(), "layer 2/2 ") {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+	got, err := st.Resolve(ref)
+	if err != nil || got.Config.WorkingDir != "/srv" || got.Config.UID == nil || *got.Config.UID != 1234 {
+		t.Fatalf("resolve %s: %+v %v", ref, got, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(got.Root, "srv/data")); err != nil || string(b) != "layer two" {
+		t.Fatalf("srv/data: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(got.Root, "etc/gone")); !os.IsNotExist(err) {
+		t.Fatalf("the whiteout was not applied: %v", err)
+	}
+	// Again, under another name: the manifest is read, no layer fetched.
+	blobBytes.Store(0)
+	again, err := Pull(ctx, st, ref, Options{Name: "t:again", Username: "puller", Password: "s3cret-pw"})
+	if err != nil || !again.Existed || again.Fetched != 0 || blobBytes.Load() != 0 {
+		t.Fatalf("a second pull: %+v %v (the registry served %d blob bytes)", again, err, blobBytes.Load())
+	}
+	if named, err := st.Resolve("t:again"); err != nil || named.Digest != got.Digest {
+		t.Fatalf("t:again: %+v %v", named, err)
+	}
+	// A reference that is not one, and one the registry does not have.
+	if _, err := Pull(ctx, st, "UPPER/case::x", Options{}); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("a bad reference: %v", err)
+	}
+	if _, err := Pull(ctx, st, host+"/tools/none:1", Options{Username: "puller", Password: "s3cret-pw"}); err == nil {
+		t.Error("a missing image pulled")
+	}
+}
