@@ -86,8 +86,17 @@ func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
 		fmt.Fprint(stdio.Stdout, versionText())
 		return nil
 	case "help", "-h", "--help":
+		if cmd == "help" && len(rest) > 0 {
+			// A topic: its text is airlockd's (docs/, embedded).
+			if c, ok := extra.command("help"); ok {
+				return c(ctx, rest, stdio)
+			}
+			return handOver(args)
+		}
 		usage(stdio.Stdout)
 		return nil
+	case "completion":
+		return completion(rest, stdio)
 	}
 	if c, ok := extra.command(cmd); ok {
 		ctx, stop := catchSignals(ctx)
@@ -224,6 +233,8 @@ Usage:
   airlock config check [--config PATH]     check the config and show what it resolves to
   airlock doctor                           check what airlock needs of this host, then make a sandbox
   airlock version                          print the version, commit, Go and kernel
+  airlock help TOPIC                       config, limits, egress, broker, server, images, mcp, api
+  airlock completion bash|zsh|fish         print a shell completion script
 
 Run "airlock COMMAND -h" for a command's flags.
 `, "\n"))

@@ -351,3 +351,38 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpAndCompletion: every help topic prints its part of docs/; the
+// bash completion completes commands, subcommands and each command's own
+// flags (read from its -h, so they cannot drift).
+func TestHelpAndCompletion(t *testing.T) {
+	for topic, want := range map[string]string{
+		"config": "# airlock.yaml", "limits": "### limits", "egress": "### network", "broker": "## Services and secrets",
+		"server": "## audit", "images": "## Pulling from a registry", "mcp": "mcp_servers", "api": "## POST /v1/runs",
+	} {
+		o := execAirlock(t, nil, "", "help", topic)
+		if o.code != 0 || !strings.Contains(o.stdout, want) {
+			t.Errorf("help %s: exit %d, no %q in %d bytes %s", topic, o.code, want, len(o.stdout), o.stderr)
+		}
+	}
+	if o := execAirlock(t, nil, "", "help", "nope"); o.code != ExitUsage || !strings.Contains(o.stderr, `no topic "nope"`) {
+		t.Errorf("help nope: exit %d %q", o.code, o.stderr)
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	script := `source <(airlock completion bash)
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _airlock; echo "${COMPREPLY[*]}"; }
+c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p`
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = []string{"PATH=" + filepath.Dir(airlockBin(t)) + ":/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if want := "run\n--memory\nexec\n--json\negress\npull\n"; err != nil || string(out) != want {
+		t.Errorf("bash completion: %v\n%s\nwant\n%s", err, out, want)
+	}
+	for _, sh := range []string{"zsh", "fish"} {
+		if o := execAirlock(t, nil, "", "completion", sh); o.code != 0 || !strings.Contains(o.stdout, "airlock") {
+			t.Errorf("completion %s: exit %d", sh, o.code)
+		}
+	}
+}

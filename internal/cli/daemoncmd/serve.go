@@ -28,7 +28,7 @@ func Extra() *cli.Extra {
 	return &cli.Extra{
 		Commands: map[string]cli.Command{
 			"serve": serveCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
-			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, lazygw.Command: gatewayCmd,
+			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
 		},
 		Run:  runFull,
 		Bind: bindHere,
