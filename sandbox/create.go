@@ -240,7 +240,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	// comes with both.
 	if prep != nil {
 		s.lock, s.group = prep.lock, prep.group
-	} else if s.lock, err = tryLock(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
+	} else if s.lock, err = claimNew(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
 		return nil, errors.Join(errors.New("claim sandbox id"), err)
 	}
 	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots); err != nil {

@@ -135,7 +135,7 @@ func (s *groupSupply) make(l cgroup.Limits) (*preparedGroup, error) {
 	s.mu.Lock()
 	s.owned = append(s.owned, id)
 	s.mu.Unlock()
-	lock, err := tryLock(s.lockDir + "/" + id)
+	lock, err := claimNew(s.lockDir + "/" + id)
 	if err != nil || lock == nil {
 		s.disown(id)
 		return nil, errors.Join(errors.New("claim sandbox id"), err)

@@ -79,16 +79,7 @@ func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
 		v.Limits = api.LiveLimits{MemoryBytes: l.Memory, Pids: l.Pids, DiskBytes: l.Disk, TimeMillis: l.Time.Milliseconds()}
 		out.Runs = append(out.Runs, v)
 	}
-	d.sessions.mu.Lock()
-	var mine []*session
-	for _, s := range d.sessions.m {
-		if c == local || c.name == s.owner {
-			mine = append(mine, s)
-		}
-	}
-	d.sessions.mu.Unlock()
-	slices.SortFunc(mine, func(a, b *session) int { return a.created.Compare(b.created) })
-	for _, s := range mine {
+	for _, s := range d.sessionsOf(c) {
 		if v := s.view(); v.State == "active" {
 			out.Sessions = append(out.Sessions, v)
 		}

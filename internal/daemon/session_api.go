@@ -291,8 +291,9 @@ func enterOrEnded(w http.ResponseWriter, s *session) bool {
 
 // listSessions answers the sessions the caller may see (a token, its
 // own), open and recently ended, oldest first.
-func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
-	c := callerOf(r.Context())
+// sessionsOf are the sessions c may see, oldest first: all of them on the
+// local socket, a token's own elsewhere.
+func (d *Daemon) sessionsOf(c *caller) []*session {
 	d.sessions.mu.Lock()
 	var mine []*session
 	for _, s := range d.sessions.m {
@@ -302,6 +303,11 @@ func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	d.sessions.mu.Unlock()
 	slices.SortFunc(mine, func(a, b *session) int { return a.created.Compare(b.created) })
+	return mine
+}
+
+func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
+	mine := d.sessionsOf(callerOf(r.Context()))
 	out := make([]api.Session, 0, len(mine))
 	for _, s := range mine {
 		out = append(out, s.view())
