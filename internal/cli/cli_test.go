@@ -371,7 +371,7 @@ func TestHelpAndCompletion(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	script := `source <(airlock completion bash)
+	script := `eval "$(airlock completion bash)"
 c() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _airlock; echo "${COMPREPLY[*]}"; }
 c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p`
 	cmd := exec.Command("bash", "-c", script)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,9 @@ import (
 // deployment config in the repository (each must pass), and on files the
 // daemon would not start with (each must fail, saying why).
 func TestConfigCheck(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_VM") != "" {
+		t.Skip("the repository's files are not in the guest; the host's run covers this")
+	}
 	bin := airlockBin(t)
 	check := func(path string) (string, int) {
 		t.Helper()
