@@ -113,7 +113,7 @@ type Sandbox struct {
 	// that Destroy's wait counts every exec that started.
 	mu sync.Mutex
 	// waiters receive init's messages for one exec request id.
-	waiters map[uint64]chan *initproto.Message
+	waiters map[uint64]chan initReply
 	nextID  uint64
 	// dead is closed when the control channel ends (init gone).
 	dead chan struct{}
@@ -224,7 +224,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		limits:  l,
 		exited:  make(chan struct{}),
 		gone:    make(chan struct{}),
-		waiters: make(map[uint64]chan *initproto.Message),
+		waiters: make(map[uint64]chan initReply),
 		dead:    make(chan struct{}),
 		scratch: -1,
 		booked:  true,
@@ -552,7 +552,11 @@ func (s *Sandbox) awaitReady(ctx context.Context) error {
 		return fmt.Errorf("sandbox init: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetReadDeadline(time.Unix(1, 0)) })
-	m, err := s.conn.Recv()
+	m, f, err := s.conn.Recv()
+	if f != nil {
+		f.Close()
+		err = errors.Join(err, errors.New("a descriptor before ready"))
+	}
 	if !stop() {
 		// ctx ended, and its deadline may land at any moment: the
 		// sandbox is not handed out (the caller tears it down).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -26,25 +27,41 @@ func (s *Sandbox) readLoop() {
 		s.mu.Unlock()
 	}()
 	for {
-		m, err := s.conn.Recv()
+		m, f, err := s.conn.Recv()
 		if err != nil {
 			return
 		}
 		if m.Kind != initproto.KindStarted && m.Kind != initproto.KindExit {
+			closeFile(f)
 			continue // init has nothing else to say after ready
 		}
 		s.mu.Lock()
 		ch := s.waiters[m.ID]
 		s.mu.Unlock()
 		if ch == nil {
+			closeFile(f)
 			continue
 		}
 		select {
-		case ch <- m:
+		case ch <- initReply{m: m, pty: f}:
 		default:
 			// A waiter holds at most a started and an exit message; a
 			// misbehaving init cannot block the loop.
+			closeFile(f)
 		}
+	}
+}
+
+// initReply is one message from init for an exec, with the terminal's
+// master side when it carried one (see initproto.Conn.Recv).
+type initReply struct {
+	m   *initproto.Message
+	pty *os.File
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		f.Close()
 	}
 }
 

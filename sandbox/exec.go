@@ -34,6 +34,16 @@ type ExecRequest struct {
 	Stdout, Stderr io.Writer
 	// Capture keeps output in the result.
 	Capture bool
+	// TTY, when set, gives the command a pseudo-terminal of the
+	// sandbox's own, of this size, as its stdin, stdout, stderr and
+	// controlling terminal, as a terminal emulator or sshd would. Output
+	// is then one stream, on Stdout (and the result's Stdout); Stdin is
+	// what is typed, and its end is typed as a Ctrl-D (a nil Stdin at
+	// once); Resize changes the size while the command runs. The
+	// ceilings, the output one too, are those of any command.
+	TTY *WinSize
+	// Resize carries the window size changes of a command with a TTY.
+	Resize <-chan WinSize
 	// OnEvent, when set, receives output chunks and samples live. It must
 	// not block for long.
 	OnEvent func(result.Event)
@@ -44,6 +54,9 @@ type ExecRequest struct {
 	// so that nothing it started outlives it.
 	KeepAlive bool
 }
+
+// WinSize is a terminal's size in characters; 0 is unknown.
+type WinSize struct{ Rows, Cols uint16 }
 
 const (
 	defaultSampleEvery = 250 * time.Millisecond
@@ -145,14 +158,19 @@ type execution struct {
 	s    *Sandbox
 	req  ExecRequest
 	id   uint64
-	msgs chan *initproto.Message
+	msgs chan initReply
 	// began is when Exec was called, start when the command started:
 	// the time ceiling counts from began (a setup still running is part
 	// of the attempt), the command's wall time from start.
 	began, start time.Time
 
+	// The host's ends of the command's stdin, stdout and stderr; or
+	// for a command with a terminal, none of them and pty, the terminal's
+	// master side once init has sent it (ptyc hands it to the pump).
 	stdinW           *os.File
 	stdoutR, stderrR *os.File
+	pty              *os.File
+	ptyc             chan *os.File
 	out              *outputCounter
 
 	// base is the group's CPU time when the command started: set before
@@ -194,26 +212,31 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 		return nil, ErrDead
 	default:
 	}
-	x := &execution{s: s, req: req, msgs: make(chan *initproto.Message, 2), breached: make(chan struct{})}
+	x := &execution{s: s, req: req, msgs: make(chan initReply, 2), breached: make(chan struct{})}
 	// The sandbox's ends leave with the request; the host keeps its own.
+	// A command with a terminal has none: init opens the terminal.
 	var sbEnds []int
 	defer func() {
 		for _, fd := range sbEnds {
 			unix.Close(fd)
 		}
 	}()
-	var hostEnds []*os.File
-	for _, name := range []string{"stdin", "stdout", "stderr"} {
-		h, sb, err := sandboxPipe(name)
-		if err != nil {
-			for _, f := range hostEnds {
-				f.Close()
+	if req.TTY != nil {
+		x.ptyc = make(chan *os.File, 1)
+	} else {
+		var hostEnds []*os.File
+		for _, name := range []string{"stdin", "stdout", "stderr"} {
+			h, sb, err := sandboxPipe(name)
+			if err != nil {
+				for _, f := range hostEnds {
+					f.Close()
+				}
+				return nil, err
 			}
-			return nil, err
+			hostEnds, sbEnds = append(hostEnds, h), append(sbEnds, sb)
 		}
-		hostEnds, sbEnds = append(hostEnds, h), append(sbEnds, sb)
+		x.stdinW, x.stdoutR, x.stderrR = hostEnds[0], hostEnds[1], hostEnds[2]
 	}
-	x.stdinW, x.stdoutR, x.stderrR = hostEnds[0], hostEnds[1], hostEnds[2]
 
 	// dead is closed under mu, with every waiter then registered: a
 	// waiter registered after that would never be released, and the
@@ -233,6 +256,9 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 
 	env := mergeEnv(DefaultEnv, req.Env)
 	m := &initproto.Message{Kind: initproto.KindExec, ID: x.id, Exec: &initproto.Exec{Argv: req.Argv, Env: env, Dir: req.Dir}}
+	if t := req.TTY; t != nil {
+		m.Exec.TTY, m.Exec.Rows, m.Exec.Cols = true, t.Rows, t.Cols
+	}
 	if err := s.conn.Send(m, sbEnds); err != nil {
 		x.closeHostEnds()
 		x.unregister()
@@ -269,12 +295,24 @@ func (x *execution) unregister() {
 	x.s.mu.Lock()
 	delete(x.s.waiters, x.id)
 	x.s.mu.Unlock()
+	// A terminal that came with a message nobody took.
+	for {
+		select {
+		case m, ok := <-x.msgs:
+			if ok {
+				closeFile(m.pty)
+				continue
+			}
+		default:
+		}
+		return
+	}
 }
 
 func (x *execution) closeHostEnds() {
-	x.stdinW.Close()
-	x.stdoutR.Close()
-	x.stderrR.Close()
+	for _, f := range []*os.File{x.stdinW, x.stdoutR, x.stderrR, x.pty} {
+		closeFile(f)
+	}
 }
 
 // mergeEnv returns base with over applied; later entries win.
@@ -324,22 +362,32 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	var wg sync.WaitGroup
 	// pumping counts the pumps still reading; wg waits for them.
 	var pumping atomic.Int32
-	pumping.Store(2)
-	wg.Add(2)
-	go func() {
-		defer pumping.Add(-1)
-		defer wg.Done()
-		x.out.pump(x.stdoutR, result.EventStdout, x.req.Stdout)
-	}()
-	go func() {
-		defer pumping.Add(-1)
-		defer wg.Done()
-		x.out.pump(x.stderrR, result.EventStderr, x.req.Stderr)
-	}()
-	if x.req.Stdin == nil {
-		x.stdinW.Close() // empty: no goroutine to copy nothing
-	} else {
-		go x.feedStdin()
+	pump := func(f *os.File, kind string, live io.Writer) {
+		pumping.Add(1)
+		wg.Add(1)
+		go func() {
+			defer pumping.Add(-1)
+			defer wg.Done()
+			if f == nil {
+				// The terminal, once init has sent it.
+				if f = <-x.ptyc; f == nil {
+					return
+				}
+			}
+			x.out.pump(f, kind, live)
+		}()
+	}
+	switch {
+	case x.req.TTY != nil:
+		pump(nil, result.EventStdout, x.req.Stdout)
+	default:
+		pump(x.stdoutR, result.EventStdout, x.req.Stdout)
+		pump(x.stderrR, result.EventStderr, x.req.Stderr)
+		if x.req.Stdin == nil {
+			x.stdinW.Close() // empty: no goroutine to copy nothing
+		} else {
+			go x.feedStdin()
+		}
 	}
 
 	// The monitor starts at its first check: a command that ends before
@@ -355,7 +403,7 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 wait:
 	for {
 		select {
-		case m, ok := <-x.msgs:
+		case rep, ok := <-x.msgs:
 			if !ok {
 				// Init is gone: killed for a breach, or died.
 				if x.getBreach() == nil {
@@ -363,9 +411,20 @@ wait:
 				}
 				break wait
 			}
-			if m.Kind == initproto.KindExit {
+			if rep.pty != nil {
+				if err := x.takePTY(rep.pty); err != nil {
+					runErr = err
+					s.kill()
+					break wait
+				}
+			}
+			if m := rep.m; m.Kind == initproto.KindExit {
 				exit = m
 				break wait
+			}
+		case ws := <-x.req.Resize:
+			if x.pty != nil {
+				_ = x.setSize(ws)
 			}
 		case <-x.breached:
 			break wait
@@ -378,6 +437,9 @@ wait:
 		}
 	}
 	wall := time.Since(x.start)
+	if x.ptyc != nil && x.pty == nil {
+		close(x.ptyc) // no terminal came: its pump ends
+	}
 	// The command has ended; a last look catches a breach that ended it
 	// (an OOM kill of a child, a full disk) before anything is torn down.
 	stopMon()
@@ -433,6 +495,9 @@ wait:
 		r.Limit = x.breach
 	case runErr != nil:
 		return errResult(r, runErr)
+	case exit.Errno != 0 && x.req.TTY != nil && x.pty == nil:
+		// Init could not open the terminal (all PtyMax in use, say).
+		return errResult(r, fmt.Errorf("sandbox: %s", exit.Error))
 	case exit.Errno != 0:
 		// The command could not be started; report it as a shell does.
 		r.Outcome, r.ExitCode = result.Exited, 126
@@ -467,10 +532,63 @@ func (x *execution) drain(wg *sync.WaitGroup) {
 	select {
 	case <-done:
 	case <-time.After(drainGrace):
-		x.stdoutR.SetReadDeadline(time.Now())
-		x.stderrR.SetReadDeadline(time.Now())
+		for _, f := range []*os.File{x.stdoutR, x.stderrR, x.pty} {
+			if f != nil {
+				f.SetReadDeadline(time.Now())
+			}
+		}
 		<-done
 	}
+}
+
+// takePTY takes the terminal init sent for this command: checked, handed
+// to the output pump, given the typed input, and kept for window size
+// changes. A descriptor the command did not ask for, a second one, or one
+// that is not a terminal's master side, is init misbehaving.
+func (x *execution) takePTY(f *os.File) error {
+	if x.ptyc == nil || x.pty != nil {
+		f.Close()
+		return fmt.Errorf("%w: init sent a terminal the command did not ask for", ErrDead)
+	}
+	if err := initproto.PTYMaster(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: %v", ErrDead, err)
+	}
+	x.pty = f
+	x.ptyc <- f
+	go x.feedPTY(f)
+	return nil
+}
+
+// feedPTY types Stdin into the terminal; its end is typed as the
+// terminal's end-of-file character (Ctrl-D), as a user would. The
+// terminal stays open: closing it would hang the command up.
+func (x *execution) feedPTY(f *os.File) {
+	if x.req.Stdin != nil {
+		if _, err := io.Copy(f, x.req.Stdin); err != nil {
+			return // the terminal went away
+		}
+	}
+	_, _ = f.Write([]byte{ctrlD})
+}
+
+// ctrlD is a terminal's default end-of-file character (VEOF).
+const ctrlD = 0x04
+
+// setSize sets the window size of the command's terminal; the kernel
+// signals SIGWINCH to the terminal's foreground process group.
+func (x *execution) setSize(ws WinSize) error {
+	rc, err := x.pty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 func (x *execution) feedStdin() {

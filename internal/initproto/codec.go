@@ -34,6 +34,9 @@ func Marshal(m *Message) ([]byte, error) {
 		w.Strings(e.Argv)
 		w.Strings(e.Env)
 		w.String(e.Dir)
+		w.Bool(e.TTY)
+		w.Uint(uint64(e.Rows))
+		w.Uint(uint64(e.Cols))
 	}
 	return w.B, nil
 }
@@ -60,7 +63,8 @@ func Unmarshal(b []byte) (*Message, error) {
 	m.Errno = int(r.Int())
 	m.Error = r.String()
 	if r.Bool() {
-		m.Exec = &Exec{Argv: r.Strings(), Env: r.Strings(), Dir: r.String()}
+		m.Exec = &Exec{Argv: r.Strings(), Env: r.Strings(), Dir: r.String(), TTY: r.Bool()}
+		m.Exec.Rows, m.Exec.Cols = r.Uint16(), r.Uint16()
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)

@@ -2,8 +2,10 @@
 // host and the init process (PID 1) inside a sandbox. Messages are one per
 // datagram on a SOCK_SEQPACKET unix socket pair, in the compact encoding of
 // internal/wire (codec.go), each led by the protocol Version; file
-// descriptors (the command's stdin, stdout and stderr) travel with a message
-// as SCM_RIGHTS.
+// descriptors travel with a message as SCM_RIGHTS: the command's stdin,
+// stdout and stderr with an exec request, and the master side of the
+// pseudo-terminal init opened for a command that asked for one with its
+// started message.
 //
 // Messages from init are untrusted input to the host: init lives inside the
 // sandbox from its exec on (the sandbox is built before), so the host
@@ -25,7 +27,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 6
+const Version = 7
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -52,9 +54,11 @@ const (
 	// start; Error says why.
 	KindFail Kind = "fail"
 	// KindExec (host→init) carries Exec and three descriptors: the
-	// command's stdin, stdout and stderr.
+	// command's stdin, stdout and stderr; or none when Exec.TTY is set.
 	KindExec Kind = "exec"
-	// KindStarted (init→host): the command with ID runs as Pid.
+	// KindStarted (init→host): the command with ID runs as Pid. For a
+	// command with a terminal (Exec.TTY) it carries one descriptor: the
+	// terminal's master side, which init no longer holds.
 	KindStarted Kind = "started"
 	// KindExit (init→host): the command with ID ended with wait status
 	// Status, or could not be started (Errno set).
@@ -79,6 +83,11 @@ type Exec struct {
 	Argv []string
 	Env  []string
 	Dir  string
+	// TTY asks for a pseudo-terminal of the sandbox's own devpts as the
+	// command's stdin, stdout, stderr and controlling terminal, of Rows
+	// by Cols (0 for unknown).
+	TTY        bool
+	Rows, Cols uint16
 }
 
 // ErrTooLarge is returned by Send for a message over MaxMessage bytes.
@@ -253,9 +262,10 @@ func (c *Conn) Send(m *Message, fds []int) error {
 }
 
 // Recv reads one message; it is not safe for concurrent use. Descriptors
-// are never accepted from init: any that arrive are closed and the message
-// is refused.
-func (c *Conn) Recv() (*Message, error) {
+// are accepted from init only as the one of a started or exit message: any
+// others are closed and the message is refused. A descriptor that comes is returned,
+// close-on-exec, and the caller owns it (see PTYMaster for what it may be).
+func (c *Conn) Recv() (*Message, *os.File, error) {
 	var n, oobn, flags int
 	var err error
 	rerr := c.rc.Read(func(fd uintptr) bool {
@@ -266,17 +276,70 @@ func (c *Conn) Recv() (*Message, error) {
 		err = rerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("receive: %w", err)
+		return nil, nil, fmt.Errorf("receive: %w", err)
 	}
 	if n == 0 && oobn == 0 {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
+	var fds []int
 	if oobn > 0 {
-		fds, _ := parseRights(c.oob[:oobn])
-		closeAll(fds)
-		return nil, errors.New("receive: unexpected descriptors from init")
+		var perr error
+		fds, perr = parseRights(c.oob[:oobn])
+		if perr != nil || flags&unix.MSG_CTRUNC != 0 {
+			closeAll(fds)
+			return nil, nil, errors.Join(perr, errors.New("receive: descriptors truncated"))
+		}
 	}
-	return Decode(c.buf[:n], flags)
+	m, err := Decode(c.buf[:n], flags)
+	switch {
+	case err != nil:
+		closeAll(fds)
+		return nil, nil, err
+	case len(fds) == 0:
+		return m, nil, nil
+	case len(fds) > 1 || m.Kind != KindStarted && m.Kind != KindExit:
+		closeAll(fds)
+		return nil, nil, fmt.Errorf("receive: unexpected descriptors from init with %s", m.Kind)
+	}
+	// Non-blocking, so that the file goes through the Go poller: reads
+	// and writes park goroutines, and deadlines work.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		closeAll(fds)
+		return nil, nil, fmt.Errorf("receive: %w", err)
+	}
+	return m, os.NewFile(uintptr(fds[0]), "pty"), nil
+}
+
+// PTYMaster checks that f, a descriptor from init, is what a started
+// message of a command with a terminal carries: the master side of a
+// pseudo-terminal (opened through a devpts instance's ptmx, character
+// device 5:2), on which the host then only reads, writes and sets the
+// window size. Anything else (a pipe, a file, a socket, a terminal's other
+// side) is refused.
+func PTYMaster(f *os.File) error {
+	rc, err := f.SyscallConn() // not Fd, which would make f blocking
+	if err != nil {
+		return fmt.Errorf("terminal from init: %w", err)
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cerr = isPTYMaster(int(fd)) }); err != nil {
+		return fmt.Errorf("terminal from init: %w", err)
+	}
+	return cerr
+}
+
+func isPTYMaster(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("terminal from init: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
+		return fmt.Errorf("terminal from init: not a pseudo-terminal master (mode %#o, device %d:%d)", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	if _, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN); err != nil {
+		return fmt.Errorf("terminal from init: not a pseudo-terminal master: %w", err)
+	}
+	return nil
 }
 
 // SetReadDeadline bounds a Recv waiting on the connection (the zero time

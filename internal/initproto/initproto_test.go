@@ -62,6 +62,74 @@ func TestSendRecvWithDescriptors(t *testing.T) {
 	}
 }
 
+// TestConnDescriptors sends the host's Conn what init might, descriptors
+// included: a terminal's master side comes only with a started or exit
+// message, one at a time, and PTYMaster tells a real one from anything
+// else init could send.
+func TestConnDescriptors(t *testing.T) {
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	slave, _, e := unix.Syscall(unix.SYS_IOCTL, ptmx.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	defer unix.Close(int(slave))
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	master, pipe := int(ptmx.Fd()), int(r.Fd())
+	tests := []struct {
+		name    string
+		kind    Kind
+		fds     []int
+		recvErr bool
+		master  bool // PTYMaster accepts what came
+	}{
+		{"started with a master", KindStarted, []int{master}, false, true},
+		{"exit with a master", KindExit, []int{master}, false, true},
+		{"started with a pipe", KindStarted, []int{pipe}, false, false},
+		{"started with the slave side", KindStarted, []int{int(slave)}, false, false},
+		{"ready with a descriptor", KindReady, []int{master}, true, false},
+		{"started with two", KindStarted, []int{master, pipe}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := pair(t)
+			c, err := NewConn(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := Send(a, &Message{Kind: tt.kind, ID: 1, Pid: 2}, tt.fds); err != nil {
+				t.Fatal(err)
+			}
+			m, f, err := c.Recv()
+			if tt.recvErr {
+				if err == nil || f != nil {
+					t.Fatalf("Recv = %+v, %v, %v; want an error and no file", m, f, err)
+				}
+				return
+			}
+			if err != nil || f == nil || m.Kind != tt.kind {
+				t.Fatalf("Recv = %+v, %v, %v; want the message and its file", m, f, err)
+			}
+			defer f.Close()
+			if err := PTYMaster(f); (err == nil) != tt.master {
+				t.Fatalf("PTYMaster = %v, want accepted %v", err, tt.master)
+			}
+		})
+	}
+}
+
 func TestRecvClosed(t *testing.T) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -113,6 +181,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"bad boolean", raw(u(Version), u(3), u(1), i(5), i(0), i(0), str(""), u(7)), 0, nil},
 		{"string longer than the message", raw(u(Version), u(1), u(1), i(0), i(0), i(0), u(1<<40)), 0, nil},
 		{"huge count", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), b(true), u(1<<40)), 0, nil},
+		{"window wider than 16 bits", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), b(true), u(1), str("sh"), u(0), str("/"), b(true), u(24), u(1<<16)), 0, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,6 +222,8 @@ func fill(v reflect.Value, n *int) {
 		v.SetInt(int64(*n) * 1000003)
 	case reflect.Uint8:
 		v.SetUint(uint64(*n % 256))
+	case reflect.Uint16:
+		v.SetUint(uint64(*n) * 251)
 	case reflect.Uint32, reflect.Uint64:
 		v.SetUint(uint64(*n) * 7919)
 	default:
@@ -189,6 +260,7 @@ func FuzzDecode(f *testing.F) {
 		{Kind: KindStarted, ID: 1, Pid: 5},
 		{Kind: KindFail, Error: "x"},
 		{Kind: KindExec, ID: 2, Exec: &Exec{Argv: []string{"sh", "-c", "true"}, Env: []string{"A=b"}, Dir: "/workspace"}},
+		{Kind: KindExec, ID: 4, Exec: &Exec{Argv: []string{"bash"}, Dir: "/workspace", TTY: true, Rows: 24, Cols: 80}},
 	} {
 		b, err := Marshal(m)
 		if err != nil {

@@ -131,7 +131,7 @@ func run(startup bool) int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]command), uid: euid, startup: startup}
+	s := &server{cmds: make(map[int]command), uid: euid, startup: startup, master: -1}
 	return s.serve(make([]byte, initproto.MaxMessage))
 }
 
@@ -282,6 +282,8 @@ type server struct {
 	// startup is whether init runs in a package initialiser, on the
 	// startup thread the runtime keeps it on (see MainOnStartupThread).
 	startup bool
+	// master is the terminal master of the command being started, or -1.
+	master int
 }
 
 type command struct {
@@ -346,19 +348,39 @@ func (s *server) requests(buf []byte) bool {
 		if err != nil {
 			return false
 		}
-		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 {
+		// Three descriptors, the command's stdin, stdout and stderr; none
+		// for a command with a terminal, which init opens.
+		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 && !(m.Exec.TTY && len(fds) == 0) {
 			closeFDs(fds)
 			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: int(unix.EINVAL), Error: "malformed exec request"})
 			continue
 		}
-		s.start(m.ID, m.Exec, fds)
-		closeFDs(fds)
+		if !m.Exec.TTY {
+			s.start(m.ID, m.Exec, fds, -1)
+			closeFDs(fds)
+			continue
+		}
+		master, slave, err := openPTY(m.Exec.Rows, m.Exec.Cols)
+		if err != nil {
+			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: errnoOf(err), Error: "open a pseudo-terminal: " + err.Error()})
+			continue
+		}
+		s.start(m.ID, m.Exec, []int{slave, slave, slave}, master)
+		unix.Close(slave)
+		unix.Close(master)
 	}
 }
 
-func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
+// start starts one command on fds, its stdin, stdout and stderr. master,
+// when not -1, is the master side of the terminal the three are: it goes
+// to the host with the started message, or with the exit message of a
+// command that could not start (which carries init's word on the
+// terminal); init keeps no copy that matters (the caller closes its own).
+func (s *server) start(id uint64, e *initproto.Exec, fds []int, master int) {
+	s.master = master
+	defer func() { s.master = -1 }()
 	if len(e.Argv) == 0 {
-		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.EINVAL), Error: "empty command"})
+		s.report(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.EINVAL), Error: "empty command"})
 		return
 	}
 	if fi, err := os.Stat(e.Dir); err != nil || !fi.IsDir() {
@@ -367,7 +389,7 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 			msg = fmt.Sprintf("airlock: working directory %s: %v", e.Dir, errors.Unwrap(err))
 		}
 		_, _ = unix.Write(fds[2], []byte(msg+"\n"))
-		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.ENOTDIR), Error: msg})
+		s.report(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(unix.ENOTDIR), Error: msg})
 		return
 	}
 	path, err := lookPath(e.Argv[0], e.Env)
@@ -378,7 +400,7 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 	sp := forkexec.Spec{
 		Path: path, Argv: e.Argv, Env: e.Env, Dir: e.Dir,
 		Files:  []int{fds[0], fds[1], fds[2]},
-		Setsid: true,
+		Setsid: true, Setctty: master >= 0,
 		// All three uids the command's: it then shares none of init's
 		// real and saved ones (see confine).
 		UID: s.uid, GID: -1, CgroupFD: -1,
@@ -401,7 +423,50 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int) {
 	}
 	s.cmds[c.Pid] = command{id: id, pidfd: c.PidFD}
 	s.children = true
-	_ = s.send(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: c.Pid})
+	s.report(&initproto.Message{Kind: initproto.KindStarted, ID: id, Pid: c.Pid})
+}
+
+// report sends a command's started message, or its exit message when it
+// could not start, with the terminal's master side if it has one.
+func (s *server) report(m *initproto.Message) {
+	var fds []int
+	if s.master >= 0 {
+		fds = []int{s.master}
+	}
+	_ = initproto.Send(ctrlFD, m, fds)
+}
+
+// openPTY opens a pseudo-terminal of the sandbox's devpts instance (at
+// most sbinit.PtyMax at once) of rows by cols, and returns its master and
+// slave sides, both close-on-exec. The slave is opened through the master
+// (TIOCGPTPEER), never by a path a command could have replaced.
+func openPTY(rows, cols uint16) (master, slave int, err error) {
+	master, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, err
+	}
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("unlock: %w", err)
+	}
+	if err := unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("window size: %w", err)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(master), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		unix.Close(master)
+		return -1, -1, fmt.Errorf("open its other side: %w", errno)
+	}
+	return master, int(fd), nil
+}
+
+func errnoOf(err error) int {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return int(en)
+	}
+	return int(unix.EINVAL)
 }
 
 // execFailed reports a command that could not be started, the way a shell
@@ -417,7 +482,7 @@ func (s *server) execFailed(id uint64, name string, err error, stderr int) {
 		msg = fmt.Sprintf("airlock: %s: command not found\n", name)
 	}
 	_, _ = unix.Write(stderr, []byte(msg))
-	_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(errno), Error: err.Error()})
+	s.report(&initproto.Message{Kind: initproto.KindExit, ID: id, Errno: int(errno), Error: err.Error()})
 }
 
 // reap is init's duty as PID 1: collect every child that has exited

@@ -21,6 +21,7 @@ var shapes = map[int]string{
 	4: "bbe38e2fb8f2642d",
 	5: "ed756baba79ec405",
 	6: "5b353e039907e418",
+	7: "faa38e2842fa0dcd",
 }
 
 func TestProtocolShape(t *testing.T) {

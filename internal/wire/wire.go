@@ -103,6 +103,16 @@ func (r *Reader) Uint() uint64 {
 	return v
 }
 
+// Uint16 reads an unsigned varint that must fit in 16 bits.
+func (r *Reader) Uint16() uint16 {
+	v := r.Uint()
+	if v > 0xffff {
+		r.fail(fmt.Errorf("wire: %d does not fit in 16 bits", v))
+		return 0
+	}
+	return uint16(v)
+}
+
 // Int reads a signed varint.
 func (r *Reader) Int() int64 {
 	if r.err != nil {

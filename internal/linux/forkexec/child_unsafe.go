@@ -35,9 +35,10 @@ const (
 	stepTimerSlack
 	stepCgroup
 	stepCgroupNS
+	stepSetctty
 )
 
-var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup", "timerslack", "enter cgroup", "cgroup namespace"}
+var stepNames = [...]string{"exec", "setsid", "setgroups", "setresgid", "setresuid", "chdir", "dup", "timerslack", "enter cgroup", "cgroup namespace", "set controlling terminal"}
 
 // forkSpec is one clone, prepared in full before the fork: the child may
 // not allocate, take a lock or touch the Go runtime.
@@ -57,6 +58,7 @@ type forkSpec struct {
 	pathFD     int     // execveat(pathFD, "") instead of execve(path)
 	empty      [1]byte
 	setsid     bool
+	setctty    bool
 	timerSlack uint64 // nanoseconds; 0 leaves the caller's
 	// tasks are the v1 tasks files the child moves itself into first;
 	// cgroupNS makes it unshare its cgroup namespace after (see
@@ -311,6 +313,11 @@ func forkChild(s *forkSpec) {
 		}
 		if _, _, e := syscall.RawSyscall(unix.SYS_DUP3, uintptr(fd), uintptr(i), 0); e != 0 {
 			childFail(s, stepDup, e)
+		}
+	}
+	if s.setctty {
+		if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, 0, unix.TIOCSCTTY, 0); e != 0 {
+			childFail(s, stepSetctty, e)
 		}
 	}
 	// Nothing else reaches the program: every other descriptor closes

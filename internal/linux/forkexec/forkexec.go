@@ -79,6 +79,10 @@ type Spec struct {
 	Hold bool
 	// Setsid starts a new session (and process group).
 	Setsid bool
+	// Setctty makes the terminal that is the child's descriptor 0 its
+	// controlling terminal (TIOCSCTTY), once its descriptors are in
+	// place; it needs Setsid.
+	Setctty bool
 	// ClearGroups empties the supplementary groups.
 	ClearGroups bool
 	// UID and GID, when not -1, become the child's real, effective and
@@ -139,11 +143,14 @@ func Start(sp Spec) (*Child, error) {
 	if sp.CgroupFD < -1 || len(sp.Files) == 0 || len(sp.Argv) == 0 {
 		return nil, errors.New("forkexec: bad spec")
 	}
+	if sp.Setctty && !sp.Setsid {
+		return nil, errors.New("forkexec: Setctty needs Setsid")
+	}
 	if sp.CgroupFD >= 0 && len(sp.CgroupTasks) > 0 {
 		return nil, errors.New("forkexec: a child is born in a v2 cgroup (CgroupFD) or moves into v1 ones (CgroupTasks), not both")
 	}
 	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
-		timerSlack: sp.TimerSlack, setsid: sp.Setsid, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1,
+		timerSlack: sp.TimerSlack, setsid: sp.Setsid, setctty: sp.Setctty, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1,
 		tasks: sp.CgroupTasks, pinCPU: sp.PinCPU}
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())

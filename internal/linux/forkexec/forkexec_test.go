@@ -68,6 +68,7 @@ func TestStart(t *testing.T) {
 			"7000000\n", "", 0},
 		{"missing program", Spec{Path: "/nonexistent/prog", Argv: []string{"prog"}}, "", "exec", unix.ENOENT},
 		{"missing directory", Spec{Path: "/bin/true", Argv: []string{"true"}, Dir: "/nonexistent"}, "", "chdir", unix.ENOENT},
+		{"controlling terminal, none on 0", Spec{Path: "/bin/true", Argv: []string{"true"}, Setsid: true, Setctty: true}, "", "set controlling terminal", unix.EBADF},
 		{"bad descriptor", Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1, 9999}}, "", "dup", unix.EBADF},
 	}
 	for _, tc := range tests {
@@ -86,6 +87,46 @@ func TestStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSetctty starts a child on a pseudo-terminal as its controlling
+// terminal: the kernel then names it in the child's stat (tty_nr), and the
+// child is its session's leader.
+func TestSetctty(t *testing.T) {
+	master, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	defer unix.Close(master)
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The check runs in the child; it answers on the terminal itself.
+	c, err := Start(Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", `set -- $(cat /proc/$$/stat); [ "$7" != 0 ] && [ "$6" = $$ ] && echo ctty >&0`},
+		Files: []int{mustPeer(t, master), -1, -1}, Setsid: true, Setctty: true, UID: -1, GID: -1, CgroupFD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(c.PidFD)
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(c.Pid, &ws, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := unix.Read(master, buf)
+	if !ws.Exited() || ws.ExitStatus() != 0 || !strings.Contains(string(buf[:max(n, 0)]), "ctty") {
+		t.Fatalf("child on a terminal: status %v, wrote %q; want it to hold the terminal as its controlling one", ws, buf[:max(n, 0)])
+	}
+}
+
+func mustPeer(t *testing.T, master int) int {
+	t.Helper()
+	fd, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(master), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	t.Cleanup(func() { unix.Close(int(fd)) })
+	return int(fd)
 }
 
 // TestHoldAndRelease starts a held child, checks it has not run, releases

@@ -1,0 +1,196 @@
+package sandbox
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+// typist plays a user at a terminal: once the output shows a step's cue,
+// it types the step's keys or resizes the window. Output is what the
+// terminal showed.
+type typist struct {
+	in     *io.PipeWriter
+	resize chan WinSize
+	end    bool // the user's input ends after the last step
+
+	mu    sync.Mutex
+	out   bytes.Buffer
+	seen  int // output before this was matched by earlier cues
+	steps []step
+}
+
+type step struct {
+	cue    string
+	keys   string
+	resize *WinSize
+}
+
+func newTypist(end bool, steps ...step) (*typist, io.Reader) {
+	pr, pw := io.Pipe()
+	ty := &typist{in: pw, resize: make(chan WinSize, 1), end: end, steps: steps}
+	ty.advance()
+	return ty, pr
+}
+
+func (ty *typist) Write(b []byte) (int, error) {
+	ty.mu.Lock()
+	ty.out.Write(b)
+	ty.mu.Unlock()
+	ty.advance()
+	return len(b), nil
+}
+
+// advance takes every step whose cue has shown.
+func (ty *typist) advance() {
+	ty.mu.Lock()
+	var due []step
+	for len(ty.steps) > 0 {
+		i := strings.Index(ty.out.String()[ty.seen:], ty.steps[0].cue)
+		if i < 0 {
+			break
+		}
+		ty.seen += i + len(ty.steps[0].cue)
+		due = append(due, ty.steps[0])
+		ty.steps = ty.steps[1:]
+	}
+	last := len(due) > 0 && len(ty.steps) == 0
+	ty.mu.Unlock()
+	// Typing blocks until the terminal's feeder takes the keys: not
+	// under mu, and not on the pump's goroutine for long.
+	go func() {
+		for _, s := range due {
+			if s.keys != "" {
+				_, _ = ty.in.Write([]byte(s.keys))
+			}
+			if s.resize != nil {
+				ty.resize <- *s.resize
+			}
+		}
+		if last && ty.end {
+			ty.in.Close()
+		}
+	}()
+}
+
+func (ty *typist) output() string {
+	ty.mu.Lock()
+	defer ty.mu.Unlock()
+	return ty.out.String()
+}
+
+// TestTTY runs commands on a terminal of the sandbox's own and plays the
+// user: the terminal is the command's controlling one and the sandbox's
+// (its devpts instance), job control works, Ctrl-C interrupts, Ctrl-D
+// ends input, a window change reaches the command, and the output ceiling
+// holds.
+func TestTTY(t *testing.T) {
+	tests := []struct {
+		name    string
+		argv    []string
+		steps   []step
+		end     bool // input ends after the steps (a Ctrl-D)
+		output  int64
+		outcome result.Outcome
+		code    int
+		signal  int
+		limit   string
+		want    []string
+		notWant []string
+	}{
+		{name: "a terminal of the sandbox's",
+			argv: []string{"sh", "-c", `tty; stty size; [ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo all-three;
+				[ "$(stat -L -c %d /proc/self/fd/0)" = "$(stat -c %d /dev/pts)" ] && echo sandbox-devpts;
+				set -- $(cat /proc/$$/stat); [ "$7" != 0 ] && [ "$6" = $$ ] && echo controlling`},
+			end: true, outcome: result.Exited,
+			want: []string{"/dev/pts/0\r\n", "24 80\r\n", "all-three", "sandbox-devpts", "controlling"}},
+		{name: "job control",
+			argv:  []string{"bash", "--norc", "-i"},
+			steps: []step{{cue: "$ ", keys: "echo \"jobs:$(set -o | grep -c 'monitor.*on')\"; exit\n"}},
+			end:   true, outcome: result.Exited,
+			want: []string{"jobs:1"}, notWant: []string{"no job control"}},
+		{name: "Ctrl-C interrupts",
+			argv:  []string{"sh", "-c", "echo ready; sleep 30"},
+			steps: []step{{cue: "ready", keys: "\x03"}},
+			outcome: result.Signaled, signal: int(unix.SIGINT)},
+		{name: "Ctrl-D ends input",
+			argv: []string{"cat"}, steps: []step{{keys: "abc\n"}}, end: true, outcome: result.Exited,
+			want: []string{"abc\r\nabc\r\n"}},
+		{name: "window change",
+			argv:  []string{"sh", "-c", `trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 0.05; done`},
+			steps: []step{{cue: "ready", resize: &WinSize{Rows: 50, Cols: 132}}},
+			outcome: result.Exited, want: []string{"50 132\r\n"}},
+		{name: "not found", argv: []string{"no-such-command"}, end: true, outcome: result.Exited, code: 127,
+			want: []string{"no-such-command: command not found"}},
+		{name: "output ceiling", argv: []string{"sh", "-c", "while :; do echo 0123456789abcdef; done"},
+			output: 4096, outcome: result.LimitExceeded, limit: result.LimitOutput},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := DefaultLimits()
+			l.Time = 20 * time.Second
+			if tt.output > 0 {
+				l.Output = tt.output
+			}
+			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			ty, stdin := newTypist(tt.end, tt.steps...)
+			defer ty.in.Close()
+			began := time.Now()
+			r := sb.Exec(t.Context(), ExecRequest{Argv: tt.argv, TTY: &WinSize{Rows: 24, Cols: 80}, Resize: ty.resize,
+				Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true})
+			out := ty.output()
+			limit := ""
+			if r.Limit != nil {
+				limit = r.Limit.Name
+			}
+			if r.Outcome != tt.outcome || r.ExitCode != tt.code || r.Signal != tt.signal || limit != tt.limit {
+				t.Fatalf("got %s code %d signal %d limit %q (error %q) after %v, want %s code %d signal %d limit %q; terminal showed %q",
+					r.Outcome, r.ExitCode, r.Signal, limit, r.Error, time.Since(began), tt.outcome, tt.code, tt.signal, tt.limit, out)
+			}
+			if string(r.Stdout) != out || len(r.Stderr) != 0 {
+				t.Errorf("result holds stdout %q and stderr %q; want one stream, as shown: %q", r.Stdout, r.Stderr, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("terminal showed %q, want %q in it", out, w)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("terminal showed %q, want no %q in it", out, w)
+				}
+			}
+			if tt.output > 0 && int64(len(out)) > tt.output {
+				t.Errorf("terminal showed %d bytes past an output ceiling of %d", len(out), tt.output)
+			}
+		})
+	}
+}
+
+// TestTTYWhenPtysRunOut: a command holding every pseudo-terminal its
+// sandbox may have leaves none for a command that asks for one, which is
+// told so; a command without one still runs.
+func TestTTYWhenPtysRunOut(t *testing.T) {
+	rep, sb := holding(t, nil, "hold-ptys")
+	if rep.Errno != int(unix.ENOSPC) {
+		t.Fatalf("holding ptys: %+v", rep)
+	}
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}, TTY: &WinSize{}, KeepAlive: true})
+	if r.Outcome != result.Error || !strings.Contains(r.Error, "pseudo-terminal") || !strings.Contains(r.Error, "no space left") {
+		t.Fatalf("a terminal past the sandbox's bound: %s %q, want an error naming the terminal", r.Outcome, r.Error)
+	}
+	r = sb.Exec(t.Context(), ExecRequest{Argv: []string{"echo", "still"}, Capture: true, KeepAlive: true})
+	if r.Outcome != result.Exited || string(r.Stdout) != "still\n" {
+		t.Fatalf("a command without a terminal after: %s %q %q", r.Outcome, r.Stdout, r.Error)
+	}
+}
