@@ -24,7 +24,37 @@ type RunRequest struct {
 	Workdir string `json:"workdir,omitempty"`
 	// Stdin is fed to the command's standard input.
 	Stdin string `json:"stdin,omitempty"`
+	// TTY gives the command a terminal of this size (see TTYUpgrade).
+	TTY *TTYSize `json:"tty,omitempty"`
 }
+
+// TTYUpgrade is the protocol a run or an exec with a terminal (a TTY in
+// its request) switches its connection to: the request carries
+// "Connection: Upgrade" and "Upgrade: airlock-tty", and once the command
+// has its sandbox the daemon answers 101 Switching Protocols. From then on
+// the daemon sends the run's events as NDJSON (as with Accept: NDJSON; the
+// terminal's output is stdout events) and ends with the result event; the
+// client sends TTYInput lines. A refusal before the switch is an ordinary
+// error answer. The connection closing ends the command, as an interrupt
+// would.
+const TTYUpgrade = "airlock-tty"
+
+// TTYSize is a terminal's size in characters.
+type TTYSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// TTYInput is one line a client sends on a TTYUpgrade stream: what was
+// typed, a new window size, or the end of input (typed as a Ctrl-D).
+type TTYInput struct {
+	Data   []byte   `json:"data,omitempty"`
+	Resize *TTYSize `json:"resize,omitempty"`
+	EOF    bool     `json:"eof,omitempty"`
+}
+
+// MaxTTYInput bounds one TTYInput line, in bytes.
+const MaxTTYInput = 64 << 10
 
 // Error is the body of every 4xx and 5xx answer.
 type Error struct {
@@ -137,6 +167,7 @@ type ExecRequest struct {
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
 	Stdin   string   `json:"stdin,omitempty"`
+	TTY     *TTYSize `json:"tty,omitempty"`
 }
 
 // Session states.
