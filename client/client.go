@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -162,7 +163,12 @@ func (c *Client) RunStream(ctx context.Context, req api.RunRequest, fn func(resu
 		return nil, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return readEvents(resp.Body, fn)
+}
+
+// readEvents reads an NDJSON event stream up to its result event.
+func readEvents(r io.Reader, fn func(result.Event)) (*result.Result, error) {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
 		var ev result.Event
@@ -374,4 +380,133 @@ func apiError(resp *http.Response) *Error {
 		e.RetryAfter = time.Duration(secs) * time.Second
 	}
 	return e
+}
+
+// TTY is the user's side of a run or an exec with a terminal (see
+// api.TTYUpgrade).
+type TTY struct {
+	// Size is the terminal's size at the start.
+	Size api.TTYSize
+	// Stdin is what is typed; its end is sent as the end of input (the
+	// command reads a Ctrl-D). Nil types nothing. A read that is still
+	// blocked when the command ends is left to return on its own.
+	Stdin io.Reader
+	// Output gets what the terminal shows.
+	Output io.Writer
+	// Resize carries the window's size changes.
+	Resize <-chan api.TTYSize
+	// OnEvent, if set, gets the other events (samples, egress and broker
+	// decisions).
+	OnEvent func(result.Event)
+}
+
+// RunTTY runs one command of a tool in a fresh sandbox on a terminal
+// and returns its result. req.Stdin must be empty: input is t.Stdin.
+func (c *Client) RunTTY(ctx context.Context, req api.RunRequest, t TTY) (*result.Result, error) {
+	req.TTY = &t.Size
+	return c.tty(ctx, "/v1/runs", req, t)
+}
+
+// ExecTTY runs a command in session id on a terminal and returns its
+// result. req.Stdin must be empty: input is t.Stdin.
+func (c *Client) ExecTTY(ctx context.Context, id string, req api.ExecRequest, t TTY) (*result.Result, error) {
+	req.TTY = &t.Size
+	return c.tty(ctx, "/v1/sessions/"+url.PathEscape(id)+"/exec", req, t)
+}
+
+func (c *Client) tty(ctx context.Context, path string, body any, t TTY) (*result.Result, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", api.TTYUpgrade)
+	resp, err := c.roundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return nil, apiError(resp)
+		}
+		return nil, fmt.Errorf("airlock daemon: answered %s, not a switch to %s", resp.Status, api.TTYUpgrade)
+	}
+	conn, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, fmt.Errorf("airlock daemon: the switched connection cannot be written")
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	in := &ttyWriter{w: conn}
+	go func() {
+		for {
+			select {
+			case ws := <-t.Resize:
+				if in.send(api.TTYInput{Resize: &ws}) != nil {
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	go func() {
+		if t.Stdin != nil {
+			buf := make([]byte, 16<<10)
+			for {
+				n, err := t.Stdin.Read(buf)
+				if n > 0 && in.send(api.TTYInput{Data: buf[:n]}) != nil {
+					return
+				}
+				if err != nil {
+					break
+				}
+			}
+		}
+		_ = in.send(api.TTYInput{EOF: true})
+	}()
+	out := t.Output
+	if out == nil {
+		out = io.Discard
+	}
+	r, err := readEvents(conn, func(ev result.Event) {
+		switch {
+		case ev.Type == result.EventStdout || ev.Type == result.EventStderr:
+			_, _ = out.Write(ev.Data)
+		case t.OnEvent != nil:
+			t.OnEvent(ev)
+		}
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return r, err
+}
+
+// ttyWriter sends TTYInput lines; the typing and the resizing goroutines
+// share it.
+type ttyWriter struct {
+	mu sync.Mutex // held across each line's write
+	w  io.Writer
+}
+
+func (t *ttyWriter) send(in api.TTYInput) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, err = t.w.Write(append(b, '\n'))
+	return err
 }

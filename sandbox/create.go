@@ -560,7 +560,7 @@ func (s *Sandbox) awaitReady(ctx context.Context) error {
 	if !stop() {
 		// ctx ended, and its deadline may land at any moment: the
 		// sandbox is not handed out (the caller tears it down).
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	if derr := s.conn.SetReadDeadline(time.Time{}); err == nil && derr != nil {
 		err = derr

@@ -431,7 +431,7 @@ wait:
 		case <-timer.C:
 			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis})
 		case <-ctx.Done():
-			runErr = ctx.Err()
+			runErr = context.Cause(ctx)
 			s.kill()
 			break wait
 		}

@@ -348,7 +348,7 @@ func TestUsageErrors(t *testing.T) {
 		args      []string
 		want, not string
 	}{
-		{[]string{"session", "exec", "-h"}, "exec ID -- CMD", "-tool"},
+		{[]string{"session", "exec", "-h"}, "exec [-t] ID -- CMD", "-tool"},
 		{[]string{"session", "create", "-h"}, "-tool", "exec ID"},
 		{[]string{"run", "-h"}, "-memory", ""},
 		{[]string{"config", "check", "-h"}, "-config", ""},

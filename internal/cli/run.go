@@ -30,7 +30,9 @@ type RunFlags struct {
 	Env          []string
 	Workdir      string
 	JSON, Events bool
-	SampleEvery  time.Duration
+	// TTY gives the command a terminal of its own (-t).
+	TTY         bool
+	SampleEvery time.Duration
 	// Opts are the runtime's: --state-dir and --cgroup-parent.
 	Opts sandbox.Options
 	// ConfigPath and Tool select a tool from the config file.
@@ -73,6 +75,11 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 	fs.Var(durationFlag{v: &l.CPUTime, allowZero: true}, "cpu-time", "CPU-time budget of the command (e.g. 10s); 0 for none")
 	fs.Var(envFlag{&f.Env}, "env", "set KEY=VALUE in the command's environment (repeatable)")
 	fs.StringVar(&f.Workdir, "workdir", sandbox.HomeDir, "working directory inside the sandbox")
+	fs.BoolVar(&f.TTY, "t", false, "give the command a terminal of its own in the sandbox, for an interactive shell (needs a terminal on stdin)")
+	fs.BoolVar(&f.TTY, "tty", false, "same as -t")
+	fs.BoolVar(&f.TTY, "it", false, "same as -t (standard input is always passed on: -i is implied)")
+	var interactive bool
+	fs.BoolVar(&interactive, "i", false, "accepted for familiarity: standard input is always passed on")
 	fs.BoolVar(&f.JSON, "json", false, "capture output and print one JSON result object at the end")
 	fs.BoolVar(&f.Events, "events", false, "print NDJSON events live (stdout, stderr, sample, egress, broker, result)")
 	fs.Var(durationFlag{v: &f.SampleEvery}, "sample-interval", "how often resource samples are taken")
@@ -108,6 +115,8 @@ func (f *RunFlags) Check(argv []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "airlock run: no command given; usage: airlock run [flags] -- COMMAND [ARG...]")
 	case f.JSON && f.Events:
 		fmt.Fprintln(stderr, "airlock run: --json and --events are exclusive")
+	case f.TTY && (f.JSON || f.Events):
+		fmt.Fprintln(stderr, "airlock run: --tty shows the command's terminal; it cannot go with --json or --events")
 	case !filepath.IsAbs(f.Workdir):
 		fmt.Fprintf(stderr, "airlock run: invalid value %q for flag -workdir: must be an absolute path\n", f.Workdir)
 	default:
@@ -149,6 +158,13 @@ type Bind func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error
 func RunOnce(ctx context.Context, f *RunFlags, spec sandbox.Spec, argv []string, stdio IO, bind Bind) *result.Result {
 	// One short-lived sandbox: cloning from this small process is cheaper
 	// than starting the spawner helper.
+	var term *Terminal
+	if f.TTY {
+		var err error
+		if term, err = OpenTerminal(stdio.Stdin); err != nil {
+			return &result.Result{Outcome: result.Error, Error: err.Error()}
+		}
+	}
 	opts := f.Opts
 	opts.CloneInProcess, opts.OneShot = true, true
 	if opts.Logger == nil {
@@ -200,7 +216,19 @@ func RunOnce(ctx context.Context, f *RunFlags, spec sandbox.Spec, argv []string,
 		x.Stdout, x.Stderr = stdio.Stdout, stdio.Stderr
 		explain = stdio.Stderr
 	}
+	if term != nil {
+		resize := make(chan sandbox.WinSize, 1)
+		x.TTY, x.Resize = &sandbox.WinSize{Rows: term.Rows, Cols: term.Cols}, resize
+		if err := term.Raw(func(rows, cols uint16) { SendLatest(resize, sandbox.WinSize{Rows: rows, Cols: cols}) }); err != nil {
+			fmt.Fprintf(stdio.Stderr, "airlock: the terminal: %v\n", err)
+		}
+		defer term.Restore()
+		explain = CRLF{stdio.Stderr}
+	}
 	r, closeNet := b.RunCloseLater(ctx, x, explain)
+	if term != nil {
+		term.Restore()
+	}
 	// A gateway that heard nothing closes alongside the destroy.
 	netClosed := make(chan error, 1)
 	go func() { netClosed <- closeNet(context.WithoutCancel(ctx)) }()
@@ -247,4 +275,20 @@ func exitCode(c int) error {
 		return nil
 	}
 	return &ExitError{Code: c}
+}
+
+// SendLatest queues v on c (of capacity 1), replacing a value not yet
+// taken: a window size that was never applied is no longer of interest.
+func SendLatest[T any](c chan T, v T) {
+	for {
+		select {
+		case c <- v:
+			return
+		default:
+		}
+		select {
+		case <-c:
+		default:
+		}
+	}
 }

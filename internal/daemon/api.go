@@ -113,6 +113,10 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
 	if !decodeBody(w, r, &req) {
 		return nil, false
 	}
+	if err := checkTTY(r, req.TTY, req.Stdin); err != nil {
+		writeErr(w, err)
+		return nil, false
+	}
 	switch {
 	case req.Tool == "":
 		writeErr(w, errdefs.New(errdefs.ErrInvalid, `"tool" is required`))
@@ -166,16 +170,30 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if req.Stdin != "" {
 		j.stdin = &req.Stdin
 	}
+	ctx := r.Context()
 	var ev *eventWriter
-	if stream {
-		ev = &eventWriter{w: w, rc: http.NewResponseController(w)}
+	switch {
+	case req.TTY != nil:
+		if !d.ttys.add() {
+			writeErr(w, errShutdown)
+			return
+		}
+		defer d.ttys.done()
+		var end func()
+		j.tty, ctx, end = d.newTTY(ctx, req.TTY)
+		defer end()
+		ev = j.tty.events
+		j.started = func() error { return j.tty.upgrade(w) }
+	case stream:
+		ev = responseEvents(w)
 		j.onEvent = ev.write
-		j.started = func() {
+		j.started = func() error {
 			w.Header().Set("Content-Type", api.NDJSON)
 			w.WriteHeader(http.StatusOK)
+			return nil
 		}
 	}
-	res, done, err := d.run(r.Context(), j)
+	res, done, err := d.run(ctx, j)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -183,7 +201,12 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	// The answer is out before the sandbox goes (done), but the handler
 	// returns only after, so a graceful shutdown waits for it.
 	defer done()
-	if stream {
+	if j.tty != nil && j.tty.conn == nil {
+		// The switch failed: the connection is still an HTTP one.
+		writeErr(w, errors.New(res.Error))
+		return
+	}
+	if ev != nil {
 		ev.write(resultEvent(res))
 		return
 	}
@@ -240,8 +263,11 @@ type runJob struct {
 	capture    bool
 	onEvent    func(result.Event)
 	// started, if set, is called once the run is recorded and has its
-	// sandbox, just before the command starts.
-	started func()
+	// sandbox, just before the command starts; an error ends the run
+	// there.
+	started func() error
+	// tty, if set, gives the command a terminal on this stream.
+	tty *ttyStream
 	// also, if set, gives events recorded with the run's outcome, in
 	// the same write of the log (an MCP call's record).
 	also func(*result.Result) []audit.Event
@@ -342,8 +368,15 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if j.stdin != nil {
 		x.Stdin = strings.NewReader(*j.stdin)
 	}
+	if j.tty != nil {
+		j.tty.request(&x)
+	}
 	if j.started != nil {
-		j.started()
+		if err := j.started(); err != nil {
+			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
+			d.finishRun(ctx, *scope, res, j.extra(res)...)
+			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
+		}
 	}
 	kctx, kill, stop := killable(ctx)
 	drop := d.live.add(&liveRun{id: scope.run, kind: "run", tool: j.tool.Name, client: j.client, owner: j.caller.name, sb: sb, started: time.Now(), kill: kill})
@@ -370,11 +403,16 @@ func resultEvent(r *result.Result) result.Event {
 
 // eventWriter writes NDJSON events, one line each, flushed as they come.
 type eventWriter struct {
-	// mu is held across each write to w and flush of rc: events come
-	// from the output pumps, the monitor and the gateway at once.
-	mu sync.Mutex
-	w  io.Writer
-	rc *http.ResponseController
+	// mu is held across each write to w and flush: events come from the
+	// output pumps, the monitor and the gateway at once.
+	mu    sync.Mutex
+	w     io.Writer
+	flush func() error
+}
+
+// responseEvents writes events as the answer w.
+func responseEvents(w http.ResponseWriter) *eventWriter {
+	return &eventWriter{w: w, flush: http.NewResponseController(w).Flush}
 }
 
 func (e *eventWriter) write(ev result.Event) {
@@ -384,8 +422,11 @@ func (e *eventWriter) write(ev result.Event) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.w == nil {
+		return // a terminal's stream before it switched: nothing runs yet
+	}
 	if _, err := e.w.Write(append(b, '\n')); err == nil {
-		_ = e.rc.Flush()
+		_ = e.flush()
 	}
 }
 

@@ -106,6 +106,12 @@ type Daemon struct {
 	// instead of holding the grace period.
 	quit    context.Context
 	quitNow context.CancelFunc
+	// ttyEnd ends, in shutdown, the commands with a terminal, whose
+	// connections the HTTP servers no longer hold (see tty.go); ttys
+	// counts their handlers.
+	ttyEnd    context.Context
+	ttyEndNow context.CancelFunc
+	ttys      ttyCount
 
 	shutdown sync.Once
 	shutErr  error
@@ -196,6 +202,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), plans: plans, sessions: sessions{m: make(map[string]*session)}}
 	d.quit, d.quitNow = context.WithCancel(context.Background())
+	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.closePools(context.WithoutCancel(ctx))
@@ -460,6 +467,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			}()
 		}
 		wg.Wait()
+		// The servers are done with every call they still held; the
+		// commands with a terminal end now (a shell has no end of its
+		// own to wait for), and their handlers destroy what they hold.
+		d.ttyEndNow()
+		d.ttys.closeAndWait()
 		if d.reapStop != nil {
 			d.reapStop()
 		}

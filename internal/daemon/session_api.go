@@ -343,6 +343,10 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	if err := checkTTY(r, req.TTY, req.Stdin); err != nil {
+		writeErr(w, err)
+		return
+	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		writeErr(w, errNoCommand)
 		return
@@ -359,6 +363,10 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	if req.Stdin != "" {
 		x.Stdin = strings.NewReader(req.Stdin)
 	}
+	if req.TTY != nil {
+		d.execTTY(w, r, s, req.TTY, x)
+		return
+	}
 	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
 		x.Capture = true
 		res, err := d.exec(r.Context(), s, clientOf(r), x)
@@ -373,7 +381,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	}
 	// The status goes out with the first event, after the run is
 	// recorded: a refusal is still an error answer.
-	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	ev := responseEvents(w)
 	x.OnEvent = ev.write
 	w.Header().Set("Content-Type", api.NDJSON)
 	res, err := d.exec(r.Context(), s, clientOf(r), x)
@@ -439,4 +447,29 @@ func fileErr(err error) error {
 		return errDiskFull
 	}
 	return errors.New("file operation failed")
+}
+
+// execTTY runs an exec with a terminal: the connection switches to
+// api.TTYUpgrade once the request is checked, and the exec's refusal, if
+// any, comes as its result on the stream. The caller has entered s.
+func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *session, size *api.TTYSize, x sandbox.ExecRequest) {
+	if !d.ttys.add() {
+		writeErr(w, errShutdown)
+		return
+	}
+	defer d.ttys.done()
+	t, ctx, end := d.newTTY(r.Context(), size)
+	defer end()
+	t.request(&x)
+	if err := t.upgrade(w); err != nil {
+		if t.conn == nil {
+			writeErr(w, err)
+		}
+		return
+	}
+	res, err := d.exec(ctx, s, clientOf(r), x)
+	if err != nil {
+		res = &result.Result{SandboxID: s.sb.ID(), Outcome: result.Error, Error: err.Error()}
+	}
+	t.events.write(resultEvent(res))
 }

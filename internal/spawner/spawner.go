@@ -315,6 +315,13 @@ func CloneLater(hostNet int, req *Request, ctrl, log, netns int, place Placement
 		// Supplementary groups are cleared: a host gid kept would still
 		// grant access to host files by group.
 		Hold: true, ClearGroups: true, UID: 0, GID: 0,
+		// A session of its own: init of a run started on a terminal had
+		// that terminal as its controlling one, and the terminal's
+		// signals (an interrupt, a window change) reached it.
+		Setsid: true,
+		// Nothing the host ignores is ignored in the sandbox: init, and
+		// so every command, starts with every signal's default action.
+		DefaultSignals: true,
 		// Init holds nothing of the host's beyond its control channel and
 		// a pipe for its own diagnostics; stdin stays closed.
 		Files: []int{-1, log, log, ctrl},

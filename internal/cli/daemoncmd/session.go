@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/result"
 )
 
 // daemonFlags parses the flags every daemon-client command shares.
@@ -36,7 +37,7 @@ var sessionUsage = map[string]string{
 	"ls":     "ls",
 	"show":   "show ID",
 	"rm":     "rm ID",
-	"exec":   "exec ID -- CMD [ARG...]",
+	"exec":   "exec [-t] ID -- CMD [ARG...]",
 	"cp":     "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
 }
 
@@ -57,6 +58,11 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	name := "airlock session " + sub
 	fs, sock, asJSON := daemonFlags(name, stdio)
 	var tool, idle, life *string
+	var tty *bool
+	if sub == "exec" {
+		tty = fs.Bool("t", false, "give the command a terminal of its own in the sandbox, for an interactive shell (needs a terminal on stdin)")
+		fs.BoolVar(tty, "tty", false, "same as -t")
+	}
 	if sub == "create" {
 		tool = fs.String("tool", "", "tool of the session (required)")
 		idle = fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m")
@@ -130,6 +136,16 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		}
 		if len(pos) < 2 {
 			return bad("want a session ID and a command")
+		}
+		if *tty {
+			if *asJSON {
+				return bad("--tty shows the command's terminal; it cannot go with --json")
+			}
+			cli.SignalsCaught(ctx)
+			r := onTerminal(stdio, func(t client.TTY) (*result.Result, error) {
+				return c.ExecTTY(ctx, pos[0], api.ExecRequest{Argv: pos[1:]}, t)
+			})
+			return cli.Finish(ctx, r, &cli.RunFlags{}, stdio)
 		}
 		r, err := c.Exec(ctx, pos[0], api.ExecRequest{Argv: pos[1:]})
 		if err != nil {

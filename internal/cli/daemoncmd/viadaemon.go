@@ -41,6 +41,12 @@ func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cl
 	if rf.Set["workdir"] {
 		req.Workdir = rf.Workdir
 	}
+	if rf.TTY {
+		cli.SignalsCaught(ctx)
+		return onTerminal(stdio, func(t client.TTY) (*result.Result, error) {
+			return client.New(rf.Socket).RunTTY(ctx, req, t)
+		})
+	}
 	if f, ok := stdio.Stdin.(*os.File); stdio.Stdin != nil && (!ok || !isTerminal(f)) {
 		b, err := io.ReadAll(io.LimitReader(stdio.Stdin, maxDaemonStdin+1))
 		switch {
@@ -77,6 +83,28 @@ func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cl
 			}
 		})
 	}
+	if err != nil {
+		return &result.Result{Outcome: result.Error, Error: err.Error()}
+	}
+	return r
+}
+
+// onTerminal runs a command with a terminal through the daemon: call
+// makes the request (RunTTY, ExecTTY) with the user's terminal, raw while
+// the command runs.
+func onTerminal(stdio cli.IO, call func(client.TTY) (*result.Result, error)) *result.Result {
+	term, err := cli.OpenTerminal(stdio.Stdin)
+	if err != nil {
+		return &result.Result{Outcome: result.Error, Error: err.Error()}
+	}
+	resize := make(chan api.TTYSize, 1)
+	if err := term.Raw(func(rows, cols uint16) { cli.SendLatest(resize, api.TTYSize{Rows: rows, Cols: cols}) }); err != nil {
+		fmt.Fprintf(stdio.Stderr, "airlock: the terminal: %v\n", err)
+	}
+	defer term.Restore()
+	r, err := call(client.TTY{Size: api.TTYSize{Rows: term.Rows, Cols: term.Cols}, Stdin: stdio.Stdin, Output: stdio.Stdout,
+		Resize: resize, OnEvent: runner.Explainer(cli.CRLF{W: stdio.Stderr})})
+	term.Restore()
 	if err != nil {
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}

@@ -83,6 +83,11 @@ type Spec struct {
 	// controlling terminal (TIOCSCTTY), once its descriptors are in
 	// place; it needs Setsid.
 	Setctty bool
+	// DefaultSignals gives the child the default action of every signal
+	// the caller ignores: an ignored signal survives exec, so one the
+	// caller inherited ignored would otherwise be ignored by the child
+	// and everything it starts.
+	DefaultSignals bool
 	// ClearGroups empties the supplementary groups.
 	ClearGroups bool
 	// UID and GID, when not -1, become the child's real, effective and
@@ -152,6 +157,9 @@ func Start(sp Spec) (*Child, error) {
 	s := &forkSpec{files: sp.Files, tmp: make([]int, len(sp.Files)), pidfd: -1, pathFD: -1,
 		timerSlack: sp.TimerSlack, setsid: sp.Setsid, setctty: sp.Setctty, clearGroups: sp.ClearGroups, uid: sp.UID, gid: sp.GID, syncR: -1, syncW: -1,
 		tasks: sp.CgroupTasks, pinCPU: sp.PinCPU}
+	if sp.DefaultSignals {
+		s.dflSignals = ignoredSignals()
+	}
 	if sp.PathFile != nil {
 		s.pathFD = int(sp.PathFile.Fd())
 		defer runtime.KeepAlive(sp.PathFile)

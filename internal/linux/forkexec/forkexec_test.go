@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -280,5 +281,29 @@ func TestStartNetns(t *testing.T) {
 	var ws unix.WaitStatus
 	if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil); pid > 0 {
 		t.Errorf("a child %d was left (%v)", pid, err)
+	}
+}
+
+// TestDefaultSignals: a signal this process was started with ignored
+// stays ignored across fork and exec, unless DefaultSignals gives the
+// child its default action back. The test runs itself again with SIGHUP
+// ignored from the start, as nohup would.
+func TestDefaultSignals(t *testing.T) {
+	if os.Getenv("FORKEXEC_TEST_SIGHUP_IGNORED") == "" {
+		cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$@"`, "sh", os.Args[0], "-test.run=^TestDefaultSignals$", "-test.v")
+		cmd.Env = append(os.Environ(), "FORKEXEC_TEST_SIGHUP_IGNORED=1")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("the test with SIGHUP ignored: %v\n%s", err, out)
+		}
+		return
+	}
+	for _, tc := range []struct {
+		dfl  bool
+		want string
+	}{{false, "SigIgn:\t0000000000000001\n"}, {true, "SigIgn:\t0000000000000000\n"}} {
+		out, ws, err := run(t, Spec{Path: "/bin/grep", Argv: []string{"grep", "SigIgn", "/proc/self/status"}, DefaultSignals: tc.dfl, UID: -1, GID: -1, CgroupFD: -1})
+		if err != nil || ws.ExitStatus() != 0 || out != tc.want {
+			t.Errorf("DefaultSignals %v: %q %v %v, want %q", tc.dfl, out, ws, err, tc.want)
+		}
 	}
 }
