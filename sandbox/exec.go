@@ -44,6 +44,11 @@ type ExecRequest struct {
 	TTY *WinSize
 	// Resize carries the window size changes of a command with a TTY.
 	Resize <-chan WinSize
+	// Signal carries signals for the command and its process group (a
+	// kill, an interrupt, a lifetime of its own that ran out): the
+	// sandbox goes on, unlike when ctx ends. A command that has ended
+	// ignores them.
+	Signal <-chan unix.Signal
 	// OnEvent, when set, receives output chunks and samples live. It must
 	// not block for long.
 	OnEvent func(result.Event)
@@ -420,6 +425,12 @@ wait:
 			}
 			if m := rep.m; m.Kind == initproto.KindExit {
 				exit = m
+				break wait
+			}
+		case sig := <-x.req.Signal:
+			if err := s.conn.Send(&initproto.Message{Kind: initproto.KindSignal, ID: x.id, Signal: int(sig)}, nil); err != nil && x.getBreach() == nil {
+				runErr = fmt.Errorf("%w: %w", ErrDead, err)
+				s.kill()
 				break wait
 			}
 		case ws := <-x.req.Resize:

@@ -194,3 +194,32 @@ func TestTTYWhenPtysRunOut(t *testing.T) {
 		t.Fatalf("a command without a terminal after: %s %q %q", r.Outcome, r.Stdout, r.Error)
 	}
 }
+
+// TestSignal signals one command of a kept sandbox: the command and the
+// processes of its group end, another command's do not, and the sandbox
+// goes on.
+func TestSignal(t *testing.T) {
+	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	other := make(chan *result.Result, 1)
+	go func() {
+		other <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "sleep 3; echo other-done"}, Capture: true, KeepAlive: true})
+	}()
+	sig := make(chan unix.Signal, 1)
+	time.AfterFunc(300*time.Millisecond, func() { sig <- unix.SIGTERM })
+	began := time.Now()
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "sleep 30 & sleep 30; echo never"}, Capture: true, KeepAlive: true, Signal: sig})
+	if r.Outcome != result.Signaled || r.Signal != int(unix.SIGTERM) || time.Since(began) > 10*time.Second {
+		t.Fatalf("signalled command: %s signal %d %q after %v", r.Outcome, r.Signal, r.Error, time.Since(began))
+	}
+	r = sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "ps -eo args | grep -c '^sleep 30' || true"}, Capture: true, KeepAlive: true})
+	if r.Outcome != result.Exited || strings.TrimSpace(string(r.Stdout)) != "0" {
+		t.Fatalf("sleeps of the signalled group left: %s %q %q", r.Outcome, r.Stdout, r.Error)
+	}
+	if o := <-other; o.Outcome != result.Exited || string(o.Stdout) != "other-done\n" {
+		t.Fatalf("the other command: %s %q %q", o.Outcome, o.Stdout, o.Error)
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // kinds are the wire codes of the message kinds, in a fixed order.
-var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit}
+var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit, KindSignal}
 
 // Marshal encodes m. Every message starts with the protocol Version, so
 // that an end of another build is told so rather than misread.
@@ -29,6 +29,7 @@ func Marshal(m *Message) ([]byte, error) {
 	w.Int(int64(m.Status))
 	w.Int(int64(m.Errno))
 	w.String(m.Error)
+	w.Int(int64(m.Signal))
 	w.Bool(m.Exec != nil)
 	if e := m.Exec; e != nil {
 		w.Strings(e.Argv)
@@ -62,6 +63,10 @@ func Unmarshal(b []byte) (*Message, error) {
 	m.Status = int(r.Int())
 	m.Errno = int(r.Int())
 	m.Error = r.String()
+	m.Signal = int(r.Int())
+	if m.Signal < 0 || m.Signal > 64 {
+		return nil, fmt.Errorf("decode: signal %d out of range", m.Signal)
+	}
 	if r.Bool() {
 		m.Exec = &Exec{Argv: r.Strings(), Env: r.Strings(), Dir: r.String(), TTY: r.Bool()}
 		m.Exec.Rows, m.Exec.Cols = r.Uint16(), r.Uint16()

@@ -27,7 +27,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 7
+const Version = 8
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -63,6 +63,9 @@ const (
 	// KindExit (init→host): the command with ID ended with wait status
 	// Status, or could not be started (Errno set).
 	KindExit Kind = "exit"
+	// KindSignal (host→init): send Signal to the command with ID and
+	// every process of its process group; the sandbox goes on.
+	KindSignal Kind = "signal"
 )
 
 // Message is one datagram.
@@ -76,6 +79,8 @@ type Message struct {
 	// Errno is set when the command could not be executed.
 	Errno int
 	Error string
+	// Signal is a KindSignal's signal number.
+	Signal int
 }
 
 // Exec asks init to start one command.

@@ -160,7 +160,7 @@ func b(v bool) func(*wire.Writer) { return func(w *wire.Writer) { w.Bool(v) } }
 
 func TestDecodeRejects(t *testing.T) {
 	ok := func(kind uint64) []func(*wire.Writer) {
-		return []func(*wire.Writer){u(Version), u(kind), u(1), i(5), i(0), i(0), str(""), b(false)}
+		return []func(*wire.Writer){u(Version), u(kind), u(1), i(5), i(0), i(0), str(""), i(0), b(false)}
 	}
 	if _, err := Decode(raw(ok(3)...), 0); err != nil {
 		t.Fatalf("a well-formed started message: %v", err)
@@ -174,14 +174,16 @@ func TestDecodeRejects(t *testing.T) {
 		{"empty", nil, 0, nil},
 		{"another build", raw(append([]func(*wire.Writer){u(Version + 1)}, ok(3)[1:]...)...), 0, ErrVersion},
 		{"unknown kind", raw(append([]func(*wire.Writer){u(Version), u(99)}, ok(3)[2:]...)...), 0, nil},
-		{"negative pid", raw(u(Version), u(3), u(1), i(-1), i(0), i(0), str(""), b(false)), 0, nil},
+		{"negative pid", raw(u(Version), u(3), u(1), i(-1), i(0), i(0), str(""), i(0), b(false)), 0, nil},
 		{"truncated by the kernel", raw(ok(1)...), unix.MSG_TRUNC, nil},
 		{"cut short", raw(ok(3)...)[:5], 0, nil},
 		{"trailing bytes", append(raw(ok(3)...), 0), 0, nil},
-		{"bad boolean", raw(u(Version), u(3), u(1), i(5), i(0), i(0), str(""), u(7)), 0, nil},
+		{"bad boolean", raw(u(Version), u(3), u(1), i(5), i(0), i(0), str(""), i(0), u(7)), 0, nil},
 		{"string longer than the message", raw(u(Version), u(1), u(1), i(0), i(0), i(0), u(1<<40)), 0, nil},
-		{"huge count", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), b(true), u(1<<40)), 0, nil},
-		{"window wider than 16 bits", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), b(true), u(1), str("sh"), u(0), str("/"), b(true), u(24), u(1<<16)), 0, nil},
+		{"huge count", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), i(0), b(true), u(1<<40)), 0, nil},
+		{"signal out of range", raw(u(Version), u(5), u(1), i(0), i(0), i(0), str(""), i(65), b(false)), 0, nil},
+		{"negative signal", raw(u(Version), u(5), u(1), i(0), i(0), i(0), str(""), i(-9), b(false)), 0, nil},
+		{"window wider than 16 bits", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), i(0), b(true), u(1), str("sh"), u(0), str("/"), b(true), u(24), u(1<<16)), 0, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,7 +241,7 @@ func TestRoundTrip(t *testing.T) {
 		var m Message
 		n := 0
 		fill(reflect.ValueOf(&m).Elem(), &n)
-		m.Kind = k
+		m.Kind, m.Signal = k, 15
 		b, err := Marshal(&m)
 		if err != nil {
 			t.Fatal(err)

@@ -348,6 +348,11 @@ func (s *server) requests(buf []byte) bool {
 		if err != nil {
 			return false
 		}
+		if m.Kind == initproto.KindSignal {
+			closeFDs(fds)
+			s.signal(m.ID, m.Signal)
+			continue
+		}
 		// Three descriptors, the command's stdin, stdout and stderr; none
 		// for a command with a terminal, which init opens.
 		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 && !(m.Exec.TTY && len(fds) == 0) {
@@ -512,5 +517,23 @@ func (s *server) reap() {
 			unix.Close(c.pidfd) // leaves the epoll set with it
 		}
 		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: c.id, Pid: pid, Status: int(ws)})
+	}
+}
+
+// signal sends sig to the command with id and its process group (it is
+// its session's leader, so the group is the command and whatever it
+// started that did not leave it). A command that has ended, or a signal
+// the kernel refuses, is ignored: the command's exit says the rest.
+func (s *server) signal(id uint64, sig int) {
+	if sig <= 0 {
+		return
+	}
+	for pid, c := range s.cmds {
+		if c.id == id {
+			// Not reaped yet (it is still in cmds), so its pid, and the
+			// group's id, are still its own.
+			_ = unix.Kill(-pid, unix.Signal(sig))
+			return
+		}
 	}
 }

@@ -22,6 +22,7 @@ var shapes = map[int]string{
 	5: "ed756baba79ec405",
 	6: "5b353e039907e418",
 	7: "faa38e2842fa0dcd",
+	8: "43e7d04ca3cf3923",
 }
 
 func TestProtocolShape(t *testing.T) {
