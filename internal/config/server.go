@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	serverKeys   = []string{"capacity", "socket", "socket_group", "tcp", "tokens"}
+	serverKeys   = []string{"capacity", "e2b", "socket", "socket_group", "tcp", "tokens"}
 	tokenKeys    = []string{"concurrency", "name", "secret", "tools"}
 	capacityKeys = []string{"memory", "pids", "sandboxes"}
 )
@@ -25,7 +25,11 @@ type Server struct {
 	// TCP, if set, is an address to serve the API on too; every request
 	// there needs a bearer token.
 	TCP netip.AddrPort
-	// Tokens are the bearer tokens accepted on TCP.
+	// E2B, if set, is an address to serve the E2B-compatible API on
+	// (docs/e2b.md); its API keys are the tokens.
+	E2B netip.AddrPort
+	// Tokens are the bearer tokens accepted on TCP, and the API keys of
+	// the E2B API.
 	Tokens []Token
 	// Capacity bounds what the node's live sandboxes reserve together.
 	Capacity Capacity
@@ -93,6 +97,13 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 					err = p.errAt(f.val, sub, "%s is not IP:PORT (e.g. 127.0.0.1:7400)", quote(s))
 				}
 			}
+		case "e2b":
+			var s string
+			if s, err = p.str(f.val, sub); err == nil {
+				if c.Server.E2B, err = netip.ParseAddrPort(s); err != nil || c.Server.E2B.Port() == 0 {
+					err = p.errAt(f.val, sub, "%s is not IP:PORT (e.g. 127.0.0.1:7401)", quote(s))
+				}
+			}
 		case "tokens":
 			c.Server.Tokens, err = p.tokens(f.val, sub)
 		case "capacity":
@@ -104,6 +115,12 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 	}
 	if c.Server.TCP.IsValid() && len(c.Server.Tokens) == 0 {
 		return p.errAt(n, at, "tcp is set but no tokens are: every request on TCP needs one")
+	}
+	if c.Server.E2B.IsValid() && len(c.Server.Tokens) == 0 {
+		return p.errAt(n, at, "e2b is set but no tokens are: the E2B API's keys are the tokens")
+	}
+	if c.Server.E2B.IsValid() && c.Server.E2B == c.Server.TCP {
+		return p.errAt(n, at, "e2b and tcp are the same address; give the E2B API a port of its own")
 	}
 	return nil
 }

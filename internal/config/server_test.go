@@ -44,6 +44,10 @@ tools:
 	bad := []struct{ yaml, want string }{
 		{"server: {tcp: 127.0.0.1:7400}", "no tokens"},
 		{"server: {tcp: localhost}", "not IP:PORT"},
+		{"server: {e2b: 127.0.0.1:7401}", "the E2B API's keys are the tokens"},
+		{"server: {e2b: localhost:7401}", "not IP:PORT"},
+		{"server: {e2b: 127.0.0.1:0}", "not IP:PORT"},
+		{"server: {tcp: 127.0.0.1:7400, e2b: 127.0.0.1:7400, tokens: [{name: a, secret: s, tools: [x]}]}", "same address"},
 		{"server: {tokens: [{name: a, secret: nope, tools: [t]}]}\ntools: {t: {}}", `undefined secret "nope"`},
 		{"server: {tokens: [{name: a, secret: s, tools: [nope]}]}\nsecrets: {s: {env: X}}", `undefined tool or MCP server "nope"`},
 		{"server: {tokens: [{name: a, secret: s}]}\nsecrets: {s: {env: X}}", "needs tools"},

@@ -75,12 +75,17 @@ type Daemon struct {
 	// plans holds each profile's translation (attach.For): its sandbox
 	// spec, its image's command and digest, its policy. Written before
 	// anything starts, only read after.
-	plans  map[string]attach.Plan
-	live   liveRuns
-	ln     net.Listener
-	srv    *http.Server
-	tcp    net.Listener // nil unless the config has server.tcp
-	tsrv   *http.Server
+	plans map[string]attach.Plan
+	live  liveRuns
+	ln    net.Listener
+	srv   *http.Server
+	tcp   net.Listener // nil unless the config has server.tcp
+	tsrv  *http.Server
+	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
+	// its sandboxes.
+	e2bl   net.Listener
+	e2bsrv *http.Server
+	e2b    e2bTable
 	tokens *tokenSet
 	audit  *audit.Log
 
@@ -288,6 +293,23 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 		}
 	}
+	if addr := opts.Config.Server.E2B; addr.IsValid() {
+		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {
+			d.ln.Close()
+			if d.tcp != nil {
+				d.tcp.Close()
+			}
+			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
+		}
+		d.e2bl = limitConns(d.e2bl, opts.MaxConns)
+		d.e2bsrv = &http.Server{
+			Handler:           d.audited(checkHost(addr, d.e2bRoutes())),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       opts.IdleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		}
+	}
 	return d, nil
 }
 
@@ -409,6 +431,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.tsrv != nil {
 		go func() { errc <- d.tsrv.Serve(d.tcp) }()
 	}
+	if d.e2bsrv != nil {
+		go func() { errc <- d.e2bsrv.Serve(d.e2bl) }()
+	}
 	// Every listener opened, so an operator sees where the daemon
 	// answers (and that a TCP listener is open at all).
 	if d.ln != nil {
@@ -416,6 +441,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	if d.tcp != nil {
 		d.opts.Logger.Info("listening", "tcp", d.tcp.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
+	}
+	if d.e2bl != nil {
+		d.opts.Logger.Info("listening", "e2b", d.e2bl.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
 	}
 	if len(d.opts.Config.Order) == 0 && len(d.opts.Config.MCPServerOrder) == 0 {
 		d.opts.Logger.Warn("no tools are configured: every run and session names a tool, so none can start (see docs/config.md)", "config", d.opts.Config.Path)
@@ -450,7 +478,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		var errs []error
 		var wg sync.WaitGroup
 		var mu sync.Mutex // guards errs while the servers shut down
-		for _, srv := range []*http.Server{d.srv, d.tsrv} {
+		for _, srv := range []*http.Server{d.srv, d.tsrv, d.e2bsrv} {
 			if srv == nil {
 				continue
 			}

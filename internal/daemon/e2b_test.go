@@ -1,0 +1,252 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+)
+
+// e2bSDK is the official E2B SDK's entry point, which scripts/test
+// installs pinned (e2b 2.51.0); the tests that drive airlock with it skip
+// without it.
+func e2bSDK(t *testing.T) string {
+	dir := os.Getenv("AIRLOCK_TEST_E2B_MODULES")
+	if dir == "" {
+		t.Skip("AIRLOCK_TEST_E2B_MODULES is not set (scripts/test installs the E2B SDK)")
+	}
+	p := filepath.Join(dir, "e2b", "dist", "index.mjs")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("AIRLOCK_TEST_E2B_MODULES is set, but the SDK is not there: %v", err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("the E2B SDK is installed but node is not on PATH")
+	}
+	return p
+}
+
+const e2bKey = "e2b-key-0123456789abcdef"
+
+// serveE2B starts a daemon with the E2B API on a loopback port and
+// returns its base URL.
+func serveE2B(t *testing.T, extra string) string {
+	t.Helper()
+	t.Setenv("TEST_E2B_KEY", e2bKey)
+	t.Setenv("TEST_OTHER_KEY", "other-0123456789abcdef")
+	addr := freePort(t)
+	serveConfig(t, `
+server:
+  e2b: `+addr+`
+  tokens:
+    - {name: agent, secret: key, tools: ["*"]}
+    - {name: other, secret: other, tools: ["*"]}
+secrets:
+  key: {env: TEST_E2B_KEY}
+  other: {env: TEST_OTHER_KEY}
+tools:
+  sh: {}
+  small: {limits: {memory: 64MiB}}
+`+extra, nil)
+	return "http://" + addr
+}
+
+// TestE2BSDK drives the daemon's E2B API with the official E2B SDK, end
+// to end: create with envs and metadata, commands in the foreground and
+// the background with output callbacks, envs, cwd, exit codes, a
+// command's timeout and kill, files in and out (and refused outside the
+// workspace), info, list by metadata, a second client, kill, a memory
+// breach and a wrong key.
+func TestE2BSDK(t *testing.T) {
+	sdk := e2bSDK(t)
+	isolatednet.Require(t)
+	base := serveE2B(t, "")
+	cmd := exec.Command("node", "testdata/e2b_sdk.mjs")
+	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(bytes.NewReader(outb))
+	for sc.Scan() {
+		var l struct {
+			K string          `json:"k"`
+			V json.RawMessage `json:"v"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			steps[l.K] = l.V
+		}
+	}
+	t.Logf("the SDK said:\n%s", outb)
+	if err != nil || steps["fatal"] != nil {
+		t.Fatalf("the SDK's script: %v\n%s\n%s", err, outb, stderr.String())
+	}
+	want := map[string]string{
+		"run":        `{"stdout":"hi there\n/tmp\n","stderr":"err\n","exitCode":0}`,
+		"callbacks":  `"1\n2\n3\n"`,
+		"listed":     `true`,
+		"killed":     `true`,
+		"read":       `"hello file"`,
+		"cat":        `"hello file"`,
+		"settimeout": `"ok"`,
+		"connect":    `"hello file"`,
+		"kill":       `true`,
+		"killagain":  `false`,
+	}
+	for k, w := range want {
+		if string(steps[k]) != w {
+			t.Errorf("%s: got %s, want %s", k, steps[k], w)
+		}
+	}
+	type errStep struct {
+		Name     string `json:"name"`
+		ExitCode *int   `json:"exitCode"`
+		Message  string `json:"message"`
+		Stdout   string `json:"stdout"`
+		Ms       int    `json:"ms"`
+	}
+	check := func(k, name, msg string, code *int) errStep {
+		t.Helper()
+		var e errStep
+		if err := json.Unmarshal(steps[k], &e); err != nil || e.Name != name || !strings.Contains(e.Message, msg) || (code != nil && (e.ExitCode == nil || *e.ExitCode != *code)) {
+			t.Errorf("%s: got %s, want %s with %q in its message", k, steps[k], name, msg)
+		}
+		return e
+	}
+	three, minus1 := 3, -1
+	if e := check("exit", "CommandExitError", "exit status 3", &three); e.Stdout != "partial\n" {
+		t.Errorf("exit: stdout %q", e.Stdout)
+	}
+	if e := check("timeout", "TimeoutError", "", nil); e.Ms > 10000 {
+		t.Errorf("the command's timeout took %d ms", e.Ms)
+	}
+	check("bgwait", "CommandExitError", "signal: SIGKILL", &minus1)
+	check("outside", "InvalidArgumentError", "outside /workspace", nil)
+	check("missing", "FileNotFoundError", "no such file", nil)
+	check("after", "NotFoundError", "", nil)
+	check("breach", "CommandExitError", "limit exceeded: memory", &minus1)
+	check("afterbreach", "NotFoundError", "", nil)
+	check("wrongkey", "AuthenticationError", "API key", nil)
+	check("notool", "SandboxError", "no template", nil)
+	var info struct {
+		ID         string            `json:"id"`
+		TemplateID string            `json:"templateId"`
+		Metadata   map[string]string `json:"metadata"`
+		State      string            `json:"state"`
+	}
+	var created string
+	_ = json.Unmarshal(steps["created"], &created)
+	if json.Unmarshal(steps["info"], &info) != nil || info.ID != created || info.TemplateID != "sh" || info.Metadata["team"] != "a" || info.State != "running" {
+		t.Errorf("info: %s", steps["info"])
+	}
+	if string(steps["list"]) != `["`+created+`"]` {
+		t.Errorf("list by metadata: %s, want [%q]", steps["list"], created)
+	}
+}
+
+// TestE2BAttacks attacks the E2B API from another key and with forged or
+// oversized calls: one key cannot see or end another's sandbox, an envd
+// call with another sandbox's access token reaches nothing, and an
+// oversized message is refused without running anything.
+func TestE2BAttacks(t *testing.T) {
+	isolatednet.Require(t)
+	base := serveE2B(t, "")
+	do := func(method, path, key string, hdr map[string]string, body []byte) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set("X-API-KEY", key)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	status, b := do("POST", "/v2/sandboxes", e2bKey, nil, []byte(`{"templateID":"sh"}`))
+	var sb e2b.Sandbox
+	if status != 201 || json.Unmarshal(b, &sb) != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	status, b = do("POST", "/v2/sandboxes", e2bKey, nil, []byte(`{"templateID":"sh"}`))
+	var other e2b.Sandbox
+	if status != 201 || json.Unmarshal(b, &other) != nil {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	start := func(id, token string, msg []byte) []byte {
+		_, b := do("POST", "/process.Process/Start", "", map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": token,
+			"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}, msg)
+		return b
+	}
+	echo := e2b.AppendEnvelope(nil, 0, []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo reached"]}}`))
+	if b := start(sb.SandboxID, sb.EnvdAccessToken, echo); !bytes.Contains(b, []byte(`"stdout":"cmVhY2hlZAo="`)) {
+		t.Fatalf("a command with the sandbox's own token: %q", b)
+	}
+	for _, tc := range []struct {
+		name, id, token string
+		msg             []byte
+		want            string
+	}{
+		{"another sandbox's token", sb.SandboxID, other.EnvdAccessToken, echo, `"code":"not_found"`},
+		{"no token", sb.SandboxID, "", echo, `"code":"not_found"`},
+		{"no such sandbox", "s_nosuch", sb.EnvdAccessToken, echo, `"code":"not_found"`},
+		{"oversized message", sb.SandboxID, sb.EnvdAccessToken, append([]byte{0, 0x7f, 0xff, 0xff, 0xff}, make([]byte, 64)...), `"code":"resource_exhausted"`},
+		{"cut-short message", sb.SandboxID, sb.EnvdAccessToken, echo[:10], `"code":"invalid_argument"`},
+		{"compressed message", sb.SandboxID, sb.EnvdAccessToken, append([]byte{1}, echo[1:]...), `"code":"unimplemented"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := start(tc.id, tc.token, tc.msg)
+			if bytes.Contains(b, []byte("cmVhY2hlZAo=")) || !bytes.Contains(b, []byte(tc.want)) {
+				t.Fatalf("answered %q, want nothing run and %s", b, tc.want)
+			}
+		})
+	}
+	// Files of a sandbox with another's token.
+	if status, b := do("GET", "/files?path=/workspace/x", "", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": other.EnvdAccessToken}, nil); status != 404 {
+		t.Errorf("a file with another sandbox's token: %d %s", status, b)
+	}
+	// Another key: the sandbox does not exist for it.
+	otherKey := "other-0123456789abcdef"
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/sandboxes/" + sb.SandboxID}, {"DELETE", "/sandboxes/" + sb.SandboxID},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/timeout"}, {"POST", "/v2/sandboxes/" + sb.SandboxID + "/connect"},
+	} {
+		status, b := do(c.method, c.path, otherKey, nil, []byte(`{"timeout":10}`))
+		if status != 404 || !bytes.Contains(b, []byte(`"code":404`)) {
+			t.Errorf("%s %s with another key: %d %s, want 404", c.method, c.path, status, b)
+		}
+	}
+	if status, b := do("GET", "/v2/sandboxes", otherKey, nil, nil); status != 200 || string(bytes.TrimSpace(b)) != "[]" {
+		t.Errorf("another key's list: %d %s, want []", status, b)
+	}
+	// Still there for its own key.
+	if status, b := do("GET", "/sandboxes/"+sb.SandboxID, e2bKey, nil, nil); status != 200 {
+		t.Errorf("the owner's info after the attacks: %d %s", status, b)
+	}
+	for _, c := range []struct{ name, body, want string }{
+		{"refused option", `{"templateID":"sh","autoPause":true}`, "pausing is not supported"},
+		{"wider network", `{"templateID":"sh","network":{"allowOut":["0.0.0.0/0"]}}`, "egress"},
+		{"timeout too long", `{"templateID":"sh","timeout":999999}`, "timeout 999999 s"},
+		{"not JSON", `{"templateID":`, "not valid JSON"},
+	} {
+		if status, b := do("POST", "/v2/sandboxes", e2bKey, nil, []byte(c.body)); status != 400 || !bytes.Contains(b, []byte(c.want)) {
+			t.Errorf("%s: %d %s, want 400 with %q", c.name, status, b, c.want)
+		}
+	}
+}

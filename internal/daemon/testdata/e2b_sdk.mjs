@@ -1,0 +1,49 @@
+// Drives airlock's E2B API with the official E2B SDK (its path in
+// E2B_SDK), as an agent framework would; prints one JSON line per step
+// for the Go test to check.
+const { Sandbox } = await import(process.env.E2B_SDK);
+const out = (k, v) => console.log(JSON.stringify({ k, v }));
+const errOf = (e) => ({ name: e.constructor.name, exitCode: e.exitCode, message: String(e.message) });
+try {
+  const sbx = await Sandbox.create('sh', { envs: { GREETING: 'hi' }, metadata: { team: 'a' }, timeoutMs: 120000 });
+  out('created', sbx.sandboxId);
+  let r = await sbx.commands.run('echo "$GREETING $EXTRA"; pwd; echo err >&2', { envs: { EXTRA: 'there' }, cwd: '/tmp' });
+  out('run', { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode });
+  const chunks = [];
+  await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 0.1; done', { onStdout: (d) => chunks.push(d) });
+  out('callbacks', chunks.join(''));
+  try { await sbx.commands.run('echo partial; exit 3'); out('exit', 'no error'); } catch (e) { out('exit', { ...errOf(e), stdout: e.stdout }); }
+  const began = Date.now();
+  try { await sbx.commands.run('sleep 30', { timeoutMs: 500 }); out('timeout', 'no error'); } catch (e) { out('timeout', { ...errOf(e), ms: Date.now() - began }); }
+  const h = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 0 });
+  out('listed', (await sbx.commands.list()).map((p) => p.pid).includes(h.pid));
+  out('killed', await sbx.commands.kill(h.pid));
+  try { await h.wait(); out('bgwait', 'no error'); } catch (e) { out('bgwait', errOf(e)); }
+  await sbx.files.write('/workspace/a.txt', 'hello file');
+  out('read', await sbx.files.read('/workspace/a.txt'));
+  out('cat', (await sbx.commands.run('cat /workspace/a.txt')).stdout);
+  try { await sbx.files.read('/etc/passwd'); out('outside', 'read'); } catch (e) { out('outside', errOf(e)); }
+  try { await sbx.files.read('/workspace/none'); out('missing', 'read'); } catch (e) { out('missing', errOf(e)); }
+  const info = await sbx.getInfo();
+  out('info', { id: info.sandboxId, templateId: info.templateId, metadata: info.metadata, state: info.state });
+  await sbx.setTimeout(60000);
+  out('settimeout', 'ok');
+  const items = await Sandbox.list({ query: { metadata: { team: 'a' } } }).nextItems();
+  out('list', items.map((i) => i.sandboxId));
+  const again = await Sandbox.connect(sbx.sandboxId);
+  out('connect', (await again.commands.run('cat /workspace/a.txt')).stdout);
+  out('kill', await sbx.kill());
+  out('killagain', await Sandbox.kill(sbx.sandboxId));
+  try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', errOf(e)); }
+  const small = await Sandbox.create('small');
+  try {
+    await small.commands.run(`x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo \${#x}`);
+    out('breach', 'no error');
+  } catch (e) { out('breach', errOf(e)); }
+  try { await small.commands.run('true'); out('afterbreach', 'ran'); } catch (e) { out('afterbreach', errOf(e)); }
+  try { await Sandbox.create('sh', { apiKey: 'not-a-key-of-this-daemon' }); out('wrongkey', 'created'); } catch (e) { out('wrongkey', errOf(e)); }
+  try { await Sandbox.create('nosuchtool'); out('notool', 'created'); } catch (e) { out('notool', errOf(e)); }
+} catch (e) {
+  out('fatal', String(e.stack || e));
+  process.exit(1);
+}

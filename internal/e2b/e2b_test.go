@@ -1,0 +1,57 @@
+package e2b
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestReadRequest(t *testing.T) {
+	ok := AppendEnvelope(nil, 0, []byte(`{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]},"stdin":false}`))
+	var req StartRequest
+	if err := ReadRequest(bytes.NewReader(ok), &req); err != nil || req.Process.Cmd != "/bin/bash" || len(req.Process.Args) != 3 {
+		t.Fatalf("a well-formed request: %+v %v", req, err)
+	}
+	for _, tt := range []struct {
+		name string
+		in   []byte
+		code string
+	}{
+		{"empty", nil, CodeInvalidArgument},
+		{"cut short header", ok[:3], CodeInvalidArgument},
+		{"cut short message", ok[:12], CodeInvalidArgument},
+		{"over the bound", []byte{0, 0xff, 0xff, 0xff, 0xff}, CodeResourceExhaust},
+		{"compressed", append([]byte{FlagCompressed}, ok[1:]...), CodeUnimplemented},
+		{"end of stream", AppendEnvelope(nil, FlagEndStream, []byte(`{}`)), CodeInvalidArgument},
+		{"not JSON", AppendEnvelope(nil, 0, []byte(`{"process":`)), CodeInvalidArgument},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var req StartRequest
+			err := ReadRequest(bytes.NewReader(tt.in), &req)
+			var re *RPCError
+			if !errors.As(err, &re) || re.Code != tt.code {
+				t.Fatalf("ReadRequest = %v, want code %s", err, tt.code)
+			}
+		})
+	}
+}
+
+// FuzzReadEnvelope: whatever a client sends, reading stays within the
+// bound and what is read writes back the same.
+func FuzzReadEnvelope(f *testing.F) {
+	f.Add(AppendEnvelope(nil, 0, []byte(`{"process":{"cmd":"sh"}}`)))
+	f.Add([]byte{2, 0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		flags, msg, err := ReadEnvelope(bytes.NewReader(b), 1<<10)
+		if err != nil {
+			return
+		}
+		if len(msg) > 1<<10 {
+			t.Fatalf("read %d bytes past a bound of 1 KiB", len(msg))
+		}
+		if again := AppendEnvelope(nil, flags, msg); !bytes.Equal(again, b[:len(again)]) {
+			t.Fatalf("round trip: %x, read from %x", again, b)
+		}
+	})
+}
