@@ -223,6 +223,13 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	if d.e2b.m == nil {
 		d.e2b.m = map[string]*e2bSandbox{}
 	}
+	// The sandboxes that have ended leave the table: their sessions
+	// answer for a while longer, these never again.
+	for id, old := range d.e2b.m {
+		if old.s.view().State != "active" {
+			delete(d.e2b.m, id)
+		}
+	}
 	d.e2b.m[s.id] = sb
 	d.e2b.mu.Unlock()
 	d.e2bAnswer(w, http.StatusCreated, sb)
