@@ -192,7 +192,19 @@ func (x *execution) keepSample(c cgroup.Counters, d diskUse, dok bool) result.Sa
 // Sample reads the sandbox's current resource use from the host: memory
 // (everything its cgroup is charged, kernel objects included), processes,
 // CPU time since creation, and scratch disk.
+//
+// It counts as an exec while it reads, so that Destroy's teardown (which
+// closes what it reads) waits for it; on a sandbox being destroyed it is
+// ErrDead.
 func (s *Sandbox) Sample() (result.Sample, error) {
+	s.mu.Lock()
+	if s.killed {
+		s.mu.Unlock()
+		return result.Sample{}, ErrDead
+	}
+	s.execs.Add(1)
+	s.mu.Unlock()
+	defer s.execs.Done()
 	c, err := s.group.Counters()
 	if err != nil {
 		return result.Sample{}, err
