@@ -27,7 +27,12 @@ type typist struct {
 }
 
 type step struct {
-	cue    string
+	cue string
+	// after is how long the user waits after the cue: a key typed the
+	// moment a shell prints something can come before the shell has
+	// started its next command, and dash then holds an interrupt until
+	// that command ends (as it would on any terminal).
+	after  time.Duration
 	keys   string
 	resize *WinSize
 }
@@ -66,6 +71,7 @@ func (ty *typist) advance() {
 	// under mu, and not on the pump's goroutine for long.
 	go func() {
 		for _, s := range due {
+			time.Sleep(s.after)
 			if s.keys != "" {
 				_, _ = ty.in.Write([]byte(s.keys))
 			}
@@ -117,7 +123,7 @@ func TestTTY(t *testing.T) {
 			want: []string{"jobs:1"}, notWant: []string{"no job control"}},
 		{name: "Ctrl-C interrupts",
 			argv:    []string{"sh", "-c", "echo ready; sleep 30"},
-			steps:   []step{{cue: "ready", keys: "\x03"}},
+			steps:   []step{{cue: "ready", after: 300 * time.Millisecond, keys: "\x03"}},
 			outcome: result.Signaled, signal: int(unix.SIGINT)},
 		{name: "Ctrl-D ends input",
 			argv: []string{"cat"}, steps: []step{{keys: "abc\n"}}, end: true, outcome: result.Exited,
