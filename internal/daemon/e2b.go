@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -12,15 +13,15 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"context"
-
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -52,6 +53,9 @@ type e2bProc struct {
 	pid    uint32
 	config e2b.ProcessConfig
 	signal chan unix.Signal
+	// stdin, for a command started with stdin, takes SendInput's bytes;
+	// CloseStdin closes it.
+	stdin *io.PipeWriter
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -84,6 +88,9 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
 	mux.HandleFunc("POST /process.Process/SendSignal", d.e2bUnary(d.e2bSignal))
+	mux.HandleFunc("POST /process.Process/SendInput", d.e2bUnary(d.e2bInput))
+	mux.HandleFunc("POST /process.Process/CloseStdin", d.e2bUnary(d.e2bCloseStdin))
+	d.e2bFSRoutes(mux)
 	mux.HandleFunc("GET /files", d.e2bReadFile)
 	mux.HandleFunc("POST /files", d.e2bWriteFile)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -438,19 +445,74 @@ func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 	if !ok {
 		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", shorten(req.Signal))
 	}
-	if req.Process.PID == nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process.pid is required (tags are not supported)")
-	}
-	sb.mu.Lock()
-	p := sb.procs[*req.Process.PID]
-	sb.mu.Unlock()
-	if p == nil {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d not found", *req.Process.PID)
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case p.signal <- unix.Signal(sig):
 	default: // one is on its way already
 	}
+	return struct{}{}, nil
+}
+
+// procOf finds the process a request selects.
+func (sb *e2bSandbox) procOf(sel e2b.Selector) (*e2bProc, error) {
+	if sel.PID == nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process.pid is required (tags are not supported)")
+	}
+	sb.mu.Lock()
+	p := sb.procs[*sel.PID]
+	sb.mu.Unlock()
+	if p == nil {
+		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d not found", *sel.PID)
+	}
+	return p, nil
+}
+
+func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req struct {
+		Process e2b.Selector `json:"process"`
+		Input   struct {
+			Stdin []byte `json:"stdin"`
+			PTY   []byte `json:"pty"`
+		} `json:"input"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Input.PTY != nil:
+		return nil, e2b.Errorf(e2b.CodeUnimplemented, "pty input is not supported yet")
+	case p.stdin == nil:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+	}
+	// Blocks while the command does not read, at most until it ends.
+	if _, err := p.stdin.Write(req.Input.Stdin); err != nil {
+		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d: its input is closed", p.pid)
+	}
+	return struct{}{}, nil
+}
+
+func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req struct {
+		Process e2b.Selector `json:"process"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	if p.stdin == nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+	}
+	p.stdin.Close()
 	return struct{}{}, nil
 }
 
@@ -480,9 +542,6 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.PTY != nil:
 		st.end(e2b.Errorf(e2b.CodeUnimplemented, "pty is not supported yet through the E2B API; use airlock session exec -t"))
-		return
-	case req.Stdin != nil && *req.Stdin:
-		st.end(e2b.Errorf(e2b.CodeUnimplemented, "stdin is not supported yet through the E2B API"))
 		return
 	}
 	env := append([]string(nil), sb.env...)
@@ -536,6 +595,12 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 	}
 	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: workdir(dir, sb.s.tool), Signal: p.signal}
+	if req.Stdin != nil && *req.Stdin {
+		pr, pw := io.Pipe()
+		x.Stdin, p.stdin = pr, pw
+		// Once the command has ended, input sent to it fails.
+		defer pr.Close()
+	}
 	x.OnEvent = func(ev result.Event) {
 		switch ev.Type {
 		case result.EventStdout:
@@ -788,4 +853,214 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// inWorkspace runs fn on the session's workspace as the sandbox's user
+// (see writeFile). The caller has entered the session.
+func (s *session) inWorkspace(fn func(ws *os.File, uid int) error) error {
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		return errGone
+	}
+	defer ws.Close()
+	id := s.sb.UserHostID()
+	return inroot.AsUser(id, id, func() error { return fn(ws, id) })
+}
+
+// e2bFSPath is e2bPath for the filesystem calls, where the workspace
+// itself ("" below it) may be named too.
+func e2bFSPath(p string) (string, error) {
+	if c := path.Clean(p); c == sandbox.HomeDir || p == "." {
+		return "", nil
+	}
+	return e2bPath(p)
+}
+
+// e2bFSError is a file operation's failure as envd's Connect code.
+func e2bFSError(p string, err error) error {
+	switch {
+	case errors.Is(err, inroot.ErrNotFound):
+		return e2b.Errorf(e2b.CodeNotFound, "%s: no such file or directory", shorten(p))
+	case errors.Is(err, inroot.ErrExists):
+		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", shorten(p), err)
+	case errors.Is(err, inroot.ErrPath):
+		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", shorten(p), err)
+	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace):
+		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", shorten(p), err)
+	case errors.Is(err, errGone):
+		return e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+	}
+	return e2b.Errorf(e2b.CodeInternal, "%s: the file operation failed", shorten(p))
+}
+
+// entryInfo is an inroot.Entry as envd describes a file.
+func (sb *e2bSandbox) entryInfo(e inroot.Entry) e2b.EntryInfo {
+	typ := "FILE_TYPE_UNSPECIFIED"
+	switch {
+	case e.IsRegular():
+		typ = "FILE_TYPE_FILE"
+	case e.IsDir():
+		typ = "FILE_TYPE_DIRECTORY"
+	case e.IsSymlink():
+		typ = "FILE_TYPE_SYMLINK"
+	}
+	name := func(id uint32) string {
+		base := sb.s.sb.HostIDBase()
+		switch {
+		case id == uint32(sb.s.sb.UserHostID()):
+			return "sandbox"
+		case id == base:
+			return "root"
+		case id > base && id-base < 65536:
+			return strconv.Itoa(int(id - base))
+		}
+		return "nobody"
+	}
+	p := sandbox.HomeDir
+	if e.Rel != "" {
+		p += "/" + e.Rel
+	}
+	info := e2b.EntryInfo{Name: path.Base(p), Type: typ, Path: p, Size: strconv.FormatInt(e.Size, 10),
+		Mode: e.Mode & 0o7777, Permissions: fileModeString(e.Mode), Owner: name(e.UID), Group: name(e.GID),
+		ModifiedTime: e.ModTime.UTC().Format(time.RFC3339Nano)}
+	if e.IsSymlink() {
+		t := e.Target
+		info.SymlinkTarget = &t
+	}
+	return info
+}
+
+// fileModeString is ls's rendering of st_mode ("-rw-r--r--").
+func fileModeString(m uint32) string {
+	b := []byte("?rwxrwxrwx")
+	switch m & unix.S_IFMT {
+	case unix.S_IFREG:
+		b[0] = '-'
+	case unix.S_IFDIR:
+		b[0] = 'd'
+	case unix.S_IFLNK:
+		b[0] = 'l'
+	}
+	for i := 0; i < 9; i++ {
+		if m&(1<<(8-i)) == 0 {
+			b[i+1] = '-'
+		}
+	}
+	return string(b)
+}
+
+// e2bFS serves a filesystem call: the request's JSON into req, fn's
+// answer, inside the session's workspace as its user.
+func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.HandlerFunc {
+	return d.e2bUnary(func(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+		var req T
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		}
+		if !sb.s.enter() {
+			return nil, e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+		}
+		defer sb.s.leave()
+		return fn(sb, &req)
+	})
+}
+
+func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
+	type pathReq struct {
+		Path  string `json:"path"`
+		Depth *int   `json:"depth,omitempty"`
+	}
+	mux.HandleFunc("POST /filesystem.Filesystem/Stat", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bFSPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/ListDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bFSPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		depth := 1
+		if req.Depth != nil {
+			depth = *req.Depth
+		}
+		if depth < 1 || depth > 64 {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "depth %d: want 1 to 64", depth)
+		}
+		var es []inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		out := make([]e2b.EntryInfo, 0, len(es))
+		for _, e := range es {
+			out = append(out, sb.entryInfo(e))
+		}
+		return map[string]any{"entries": out}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/MakeDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, uid int) error {
+			made, err := inroot.Mkdir(ws, rel, uid, uid)
+			if err == nil && !made {
+				return fmt.Errorf("%w: a directory", inroot.ErrExists)
+			}
+			if err == nil {
+				e, err = inroot.Stat(ws, rel)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/Remove", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		if err := sb.s.inWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return struct{}{}, nil
+	}))
+	type moveReq struct {
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+	}
+	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
+		from, err := e2bPath(req.Source)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "source: %v", err)
+		}
+		to, err := e2bPath(req.Destination)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "destination: %v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) error {
+			if err := inroot.Rename(ws, from, to); err != nil {
+				return err
+			}
+			var err error
+			e, err = inroot.Stat(ws, to)
+			return err
+		})
+		if err != nil {
+			return nil, e2bFSError(req.Source, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
 }

@@ -63,8 +63,10 @@ tools:
 // to end: create with envs and metadata, commands in the foreground and
 // the background with output callbacks, envs, cwd, exit codes, a
 // command's timeout and kill, files in and out (and refused outside the
-// workspace), info, list by metadata, a second client, kill, a memory
-// breach and a wrong key.
+// workspace), the filesystem calls (exists, makeDir, rename, list,
+// getInfo, remove; a symlink the sandbox planted is never followed),
+// info, list by metadata, a second client, kill, a memory breach and a
+// wrong key.
 func TestE2BSDK(t *testing.T) {
 	sdk := e2bSDK(t)
 	isolatednet.Require(t)
@@ -99,6 +101,12 @@ func TestE2BSDK(t *testing.T) {
 		"settimeout": `"ok"`,
 		"connect":    `"hello file"`,
 		"kill":       `true`,
+		"exists":     `[true,false]`,
+		"stdin":      `"typed in\nend\n"`,
+		"makedir":    `[true,false]`,
+		"ls":         `["a.txt:file","sub:dir"]`,
+		"stat":       `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
+		"removed":    `false`,
 		"killagain":  `false`,
 	}
 	for k, w := range want {
@@ -134,6 +142,8 @@ func TestE2BSDK(t *testing.T) {
 	check("after", "NotFoundError", "", nil)
 	check("breach", "CommandExitError", "limit exceeded: memory", &minus1)
 	check("afterbreach", "NotFoundError", "", nil)
+	check("evil", "InvalidArgumentError", "symlink", nil)
+	check("evilstat", "InvalidArgumentError", "symlink", nil)
 	check("wrongkey", "AuthenticationError", "API key", nil)
 	check("notool", "SandboxError", "no template", nil)
 	var info struct {

@@ -296,3 +296,17 @@ type WrittenFile struct {
 	Type string `json:"type"`
 	Path string `json:"path"`
 }
+
+// EntryInfo describes a file, as the filesystem calls answer.
+type EntryInfo struct {
+	Name          string  `json:"name"`
+	Type          string  `json:"type"`
+	Path          string  `json:"path"`
+	Size          string  `json:"size"` // an int64, as protobuf's JSON writes one
+	Mode          uint32  `json:"mode"`
+	Permissions   string  `json:"permissions"`
+	Owner         string  `json:"owner"`
+	Group         string  `json:"group"`
+	ModifiedTime  string  `json:"modifiedTime"`
+	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
+}

@@ -19,6 +19,10 @@ try {
   out('listed', (await sbx.commands.list()).map((p) => p.pid).includes(h.pid));
   out('killed', await sbx.commands.kill(h.pid));
   try { await h.wait(); out('bgwait', 'no error'); } catch (e) { out('bgwait', errOf(e)); }
+  const cat = await sbx.commands.run('cat; echo end', { background: true, stdin: true });
+  await sbx.commands.sendStdin(cat.pid, 'typed in\n');
+  await sbx.commands.closeStdin(cat.pid);
+  out('stdin', (await cat.wait()).stdout);
   await sbx.files.write('/workspace/a.txt', 'hello file');
   out('read', await sbx.files.read('/workspace/a.txt'));
   out('cat', (await sbx.commands.run('cat /workspace/a.txt')).stdout);
@@ -32,6 +36,17 @@ try {
   out('list', items.map((i) => i.sandboxId));
   const again = await Sandbox.connect(sbx.sandboxId);
   out('connect', (await again.commands.run('cat /workspace/a.txt')).stdout);
+  out('exists', [await sbx.files.exists('/workspace/a.txt'), await sbx.files.exists('/workspace/none')]);
+  out('makedir', [await sbx.files.makeDir('/workspace/dir/sub'), await sbx.files.makeDir('/workspace/dir/sub')]);
+  await sbx.files.rename('/workspace/a.txt', '/workspace/dir/a.txt');
+  out('ls', (await sbx.files.list('/workspace/dir')).map((e) => `${e.name}:${e.type}`).sort());
+  const fi = await sbx.files.getInfo('/workspace/dir/a.txt');
+  out('stat', { name: fi.name, type: fi.type, size: fi.size, path: fi.path, owner: fi.owner, permissions: fi.permissions });
+  await sbx.files.remove('/workspace/dir');
+  out('removed', await sbx.files.exists('/workspace/dir'));
+  await sbx.commands.run('ln -s /etc /workspace/evil');
+  try { await sbx.files.list('/workspace/evil'); out('evil', 'listed'); } catch (e) { out('evil', errOf(e)); }
+  try { await sbx.files.getInfo('/workspace/evil/passwd'); out('evilstat', 'read'); } catch (e) { out('evilstat', errOf(e)); }
   out('kill', await sbx.kill());
   out('killagain', await Sandbox.kill(sbx.sandboxId));
   try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', errOf(e)); }
