@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+//go:embed e2bclient/bench.mjs
+var e2bClient []byte
+
+// e2bSDK finds the official E2B SDK: $AIRLOCK_E2B_SDK, or where
+// scripts/test installs it.
+func e2bSDK() string {
+	for _, p := range []string{os.Getenv("AIRLOCK_E2B_SDK"), "/var/cache/airlock-test/e2b/node_modules/e2b/dist/index.mjs"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// e2bBench times the E2B SDK's create → first command against the native
+// session API, from one Node process, on a warm tool of a daemon serving
+// both (see e2bclient/bench.mjs).
+func e2bBench(n int) error {
+	fmt.Println("## E2B API\n\nThe official E2B SDK (npm `e2b` 2.51.0) against airlock's native session API, from one Node process on loopback, interleaved: `Sandbox.create` → `commands.run('true')` finished, and `POST /v1/sessions` → `POST …/exec` of the same command (`bash -l -c true`, as the SDK sends it) on the same warm tool (`pool: {warm: 2}`, let refill before each). Teardown not timed.")
+	sdk := e2bSDK()
+	if sdk == "" {
+		fmt.Println("\nSkipped: the E2B SDK is not installed (scripts/test installs it; or set AIRLOCK_E2B_SDK).")
+		return nil
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		fmt.Println("\nSkipped: node is not installed.")
+		return nil
+	}
+	tcp, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	e2bAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	const key = "bench-0123456789abcdef"
+	os.Setenv("AIRLOCK_BENCH_KEY", key)
+	cfg, err := config.Parse("bench.yaml", []byte(fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: bench, secret: k, tools: ['*']}]\nsecrets:\n  k: {env: AIRLOCK_BENCH_KEY}\ntools:\n  warm:\n    pool: {warm: 2}\n", tcp, e2bAddr)))
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "airlock-bench-e2b")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	_, initPath, err := programs()
+	if err != nil {
+		return err
+	}
+	d, err := daemon.New(context.Background(), daemon.Options{Config: cfg, Socket: filepath.Join(dir, "airlock.sock"),
+		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
+		AuditPath: filepath.Join(dir, "audit.db")})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	script := filepath.Join(dir, "bench.mjs")
+	if err := os.WriteFile(script, e2bClient, 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command("node", script)
+	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL=http://"+e2bAddr, "E2B_SANDBOX_URL=http://"+e2bAddr,
+		"E2B_API_KEY="+key, "NATIVE_URL=http://"+tcp, "N="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("the E2B client: %w", err)
+	}
+	var res struct{ E2B, Native []float64 }
+	if err := json.Unmarshal(out, &res); err != nil {
+		return fmt.Errorf("the E2B client's answer %q: %w", out, err)
+	}
+	toSeries := func(name string, v []float64) *series {
+		s := &series{name: name}
+		for _, x := range v {
+			s.d = append(s.d, time.Duration(x*1e6))
+		}
+		return s
+	}
+	e, nat := toSeries("E2B SDK", res.E2B), toSeries("native", res.Native)
+	fmt.Printf("\n%d each.\n\n| create → first command finished | p50 | p99 |\n| --- | --- | --- |\n", len(e.d))
+	for _, s := range []*series{e, nat} {
+		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
+	}
+	fmt.Printf("| E2B over native | %s | |\n", ms(e.pct(0.5)-nat.pct(0.5)))
+	fmt.Println("\nFor scale: the published independent figure for E2B's own service is a 491 ms median from create to first command.")
+	return nil
+}

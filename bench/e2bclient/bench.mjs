@@ -1,0 +1,46 @@
+// Times, from one Node process, E2B SDK create → first command finished
+// against airlock's native session API (open → exec) over HTTP, the same
+// command on the same warm tool, interleaved; prints the times in ms as
+// JSON. Env: E2B_SDK, E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY,
+// NATIVE_URL, N.
+const { Sandbox } = await import(process.env.E2B_SDK);
+const n = Number(process.env.N || 100);
+const key = process.env.E2B_API_KEY;
+const native = process.env.NATIVE_URL;
+const argv = ['/bin/bash', '-l', '-c', 'true']; // what the SDK runs for 'true'
+const hdr = { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' };
+async function refilled() {
+  for (;;) {
+    const pools = await (await fetch(`${native}/v1/pools`, { headers: hdr })).json();
+    const p = pools.find((x) => x.name === 'warm');
+    if (p && p.idle >= 2) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+async function viaE2B() {
+  const t0 = performance.now();
+  const sbx = await Sandbox.create('warm');
+  await sbx.commands.run('true');
+  const t = performance.now() - t0;
+  await sbx.kill();
+  return t;
+}
+async function viaNative() {
+  const t0 = performance.now();
+  const s = await (await fetch(`${native}/v1/sessions`, { method: 'POST', headers: hdr, body: JSON.stringify({ tool: 'warm' }) })).json();
+  const r = await (await fetch(`${native}/v1/sessions/${s.id}/exec`, { method: 'POST', headers: hdr, body: JSON.stringify({ argv }) })).json();
+  const t = performance.now() - t0;
+  if (r.outcome !== 'exited' || r.exit_code !== 0) throw new Error(`native exec: ${JSON.stringify(r)}`);
+  await fetch(`${native}/v1/sessions/${s.id}`, { method: 'DELETE', headers: hdr });
+  return t;
+}
+const out = { e2b: [], native: [] };
+for (let i = 0; i < 5; i++) { await refilled(); await viaE2B(); await refilled(); await viaNative(); } // warm-up
+for (let i = 0; i < n; i++) {
+  const order = i % 2 ? [['e2b', viaE2B], ['native', viaNative]] : [['native', viaNative], ['e2b', viaE2B]];
+  for (const [k, f] of order) {
+    await refilled();
+    out[k].push(await f());
+  }
+}
+console.log(JSON.stringify(out));
