@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -56,6 +57,51 @@ type e2bProc struct {
 	// stdin, for a command started with stdin, takes SendInput's bytes;
 	// CloseStdin closes it.
 	stdin *io.PipeWriter
+
+	// mu guards subs: the streams its output goes to (Start's, and each
+	// Connect's). done is closed once it has ended, with end (or
+	// endErr) set before.
+	mu     sync.Mutex
+	subs   map[*e2bStream]struct{}
+	done   chan struct{}
+	end    *e2b.EndEvent
+	endErr error
+}
+
+// send gives ev to every stream attached to p.
+func (p *e2bProc) send(ev e2b.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*e2bStream, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		s.event(ev)
+	}
+}
+
+// attach adds st to p's streams; the returned func removes it.
+func (p *e2bProc) attach(st *e2bStream) func() {
+	p.mu.Lock()
+	p.subs[st] = struct{}{}
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.subs, st)
+		p.mu.Unlock()
+	}
+}
+
+// finish ends a stream as p ended: its end event and the end of stream,
+// or the error that ended it.
+func (p *e2bProc) finish(st *e2bStream) {
+	if p.endErr != nil {
+		st.end(p.endErr)
+		return
+	}
+	st.event(e2b.ProcessEvent{End: p.end})
+	st.end(nil)
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -86,6 +132,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
+	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
 	mux.HandleFunc("POST /process.Process/SendSignal", d.e2bUnary(d.e2bSignal))
 	mux.HandleFunc("POST /process.Process/SendInput", d.e2bUnary(d.e2bInput))
@@ -574,7 +621,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sb.s.leave()
-	p := &e2bProc{config: *req.Process, signal: make(chan unix.Signal, 1)}
+	p := &e2bProc{config: *req.Process, signal: make(chan unix.Signal, 1), subs: map[*e2bStream]struct{}{}, done: make(chan struct{})}
 	sb.mu.Lock()
 	sb.nextPID++
 	p.pid = sb.nextPID
@@ -604,27 +651,67 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	x.OnEvent = func(ev result.Event) {
 		switch ev.Type {
 		case result.EventStdout:
-			st.event(e2b.ProcessEvent{Data: &e2b.DataEvent{Stdout: ev.Data}})
+			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stdout: ev.Data}})
 		case result.EventStderr:
-			st.event(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: ev.Data}})
+			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: ev.Data}})
 		}
 	}
 	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
+	detach := p.attach(st)
 	stop := st.keepalive(keepaliveEvery)
 	// Not the request's context: the command outlives its client.
 	res, err := d.exec(context.WithoutCancel(r.Context()), sb.s, clientOf(r), x)
 	stop()
+	detach()
 	if err != nil {
 		status, _ := statusOf(err)
 		code := e2b.CodeInternal
 		if status == http.StatusServiceUnavailable {
 			code = e2b.CodeUnavailable
 		}
-		st.end(e2b.Errorf(code, "%v", err))
+		p.endErr = e2b.Errorf(code, "%v", err)
+	} else {
+		p.end = endEvent(res)
+	}
+	close(p.done)
+	p.finish(st)
+}
+
+// e2bProcConnect is process.Process/Connect: a stream of a running command's
+// output from now on (not what it wrote before), and its end.
+func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
+	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		st.end(err)
 		return
 	}
-	st.event(e2b.ProcessEvent{End: endEvent(res)})
-	st.end(nil)
+	var req struct {
+		Process e2b.Selector `json:"process"`
+	}
+	if err := e2b.ReadRequest(r.Body, &req); err != nil {
+		st.end(err)
+		return
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
+	detach := p.attach(st)
+	stop := st.keepalive(keepaliveEvery)
+	select {
+	case <-p.done:
+	case <-r.Context().Done():
+	}
+	stop()
+	detach()
+	select {
+	case <-p.done:
+		p.finish(st)
+	default: // the client went away first
+	}
 }
 
 // endEvent is a result as envd reports a process's end. A breach, which
@@ -750,11 +837,25 @@ func checkRel(p string) error {
 	return nil
 }
 
-// e2bFileSandbox finds the sandbox of a files call and enters it.
-func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request) *e2bSandbox {
-	sb, err := d.e2bEnvd(r)
+// e2bFileSandbox finds the sandbox of a files call and enters it: by its
+// E2b-Sandbox-Id and access token, or, for a signed download or upload
+// URL (which carries neither), by the signature, made with one sandbox's
+// token over the path, the operation (op), the user and the expiry.
+func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op string) *e2bSandbox {
+	var sb *e2bSandbox
+	var err error
+	if r.Header.Get("E2b-Sandbox-Id") == "" && r.URL.Query().Has("signature") {
+		sb, err = d.e2bSigned(r, op)
+	} else {
+		sb, err = d.e2bEnvd(r)
+	}
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, err.Error())
+		status := http.StatusNotFound
+		var re *e2b.RPCError
+		if errors.As(err, &re) && re.Code == e2b.CodeInvalidArgument {
+			status = http.StatusBadRequest
+		}
+		e2b.WriteAPIError(w, status, err.Error())
 		return nil
 	}
 	if !sb.s.enter() {
@@ -764,6 +865,40 @@ func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request) *e2bSand
 	return sb
 }
 
+// e2bSigned finds the sandbox whose token signed the request's URL.
+func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
+	q := r.URL.Query()
+	var exp int64
+	if v := q.Get("signature_expiration"); v != "" {
+		var err error
+		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signature_expiration %q is not a time in Unix seconds", shorten(v))
+		}
+		if time.Now().Unix() > exp {
+			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
+		}
+	}
+	sig := []byte(q.Get("signature"))
+	d.e2b.mu.Lock()
+	cands := make([]*e2bSandbox, 0, len(d.e2b.m))
+	for _, sb := range d.e2b.m {
+		cands = append(cands, sb)
+	}
+	d.e2b.mu.Unlock()
+	var found *e2bSandbox
+	for _, sb := range cands {
+		want := e2b.Signature(q.Get("path"), op, q.Get("username"), sb.token, exp)
+		if subtle.ConstantTimeCompare([]byte(want), sig) == 1 {
+			found = sb
+		}
+	}
+	if found == nil || found.s.view().State != "active" {
+		d.counts.unauthorized.Add(1)
+		return nil, e2b.Errorf(e2b.CodeNotFound, "no sandbox signed this URL for this path and operation")
+	}
+	return found, nil
+}
+
 // e2bFileError answers a files call's failure as envd would.
 func e2bFileError(w http.ResponseWriter, err error) {
 	status, _ := statusOf(fileErr(err))
@@ -771,7 +906,7 @@ func e2bFileError(w http.ResponseWriter, err error) {
 }
 
 func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
-	sb := d.e2bFileSandbox(w, r)
+	sb := d.e2bFileSandbox(w, r, "read")
 	if sb == nil {
 		return
 	}
@@ -793,7 +928,7 @@ func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
-	sb := d.e2bFileSandbox(w, r)
+	sb := d.e2bFileSandbox(w, r, "write")
 	if sb == nil {
 		return
 	}
@@ -812,6 +947,21 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, true
 	}
 	var out []e2b.WrittenFile
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		// Decompressed, the file is still bounded by writeFile's cap.
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		r.Body = zr
+	default:
+		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
+		return
+	}
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case ct == "multipart/form-data":
@@ -828,8 +978,10 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			if part.FormName() != "file" {
 				continue
 			}
+			// A signed URL's path is the one signed; only a request
+			// with the sandbox's token may name others in its parts.
 			p := r.URL.Query().Get("path")
-			if p == "" {
+			if p == "" && !r.URL.Query().Has("signature") {
 				p = part.FileName()
 			}
 			wf, ok := put(p, part)
@@ -838,9 +990,6 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			}
 			out = append(out, wf)
 		}
-	case r.Header.Get("Content-Encoding") != "":
-		e2b.WriteAPIError(w, http.StatusBadRequest, "compressed uploads are not supported yet")
-		return
 	default:
 		wf, ok := put(r.URL.Query().Get("path"), r.Body)
 		if !ok {

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
@@ -97,12 +100,16 @@ func TestE2BSDK(t *testing.T) {
 		"listed":     `true`,
 		"killed":     `true`,
 		"read":       `"hello file"`,
+		"download":   `"hello file"`,
+		"upload":     `[200,"uploaded"]`,
+		"gzip":       `6000`,
 		"cat":        `"hello file"`,
 		"settimeout": `"ok"`,
 		"connect":    `"hello file"`,
 		"kill":       `true`,
 		"exists":     `[true,false]`,
 		"stdin":      `"typed in\nend\n"`,
+		"reconnect":  `{"seen":"got one\nlater\n","exitCode":0}`,
 		"makedir":    `[true,false]`,
 		"ls":         `["a.txt:file","sub:dir"]`,
 		"stat":       `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
@@ -230,6 +237,32 @@ func TestE2BAttacks(t *testing.T) {
 	// Files of a sandbox with another's token.
 	if status, b := do("GET", "/files?path=/workspace/x", "", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": other.EnvdAccessToken}, nil); status != 404 {
 		t.Errorf("a file with another sandbox's token: %d %s", status, b)
+	}
+	// Signed URLs: bound to the sandbox whose token signed them, the
+	// path, the operation and the expiry.
+	if status, b := do("POST", "/files?path=/workspace/secret.txt", "", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, []byte("s3cret")); status != 200 {
+		t.Fatalf("write the secret: %d %s", status, b)
+	}
+	signed := func(p, op, token string, exp int64) string {
+		q := url.Values{"path": {p}, "signature": {e2b.Signature(p, op, "", token, exp)}}
+		if exp != 0 {
+			q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		return "/files?" + q.Encode()
+	}
+	if status, b := do("GET", signed("/workspace/secret.txt", "read", sb.EnvdAccessToken, 0), "", nil, nil); status != 200 || string(b) != "s3cret" {
+		t.Fatalf("a signed download: %d %s", status, b)
+	}
+	for _, c := range []struct{ name, url string }{
+		{"another path than signed", strings.Replace(signed("/workspace/other.txt", "read", sb.EnvdAccessToken, 0), "other.txt", "secret.txt", 1)},
+		{"signed by another sandbox", signed("/workspace/secret.txt", "read", other.EnvdAccessToken, 0)},
+		{"signed for writing", signed("/workspace/secret.txt", "write", sb.EnvdAccessToken, 0)},
+		{"expired", signed("/workspace/secret.txt", "read", sb.EnvdAccessToken, time.Now().Unix()-10)},
+		{"no signature", "/files?path=/workspace/secret.txt&signature="},
+	} {
+		if status, b := do("GET", c.url, "", nil, nil); status == 200 || bytes.Contains(b, []byte("s3cret")) {
+			t.Errorf("%s: %d %s, want the file refused", c.name, status, b)
+		}
 	}
 	// Another key: the sandbox does not exist for it.
 	otherKey := "other-0123456789abcdef"

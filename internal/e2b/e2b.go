@@ -7,12 +7,16 @@
 package e2b
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 )
 
 // EnvdVersion is the envd version airlock answers with. The SDK gates
@@ -309,4 +313,18 @@ type EntryInfo struct {
 	Group         string  `json:"group"`
 	ModifiedTime  string  `json:"modifiedTime"`
 	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
+}
+
+// Signature is the signature of a download (op "read") or upload ("write")
+// URL of path for user, made with a sandbox's envdAccessToken, valid
+// until expires (Unix seconds; 0 for ever), as the SDK makes it:
+// "v1_" and the unpadded base64 of SHA-256 over
+// "path:op:user:token[:expires]".
+func Signature(path, op, user, token string, expires int64) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if expires != 0 {
+		raw += ":" + strconv.FormatInt(expires, 10)
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }

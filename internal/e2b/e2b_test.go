@@ -55,3 +55,24 @@ func FuzzReadEnvelope(f *testing.F) {
 		}
 	})
 }
+
+// TestSignature checks the signature against one the SDK made (and
+// openssl agreed with): a different path, operation, user, token or
+// expiry gives another.
+func TestSignature(t *testing.T) {
+	const want = "v1_shr9/90N2wWSS66f1qgDcvlx1JHMJsE3NbhNt/Eyd6c"
+	if got := Signature("/home/user/a.txt", "read", "", "tok-abc", 0); got != want {
+		t.Fatalf("Signature = %q, want %q", got, want)
+	}
+	for _, other := range []string{
+		Signature("/home/user/b.txt", "read", "", "tok-abc", 0),
+		Signature("/home/user/a.txt", "write", "", "tok-abc", 0),
+		Signature("/home/user/a.txt", "read", "root", "tok-abc", 0),
+		Signature("/home/user/a.txt", "read", "", "tok-abd", 0),
+		Signature("/home/user/a.txt", "read", "", "tok-abc", 1),
+	} {
+		if other == want {
+			t.Errorf("a different input signs the same: %q", other)
+		}
+	}
+}

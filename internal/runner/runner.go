@@ -41,7 +41,7 @@ type Net interface {
 // every decision made while the binding lives, whether or not an exec is
 // running (the audit log); unlike a result's lists they are never capped.
 func NewBinding(sb *sandbox.Sandbox, onEgress func(result.EgressEvent), onBroker func(result.BrokerEvent)) *Binding {
-	return &Binding{sb: sb, execs: make(map[*netLog]struct{}), onEgress: onEgress, onBroker: onBroker}
+	return &Binding{sb: sb, execs: make(map[*netLog]struct{}), onEgress: onEgress, onBroker: onBroker, shown: &explained{}}
 }
 
 // Attach gives the binding its network side.
@@ -87,6 +87,10 @@ type Binding struct {
 	onEgress func(result.EgressEvent)
 	onBroker func(result.BrokerEvent)
 	execs    map[*netLog]struct{} // the execs running now get the events
+	// shown are the denials explained already, by any of the binding's
+	// logs: a resolver's retry that lands while the binding closes is
+	// not explained twice.
+	shown *explained
 }
 
 // SetRecorders replaces the policy's OnEgress and OnBroker: for a binding
@@ -133,7 +137,7 @@ func (b *Binding) Broker(ev result.BrokerEvent) {
 // every decision of their common time). x.Env goes after the proxy and
 // broker variables, so the caller's values win.
 func (b *Binding) Exec(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) *result.Result {
-	log := &netLog{start: time.Now(), live: x.OnEvent, stderr: explain}
+	log := &netLog{start: time.Now(), live: x.OnEvent, stderr: explain, shown: b.shown}
 	b.mu.Lock()
 	b.execs[log] = struct{}{}
 	b.mu.Unlock()
@@ -157,7 +161,7 @@ func (b *Binding) Close(ctx context.Context) error {
 // closeInto closes the binding while r's exec still listens, so that the
 // decisions of connections cut by the close land in r.
 func (b *Binding) closeInto(ctx context.Context, r *result.Result, explain io.Writer) {
-	log := &netLog{start: time.Now(), stderr: explain}
+	log := &netLog{start: time.Now(), stderr: explain, shown: b.shown}
 	log.events, log.broker = r.Egress, r.Broker
 	log.dropped, log.bdrop = r.EgressDropped, r.BrokerDropped
 	b.mu.Lock()
@@ -177,16 +181,21 @@ type netLog struct {
 	live   func(result.Event)
 	stderr io.Writer
 
-	// mu guards events, dropped, broker, bdrop, shown and seen: the
-	// gateway's and the broker's decisions arrive on their own
-	// goroutines.
+	// mu guards events, dropped, broker and bdrop: the gateway's and
+	// the broker's decisions arrive on their own goroutines.
 	mu      sync.Mutex
 	events  []result.EgressEvent
 	dropped int
 	broker  []result.BrokerEvent
 	bdrop   int
-	shown   int
-	seen    map[string]bool // denials already explained
+	shown   *explained
+}
+
+// explained counts the denials explained, and remembers which.
+type explained struct {
+	mu   sync.Mutex // guards n and seen
+	n    int
+	seen map[string]bool
 }
 
 // maxShownDenials bounds the denial lines of Explain; a sandbox can
@@ -221,7 +230,7 @@ func (l *netLog) explainBroker(ev *result.BrokerEvent) {
 // egress or broker denial among the events it is given, as Run does with
 // Request.Explain. The CLI uses it for runs streamed from the daemon.
 func Explainer(w io.Writer) func(result.Event) {
-	l := &netLog{stderr: w}
+	l := &netLog{stderr: w, shown: &explained{}}
 	return func(ev result.Event) {
 		switch {
 		case ev.Egress != nil && !ev.Egress.Allow:
@@ -254,17 +263,18 @@ func (l *netLog) explain(key, line string) {
 	if l.stderr == nil {
 		return
 	}
-	l.mu.Lock()
-	show := l.shown <= maxShownDenials && !l.seen[key]
+	e := l.shown
+	e.mu.Lock()
+	show := e.n <= maxShownDenials && !e.seen[key]
 	if show {
-		if l.seen == nil {
-			l.seen = map[string]bool{}
+		if e.seen == nil {
+			e.seen = map[string]bool{}
 		}
-		l.seen[key] = true
-		l.shown++
+		e.seen[key] = true
+		e.n++
 	}
-	n := l.shown
-	l.mu.Unlock()
+	n := e.n
+	e.mu.Unlock()
 	switch {
 	case !show:
 	case n > maxShownDenials:

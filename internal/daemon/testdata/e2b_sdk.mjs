@@ -19,12 +19,25 @@ try {
   out('listed', (await sbx.commands.list()).map((p) => p.pid).includes(h.pid));
   out('killed', await sbx.commands.kill(h.pid));
   try { await h.wait(); out('bgwait', 'no error'); } catch (e) { out('bgwait', errOf(e)); }
+  const bg = await sbx.commands.run('read x; echo "got $x"; sleep 0.2; echo later', { background: true, stdin: true });
+  const seen = [];
+  const again2 = await sbx.commands.connect(bg.pid, { onStdout: (d) => seen.push(d) });
+  await sbx.commands.sendStdin(bg.pid, 'one\n');
+  const res2 = await again2.wait();
+  out('reconnect', { seen: seen.join(''), exitCode: res2.exitCode });
   const cat = await sbx.commands.run('cat; echo end', { background: true, stdin: true });
   await sbx.commands.sendStdin(cat.pid, 'typed in\n');
   await sbx.commands.closeStdin(cat.pid);
   out('stdin', (await cat.wait()).stdout);
   await sbx.files.write('/workspace/a.txt', 'hello file');
   out('read', await sbx.files.read('/workspace/a.txt'));
+  out('download', await (await fetch(await sbx.downloadUrl('/workspace/a.txt'))).text());
+  const fd = new FormData();
+  fd.append('file', new Blob(['uploaded']), 'up.txt');
+  const up = await fetch(await sbx.uploadUrl('/workspace/up.txt'), { method: 'POST', body: fd });
+  out('upload', [up.status, await sbx.files.read('/workspace/up.txt')]);
+  await sbx.files.write('/workspace/z.txt', 'zipped'.repeat(1000), { gzip: true });
+  out('gzip', (await sbx.files.read('/workspace/z.txt')).length);
   out('cat', (await sbx.commands.run('cat /workspace/a.txt')).stdout);
   try { await sbx.files.read('/etc/passwd'); out('outside', 'read'); } catch (e) { out('outside', errOf(e)); }
   try { await sbx.files.read('/workspace/none'); out('missing', 'read'); } catch (e) { out('missing', errOf(e)); }
