@@ -46,7 +46,7 @@ func freeAddr() (string, error) {
 // session API, from one Node process, on a warm tool of a daemon serving
 // both (see e2bclient/bench.mjs).
 func e2bBench(n int) error {
-	fmt.Println("## E2B API\n\nThe official E2B SDK (npm `e2b` 2.51.0) against airlock's native session API, from one Node process on loopback, interleaved: `Sandbox.create` → `commands.run('true')` finished, and `POST /v1/sessions` → `POST …/exec` of the same command (`bash -l -c true`, as the SDK sends it) on the same warm tool (`pool: {warm: 2}`, let refill before each). Teardown not timed.")
+	fmt.Println("## E2B API\n\nThe official E2B SDK (npm `e2b` 2.51.0) against airlock's native session API, from one Node process on loopback, interleaved: `Sandbox.create` → `commands.run('true')` finished, and `POST /v1/sessions` → `POST …/exec` of the same command (`bash -l -c true`, as the SDK sends it) on the same warm tool (`pool: {warm: 2}`, let refill before each), and the same two E2B calls made with plain `fetch`, which tells the server's E2B path from the SDK's own client-side work. Teardown not timed.")
 	sdk := e2bSDK()
 	if sdk == "" {
 		fmt.Println("\nSkipped: the E2B SDK is not installed (scripts/test installs it; or set AIRLOCK_E2B_SDK).")
@@ -104,7 +104,7 @@ func e2bBench(n int) error {
 	if err != nil {
 		return fmt.Errorf("the E2B client: %w", err)
 	}
-	var res struct{ E2B, Native []float64 }
+	var res struct{ E2B, Native, Raw []float64 }
 	if err := json.Unmarshal(out, &res); err != nil {
 		return fmt.Errorf("the E2B client's answer %q: %w", out, err)
 	}
@@ -115,12 +115,13 @@ func e2bBench(n int) error {
 		}
 		return s
 	}
-	e, nat := toSeries("E2B SDK", res.E2B), toSeries("native", res.Native)
+	e, nat, raw := toSeries("E2B SDK", res.E2B), toSeries("native session API", res.Native), toSeries("E2B protocol, plain fetch (no SDK)", res.Raw)
 	fmt.Printf("\n%d each.\n\n| create → first command finished | p50 | p99 |\n| --- | --- | --- |\n", len(e.d))
-	for _, s := range []*series{e, nat} {
+	for _, s := range []*series{e, nat, raw} {
 		fmt.Printf("| %s | %s | %s |\n", s.name, ms(s.pct(0.5)), ms(s.pct(0.99)))
 	}
-	fmt.Printf("| E2B over native | %s | |\n", ms(e.pct(0.5)-nat.pct(0.5)))
+	fmt.Printf("| E2B SDK over native | %s | |\n| airlock's E2B path over native (plain fetch) | %s | |\n| the SDK's own client-side cost (SDK over plain fetch) | %s | |\n",
+		ms(e.pct(0.5)-nat.pct(0.5)), ms(raw.pct(0.5)-nat.pct(0.5)), ms(e.pct(0.5)-raw.pct(0.5)))
 	fmt.Println("\nFor scale: the published independent figure for E2B's own service is a 491 ms median from create to first command.")
 	return nil
 }

@@ -1,7 +1,9 @@
 // Times, from one Node process, E2B SDK create → first command finished
-// against airlock's native session API (open → exec) over HTTP, the same
+// against airlock's native session API (open → exec) over HTTP, and
+// against the same two E2B calls made with plain fetch (no SDK): the same
 // command on the same warm tool, interleaved; prints the times in ms as
-// JSON. Env: E2B_SDK, E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY,
+// JSON. The raw calls separate the server's E2B path from the SDK's own
+// client-side cost. Env: E2B_SDK, E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY,
 // NATIVE_URL, N.
 const { Sandbox } = await import(process.env.E2B_SDK);
 const n = Number(process.env.N || 100);
@@ -25,6 +27,18 @@ async function viaE2B() {
   await sbx.kill();
   return t;
 }
+async function viaRaw() {
+  const base = process.env.E2B_API_URL;
+  const t0 = performance.now();
+  const sb = await (await fetch(`${base}/v2/sandboxes`, { method: 'POST', headers: { 'X-API-KEY': key, 'Content-Type': 'application/json' }, body: JSON.stringify({ templateID: 'warm' }) })).json();
+  const msg = Buffer.from(JSON.stringify({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'true'] }, stdin: false }));
+  const env = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]); env.writeUInt32BE(msg.length, 1);
+  const r = await fetch(`${base}/process.Process/Start`, { method: 'POST', headers: { 'E2b-Sandbox-Id': sb.sandboxID, 'X-Access-Token': sb.envdAccessToken, 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' }, body: env });
+  await r.arrayBuffer();
+  const t = performance.now() - t0;
+  await fetch(`${base}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers: { 'X-API-KEY': key } });
+  return t;
+}
 async function viaNative() {
   const t0 = performance.now();
   const s = await (await fetch(`${native}/v1/sessions`, { method: 'POST', headers: hdr, body: JSON.stringify({ tool: 'warm' }) })).json();
@@ -34,10 +48,10 @@ async function viaNative() {
   await fetch(`${native}/v1/sessions/${s.id}`, { method: 'DELETE', headers: hdr });
   return t;
 }
-const out = { e2b: [], native: [] };
+const out = { e2b: [], native: [], raw: [] };
 for (let i = 0; i < 5; i++) { await refilled(); await viaE2B(); await refilled(); await viaNative(); } // warm-up
 for (let i = 0; i < n; i++) {
-  const order = i % 2 ? [['e2b', viaE2B], ['native', viaNative]] : [['native', viaNative], ['e2b', viaE2B]];
+  const order = i % 2 ? [['e2b', viaE2B], ['native', viaNative], ['raw', viaRaw]] : [['raw', viaRaw], ['native', viaNative], ['e2b', viaE2B]];
   for (const [k, f] of order) {
     await refilled();
     out[k].push(await f());

@@ -100,8 +100,7 @@ func (p *e2bProc) finish(st *e2bStream) {
 		st.end(p.endErr)
 		return
 	}
-	st.event(e2b.ProcessEvent{End: p.end})
-	st.end(nil)
+	st.end(nil, e2b.ProcessEvent{End: p.end})
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -196,11 +195,11 @@ func e2bTimeout(secs *int, def time.Duration) (time.Duration, error) {
 	if secs == nil {
 		return def, nil
 	}
-	d := time.Duration(*secs) * time.Second
-	if d < time.Second || d > maxLife {
+	// Checked before the multiplication, which could overflow into range.
+	if *secs < 1 || *secs > int(maxLife/time.Second) {
 		return 0, fmt.Errorf("timeout %d s: want 1 to %d seconds", *secs, int(maxLife.Seconds()))
 	}
-	return d, nil
+	return time.Duration(*secs) * time.Second, nil
 }
 
 // e2bRefused are create's options airlock does not honour, each refused
@@ -747,10 +746,10 @@ type e2bStream struct {
 
 	mu      sync.Mutex // guards started and gone, and orders the writes
 	started bool
-	gone    bool
+	gone    bool // the client went away, or the stream has ended
 }
 
-func (s *e2bStream) write(flags byte, v any) {
+func (s *e2bStream) write(flags byte, v any, flush bool) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return
@@ -769,15 +768,33 @@ func (s *e2bStream) write(flags byte, v any) {
 		s.gone = true
 		return
 	}
-	if s.rc.Flush() != nil {
+	if flush && s.rc.Flush() != nil {
+		s.gone = true
+	}
+	if flags&e2b.FlagEndStream != 0 {
+		// The handler returns next: nothing touches w after this.
 		s.gone = true
 	}
 }
 
-func (s *e2bStream) event(ev e2b.ProcessEvent) { s.write(0, e2b.StreamEvent{Event: ev}) }
+// flush sends what is written; after the end of stream it does nothing
+// (a late timer must not touch a finished answer).
+func (s *e2bStream) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started && !s.gone && s.rc.Flush() != nil {
+		s.gone = true
+	}
+}
 
-// end ends the stream, with err as the call's error if it is not nil.
-func (s *e2bStream) end(err error) {
+func (s *e2bStream) event(ev e2b.ProcessEvent) { s.write(0, e2b.StreamEvent{Event: ev}, true) }
+
+// end ends the stream, with err as the call's error if it is not nil; a
+// last event, if given, goes out in the same write.
+func (s *e2bStream) end(err error, last ...e2b.ProcessEvent) {
+	for _, ev := range last {
+		s.write(0, e2b.StreamEvent{Event: ev}, false)
+	}
 	var es e2b.EndStream
 	if err != nil {
 		var re *e2b.RPCError
@@ -786,7 +803,7 @@ func (s *e2bStream) end(err error) {
 		}
 		es.Error = re
 	}
-	s.write(e2b.FlagEndStream, es)
+	s.write(e2b.FlagEndStream, es, true)
 }
 
 // keepalive sends a keepalive event after every interval of silence

@@ -286,6 +286,7 @@ func TestE2BAttacks(t *testing.T) {
 		{"refused option", `{"templateID":"sh","autoPause":true}`, "pausing is not supported"},
 		{"wider network", `{"templateID":"sh","network":{"allowOut":["0.0.0.0/0"]}}`, "egress"},
 		{"timeout too long", `{"templateID":"sh","timeout":999999}`, "timeout 999999 s"},
+		{"timeout that overflows into range", `{"templateID":"sh","timeout":18446744075}`, "timeout 18446744075 s"},
 		{"not JSON", `{"templateID":`, "not valid JSON"},
 	} {
 		if status, b := do("POST", "/v2/sandboxes", e2bKey, nil, []byte(c.body)); status != 400 || !bytes.Contains(b, []byte(c.want)) {
