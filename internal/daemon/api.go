@@ -342,7 +342,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		}
 	}
 	scope.sandbox = sb.ID()
-	b, bindErr := d.bindClaimed(ctx, sb, j.tool, scope)
+	b, bindErr := d.bindClaimed(ctx, sb, j.tool, scope, nil)
 	if rerr := recorded(ctx); rerr != nil {
 		if bindErr == nil {
 			_ = b.Close(context.WithoutCancel(ctx))

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -210,7 +212,6 @@ var e2bRefused = map[string]string{
 	"autoResume":   "pausing is not supported: a sandbox is used and destroyed",
 	"volumeMounts": "volumes are not supported; use the files API",
 	"iam":          "identity tokens are not supported; airlock's credential broker attaches credentials at the edge (docs/config.md, services)",
-	"network":      "per-sandbox egress rules are not supported yet; the tool's egress applies (docs/e2b.md)",
 }
 
 func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -224,16 +225,26 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 			return
 		}
 	}
+	if n, ok := raw["network"]; ok && string(n) != "null" {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(n, &fields); err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, "network: not an object")
+			return
+		}
+		for k := range fields {
+			if k != "allowOut" && k != "denyOut" {
+				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", shorten(k)))
+				return
+			}
+		}
+	}
 	b, _ := json.Marshal(raw)
 	var req e2b.CreateRequest
 	if err := json.Unmarshal(b, &req); err != nil {
 		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not a sandbox request: "+err.Error())
 		return
 	}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "allow_internet_access: false is not supported yet; the tool's egress applies (docs/e2b.md)")
-		return
-	}
+
 	if req.TemplateID == "" {
 		e2b.WriteAPIError(w, http.StatusBadRequest, "templateID names the airlock tool to run; it is required")
 		return
@@ -261,9 +272,14 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		env = append(env, k+"="+v)
 	}
+	narrowed, err := d.e2bNarrow(t.Name, &req)
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
-	s, err := d.newSession(r.Context(), t, clientOf(r), c, maxLife, life)
+	s, err := d.newSession(r.Context(), t, clientOf(r), c, maxLife, life, narrowed)
 	if err != nil {
 		status, _ := statusOf(err)
 		e2b.WriteAPIError(w, status, err.Error())
@@ -286,6 +302,35 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	d.e2b.m[s.id] = sb
 	d.e2b.mu.Unlock()
 	d.e2bAnswer(w, http.StatusCreated, sb)
+}
+
+// e2bNarrow is the policy of a sandbox whose create narrowed the tool's
+// egress, or nil when it did not: allow_internet_access false takes every
+// destination and the broker's services away; network.allowOut keeps the
+// destinations named, each of which must lie within the tool's (a wider
+// one is refused, never applied: the operator's config is the ceiling).
+func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy, error) {
+	noNet := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
+	if req.Network == nil && !noNet {
+		return nil, nil
+	}
+	pol := d.plans[tool].Policy
+	if noNet {
+		pol.Egress, pol.Services = nil, nil
+		return &pol, nil
+	}
+	if len(req.Network.DenyOut) > 0 {
+		return nil, errors.New("network.denyOut is not supported: name what the sandbox may reach in network.allowOut, within the tool's egress")
+	}
+	if len(req.Network.AllowOut) > 256 {
+		return nil, errors.New("network.allowOut: at most 256 destinations")
+	}
+	eg, err := policy.Narrow(pol.Egress, req.Network.AllowOut)
+	if err != nil {
+		return nil, fmt.Errorf("network.allowOut: %w", err)
+	}
+	pol.Egress = eg
+	return &pol, nil
 }
 
 func (d *Daemon) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
@@ -773,16 +818,6 @@ func (s *e2bStream) write(flags byte, v any, flush bool) {
 	}
 	if flags&e2b.FlagEndStream != 0 {
 		// The handler returns next: nothing touches w after this.
-		s.gone = true
-	}
-}
-
-// flush sends what is written; after the end of stream it does nothing
-// (a late timer must not touch a finished answer).
-func (s *e2bStream) flush() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started && !s.gone && s.rc.Flush() != nil {
 		s.gone = true
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -284,13 +287,98 @@ func TestE2BAttacks(t *testing.T) {
 	}
 	for _, c := range []struct{ name, body, want string }{
 		{"refused option", `{"templateID":"sh","autoPause":true}`, "pausing is not supported"},
-		{"wider network", `{"templateID":"sh","network":{"allowOut":["0.0.0.0/0"]}}`, "egress"},
+		{"wider network", `{"templateID":"sh","network":{"allowOut":["0.0.0.0/0"]}}`, "network.allowOut"},
 		{"timeout too long", `{"templateID":"sh","timeout":999999}`, "timeout 999999 s"},
 		{"timeout that overflows into range", `{"templateID":"sh","timeout":18446744075}`, "timeout 18446744075 s"},
 		{"not JSON", `{"templateID":`, "not valid JSON"},
 	} {
 		if status, b := do("POST", "/v2/sandboxes", e2bKey, nil, []byte(c.body)); status != 400 || !bytes.Contains(b, []byte(c.want)) {
 			t.Errorf("%s: %d %s, want 400 with %q", c.name, status, b, c.want)
+		}
+	}
+}
+
+// TestE2BEgressNarrowing: a sandbox's create may narrow its tool's egress
+// (network.allowOut, allow_internet_access false), never widen it. Two
+// names reach one upstream on loopback; the tool allows both.
+func TestE2BEgressNarrowing(t *testing.T) {
+	isolatednet.Require(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s\n", strings.Split(r.Host, ":")[0])
+	}))
+	t.Cleanup(up.Close)
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	base := serveE2B(t, fmt.Sprintf(`  net:
+    egress:
+      - {host: a.test, ports: [%d], addresses: [127.0.0.1], private: true}
+      - {host: b.test, ports: [%d], addresses: [127.0.0.1], private: true}
+`, port, port))
+	create := func(body string) (int, e2b.Sandbox, string) {
+		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(body))
+		req.Header.Set("X-API-KEY", e2bKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var sb e2b.Sandbox
+		_ = json.Unmarshal(b, &sb)
+		return resp.StatusCode, sb, string(b)
+	}
+	fetchBoth := func(sb e2b.Sandbox) string {
+		cmd := fmt.Sprintf(`for h in a.test b.test; do curl -sS --max-time 5 http://$h:%d/ 2>&1 || true; done`, port)
+		msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", cmd}}})
+		req, _ := http.NewRequest("POST", base+"/process.Process/Start", bytes.NewReader(e2b.AppendEnvelope(nil, 0, msg)))
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/connect+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out strings.Builder
+		for {
+			_, m, err := e2b.ReadEnvelope(resp.Body, 1<<20)
+			if err != nil {
+				break
+			}
+			var ev e2b.StreamEvent
+			if json.Unmarshal(m, &ev) == nil && ev.Event.Data != nil {
+				out.Write(ev.Event.Data.Stdout)
+			}
+		}
+		return out.String()
+	}
+	for _, tc := range []struct {
+		name, body string
+		a, b       bool // reached
+	}{
+		{"the tool's egress", `{"templateID":"net"}`, true, true},
+		{"narrowed to a.test", fmt.Sprintf(`{"templateID":"net","network":{"allowOut":["a.test:%d"]}}`, port), true, false},
+		{"no internet", `{"templateID":"net","allow_internet_access":false}`, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, sb, body := create(tc.body)
+			if status != 201 {
+				t.Fatalf("create: %d %s", status, body)
+			}
+			out := fetchBoth(sb)
+			if strings.Contains(out, "hello a.test") != tc.a || strings.Contains(out, "hello b.test") != tc.b {
+				t.Fatalf("reached a.test %v, b.test %v; want %v, %v; the sandbox saw:\n%s", strings.Contains(out, "hello a.test"), strings.Contains(out, "hello b.test"), tc.a, tc.b, out)
+			}
+		})
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"a destination the tool does not allow", `{"templateID":"net","network":{"allowOut":["c.test"]}}`, "not within the tool's egress"},
+		{"a wider port", `{"templateID":"net","network":{"allowOut":["a.test:1"]}}`, "not within the tool's egress"},
+		{"everything", `{"templateID":"net","network":{"allowOut":["0.0.0.0/0"]}}`, "network.allowOut"},
+		{"denyOut", `{"templateID":"net","network":{"denyOut":["b.test"]}}`, "denyOut is not supported"},
+		{"other network options", `{"templateID":"net","network":{"allowPublicTraffic":true}}`, "allowPublicTraffic is not supported"},
+	} {
+		if status, _, body := create(tc.body); status != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want 400 with %q", tc.name, status, body, tc.want)
 		}
 	}
 }

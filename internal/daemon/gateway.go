@@ -95,7 +95,7 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, cli
 		release()
 		return nil, err
 	}
-	sb, bind, err := d.claimBound(ctx, t, scope)
+	sb, bind, err := d.claimBound(ctx, t, scope, nil)
 	if err != nil {
 		release()
 		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: err.Error()})

@@ -93,7 +93,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if d.mcpSession(req.Session) != nil {
 			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
-		sess, err := d.newSession(ctx, t, client, c, defaultIdle, defaultLife)
+		sess, err := d.newSession(ctx, t, client, c, defaultIdle, defaultLife, nil)
 		if err != nil {
 			return nil, err
 		}

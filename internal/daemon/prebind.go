@@ -56,8 +56,18 @@ func (d *Daemon) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
 
 // bindClaimed returns t's policy bound to the claimed sb, its decisions
 // recorded in scope: the binding made while sb was built, or a new one.
-func (d *Daemon) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope) (*runner.Binding, error) {
+func (d *Daemon) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*runner.Binding, error) {
 	onEgress, onBroker := d.netRecorder(scope)
+	if narrowed != nil {
+		// A policy of its own (a caller narrowed the tool's): the one
+		// bound while the pool built the sandbox goes first.
+		if v, ok := d.prebound.LoadAndDelete(sb.ID()); ok {
+			_ = v.(*runner.Binding).Close(ctx)
+		}
+		pol := *narrowed
+		pol.OnEgress, pol.OnBroker = onEgress, onBroker
+		return attach.Bind(ctx, sb, pol)
+	}
 	if v, ok := d.prebound.LoadAndDelete(sb.ID()); ok {
 		b := v.(*runner.Binding)
 		b.SetRecorders(onEgress, onBroker)

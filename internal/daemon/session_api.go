@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -105,7 +106,7 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life)
+	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life, nil)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeErr(w, err)
@@ -117,7 +118,7 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 
 // claimBound claims a sandbox of t for a session or MCP server and binds
 // t's policy to it for its whole life, its decisions recorded in scope.
-func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope) (*sandbox.Sandbox, *runner.Binding, error) {
+func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*sandbox.Sandbox, *runner.Binding, error) {
 	sb, warm, err := d.claim(ctx, t.Name, false)
 	if err != nil {
 		if errors.Is(err, pool.ErrClosed) {
@@ -132,7 +133,7 @@ func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope
 	}
 	scope.sandbox = sb.ID()
 	d.claimed(*scope, warm)
-	bind, err := d.bindClaimed(ctx, sb, t, scope)
+	bind, err := d.bindClaimed(ctx, sb, t, scope, narrowed)
 	if err != nil {
 		_ = sb.Destroy(context.WithoutCancel(ctx))
 		d.opts.Logger.Warn("bind failed", "tool", t.Name, "err", err)
@@ -146,7 +147,7 @@ func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope
 // bound to it for the session's life. c is who may use it; the session
 // is one of the daemon's MaxSessions and of c's token's concurrency
 // until it ends.
-func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, c *caller, idle, life time.Duration) (*session, error) {
+func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, c *caller, idle, life time.Duration, narrowed *attach.Policy) (*session, error) {
 	release, err := d.hold(c, true)
 	if err != nil {
 		return nil, err
@@ -166,7 +167,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, 
 		d.audit.Record(e)
 		return nil, err
 	}
-	sb, bind, err := d.claimBound(ctx, t, scope)
+	sb, bind, err := d.claimBound(ctx, t, scope, narrowed)
 	if err != nil {
 		return fail(err)
 	}
