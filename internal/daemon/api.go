@@ -371,15 +371,19 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	if j.tty != nil {
 		j.tty.request(&x)
 	}
+	// In flight (airlock ps lists it, airlock kill ends it) before the
+	// caller is told it started.
+	kctx, kill, stop := killable(ctx)
+	drop := d.live.add(&liveRun{id: scope.run, kind: "run", tool: j.tool.Name, client: j.client, owner: j.caller.name, sb: sb, started: time.Now(), kill: kill})
 	if j.started != nil {
 		if err := j.started(); err != nil {
+			drop()
+			stop()
 			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
 			d.finishRun(ctx, *scope, res, j.extra(res)...)
 			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
 		}
 	}
-	kctx, kill, stop := killable(ctx)
-	drop := d.live.add(&liveRun{id: scope.run, kind: "run", tool: j.tool.Name, client: j.client, owner: j.caller.name, sb: sb, started: time.Now(), kill: kill})
 	res, closeNet := b.RunCloseLater(kctx, x, nil)
 	drop()
 	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
