@@ -1,0 +1,432 @@
+package daemon
+
+import (
+	"compress/gzip"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// The E2B file calls: /files and the filesystem.Filesystem service.
+
+// e2bPath is an E2B file path as a path of the workspace: absolute ones
+// under it, relative ones from it. Nothing else of the sandbox's is
+// reachable through the files API.
+func e2bPath(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("path is required")
+	}
+	if path.IsAbs(p) {
+		rel, ok := strings.CutPrefix(path.Clean(p), sandbox.HomeDir+"/")
+		if !ok {
+			return "", fmt.Errorf("path %q is outside %s: the files API reaches the workspace only", shorten(p), sandbox.HomeDir)
+		}
+		p = rel
+	}
+	if err := checkRel(p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// checkRel refuses a relative path with empty, "." or ".." elements.
+func checkRel(p string) error {
+	for _, e := range strings.Split(p, "/") {
+		if e == "" || e == "." || e == ".." || strings.ContainsRune(e, 0) {
+			return fmt.Errorf("path %q: empty, \".\" and \"..\" elements are refused", shorten(p))
+		}
+	}
+	return nil
+}
+
+// e2bFileSandbox finds the sandbox of a files call and enters it: by its
+// E2b-Sandbox-Id and access token, or, for a signed download or upload
+// URL (which carries neither), by the signature, made with one sandbox's
+// token over the path, the operation (op), the user and the expiry.
+func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op string) *e2bSandbox {
+	var sb *e2bSandbox
+	var err error
+	if r.Header.Get("E2b-Sandbox-Id") == "" && r.URL.Query().Has("signature") {
+		sb, err = d.e2bSigned(r, op)
+	} else {
+		sb, err = d.e2bEnvd(r)
+	}
+	if err != nil {
+		status := http.StatusNotFound
+		var re *e2b.RPCError
+		if errors.As(err, &re) && re.Code == e2b.CodeInvalidArgument {
+			status = http.StatusBadRequest
+		}
+		e2b.WriteAPIError(w, status, err.Error())
+		return nil
+	}
+	if !sb.s.enter() {
+		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
+		return nil
+	}
+	return sb
+}
+
+// e2bSigned finds the sandbox whose token signed the request's URL.
+func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
+	q := r.URL.Query()
+	var exp int64
+	if v := q.Get("signature_expiration"); v != "" {
+		var err error
+		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signature_expiration %q is not a time in Unix seconds", shorten(v))
+		}
+		if time.Now().Unix() > exp {
+			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
+		}
+	}
+	sig := []byte(q.Get("signature"))
+	d.e2b.mu.Lock()
+	cands := make([]*e2bSandbox, 0, len(d.e2b.m))
+	for _, sb := range d.e2b.m {
+		cands = append(cands, sb)
+	}
+	d.e2b.mu.Unlock()
+	var found *e2bSandbox
+	for _, sb := range cands {
+		want := e2b.Signature(q.Get("path"), op, q.Get("username"), sb.token, exp)
+		if subtle.ConstantTimeCompare([]byte(want), sig) == 1 {
+			found = sb
+		}
+	}
+	if found == nil || found.s.view().State != "active" {
+		d.counts.unauthorized.Add(1)
+		return nil, e2b.Errorf(e2b.CodeNotFound, "no sandbox signed this URL for this path and operation")
+	}
+	return found, nil
+}
+
+// e2bFileError answers a files call's failure as envd would.
+func e2bFileError(w http.ResponseWriter, err error) {
+	status, _ := statusOf(fileErr(err))
+	e2b.WriteAPIError(w, status, fileErr(err).Error())
+}
+
+func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
+	sb := d.e2bFileSandbox(w, r, "read")
+	if sb == nil {
+		return
+	}
+	defer sb.s.leave()
+	rel, err := e2bPath(r.URL.Query().Get("path"))
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f, size, err := sb.s.openFile(rel)
+	if err != nil {
+		e2bFileError(w, err)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	_, _ = io.Copy(w, io.LimitReader(f, size))
+}
+
+func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
+	sb := d.e2bFileSandbox(w, r, "write")
+	if sb == nil {
+		return
+	}
+	defer sb.s.leave()
+	r.Body = http.MaxBytesReader(w, r.Body, maxFile+1<<20)
+	put := func(p string, body io.Reader) (e2b.WrittenFile, bool) {
+		rel, err := e2bPath(p)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+			return e2b.WrittenFile{}, false
+		}
+		if _, err := sb.s.writeFile(rel, body); err != nil {
+			e2bFileError(w, err)
+			return e2b.WrittenFile{}, false
+		}
+		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, true
+	}
+	var out []e2b.WrittenFile
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		// Decompressed, the file is still bounded by writeFile's cap.
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		r.Body = zr
+	default:
+		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
+		return
+	}
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case ct == "multipart/form-data":
+		mr := multipart.NewReader(r.Body, params["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				e2b.WriteAPIError(w, http.StatusBadRequest, "the multipart body: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			// A signed URL's path is the one signed; only a request
+			// with the sandbox's token may name others in its parts.
+			p := r.URL.Query().Get("path")
+			if p == "" && !r.URL.Query().Has("signature") {
+				p = part.FileName()
+			}
+			wf, ok := put(p, part)
+			if !ok {
+				return
+			}
+			out = append(out, wf)
+		}
+	default:
+		wf, ok := put(r.URL.Query().Get("path"), r.Body)
+		if !ok {
+			return
+		}
+		out = append(out, wf)
+	}
+	if len(out) == 0 {
+		e2b.WriteAPIError(w, http.StatusBadRequest, `no file in the body (a multipart field "file", or the bytes themselves)`)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// inWorkspace runs fn on the session's workspace as the sandbox's user
+// (see writeFile). The caller has entered the session.
+func (s *session) inWorkspace(fn func(ws *os.File, uid int) error) error {
+	ws, err := s.sb.OpenWorkspace()
+	if err != nil {
+		return errGone
+	}
+	defer ws.Close()
+	id := s.sb.UserHostID()
+	return inroot.AsUser(id, id, func() error { return fn(ws, id) })
+}
+
+// e2bFSPath is e2bPath for the filesystem calls, where the workspace
+// itself ("" below it) may be named too.
+func e2bFSPath(p string) (string, error) {
+	if c := path.Clean(p); c == sandbox.HomeDir || p == "." {
+		return "", nil
+	}
+	return e2bPath(p)
+}
+
+// e2bFSError is a file operation's failure as envd's Connect code.
+func e2bFSError(p string, err error) error {
+	switch {
+	case errors.Is(err, inroot.ErrNotFound):
+		return e2b.Errorf(e2b.CodeNotFound, "%s: no such file or directory", shorten(p))
+	case errors.Is(err, inroot.ErrExists):
+		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", shorten(p), err)
+	case errors.Is(err, inroot.ErrPath):
+		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", shorten(p), err)
+	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace):
+		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", shorten(p), err)
+	case errors.Is(err, errGone):
+		return e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+	}
+	return e2b.Errorf(e2b.CodeInternal, "%s: the file operation failed", shorten(p))
+}
+
+// entryInfo is an inroot.Entry as envd describes a file.
+func (sb *e2bSandbox) entryInfo(e inroot.Entry) e2b.EntryInfo {
+	typ := "FILE_TYPE_UNSPECIFIED"
+	switch {
+	case e.IsRegular():
+		typ = "FILE_TYPE_FILE"
+	case e.IsDir():
+		typ = "FILE_TYPE_DIRECTORY"
+	case e.IsSymlink():
+		typ = "FILE_TYPE_SYMLINK"
+	}
+	name := func(id uint32) string {
+		base := sb.s.sb.HostIDBase()
+		switch {
+		case id == uint32(sb.s.sb.UserHostID()):
+			return "sandbox"
+		case id == base:
+			return "root"
+		case id > base && id-base < 65536:
+			return strconv.Itoa(int(id - base))
+		}
+		return "nobody"
+	}
+	p := sandbox.HomeDir
+	if e.Rel != "" {
+		p += "/" + e.Rel
+	}
+	info := e2b.EntryInfo{Name: path.Base(p), Type: typ, Path: p, Size: strconv.FormatInt(e.Size, 10),
+		Mode: e.Mode & 0o7777, Permissions: fileModeString(e.Mode), Owner: name(e.UID), Group: name(e.GID),
+		ModifiedTime: e.ModTime.UTC().Format(time.RFC3339Nano)}
+	if e.IsSymlink() {
+		t := e.Target
+		info.SymlinkTarget = &t
+	}
+	return info
+}
+
+// fileModeString is ls's rendering of st_mode ("-rw-r--r--").
+func fileModeString(m uint32) string {
+	b := []byte("?rwxrwxrwx")
+	switch m & unix.S_IFMT {
+	case unix.S_IFREG:
+		b[0] = '-'
+	case unix.S_IFDIR:
+		b[0] = 'd'
+	case unix.S_IFLNK:
+		b[0] = 'l'
+	}
+	for i := 0; i < 9; i++ {
+		if m&(1<<(8-i)) == 0 {
+			b[i+1] = '-'
+		}
+	}
+	return string(b)
+}
+
+// e2bFS serves a filesystem call: the request's JSON into req, fn's
+// answer, inside the session's workspace as its user.
+func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.HandlerFunc {
+	return d.e2bUnary(func(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+		var req T
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		}
+		if !sb.s.enter() {
+			return nil, e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+		}
+		defer sb.s.leave()
+		return fn(sb, &req)
+	})
+}
+
+func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
+	type pathReq struct {
+		Path  string `json:"path"`
+		Depth *int   `json:"depth,omitempty"`
+	}
+	mux.HandleFunc("POST /filesystem.Filesystem/Stat", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bFSPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/ListDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bFSPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		depth := 1
+		if req.Depth != nil {
+			depth = *req.Depth
+		}
+		if depth < 1 || depth > 64 {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "depth %d: want 1 to 64", depth)
+		}
+		var es []inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		out := make([]e2b.EntryInfo, 0, len(es))
+		for _, e := range es {
+			out = append(out, sb.entryInfo(e))
+		}
+		return map[string]any{"entries": out}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/MakeDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, uid int) error {
+			made, err := inroot.Mkdir(ws, rel, uid, uid)
+			if err == nil && !made {
+				return fmt.Errorf("%w: a directory", inroot.ErrExists)
+			}
+			if err == nil {
+				e, err = inroot.Stat(ws, rel)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
+	mux.HandleFunc("POST /filesystem.Filesystem/Remove", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
+		rel, err := e2bPath(req.Path)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		if err := sb.s.inWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
+			return nil, e2bFSError(req.Path, err)
+		}
+		return struct{}{}, nil
+	}))
+	type moveReq struct {
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+	}
+	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
+		from, err := e2bPath(req.Source)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "source: %v", err)
+		}
+		to, err := e2bPath(req.Destination)
+		if err != nil {
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "destination: %v", err)
+		}
+		var e inroot.Entry
+		err = sb.s.inWorkspace(func(ws *os.File, _ int) error {
+			if err := inroot.Rename(ws, from, to); err != nil {
+				return err
+			}
+			var err error
+			e, err = inroot.Stat(ws, to)
+			return err
+		})
+		if err != nil {
+			return nil, e2bFSError(req.Source, err)
+		}
+		return map[string]any{"entry": sb.entryInfo(e)}, nil
+	}))
+}

@@ -1,0 +1,418 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// The E2B process service (process.Process) over Connect.
+
+// e2bProc is a command started through process.Process/Start.
+type e2bProc struct {
+	pid    uint32
+	config e2b.ProcessConfig
+	signal chan unix.Signal
+	// stdin, for a command started with stdin, takes SendInput's bytes;
+	// CloseStdin closes it.
+	stdin *io.PipeWriter
+
+	// mu guards subs: the streams its output goes to (Start's, and each
+	// Connect's). done is closed once it has ended, with end (or
+	// endErr) set before.
+	mu     sync.Mutex
+	subs   map[*e2bStream]struct{}
+	done   chan struct{}
+	end    *e2b.EndEvent
+	endErr error
+}
+
+// send gives ev to every stream attached to p.
+func (p *e2bProc) send(ev e2b.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*e2bStream, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		s.event(ev)
+	}
+}
+
+// attach adds st to p's streams; the returned func removes it.
+func (p *e2bProc) attach(st *e2bStream) func() {
+	p.mu.Lock()
+	p.subs[st] = struct{}{}
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.subs, st)
+		p.mu.Unlock()
+	}
+}
+
+// finish ends a stream as p ended: its end event and the end of stream,
+// or the error that ended it.
+func (p *e2bProc) finish(st *e2bStream) {
+	if p.endErr != nil {
+		st.end(p.endErr)
+		return
+	}
+	st.end(nil, e2b.ProcessEvent{End: p.end})
+}
+
+func (d *Daemon) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	out := []e2b.ProcessInfo{}
+	for _, p := range sb.procs {
+		out = append(out, e2b.ProcessInfo{Config: p.config, PID: p.pid})
+	}
+	return map[string]any{"processes": out}, nil
+}
+
+func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req e2b.SignalRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	sig, ok := e2b.Signals[req.Signal]
+	if !ok {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", shorten(req.Signal))
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case p.signal <- unix.Signal(sig):
+	default: // one is on its way already
+	}
+	return struct{}{}, nil
+}
+
+// procOf finds the process a request selects.
+func (sb *e2bSandbox) procOf(sel e2b.Selector) (*e2bProc, error) {
+	if sel.PID == nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process.pid is required (tags are not supported)")
+	}
+	sb.mu.Lock()
+	p := sb.procs[*sel.PID]
+	sb.mu.Unlock()
+	if p == nil {
+		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d not found", *sel.PID)
+	}
+	return p, nil
+}
+
+func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req struct {
+		Process e2b.Selector `json:"process"`
+		Input   struct {
+			Stdin []byte `json:"stdin"`
+			PTY   []byte `json:"pty"`
+		} `json:"input"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Input.PTY != nil:
+		return nil, e2b.Errorf(e2b.CodeUnimplemented, "pty input is not supported yet")
+	case p.stdin == nil:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+	}
+	// Blocks while the command does not read, at most until it ends.
+	if _, err := p.stdin.Write(req.Input.Stdin); err != nil {
+		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d: its input is closed", p.pid)
+	}
+	return struct{}{}, nil
+}
+
+func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req struct {
+		Process e2b.Selector `json:"process"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	if p.stdin == nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+	}
+	p.stdin.Close()
+	return struct{}{}, nil
+}
+
+// keepaliveEvery bounds the silence of a process's stream: the SDK's
+// HTTP client gives up on a response silent for 300 s.
+const keepaliveEvery = 50 * time.Second
+
+// e2bStart is process.Process/Start: the command runs in the session's
+// sandbox; its stream says it started, carries its output, and ends
+// with its end. The client going away does not end the command; the
+// Connect-Timeout-Ms header is its lifetime (a SIGKILL when it runs out).
+func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
+	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	var req e2b.StartRequest
+	if err := e2b.ReadRequest(r.Body, &req); err != nil {
+		st.end(err)
+		return
+	}
+	switch {
+	case req.Process == nil || req.Process.Cmd == "":
+		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "process.cmd is required"))
+		return
+	case req.PTY != nil:
+		st.end(e2b.Errorf(e2b.CodeUnimplemented, "pty is not supported yet through the E2B API; use airlock session exec -t"))
+		return
+	}
+	env := append([]string(nil), sb.env...)
+	for k, v := range req.Process.Envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "envs: %q is not a variable name", shorten(k)))
+			return
+		}
+		env = append(env, k+"="+v)
+	}
+	dir := ""
+	if req.Process.Cwd != nil {
+		dir = *req.Process.Cwd
+		if !path.IsAbs(dir) {
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "cwd %q is not an absolute path", shorten(dir)))
+			return
+		}
+	}
+	var life time.Duration
+	if v := r.Header.Get("Connect-Timeout-Ms"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 || len(v) > 10 {
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v)))
+			return
+		}
+		life = time.Duration(ms) * time.Millisecond
+	}
+	if !sb.s.enter() {
+		st.end(e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended", sb.s.id))
+		return
+	}
+	defer sb.s.leave()
+	p := &e2bProc{config: *req.Process, signal: make(chan unix.Signal, 1), subs: map[*e2bStream]struct{}{}, done: make(chan struct{})}
+	sb.mu.Lock()
+	sb.nextPID++
+	p.pid = sb.nextPID
+	sb.procs[p.pid] = p
+	sb.mu.Unlock()
+	defer func() {
+		sb.mu.Lock()
+		delete(sb.procs, p.pid)
+		sb.mu.Unlock()
+	}()
+	if life > 0 {
+		t := time.AfterFunc(life, func() {
+			select {
+			case p.signal <- unix.SIGKILL:
+			default:
+			}
+		})
+		defer t.Stop()
+	}
+	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: workdir(dir, sb.s.tool), Signal: p.signal}
+	if req.Stdin != nil && *req.Stdin {
+		pr, pw := io.Pipe()
+		x.Stdin, p.stdin = pr, pw
+		// Once the command has ended, input sent to it fails.
+		defer pr.Close()
+	}
+	x.OnEvent = func(ev result.Event) {
+		switch ev.Type {
+		case result.EventStdout:
+			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stdout: ev.Data}})
+		case result.EventStderr:
+			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: ev.Data}})
+		}
+	}
+	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
+	detach := p.attach(st)
+	stop := st.keepalive(keepaliveEvery)
+	// Not the request's context: the command outlives its client.
+	res, err := d.exec(context.WithoutCancel(r.Context()), sb.s, clientOf(r), x)
+	stop()
+	detach()
+	if err != nil {
+		status, _ := statusOf(err)
+		code := e2b.CodeInternal
+		if status == http.StatusServiceUnavailable {
+			code = e2b.CodeUnavailable
+		}
+		p.endErr = e2b.Errorf(code, "%v", err)
+	} else {
+		p.end = endEvent(res)
+	}
+	close(p.done)
+	p.finish(st)
+}
+
+// e2bProcConnect is process.Process/Connect: a stream of a running command's
+// output from now on (not what it wrote before), and its end.
+func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
+	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	var req struct {
+		Process e2b.Selector `json:"process"`
+	}
+	if err := e2b.ReadRequest(r.Body, &req); err != nil {
+		st.end(err)
+		return
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
+	detach := p.attach(st)
+	stop := st.keepalive(keepaliveEvery)
+	select {
+	case <-p.done:
+	case <-r.Context().Done():
+	}
+	stop()
+	detach()
+	select {
+	case <-p.done:
+		p.finish(st)
+	default: // the client went away first
+	}
+}
+
+// endEvent is a result as envd reports a process's end. A breach, which
+// also ends the sandbox, is an error that names the ceiling.
+func endEvent(r *result.Result) *e2b.EndEvent {
+	switch r.Outcome {
+	case result.Exited:
+		e := &e2b.EndEvent{ExitCode: int32(r.ExitCode), Exited: true, Status: fmt.Sprintf("exit status %d", r.ExitCode)}
+		if r.ExitCode != 0 {
+			e.Error = e.Status
+		}
+		return e
+	case result.Signaled:
+		name := unix.SignalName(unix.Signal(r.Signal))
+		return &e2b.EndEvent{ExitCode: -1, Status: "signal: " + name, Error: "signal: " + name}
+	case result.LimitExceeded:
+		msg := "the sandbox was destroyed: limit exceeded"
+		if r.Limit != nil {
+			msg = fmt.Sprintf("the sandbox was destroyed: limit exceeded: %s (ceiling %d %s, observed %d)", r.Limit.Name, r.Limit.Ceiling, r.Limit.Unit, r.Limit.Observed)
+		}
+		return &e2b.EndEvent{ExitCode: -1, Status: msg, Error: msg}
+	default:
+		return &e2b.EndEvent{ExitCode: -1, Status: "error: " + r.Error, Error: r.Error}
+	}
+}
+
+// e2bStream writes a server-streaming Connect answer: 200 with
+// application/connect+json once, enveloped events, an end of stream.
+// Writes after the client went away are dropped.
+type e2bStream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex // guards started and gone, and orders the writes
+	started bool
+	gone    bool // the client went away, or the stream has ended
+}
+
+func (s *e2bStream) write(flags byte, v any, flush bool) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		s.w.Header().Set("Content-Type", "application/connect+json")
+		s.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	if s.gone {
+		return
+	}
+	if _, err := s.w.Write(e2b.AppendEnvelope(nil, flags, b)); err != nil {
+		s.gone = true
+		return
+	}
+	if flush && s.rc.Flush() != nil {
+		s.gone = true
+	}
+	if flags&e2b.FlagEndStream != 0 {
+		// The handler returns next: nothing touches w after this.
+		s.gone = true
+	}
+}
+
+func (s *e2bStream) event(ev e2b.ProcessEvent) { s.write(0, e2b.StreamEvent{Event: ev}, true) }
+
+// end ends the stream, with err as the call's error if it is not nil; a
+// last event, if given, goes out in the same write.
+func (s *e2bStream) end(err error, last ...e2b.ProcessEvent) {
+	for _, ev := range last {
+		s.write(0, e2b.StreamEvent{Event: ev}, false)
+	}
+	var es e2b.EndStream
+	if err != nil {
+		var re *e2b.RPCError
+		if !errors.As(err, &re) {
+			re = e2b.Errorf(e2b.CodeInternal, "%v", err)
+		}
+		es.Error = re
+	}
+	s.write(e2b.FlagEndStream, es, true)
+}
+
+// keepalive sends a keepalive event after every interval of silence
+// until stop.
+func (s *e2bStream) keepalive(every time.Duration) (stop func()) {
+	t := time.NewTicker(every)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-t.C:
+				s.event(e2b.ProcessEvent{Keepalive: &struct{}{}})
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { t.Stop(); close(done) }
+}

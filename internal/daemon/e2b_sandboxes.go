@@ -1,0 +1,278 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/runner/attach"
+)
+
+// The E2B lifecycle calls: create, connect, get, list, timeout, kill.
+
+func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
+	var raw map[string]json.RawMessage
+	if !e2bDecode(w, r, &raw) {
+		return
+	}
+	for k, why := range e2bRefused {
+		if v, ok := raw[k]; ok && string(v) != "null" && string(v) != "false" && string(v) != "{}" {
+			e2b.WriteAPIError(w, http.StatusBadRequest, k+": "+why)
+			return
+		}
+	}
+	if n, ok := raw["network"]; ok && string(n) != "null" {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(n, &fields); err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, "network: not an object")
+			return
+		}
+		for k := range fields {
+			if k != "allowOut" && k != "denyOut" {
+				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", shorten(k)))
+				return
+			}
+		}
+	}
+	b, _ := json.Marshal(raw)
+	var req e2b.CreateRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not a sandbox request: "+err.Error())
+		return
+	}
+
+	if req.TemplateID == "" {
+		e2b.WriteAPIError(w, http.StatusBadRequest, "templateID names the airlock tool to run; it is required")
+		return
+	}
+	t, ok := d.opts.Config.Tools[req.TemplateID]
+	if !ok {
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no template %q: templates are airlock's tools (%s)", shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", ")))
+		return
+	}
+	if !c.allows(t.Name) {
+		d.counts.forbidden.Add(1)
+		e2b.WriteAPIError(w, http.StatusForbidden, fmt.Sprintf("%s may not use template %q", c.name, t.Name))
+		return
+	}
+	life, err := e2bTimeout(req.Timeout, e2bDefaultTimeout)
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var env []string
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: %q is not a variable name", shorten(k)))
+			return
+		}
+		env = append(env, k+"="+v)
+	}
+	narrowed, err := d.e2bNarrow(t.Name, &req)
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// E2B's timeout ends the sandbox however busy it is: the session's
+	// lifetime; its idle timeout is the longest allowed.
+	s, err := d.newSession(r.Context(), t, clientOf(r), c, maxLife, life, narrowed)
+	if err != nil {
+		status, _ := statusOf(err)
+		e2b.WriteAPIError(w, status, err.Error())
+		return
+	}
+	var tok [24]byte
+	rand.Read(tok[:])
+	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), metadata: req.Metadata, env: env, limits: d.plans[t.Name].Spec.Limits, procs: map[uint32]*e2bProc{}}
+	d.e2b.mu.Lock()
+	if d.e2b.m == nil {
+		d.e2b.m = map[string]*e2bSandbox{}
+	}
+	// The sandboxes that have ended leave the table: their sessions
+	// answer for a while longer, these never again.
+	for id, old := range d.e2b.m {
+		if old.s.view().State != "active" {
+			delete(d.e2b.m, id)
+		}
+	}
+	d.e2b.m[s.id] = sb
+	d.e2b.mu.Unlock()
+	d.e2bAnswer(w, http.StatusCreated, sb)
+}
+
+// e2bNarrow is the policy of a sandbox whose create narrowed the tool's
+// egress, or nil when it did not: allow_internet_access false takes every
+// destination and the broker's services away; network.allowOut keeps the
+// destinations named, each of which must lie within the tool's (a wider
+// one is refused, never applied: the operator's config is the ceiling).
+func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy, error) {
+	noNet := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
+	if req.Network == nil && !noNet {
+		return nil, nil
+	}
+	pol := d.plans[tool].Policy
+	if noNet {
+		pol.Egress, pol.Services = nil, nil
+		return &pol, nil
+	}
+	if len(req.Network.DenyOut) > 0 {
+		return nil, errors.New("network.denyOut is not supported: name what the sandbox may reach in network.allowOut, within the tool's egress")
+	}
+	if len(req.Network.AllowOut) > 256 {
+		return nil, errors.New("network.allowOut: at most 256 destinations")
+	}
+	eg, err := policy.Narrow(pol.Egress, req.Network.AllowOut)
+	if err != nil {
+		return nil, fmt.Errorf("network.allowOut: %w", err)
+	}
+	pol.Egress = eg
+	return &pol, nil
+}
+
+func (d *Daemon) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
+	writeJSON(w, status, e2b.Sandbox{SandboxID: sb.s.id, TemplateID: sb.s.tool.Name, ClientID: "airlock", Alias: sb.s.tool.Name,
+		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token})
+}
+
+// e2bFind is the caller's live E2B sandbox id, or nil: another key's, an
+// ended one and none at all look the same.
+func (d *Daemon) e2bFind(id string, c *caller) *e2bSandbox {
+	d.e2b.mu.Lock()
+	sb := d.e2b.m[id]
+	d.e2b.mu.Unlock()
+	if sb == nil || (c != nil && c.name != sb.s.owner) || sb.s.view().State != "active" {
+		return nil
+	}
+	return sb
+}
+
+func (d *Daemon) e2bLookup(w http.ResponseWriter, r *http.Request, c *caller) *e2bSandbox {
+	sb := d.e2bFind(r.PathValue("id"), c)
+	if sb == nil {
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", shorten(r.PathValue("id"))))
+	}
+	return sb
+}
+
+func (sb *e2bSandbox) detail() e2b.Detail {
+	v := sb.s.view()
+	l := sb.limits
+	return e2b.Detail{SandboxID: v.ID, TemplateID: v.Tool, Alias: v.Tool, ClientID: "airlock", StartedAt: v.Created, EndAt: v.Expires,
+		EnvdVersion: e2b.EnvdVersion, State: "running", CPUCount: max(1, int(l.CPUMilli+999)/1000), MemoryMB: l.Memory >> 20,
+		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata}
+}
+
+func (d *Daemon) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
+	if sb := d.e2bLookup(w, r, c); sb != nil {
+		writeJSON(w, http.StatusOK, sb.detail())
+	}
+}
+
+func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
+	// metadata=k%3Dv&... as the SDK sends it: encoded twice over.
+	want := map[string]string{}
+	if m := r.URL.Query().Get("metadata"); m != "" {
+		q, err := url.ParseQuery(m)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
+			return
+		}
+		for k, vs := range q {
+			k2, err1 := url.QueryUnescape(k)
+			v2, err2 := url.QueryUnescape(vs[0])
+			if err1 != nil || err2 != nil {
+				e2b.WriteAPIError(w, http.StatusBadRequest, "metadata: not URL-encoded")
+				return
+			}
+			want[k2] = v2
+		}
+	}
+	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
+		writeJSON(w, http.StatusOK, []e2b.Detail{})
+		return
+	}
+	out := []e2b.Detail{}
+	for _, s := range d.sessionsOf(c) {
+		sb := d.e2bFind(s.id, c)
+		if sb == nil {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			match = match && sb.metadata[k] == v
+		}
+		if match {
+			out = append(out, sb.detail())
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
+	sb := d.e2bLookup(w, r, c)
+	if sb == nil {
+		return
+	}
+	sb.s.end(r.Context(), "deleted")
+	if err := d.audit.Append(r.Context()); err != nil {
+		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", sb.s.id, "err", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setLife ends the sandbox life from now.
+func (sb *e2bSandbox) setLife(life time.Duration) {
+	sb.s.mu.Lock()
+	sb.s.expires = time.Now().Add(life)
+	sb.s.mu.Unlock()
+}
+
+func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+	var req e2b.TimeoutRequest
+	if !e2bDecode(w, r, &req) {
+		return
+	}
+	sb := d.e2bLookup(w, r, c)
+	if sb == nil {
+		return
+	}
+	if req.Timeout == nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, "timeout (seconds) is required")
+		return
+	}
+	life, err := e2bTimeout(req.Timeout, 0)
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb.setLife(life)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (d *Daemon) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
+	var req e2b.TimeoutRequest
+	if !e2bDecode(w, r, &req) {
+		return
+	}
+	sb := d.e2bLookup(w, r, c)
+	if sb == nil {
+		return
+	}
+	if req.Timeout != nil {
+		life, err := e2bTimeout(req.Timeout, 0)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		sb.setLife(life)
+	}
+	d.e2bAnswer(w, http.StatusOK, sb)
+}
