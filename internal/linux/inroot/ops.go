@@ -100,8 +100,8 @@ func Stat(dir *os.File, rel string) (Entry, error) {
 	return statAt(p, name, rel)
 }
 
-// openDir opens rel below dir ("" for dir itself) as a directory to read.
-func openDir(dir *os.File, rel string) (*os.File, error) {
+// OpenDir opens rel below dir ("" for dir itself) as a directory to read.
+func OpenDir(dir *os.File, rel string) (*os.File, error) {
 	name := "."
 	if rel != "" {
 		parts, err := Split(rel)
@@ -130,7 +130,7 @@ func ReadDir(dir *os.File, rel string, depth int) ([]Entry, error) {
 }
 
 func readDir(dir *os.File, rel string, depth int, out *[]Entry) error {
-	d, err := openDir(dir, rel)
+	d, err := OpenDir(dir, rel)
 	if err != nil {
 		return err
 	}
