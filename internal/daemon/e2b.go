@@ -31,16 +31,18 @@ type e2bSandbox struct {
 	env      []string // envVars, for every command
 	limits   sandbox.Limits
 
-	// mu guards procs and nextPID.
+	// mu guards procs, nextPID and watches.
 	mu      sync.Mutex
 	procs   map[uint32]*e2bProc
 	nextPID uint32
+	watches int // WatchDir streams open
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
 type e2bTable struct {
-	mu sync.Mutex // guards m
-	m  map[string]*e2bSandbox
+	mu      sync.Mutex // guards m and watches; taken before a sandbox's mu
+	m       map[string]*e2bSandbox
+	watches int // WatchDir streams open
 }
 
 func (d *Daemon) e2bRoutes() http.Handler {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -251,8 +252,10 @@ func e2bFSError(p string, err error) error {
 		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", shorten(p), err)
 	case errors.Is(err, inroot.ErrPath):
 		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", shorten(p), err)
-	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace):
+	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace), errors.Is(err, errdefs.ErrLimit):
 		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", shorten(p), err)
+	case errors.Is(err, os.ErrPermission):
+		return e2b.Errorf(e2b.CodePermissionDenied, "%s: permission denied", shorten(p))
 	case errors.Is(err, errGone):
 		return e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
 	}
@@ -406,6 +409,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 		Source      string `json:"source"`
 		Destination string `json:"destination"`
 	}
+	mux.HandleFunc("POST /filesystem.Filesystem/WatchDir", d.e2bWatchDir)
 	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
 		from, err := e2bPath(req.Source)
 		if err != nil {

@@ -209,14 +209,10 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var life time.Duration
-	if v := r.Header.Get("Connect-Timeout-Ms"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms < 0 || len(v) > 10 {
-			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v)))
-			return
-		}
-		life = time.Duration(ms) * time.Millisecond
+	life, err := connectTimeout(r)
+	if err != nil {
+		st.end(err)
+		return
 	}
 	if !sb.s.enter() {
 		st.end(e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended", sb.s.id))
@@ -281,6 +277,19 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 
 // e2bProcConnect is process.Process/Connect: a stream of a running command's
 // output from now on (not what it wrote before), and its end.
+// connectTimeout is a stream's Connect-Timeout-Ms (0: none).
+func connectTimeout(r *http.Request) (time.Duration, error) {
+	v := r.Header.Get("Connect-Timeout-Ms")
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 || len(v) > 10 {
+		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
 	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
 	sb, err := d.e2bEnvd(r)

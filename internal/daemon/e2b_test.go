@@ -118,6 +118,8 @@ func TestE2BSDK(t *testing.T) {
 		"stat":       `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
 		"removed":    `false`,
 		"killagain":  `false`,
+		"watch":      `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
+		"watchexit":  `["NotFoundError"]`,
 	}
 	for k, w := range want {
 		if string(steps[k]) != w {
@@ -154,6 +156,8 @@ func TestE2BSDK(t *testing.T) {
 	check("afterbreach", "NotFoundError", "", nil)
 	check("evil", "InvalidArgumentError", "symlink", nil)
 	check("evilstat", "InvalidArgumentError", "symlink", nil)
+	check("watchevil", "InvalidArgumentError", "symlink", nil)
+	check("watchnone", "FileNotFoundError", "no such file", nil)
 	check("wrongkey", "AuthenticationError", "API key", nil)
 	check("notool", "SandboxError", "no template", nil)
 	var info struct {
@@ -170,6 +174,31 @@ func TestE2BSDK(t *testing.T) {
 	if string(steps["list"]) != `["`+created+`"]` {
 		t.Errorf("list by metadata: %s, want [%q]", steps["list"], created)
 	}
+	// Every watch is stopped (by the SDK, or by the sandbox's end): none
+	// holds an inotify instance of this process (the daemon) any longer.
+	deadline := time.Now().Add(5 * time.Second)
+	for n := inotifyFDs(t); n != 0; n = inotifyFDs(t) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d inotify instances still open after the SDK's watches ended", n)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// inotifyFDs counts this process's inotify instances.
+func inotifyFDs(t *testing.T) int {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
 }
 
 // TestE2BAttacks attacks the E2B API from another key and with forged or
@@ -380,5 +409,98 @@ func TestE2BEgressNarrowing(t *testing.T) {
 		if status, _, body := create(tc.body); status != 400 || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want 400 with %q", tc.name, status, body, tc.want)
 		}
+	}
+}
+
+// TestE2BWatchBounds: directory watches are bounded per sandbox, cannot
+// be opened with another sandbox's token, and give their inotify
+// instance back when their client goes away.
+func TestE2BWatchBounds(t *testing.T) {
+	isolatednet.Require(t)
+	base := serveE2B(t, "")
+	create := func() e2b.Sandbox {
+		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
+		req.Header.Set("X-API-KEY", e2bKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var sb e2b.Sandbox
+		if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("create: %d %v", resp.StatusCode, err)
+		}
+		return sb
+	}
+	sb, other := create(), create()
+	// watch opens a watch and returns its first message and the open
+	// body.
+	watch := func(id, token, path string) (string, io.Closer) {
+		t.Helper()
+		msg := e2b.AppendEnvelope(nil, 0, []byte(`{"path":"`+path+`","recursive":true}`))
+		req, _ := http.NewRequest("POST", base+"/filesystem.Filesystem/WatchDir", bytes.NewReader(msg))
+		req.Header.Set("E2b-Sandbox-Id", id)
+		req.Header.Set("X-Access-Token", token)
+		req.Header.Set("Content-Type", "application/connect+json")
+		req.Header.Set("Connect-Protocol-Version", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, first, err := e2b.ReadEnvelope(resp.Body, e2b.MaxMessage)
+		if err != nil {
+			resp.Body.Close()
+			t.Fatalf("watch %s: %v", path, err)
+		}
+		return string(first), resp.Body
+	}
+	var open []io.Closer
+	for i := range maxWatchesPerSandbox {
+		first, body := watch(sb.SandboxID, sb.EnvdAccessToken, "/workspace")
+		open = append(open, body)
+		if first != `{"start":{}}` {
+			t.Fatalf("watch %d: first message %s", i, first)
+		}
+	}
+	if first, body := watch(sb.SandboxID, sb.EnvdAccessToken, "/workspace"); !strings.Contains(first, `"code":"resource_exhausted"`) {
+		t.Errorf("a watch over the sandbox's bound: %s", first)
+	} else {
+		body.Close()
+	}
+	if first, body := watch(sb.SandboxID, other.EnvdAccessToken, "/workspace"); !strings.Contains(first, `"code":"not_found"`) {
+		t.Errorf("a watch with another sandbox's token: %s", first)
+	} else {
+		body.Close()
+	}
+	// The other sandbox still has its own.
+	first, body := watch(other.SandboxID, other.EnvdAccessToken, "/workspace")
+	open = append(open, body)
+	if first != `{"start":{}}` {
+		t.Errorf("the other sandbox's watch: %s", first)
+	}
+	if n := inotifyFDs(t); n != maxWatchesPerSandbox+1 {
+		t.Errorf("%d inotify instances open, want %d", n, maxWatchesPerSandbox+1)
+	}
+	for _, b := range open {
+		b.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n := inotifyFDs(t); n != 0; n = inotifyFDs(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inotify instances still open after their clients went away", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// And the bound is free again (the handlers return just after).
+	for {
+		first, body = watch(sb.SandboxID, sb.EnvdAccessToken, "/workspace")
+		body.Close()
+		if first == `{"start":{}}` {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a watch after the others ended: %s", first)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -48,6 +48,9 @@ type session struct {
 	endReason string
 	endedAt   time.Time
 	wg        sync.WaitGroup // execs and file calls in flight
+	// ending is closed when the session starts to end: for what waits
+	// on the sandbox without being a call (a watch of its files).
+	ending chan struct{}
 }
 
 // sessions is the daemon's table of sessions.
@@ -113,6 +116,7 @@ func (s *session) end(ctx context.Context, reason string) {
 		return
 	}
 	s.ended, s.endReason, s.endedAt = true, reason, time.Now()
+	close(s.ending)
 	s.mu.Unlock()
 	// Destroy kills init first; running execs then return.
 	go func() {

@@ -172,7 +172,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, 
 		return fail(err)
 	}
 	now := time.Now()
-	s := &session{id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
+	s := &session{ending: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
 		onEnd: func(reason string) {
 			release()
 			e := scope.event(audit.KindSessionEnded)

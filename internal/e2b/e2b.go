@@ -107,13 +107,14 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeAlreadyExists    = "already_exists"
+	CodeDeadlineExceeded = "deadline_exceeded"
 )
 
 // connectStatus is the HTTP status of each Connect code in a unary
 // answer.
 var connectStatus = map[string]int{
 	CodeInvalidArgument: 400, CodeUnauthenticated: 401, CodePermissionDenied: 403, CodeNotFound: 404,
-	CodeAlreadyExists: 409, CodeResourceExhaust: 429, CodeUnimplemented: 501, CodeUnavailable: 503, CodeInternal: 500,
+	CodeAlreadyExists: 409, CodeResourceExhaust: 429, CodeDeadlineExceeded: 504, CodeUnimplemented: 501, CodeUnavailable: 503, CodeInternal: 500,
 }
 
 // RPCError is a Connect error.

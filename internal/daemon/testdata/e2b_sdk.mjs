@@ -60,7 +60,20 @@ try {
   await sbx.commands.run('ln -s /etc /workspace/evil');
   try { await sbx.files.list('/workspace/evil'); out('evil', 'listed'); } catch (e) { out('evil', errOf(e)); }
   try { await sbx.files.getInfo('/workspace/evil/passwd'); out('evilstat', 'read'); } catch (e) { out('evilstat', errOf(e)); }
+  await sbx.files.makeDir('/workspace/w');
+  const watched = [];
+  const wh = await sbx.files.watchDir('/workspace/w', (e) => watched.push(`${e.type}:${e.name}`), { recursive: true });
+  await sbx.commands.run('cd /workspace/w && echo x > f.txt && mkdir d && sleep 0.3 && echo y > d/g.txt && mv f.txt h.txt && rm h.txt');
+  for (let i = 0; i < 100 && !watched.includes('remove:h.txt'); i++) await new Promise((r) => setTimeout(r, 50));
+  await wh.stop();
+  out('watch', watched.filter((e, i) => e !== watched[i - 1]));
+  try { await sbx.files.watchDir('/workspace/evil', () => {}); out('watchevil', 'watched'); } catch (e) { out('watchevil', errOf(e)); }
+  try { await sbx.files.watchDir('/workspace/none', () => {}); out('watchnone', 'watched'); } catch (e) { out('watchnone', errOf(e)); }
+  const exits = [];
+  await sbx.files.watchDir('/workspace', () => {}, { timeoutMs: 0, onExit: (err) => exits.push(err ? err.constructor.name : 'none') });
   out('kill', await sbx.kill());
+  for (let i = 0; i < 100 && exits.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  out('watchexit', exits);
   out('killagain', await Sandbox.kill(sbx.sandboxId));
   try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', errOf(e)); }
   const small = await Sandbox.create('small');

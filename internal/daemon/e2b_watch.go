@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/linux/dirwatch"
+)
+
+// Bounds of filesystem.Filesystem/WatchDir: each stream holds an
+// inotify instance, and the host's root has fs.inotify.max_user_instances
+// of them (128 by default) for every program it runs.
+const (
+	maxWatchesPerSandbox = 8
+	maxWatches           = 48
+)
+
+// watchEventType is the E2B (protobuf JSON) name of each change.
+var watchEventType = map[dirwatch.Op]string{
+	dirwatch.Create: "EVENT_TYPE_CREATE",
+	dirwatch.Write:  "EVENT_TYPE_WRITE",
+	dirwatch.Remove: "EVENT_TYPE_REMOVE",
+	dirwatch.Rename: "EVENT_TYPE_RENAME",
+	dirwatch.Chmod:  "EVENT_TYPE_CHMOD",
+}
+
+type watchRequest struct {
+	Path               string `json:"path"`
+	Recursive          bool   `json:"recursive"`
+	IncludeEntry       bool   `json:"includeEntry"`
+	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
+}
+
+// e2bWatchDir serves filesystem.Filesystem/WatchDir: a stream that says
+// it started, then carries each change below the directory (names
+// relative to it), until the client goes away, its Connect-Timeout-Ms
+// passes, the directory is removed or the sandbox ends.
+func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
+	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	var req watchRequest
+	if err := e2b.ReadRequest(r.Body, &req); err != nil {
+		st.end(err)
+		return
+	}
+	if req.IncludeEntry {
+		st.end(e2b.Errorf(e2b.CodeUnimplemented, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion))
+		return
+	}
+	rel, err := e2bFSPath(req.Path)
+	if err != nil {
+		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "%v", err))
+		return
+	}
+	life, err := connectTimeout(r)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	release, err := d.e2bWatchSlot(sb)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	defer release()
+	wt, err := sb.watch(rel, req.Recursive)
+	if err != nil {
+		st.end(e2bFSError(req.Path, err))
+		return
+	}
+	defer wt.Close()
+	st.write(0, map[string]any{"start": struct{}{}}, true)
+
+	events, errc, done := make(chan dirwatch.Event), make(chan error, 1), make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			ev, err := wt.Next()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case events <- ev:
+			case <-done:
+				return
+			}
+		}
+	}()
+	var deadline <-chan time.Time
+	if life > 0 {
+		t := time.NewTimer(life)
+		defer t.Stop()
+		deadline = t.C
+	}
+	ka := time.NewTicker(keepaliveEvery)
+	defer ka.Stop()
+	for {
+		select {
+		case ev := <-events:
+			st.write(0, map[string]any{"filesystem": map[string]string{"name": ev.Name, "type": watchEventType[ev.Op]}}, true)
+		case err := <-errc:
+			switch {
+			case errors.Is(err, dirwatch.ErrGone):
+				st.end(e2b.Errorf(e2b.CodeNotFound, "%s: the watched directory was removed", shorten(req.Path)))
+			default:
+				st.end(e2bFSError(req.Path, err))
+			}
+			return
+		case <-sb.s.ending:
+			st.end(e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended"))
+			return
+		case <-deadline:
+			st.end(e2b.Errorf(e2b.CodeDeadlineExceeded, "the watch's timeout of %v passed", life))
+			return
+		case <-ka.C:
+			st.write(0, map[string]any{"keepalive": struct{}{}}, true)
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// e2bWatchSlot takes one of the daemon's and one of sb's watches; the
+// returned func gives them back.
+func (d *Daemon) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
+	d.e2b.mu.Lock()
+	defer d.e2b.mu.Unlock()
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	switch {
+	case sb.watches >= maxWatchesPerSandbox:
+		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "a sandbox may have %d directory watches at once; stop one first", maxWatchesPerSandbox)
+	case d.e2b.watches >= maxWatches:
+		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "this airlock serves %d directory watches at once, all in use; try again later", maxWatches)
+	}
+	sb.watches++
+	d.e2b.watches++
+	return func() {
+		d.e2b.mu.Lock()
+		defer d.e2b.mu.Unlock()
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		sb.watches--
+		d.e2b.watches--
+	}, nil
+}
+
+// watch starts watching rel below the workspace, as the sandbox's user.
+func (sb *e2bSandbox) watch(rel string, recursive bool) (*dirwatch.Watcher, error) {
+	if !sb.s.enter() {
+		return nil, errGone
+	}
+	defer sb.s.leave()
+	ws, err := sb.s.sb.OpenWorkspace()
+	if err != nil {
+		return nil, errGone
+	}
+	defer ws.Close()
+	id := sb.s.sb.UserHostID()
+	return dirwatch.Watch(ws, rel, dirwatch.Options{Recursive: recursive, UID: id, GID: id})
+}
