@@ -72,6 +72,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /process.Process/SendSignal", d.e2bUnary(d.e2bSignal))
 	mux.HandleFunc("POST /process.Process/SendInput", d.e2bUnary(d.e2bInput))
 	mux.HandleFunc("POST /process.Process/CloseStdin", d.e2bUnary(d.e2bCloseStdin))
+	mux.HandleFunc("POST /process.Process/Update", d.e2bUnary(d.e2bUpdate))
 	d.e2bFSRoutes(mux)
 	mux.HandleFunc("GET /files", d.e2bReadFile)
 	mux.HandleFunc("POST /files", d.e2bWriteFile)

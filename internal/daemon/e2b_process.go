@@ -26,9 +26,11 @@ type e2bProc struct {
 	pid    uint32
 	config e2b.ProcessConfig
 	signal chan unix.Signal
-	// stdin, for a command started with stdin, takes SendInput's bytes;
-	// CloseStdin closes it.
+	// stdin, for a command started with stdin or a pty, takes
+	// SendInput's bytes; CloseStdin closes it (on a pty: a Ctrl-D).
 	stdin *io.PipeWriter
+	// resize, for a command with a pty, carries Update's sizes.
+	resize chan sandbox.WinSize
 
 	// mu guards subs: the streams its output goes to (Start's, and each
 	// Connect's). done is closed once it has ended, with end (or
@@ -134,17 +136,66 @@ func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 	if err != nil {
 		return nil, err
 	}
+	in := req.Input.Stdin
 	switch {
+	case req.Input.PTY != nil && p.resize == nil:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has no pty: send stdin", p.pid)
 	case req.Input.PTY != nil:
-		return nil, e2b.Errorf(e2b.CodeUnimplemented, "pty input is not supported yet")
+		in = req.Input.PTY
+	case p.resize != nil:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has a pty: send pty input", p.pid)
 	case p.stdin == nil:
 		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
 	}
 	// Blocks while the command does not read, at most until it ends.
-	if _, err := p.stdin.Write(req.Input.Stdin); err != nil {
+	if _, err := p.stdin.Write(in); err != nil {
 		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d: its input is closed", p.pid)
 	}
 	return struct{}{}, nil
+}
+
+// maxPTYSide bounds a pty's rows and columns.
+const maxPTYSide = 1000
+
+// e2bUpdate serves process.Process/Update: a pty's new size.
+func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+	var req struct {
+		Process e2b.Selector `json:"process"`
+		PTY     *struct {
+			Size struct {
+				Cols uint32 `json:"cols"`
+				Rows uint32 `json:"rows"`
+			} `json:"size"`
+		} `json:"pty"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+	}
+	p, err := sb.procOf(req.Process)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.PTY == nil:
+		return struct{}{}, nil // nothing to change
+	case p.resize == nil:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has no pty to resize", p.pid)
+	case req.PTY.Size.Rows == 0 || req.PTY.Size.Cols == 0 || req.PTY.Size.Rows > maxPTYSide || req.PTY.Size.Cols > maxPTYSide:
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", req.PTY.Size.Rows, req.PTY.Size.Cols, maxPTYSide)
+	}
+	size := sandbox.WinSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
+	// The latest size wins: one waiting is replaced.
+	for {
+		select {
+		case p.resize <- size:
+			return struct{}{}, nil
+		default:
+		}
+		select {
+		case <-p.resize:
+		default:
+		}
+	}
 }
 
 func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
@@ -189,8 +240,8 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	case req.Process == nil || req.Process.Cmd == "":
 		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "process.cmd is required"))
 		return
-	case req.PTY != nil:
-		st.end(e2b.Errorf(e2b.CodeUnimplemented, "pty is not supported yet through the E2B API; use airlock session exec -t"))
+	case req.PTY != nil && (req.PTY.Size.Rows == 0 || req.PTY.Size.Cols == 0 || req.PTY.Size.Rows > maxPTYSide || req.PTY.Size.Cols > maxPTYSide):
+		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", req.PTY.Size.Rows, req.PTY.Size.Cols, maxPTYSide))
 		return
 	}
 	env := append([]string(nil), sb.env...)
@@ -240,17 +291,25 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 	}
 	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: workdir(dir, sb.s.tool), Signal: p.signal}
-	if req.Stdin != nil && *req.Stdin {
+	if req.PTY != nil {
+		x.TTY = &sandbox.WinSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
+		p.resize = make(chan sandbox.WinSize, 1)
+		x.Resize = p.resize
+	}
+	if (req.Stdin != nil && *req.Stdin) || req.PTY != nil {
 		pr, pw := io.Pipe()
 		x.Stdin, p.stdin = pr, pw
 		// Once the command has ended, input sent to it fails.
 		defer pr.Close()
 	}
 	x.OnEvent = func(ev result.Event) {
-		switch ev.Type {
-		case result.EventStdout:
+		switch {
+		case ev.Type == result.EventStdout && x.TTY != nil:
+			// A terminal's output is one stream.
+			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{PTY: ev.Data}})
+		case ev.Type == result.EventStdout:
 			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stdout: ev.Data}})
-		case result.EventStderr:
+		case ev.Type == result.EventStderr:
 			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: ev.Data}})
 		}
 	}

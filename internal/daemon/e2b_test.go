@@ -120,6 +120,7 @@ func TestE2BSDK(t *testing.T) {
 		"killagain":  `false`,
 		"watch":      `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
 		"watchexit":  `["NotFoundError"]`,
+		"pty":        `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
 	}
 	for k, w := range want {
 		if string(steps[k]) != w {
@@ -156,6 +157,7 @@ func TestE2BSDK(t *testing.T) {
 	check("afterbreach", "NotFoundError", "", nil)
 	check("evil", "InvalidArgumentError", "symlink", nil)
 	check("evilstat", "InvalidArgumentError", "symlink", nil)
+	check("ptyzero", "InvalidArgumentError", "24 rows and 0 cols", nil)
 	check("watchevil", "InvalidArgumentError", "symlink", nil)
 	check("watchnone", "FileNotFoundError", "no such file", nil)
 	check("wrongkey", "AuthenticationError", "API key", nil)
