@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"cmp"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,12 +199,36 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 			want[k2] = v2
 		}
 	}
-	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
-		writeJSON(w, http.StatusOK, []e2b.Detail{})
+	limit := e2bListMax
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > e2bListMax {
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1 to %d", shorten(v), e2bListMax))
+			return
+		}
+		limit = n
+	}
+	after, err := parseListToken(r.URL.Query().Get("nextToken"))
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	out := []e2b.Detail{}
-	for _, s := range d.sessionsOf(c) {
+	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	// Oldest first, by creation and then id: a page goes on after the
+	// last one of the one before, whatever ended in between.
+	ss := d.sessionsOf(c)
+	slices.SortFunc(ss, func(a, b *session) int {
+		return cmp.Or(cmp.Compare(a.created.UnixNano(), b.created.UnixNano()), strings.Compare(a.id, b.id))
+	})
+	var last *session
+	for _, s := range ss {
+		if n := s.created.UnixNano(); after != nil && (n < after.created || n == after.created && s.id <= after.id) {
+			continue
+		}
 		sb := d.e2bFind(s.id, c)
 		if sb == nil {
 			continue
@@ -209,9 +237,16 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 		for k, v := range want {
 			match = match && sb.metadata[k] == v
 		}
-		if match {
-			out = append(out, sb.detail())
+		if !match {
+			continue
 		}
+		if len(out) == limit {
+			// More remain: the token names where this page stopped.
+			w.Header().Set("X-Next-Token", listToken(last))
+			break
+		}
+		out = append(out, sb.detail())
+		last = s
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -275,4 +310,36 @@ func (d *Daemon) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 		sb.setLife(life)
 	}
 	d.e2bAnswer(w, http.StatusOK, sb)
+}
+
+// e2bListMax is the most sandboxes one page of GET /v2/sandboxes holds
+// (and its default), as E2B's.
+const e2bListMax = 100
+
+// listCursor is where a page of the list stopped.
+type listCursor struct {
+	created int64 // Unix nanoseconds (wall clock: tokens outlive the monotonic one)
+	id      string
+}
+
+// listToken is the opaque x-next-token after s: its creation time and id.
+func listToken(s *session) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(s.created.UnixNano(), 10) + "." + s.id))
+}
+
+func parseListToken(tok string) (*listCursor, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("nextToken %q is not one this airlock gave", shorten(tok))
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(tok) > 128 {
+		return nil, bad
+	}
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, bad
+	}
+	return &listCursor{created: n, id: id}, nil
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -120,6 +121,7 @@ func TestE2BSDK(t *testing.T) {
 		"killagain":  `false`,
 		"watch":      `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
 		"watchexit":  `["NotFoundError"]`,
+		"pages":      `[["b1"],["b2"]]`,
 		"pty":        `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
 	}
 	for k, w := range want {
@@ -307,6 +309,11 @@ func TestE2BAttacks(t *testing.T) {
 		status, b := do(c.method, c.path, otherKey, nil, []byte(`{"timeout":10}`))
 		if status != 404 || !bytes.Contains(b, []byte(`"code":404`)) {
 			t.Errorf("%s %s with another key: %d %s, want 404", c.method, c.path, status, b)
+		}
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "nextToken=forged", "nextToken=" + base64.RawURLEncoding.EncodeToString([]byte("1."))} {
+		if status, b := do("GET", "/v2/sandboxes?"+q, e2bKey, nil, nil); status != 400 {
+			t.Errorf("list with %s: %d %s, want 400", q, status, b)
 		}
 	}
 	if status, b := do("GET", "/v2/sandboxes", otherKey, nil, nil); status != 200 || string(bytes.TrimSpace(b)) != "[]" {

@@ -47,6 +47,14 @@ try {
   out('settimeout', 'ok');
   const items = await Sandbox.list({ query: { metadata: { team: 'a' } } }).nextItems();
   out('list', items.map((i) => i.sandboxId));
+  const b1 = await Sandbox.create('sh', { metadata: { team: 'b' } });
+  const b2 = await Sandbox.create('sh', { metadata: { team: 'b' } });
+  const pager = Sandbox.list({ query: { metadata: { team: 'b' } }, limit: 1 });
+  const pages = [];
+  while (pager.hasNext) pages.push((await pager.nextItems()).map((i) => i.sandboxId === b1.sandboxId ? 'b1' : i.sandboxId === b2.sandboxId ? 'b2' : i.sandboxId));
+  out('pages', pages);
+  await b1.kill();
+  await b2.kill();
   const again = await Sandbox.connect(sbx.sandboxId);
   out('connect', (await again.commands.run('cat /workspace/a.txt')).stdout);
   out('exists', [await sbx.files.exists('/workspace/a.txt'), await sbx.files.exists('/workspace/none')]);
