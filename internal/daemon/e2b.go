@@ -31,11 +31,15 @@ type e2bSandbox struct {
 	env      []string // envVars, for every command
 	limits   sandbox.Limits
 
-	// mu guards procs, nextPID and watches.
+	// mu guards procs, nextPID, watches and the metric fields.
 	mu      sync.Mutex
 	procs   map[uint32]*e2bProc
 	nextPID uint32
 	watches int // WatchDir streams open
+	// metricAt and metricCPU are the last metrics reading's time and
+	// CPU milliseconds.
+	metricAt  time.Time
+	metricCPU int64
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -60,6 +64,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /v2/sandboxes", api(d.e2bList))
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", api(d.e2bConnect))
 	mux.HandleFunc("GET /sandboxes/{id}", api(d.e2bGet))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
 	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *caller) {

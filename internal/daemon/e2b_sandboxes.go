@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -342,4 +343,66 @@ func parseListToken(tok string) (*listCursor, error) {
 		return nil, bad
 	}
 	return &listCursor{created: n, id: id}, nil
+}
+
+// e2bMetric is one reading of GET /sandboxes/{id}/metrics.
+type e2bMetric struct {
+	Timestamp  string  `json:"timestamp"`
+	CPUCount   int     `json:"cpuCount"`
+	CPUUsedPct float64 `json:"cpuUsedPct"`
+	MemUsed    int64   `json:"memUsed"`
+	MemTotal   int64   `json:"memTotal"`
+	DiskUsed   int64   `json:"diskUsed"`
+	DiskTotal  int64   `json:"diskTotal"`
+}
+
+// e2bMetrics answers with one reading taken now, from the host (E2B keeps
+// a history; airlock reads the sandbox when asked): memory and disk in
+// use against their ceilings, and the CPU used since the reading before
+// (or since the sandbox's start) as a share of its CPUs. A start or end
+// that leaves now out gives no reading.
+func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+	var bounds [2]int64
+	for i, k := range []string{"start", "end"} {
+		v := r.URL.Query().Get(k)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a Unix time in seconds", k, shorten(v)))
+			return
+		}
+		bounds[i] = n
+	}
+	sb := d.e2bLookup(w, r, c)
+	if sb == nil {
+		return
+	}
+	now := time.Now()
+	if bounds[0] > now.Unix() || bounds[1] != 0 && bounds[1] < now.Unix() {
+		writeJSON(w, http.StatusOK, []e2bMetric{})
+		return
+	}
+	smp, err := sb.s.sb.Sample()
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q has ended", sb.s.id))
+		return
+	}
+	cpus := max(1, int(sb.limits.CPUMilli+999)/1000)
+	sb.mu.Lock()
+	since, cpuBefore := sb.metricAt, sb.metricCPU
+	if since.IsZero() {
+		since = sb.s.created
+	}
+	sb.metricAt, sb.metricCPU = now, smp.CPUMillis
+	sb.mu.Unlock()
+	pct := 0.0
+	if wall := now.Sub(since).Milliseconds(); wall > 0 {
+		pct = min(100, float64(smp.CPUMillis-cpuBefore)*100/float64(wall*int64(cpus)))
+	}
+	writeJSON(w, http.StatusOK, []e2bMetric{{
+		Timestamp: now.UTC().Format(time.RFC3339Nano), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
+		MemUsed: smp.MemoryBytes, MemTotal: sb.limits.Memory, DiskUsed: smp.DiskBytes, DiskTotal: sb.limits.Disk,
+	}})
 }

@@ -122,6 +122,7 @@ func TestE2BSDK(t *testing.T) {
 		"watch":      `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
 		"watchexit":  `["NotFoundError"]`,
 		"pages":      `[["b1"],["b2"]]`,
+		"metrics":    `{"mem":true,"cpu":true,"cpuCount":1,"disk":true,"when":true}`,
 		"pty":        `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
 	}
 	for k, w := range want {

@@ -45,6 +45,10 @@ try {
   out('info', { id: info.sandboxId, templateId: info.templateId, metadata: info.metadata, state: info.state });
   await sbx.setTimeout(60000);
   out('settimeout', 'ok');
+  await sbx.getMetrics();
+  await sbx.commands.run('i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done');
+  const [m] = await sbx.getMetrics();
+  out('metrics', { mem: m.memUsed > 0 && m.memUsed < m.memTotal, cpu: m.cpuUsedPct > 0 && m.cpuUsedPct <= 100, cpuCount: m.cpuCount, disk: m.diskTotal > 0, when: Math.abs(m.timestamp - Date.now()) < 60000 });
   const items = await Sandbox.list({ query: { metadata: { team: 'a' } } }).nextItems();
   out('list', items.map((i) => i.sandboxId));
   const b1 = await Sandbox.create('sh', { metadata: { team: 'b' } });
