@@ -375,9 +375,13 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 		return map[string]any{"entries": out}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/MakeDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
-		rel, err := e2bPath(req.Path)
+		rel, err := e2bFSPath(req.Path)
 		if err != nil {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		}
+		if rel == "" {
+			// The workspace itself (a framework makes sure of it first).
+			return nil, e2bFSError(req.Path, fmt.Errorf("%w: a directory", inroot.ErrExists))
 		}
 		var e inroot.Entry
 		err = sb.s.inWorkspace(func(ws *os.File, uid int) error {

@@ -114,7 +114,7 @@ func TestE2BSDK(t *testing.T) {
 		"exists":     `[true,false]`,
 		"stdin":      `"typed in\nend\n"`,
 		"reconnect":  `{"seen":"got one\nlater\n","exitCode":0}`,
-		"makedir":    `[true,false]`,
+		"makedir":    `[true,false,false]`,
 		"ls":         `["a.txt:file","sub:dir"]`,
 		"stat":       `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
 		"removed":    `false`,
@@ -512,5 +512,76 @@ func TestE2BWatchBounds(t *testing.T) {
 			t.Fatalf("a watch after the others ended: %s", first)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestE2BAgentFramework runs an agent of the OpenAI Agents SDK through
+// its own E2B integration (@openai/agents-extensions' E2BSandboxClient,
+// as installed from npm by scripts/test) against the daemon: the
+// framework creates the sandbox, its exec_command tool runs in it, and
+// the agent's answer carries what the command printed there. Only the
+// model is scripted (testdata/e2b_agents.mjs).
+func TestE2BAgentFramework(t *testing.T) {
+	mods := os.Getenv("AIRLOCK_TEST_AGENTS_MODULES")
+	if mods == "" {
+		t.Skip("AIRLOCK_TEST_AGENTS_MODULES is not set (scripts/test installs the OpenAI Agents SDK)")
+	}
+	if _, err := os.Stat(filepath.Join(mods, "@openai", "agents-extensions")); err != nil {
+		t.Fatalf("AIRLOCK_TEST_AGENTS_MODULES is set, but the SDK is not there: %v", err)
+	}
+	isolatednet.Require(t)
+	base := serveE2B(t, "")
+	// ES modules resolve packages from the script's directory: the
+	// script goes beside a link to the modules.
+	dir := t.TempDir()
+	script, err := os.ReadFile("testdata/e2b_agents.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "agent.mjs"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", filepath.Join(dir, "agent.mjs"))
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey,
+		"AGENT_TEMPLATE=sh", `AGENT_CMD=echo "answer $((6*7)) from $(cat /proc/1/comm) as uid $(id -u)"`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	t.Logf("the agent said:\n%s", outb)
+	if err != nil {
+		t.Fatalf("the agent's script: %v\n%s", err, stderr.String())
+	}
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(bytes.NewReader(outb))
+	for sc.Scan() {
+		var l struct {
+			K string          `json:"k"`
+			V json.RawMessage `json:"v"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			steps[l.K] = l.V
+		}
+	}
+	var final string
+	_ = json.Unmarshal(steps["final"], &final)
+	if !strings.Contains(final, "answer 42 from ") {
+		t.Errorf("the agent's answer %q lacks the command's output", final)
+	}
+	if !strings.Contains(string(steps["tools"]), `"exec_command"`) {
+		t.Errorf("the model was offered %s, want exec_command among them", steps["tools"])
+	}
+	// The framework ended its sandbox when the run was over.
+	req, _ := http.NewRequest("GET", base+"/v2/sandboxes", nil)
+	req.Header.Set("X-API-KEY", e2bKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); string(bytes.TrimSpace(b)) != "[]" {
+		t.Errorf("sandboxes left after the run: %s", b)
 	}
 }

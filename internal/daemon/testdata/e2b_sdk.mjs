@@ -62,7 +62,7 @@ try {
   const again = await Sandbox.connect(sbx.sandboxId);
   out('connect', (await again.commands.run('cat /workspace/a.txt')).stdout);
   out('exists', [await sbx.files.exists('/workspace/a.txt'), await sbx.files.exists('/workspace/none')]);
-  out('makedir', [await sbx.files.makeDir('/workspace/dir/sub'), await sbx.files.makeDir('/workspace/dir/sub')]);
+  out('makedir', [await sbx.files.makeDir('/workspace/dir/sub'), await sbx.files.makeDir('/workspace/dir/sub'), await sbx.files.makeDir('/workspace')]);
   await sbx.files.rename('/workspace/a.txt', '/workspace/dir/a.txt');
   out('ls', (await sbx.files.list('/workspace/dir')).map((e) => `${e.name}:${e.type}`).sort());
   const fi = await sbx.files.getInfo('/workspace/dir/a.txt');
