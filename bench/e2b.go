@@ -104,7 +104,10 @@ func e2bBench(n int) error {
 	if err != nil {
 		return fmt.Errorf("the E2B client: %w", err)
 	}
-	var res struct{ E2B, Native, Raw []float64 }
+	var res struct {
+		E2B, Native, Raw []float64
+		CPU              struct{ E2B, Native, Raw []float64 }
+	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		return fmt.Errorf("the E2B client's answer %q: %w", out, err)
 	}
@@ -122,6 +125,9 @@ func e2bBench(n int) error {
 	}
 	fmt.Printf("| E2B SDK over native | %s | |\n| airlock's E2B path over native (plain fetch) | %s | |\n| the SDK's own client-side cost (SDK over plain fetch) | %s | |\n",
 		ms(e.pct(0.5)-nat.pct(0.5)), ms(raw.pct(0.5)-nat.pct(0.5)), ms(e.pct(0.5)-raw.pct(0.5)))
+	ce, cn, cr := toSeries("", res.CPU.E2B), toSeries("", res.CPU.Native), toSeries("", res.CPU.Raw)
+	fmt.Printf("\nThe client's own CPU time (user + system, from getrusage) for the same calls, p50: E2B SDK %s, native %s, plain-fetch E2B %s; the SDK spends %s more of it than plain fetch does for the same two requests.\n",
+		ms(ce.pct(0.5)), ms(cn.pct(0.5)), ms(cr.pct(0.5)), ms(ce.pct(0.5)-cr.pct(0.5)))
 	fmt.Println("\nFor scale: the published independent figure for E2B's own service is a 491 ms median from create to first command.")
 	return nil
 }
