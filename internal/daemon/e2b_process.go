@@ -157,6 +157,14 @@ func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 // maxPTYSide bounds a pty's rows and columns.
 const maxPTYSide = 1000
 
+// ptySize checks a pty size of the API.
+func ptySize(rows, cols uint32) (sandbox.WinSize, error) {
+	if rows == 0 || cols == 0 || rows > maxPTYSide || cols > maxPTYSide {
+		return sandbox.WinSize{}, e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", rows, cols, maxPTYSide)
+	}
+	return sandbox.WinSize{Rows: uint16(rows), Cols: uint16(cols)}, nil
+}
+
 // e2bUpdate serves process.Process/Update: a pty's new size.
 func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req struct {
@@ -180,10 +188,11 @@ func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 		return struct{}{}, nil // nothing to change
 	case p.resize == nil:
 		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has no pty to resize", p.pid)
-	case req.PTY.Size.Rows == 0 || req.PTY.Size.Cols == 0 || req.PTY.Size.Rows > maxPTYSide || req.PTY.Size.Cols > maxPTYSide:
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", req.PTY.Size.Rows, req.PTY.Size.Cols, maxPTYSide)
 	}
-	size := sandbox.WinSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
+	size, err := ptySize(req.PTY.Size.Rows, req.PTY.Size.Cols)
+	if err != nil {
+		return nil, err
+	}
 	// The latest size wins: one waiting is replaced.
 	for {
 		select {
@@ -216,6 +225,19 @@ func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (an
 	return struct{}{}, nil
 }
 
+// connectTimeout is a stream's Connect-Timeout-Ms (0: none).
+func connectTimeout(r *http.Request) (time.Duration, error) {
+	v := r.Header.Get("Connect-Timeout-Ms")
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 || len(v) > 10 {
+		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // keepaliveEvery bounds the silence of a process's stream: the SDK's
 // HTTP client gives up on a response silent for 300 s.
 const keepaliveEvery = 50 * time.Second
@@ -240,9 +262,15 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	case req.Process == nil || req.Process.Cmd == "":
 		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "process.cmd is required"))
 		return
-	case req.PTY != nil && (req.PTY.Size.Rows == 0 || req.PTY.Size.Cols == 0 || req.PTY.Size.Rows > maxPTYSide || req.PTY.Size.Cols > maxPTYSide):
-		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", req.PTY.Size.Rows, req.PTY.Size.Cols, maxPTYSide))
-		return
+	}
+	var tty *sandbox.WinSize
+	if req.PTY != nil {
+		size, err := ptySize(req.PTY.Size.Rows, req.PTY.Size.Cols)
+		if err != nil {
+			st.end(err)
+			return
+		}
+		tty = &size
 	}
 	env := append([]string(nil), sb.env...)
 	for k, v := range req.Process.Envs {
@@ -291,8 +319,8 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 	}
 	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: workdir(dir, sb.s.tool), Signal: p.signal}
-	if req.PTY != nil {
-		x.TTY = &sandbox.WinSize{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
+	if tty != nil {
+		x.TTY = tty
 		p.resize = make(chan sandbox.WinSize, 1)
 		x.Resize = p.resize
 	}
@@ -336,19 +364,6 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 
 // e2bProcConnect is process.Process/Connect: a stream of a running command's
 // output from now on (not what it wrote before), and its end.
-// connectTimeout is a stream's Connect-Timeout-Ms (0: none).
-func connectTimeout(r *http.Request) (time.Duration, error) {
-	v := r.Header.Get("Connect-Timeout-Ms")
-	if v == "" {
-		return 0, nil
-	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms < 0 || len(v) > 10 {
-		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v))
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
 func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
 	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
 	sb, err := d.e2bEnvd(r)
