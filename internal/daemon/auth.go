@@ -2,9 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -51,49 +48,6 @@ func withCaller(c *caller, h http.Handler) http.Handler {
 // outside it.
 type seenKey struct{}
 
-// tokenSet holds the tokens' digests; comparing digests in constant time
-// keeps the comparison from leaking a token byte by byte.
-type tokenSet struct {
-	digests [][sha256.Size]byte
-	tokens  []*config.Token
-}
-
-// loadTokens reads every token's secret now: a daemon that cannot check
-// tokens must not start.
-func loadTokens(c *config.Config) (*tokenSet, error) {
-	ts := &tokenSet{}
-	for i := range c.Server.Tokens {
-		t := &c.Server.Tokens[i]
-		sec, ok := c.Secrets[t.Secret]
-		if !ok {
-			return nil, fmt.Errorf("token %q: secret %q is not defined", t.Name, t.Secret)
-		}
-		v, err := sec.Read()
-		if err != nil {
-			return nil, fmt.Errorf("token %q: %w", t.Name, err)
-		}
-		if len(v) < 16 {
-			return nil, fmt.Errorf("token %q: the secret is under 16 bytes; use a long random token", t.Name)
-		}
-		ts.digests = append(ts.digests, sha256.Sum256([]byte(v)))
-		ts.tokens = append(ts.tokens, t)
-	}
-	return ts, nil
-}
-
-// match returns the token whose value v is, or nil. Every digest is
-// compared, whatever matches.
-func (ts *tokenSet) match(v string) *config.Token {
-	d := sha256.Sum256([]byte(v))
-	var found *config.Token
-	for i, td := range ts.digests {
-		if subtle.ConstantTimeCompare(d[:], td[:]) == 1 {
-			found = ts.tokens[i]
-		}
-	}
-	return found
-}
-
 // requireToken guards the TCP listener: no valid bearer token, no
 // answer but 401.
 func (d *Daemon) requireToken(h http.Handler) http.Handler {
@@ -101,7 +55,7 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 		v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		var t *config.Token
 		if ok && v != "" {
-			t = d.tokens.match(v)
+			t = d.tokens.Match(v)
 		}
 		if t == nil {
 			d.counts.unauthorized.Add(1)

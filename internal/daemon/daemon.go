@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -86,7 +87,7 @@ type Daemon struct {
 	e2bl   net.Listener
 	e2bsrv *http.Server
 	e2b    e2bTable
-	tokens *tokenSet
+	tokens *tokens.Set
 	audit  *audit.Log
 
 	counts    counters
@@ -117,6 +118,10 @@ type Daemon struct {
 	ttyEnd    context.Context
 	ttyEndNow context.CancelFunc
 	ttys      ttyCount
+
+	// cluster is the daemon's part as a node of a cluster; nil when it
+	// is not one.
+	cluster *clusterNode
 
 	shutdown sync.Once
 	shutErr  error
@@ -220,7 +225,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			}
 		}
 	}()
-	if d.tokens, err = loadTokens(opts.Config); err != nil {
+	if d.tokens, err = tokens.Load(opts.Config); err != nil {
 		return nil, err
 	}
 	// The audit log opens first, so the sweep below is recorded; a
@@ -266,6 +271,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	if opts.Embedded {
 		return d, nil
+	}
+	if err := d.setupCluster(); err != nil {
+		return nil, err
 	}
 	if d.ln, err = listenUnix(opts.Socket, opts.Config.Server.SocketGroup); err != nil {
 		return nil, err
@@ -448,6 +456,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if len(d.opts.Config.Order) == 0 && len(d.opts.Config.MCPServerOrder) == 0 {
 		d.opts.Logger.Warn("no tools are configured: every run and session names a tool, so none can start (see docs/config.md)", "config", d.opts.Config.Path)
 	}
+	if err := d.joinCluster(); err != nil {
+		return errors.Join(err, d.Shutdown(context.WithoutCancel(ctx)))
+	}
 	d.opts.Logger.Info("serving", "version", d.opts.Version, "config", d.opts.Config.Path, "tools", len(d.opts.Config.Order), "mcp_servers", len(d.opts.Config.MCPServerOrder))
 	select {
 	case err := <-errc:
@@ -473,6 +484,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			}
 		}()
 		d.quitNow()
+		// Fronts place nothing more here from now on.
+		d.drainCluster()
 		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
 		defer cancel()
 		var errs []error
@@ -512,6 +525,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.prebinds.Wait()
 		d.rt.Close()
 		d.flushRefusals()
+		// Every sandbox is gone: the node leaves the cluster.
+		d.leaveCluster()
 		// Last, so every destroy above is in the log.
 		errs = append(errs, d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped}))
 		actx, cancel := context.WithTimeout(ctx, time.Minute)

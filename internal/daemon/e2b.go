@@ -95,7 +95,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 // valid one.
 func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *caller {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
-		if t := d.tokens.match(v); t != nil {
+		if t := d.tokens.Match(v); t != nil {
 			c := &caller{name: "token:" + t.Name, token: t}
 			if seen, ok := r.Context().Value(seenKey{}).(*caller); ok {
 				*seen = *c

@@ -61,6 +61,19 @@ tools:
 	c := client.NewTCP(addr, tok)
 	p99(t, c, 10) // warm up
 	unloaded := p99(t, c, 100)
+	// Each warm sandbox holds descriptors of this process: both counts
+	// are taken with the pool full, not while it refills.
+	poolFull := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for st := d.pools["sh"].Stats(); st.Idle < st.Warm; st = d.pools["sh"].Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool did not refill: %+v", st)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	poolFull()
 	fdsBefore := openFDs(t)
 
 	ctx, stop := context.WithCancel(t.Context())
@@ -132,6 +145,7 @@ tools:
 		}
 		conn.Close() // this test's end: the count below is the daemon's
 	}
+	poolFull()
 	deadline := time.Now().Add(10 * time.Second)
 	for openFDs(t) > fdsBefore+5 {
 		if time.Now().After(deadline) {
