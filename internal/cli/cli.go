@@ -72,7 +72,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -223,6 +223,7 @@ airlock runs commands in disposable, isolated, bounded Linux sandboxes.
 Usage:
   airlock run [flags] -- COMMAND [ARG...]   run one command in a fresh sandbox
   airlock serve [flags]                    serve the API on a unix socket, with warm pools
+  airlock front [flags]                    serve a cluster's API: place work on its nodes (docs/cluster.md)
   airlock session create|ls|exec|cp|show|rm  work in a session of the daemon
   airlock pool ls                          show the daemon's pools
   airlock ps                               list the daemon's runs, MCP servers and sessions in flight

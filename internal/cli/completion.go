@@ -6,7 +6,7 @@ import (
 )
 
 // completionCommands are the commands completed after "airlock".
-var completionCommands = []string{"run", "serve", "session", "pool", "ps", "kill", "audit", "mcp", "image", "config", "doctor", "version", "help", "completion"}
+var completionCommands = []string{"run", "serve", "front", "session", "pool", "ps", "kill", "audit", "mcp", "image", "config", "doctor", "version", "help", "completion"}
 
 // completionSubs are the subcommands of the commands that have them.
 var completionSubs = map[string]string{

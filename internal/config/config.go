@@ -67,6 +67,8 @@ type Config struct {
 	MCPServerOrder []string
 	// MCP configures airlock's own MCP tools.
 	MCP MCP
+	// Cluster, when enabled, makes the daemon a node of a cluster.
+	Cluster Cluster
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -342,9 +344,16 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.mcpServers(f.val, c)
 		case "mcp":
 			err = p.mcp(f.val, c)
+		case "cluster":
+			err = p.cluster(f.val, c)
 		}
 		if err != nil {
 			return nil, err
+		}
+	}
+	for _, f := range top {
+		if f.name == "cluster" && !c.Server.TCP.IsValid() {
+			return nil, p.errAt(f.val, "cluster", "a node needs server.tcp: fronts reach its API there")
 		}
 	}
 	// Names may be used before they are defined, so references are

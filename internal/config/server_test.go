@@ -71,3 +71,33 @@ tools:
 		}
 	}
 }
+
+func TestCluster(t *testing.T) {
+	const tcp = "server: {tcp: 127.0.0.1:7400, tokens: [{name: a, secret: s, tools: ['*']}]}\nsecrets: {s: {env: X}}\n"
+	c, err := Parse("a.yaml", []byte(tcp+"cluster: {node: node-a, advertise: 'http://10.0.0.5:7400', kubernetes: {server: 'https://127.0.0.1:6443', token_file: /t, ca_file: /ca, namespace: airlock}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{Enabled: true, Node: "node-a", Advertise: "http://10.0.0.5:7400", Kubernetes: Kubernetes{Server: "https://127.0.0.1:6443", TokenFile: "/t", CAFile: "/ca", Namespace: "airlock"}}
+	if c.Cluster != want {
+		t.Errorf("Cluster = %+v, want %+v", c.Cluster, want)
+	}
+	if c, err := Parse("a.yaml", []byte(tcp+"cluster: {}")); err != nil || !c.Cluster.Enabled {
+		t.Errorf("an empty cluster section: %+v, %v", c, err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"cluster: {}", "a node needs server.tcp"},
+		{tcp + "cluster: {node: Node_A}", "is not a node name"},
+		{tcp + "cluster: {advertise: 'ftp://x:1'}", "want the node's TCP API"},
+		{tcp + "cluster: {advertise: 'http://x:1/path'}", "want the node's TCP API"},
+		{tcp + "cluster: {kubernetes: {namespace: a}}", "server is required"},
+		{tcp + "cluster: {kubernetes: {server: 'https://x:1'}}", "namespace is required"},
+		{tcp + "cluster: {kubernetes: {server: 'x'}}", "is not the API server's URL"},
+		{tcp + "cluster: {kubernetes: {server: 'https://x:1', namespace: a, token_file: rel}}", "token_file"},
+		{tcp + "cluster: {nodes: 3}", "nodes"},
+	} {
+		if _, err := Parse("a.yaml", []byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error with %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -16,7 +16,7 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"audit", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
+	topKeys     = []string{"audit", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
 	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"warm"}

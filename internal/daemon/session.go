@@ -61,9 +61,15 @@ type sessions struct {
 	closed bool // shutting down: no new sessions
 }
 
-func newSessionID() string {
+// newSessionID makes a session's id; a node's carry its name
+// ("s_NODE-HEX"), so that any front routes them with no table of its
+// own (cluster.NodeOfID).
+func (d *Daemon) newSessionID() string {
 	var b [12]byte
 	rand.Read(b[:])
+	if d.cluster != nil {
+		return "s_" + d.cluster.name + "-" + hex.EncodeToString(b[:])
+	}
 	return "s_" + hex.EncodeToString(b[:])
 }
 

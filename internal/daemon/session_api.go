@@ -153,7 +153,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, 
 		return nil, err
 	}
 	owner := c.name
-	scope := &runScope{tool: t.Name, session: newSessionID(), client: client}
+	scope := &runScope{tool: t.Name, session: d.newSessionID(), client: client}
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
 	if err := d.acknowledge(ctx, opened); err != nil {

@@ -27,7 +27,7 @@ func Extra() *cli.Extra {
 	image.RegisterZstd(zstd.Open)
 	return &cli.Extra{
 		Commands: map[string]cli.Command{
-			"serve": serveCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
+			"serve": serveCmd, "front": frontCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
 			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
 		},
 		Run:  runFull,

@@ -1,0 +1,77 @@
+package daemoncmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/front"
+	"github.com/airlockhq/airlock/internal/tokens"
+)
+
+// frontCmd is `airlock front`: a cluster's front (docs/cluster.md), on
+// the config's server.tcp, until interrupted.
+func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
+	fs := flag.NewFlagSet("airlock front", flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	cfgPath := fs.String("config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
+	grace := fs.Duration("grace", 30*time.Second, "how long calls in flight may finish on shutdown")
+	fs.Usage = func() {
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock front [flags]\n\nServes a cluster's API on the config's server.tcp: checks each call's token,\nplaces new runs and sessions on the nodes registered in the Kubernetes API\n(warm capacity first) and sends calls on a session to its node. Stateless:\nrun as many as you like. See docs/cluster.md.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
+		return err
+	}
+	cfg, err := config.Discover(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if !cfg.Server.TCP.IsValid() {
+		return errors.New("airlock front: the config sets no server.tcp, the address the front serves on")
+	}
+	toks, err := tokens.Load(cfg)
+	if err != nil {
+		return err
+	}
+	kc, err := cluster.KubeClient(cfg.Cluster.Kubernetes)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stdio.Stderr, nil))
+	view := cluster.NewView(kc, logger)
+	vctx, stopView := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopView()
+	go view.Run(vctx)
+	ln, err := net.Listen("tcp", cfg.Server.TCP.String())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Server.TCP, err)
+	}
+	srv := &http.Server{Handler: front.New(view, toks, logger).Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	cli.SignalsCaught(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("front: listening", "tcp", ln.Addr().String(), "tokens", len(cfg.Server.Tokens), "namespace", kc.Namespace())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("front: shutting down", "grace", *grace)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return errors.Join(err, srv.Close())
+	}
+	logger.Info("front: stopped")
+	return nil
+}

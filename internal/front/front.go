@@ -1,0 +1,275 @@
+// Package front is a cluster's front (docs/cluster.md): a stateless HTTP
+// server that checks the caller's token, places each new run and session
+// on a node (cluster.View: warm capacity first), sends every call on a
+// session to the node its id names, and passes answers through as they
+// stream. Nodes check the token again. Any number of fronts serve the
+// same cluster: they share nothing but the nodes' leases.
+package front
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/tokens"
+)
+
+// MaxBody bounds a request body the front reads to place it (a run's
+// stdin included).
+const MaxBody = 64 << 20
+
+// downFor keeps a node the front could not reach out of its placements.
+const downFor = 10 * time.Second
+
+// Front serves the API of a cluster.
+type Front struct {
+	view   *cluster.View
+	tokens *tokens.Set
+	logger *slog.Logger
+	hc     *http.Client
+}
+
+// New returns a front placing on view's nodes and accepting toks.
+func New(view *cluster.View, toks *tokens.Set, logger *slog.Logger) *Front {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     60 * time.Second,
+	}
+	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr}}
+}
+
+// Handler is the front's HTTP API.
+func (f *Front) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", f.placed)
+	mux.HandleFunc("POST /v1/sessions", f.placed)
+	mux.HandleFunc("/v1/sessions/{id}", f.routed)
+	mux.HandleFunc("/v1/sessions/{id}/{rest...}", f.routed)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("%s %s is not served by a cluster's front (docs/cluster.md lists what is)", r.Method, r.URL.Path))
+	})
+	// Health alone needs no token: a probe of the pod's.
+	outer := http.NewServeMux()
+	outer.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if len(f.view.Nodes()) == 0 {
+			writeErr(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no node is live")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	outer.Handle("/", f.auth(mux))
+	return outer
+}
+
+type tokenKey struct{}
+
+// auth admits a request with a valid bearer token only.
+func (f *Front) auth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		var t *config.Token
+		if ok && v != "" {
+			t = f.tokens.Match(v)
+		}
+		if t == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	})
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
+}
+
+// placed serves a new run or session: the body names the tool, the
+// tool's best node (cluster.View.Place) gets it. A node that cannot be
+// reached is marked down and the next is tried: nothing reached it, so
+// nothing ran. Once a node has the request, its answer is the answer,
+// whatever it is: a run that may have started is never sent twice.
+func (f *Front) placed(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, api.CodeInvalid, "reading the request: "+err.Error())
+		return
+	}
+	if len(body) > MaxBody {
+		writeErr(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the request is over %d MiB", MaxBody>>20))
+		return
+	}
+	var req struct {
+		Tool string `json:"tool"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Tool == "" {
+		// The node explains what is wrong with the body; any node will
+		// do.
+		req.Tool = ""
+	}
+	if t := r.Context().Value(tokenKey{}).(*config.Token); req.Tool != "" && !t.AllowsTool(req.Tool) {
+		writeErr(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("token:%s may not use tool %q", t.Name, req.Tool))
+		return
+	}
+	tried := map[string]bool{}
+	for {
+		n, ok := f.place(req.Tool, tried)
+		if !ok {
+			msg := fmt.Sprintf("no live node serves tool %q", req.Tool)
+			if len(tried) > 0 {
+				msg += fmt.Sprintf(" (%d could not be reached)", len(tried))
+			}
+			writeErr(w, http.StatusServiceUnavailable, api.CodeUnavailable, msg)
+			return
+		}
+		tried[n.Name] = true
+		resp, err := f.forward(r, n, body)
+		if err != nil {
+			if notSent(err) && r.Context().Err() == nil {
+				f.logger.Warn("front: a node could not be reached; placing elsewhere", "node", n.Name, "err", err)
+				f.view.MarkDown(n.Name, downFor)
+				continue
+			}
+			f.gone(w, r, n.Name, err)
+			return
+		}
+		relay(w, resp, n.Name)
+		return
+	}
+}
+
+// place is View.Place, or any live node when the tool is not known (the
+// node answers the error).
+func (f *Front) place(tool string, skip map[string]bool) (cluster.Node, bool) {
+	if tool != "" {
+		return f.view.Place(tool, skip)
+	}
+	for _, n := range f.view.Nodes() {
+		if !skip[n.Name] {
+			return n, true
+		}
+	}
+	return cluster.Node{}, false
+}
+
+// routed serves a call on a session: to its node, named by its id.
+func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	name := cluster.NodeOfID(id)
+	if name == "" {
+		writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no session %q: a cluster's session ids name their node", id))
+		return
+	}
+	n, live := f.view.Get(name)
+	if n.Name == "" || !live {
+		writeErr(w, http.StatusServiceUnavailable, api.CodeEnded, fmt.Sprintf("session %s ended: its node %s is gone", id, name))
+		return
+	}
+	resp, err := f.forward(r, n, nil)
+	if err != nil {
+		if notSent(err) {
+			// Nothing answers there: the node died before its lease
+			// says so, and its sessions with it.
+			f.view.MarkDown(name, downFor)
+			writeErr(w, http.StatusServiceUnavailable, api.CodeEnded, fmt.Sprintf("session %s ended: its node %s is gone", id, name))
+			return
+		}
+		f.gone(w, r, name, err)
+		return
+	}
+	relay(w, resp, name)
+}
+
+// gone answers a call its node could not finish.
+func (f *Front) gone(w http.ResponseWriter, r *http.Request, node string, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away
+	}
+	f.logger.Warn("front: a node failed a call", "node", node, "err", err)
+	writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s failed the call: %v", node, errors.Unwrap(err)))
+}
+
+// notSent tells a failure to reach the node (dial) from one after the
+// request may have reached it.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// forward sends r to node n (with body, or r's own when nil) and returns
+// the node's answer.
+func (f *Front) forward(r *http.Request, n cluster.Node, body []byte) (*http.Response, error) {
+	var rd io.Reader = r.Body
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(n.Endpoint, "/")+r.URL.RequestURI(), rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		out.ContentLength = int64(len(body))
+	} else {
+		out.ContentLength = r.ContentLength
+	}
+	for _, k := range []string{"Authorization", "Content-Type", "Accept", "X-Request-Id"} {
+		if v := r.Header.Get(k); v != "" {
+			out.Header.Set(k, v)
+		}
+	}
+	out.Header.Set("X-Forwarded-For", clientIP(r))
+	return f.hc.Do(out)
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// NodeHeader names, in each answer, the node that gave it.
+const NodeHeader = "X-Airlock-Node"
+
+// relay passes a node's answer on as it comes: streamed answers
+// (NDJSON events) are flushed piece by piece.
+func relay(w http.ResponseWriter, resp *http.Response, node string) {
+	defer resp.Body.Close()
+	w.Header().Set(NodeHeader, node)
+	for _, k := range []string{"Content-Type", "Retry-After", "Location", "WWW-Authenticate"} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

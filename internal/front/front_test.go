@@ -1,0 +1,374 @@
+package front_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/front"
+	"github.com/airlockhq/airlock/internal/kube/kubetest"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/result"
+)
+
+const key = "cluster-test-key-0123456789"
+
+// proc is an airlock process of the test: a node or a front.
+type proc struct {
+	name, addr string
+	cmd        *exec.Cmd
+	log        *os.File
+	done       chan struct{}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// kubeYAML is the cluster section's kubernetes part for cp.
+func kubeYAML(t *testing.T, cp *kubetest.ControlPlane, user string) string {
+	return fmt.Sprintf("  kubernetes: {server: %q, token_file: %s, ca_file: %s, namespace: %s}\n",
+		cp.URL, cp.TokenFile(t, user), cp.CAFile(t), kubetest.Namespace)
+}
+
+func start(t *testing.T, name string, args []string, cfg string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "airlock.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock"), append(args, "--config", cfgPath)...)
+	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, log: log, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(40 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s's log:\n%s", name, b)
+		}
+	})
+	return p
+}
+
+// startNode runs `airlock serve` as node name, with tool sh warm or not.
+func startNode(t *testing.T, cp *kubetest.ControlPlane, name string, warm int) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
+		"tools:\n  sh: {pool: {warm: %d}}\ncluster:\n  node: %s\n", addr, warm, name) + kubeYAML(t, cp, "admin")
+	p := start(t, name, []string{"serve", "--socket", filepath.Join(dir, "sock"), "--audit", filepath.Join(dir, "audit.db"),
+		"--state-dir", "/run/airlock-test-front-" + name, "--cgroup-parent", testutil.CgroupParent("/airlock-test-front-" + name), "--grace", "20s"}, cfg)
+	p.addr = addr
+	return p
+}
+
+// startFront runs `airlock front` and waits until it sees n nodes.
+func startFront(t *testing.T, cp *kubetest.ControlPlane, name string, addr string) *proc {
+	t.Helper()
+	if addr == "" {
+		addr = freeAddr(t)
+	}
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}]\n"+
+		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_CLUSTER_KEY}\ncluster:\n", addr) + kubeYAML(t, cp, "admin")
+	p := start(t, name, []string{"front"}, cfg)
+	p.addr = addr
+	return p
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// live waits until the named nodes' leases are live and not draining.
+func live(t *testing.T, cp *kubetest.ControlPlane, names ...string) {
+	t.Helper()
+	kc := cp.Client(t, "admin")
+	waitFor(t, fmt.Sprintf("nodes %v registered", names), 60*time.Second, func() bool {
+		leases, _, err := kc.ListLeases(context.Background(), cluster.Selector)
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, l := range leases {
+			if !l.Expired(time.Now()) && !strings.Contains(l.Metadata.Annotations[cluster.AnnotationStats], `"draining":true`) {
+				seen[l.Spec.HolderIdentity] = true
+			}
+		}
+		for _, n := range names {
+			if !seen[n] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// run runs true through the front at addr and returns the node that ran
+// it.
+func run(ctx context.Context, addr string) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/runs", strings.NewReader(`{"tool":"sh","argv":["true"]}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+	}
+	if resp.StatusCode != 200 || !strings.Contains(b.String(), `"outcome":"exited"`) || !strings.Contains(b.String(), `"exit_code":0`) {
+		return "", fmt.Errorf("run: %d %s", resp.StatusCode, b.String())
+	}
+	return resp.Header.Get(front.NodeHeader), nil
+}
+
+// TestCluster runs a cluster on this machine: a real Kubernetes API
+// server and etcd, three `airlock serve` nodes registered through it
+// (two warm, one cold), and two `airlock front` replicas.
+func TestCluster(t *testing.T) {
+	testutil.RequireRoot(t)
+	cp := kubetest.Start(t)
+	nodes := map[string]*proc{
+		"node-a": startNode(t, cp, "node-a", 2),
+		"node-b": startNode(t, cp, "node-b", 2),
+		"node-c": startNode(t, cp, "node-c", 0),
+	}
+	live(t, cp, "node-a", "node-b", "node-c")
+	fa, fb := startFront(t, cp, "front-a", ""), startFront(t, cp, "front-b", "")
+	for _, f := range []*proc{fa, fb} {
+		waitFor(t, f.name+" ready", 30*time.Second, func() bool {
+			resp, err := http.Get("http://" + f.addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err == nil && resp.StatusCode == 204
+		})
+	}
+	ctx := context.Background()
+
+	t.Run("placement prefers warm nodes", func(t *testing.T) {
+		// Each node's lease says 2 ready on a and b, none on c: the
+		// first placements all go warm.
+		for i := range 2 {
+			n, err := run(ctx, []string{fa.addr, fb.addr}[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == "node-c" {
+				t.Errorf("run %d placed on the cold node-c", i)
+			}
+		}
+	})
+
+	t.Run("runs through both fronts", func(t *testing.T) {
+		const total, workers = 1000, 8
+		var mu sync.Mutex
+		per := map[string]int{}
+		var errs []error
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					n, err := run(ctx, []string{fa.addr, fb.addr}[i%2])
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						per[n]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		t0 := time.Now()
+		for i := range total {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		t.Logf("%d runs in %v: %v", total, time.Since(t0).Round(time.Millisecond), per)
+		if len(errs) > 0 {
+			t.Fatalf("%d of %d runs failed; the first: %v", len(errs), total, errs[0])
+		}
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			if per[n] == 0 {
+				t.Errorf("no run on %s: %v", n, per)
+			}
+		}
+	})
+
+	ca, cb := client.NewTCP(fa.addr, key), client.NewTCP(fb.addr, key)
+	t.Run("sessions stick to their node", func(t *testing.T) {
+		s, err := ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := cluster.NodeOfID(s.ID)
+		if nodes[node] == nil {
+			t.Fatalf("session id %q names no node of the cluster", s.ID)
+		}
+		if r, err := ca.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", "echo kept > /workspace/f"}}); err != nil || r.Outcome != result.Exited {
+			t.Fatalf("exec through front-a: %+v %v", r, err)
+		}
+		// Through the other front: the same sandbox.
+		r, err := cb.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"cat", "/workspace/f"}})
+		if err != nil || string(r.Stdout) != "kept\n" {
+			t.Fatalf("exec through front-b: %+v %v", r, err)
+		}
+		if err := cb.DeleteSession(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a token is checked at the front", func(t *testing.T) {
+		bad := client.NewTCP(fa.addr, "not-a-token-of-this-cluster")
+		var ce *client.Error
+		if _, err := bad.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 401 {
+			t.Errorf("a run with a wrong token: %v", err)
+		}
+	})
+
+	t.Run("a killed node", func(t *testing.T) {
+		// A session on node-a, then node-a killed outright.
+		var s *api.Session
+		for s == nil || cluster.NodeOfID(s.ID) != "node-a" {
+			var err error
+			if s, err = ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodes["node-a"].cmd.Process.Kill()
+		<-nodes["node-a"].done
+		var ce *client.Error
+		if _, err := cb.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Code != api.CodeEnded || !strings.Contains(ce.Message, "node-a is gone") {
+			t.Errorf("exec on the dead node's session: %v", err)
+		}
+		// Runs go on, none on node-a; those that found it dead first
+		// were placed elsewhere.
+		for i := range 40 {
+			n, err := run(ctx, []string{fa.addr, fb.addr}[i%2])
+			if err != nil {
+				t.Fatalf("run %d after node-a died: %v", i, err)
+			}
+			if n == "node-a" {
+				t.Fatalf("run %d on the dead node-a", i)
+			}
+		}
+	})
+
+	t.Run("a front restarts", func(t *testing.T) {
+		s, err := ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fa.cmd.Process.Kill()
+		<-fa.done
+		fa2 := startFront(t, cp, "front-a2", fa.addr)
+		waitFor(t, "front-a back", 30*time.Second, func() bool {
+			_, err := run(ctx, fa2.addr)
+			return err == nil
+		})
+		// The session made through the old front is found by the new.
+		if r, err := client.NewTCP(fa2.addr, key).Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"true"}}); err != nil || r.Outcome != result.Exited {
+			t.Errorf("exec after the front restarted: %+v %v", r, err)
+		}
+	})
+
+	t.Run("a draining node", func(t *testing.T) {
+		var s *api.Session
+		for s == nil || cluster.NodeOfID(s.ID) != "node-b" {
+			var err error
+			if s, err = cb.CreateSession(ctx, api.SessionRequest{Tool: "sh"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		execDone := make(chan error, 1)
+		go func() {
+			r, err := cb.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", "sleep 2; echo finished"}})
+			if err == nil && string(r.Stdout) != "finished\n" {
+				err = fmt.Errorf("the exec: %+v", r)
+			}
+			execDone <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		nodes["node-b"].cmd.Process.Signal(syscall.SIGTERM)
+		// New runs avoid it at once; the exec in flight finishes.
+		waitFor(t, "node-b draining", 10*time.Second, func() bool {
+			leases, _, _ := cp.Client(t, "admin").ListLeases(ctx, cluster.Selector)
+			for _, l := range leases {
+				if l.Spec.HolderIdentity == "node-b" {
+					return strings.Contains(l.Metadata.Annotations[cluster.AnnotationStats], `"draining":true`)
+				}
+			}
+			return true
+		})
+		time.Sleep(500 * time.Millisecond) // the watch's news reaches the fronts
+		for i := range 10 {
+			n, err := run(ctx, fb.addr)
+			if err != nil {
+				t.Fatalf("run %d while node-b drains: %v", i, err)
+			}
+			if n == "node-b" {
+				t.Fatalf("run %d placed on the draining node-b", i)
+			}
+		}
+		if err := <-execDone; err != nil {
+			t.Errorf("the exec in flight on the draining node: %v", err)
+		}
+		<-nodes["node-b"].done
+		if _, err := cp.Client(t, "admin").GetLease(ctx, cluster.LeaseName("node-b")); err == nil {
+			t.Error("node-b's lease is still there after it stopped")
+		}
+	})
+}

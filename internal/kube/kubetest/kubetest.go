@@ -1,0 +1,194 @@
+// Package kubetest runs a real Kubernetes control plane on loopback for
+// tests: Debian's etcd and a kube-apiserver that scripts/kube-apiserver
+// builds ($AIRLOCK_TEST_KUBE_APISERVER). There is no kubelet: a test
+// creates the objects one would have made.
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/kube"
+)
+
+// User is a token the API server accepts: a user name, and its groups.
+type User struct {
+	Name   string
+	Groups []string
+}
+
+// ControlPlane is a running etcd and kube-apiserver.
+type ControlPlane struct {
+	// URL is the API server's.
+	URL string
+	// CA is the PEM its certificate verifies against.
+	CA []byte
+	// Tokens holds each user's token, by user name; "admin" is in
+	// system:masters.
+	Tokens map[string]string
+	dir    string
+}
+
+// Namespace is the namespace Start creates.
+const Namespace = "airlock"
+
+// Start runs a control plane for t, with the admin and the given users,
+// and the namespace Namespace; it skips t when no kube-apiserver is
+// built.
+func Start(t testing.TB, users ...User) *ControlPlane {
+	t.Helper()
+	apiserver := os.Getenv("AIRLOCK_TEST_KUBE_APISERVER")
+	if apiserver == "" {
+		t.Skip("AIRLOCK_TEST_KUBE_APISERVER is not set (scripts/test builds kube-apiserver)")
+	}
+	etcd, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatalf("kube-apiserver is built but etcd is not installed (Debian's etcd-server): %v", err)
+	}
+	dir := t.TempDir()
+	cp := &ControlPlane{dir: dir, Tokens: map[string]string{}}
+	users = append([]User{{Name: "admin", Groups: []string{"system:masters"}}}, users...)
+	var csv bytes.Buffer
+	for i, u := range users {
+		tok := randomHex(16)
+		cp.Tokens[u.Name] = tok
+		fmt.Fprintf(&csv, "%s,%s,uid%d,%q\n", tok, u.Name, i, strings.Join(u.Groups, ","))
+	}
+	write(t, filepath.Join(dir, "tokens.csv"), csv.Bytes())
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+
+	clientPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	start(t, dir, "etcd", etcd,
+		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls=http://127.0.0.1:"+clientPort, "--advertise-client-urls=http://127.0.0.1:"+clientPort,
+		"--listen-peer-urls=http://127.0.0.1:"+peerPort, "--initial-advertise-peer-urls=http://127.0.0.1:"+peerPort,
+		"--initial-cluster=default=http://127.0.0.1:"+peerPort, "--log-level=error")
+	start(t, dir, "kube-apiserver", apiserver,
+		"--etcd-servers=http://127.0.0.1:"+clientPort,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
+		"--cert-dir="+filepath.Join(dir, "certs"),
+		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none", "--allow-privileged=true")
+	cp.URL = "https://127.0.0.1:" + apiPort
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if ca, err := os.ReadFile(filepath.Join(dir, "certs", "apiserver.crt")); err == nil {
+			cp.CA = ca
+			if c, err := cp.client("admin", Namespace); err == nil && c.Ready(context.Background()) == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
+			t.Fatalf("kube-apiserver not ready in 90 s; its log ends:\n%s", tail(log, 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ns := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, Namespace)
+	if err := cp.Client(t, "admin").Apply(context.Background(), "/api/v1/namespaces/"+Namespace, []byte(ns), "kubetest", false); err != nil {
+		t.Fatalf("create the namespace: %v", err)
+	}
+	return cp
+}
+
+// Client is a client of the API server as user, in Namespace.
+func (cp *ControlPlane) Client(t testing.TB, user string) *kube.Client {
+	t.Helper()
+	c, err := cp.client(user, Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (cp *ControlPlane) client(user, ns string) (*kube.Client, error) {
+	return kube.New(kube.Config{Server: cp.URL, Token: cp.Tokens[user], CA: cp.CA, Namespace: ns})
+}
+
+// TokenFile writes user's token to a file and returns its path.
+func (cp *ControlPlane) TokenFile(t testing.TB, user string) string {
+	p := filepath.Join(cp.dir, user+".token")
+	write(t, p, []byte(cp.Tokens[user]))
+	return p
+}
+
+// CAFile writes the CA to a file and returns its path.
+func (cp *ControlPlane) CAFile(t testing.TB) string {
+	p := filepath.Join(cp.dir, "ca.crt")
+	write(t, p, cp.CA)
+	return p
+}
+
+func start(t testing.TB, dir, name, bin string, args ...string) {
+	t.Helper()
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Gone with the test binary, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+	})
+}
+
+func write(t testing.TB, p string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
