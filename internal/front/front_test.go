@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +26,10 @@ import (
 	"github.com/airlockhq/airlock/result"
 )
 
-const key = "cluster-test-key-0123456789"
+const (
+	key       = "cluster-test-key-0123456789"
+	narrowKey = "cluster-test-narrow-0123456789"
+)
 
 // proc is an airlock process of the test: a node or a front.
 type proc struct {
@@ -63,7 +67,7 @@ func start(t *testing.T, name string, args []string, cfg string) *proc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock"), append(args, "--config", cfgPath)...)
-	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key)
+	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key, "TEST_NARROW_KEY="+narrowKey)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -107,11 +111,36 @@ func startFront(t *testing.T, cp *kubetest.ControlPlane, name string, addr strin
 		addr = freeAddr(t)
 	}
 	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}]\n"+
-		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_CLUSTER_KEY}\ncluster:\n", addr) + kubeYAML(t, cp, "admin")
+		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_NARROW_KEY}\n"+
+		// The nodes' config serves a front too: its tools are the
+		// names tokens may use.
+		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr) + kubeYAML(t, cp, "admin")
 	p := start(t, name, []string{"front"}, cfg)
 	p.addr = addr
 	return p
 }
+
+// children are the sandbox cgroups under a node's cgroup parent.
+func children(t *testing.T, node string) map[string]bool {
+	t.Helper()
+	dir := "/sys/fs/cgroup/pids" + testutil.CgroupParent("/airlock-test-front-"+node)
+	if _, err := os.Stat("/sys/fs/cgroup/pids"); err != nil {
+		dir = "/sys/fs/cgroup" + testutil.CgroupParent("/airlock-test-front-"+node)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if e.IsDir() && sandboxID.MatchString(e.Name()) {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+var sandboxID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
@@ -127,6 +156,12 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 // live waits until the named nodes' leases are live and not draining.
 func live(t *testing.T, cp *kubetest.ControlPlane, names ...string) {
 	t.Helper()
+	liveSince(t, cp, time.Time{}, names...)
+}
+
+// liveSince is live for leases renewed after since.
+func liveSince(t *testing.T, cp *kubetest.ControlPlane, since time.Time, names ...string) {
+	t.Helper()
 	kc := cp.Client(t, "admin")
 	waitFor(t, fmt.Sprintf("nodes %v registered", names), 60*time.Second, func() bool {
 		leases, _, err := kc.ListLeases(context.Background(), cluster.Selector)
@@ -135,7 +170,7 @@ func live(t *testing.T, cp *kubetest.ControlPlane, names ...string) {
 		}
 		seen := map[string]bool{}
 		for _, l := range leases {
-			if !l.Expired(time.Now()) && !strings.Contains(l.Metadata.Annotations[cluster.AnnotationStats], `"draining":true`) {
+			if !l.Expired(time.Now()) && l.Spec.RenewTime.After(since) && !strings.Contains(l.Metadata.Annotations[cluster.AnnotationStats], `"draining":true`) {
 				seen[l.Spec.HolderIdentity] = true
 			}
 		}
@@ -195,8 +230,23 @@ func TestCluster(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("placement prefers warm nodes", func(t *testing.T) {
-		// Each node's lease says 2 ready on a and b, none on c: the
-		// first placements all go warm.
+		// Once the leases say 2 ready on a and b (their pools filled
+		// after they registered), none on c, the first placements all go
+		// warm.
+		waitFor(t, "the warm nodes' leases to say so", 30*time.Second, func() bool {
+			leases, _, err := cp.Client(t, "admin").ListLeases(ctx, cluster.Selector)
+			if err != nil {
+				return false
+			}
+			warm := 0
+			for _, l := range leases {
+				if strings.Contains(l.Metadata.Annotations[cluster.AnnotationStats], `"sh":{"warm":2,"idle":2}`) {
+					warm++
+				}
+			}
+			return warm == 2
+		})
+		time.Sleep(200 * time.Millisecond) // the fronts' watches
 		for i := range 2 {
 			n, err := run(ctx, []string{fa.addr, fb.addr}[i])
 			if err != nil {
@@ -209,7 +259,10 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("runs through both fronts", func(t *testing.T) {
-		const total, workers = 1000, 8
+		total, workers := 1000, 8
+		if testing.Short() {
+			total = 200 // the race detector's pass
+		}
 		var mu sync.Mutex
 		per := map[string]int{}
 		var errs []error
@@ -277,6 +330,10 @@ func TestCluster(t *testing.T) {
 		if _, err := bad.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 401 {
 			t.Errorf("a run with a wrong token: %v", err)
 		}
+		narrow := client.NewTCP(fb.addr, narrowKey)
+		if _, err := narrow.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 403 {
+			t.Errorf("a run of a tool the token may not use: %v", err)
+		}
 	})
 
 	t.Run("a killed node", func(t *testing.T) {
@@ -303,6 +360,21 @@ func TestCluster(t *testing.T) {
 			}
 			if n == "node-a" {
 				t.Fatalf("run %d on the dead node-a", i)
+			}
+		}
+		// Restarted on its state, node-a sweeps what its killed
+		// process left and rejoins.
+		left := children(t, "node-a")
+		if len(left) == 0 {
+			t.Fatal("the killed node-a left no sandbox cgroups: the test kills nothing")
+		}
+		restarted := time.Now()
+		nodes["node-a"] = startNode(t, cp, "node-a", 2)
+		liveSince(t, cp, restarted, "node-a")
+		now := children(t, "node-a")
+		for c := range left {
+			if now[c] {
+				t.Errorf("cgroup %s of the killed node-a is still there after its restart", c)
 			}
 		}
 	})
