@@ -56,6 +56,7 @@ func (f *Front) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/runs", f.placed)
 	mux.HandleFunc("POST /v1/sessions", f.placed)
+	mux.HandleFunc("GET /v1/audit", f.audit)
 	mux.HandleFunc("/v1/sessions/{id}", f.routed)
 	mux.HandleFunc("/v1/sessions/{id}/{rest...}", f.routed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -3,8 +3,10 @@ package front_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -97,7 +99,7 @@ func startNode(t *testing.T, cp *kubetest.ControlPlane, name string, warm int) *
 	addr := freeAddr(t)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
-		"tools:\n  sh: {pool: {warm: %d}}\ncluster:\n  node: %s\n", addr, warm, name) + kubeYAML(t, cp, "admin")
+		"tools:\n  sh: {pool: {warm: %d}}\ncluster:\n  node: %s\n", addr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
 	p := start(t, name, []string{"serve", "--socket", filepath.Join(dir, "sock"), "--audit", filepath.Join(dir, "audit.db"),
 		"--state-dir", "/run/airlock-test-front-" + name, "--cgroup-parent", testutil.CgroupParent("/airlock-test-front-" + name), "--grace", "20s"}, cfg)
 	p.addr = addr
@@ -114,7 +116,7 @@ func startFront(t *testing.T, cp *kubetest.ControlPlane, name string, addr strin
 		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_NARROW_KEY}\n"+
 		// The nodes' config serves a front too: its tools are the
 		// names tokens may use.
-		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr) + kubeYAML(t, cp, "admin")
+		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-front").Name)
 	p := start(t, name, []string{"front"}, cfg)
 	p.addr = addr
 	return p
@@ -210,7 +212,16 @@ func run(ctx context.Context, addr string) (string, error) {
 // (two warm, one cold), and two `airlock front` replicas.
 func TestCluster(t *testing.T) {
 	testutil.RequireRoot(t)
-	cp := kubetest.Start(t)
+	// The nodes and fronts use their service accounts' tokens, with the
+	// RBAC of the manifests.
+	cp := kubetest.Start(t, kubetest.ServiceAccount("airlock-node"), kubetest.ServiceAccount("airlock-front"))
+	rbac, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Apply(t, "admin", rbac, false); err != nil {
+		t.Fatal(err)
+	}
 	nodes := map[string]*proc{
 		"node-a": startNode(t, cp, "node-a", 2),
 		"node-b": startNode(t, cp, "node-b", 2),
@@ -302,6 +313,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	ca, cb := client.NewTCP(fa.addr, key), client.NewTCP(fb.addr, key)
+	fa2addr := fa.addr // front-a's address, kept when it restarts
 	t.Run("sessions stick to their node", func(t *testing.T) {
 		s, err := ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
 		if err != nil {
@@ -387,6 +399,7 @@ func TestCluster(t *testing.T) {
 		fa.cmd.Process.Kill()
 		<-fa.done
 		fa2 := startFront(t, cp, "front-a2", fa.addr)
+		fa2addr = fa2.addr
 		waitFor(t, "front-a back", 30*time.Second, func() bool {
 			_, err := run(ctx, fa2.addr)
 			return err == nil
@@ -443,4 +456,88 @@ func TestCluster(t *testing.T) {
 			t.Error("node-b's lease is still there after it stopped")
 		}
 	})
+
+	t.Run("the merged audit has every event once", func(t *testing.T) {
+		// Paged through a front, 50 at a time.
+		type key struct {
+			node string
+			id   int64
+		}
+		seen := map[key]bool{}
+		after := ""
+		last := map[string]int64{}
+		for pages := 0; ; pages++ {
+			var p front.AuditPage
+			getJSON(t, "http://"+fa2addr+"/v1/audit?limit=50&after="+after, &p)
+			if len(p.Unreached) > 0 {
+				t.Fatalf("nodes unreached: %v", p.Unreached)
+			}
+			if len(p.Events) == 0 {
+				break
+			}
+			for i, ev := range p.Events {
+				k := key{ev.Node, ev.ID}
+				if seen[k] {
+					t.Fatalf("event %d of %s twice", ev.ID, ev.Node)
+				}
+				seen[k] = true
+				if i > 0 && ev.Time.Before(p.Events[i-1].Time) {
+					t.Errorf("the page is out of time order at %d of %s", ev.ID, ev.Node)
+				}
+				last[ev.Node] = max(last[ev.Node], ev.ID)
+			}
+			after = p.Next
+			if pages > 10000 {
+				t.Fatal("the pages never end")
+			}
+		}
+		// Each live node's own log, read directly, up to where the
+		// front's pages ended: the same events.
+		total := 0
+		for _, name := range []string{"node-a", "node-c"} {
+			var after int64
+			for {
+				var p api.AuditPage
+				getJSON(t, fmt.Sprintf("http://%s/v1/audit?limit=1000&after=%d", nodes[name].addr, after), &p)
+				if len(p.Events) == 0 {
+					break
+				}
+				for _, ev := range p.Events {
+					if ev.ID <= last[name] {
+						total++
+						if !seen[key{name, ev.ID}] {
+							t.Fatalf("event %d of %s (%s) is not in the front's pages", ev.ID, name, ev.Kind)
+						}
+					}
+				}
+				after = p.Next
+			}
+		}
+		if total != len(seen) {
+			t.Errorf("the front's pages hold %d events, the nodes %d", len(seen), total)
+		}
+		if total < 1000 {
+			t.Errorf("only %d events: the runs' records are missing", total)
+		}
+		t.Logf("%d events of 2 nodes, each once", total)
+	})
+}
+
+// getJSON GETs a URL with the token and decodes its JSON answer.
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", u, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
 }

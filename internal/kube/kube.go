@@ -390,10 +390,11 @@ func (c *Client) WatchLeases(ctx context.Context, selector, rv string, fn func(E
 }
 
 // Apply applies a manifest (one object, YAML or JSON) with server-side
-// apply as fieldManager, at the API path of its kind; dryRun asks the
+// apply as fieldManager, at the API path of its kind, refusing unknown
+// and duplicate fields (fieldValidation=Strict); dryRun asks the
 // server to check it and change nothing.
 func (c *Client) Apply(ctx context.Context, path string, manifest []byte, fieldManager string, dryRun bool) error {
-	q := url.Values{"fieldManager": {fieldManager}, "force": {"true"}}
+	q := url.Values{"fieldManager": {fieldManager}, "force": {"true"}, "fieldValidation": {"Strict"}}
 	if dryRun {
 		q.Set("dryRun", "All")
 	}

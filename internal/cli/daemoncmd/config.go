@@ -84,6 +84,19 @@ func (c *checker) check() {
 	if cfg.Server.TCP.IsValid() {
 		fmt.Fprintf(c.w, "tcp:          %s, %d token(s)\n", cfg.Server.TCP, len(cfg.Server.Tokens))
 	}
+	if cl := cfg.Cluster; cl.Enabled {
+		node, adv, api := cl.Node, cl.Advertise, "the pod's own (in-cluster)"
+		if node == "" {
+			node = "$AIRLOCK_NODE_NAME"
+		}
+		if adv == "" {
+			adv = "$AIRLOCK_NODE_ADVERTISE, else server.tcp"
+		}
+		if cl.Kubernetes.Server != "" {
+			api = cl.Kubernetes.Server + ", namespace " + cl.Kubernetes.Namespace
+		}
+		fmt.Fprintf(c.w, "cluster:      node %s at %s; Kubernetes API %s\n", node, adv, api)
+	}
 	ret := "kept forever"
 	if cfg.Audit.Retention > 0 {
 		ret = "kept " + days(cfg.Audit.Retention)

@@ -11,8 +11,11 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/airlockhq/airlock/internal/kube"
 )
@@ -191,4 +196,76 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// resources maps a kind to its API group-version path and plural, and
+// whether it lives in a namespace: the kinds airlock's manifests use.
+var resources = map[string]struct {
+	plural     string
+	namespaced bool
+}{
+	"Namespace": {"namespaces", false}, "ServiceAccount": {"serviceaccounts", true},
+	"Role": {"roles", true}, "RoleBinding": {"rolebindings", true},
+	"ClusterRole": {"clusterroles", false}, "ClusterRoleBinding": {"clusterrolebindings", false},
+	"ConfigMap": {"configmaps", true}, "Secret": {"secrets", true}, "Service": {"services", true},
+	"DaemonSet": {"daemonsets", true}, "Deployment": {"deployments", true},
+	"PodDisruptionBudget": {"poddisruptionbudgets", true}, "Lease": {"leases", true},
+}
+
+// Apply applies every object of a YAML file (documents separated by
+// ---) with server-side apply as user, or only checks them (dryRun): the
+// server validates each against its schema. It returns the objects'
+// kinds and names.
+func (cp *ControlPlane) Apply(t testing.TB, user string, manifest []byte, dryRun bool) ([]string, error) {
+	t.Helper()
+	c := cp.Client(t, user)
+	dec := yaml.NewDecoder(bytes.NewReader(manifest))
+	var applied []string
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return applied, nil
+			}
+			return applied, fmt.Errorf("a manifest: %w", err)
+		}
+		if obj == nil {
+			continue
+		}
+		apiVersion, _ := obj["apiVersion"].(string)
+		kind, _ := obj["kind"].(string)
+		meta, _ := obj["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
+		ns, _ := meta["namespace"].(string)
+		r, ok := resources[kind]
+		if !ok || apiVersion == "" || name == "" {
+			return applied, fmt.Errorf("an object of kind %q (%s) named %q: not one the test knows", kind, apiVersion, name)
+		}
+		path := "/apis/" + apiVersion
+		if !strings.Contains(apiVersion, "/") {
+			path = "/api/" + apiVersion
+		}
+		if r.namespaced {
+			if ns == "" {
+				ns = Namespace
+			}
+			path += "/namespaces/" + ns
+		}
+		path += "/" + r.plural + "/" + name
+		body, err := json.Marshal(obj)
+		if err != nil {
+			return applied, err
+		}
+		if err := c.Apply(context.Background(), path, body, "airlock-test", dryRun); err != nil {
+			return applied, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+		applied = append(applied, kind+"/"+name)
+	}
+}
+
+// ServiceAccount is the user a pod of service account name in Namespace
+// authenticates as.
+func ServiceAccount(name string) User {
+	return User{Name: "system:serviceaccount:" + Namespace + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + Namespace, "system:authenticated"}}
 }

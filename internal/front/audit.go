@@ -1,0 +1,232 @@
+package front
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/cluster"
+)
+
+// NodeEvent is an audit event of a cluster: a node's event, and which.
+type NodeEvent struct {
+	Node string `json:"node"`
+	api.AuditEvent
+}
+
+// AuditPage is the front's answer to GET /v1/audit.
+type AuditPage struct {
+	Events []NodeEvent `json:"events"`
+	// Next is the cursor to pass as "after" for the following page: the
+	// last event taken of each node.
+	Next string `json:"next"`
+	// Unreached names the nodes that could not be read: their events are
+	// not in this page, and the cursor keeps their place.
+	Unreached []string `json:"unreached,omitempty"`
+}
+
+// maxAuditWait bounds a follow's wait, as a node's.
+const maxAuditWait = time.Minute
+
+// audit serves GET /v1/audit across the nodes: each node's page from
+// the cursor's place for it, merged by time (then node and id), the
+// first limit taken (the newest with tail). Each event appears once:
+// the cursor moves past what was taken only. A node's query rules apply
+// (a token sees its tools' events only): the node answers each.
+func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cur, err := parseCursor(q.Get("after"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
+			writeErr(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("limit %q: want 1 to 1000", v))
+			return
+		}
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > maxAuditWait {
+			writeErr(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("wait %q: want a duration up to %v", v, maxAuditWait))
+			return
+		}
+	}
+	tail := q.Get("tail") == "true"
+	q.Del("after")
+	q.Del("wait")
+	deadline := time.Now().Add(wait)
+	for {
+		page, status, err := f.auditOnce(r, q, cur, limit, tail)
+		if err != nil {
+			writeErr(w, status, api.CodeInvalid, err.Error())
+			return
+		}
+		if len(page.Events) > 0 || wait == 0 || time.Now().After(deadline) || r.Context().Err() != nil {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(page)
+			return
+		}
+		// Following: the nodes are asked again shortly (a node's own
+		// wait would hold this front on one node while another has
+		// news).
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// auditOnce reads one merged page.
+func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, limit int, tail bool) (AuditPage, int, error) {
+	type answer struct {
+		node string
+		page api.AuditPage
+		err  error
+		bad  bool // the node refused the query: the caller's error
+	}
+	nodes := f.view.Nodes()
+	answers := make([]answer, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			a := answer{node: n.Name}
+			nq := url.Values{}
+			for k, v := range q {
+				nq[k] = v
+			}
+			if id := cur[n.Name]; id > 0 {
+				nq.Set("after", strconv.FormatInt(id, 10))
+			}
+			nq.Set("limit", strconv.Itoa(limit))
+			a.page, a.bad, a.err = f.nodeAudit(r, n, nq)
+			answers[i] = a
+		})
+	}
+	wg.Wait()
+	out := AuditPage{Events: []NodeEvent{}}
+	for _, a := range answers {
+		if a.bad {
+			return out, http.StatusBadRequest, a.err
+		}
+		if a.err != nil {
+			f.logger.Warn("front: a node's audit log could not be read", "node", a.node, "err", a.err)
+			out.Unreached = append(out.Unreached, a.node)
+			continue
+		}
+		for _, ev := range a.page.Events {
+			out.Events = append(out.Events, NodeEvent{Node: a.node, AuditEvent: ev})
+		}
+	}
+	slices.SortFunc(out.Events, func(a, b NodeEvent) int {
+		return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+	})
+	if len(out.Events) > limit {
+		if tail {
+			out.Events = out.Events[len(out.Events)-limit:]
+		} else {
+			out.Events = out.Events[:limit]
+		}
+	}
+	next := map[string]int64{}
+	for k, v := range cur {
+		next[k] = v
+	}
+	for _, ev := range out.Events {
+		next[ev.Node] = max(next[ev.Node], ev.ID)
+	}
+	if tail {
+		// Following a tail goes on after the newest of every node read.
+		for _, a := range answers {
+			if a.err == nil {
+				next[a.node] = max(next[a.node], a.page.Next)
+			}
+		}
+	}
+	out.Next = formatCursor(next)
+	return out, 0, nil
+}
+
+// nodeAudit reads one node's page; bad when the node refused the query
+// itself (400).
+func (f *Front) nodeAudit(r *http.Request, n cluster.Node, q url.Values) (api.AuditPage, bool, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(n.Endpoint, "/")+"/v1/audit?"+q.Encode(), nil)
+	if err != nil {
+		return api.AuditPage{}, false, err
+	}
+	req.Header.Set("Authorization", r.Header.Get("Authorization"))
+	resp, err := f.hc.Do(req)
+	if err != nil {
+		return api.AuditPage{}, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return api.AuditPage{}, resp.StatusCode == http.StatusBadRequest, fmt.Errorf("node %s: %d %s", n.Name, resp.StatusCode, e.Message)
+	}
+	var p api.AuditPage
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return api.AuditPage{}, false, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return p, false, nil
+}
+
+// The cursor is "node:id,node:id…", base64url: opaque to callers.
+func formatCursor(m map[string]int64) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for i, k := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s:%d", k, m[k])
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
+}
+
+func parseCursor(s string) (map[string]int64, error) {
+	m := map[string]int64{}
+	if s == "" {
+		return m, nil
+	}
+	bad := fmt.Errorf("after %q is not a cursor a front gave", s)
+	if len(s) > 64<<10 {
+		return nil, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	if len(b) == 0 {
+		return m, nil
+	}
+	for _, part := range strings.Split(string(b), ",") {
+		name, id, ok := strings.Cut(part, ":")
+		n, err := strconv.ParseInt(id, 10, 64)
+		if !ok || err != nil || n < 0 || name == "" {
+			return nil, bad
+		}
+		m[name] = n
+	}
+	return m, nil
+}
