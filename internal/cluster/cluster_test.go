@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func TestRegistrarAndView(t *testing.T) {
 	cp := kubetest.Start(t)
 	kc := cp.Client(t, "admin")
 	logger := slog.New(slog.DiscardHandler)
+	var smu sync.Mutex // guards stats: the registrars read it as the test changes it
 	stats := map[string]*Stats{
 		"node-a": {Tools: map[string]ToolStats{"sh": {Warm: 2, Idle: 0}}},
 		"node-b": {Tools: map[string]ToolStats{"sh": {Warm: 2, Idle: 2}}},
@@ -42,7 +44,7 @@ func TestRegistrarAndView(t *testing.T) {
 	regs := map[string]reg{}
 	for _, name := range []string{"node-a", "node-b"} {
 		r := &Registrar{Kube: kc, Node: name, Endpoint: "http://127.0.0.1:1/" + name, Lease: 3 * time.Second, Logger: logger,
-			Stats: func() Stats { return *stats[name] }}
+			Stats: func() Stats { smu.Lock(); defer smu.Unlock(); return *stats[name] }}
 		ctx, stop := context.WithCancel(context.Background())
 		started := make(chan error, 1)
 		g := reg{stop: stop, done: make(chan struct{}), ran: make(chan struct{})}
@@ -75,14 +77,18 @@ func TestRegistrarAndView(t *testing.T) {
 		}
 		// Undo the view's own count of the placement: the stats say 2
 		// idle until the node's next renewal.
+		smu.Lock()
 		v.replaceStats("node-b", *stats["node-b"])
+		smu.Unlock()
 	}
 	if _, ok := v.Place("python", nil); ok {
 		t.Error("Place found a node for a tool no node serves")
 	}
 	// A renewal carries new stats: node-a becomes the warm one.
+	smu.Lock()
 	stats["node-a"] = &Stats{Tools: map[string]ToolStats{"sh": {Warm: 2, Idle: 2}}}
 	stats["node-b"] = &Stats{Tools: map[string]ToolStats{"sh": {Warm: 2, Idle: 0}}}
+	smu.Unlock()
 	waitFor(t, "node-a's new stats", func() bool {
 		n, _ := v.Get("node-a")
 		return n.Stats.Tools["sh"].Idle == 2

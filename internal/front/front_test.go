@@ -212,6 +212,7 @@ func run(ctx context.Context, addr string) (string, error) {
 // (two warm, one cold), and two `airlock front` replicas.
 func TestCluster(t *testing.T) {
 	testutil.RequireRoot(t)
+	top := t
 	// The nodes and fronts use their service accounts' tokens, with the
 	// RBAC of the manifests.
 	cp := kubetest.Start(t, kubetest.ServiceAccount("airlock-node"), kubetest.ServiceAccount("airlock-front"))
@@ -381,7 +382,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal("the killed node-a left no sandbox cgroups: the test kills nothing")
 		}
 		restarted := time.Now()
-		nodes["node-a"] = startNode(t, cp, "node-a", 2)
+		nodes["node-a"] = startNode(top, cp, "node-a", 2)
 		liveSince(t, cp, restarted, "node-a")
 		now := children(t, "node-a")
 		for c := range left {
@@ -398,7 +399,7 @@ func TestCluster(t *testing.T) {
 		}
 		fa.cmd.Process.Kill()
 		<-fa.done
-		fa2 := startFront(t, cp, "front-a2", fa.addr)
+		fa2 := startFront(top, cp, "front-a2", fa.addr) // lives past this subtest
 		fa2addr = fa2.addr
 		waitFor(t, "front-a back", 30*time.Second, func() bool {
 			_, err := run(ctx, fa2.addr)
