@@ -52,11 +52,7 @@ type seenKey struct{}
 // answer but 401.
 func (d *Daemon) requireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		var t *config.Token
-		if ok && v != "" {
-			t = d.tokens.Match(v)
-		}
+		t := d.tokens.Bearer(r)
 		if t == nil {
 			d.counts.unauthorized.Add(1)
 			if d.slowFailures(w, r) {

@@ -66,6 +66,23 @@ tools:
 	return "http://" + addr
 }
 
+// scriptSteps reads a test script's output: one {"k":step,"v":value}
+// JSON line per step.
+func scriptSteps(out []byte) map[string]json.RawMessage {
+	steps := map[string]json.RawMessage{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var l struct {
+			K string          `json:"k"`
+			V json.RawMessage `json:"v"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			steps[l.K] = l.V
+		}
+	}
+	return steps
+}
+
 // TestE2BSDK drives the daemon's E2B API with the official E2B SDK, end
 // to end: create with envs and metadata, commands in the foreground and
 // the background with output callbacks, envs, cwd, exit codes, a
@@ -83,17 +100,7 @@ func TestE2BSDK(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	outb, err := cmd.Output()
-	steps := map[string]json.RawMessage{}
-	sc := bufio.NewScanner(bytes.NewReader(outb))
-	for sc.Scan() {
-		var l struct {
-			K string          `json:"k"`
-			V json.RawMessage `json:"v"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil {
-			steps[l.K] = l.V
-		}
-	}
+	steps := scriptSteps(outb)
 	t.Logf("the SDK said:\n%s", outb)
 	if err != nil || steps["fatal"] != nil {
 		t.Fatalf("the SDK's script: %v\n%s\n%s", err, outb, stderr.String())
@@ -554,17 +561,7 @@ func TestE2BAgentFramework(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the agent's script: %v\n%s", err, stderr.String())
 	}
-	steps := map[string]json.RawMessage{}
-	sc := bufio.NewScanner(bytes.NewReader(outb))
-	for sc.Scan() {
-		var l struct {
-			K string          `json:"k"`
-			V json.RawMessage `json:"v"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil {
-			steps[l.K] = l.V
-		}
-	}
+	steps := scriptSteps(outb)
 	var final string
 	_ = json.Unmarshal(steps["final"], &final)
 	if !strings.Contains(final, "answer 42 from ") {

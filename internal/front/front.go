@@ -80,11 +80,7 @@ type tokenKey struct{}
 // auth admits a request with a valid bearer token only.
 func (f *Front) auth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		var t *config.Token
-		if ok && v != "" {
-			t = f.tokens.Match(v)
-		}
+		t := f.tokens.Bearer(r)
 		if t == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")

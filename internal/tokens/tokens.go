@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/config"
 )
@@ -52,4 +54,14 @@ func (ts *Set) Match(v string) *config.Token {
 		}
 	}
 	return found
+}
+
+// Bearer returns the token of r's "Authorization: Bearer" header, or nil
+// when it has none that is valid.
+func (ts *Set) Bearer(r *http.Request) *config.Token {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || v == "" {
+		return nil
+	}
+	return ts.Match(v)
 }
