@@ -15,10 +15,13 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -108,6 +111,10 @@ type Options struct {
 	Sync string
 	// Logger receives the log's own diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Export, if set, receives every committed event as a JSON line (the
+	// form GET /v1/audit answers with), in commit order: for a cluster's
+	// log pipeline.
+	Export io.Writer
 }
 
 // ErrClosed is returned by Append after Close.
@@ -497,6 +504,22 @@ func (l *Log) commit(batch []item) {
 	}
 	if err != nil {
 		l.opts.Logger.Error("audit: write failed", "err", err, "events", len(batch))
+	} else if l.opts.Export != nil {
+		l.export(batch)
+	}
+}
+
+// export writes a committed batch's events to Export, one JSON line each.
+func (l *Log) export(batch []item) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, it := range batch {
+		for i := range it.events {
+			_ = enc.Encode(&it.events[i])
+		}
+	}
+	if _, err := l.opts.Export.Write(b.Bytes()); err != nil {
+		l.opts.Logger.Warn("audit: export failed", "err", err)
 	}
 }
 
@@ -524,6 +547,7 @@ func (l *Log) insert(batch []item) (err error) {
 			if last, err = res.LastInsertId(); err != nil {
 				return fmt.Errorf("audit: insert: %w", err)
 			}
+			ev.ID = last
 		}
 	}
 	if err = tx.Commit(); err != nil {

@@ -2,12 +2,15 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -466,4 +469,58 @@ func TestKill9Child(t *testing.T) {
 		}()
 	}
 	select {}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestExport: every committed event goes out as a JSON line, with its id
+// and in order, as Query returns it.
+func TestExport(t *testing.T) {
+	var out syncBuffer
+	l := open(t, Options{Export: &out})
+	ctx := t.Context()
+	if err := l.Append(ctx, Event{Kind: KindRunStarted, Tool: "py", Run: "r1"}, Event{Kind: KindRunFinished, Tool: "py", Run: "r1", Decision: "exited"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(Event{Kind: KindSandboxDestroyed, Tool: "py", Sandbox: "s1"})
+	if err := l.Append(ctx); err != nil { // a barrier: the Record is written
+		t.Fatal(err)
+	}
+	want, err := l.Query(ctx, Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Event
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("an exported line %q: %v", sc.Text(), err)
+		}
+		got = append(got, ev)
+	}
+	if len(got) != 3 || len(want) != 3 {
+		t.Fatalf("exported %d events, the log holds %d:\n%s", len(got), len(want), out.String())
+	}
+	for i := range want {
+		if got[i].ID != want[i].ID || got[i].Kind != want[i].Kind || !got[i].Time.Equal(want[i].Time) || got[i].Run != want[i].Run {
+			t.Errorf("exported %+v, the log has %+v", got[i], want[i])
+		}
+	}
 }

@@ -27,6 +27,8 @@ const (
 	Selector = LabelName + "=airlock," + LabelComponent + "=node"
 	// AnnotationEndpoint is the node's TCP API, as fronts reach it.
 	AnnotationEndpoint = "airlock.dev/endpoint"
+	// AnnotationE2B is the node's E2B-compatible API, when it serves one.
+	AnnotationE2B = "airlock.dev/e2b-endpoint"
 	// AnnotationStats is the node's Stats, in JSON.
 	AnnotationStats = "airlock.dev/stats"
 )
@@ -90,6 +92,8 @@ type Registrar struct {
 	Kube     *kube.Client
 	Node     string
 	Endpoint string
+	// E2B is the node's E2B-compatible API ("" when it serves none).
+	E2B string
 	// Lease is the lease's duration (DefaultLease when 0).
 	Lease time.Duration
 	// Stats is read at each renewal.
@@ -184,6 +188,11 @@ func (r *Registrar) publish(ctx context.Context, draining bool) error {
 			l.Metadata.Annotations = map[string]string{}
 		}
 		l.Metadata.Annotations[AnnotationEndpoint] = r.Endpoint
+		if r.E2B != "" {
+			l.Metadata.Annotations[AnnotationE2B] = r.E2B
+		} else {
+			delete(l.Metadata.Annotations, AnnotationE2B)
+		}
 		l.Metadata.Annotations[AnnotationStats] = string(js)
 		l.Spec.HolderIdentity = r.Node
 		l.Spec.LeaseDurationSeconds = int32(r.lease() / time.Second)

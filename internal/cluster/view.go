@@ -18,7 +18,9 @@ import (
 type Node struct {
 	Name     string
 	Endpoint string
-	Stats    Stats
+	// E2B is the node's E2B-compatible API; "" when it serves none.
+	E2B   string
+	Stats Stats
 	// Expires is when the node is taken for dead unless it renews.
 	Expires time.Time
 }
@@ -104,7 +106,7 @@ func nodeOf(l *kube.Lease) *Node {
 	if name == "" || l.Metadata.Name != LeaseName(name) || l.Spec.RenewTime == nil {
 		return nil
 	}
-	n := &Node{Name: name, Endpoint: l.Metadata.Annotations[AnnotationEndpoint],
+	n := &Node{Name: name, Endpoint: l.Metadata.Annotations[AnnotationEndpoint], E2B: l.Metadata.Annotations[AnnotationE2B],
 		Expires: l.Spec.RenewTime.Add(time.Duration(l.Spec.LeaseDurationSeconds) * time.Second)}
 	if n.Endpoint == "" || json.Unmarshal([]byte(l.Metadata.Annotations[AnnotationStats]), &n.Stats) != nil {
 		return nil
@@ -187,6 +189,18 @@ func (v *View) Nodes() []Node {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Serves tells whether any node known, live or not, has tool.
+func (v *View) Serves(tool string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, n := range v.nodes {
+		if _, ok := n.Stats.Tools[tool]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // score ranks a node for a new run or session of tool: a ready sandbox

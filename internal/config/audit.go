@@ -8,7 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var auditKeys = []string{"path", "retention", "sync"}
+var auditKeys = []string{"export", "path", "retention", "sync"}
 
 // Audit defaults.
 const (
@@ -26,6 +26,9 @@ type Audit struct {
 	// daemon) or "full" (it survives a crash of the host too, at one
 	// fsync per group commit).
 	Sync string
+	// Export is "stdout" to write every event there too, as a JSON line,
+	// for a log pipeline (a cluster's: docs/cluster.md); "" for none.
+	Export string
 	// Set is true when the file has an audit section: then a one-shot
 	// airlock run that reads the file records itself there too.
 	Set bool
@@ -49,6 +52,10 @@ func (p *parser) audit(n *yaml.Node, c *Config) error {
 			c.Audit.Path, err = p.absPath(f.val, sub)
 		case "retention":
 			c.Audit.Retention, err = p.retention(f.val, sub)
+		case "export":
+			if c.Audit.Export, err = p.str(f.val, sub); err == nil && c.Audit.Export != "stdout" {
+				err = p.errAt(f.val, sub, "%s: want \"stdout\" (events as JSON lines, for a log pipeline)", quote(c.Audit.Export))
+			}
 		case "sync":
 			if c.Audit.Sync, err = p.str(f.val, sub); err == nil && c.Audit.Sync != "normal" && c.Audit.Sync != "full" {
 				err = p.errAt(f.val, sub, "%s: want \"normal\" or \"full\"", quote(c.Audit.Sync))

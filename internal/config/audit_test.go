@@ -46,3 +46,13 @@ func TestAudit(t *testing.T) {
 		t.Errorf("Empty().Audit = %+v, want the defaults", got)
 	}
 }
+
+func TestAuditExport(t *testing.T) {
+	c, err := Parse("a.yaml", []byte("audit: {export: stdout}\n"))
+	if err != nil || c.Audit.Export != "stdout" {
+		t.Fatalf("export: %+v %v", c.Audit, err)
+	}
+	if _, err := Parse("a.yaml", []byte("audit: {export: loki}\n")); err == nil || !strings.Contains(err.Error(), `want "stdout"`) {
+		t.Errorf("an unknown export: %v", err)
+	}
+}

@@ -3,7 +3,10 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/cluster"
@@ -51,8 +54,15 @@ func (d *Daemon) setupCluster() error {
 	if err != nil {
 		return err
 	}
+	// The E2B API, when served, is at the advertised host on its own
+	// port.
+	e2bURL := ""
+	if e2b := d.opts.Config.Server.E2B; e2b.IsValid() {
+		u, _ := url.Parse(adv)
+		e2bURL = u.Scheme + "://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(int(e2b.Port())))
+	}
 	d.cluster = &clusterNode{name: name, done: make(chan struct{}),
-		reg: &cluster.Registrar{Kube: client, Node: name, Endpoint: adv, Stats: d.clusterStats, Logger: d.opts.Logger}}
+		reg: &cluster.Registrar{Kube: client, Node: name, Endpoint: adv, E2B: e2bURL, Stats: d.clusterStats, Logger: d.opts.Logger}}
 	return nil
 }
 

@@ -234,7 +234,11 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.AuditPath != "" {
 		a.Path = opts.AuditPath
 	}
-	if d.audit, err = audit.Open(ctx, audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}); err != nil {
+	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}
+	if a.Export == "stdout" && !opts.Embedded {
+		ao.Export = os.Stdout
+	}
+	if d.audit, err = audit.Open(ctx, ao); err != nil {
 		return nil, err
 	}
 	if err = d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStarted, Detail: audit.Detail(map[string]any{

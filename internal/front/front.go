@@ -126,6 +126,10 @@ func (f *Front) placed(w http.ResponseWriter, r *http.Request) {
 	tried := map[string]bool{}
 	for {
 		n, ok := f.place(req.Tool, tried)
+		if !ok && len(tried) == 0 && !f.view.Serves(req.Tool) {
+			writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no node of the cluster has tool %q", req.Tool))
+			return
+		}
 		if !ok {
 			msg := fmt.Sprintf("no live node serves tool %q", req.Tool)
 			if len(tried) > 0 {
@@ -208,14 +212,26 @@ func notSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// forward sends r to node n (with body, or r's own when nil) and returns
-// the node's answer.
+// forward sends r to node n's API (with body, or r's own when nil) and
+// returns the node's answer.
 func (f *Front) forward(r *http.Request, n cluster.Node, body []byte) (*http.Response, error) {
+	return f.forwardTo(r, n.Endpoint, body)
+}
+
+// hopHeaders are a connection's own headers, never passed on.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Host": true,
+}
+
+// forwardTo sends r to base (a node's URL) with body, or r's own when
+// nil, and its end-to-end headers.
+func (f *Front) forwardTo(r *http.Request, base string, body []byte) (*http.Response, error) {
 	var rd io.Reader = r.Body
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(n.Endpoint, "/")+r.URL.RequestURI(), rd)
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), rd)
 	if err != nil {
 		return nil, err
 	}
@@ -224,9 +240,9 @@ func (f *Front) forward(r *http.Request, n cluster.Node, body []byte) (*http.Res
 	} else {
 		out.ContentLength = r.ContentLength
 	}
-	for _, k := range []string{"Authorization", "Content-Type", "Accept", "X-Request-Id"} {
-		if v := r.Header.Get(k); v != "" {
-			out.Header.Set(k, v)
+	for k, vs := range r.Header {
+		if !hopHeaders[k] {
+			out.Header[k] = vs
 		}
 	}
 	out.Header.Set("X-Forwarded-For", clientIP(r))
@@ -248,12 +264,12 @@ const NodeHeader = "X-Airlock-Node"
 // (NDJSON events) are flushed piece by piece.
 func relay(w http.ResponseWriter, resp *http.Response, node string) {
 	defer resp.Body.Close()
-	w.Header().Set(NodeHeader, node)
-	for _, k := range []string{"Content-Type", "Retry-After", "Location", "WWW-Authenticate"} {
-		if v := resp.Header.Get(k); v != "" {
-			w.Header().Set(k, v)
+	for k, vs := range resp.Header {
+		if !hopHeaders[k] && k != "Content-Length" {
+			w.Header()[k] = vs
 		}
 	}
+	w.Header().Set(NodeHeader, node)
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)

@@ -36,6 +36,8 @@ const (
 // proc is an airlock process of the test: a node or a front.
 type proc struct {
 	name, addr string
+	stdout     string // the file of its standard output
+	e2b        string // a front's E2B API
 	cmd        *exec.Cmd
 	log        *os.File
 	done       chan struct{}
@@ -68,14 +70,19 @@ func start(t *testing.T, name string, args []string, cfg string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdout, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
 	cmd := exec.Command(testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock"), append(args, "--config", cfgPath)...)
 	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key, "TEST_NARROW_KEY="+narrowKey)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdout, cmd.Stderr = stdout, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, cmd: cmd, log: log, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: log, stdout: stdout.Name(), done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)
@@ -96,10 +103,10 @@ func start(t *testing.T, name string, args []string, cfg string) *proc {
 // startNode runs `airlock serve` as node name, with tool sh warm or not.
 func startNode(t *testing.T, cp *kubetest.ControlPlane, name string, warm int) *proc {
 	t.Helper()
-	addr := freeAddr(t)
+	addr, e2bAddr := freeAddr(t), freeAddr(t)
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
-		"tools:\n  sh: {pool: {warm: %d}}\ncluster:\n  node: %s\n", addr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
+		"tools:\n  sh: {pool: {warm: %d}}\naudit: {export: stdout}\ncluster:\n  node: %s\n", addr, e2bAddr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
 	p := start(t, name, []string{"serve", "--socket", filepath.Join(dir, "sock"), "--audit", filepath.Join(dir, "audit.db"),
 		"--state-dir", "/run/airlock-test-front-" + name, "--cgroup-parent", testutil.CgroupParent("/airlock-test-front-" + name), "--grace", "20s"}, cfg)
 	p.addr = addr
@@ -112,13 +119,14 @@ func startFront(t *testing.T, cp *kubetest.ControlPlane, name string, addr strin
 	if addr == "" {
 		addr = freeAddr(t)
 	}
-	cfg := fmt.Sprintf("server:\n  tcp: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}]\n"+
+	e2bAddr := freeAddr(t)
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}]\n"+
 		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_NARROW_KEY}\n"+
 		// The nodes' config serves a front too: its tools are the
 		// names tokens may use.
-		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-front").Name)
+		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr, e2bAddr) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-front").Name)
 	p := start(t, name, []string{"front"}, cfg)
-	p.addr = addr
+	p.addr, p.e2b = addr, e2bAddr
 	return p
 }
 
@@ -270,11 +278,12 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	runs := 1000
+	if testing.Short() {
+		runs = 200 // the race detector's pass
+	}
 	t.Run("runs through both fronts", func(t *testing.T) {
-		total, workers := 1000, 8
-		if testing.Short() {
-			total = 200 // the race detector's pass
-		}
+		total, workers := runs, 8
 		var mu sync.Mutex
 		per := map[string]int{}
 		var errs []error
@@ -337,11 +346,52 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the E2B SDK through a front", func(t *testing.T) {
+		mods := os.Getenv("AIRLOCK_TEST_E2B_MODULES")
+		if mods == "" {
+			t.Skip("AIRLOCK_TEST_E2B_MODULES is not set (scripts/test installs the E2B SDK)")
+		}
+		cmd := exec.Command("node", "testdata/e2b_front.mjs")
+		base := "http://" + fb.e2b
+		cmd.Env = append(os.Environ(), "E2B_SDK="+filepath.Join(mods, "e2b", "dist", "index.mjs"), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+key)
+		out, err := cmd.Output()
+		t.Logf("the SDK said:\n%s", out)
+		if err != nil {
+			t.Fatalf("the SDK's script: %v", err)
+		}
+		steps := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var l struct {
+				K string          `json:"k"`
+				V json.RawMessage `json:"v"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil {
+				steps[l.K] = string(l.V)
+			}
+		}
+		var id string
+		_ = json.Unmarshal([]byte(steps["created"]), &id)
+		if nodes[cluster.NodeOfID(id)] == nil {
+			t.Errorf("the sandbox id %q names no node", id)
+		}
+		for k, want := range map[string]string{
+			"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`,
+			"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "wrongkey": `"AuthenticationError"`,
+		} {
+			if steps[k] != want {
+				t.Errorf("%s: %s, want %s", k, steps[k], want)
+			}
+		}
+	})
+
 	t.Run("a token is checked at the front", func(t *testing.T) {
 		bad := client.NewTCP(fa.addr, "not-a-token-of-this-cluster")
 		var ce *client.Error
 		if _, err := bad.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 401 {
 			t.Errorf("a run with a wrong token: %v", err)
+		}
+		if _, err := ca.Run(ctx, api.RunRequest{Tool: "nosuchtool", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 404 {
+			t.Errorf("a run of a tool no node has: %v", err)
 		}
 		narrow := client.NewTCP(fb.addr, narrowKey)
 		if _, err := narrow.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 403 {
@@ -517,8 +567,36 @@ func TestCluster(t *testing.T) {
 		if total != len(seen) {
 			t.Errorf("the front's pages hold %d events, the nodes %d", len(seen), total)
 		}
-		if total < 1000 {
-			t.Errorf("only %d events: the runs' records are missing", total)
+		// Each run leaves several events on its node; a third of the
+		// runs went to each.
+		if total < runs {
+			t.Errorf("only %d events after %d runs: the runs' records are missing", total, runs)
+		}
+		// node-c also exported each of its events as a JSON line on its
+		// stdout (audit.export), for the cluster's log pipeline.
+		b, err := os.ReadFile(nodes["node-c"].stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exported := map[int64]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var ev api.AuditEvent
+			if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.ID == 0 {
+				t.Fatalf("node-c's stdout has a line that is not an event: %q (%v)", line, err)
+			}
+			exported[ev.ID] = ev.Kind
+		}
+		n := 0
+		for k := range seen {
+			if k.node == "node-c" {
+				n++
+				if exported[k.id] == "" {
+					t.Fatalf("event %d of node-c is not in its export", k.id)
+				}
+			}
+		}
+		if n == 0 {
+			t.Error("no event of node-c in the merged audit")
 		}
 		t.Logf("%d events of 2 nodes, each once", total)
 	})

@@ -55,10 +55,24 @@ func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Server.TCP, err)
 	}
-	srv := &http.Server{Handler: front.New(view, toks, logger).Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+	fr := front.New(view, toks, logger)
+	srv := &http.Server{Handler: fr.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	servers := []*http.Server{srv}
+	errc := make(chan error, 2)
+	if addr := cfg.Server.E2B; addr.IsValid() {
+		eln, err := net.Listen("tcp", addr.String())
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
+		}
+		esrv := &http.Server{Handler: fr.E2BHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+		servers = append(servers, esrv)
+		go func() { errc <- esrv.Serve(eln) }()
+		logger.Info("front: listening", "e2b", eln.Addr().String())
+	}
 	cli.SignalsCaught(ctx)
-	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("front: listening", "tcp", ln.Addr().String(), "tokens", len(cfg.Server.Tokens), "namespace", kc.Namespace())
 	select {
@@ -69,8 +83,14 @@ func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	logger.Info("front: shutting down", "grace", *grace)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return errors.Join(err, srv.Close())
+	var errs []error
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			errs = append(errs, err, s.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	logger.Info("front: stopped")
 	return nil

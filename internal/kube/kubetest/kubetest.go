@@ -61,11 +61,32 @@ func Start(t testing.TB, users ...User) *ControlPlane {
 	if apiserver == "" {
 		t.Skip("AIRLOCK_TEST_KUBE_APISERVER is not set (scripts/test builds kube-apiserver)")
 	}
+	cp, stop, err := Run(apiserver, t.TempDir(), users...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return cp
+}
+
+// Run is Start outside a test: the control plane's files go in dir, and
+// stop ends its processes.
+func Run(apiserver, dir string, users ...User) (_ *ControlPlane, stop func(), err error) {
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
-		t.Fatalf("kube-apiserver is built but etcd is not installed (Debian's etcd-server): %v", err)
+		return nil, nil, fmt.Errorf("kube-apiserver is built but etcd is not installed (Debian's etcd-server): %w", err)
 	}
-	dir := t.TempDir()
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	cp := &ControlPlane{dir: dir, Tokens: map[string]string{}}
 	users = append([]User{{Name: "admin", Groups: []string{"system:masters"}}}, users...)
 	var csv bytes.Buffer
@@ -74,20 +95,33 @@ func Start(t testing.TB, users ...User) *ControlPlane {
 		cp.Tokens[u.Name] = tok
 		fmt.Fprintf(&csv, "%s,%s,uid%d,%q\n", tok, u.Name, i, strings.Join(u.Groups, ","))
 	}
-	write(t, filepath.Join(dir, "tokens.csv"), csv.Bytes())
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), csv.Bytes(), 0o600); err != nil {
+		return nil, nil, err
+	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	write(t, filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
-
-	clientPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
-	start(t, dir, "etcd", etcd,
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return nil, nil, err
+	}
+	ports := make([]string, 3)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, nil, err
+		}
+	}
+	clientPort, peerPort, apiPort := ports[0], ports[1], ports[2]
+	s, err := start(dir, "etcd", etcd,
 		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:"+clientPort, "--advertise-client-urls=http://127.0.0.1:"+clientPort,
 		"--listen-peer-urls=http://127.0.0.1:"+peerPort, "--initial-advertise-peer-urls=http://127.0.0.1:"+peerPort,
 		"--initial-cluster=default=http://127.0.0.1:"+peerPort, "--log-level=error")
-	start(t, dir, "kube-apiserver", apiserver,
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, s)
+	s, err = start(dir, "kube-apiserver", apiserver,
 		"--etcd-servers=http://127.0.0.1:"+clientPort,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
 		"--cert-dir="+filepath.Join(dir, "certs"),
@@ -98,6 +132,10 @@ func Start(t testing.TB, users ...User) *ControlPlane {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--endpoint-reconciler-type=none", "--allow-privileged=true")
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, s)
 	cp.URL = "https://127.0.0.1:" + apiPort
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -109,15 +147,19 @@ func Start(t testing.TB, users ...User) *ControlPlane {
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
-			t.Fatalf("kube-apiserver not ready in 90 s; its log ends:\n%s", tail(log, 3000))
+			return nil, nil, fmt.Errorf("kube-apiserver not ready in 90 s; its log ends:\n%s", tail(log, 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	ns := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, Namespace)
-	if err := cp.Client(t, "admin").Apply(context.Background(), "/api/v1/namespaces/"+Namespace, []byte(ns), "kubetest", false); err != nil {
-		t.Fatalf("create the namespace: %v", err)
+	admin, err := cp.client("admin", Namespace)
+	if err != nil {
+		return nil, nil, err
 	}
-	return cp
+	ns := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, Namespace)
+	if err := admin.Apply(context.Background(), "/api/v1/namespaces/"+Namespace, []byte(ns), "kubetest", false); err != nil {
+		return nil, nil, fmt.Errorf("create the namespace: %w", err)
+	}
+	return cp, stop, nil
 }
 
 // Client is a client of the API server as user, in Namespace.
@@ -148,24 +190,26 @@ func (cp *ControlPlane) CAFile(t testing.TB) string {
 	return p
 }
 
-func start(t testing.TB, dir, name, bin string, args ...string) {
-	t.Helper()
+// start runs a process of the control plane, its output in dir; the
+// returned func ends it.
+func start(dir, name, bin string, args ...string) (func(), error) {
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	// Gone with the test binary, even when it is killed.
+	// Gone with the process that started it, even when that is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	t.Cleanup(func() {
+	return func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		log.Close()
-	})
+	}, nil
 }
 
 func write(t testing.TB, p string, b []byte) {
@@ -175,14 +219,13 @@ func write(t testing.TB, p string, b []byte) {
 	}
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
+func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
 }
 
 func randomHex(n int) string {

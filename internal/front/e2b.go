@@ -1,0 +1,255 @@
+package front
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/e2b"
+)
+
+// The E2B-compatible API of a cluster (docs/e2b.md, docs/cluster.md): a
+// front serves it on its own server.e2b and passes each call to the
+// E2B API of a node. Creating a sandbox is placed as a session is (its
+// template is the tool); every other call goes to the node its sandbox
+// id names, found in the path or in the E2b-Sandbox-Id header of the
+// sandbox-side calls. Signed file URLs name no sandbox: the nodes are
+// asked in turn, and only the one whose sandbox signed the URL accepts
+// it. API keys are checked here and again at the node; the sandbox-side
+// calls' access tokens are the node's to check.
+
+// maxE2BBody bounds a body the front holds to place or retry a call (a
+// signed upload's file included).
+const maxE2BBody = 20 << 20
+
+// E2BHandler is the front's E2B-compatible API.
+func (f *Front) E2BHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST /v2/sandboxes", f.e2bKey(f.e2bCreate))
+	mux.HandleFunc("GET /v2/sandboxes", f.e2bKey(f.e2bList))
+	mux.HandleFunc("/v2/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
+	mux.HandleFunc("/sandboxes/{id}", f.e2bKey(f.e2bByID))
+	mux.HandleFunc("/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
+	mux.HandleFunc("/files", f.e2bFiles)
+	mux.HandleFunc("/", f.e2bEnvd)
+	return mux
+}
+
+// e2bKey admits a lifecycle call with a valid API key only.
+func (f *Front) e2bKey(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("X-API-KEY"); v == "" || f.tokens.Match(v) == nil {
+			e2b.WriteAPIError(w, http.StatusUnauthorized, "a valid API key is required (X-API-KEY: an airlock token)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// e2bNodes are the live nodes serving the E2B API.
+func (f *Front) e2bNodes() []cluster.Node {
+	var out []cluster.Node
+	for _, n := range f.view.Nodes() {
+		if n.E2B != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxE2BBody+1))
+	if err != nil || len(body) > maxE2BBody {
+		e2b.WriteAPIError(w, http.StatusBadRequest, "the request body could not be read, or is over 20 MiB")
+		return
+	}
+	var req struct {
+		TemplateID string `json:"templateID"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.TemplateID == "" {
+		req.TemplateID = "" // the node explains the body's fault
+	}
+	tried := map[string]bool{}
+	for {
+		var n cluster.Node
+		var ok bool
+		if req.TemplateID != "" {
+			n, ok = f.view.Place(req.TemplateID, tried)
+		} else {
+			for _, c := range f.view.Nodes() {
+				if !tried[c.Name] {
+					n, ok = c, true
+					break
+				}
+			}
+		}
+		if !ok {
+			e2b.WriteAPIError(w, http.StatusServiceUnavailable, fmt.Sprintf("no live node serves template %q", req.TemplateID))
+			return
+		}
+		tried[n.Name] = true
+		if n.E2B == "" {
+			continue
+		}
+		resp, err := f.forwardTo(r, n.E2B, body)
+		if err != nil {
+			if notSent(err) && r.Context().Err() == nil {
+				f.view.MarkDown(n.Name, downFor)
+				continue
+			}
+			e2b.WriteAPIError(w, http.StatusBadGateway, fmt.Sprintf("node %s failed the call", n.Name))
+			return
+		}
+		relay(w, resp, n.Name)
+		return
+	}
+}
+
+// e2bNodeOf is the live node that serves sandbox id's E2B API; it
+// answers the error itself (in the form answer writes) when there is
+// none.
+func (f *Front) e2bNodeOf(id string, answer func(status int, code, msg string)) (cluster.Node, bool) {
+	name := cluster.NodeOfID(id)
+	if name == "" {
+		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %q not found", id))
+		return cluster.Node{}, false
+	}
+	n, live := f.view.Get(name)
+	if n.Name == "" || !live || n.E2B == "" {
+		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %s ended: its node %s is gone", id, name))
+		return cluster.Node{}, false
+	}
+	return n, true
+}
+
+// e2bPass passes r to n's E2B API; a node that cannot be reached is
+// answered as gone.
+func (f *Front) e2bPass(w http.ResponseWriter, r *http.Request, n cluster.Node, id string, answer func(status int, code, msg string)) {
+	resp, err := f.forwardTo(r, n.E2B, nil)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		if notSent(err) {
+			f.view.MarkDown(n.Name, downFor)
+			answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %s ended: its node %s is gone", id, n.Name))
+			return
+		}
+		answer(http.StatusBadGateway, e2b.CodeUnavailable, fmt.Sprintf("node %s failed the call", n.Name))
+		return
+	}
+	relay(w, resp, n.Name)
+}
+
+func (f *Front) e2bByID(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	answer := func(status int, _, msg string) { e2b.WriteAPIError(w, status, msg) }
+	if n, ok := f.e2bNodeOf(id, answer); ok {
+		f.e2bPass(w, r, n, id, answer)
+	}
+}
+
+// e2bList merges the nodes' lists. It does not page: each node answers
+// its first page (up to the limit asked), and a nextToken is refused.
+func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("nextToken") != "" {
+		e2b.WriteAPIError(w, http.StatusBadRequest, "a cluster's front does not page sandbox lists yet: ask with a larger limit (at most 100 a node)")
+		return
+	}
+	out := []json.RawMessage{}
+	for _, n := range f.e2bNodes() {
+		resp, err := f.forwardTo(r, n.E2B, nil)
+		if err != nil {
+			f.logger.Warn("front: a node's sandboxes could not be listed", "node", n.Name, "err", err)
+			continue
+		}
+		var items []json.RawMessage
+		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&items)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil {
+			e2b.WriteAPIError(w, resp.StatusCode, fmt.Sprintf("node %s refused the list", n.Name))
+			return
+		}
+		out = append(out, items...)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// e2bEnvd passes a sandbox-side (Connect) call to the node of its
+// E2b-Sandbox-Id.
+func (f *Front) e2bEnvd(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("E2b-Sandbox-Id")
+	answer := connectAnswer(w, r)
+	if id == "" {
+		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("no such endpoint %s %s (a sandbox's calls carry E2b-Sandbox-Id)", r.Method, r.URL.Path))
+		return
+	}
+	if n, ok := f.e2bNodeOf(id, answer); ok {
+		f.e2bPass(w, r, n, id, answer)
+	}
+}
+
+// connectAnswer answers an error as a Connect call expects it: the
+// end of a stream for a streaming call, a JSON error for a unary one.
+func connectAnswer(w http.ResponseWriter, r *http.Request) func(status int, code, msg string) {
+	return func(status int, code, msg string) {
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+			end, _ := json.Marshal(e2b.EndStream{Error: e2b.Errorf(code, "%s", msg)})
+			w.Header().Set("Content-Type", "application/connect+json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(e2b.AppendEnvelope(nil, e2b.FlagEndStream, end))
+			return
+		}
+		if r.Header.Get("Connect-Protocol-Version") != "" {
+			e2b.WriteUnaryError(w, e2b.Errorf(code, "%s", msg))
+			return
+		}
+		e2b.WriteAPIError(w, status, msg)
+	}
+}
+
+// e2bFiles passes a file call to its sandbox's node: named by the
+// E2b-Sandbox-Id header, or, for a signed URL, found by asking the
+// nodes in turn until one accepts the signature.
+func (f *Front) e2bFiles(w http.ResponseWriter, r *http.Request) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		answer := func(status int, _, msg string) { e2b.WriteAPIError(w, status, msg) }
+		if n, ok := f.e2bNodeOf(id, answer); ok {
+			f.e2bPass(w, r, n, id, answer)
+		}
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxE2BBody+1))
+	if err != nil || len(body) > maxE2BBody {
+		e2b.WriteAPIError(w, http.StatusRequestEntityTooLarge, "a signed upload through a cluster's front is 20 MiB at most")
+		return
+	}
+	var last *http.Response
+	for _, n := range f.e2bNodes() {
+		resp, err := f.forwardTo(r, n.E2B, body)
+		if err != nil {
+			continue
+		}
+		if resp.StatusCode/100 == 2 {
+			if last != nil {
+				last.Body.Close()
+			}
+			relay(w, resp, n.Name)
+			return
+		}
+		if last != nil {
+			last.Body.Close()
+		}
+		last = resp
+	}
+	if last != nil {
+		relay(w, last, "")
+		return
+	}
+	e2b.WriteAPIError(w, http.StatusNotFound, "no live node accepts the URL's signature")
+}

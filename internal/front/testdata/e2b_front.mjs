@@ -1,0 +1,23 @@
+// Drives a cluster's front with the official E2B SDK (its path in
+// E2B_SDK); one JSON line per step for the Go test.
+const { Sandbox } = await import(process.env.E2B_SDK);
+const out = (k, v) => console.log(JSON.stringify({ k, v }));
+try {
+  const sbx = await Sandbox.create('sh', { metadata: { via: 'front' } });
+  out('created', sbx.sandboxId);
+  out('run', (await sbx.commands.run('echo "hi from $(cat /proc/1/comm)"')).stdout);
+  const bg = await sbx.commands.run('sleep 0.2; echo bg', { background: true });
+  out('bg', (await bg.wait()).stdout);
+  await sbx.files.write('/workspace/a.txt', 'via the front');
+  out('read', await sbx.files.read('/workspace/a.txt'));
+  out('download', await (await fetch(await sbx.downloadUrl('/workspace/a.txt'))).text());
+  const items = await Sandbox.list({ query: { metadata: { via: 'front' } } }).nextItems();
+  out('list', items.map((i) => i.sandboxId));
+  out('info', (await sbx.getInfo()).templateId);
+  out('kill', await sbx.kill());
+  try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', e.constructor.name); }
+  try { await Sandbox.create('sh', { apiKey: 'not-a-key-of-this-cluster' }); out('wrongkey', 'created'); } catch (e) { out('wrongkey', e.constructor.name); }
+} catch (e) {
+  out('fatal', String(e.stack || e));
+  process.exit(1);
+}
