@@ -368,6 +368,7 @@ func TestHelpAndCompletion(t *testing.T) {
 	for topic, want := range map[string]string{
 		"config": "# airlock.yaml", "limits": "### limits", "egress": "### network", "broker": "## Services and secrets",
 		"server": "## audit", "images": "## Pulling from a registry", "mcp": "mcp_servers", "api": "## POST /v1/runs",
+		"e2b": "## How it maps", "cluster": "## The audit trail across nodes",
 	} {
 		o := execAirlock(t, nil, "", "help", topic)
 		if o.code != 0 || !strings.Contains(o.stdout, want) {

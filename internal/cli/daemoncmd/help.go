@@ -20,14 +20,16 @@ type helpTopic struct {
 
 // HelpTopics are the topics of `airlock help TOPIC`.
 var helpTopics = map[string]helpTopic{
-	"config": {file: "config.md", about: "airlock.yaml: where it is found, every key"},
-	"limits": {file: "config.md", sections: []string{"### limits"}, about: "a tool's ceilings"},
-	"egress": {file: "config.md", sections: []string{"### egress", "### network"}, about: "the destinations a tool may reach, and its network caps"},
-	"broker": {file: "config.md", sections: []string{"## Services and secrets"}, about: "services, operations, credentials and secrets"},
-	"server": {file: "config.md", sections: []string{"## server", "## audit"}, about: "the daemon's socket, TCP, tokens, capacity, audit log"},
-	"images": {file: "images.md", about: "importing, pulling and using images"},
-	"mcp":    {file: "mcp.md", about: "MCP tools, the gateway, the built-in tools"},
-	"api":    {file: "api.md", about: "the daemon's HTTP API"},
+	"config":  {file: "config.md", about: "airlock.yaml: where it is found, every key"},
+	"limits":  {file: "config.md", sections: []string{"### limits"}, about: "a tool's ceilings"},
+	"egress":  {file: "config.md", sections: []string{"### egress", "### network"}, about: "the destinations a tool may reach, and its network caps"},
+	"broker":  {file: "config.md", sections: []string{"## Services and secrets"}, about: "services, operations, credentials and secrets"},
+	"server":  {file: "config.md", sections: []string{"## server", "## audit"}, about: "the daemon's socket, TCP, tokens, capacity, audit log"},
+	"images":  {file: "images.md", about: "importing, pulling and using images"},
+	"mcp":     {file: "mcp.md", about: "MCP tools, the gateway, the built-in tools"},
+	"api":     {file: "api.md", about: "the daemon's HTTP API"},
+	"e2b":     {file: "e2b.md", about: "the E2B-compatible API: E2B's SDKs and the frameworks on them"},
+	"cluster": {file: "cluster.md", about: "nodes on Kubernetes, the front, placement and the audit across nodes"},
 }
 
 // helpCmd is `airlock help TOPIC`.
