@@ -234,7 +234,7 @@ Usage:
   airlock config check [--config PATH]     check the config and show what it resolves to
   airlock doctor                           check what airlock needs of this host, then make a sandbox
   airlock version                          print the version, commit, Go and kernel
-  airlock help TOPIC                       config, limits, egress, broker, server, images, mcp, api
+  airlock help TOPIC                       config, limits, egress, broker, server, images, mcp, api, e2b, cluster
   airlock completion bash|zsh|fish         print a shell completion script
 
 Run "airlock COMMAND -h" for a command's flags.
