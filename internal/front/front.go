@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"time"
 
@@ -57,6 +59,12 @@ func (f *Front) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/runs", f.placed)
 	mux.HandleFunc("POST /v1/sessions", f.placed)
 	mux.HandleFunc("GET /v1/audit", f.audit)
+	mux.HandleFunc("GET /v1/sessions", f.mergedList)
+	mux.HandleFunc("GET /v1/pools", f.mergedList)
+	mux.HandleFunc("GET /v1/tools", f.mergedList)
+	mux.HandleFunc("GET /v1/ps", f.mergedPS)
+	mux.HandleFunc("DELETE /v1/runs/{id}", f.killRun)
+	mux.HandleFunc("/mcp", f.mcp)
 	mux.HandleFunc("/v1/sessions/{id}", f.routed)
 	mux.HandleFunc("/v1/sessions/{id}/{rest...}", f.routed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -139,6 +147,12 @@ func (f *Front) placed(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		tried[n.Name] = true
+		if isUpgrade(r) {
+			// A terminal: the connection is the node's from here.
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			f.upgrade(w, r, n)
+			return
+		}
 		resp, err := f.forward(r, n, body)
 		if err != nil {
 			if notSent(err) && r.Context().Err() == nil {
@@ -179,6 +193,10 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 	n, live := f.view.Get(name)
 	if n.Name == "" || !live {
 		writeErr(w, http.StatusServiceUnavailable, api.CodeEnded, fmt.Sprintf("session %s ended: its node %s is gone", id, name))
+		return
+	}
+	if isUpgrade(r) {
+		f.upgrade(w, r, n)
 		return
 	}
 	resp, err := f.forward(r, n, nil)
@@ -255,6 +273,41 @@ func clientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// isUpgrade tells a request that asks to switch protocols (a terminal:
+// docs/api.md#terminals).
+func isUpgrade(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" && strings.Contains(strings.ToLower(r.Header.Get("Connection")), "upgrade")
+}
+
+// upgrade passes a request that switches protocols to node n and, once
+// it has switched, joins the two connections both ways.
+func (f *Front) upgrade(w http.ResponseWriter, r *http.Request, n cluster.Node) {
+	target, err := url.Parse(n.Endpoint)
+	if err != nil {
+		writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s: a bad endpoint", n.Name))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+		},
+		Transport: f.hc.Transport,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set(NodeHeader, n.Name)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if notSent(err) {
+				f.view.MarkDown(n.Name, downFor)
+			}
+			f.gone(w, r, n.Name, err)
+		},
+		ErrorLog: slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
+	}
+	rp.ServeHTTP(w, r)
 }
 
 // NodeHeader names, in each answer, the node that gave it.

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cluster"
@@ -106,7 +108,7 @@ func startNode(t *testing.T, cp *kubetest.ControlPlane, name string, warm int) *
 	addr, e2bAddr := freeAddr(t), freeAddr(t)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
-		"tools:\n  sh: {pool: {warm: %d}}\naudit: {export: stdout}\ncluster:\n  node: %s\n", addr, e2bAddr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
+		"tools:\n  sh: {pool: {warm: %d}}\n  echo: {command: [echo, \"{word}\"], inputs: {word: {required: true}}}\naudit: {export: stdout}\ncluster:\n  node: %s\n", addr, e2bAddr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
 	p := start(t, name, []string{"serve", "--socket", filepath.Join(dir, "sock"), "--audit", filepath.Join(dir, "audit.db"),
 		"--state-dir", "/run/airlock-test-front-" + name, "--cgroup-parent", testutil.CgroupParent("/airlock-test-front-" + name), "--grace", "20s"}, cfg)
 	p.addr = addr
@@ -384,6 +386,94 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("lists across nodes", func(t *testing.T) {
+		s, err := ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ca.DeleteSession(ctx, s.ID)
+		var pools []struct {
+			Node string `json:"node"`
+			Name string `json:"name"`
+		}
+		getJSON(t, "http://"+fb.addr+"/v1/pools", &pools)
+		seen := map[string]bool{}
+		for _, p := range pools {
+			if p.Name == "sh" {
+				seen[p.Node] = true
+			}
+		}
+		if len(seen) != 3 {
+			t.Errorf("pools through a front: %+v, want sh on 3 nodes", pools)
+		}
+		var ps struct {
+			Sessions []struct {
+				ID   string `json:"id"`
+				Node string `json:"node"`
+			} `json:"sessions"`
+		}
+		getJSON(t, "http://"+fb.addr+"/v1/ps", &ps)
+		found := false
+		for _, x := range ps.Sessions {
+			found = found || (x.ID == s.ID && x.Node == cluster.NodeOfID(s.ID))
+		}
+		if !found {
+			t.Errorf("ps through a front: %+v, want session %s on its node", ps, s.ID)
+		}
+		var ce *client.Error
+		if err := cb.KillRun(ctx, "r_0123456789abcdef"); !errors.As(err, &ce) || ce.Status != 404 {
+			t.Errorf("killing a run no node has: %v", err)
+		}
+	})
+
+	t.Run("MCP through the fronts", func(t *testing.T) {
+		hc := &http.Client{Transport: bearer{key}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + fa2addr + "/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"word": "relayed"}})
+		if err != nil || r.IsError || len(r.Content) == 0 || r.Content[0].(*mcp.TextContent).Text != "relayed\n" {
+			t.Fatalf("an MCP call through a front: %+v %v", r, err)
+		}
+		node, _, ok := strings.Cut(cs.ID(), "~")
+		if !ok || nodes[node] == nil {
+			t.Fatalf("the MCP session id %q names no node", cs.ID())
+		}
+		// The same session through the other front.
+		req, _ := http.NewRequest("POST", "http://"+fb.addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"echo"`) || resp.Header.Get(front.NodeHeader) != node {
+			t.Errorf("the MCP session through the other front: %d %s %s", resp.StatusCode, resp.Header.Get(front.NodeHeader), b)
+		}
+	})
+
+	t.Run("a terminal through a front", func(t *testing.T) {
+		var screen strings.Builder
+		r, err := cb.RunTTY(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", `tty; stty size; read -r line; echo "got:$line"; exit 3`}},
+			client.TTY{Size: api.TTYSize{Rows: 30, Cols: 100}, Stdin: strings.NewReader("typed\n"), Output: &screen})
+		if err != nil || r.Outcome != result.Exited || r.ExitCode != 3 {
+			t.Fatalf("a terminal run through a front: %+v %v\n%s", r, err, screen.String())
+		}
+		for _, want := range []string{"/dev/pts/", "30 100", "got:typed"} {
+			if !strings.Contains(screen.String(), want) {
+				t.Errorf("the terminal showed %q, without %q", screen.String(), want)
+			}
+		}
+	})
+
 	t.Run("a token is checked at the front", func(t *testing.T) {
 		bad := client.NewTCP(fa.addr, "not-a-token-of-this-cluster")
 		var ce *client.Error
@@ -600,6 +690,15 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("%d events of 2 nodes, each once", total)
 	})
+}
+
+// bearer adds the token to each request.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // getJSON GETs a URL with the token and decodes its JSON answer.
