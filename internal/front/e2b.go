@@ -1,10 +1,12 @@
 package front
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/cluster"
@@ -153,19 +155,33 @@ func (f *Front) e2bByID(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// e2bList merges the nodes' lists. It does not page: each node answers
-// its first page (up to the limit asked), and a nextToken is refused.
+// e2bList lists the sandboxes of every node, a node at a time, in the
+// order of their names: a page holds one node's page, and x-next-token
+// says where the next one starts (that node's own token, or the next
+// node). The SDK's pages need no order across them.
 func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("nextToken") != "" {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "a cluster's front does not page sandbox lists yet: ask with a larger limit (at most 100 a node)")
+	node, inner, err := parseListCursor(r.URL.Query().Get("nextToken"))
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	out := []json.RawMessage{}
-	for _, n := range f.e2bNodes() {
-		resp, err := f.forwardTo(r, n.E2B, nil)
-		if err != nil {
-			f.logger.Warn("front: a node's sandboxes could not be listed", "node", n.Name, "err", err)
+	nodes := f.e2bNodes()
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for i, n := range nodes {
+		if n.Name < node {
 			continue
+		}
+		q := r.URL.Query()
+		q.Del("nextToken")
+		if n.Name == node && inner != "" {
+			q.Set("nextToken", inner)
+		}
+		out := r.Clone(r.Context())
+		out.URL.RawQuery = q.Encode()
+		resp, err := f.forwardTo(out, n.E2B, []byte{})
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadGateway, fmt.Sprintf("node %s could not be asked for its sandboxes", n.Name))
+			return
 		}
 		var items []json.RawMessage
 		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&items)
@@ -174,10 +190,46 @@ func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
 			e2b.WriteAPIError(w, resp.StatusCode, fmt.Sprintf("node %s refused the list", n.Name))
 			return
 		}
-		out = append(out, items...)
+		next := ""
+		if t := resp.Header.Get("X-Next-Token"); t != "" {
+			next = listCursor(n.Name, t)
+		} else if i+1 < len(nodes) {
+			next = listCursor(nodes[i+1].Name, "")
+		}
+		if len(items) == 0 && next != "" && resp.Header.Get("X-Next-Token") == "" {
+			node, inner = nodes[i+1].Name, ""
+			continue // an empty node: on to the next at once
+		}
+		if next != "" {
+			w.Header().Set("X-Next-Token", next)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if items == nil {
+			items = []json.RawMessage{}
+		}
+		_ = json.NewEncoder(w).Encode(items)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_, _ = w.Write([]byte("[]\n"))
+}
+
+// listCursor is a front's x-next-token: the node to go on at and that
+// node's own token ("" from its start).
+func listCursor(node, inner string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(node + "\x00" + inner))
+}
+
+func parseListCursor(s string) (node, inner string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	node, inner, ok := strings.Cut(string(b), "\x00")
+	if err != nil || !ok || node == "" || len(s) > 1024 {
+		return "", "", fmt.Errorf("nextToken %q is not one a front gave", s)
+	}
+	return node, inner, nil
 }
 
 // e2bEnvd passes a sandbox-side (Connect) call to the node of its

@@ -378,7 +378,7 @@ func TestCluster(t *testing.T) {
 		}
 		for k, want := range map[string]string{
 			"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`,
-			"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "wrongkey": `"AuthenticationError"`,
+			"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
 		} {
 			if steps[k] != want {
 				t.Errorf("%s: %s, want %s", k, steps[k], want)

@@ -14,6 +14,14 @@ try {
   const items = await Sandbox.list({ query: { metadata: { via: 'front' } } }).nextItems();
   out('list', items.map((i) => i.sandboxId));
   out('info', (await sbx.getInfo()).templateId);
+  const p1 = await Sandbox.create('sh', { metadata: { via: 'pages' } });
+  const p2 = await Sandbox.create('sh', { metadata: { via: 'pages' } });
+  const pager = Sandbox.list({ query: { metadata: { via: 'pages' } }, limit: 1 });
+  const got = [];
+  while (pager.hasNext) got.push(...(await pager.nextItems()).map((i) => i.sandboxId));
+  out('pages', [got.length, got.includes(p1.sandboxId) && got.includes(p2.sandboxId)]);
+  await p1.kill();
+  await p2.kill();
   out('kill', await sbx.kill());
   try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', e.constructor.name); }
   try { await Sandbox.create('sh', { apiKey: 'not-a-key-of-this-cluster' }); out('wrongkey', 'created'); } catch (e) { out('wrongkey', e.constructor.name); }
