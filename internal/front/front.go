@@ -50,7 +50,9 @@ func New(view *cluster.View, toks *tokens.Set, logger *slog.Logger) *Front {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     60 * time.Second,
 	}
-	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr}}
+	// A node's redirect is the caller's to follow: passed on as it is.
+	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects}}
 }
 
 // Handler is the front's HTTP API.
