@@ -166,4 +166,26 @@ func TestImagePull(t *testing.T) {
 	if o := airlock(t, "", "--image", ref, "--image-store", store, "--", "/bin/t", "cat", "/srv/data"); o.code != 0 || !strings.Contains(o.stdout, `"value":"layer two"`) {
 		t.Fatalf("run the pulled image: exit %d %q %q", o.code, o.stdout, o.stderr)
 	}
+
+	// A plain-HTTP registry on an address that is not taken for a local
+	// one: refused, then allowed by --insecure, or by the config.
+	plain, _ := imagetest.RegistryAt(t, "127.0.0.2:0", "ci", "registry-pw-0123")
+	pref := plain + "/tools/t:2"
+	if r, err = name.ParseReference(pref, name.Insecure); err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, imagetest.Tool(t, runtime.GOARCH), remote.WithAuth(&authn.Basic{Username: "ci", Password: "registry-pw-0123"})); err != nil {
+		t.Fatal(err)
+	}
+	cfg = writeConfig(t, "secrets:\n  reg: {env: TEST_REGISTRY_PW}\nimages:\n  registries:\n    \""+plain+"\": {username: ci, secret: reg}\n")
+	if o := execAirlock(t, env, "", "image", "pull", "--config", cfg, "--store", store, pref); o.code == 0 || !strings.Contains(o.stderr, "HTTP response to HTTPS client") {
+		t.Fatalf("a pull over HTTPS from a plain-HTTP registry: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	if o := execAirlock(t, env, "", "image", "pull", "--config", cfg, "--store", store, "--insecure", "--name", "via-flag", pref); o.code != 0 || !strings.Contains(o.stderr, "plain HTTP (insecure)") {
+		t.Fatalf("pull --insecure: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+	cfg = writeConfig(t, "secrets:\n  reg: {env: TEST_REGISTRY_PW}\nimages:\n  registries:\n    \""+plain+"\": {username: ci, secret: reg, insecure: true}\n")
+	if o := execAirlock(t, env, "", "image", "pull", "--config", cfg, "--store", store, "--name", "via-config", pref); o.code != 0 || !strings.Contains(o.stdout, "via-config sha256:") {
+		t.Fatalf("pull with insecure in the config: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
 }

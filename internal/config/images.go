@@ -11,7 +11,7 @@ import (
 
 var (
 	imagesKeys   = []string{"max_entries", "max_size", "registries", "store"}
-	registryKeys = []string{"secret", "username"}
+	registryKeys = []string{"insecure", "secret", "username"}
 )
 
 // DefaultImageStore is the image store's directory unless the file names
@@ -28,16 +28,20 @@ type Images struct {
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
 	MaxEntries int
-	// Registries are the credentials `airlock image pull` sends, by
-	// registry host ("ghcr.io", "registry.internal:5000").
+	// Registries are what `airlock image pull` knows of a registry, by
+	// host ("ghcr.io", "registry.internal:5000"): its credential, and
+	// whether it may be reached over plain HTTP.
 	Registries map[string]Registry
 }
 
-// Registry is the credential of one registry: a user name and a secret
-// (docs/config.md#secrets) holding the password or token.
+// Registry is one registry's settings: a user name and a secret
+// (docs/config.md#secrets) holding the password or token, and Insecure:
+// plain HTTP for a registry on a public address (loopback and private
+// addresses get it anyway).
 type Registry struct {
 	Username string
 	Secret   string
+	Insecure bool
 }
 
 func defaultImages() Images { return Images{Store: DefaultImageStore} }
@@ -105,7 +109,7 @@ func (p *parser) rootfs(n *yaml.Node, at string) (bool, error) {
 
 // registries parses images.registries: registry host to credential.
 func (p *parser) registries(n *yaml.Node, at string) (map[string]Registry, error) {
-	fs, err := p.fields(n, at, "a mapping of registry hosts to credentials", nil)
+	fs, err := p.fields(n, at, "a mapping of registry hosts to their settings", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +119,7 @@ func (p *parser) registries(n *yaml.Node, at string) (map[string]Registry, error
 		if f.name == "" || strings.ContainsAny(f.name, "/ @") || strings.ToLower(f.name) != f.name {
 			return nil, p.errAt(f.key, sub, "%s: want a registry host, like ghcr.io or registry.internal:5000", quote(f.name))
 		}
-		rs, err := p.fields(f.val, sub, "a mapping with username and secret", registryKeys)
+		rs, err := p.fields(f.val, sub, "a mapping with username, secret and insecure", registryKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -129,13 +133,18 @@ func (p *parser) registries(n *yaml.Node, at string) (map[string]Registry, error
 				if r.Secret, err = p.str(g.val, gsub); err == nil {
 					p.secretRefs = append(p.secretRefs, secretRef{name: r.Secret, node: g.val, at: gsub})
 				}
+			case "insecure":
+				r.Insecure, err = p.boolean(g.val, gsub)
 			}
 			if err != nil {
 				return nil, err
 			}
 		}
-		if r.Secret == "" {
+		switch {
+		case r.Username != "" && r.Secret == "":
 			return nil, p.errAt(f.val, sub, "a registry's credential needs a secret")
+		case r.Secret == "" && !r.Insecure:
+			return nil, p.errAt(f.val, sub, "say a secret (the registry's credential) or insecure: true")
 		}
 		out[f.name] = r
 	}

@@ -44,15 +44,20 @@ tools:
 
 func TestRegistries(t *testing.T) {
 	t.Setenv("TEST_REG", "pw")
-	c, err := Parse("a.yaml", []byte("secrets:\n  reg: {env: TEST_REG}\nimages:\n  registries:\n    127.0.0.1:5000: {username: u, secret: reg}\n    ghcr.io: {secret: reg}\n"))
+	c, err := Parse("a.yaml", []byte("secrets:\n  reg: {env: TEST_REG}\nimages:\n  registries:\n    127.0.0.1:5000: {username: u, secret: reg}\n    ghcr.io: {secret: reg}\n    reg.lan: {insecure: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Images.Registries["127.0.0.1:5000"]; r.Username != "u" || r.Secret != "reg" || c.Images.Registries["ghcr.io"].Secret != "reg" {
+	if r := c.Images.Registries["127.0.0.1:5000"]; r.Username != "u" || r.Secret != "reg" || c.Images.Registries["ghcr.io"].Secret != "reg" ||
+		r.Insecure || !c.Images.Registries["reg.lan"].Insecure {
 		t.Fatalf("registries %+v", c.Images.Registries)
 	}
 	for _, tt := range []struct{ in, want string }{
 		{"images:\n  registries:\n    ghcr.io: {username: u}\n", "needs a secret"},
+		{"images:\n  registries:\n    ghcr.io: {username: u, insecure: true}\n", "needs a secret"},
+		{"images:\n  registries:\n    ghcr.io: {}\n", "or insecure: true"},
+		{"images:\n  registries:\n    ghcr.io: {insecure: false}\n", "or insecure: true"},
+		{"images:\n  registries:\n    ghcr.io: {insecure: yes please}\n", `images.registries["ghcr.io"].insecure: expected true or false`},
 		{"images:\n  registries:\n    ghcr.io: {username: u, secret: nope}\n", `"nope"`},
 		{"images:\n  registries:\n    ghcr.io/x: {secret: s}\nsecrets: {s: {env: X}}\n", "want a registry host"},
 		{"images:\n  registries:\n    ghcr.io: {password: p, secret: s}\nsecrets: {s: {env: X}}\n", `unknown field "password"`},

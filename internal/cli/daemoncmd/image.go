@@ -22,9 +22,11 @@ const imageUsage = `Usage:
   airlock image import PATH [--name NAME]   import an OCI layout or archive, a docker save
                                             archive, or a root file system (directory or tarball);
                                             PATH - reads an archive from standard input
-  airlock image pull REF [--name NAME]      fetch an image from an OCI registry (credentials:
+  airlock image pull REF [--name NAME] [--insecure]
+                                            fetch an image from an OCI registry (credentials:
                                             images.registries in the config); content already
-                                            stored is not fetched again
+                                            stored is not fetched again; --insecure allows plain
+                                            HTTP to a registry on a public address
   airlock image ls                          list stored images
   airlock image inspect NAME|DIGEST         print an image's record as JSON
   airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
@@ -49,7 +51,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	storeDir := fs.String("store", "", "image store directory (default: the config's images.store, else "+image.DefaultDir+")")
 	cfgPath := fs.String("config", "", "config file, for the store's settings and (rm) the tools to check (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	var name string
-	var force, asJSON bool
+	var force, asJSON, insecure bool
 	want := 1
 	switch sub {
 	case "import":
@@ -58,6 +60,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "pull":
 		fs.StringVar(&name, "name", "", "name for the image (default: the reference as given)")
 		fs.BoolVar(&asJSON, "json", false, "print the record as JSON")
+		fs.BoolVar(&insecure, "insecure", false, "allow plain HTTP when the registry does not answer HTTPS (as images.registries.HOST.insecure does; loopback and private addresses have it anyway)")
 	case "ls":
 		want = 0
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
@@ -125,9 +128,10 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		cli.SignalsCaught(ctx) // an interrupted pull removes what it fetched
 		start := time.Now()
 		o := pull.Options{Name: name, Progress: stdio.Stderr}
-		if o.Username, o.Password, err = registryAuth(cfg, pos[0]); err != nil {
+		if o.Username, o.Password, o.Insecure, err = registrySettings(cfg, pos[0]); err != nil {
 			return err
 		}
+		o.Insecure = o.Insecure || insecure
 		p, err := pull.Pull(ctx, st, pos[0], o)
 		if err != nil {
 			return err
@@ -212,28 +216,29 @@ func humanSize(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", v, suffix[i])
 }
 
-// registryAuth is the credential the config names for ref's registry:
-// images.registries, its password read from the secret.
-func registryAuth(cfg *config.Config, ref string) (user, password string, err error) {
+// registrySettings is what the config says of ref's registry
+// (images.registries): the credential, its password read from the
+// secret, and whether plain HTTP is allowed.
+func registrySettings(cfg *config.Config, ref string) (user, password string, insecure bool, err error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return "", "", fmt.Errorf("%w: %w", image.ErrInvalid, err)
+		return "", "", false, fmt.Errorf("%w: %w", image.ErrInvalid, err)
 	}
 	host := r.Context().RegistryStr()
 	reg, ok := cfg.Images.Registries[host]
 	if !ok && host == name.DefaultRegistry {
 		reg, ok = cfg.Images.Registries["docker.io"]
 	}
-	if !ok {
-		return "", "", nil
+	if !ok || reg.Secret == "" {
+		return "", "", reg.Insecure, nil
 	}
 	s, ok := cfg.Secrets[reg.Secret]
 	if !ok {
-		return "", "", fmt.Errorf("images.registries.%s: no secret %q", host, reg.Secret)
+		return "", "", false, fmt.Errorf("images.registries.%s: no secret %q", host, reg.Secret)
 	}
 	pw, err := s.Read()
 	if err != nil {
-		return "", "", fmt.Errorf("images.registries.%s: %w", host, err)
+		return "", "", false, fmt.Errorf("images.registries.%s: %w", host, err)
 	}
-	return reg.Username, pw, nil
+	return reg.Username, pw, reg.Insecure, nil
 }

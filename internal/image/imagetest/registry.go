@@ -24,6 +24,14 @@ import (
 // it.
 func Registry(t *testing.T, user, password string) (host string, blobBytes *atomic.Int64) {
 	t.Helper()
+	return RegistryAt(t, "127.0.0.1:0", user, password)
+}
+
+// RegistryAt is Registry with its proxy listening on addr: 127.0.0.2:0
+// is loopback that registry clients do not take for a local registry,
+// so they speak HTTPS to it unless told to allow plain HTTP.
+func RegistryAt(t *testing.T, addr, user, password string) (host string, blobBytes *atomic.Int64) {
+	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -35,11 +43,11 @@ func Registry(t *testing.T, user, password string) (host string, blobBytes *atom
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	backend := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", filepath.Join(dir, "data"), addr)), 0o600)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", filepath.Join(dir, "data"), backend)), 0o600)
 	cmd := exec.Command(bin, "serve", cfg)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -48,7 +56,7 @@ func Registry(t *testing.T, user, password string) (host string, blobBytes *atom
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
+		if resp, err := http.Get("http://" + backend + "/v2/"); err == nil {
 			resp.Body.Close()
 			break
 		}
@@ -57,11 +65,15 @@ func Registry(t *testing.T, user, password string) (host string, blobBytes *atom
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	target, _ := url.Parse("http://" + addr)
+	target, _ := url.Parse("http://" + backend)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	blobBytes = &atomic.Int64{}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != want {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -74,6 +86,9 @@ func Registry(t *testing.T, user, password string) (host string, blobBytes *atom
 		}
 		rp.ServeHTTP(w, r)
 	}))
+	proxy.Listener.Close()
+	proxy.Listener = front
+	proxy.Start()
 	t.Cleanup(proxy.Close)
 	return strings.TrimPrefix(proxy.URL, "http://"), blobBytes
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -32,6 +33,10 @@ type Options struct {
 	// Username and Password, when set, are the registry's credentials
 	// (basic auth, or traded for a token as the registry asks).
 	Username, Password string
+	// Insecure lets the registry be reached over plain HTTP when it does
+	// not answer HTTPS, wherever it is (loopback and private addresses
+	// get that without it).
+	Insecure bool
 	// Progress, when set, gets a line per step and per layer.
 	Progress io.Writer
 }
@@ -45,7 +50,11 @@ type Pulled struct {
 
 // Pull fetches ref ("registry/repo:tag" or "...@sha256:...") into st.
 func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled, error) {
-	r, err := name.ParseReference(ref)
+	var nameOpts []name.Option
+	if o.Insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nameOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", image.ErrInvalid, err)
 	}
@@ -67,6 +76,9 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, format+"\n", a...)
 		}
+	}
+	if o.Insecure {
+		say("%s may answer over plain HTTP (insecure)", r.Context().RegistryStr())
 	}
 	say("resolving %s", r.Name())
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithUserAgent("airlock"),
@@ -128,6 +140,10 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 			return nil, fmt.Errorf("layer %s: %w", h, err)
 		}
 		cr := &counter{r: io.LimitReader(rc, size+1)}
+		if o.Progress != nil {
+			cr.every, cr.last = progressEvery, time.Now()
+			cr.report = func(n int64) { say("layer %d/%d: %s of %s", i+1, len(layers), sizeOf(n), sizeOf(size)) }
+		}
 		err = p.WriteBlob(h, io.NopCloser(cr))
 		rc.Close()
 		fetched += cr.n
@@ -149,14 +165,39 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 	return &Pulled{Imported: imp, Fetched: fetched}, nil
 }
 
-// counter counts what is read through it.
+// progressEvery is how often a layer being fetched reports how far it is
+// (a variable for tests).
+var progressEvery = 2 * time.Second
+
+// counter counts what is read through it and, when report is set, says
+// how much every so often.
 type counter struct {
-	r io.Reader
-	n int64
+	r      io.Reader
+	n      int64
+	every  time.Duration
+	last   time.Time
+	report func(n int64)
 }
 
 func (c *counter) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
+	if c.report != nil && n > 0 && time.Since(c.last) >= c.every {
+		c.last = time.Now()
+		c.report(c.n)
+	}
 	return n, err
+}
+
+// sizeOf renders a byte count for progress lines: "512 B", "3.5 MiB".
+func sizeOf(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -49,6 +51,8 @@ func TestPullFromRegistry(t *testing.T) {
 	}
 	blobBytes.Store(0)
 	var progress bytes.Buffer
+	defer func(d time.Duration) { progressEvery = d }(progressEvery)
+	progressEvery = 0 // a line for every read
 	p, err := Pull(ctx, st, ref, Options{Username: "puller", Password: "s3cret-pw", Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +61,7 @@ func TestPullFromRegistry(t *testing.T) {
 	if p.Existed || p.Name != ref || p.Digest != cfg.String() || p.Fetched == 0 || blobBytes.Load() < p.Fetched {
 		t.Fatalf("pulled %+v (fetched %d, the registry served %d blob bytes)", p, p.Fetched, blobBytes.Load())
 	}
-	if !strings.Contains(progress.String(), "layer 1/2 sha256:") || !strings.Contains(progress.String(), "layer 2/2 ") {
+	if !strings.Contains(progress.String(), "layer 1/2 sha256:") || !strings.Contains(progress.String(), "layer 2/2 ") || !regexp.MustCompile(`layer 2/2: \d+ B of \d+ B`).MatchString(progress.String()) {
 		t.Errorf("progress:\n%s", progress.String())
 	}
 	got, err := st.Resolve(ref)
@@ -85,5 +89,47 @@ func TestPullFromRegistry(t *testing.T) {
 	}
 	if _, err := Pull(ctx, st, host+"/tools/none:1", Options{Username: "puller", Password: "s3cret-pw"}); err == nil {
 		t.Error("a missing image pulled")
+	}
+}
+
+// TestPullInsecure: a registry on an address registry clients do not
+// take for a local one is spoken to over HTTPS, so one that speaks plain
+// HTTP is refused unless the pull allows it.
+func TestPullInsecure(t *testing.T) {
+	testutil.RequireRoot(t)
+	host, blobBytes := imagetest.RegistryAt(t, "127.0.0.2:0", "puller", "pw-insecure")
+	ref := host + "/tools/t:1"
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Tool(t, runtime.GOARCH)
+	if err := remote.Write(r, img, remote.WithAuth(&authn.Basic{Username: "puller", Password: "pw-insecure"})); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-pull-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Username: "puller", Password: "pw-insecure"}
+	if _, err := Pull(t.Context(), st, ref, o); err == nil || !strings.Contains(err.Error(), "HTTP response to HTTPS client") {
+		t.Fatalf("a pull over HTTPS from a plain HTTP registry: %v", err)
+	}
+	if n := blobBytes.Load(); n != 0 {
+		t.Fatalf("the refused pull fetched %d blob bytes", n)
+	}
+	var progress bytes.Buffer
+	o.Insecure, o.Progress = true, &progress
+	p, err := Pull(t.Context(), st, ref, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := img.ConfigName(); p.Existed || p.Digest != cfg.String() || p.Fetched == 0 || !strings.Contains(progress.String(), host+" may answer over plain HTTP") {
+		t.Fatalf("pulled %+v; progress:\n%s", p, progress.String())
 	}
 }
