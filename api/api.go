@@ -178,7 +178,11 @@ const (
 
 // AuditEvent is one record of the audit log (GET /v1/audit).
 type AuditEvent struct {
-	// ID orders events; it is the cursor for paging and following.
+	// Node is the node that recorded the event, in a cluster's front's
+	// answers (ClusterAuditPage); empty in a daemon's own.
+	Node string `json:"node,omitempty"`
+	// ID orders events (a node's); it is the cursor for paging and
+	// following.
 	ID   int64     `json:"id"`
 	Time time.Time `json:"time"`
 	// Kind is daemon.started, daemon.stopped, sandbox.created,
@@ -205,6 +209,18 @@ type AuditPage struct {
 	Events []AuditEvent `json:"events"`
 	// Next is the cursor to pass as "after" for the following page.
 	Next int64 `json:"next"`
+}
+
+// ClusterAuditPage is a cluster front's answer of GET /v1/audit: every
+// node's events merged in time order, each with its node.
+type ClusterAuditPage struct {
+	Events []AuditEvent `json:"events"`
+	// Next is the cursor to pass as "after" for the following page: the
+	// last event taken of each node, opaque.
+	Next string `json:"next"`
+	// Unreached names the nodes that could not be read: their events are
+	// not in this page, and the cursor keeps their place.
+	Unreached []string `json:"unreached,omitempty"`
 }
 
 // Activity is the body of GET /v1/ps: what runs now, as the caller may

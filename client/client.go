@@ -1,11 +1,14 @@
-// Package client is the Go client of airlock's HTTP API on the daemon's
-// unix socket. The CLI and the tests use it.
+// Package client is the Go client of airlock's HTTP API: on a daemon's
+// unix socket, or on TCP (a daemon's listener, a cluster's front, either
+// behind a TLS-terminating proxy) with a token. The CLI and the tests use
+// it.
 package client
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +31,8 @@ type Client struct {
 	base string
 	// where names the daemon in errors: its socket or TCP address.
 	where string
+	// remote: the daemon is reached over TCP, not a socket of this host.
+	remote bool
 }
 
 // New returns a client of the daemon listening on the unix socket path.
@@ -51,7 +56,75 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // NewTCP returns a client of a daemon's TCP listener at addr
 // ("host:port"), sending token as its bearer token.
 func NewTCP(addr, token string) *Client {
-	return &Client{http: &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}, CheckRedirect: noRedirects}, base: "http://" + addr, where: addr}
+	c, err := NewRemote("http://"+addr, token)
+	if err != nil {
+		// Not a host:port; every request says so.
+		return &Client{http: &http.Client{Transport: failing{err}}, base: "http://airlock", where: addr}
+	}
+	return c
+}
+
+// NewRemote returns a client of the API at target: "http://HOST:PORT" or
+// "https://HOST[:PORT]" (a TLS-terminating proxy), optionally with a path
+// the API is served under, or a bare "HOST:PORT" (http). Every request
+// carries token as its bearer token. It speaks HTTP/1.1 only, which
+// terminals need (their connection is switched with an HTTP/1.1 upgrade).
+func NewRemote(target, token string) (*Client, error) {
+	base, err := ParseTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	tr.MaxIdleConnsPerHost = 8
+	return &Client{http: &http.Client{Transport: &bearer{token: token, next: tr}, CheckRedirect: noRedirects}, base: base.String(), where: base.Redacted(), remote: true}, nil
+}
+
+// ParseTarget checks a remote API's address as NewRemote takes it and
+// returns it as a URL without a trailing slash.
+func ParseTarget(target string) (*url.URL, error) {
+	if target == "" {
+		return nil, errors.New("no address: want http://HOST:PORT or https://HOST[:PORT]")
+	}
+	raw := target
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%q: want http://HOST:PORT or https://HOST[:PORT]: %v", target, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%q: the scheme must be http or https (a unix socket is --socket)", target)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("%q: no host", target)
+	case u.User != nil:
+		return nil, fmt.Errorf("%q: no user or password in the address; the token is given apart from it", target)
+	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return nil, fmt.Errorf("%q: no query or fragment in the address", target)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%q: bad port %q", target, p)
+		}
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// failing is a transport whose every request fails with err.
+type failing struct{ err error }
+
+func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
+
+// Endpoint returns an HTTP client and the URL of path on the daemon, for
+// an endpoint this package has no method for (the MCP endpoint, /mcp):
+// requests made with it carry the client's token, and on a socket go to
+// the socket.
+func (c *Client) Endpoint(path string) (*http.Client, string) {
+	return c.http, c.base + path
 }
 
 // bearer adds the token to every request.
@@ -120,6 +193,9 @@ func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(req)
 	var op *net.OpError
 	if err != nil && errors.As(err, &op) && op.Op == "dial" {
+		if c.remote {
+			return nil, fmt.Errorf("%w at %s (is airlock serve, or airlock front, running there and reachable from here? %v)", ErrNoDaemon, c.where, op.Err)
+		}
 		return nil, fmt.Errorf("%w on %s (is `airlock serve` running? %v)", ErrNoDaemon, c.where, op.Err)
 	}
 	return resp, err
@@ -224,6 +300,9 @@ func (c *Client) KillRun(ctx context.Context, id string) error {
 type AuditQuery struct {
 	// After returns only events with a larger id (the paging cursor).
 	After int64
+	// Cursor, when set, is sent instead of After: a page's Next as
+	// AuditFeed returns it (a cluster front's cursor is text).
+	Cursor string
 	// Since and Until bound the event time: RFC 3339, or a duration
 	// before now ("15m").
 	Since, Until string
@@ -249,7 +328,9 @@ func (q AuditQuery) values() url.Values {
 			v.Set(k, s)
 		}
 	}
-	if q.After > 0 {
+	if q.Cursor != "" {
+		v.Set("after", q.Cursor)
+	} else if q.After > 0 {
 		v.Set("after", strconv.FormatInt(q.After, 10))
 	}
 	set("since", q.Since)
@@ -273,14 +354,46 @@ func (q AuditQuery) values() url.Values {
 	return v
 }
 
-// Audit reads one page of the audit log.
+// Audit reads one page of a daemon's audit log.
 func (c *Client) Audit(ctx context.Context, q AuditQuery) (*api.AuditPage, error) {
 	var p api.AuditPage
+	return &p, c.getJSON(ctx, auditPath(q), &p)
+}
+
+func auditPath(q AuditQuery) string {
 	path := "/v1/audit"
 	if v := q.values(); len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	return &p, c.getJSON(ctx, path, &p)
+	return path
+}
+
+// AuditFeed reads one page of the audit log of a daemon or of a cluster's
+// front alike: a front's events carry their node, and the cursor is
+// text either way (a daemon's id, or a front's cursor), for the next
+// query's Cursor.
+func (c *Client) AuditFeed(ctx context.Context, q AuditQuery) (*api.ClusterAuditPage, error) {
+	var raw struct {
+		Events    []api.AuditEvent `json:"events"`
+		Next      json.RawMessage  `json:"next"`
+		Unreached []string         `json:"unreached"`
+	}
+	if err := c.getJSON(ctx, auditPath(q), &raw); err != nil {
+		return nil, err
+	}
+	p := &api.ClusterAuditPage{Events: raw.Events, Unreached: raw.Unreached}
+	var id int64
+	switch {
+	case len(raw.Next) == 0 || string(raw.Next) == "null":
+	case json.Unmarshal(raw.Next, &id) == nil:
+		if id > 0 {
+			p.Next = strconv.FormatInt(id, 10)
+		}
+	case json.Unmarshal(raw.Next, &p.Next) == nil:
+	default:
+		return nil, fmt.Errorf("airlock daemon: bad audit cursor %.40s", raw.Next)
+	}
+	return p, nil
 }
 
 // Sessions lists the sessions the caller may see, open and recently

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -37,8 +38,10 @@ type RunFlags struct {
 	Opts sandbox.Options
 	// ConfigPath and Tool select a tool from the config file.
 	ConfigPath, Tool string
-	// Socket is the daemon's.
-	Socket string
+	// Socket is the local daemon's; Host, when set, a remote daemon's or
+	// a cluster front's address (--host, $AIRLOCK_HOST), with the token
+	// in TokenFile or $AIRLOCK_TOKEN.
+	Socket, Host, TokenFile string
 	// Image is the root file system ("" or "host": the host's) and
 	// ImageStore the store it is found in.
 	Image, ImageStore string
@@ -55,7 +58,7 @@ type RunFlags struct {
 // links: no tool, no config file and no image. Any other run is airlockd's
 // (see Extra.Run).
 func (f *RunFlags) Plain() bool {
-	return f.Tool == "" && f.ConfigPath == "" && (f.Image == "" || f.Image == "host") && !f.Set["image-store"]
+	return f.Tool == "" && f.ConfigPath == "" && (f.Image == "" || f.Image == "host") && !f.Set["image-store"] && f.Host == ""
 }
 
 // ParseRun parses run's flags and returns them with the command line.
@@ -85,6 +88,8 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 	fs.Var(durationFlag{v: &f.SampleEvery}, "sample-interval", "how often resource samples are taken")
 	fs.StringVar(&f.ConfigPath, "config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	fs.StringVar(&f.Socket, "socket", api.DefaultSocket, "the daemon's socket; with --tool, the run goes through the daemon when it is there")
+	fs.StringVar(&f.Host, "host", os.Getenv("AIRLOCK_HOST"), "run the --tool on a remote daemon or a cluster's front: http://HOST:PORT or https://HOST[:PORT] (default $AIRLOCK_HOST); the token comes from --token-file or $AIRLOCK_TOKEN")
+	fs.StringVar(&f.TokenFile, "token-file", os.Getenv("AIRLOCK_TOKEN_FILE"), "a file holding the token for --host (default $AIRLOCK_TOKEN_FILE, else the token is $AIRLOCK_TOKEN)")
 	fs.StringVar(&f.Tool, "tool", "", "use the named tool's settings from the config file; flags override them")
 	fs.StringVar(&f.Image, "image", "", "root file system: host (the default) or an imported image's name or digest")
 	fs.StringVar(&f.ImageStore, "image-store", DefaultImageStore, "image store directory (default: the config's images.store, else this)")
@@ -117,6 +122,8 @@ func (f *RunFlags) Check(argv []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "airlock run: --json and --events are exclusive")
 	case f.TTY && (f.JSON || f.Events):
 		fmt.Fprintln(stderr, "airlock run: --tty shows the command's terminal; it cannot go with --json or --events")
+	case f.Set["token-file"] && f.Host == "":
+		fmt.Fprintln(stderr, "airlock run: --token-file is for --host: a run here or through the local socket needs no token")
 	case !filepath.IsAbs(f.Workdir):
 		fmt.Fprintf(stderr, "airlock run: invalid value %q for flag -workdir: must be an absolute path\n", f.Workdir)
 	default:

@@ -63,7 +63,7 @@ func TestServeBinary(t *testing.T) {
 	// airlock mcp relays to the daemon, and says that its flags meant
 	// for an embedded run are not used.
 	mcpOut := execAirlock(t, nil, "", "mcp", "--socket", sock, "--config", "/nonexistent.yaml")
-	if !strings.Contains(mcpOut.stderr, "a daemon answers on "+sock+", so its config, audit log and image store serve these calls and --config is ignored; --embedded runs the tools here instead") {
+	if !strings.Contains(mcpOut.stderr, "the daemon on "+sock+" serves these calls with its config, audit log and image store, so --config is ignored; --embedded runs the tools here instead") {
 		t.Fatalf("airlock mcp --config beside a daemon: exit %d %q", mcpOut.code, mcpOut.stderr)
 	}
 	st, err := c.Pools(t.Context())

@@ -18,23 +18,6 @@ import (
 	"github.com/airlockhq/airlock/internal/cluster"
 )
 
-// NodeEvent is an audit event of a cluster: a node's event, and which.
-type NodeEvent struct {
-	Node string `json:"node"`
-	api.AuditEvent
-}
-
-// AuditPage is the front's answer to GET /v1/audit.
-type AuditPage struct {
-	Events []NodeEvent `json:"events"`
-	// Next is the cursor to pass as "after" for the following page: the
-	// last event taken of each node.
-	Next string `json:"next"`
-	// Unreached names the nodes that could not be read: their events are
-	// not in this page, and the cursor keeps their place.
-	Unreached []string `json:"unreached,omitempty"`
-}
-
 // maxAuditWait bounds a follow's wait, as a node's.
 const maxAuditWait = time.Minute
 
@@ -91,7 +74,7 @@ func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 }
 
 // auditOnce reads one merged page.
-func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, limit int, tail bool) (AuditPage, int, error) {
+func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, limit int, tail bool) (api.ClusterAuditPage, int, error) {
 	type answer struct {
 		node string
 		page api.AuditPage
@@ -117,7 +100,7 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 		})
 	}
 	wg.Wait()
-	out := AuditPage{Events: []NodeEvent{}}
+	out := api.ClusterAuditPage{Events: []api.AuditEvent{}}
 	for _, a := range answers {
 		if a.bad {
 			return out, http.StatusBadRequest, a.err
@@ -128,10 +111,11 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 			continue
 		}
 		for _, ev := range a.page.Events {
-			out.Events = append(out.Events, NodeEvent{Node: a.node, AuditEvent: ev})
+			ev.Node = a.node
+			out.Events = append(out.Events, ev)
 		}
 	}
-	slices.SortFunc(out.Events, func(a, b NodeEvent) int {
+	slices.SortFunc(out.Events, func(a, b api.AuditEvent) int {
 		return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
 	})
 	if len(out.Events) > limit {

@@ -474,6 +474,43 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the command line through the fronts", func(t *testing.T) {
+		cli := func(args ...string) (string, string, int) {
+			t.Helper()
+			cmd := exec.Command(testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock"), args...)
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "AIRLOCK_TOKEN=" + key}
+			var out, errb strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+		}
+		ha, hb := "http://"+fa.addr, "http://"+fb.addr
+		if out, errs, code := cli("run", "--host", ha, "--tool", "sh", "--", "sh", "-c", "echo via-front; exit 2"); code != 2 || out != "via-front\n" {
+			t.Fatalf("airlock run --host FRONT: exit %d %q %q", code, out, errs)
+		}
+		out, errs, code := cli("session", "create", "--host", ha, "--tool", "sh")
+		if code != 0 {
+			t.Fatalf("session create through a front: %d %q", code, errs)
+		}
+		id := strings.TrimSpace(out)
+		if out, errs, code := cli("session", "exec", "--host", hb, id, "--", "sh", "-c", "echo other-front > f; cat f"); code != 0 || out != "other-front\n" {
+			t.Fatalf("session exec through the other front: exit %d %q %q", code, out, errs)
+		}
+		if out, errs, code := cli("ps", "--host", hb); code != 0 || !strings.Contains(out, id) {
+			t.Fatalf("ps through a front: exit %d %q %q", code, out, errs)
+		}
+		if out, errs, code := cli("audit", "--host", hb, "--kind", "session.created", "--limit", "1000"); code != 0 || !strings.Contains(out, "node=node-") || !strings.Contains(out, "session="+id) {
+			t.Fatalf("the merged audit through a front: exit %d %q %q", code, out, errs)
+		}
+		if _, errs, code := cli("kill", "--host", ha, id); code != 0 {
+			t.Fatalf("kill through a front: %d %q", code, errs)
+		}
+	})
+
 	t.Run("a token is checked at the front", func(t *testing.T) {
 		bad := client.NewTCP(fa.addr, "not-a-token-of-this-cluster")
 		var ce *client.Error
@@ -608,7 +645,7 @@ func TestCluster(t *testing.T) {
 		after := ""
 		last := map[string]int64{}
 		for pages := 0; ; pages++ {
-			var p front.AuditPage
+			var p api.ClusterAuditPage
 			getJSON(t, "http://"+fa2addr+"/v1/audit?limit=50&after="+after, &p)
 			if len(p.Unreached) > 0 {
 				t.Fatalf("nodes unreached: %v", p.Unreached)

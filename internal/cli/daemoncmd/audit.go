@@ -21,7 +21,7 @@ const followWait = 30 * time.Second
 
 // auditCmd is `airlock audit`: read (and follow) the daemon's audit log.
 func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
-	fs, sock, asJSON := daemonFlags("airlock audit", stdio)
+	fs, tgt, asJSON := daemonFlags("airlock audit", stdio)
 	var q client.AuditQuery
 	fs.StringVar(&q.Since, "since", "", "events from this time: RFC 3339 or a duration ago (1h)")
 	fs.StringVar(&q.Until, "until", "", "events before this time: RFC 3339 or a duration ago")
@@ -47,7 +47,6 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	}
 	q.Limit = *limit
 	q.Tail = q.Since == ""
-	c := client.New(*sock)
 	print := func(evs []api.AuditEvent) error {
 		for _, ev := range evs {
 			if err := printAudit(stdio.Stdout, ev, *asJSON); err != nil {
@@ -60,19 +59,38 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		if *follow {
 			return cli.UsageError(stdio.Stderr, "airlock audit", "--follow needs the daemon; --db reads the file as it is")
 		}
+		if tgt.remote() {
+			return cli.UsageError(stdio.Stderr, "airlock audit", "--db reads a file here, without a daemon; it cannot go with --host (or $%s)", envHost)
+		}
 		evs, err := daemon.ReadAuditFile(ctx, *db, q.Values())
 		if err != nil {
 			return err
 		}
 		return print(evs)
 	}
-	page, err := c.Audit(ctx, q)
-	if errors.Is(err, client.ErrNoDaemon) {
+	c, err := tgt.client("airlock audit", stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	page, err := c.AuditFeed(ctx, q)
+	if errors.Is(err, client.ErrNoDaemon) && !tgt.remote() {
 		return fmt.Errorf("%w; --db FILE reads the audit log file directly (%s by default)", err, config.DefaultAuditPath)
 	}
 	if err != nil {
 		return err
 	}
+	// A front names the nodes it could not read; said when that changes.
+	var missing string
+	unreached := func(p *api.ClusterAuditPage) {
+		if now := strings.Join(p.Unreached, ", "); now != missing {
+			if missing = now; now != "" {
+				fmt.Fprintf(stdio.Stderr, "airlock audit: nodes not read: %s (their events come once they answer)\n", now)
+			} else {
+				fmt.Fprintln(stdio.Stderr, "airlock audit: every node read again")
+			}
+		}
+	}
+	unreached(page)
 	if err := print(page.Events); err != nil {
 		return err
 	}
@@ -80,19 +98,20 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return nil
 	}
 	q.Since, q.Tail, q.Limit, q.Wait = "", false, 1000, followWait
-	q.After = page.Next
+	q.Cursor = page.Next
 	for {
-		page, err := c.Audit(ctx, q)
+		page, err := c.AuditFeed(ctx, q)
 		if ctx.Err() != nil {
 			return nil // interrupted: following ends
 		}
 		if err != nil {
 			return err
 		}
+		unreached(page)
 		if err := print(page.Events); err != nil {
 			return err
 		}
-		q.After = page.Next
+		q.Cursor = page.Next
 	}
 }
 
@@ -112,7 +131,7 @@ func printAudit(w io.Writer, ev api.AuditEvent, asJSON bool) error {
 		fmt.Fprintf(&b, " %s", ev.Decision)
 	}
 	for _, f := range []struct{ k, v string }{
-		{"tool", ev.Tool}, {"sandbox", ev.Sandbox}, {"session", ev.Session}, {"run", ev.Run}, {"client", ev.Client},
+		{"node", ev.Node}, {"tool", ev.Tool}, {"sandbox", ev.Sandbox}, {"session", ev.Session}, {"run", ev.Run}, {"client", ev.Client},
 	} {
 		if f.v != "" {
 			fmt.Fprintf(&b, " %s=%s", f.k, f.v)

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
@@ -31,6 +30,8 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	cfgPath := embedFlags(fs, &opts, ", when no daemon runs")
 	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "the daemon's socket; used when a daemon answers there")
 	embedded := fs.Bool("embedded", false, "run the tools in this process even when a daemon answers on --socket")
+	host := fs.String("host", os.Getenv(envHost), "relay to the MCP endpoint of a remote daemon or a cluster's front: http://HOST:PORT or https://HOST[:PORT] (default $"+envHost+"); the token comes from --token-file or $"+envToken)
+	tokenFile := fs.String("token-file", os.Getenv(envTokenFile), "a file holding the token for --host (default $"+envTokenFile+", else the token is $"+envToken+")")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
@@ -39,20 +40,39 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
-	if !*embedded && DaemonListening(opts.Socket) {
+	tgt := &target{socket: opts.Socket, host: *host, tokenFile: *tokenFile, given: func(name string) bool {
+		var given bool
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+		return given
+	}}
+	if tgt.remote() && *embedded {
+		return cli.UsageError(stdio.Stderr, "airlock mcp", "--embedded runs the tools here; it cannot go with --host (or $%s)", envHost)
+	}
+	if tgt.remote() || !*embedded && DaemonListening(opts.Socket) {
+		c, err := tgt.client("airlock mcp", stdio.Stderr)
+		if err != nil {
+			return err
+		}
 		// The daemon's config, audit log and store serve the calls: a
 		// flag meant for an embedded run is not dropped without a word.
 		var ignored []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "socket" {
+			if f.Name != "socket" && f.Name != "host" && f.Name != "token-file" {
 				ignored = append(ignored, "--"+f.Name)
 			}
 		})
 		if len(ignored) > 0 {
-			fmt.Fprintf(stdio.Stderr, "airlock mcp: a daemon answers on %s, so its config, audit log and image store serve these calls and %s %s ignored; --embedded runs the tools here instead\n",
-				opts.Socket, strings.Join(ignored, ", "), plural(len(ignored), "is", "are"))
+			where, instead := "on "+opts.Socket, "; --embedded runs the tools here instead"
+			if tgt.remote() {
+				where, instead = "at "+tgt.host, ""
+			}
+			fmt.Fprintf(stdio.Stderr, "airlock mcp: the daemon %s serves these calls with its config, audit log and image store, so %s %s ignored%s\n",
+				where, strings.Join(ignored, ", "), plural(len(ignored), "is", "are"), instead)
 		}
-		return relayMCP(ctx, opts.Socket, transport)
+		return relayMCP(ctx, c, transport)
+	}
+	if tgt.given("token-file") {
+		return cli.UsageError(stdio.Stderr, "airlock mcp", "--token-file is for --host")
 	}
 	var err error
 	if opts.Config, err = config.Discover(*cfgPath); err != nil {
@@ -76,13 +96,11 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 }
 
 // relayMCP serves stdio by relaying every tool of the daemon's /mcp.
-func relayMCP(ctx context.Context, socket string, transport mcp.Transport) error {
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
+func relayMCP(ctx context.Context, c *client.Client, transport mcp.Transport) error {
+	hc, endpoint := c.Endpoint("/mcp")
 	relay := mcpserver.NewRelay()
 	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-mcp", Version: cli.Version()}, relay.ClientOptions()).
-		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
 	if err != nil {
 		return fmt.Errorf("connect to the daemon's MCP endpoint: %w", err)
 	}

@@ -7,14 +7,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
 // psCmd is `airlock ps`: what the daemon runs now.
 func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
-	fs, sock, asJSON := daemonFlags("airlock ps", stdio)
+	fs, tgt, asJSON := daemonFlags("airlock ps", stdio)
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock ps [flags]\n\nLists the daemon's runs and MCP servers in flight and its active sessions:\ntool, caller, age, use so far and ceilings. airlock kill ID ends one.\n\nFlags:")
 		fs.PrintDefaults()
@@ -22,7 +21,11 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
 		return err
 	}
-	a, err := client.New(*sock).PS(ctx)
+	c, err := tgt.client("airlock ps", stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	a, err := c.PS(ctx)
 	if err != nil {
 		return err
 	}
@@ -49,7 +52,7 @@ func age(ms int64) string {
 // killCmd is `airlock kill ID`: it ends a run, an MCP server or a
 // session and destroys its sandbox.
 func killCmd(ctx context.Context, args []string, stdio cli.IO) error {
-	fs, sock, _ := daemonFlags("airlock kill", stdio)
+	fs, tgt, _ := daemonFlags("airlock kill", stdio)
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock kill [flags] ID...\n\nEnds runs, MCP servers (r_...) or sessions (s_...) that airlock ps lists, and\ndestroys their sandboxes. Each kill is in the audit log with who asked.\n\nFlags:")
 		fs.PrintDefaults()
@@ -60,7 +63,10 @@ func killCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if fs.NArg() == 0 {
 		return cli.UsageError(stdio.Stderr, "airlock kill", "name at least one ID (see airlock ps)")
 	}
-	c := client.New(*sock)
+	c, err := tgt.client("airlock kill", stdio.Stderr)
+	if err != nil {
+		return err
+	}
 	var failed bool
 	for _, id := range fs.Args() {
 		var err error

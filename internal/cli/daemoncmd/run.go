@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
@@ -39,6 +40,9 @@ func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) 
 			shaping = append(shaping, "--"+n)
 		}
 	}
+	if f.Host != "" {
+		return runRemote(ctx, f, shaping, argv, stdio)
+	}
 	listening := f.Tool != "" && DaemonListening(f.Socket)
 	viaDaemon := listening && len(shaping) == 0
 	var plan attach.Plan
@@ -63,7 +67,7 @@ func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) 
 	}
 	var r *result.Result
 	if viaDaemon {
-		r = runViaDaemon(ctx, f, argv, stdio)
+		r = runViaDaemon(ctx, client.New(f.Socket), f, argv, stdio)
 	} else {
 		rec, err := recordRun(ctx, fr.cfg, f.Tool, argv, f.Workdir)
 		if err != nil {
@@ -78,6 +82,29 @@ func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) 
 		}
 	}
 	return cli.Finish(ctx, r, f, stdio)
+}
+
+// runRemote is a run of a tool on a remote daemon or a cluster's front
+// (--host): always there, never here instead, and only as that daemon's
+// config builds the tool's sandbox.
+func runRemote(ctx context.Context, f *cli.RunFlags, shaping, argv []string, stdio cli.IO) error {
+	const cmd = "airlock run"
+	switch {
+	case f.Tool == "":
+		return cli.UsageError(stdio.Stderr, cmd, "--host (or $%s) runs a tool of the daemon there: name it with --tool (a run without a tool is made here, without --host)", envHost)
+	case len(shaping) > 0:
+		return cli.UsageError(stdio.Stderr, cmd, "%s %s how the sandbox is built, which the daemon at %s does from its own config: %s cannot go with --host",
+			strings.Join(shaping, ", "), plural(len(shaping), "changes", "change"), f.Host, plural(len(shaping), "it", "they"))
+	}
+	t := &target{socket: f.Socket, host: f.Host, tokenFile: f.TokenFile, given: func(name string) bool { return f.Set[name] }}
+	c, err := t.client(cmd, stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := f.Check(argv, stdio.Stderr); err != nil {
+		return err
+	}
+	return cli.Finish(ctx, runViaDaemon(ctx, c, f, argv, stdio), f, stdio)
 }
 
 // bindHere binds a plain run's gateway in this process, which links it.

@@ -16,13 +16,14 @@ import (
 	"github.com/airlockhq/airlock/result"
 )
 
-// daemonFlags parses the flags every daemon-client command shares.
-func daemonFlags(name string, stdio cli.IO) (*flag.FlagSet, *string, *bool) {
+// daemonFlags parses the flags every daemon-client command shares: where
+// the daemon is (see target) and --json.
+func daemonFlags(name string, stdio cli.IO) (*flag.FlagSet, *target, *bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
-	sock := fs.String("socket", api.DefaultSocket, "the daemon's socket")
+	t := targetFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	return fs, sock, asJSON
+	return fs, t, asJSON
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -56,7 +57,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm)", sub)
 	}
 	name := "airlock session " + sub
-	fs, sock, asJSON := daemonFlags(name, stdio)
+	fs, tgt, asJSON := daemonFlags(name, stdio)
 	var tool, idle, life *string
 	var tty *bool
 	if sub == "exec" {
@@ -76,7 +77,10 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	bad := func(format string, a ...any) error { return cli.UsageError(stdio.Stderr, name, format, a...) }
-	c := client.New(*sock)
+	c, err := tgt.client(name, stdio.Stderr)
+	if err != nil {
+		return err
+	}
 	pos := fs.Args()
 	switch sub {
 	case "create":
@@ -206,11 +210,15 @@ func poolCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] != "ls" {
 		return cli.UsageError(stdio.Stderr, "airlock pool", "the one subcommand is ls: airlock pool ls [--json] [--socket PATH]")
 	}
-	fs, sock, asJSON := daemonFlags("airlock pool ls", stdio)
+	fs, tgt, asJSON := daemonFlags("airlock pool ls", stdio)
 	if done, err := cli.ParseNoArgs(fs, args[1:], stdio); done {
 		return err
 	}
-	ps, err := client.New(*sock).Pools(ctx)
+	c, err := tgt.client("airlock pool ls", stdio.Stderr)
+	if err != nil {
+		return err
+	}
+	ps, err := c.Pools(ctx)
 	if err != nil {
 		return err
 	}

@@ -34,9 +34,9 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// runViaDaemon runs argv as a run of rf.Tool through the daemon, with the
-// same output, events and result as a run here.
-func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cli.IO) *result.Result {
+// runViaDaemon runs argv as a run of rf.Tool through the daemon c talks
+// to, with the same output, events and result as a run here.
+func runViaDaemon(ctx context.Context, c *client.Client, rf *cli.RunFlags, argv []string, stdio cli.IO) *result.Result {
 	req := api.RunRequest{Tool: rf.Tool, Argv: argv, Env: rf.Env}
 	if rf.Set["workdir"] {
 		req.Workdir = rf.Workdir
@@ -44,7 +44,7 @@ func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cl
 	if rf.TTY {
 		cli.SignalsCaught(ctx)
 		return onTerminal(stdio, func(t client.TTY) (*result.Result, error) {
-			return client.New(rf.Socket).RunTTY(ctx, req, t)
+			return c.RunTTY(ctx, req, t)
 		})
 	}
 	if f, ok := stdio.Stdin.(*os.File); stdio.Stdin != nil && (!ok || !isTerminal(f)) {
@@ -58,7 +58,6 @@ func runViaDaemon(ctx context.Context, rf *cli.RunFlags, argv []string, stdio cl
 		req.Stdin = string(b)
 	}
 	cli.SignalsCaught(ctx) // an interrupt ends the request, and the daemon the run
-	c := client.New(rf.Socket)
 	var r *result.Result
 	var err error
 	switch {
