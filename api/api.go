@@ -149,6 +149,9 @@ type Session struct {
 	ID        string `json:"id"`
 	Tool      string `json:"tool"`
 	SandboxID string `json:"sandbox_id"`
+	// Node is the cluster node it is on, in a front's lists; empty in a
+	// daemon's own.
+	Node string `json:"node,omitempty"`
 	// State is active or ended; EndReason says why it ended (deleted,
 	// idle timeout, max lifetime, limit: NAME, sandbox died, shutdown).
 	State     string `json:"state"`
@@ -236,6 +239,9 @@ type Activity struct {
 // its ceilings. DELETE /v1/runs/{id} ends it.
 type LiveRun struct {
 	ID string `json:"id"`
+	// Node is the cluster node it is on, in a front's lists; empty in a
+	// daemon's own.
+	Node string `json:"node,omitempty"`
 	// Kind is "run" (a run, an MCP tool call) or "server" (an MCP
 	// server's process of a gateway session).
 	Kind      string `json:"kind"`

@@ -500,7 +500,7 @@ func TestCluster(t *testing.T) {
 		if out, errs, code := cli("session", "exec", "--host", hb, id, "--", "sh", "-c", "echo other-front > f; cat f"); code != 0 || out != "other-front\n" {
 			t.Fatalf("session exec through the other front: exit %d %q %q", code, out, errs)
 		}
-		if out, errs, code := cli("ps", "--host", hb); code != 0 || !strings.Contains(out, id) {
+		if out, errs, code := cli("ps", "--host", hb); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "NODE") {
 			t.Fatalf("ps through a front: exit %d %q %q", code, out, errs)
 		}
 		if out, errs, code := cli("audit", "--host", hb, "--kind", "session.created", "--limit", "1000"); code != 0 || !strings.Contains(out, "node=node-") || !strings.Contains(out, "session="+id) {

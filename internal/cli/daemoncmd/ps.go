@@ -32,15 +32,29 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if *asJSON {
 		return printJSON(stdio.Stdout, a)
 	}
-	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tTOOL\tCLIENT\tAGE\tMEMORY\tPIDS\tCPU\tSANDBOX")
+	// Through a cluster's front each item has its node: a column then.
+	var nodes bool
 	for _, r := range a.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s\n", r.ID, r.Kind, r.Tool, r.Client,
-			age(r.AgeMillis), units.FormatSize(r.MemoryBytes), units.FormatSize(r.Limits.MemoryBytes), r.Pids, r.Limits.Pids,
-			(time.Duration(r.CPUMillis) * time.Millisecond).String(), r.SandboxID)
+		nodes = nodes || r.Node != ""
 	}
 	for _, s := range a.Sessions {
-		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s\n", s.ID, s.Tool, s.Created, s.Running, s.SandboxID)
+		nodes = nodes || s.Node != ""
+	}
+	node := func(n string) string {
+		if nodes {
+			return "\t" + n
+		}
+		return ""
+	}
+	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tTOOL\tCLIENT\tAGE\tMEMORY\tPIDS\tCPU\tSANDBOX"+node("NODE"))
+	for _, r := range a.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s%s\n", r.ID, r.Kind, r.Tool, r.Client,
+			age(r.AgeMillis), units.FormatSize(r.MemoryBytes), units.FormatSize(r.Limits.MemoryBytes), r.Pids, r.Limits.Pids,
+			(time.Duration(r.CPUMillis) * time.Millisecond).String(), r.SandboxID, node(r.Node))
+	}
+	for _, s := range a.Sessions {
+		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s%s\n", s.ID, s.Tool, s.Created, s.Running, s.SandboxID, node(s.Node))
 	}
 	return tw.Flush()
 }
