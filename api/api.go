@@ -233,6 +233,9 @@ type Activity struct {
 	Runs []LiveRun `json:"runs"`
 	// Sessions are the active sessions.
 	Sessions []Session `json:"sessions"`
+	// Unreached names the nodes a cluster's front could not ask: what
+	// they run is missing here.
+	Unreached []string `json:"unreached,omitempty"`
 }
 
 // LiveRun is one run or MCP server in flight, with its use so far and

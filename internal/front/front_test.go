@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -540,6 +541,11 @@ func TestCluster(t *testing.T) {
 		var ce *client.Error
 		if _, err := cb.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Code != api.CodeEnded || !strings.Contains(ce.Message, "node-a is gone") {
 			t.Errorf("exec on the dead node's session: %v", err)
+		}
+		// The other front has not found it dead yet: its list says
+		// whom it could not ask.
+		if a, err := ca.PS(ctx); err != nil || !slices.Contains(a.Unreached, "node-a") {
+			t.Errorf("ps through a front with a node just killed: %+v %v", a, err)
 		}
 		// Runs go on, none on node-a; those that found it dead first
 		// were placed elsewhere.

@@ -85,13 +85,13 @@ func (f *Front) mergedList(w http.ResponseWriter, r *http.Request) {
 func (f *Front) mergedPS(w http.ResponseWriter, r *http.Request) {
 	nodes, resps := f.fanOut(r)
 	out := struct {
-		Runs     []json.RawMessage `json:"runs"`
-		Sessions []json.RawMessage `json:"sessions"`
+		Runs      []json.RawMessage `json:"runs"`
+		Sessions  []json.RawMessage `json:"sessions"`
+		Unreached []string          `json:"unreached,omitempty"`
 	}{Runs: []json.RawMessage{}, Sessions: []json.RawMessage{}}
-	var unreached []string
 	for i, resp := range resps {
 		if resp == nil {
-			unreached = append(unreached, nodes[i].Name)
+			out.Unreached = append(out.Unreached, nodes[i].Name)
 			continue
 		}
 		var a struct {
@@ -109,7 +109,7 @@ func (f *Front) mergedPS(w http.ResponseWriter, r *http.Request) {
 			out.Sessions = append(out.Sessions, withNode(it, nodes[i].Name))
 		}
 	}
-	writeMerged(w, out, unreached)
+	writeMerged(w, out, out.Unreached)
 }
 
 func writeMerged(w http.ResponseWriter, v any, unreached []string) {

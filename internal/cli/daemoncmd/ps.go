@@ -29,6 +29,9 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if err != nil {
 		return err
 	}
+	if len(a.Unreached) > 0 {
+		fmt.Fprintf(stdio.Stderr, "airlock ps: nodes not reached, so not listed: %s\n", strings.Join(a.Unreached, ", "))
+	}
 	if *asJSON {
 		return printJSON(stdio.Stdout, a)
 	}
