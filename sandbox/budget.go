@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
@@ -17,6 +18,30 @@ type Budget struct {
 	Sandboxes int
 	Memory    int64
 	Pids      int64
+}
+
+// ParentCeiling is what the cgroups above a cgroup parent hold all of its
+// sandboxes to, together with everything else below them: the lowest
+// memory and pids limits of those groups, and where each is set (a
+// container's own group, a systemd service's MemoryMax= or TasksMax=).
+// Zero is no limit. A budget over it would promise sandboxes what the
+// kernel takes back by OOM-killing or refusing forks anywhere below that
+// group, the daemon included.
+type ParentCeiling struct {
+	Memory   int64
+	MemoryAt string
+	Pids     int64
+	PidsAt   string
+}
+
+// ReadParentCeiling reads the ceiling above cgroupParent (Options'
+// CgroupParent, default DefaultCgroupParent). It creates nothing.
+func ReadParentCeiling(cgroupParent string) (ParentCeiling, error) {
+	if cgroupParent == "" {
+		cgroupParent = DefaultCgroupParent
+	}
+	c, err := cgroup.AncestorCeiling(cgroupParent)
+	return ParentCeiling{Memory: c.MemoryBytes, MemoryAt: c.MemoryAt, Pids: c.Pids, PidsAt: c.PidsAt}, err
 }
 
 // Usage is what the live sandboxes reserve now.

@@ -120,12 +120,16 @@ func (rt *Runtime) observe(ev Lifecycle) {
 	}
 }
 
+// DefaultCgroupParent is the cgroup parent of sandboxes unless Options
+// names another.
+const DefaultCgroupParent = "/airlock"
+
 func (o *Options) defaults() {
 	if o.StateDir == "" {
 		o.StateDir = "/run/airlock"
 	}
 	if o.CgroupParent == "" {
-		o.CgroupParent = "/airlock"
+		o.CgroupParent = DefaultCgroupParent
 	}
 	if o.IDLockDir == "" {
 		o.IDLockDir = "/run/airlock/ids"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -127,8 +128,12 @@ func (d *Daemon) evictFor(tool string) bool {
 // defaults from the host: memory ceilings may add up to 80% of the host's
 // memory (the rest is the host's own, the daemon's and the page cache's),
 // pids ceilings to half the host's pid space (every sandbox's tasks take
-// host pids), and 1,024 sandboxes.
-func budget(c config.Capacity) (sandbox.Budget, error) {
+// host pids), and 1,024 sandboxes. Where the cgroups above the sandboxes
+// hold them to less (ceil: a container's limits, a service's MemoryMax=
+// and TasksMax=), the defaults are shares of that instead (80% of the
+// memory, three quarters of the pids: the rest is the daemon's), and a
+// configured capacity over it is an error.
+func budget(c config.Capacity, ceil sandbox.ParentCeiling) (sandbox.Budget, error) {
 	b := sandbox.Budget{Sandboxes: c.Sandboxes, Memory: c.Memory, Pids: c.Pids}
 	if b.Sandboxes == 0 {
 		b.Sandboxes = 1024
@@ -138,11 +143,17 @@ func budget(c config.Capacity) (sandbox.Budget, error) {
 		if err != nil {
 			return b, err
 		}
+		if ceil.Memory > 0 {
+			total = min(total, ceil.Memory)
+		}
 		share := int64(c.MemoryShare)
 		if share == 0 {
 			share = 80
 		}
 		b.Memory = total / 100 * share
+	} else if ceil.Memory > 0 && b.Memory > ceil.Memory {
+		return b, fmt.Errorf("memory %s is over the memory limit of %s of cgroup %s, which holds every sandbox: the kernel would take it back by OOM-killing below that group, the daemon included",
+			units.FormatSize(b.Memory), units.FormatSize(ceil.Memory), ceil.MemoryAt)
 	}
 	if b.Pids == 0 {
 		pidMax, err := readInt("/proc/sys/kernel/pid_max")
@@ -150,6 +161,11 @@ func budget(c config.Capacity) (sandbox.Budget, error) {
 			return b, err
 		}
 		b.Pids = pidMax / 2
+		if ceil.Pids > 0 {
+			b.Pids = min(b.Pids, max(ceil.Pids*3/4, 1))
+		}
+	} else if ceil.Pids > 0 && b.Pids > ceil.Pids {
+		return b, fmt.Errorf("pids %d is over the pids limit of %d of cgroup %s, which holds every sandbox", b.Pids, ceil.Pids, ceil.PidsAt)
 	}
 	return b, nil
 }

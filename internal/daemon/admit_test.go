@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
@@ -253,5 +255,74 @@ mcp_servers:
 	}
 	if u := d.rt.Usage(); u.Sandboxes != 2 {
 		t.Fatalf("%d sandboxes live for 2 MCP sessions", u.Sandboxes)
+	}
+}
+
+// TestCapacityUnderParentCeiling: the cgroups above the sandboxes (a
+// container's own group, a service's MemoryMax=) hold them to less than
+// the host has. The default budget is a share of that, and a configured
+// capacity over it is refused at start, naming the group.
+func TestCapacityUnderParentCeiling(t *testing.T) {
+	testutil.RequireRoot(t)
+	slice := testCgroup + "-ceiling"
+	t.Cleanup(func() { removeCgroupDirs(t, slice) })
+	top, err := cgroup.Open(slice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := top.SetCeiling(512<<20, 400); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(capacity string) Options {
+		cfg, err := config.Parse("a.yaml", []byte(capacity+"tools:\n  sh: {limits: {memory: 64MiB}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "a.sock"), AuditPath: testAudit(t),
+			Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: slice + "/sandboxes", InitPath: testutil.InitPath(t)}}
+	}
+	_, err = New(t.Context(), opts("server: {capacity: {memory: 1GiB}}\n"))
+	if err == nil || !contains(err.Error(), "server.capacity", "1GiB", "512MiB", "cgroup "+slice) {
+		t.Fatalf("a capacity over the group's limit: %v", err)
+	}
+	_, err = New(t.Context(), opts("server: {capacity: {pids: 1000}}\n"))
+	if err == nil || !contains(err.Error(), "server.capacity", "pids 1000", "400", "cgroup "+slice) {
+		t.Fatalf("pids over the group's limit: %v", err)
+	}
+	d, err := New(t.Context(), opts(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if b := d.opts.Sandbox.Budget; b.Memory != (512<<20)/100*80 || b.Pids != 300 {
+		t.Fatalf("budget under a 512MiB, 400-pids group: %+v", b)
+	}
+}
+
+// removeCgroupDirs removes an emptied cgroup tree in every hierarchy.
+func removeCgroupDirs(t *testing.T, p string) {
+	roots := []string{"/sys/fs/cgroup"}
+	if ents, err := os.ReadDir("/sys/fs/cgroup/memory"); err == nil && len(ents) > 0 {
+		roots, _ = filepath.Glob("/sys/fs/cgroup/*")
+	}
+	for _, r := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(r, p), func(path string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
 	}
 }

@@ -253,7 +253,15 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	opts.Sandbox.Observe = d.observe
 	if opts.Sandbox.Budget == (sandbox.Budget{}) {
-		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity); err != nil {
+		ceil, err := sandbox.ReadParentCeiling(opts.Sandbox.CgroupParent)
+		if err != nil {
+			return nil, fmt.Errorf("server.capacity: %w", err)
+		}
+		if ceil.Memory > 0 || ceil.Pids > 0 {
+			opts.Logger.Info("the cgroups above the sandboxes have limits of their own; the capacity stays under them",
+				"memory_bytes", ceil.Memory, "memory_at", ceil.MemoryAt, "pids", ceil.Pids, "pids_at", ceil.PidsAt)
+		}
+		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity, ceil); err != nil {
 			return nil, fmt.Errorf("server.capacity: %w", err)
 		}
 	}

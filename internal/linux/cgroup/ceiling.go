@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // SetCeiling bounds the parent group itself, so that the kernel holds
@@ -67,4 +68,85 @@ func (p *Parent) SetCeiling(memory, pids int64) error {
 		write(dir(ctrlPids), "pids.max", pids)
 	}
 	return errors.Join(errs...)
+}
+
+// Ceiling is what the groups above a parent hold every sandbox below it
+// to, whatever the parent's own ceiling says: the lowest memory limit and
+// the lowest pids limit set on any of them (in a container, on the
+// container's own group at the root of its cgroup namespace; under a
+// systemd service, its MemoryMax= and TasksMax=). Zero means no limit.
+type Ceiling struct {
+	MemoryBytes int64
+	// MemoryAt is the group whose memory limit it is.
+	MemoryAt string
+	Pids     int64
+	PidsAt   string
+}
+
+// unlimitedV1 is the smallest value v1 reports for "no memory limit"
+// (LONG_MAX rounded down to a page, 9223372036854771712 with 4 KiB pages).
+const unlimitedV1 = 1 << 62
+
+// AncestorCeiling reads the limits of the groups above parent (an
+// absolute cgroup path, as Open takes it), up to the root of the
+// hierarchy as this process sees it. Groups that do not exist yet, and
+// limits a group has no file for, do not bound anything. It creates
+// nothing.
+func AncestorCeiling(parent string) (Ceiling, error) {
+	parent, err := cleanParent(parent)
+	if err != nil {
+		return Ceiling{}, err
+	}
+	v, err := Detect()
+	if err != nil {
+		return Ceiling{}, err
+	}
+	memDir, pidsDir := unifiedRoot, unifiedRoot
+	memFile, pidsFile := "memory.max", "pids.max"
+	if v == V1 {
+		mounts, err := readMountInfo()
+		if err != nil {
+			return Ceiling{}, fmt.Errorf("cgroup: %w", err)
+		}
+		l, err := discoverV1(mounts)
+		if err != nil {
+			return Ceiling{}, err
+		}
+		memDir, pidsDir = l.hier[l.idx[ctrlMemory]].point, l.hier[l.idx[ctrlPids]].point
+		memFile = "memory.limit_in_bytes"
+	}
+	var c Ceiling
+	var buf [64]byte
+	limit := func(dir, group, file string) (int64, bool, error) {
+		b, err := readFile(filepath.Join(dir, group, file), buf[:])
+		if err != nil {
+			if isNotExist(err) {
+				return 0, false, nil
+			}
+			return 0, false, fmt.Errorf("cgroup: %s of %s: %w", file, group, err)
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return 0, false, fmt.Errorf("cgroup: %s of %s: %q is not a limit", file, group, s)
+		}
+		return n, n < unlimitedV1, nil
+	}
+	for g := parent; g != "/"; {
+		g = filepath.Dir(g)
+		if n, ok, err := limit(memDir, g, memFile); err != nil {
+			return c, err
+		} else if ok && (c.MemoryBytes == 0 || n < c.MemoryBytes) {
+			c.MemoryBytes, c.MemoryAt = n, g
+		}
+		if n, ok, err := limit(pidsDir, g, pidsFile); err != nil {
+			return c, err
+		} else if ok && (c.Pids == 0 || n < c.Pids) {
+			c.Pids, c.PidsAt = n, g
+		}
+	}
+	return c, nil
 }
