@@ -51,6 +51,10 @@ type Config struct {
 	Services []*brokerspec.Service
 	// Secrets holds every secret the services name.
 	Secrets map[string]Secret
+	// Rates, when set, holds the operations' rate limiters, shared with
+	// the brokers of the tool's other sandboxes; nil gives this broker
+	// limiters of its own.
+	Rates *Rates
 	// OnEvent receives every call. Nil discards events.
 	OnEvent func(result.BrokerEvent)
 	// Dialer makes the upstream connections; nil is a default one.
@@ -153,7 +157,7 @@ func (b *Broker) newService(sc *brokerspec.Service) (*service, error) {
 	}
 	s := &service{cfg: sc, secret: sec}
 	for i := range sc.Operations {
-		s.ops = append(s.ops, newOperation(&sc.Operations[i]))
+		s.ops = append(s.ops, newOperation(sc.Name, &sc.Operations[i], b.cfg.Rates))
 	}
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: sc.Upstream.Hostname()}
 	if sc.CA != "" {

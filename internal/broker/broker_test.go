@@ -143,6 +143,32 @@ func TestRate(t *testing.T) {
 	}
 }
 
+// TestRateSharedAcrossSandboxes: the brokers of one tool's sandboxes
+// share their operations' limiters, so more sandboxes make no more calls
+// on the credential; a broker with limiters of its own is not held by
+// theirs.
+func TestRateSharedAcrossSandboxes(t *testing.T) {
+	u := newUpstream(t, false)
+	rates := NewRates()
+	a, b := attachWith(t, svcYAML(u, ""), rates), attachWith(t, svcYAML(u, ""), rates)
+	var codes []int
+	for _, f := range []*fixture{a, b, a, b, b} {
+		resp, _ := f.raw(t, "GET /gh/limited HTTP/1.1\r\nHost: b\r\n\r\n")
+		codes = append(codes, resp.StatusCode)
+	}
+	if want := []int{200, 200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("calls through two sandboxes sharing a rate of 3: %v, want %v", codes, want)
+	}
+	// Another operation of the same service has its own limiter.
+	if resp, _ := b.raw(t, "GET /gh/ranged HTTP/1.1\r\nHost: b\r\n\r\n"); resp.StatusCode == 429 {
+		t.Fatalf("another operation was held by this one's rate")
+	}
+	c := attach(t, svcYAML(u, ""))
+	if resp, _ := c.raw(t, "GET /gh/limited HTTP/1.1\r\nHost: b\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("a broker with limiters of its own: %d", resp.StatusCode)
+	}
+}
+
 func TestRedirectNotFollowed(t *testing.T) {
 	u := newUpstream(t, false)
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -161,6 +161,12 @@ func (f *fixture) lastEvent(t *testing.T, n int) result.BrokerEvent {
 // services of tool "t".
 func attach(t *testing.T, yaml string) *fixture {
 	t.Helper()
+	return attachWith(t, yaml, nil)
+}
+
+// attachWith is attach with the operations' limiters taken from rates.
+func attachWith(t *testing.T, yaml string, rates *Rates) *fixture {
+	t.Helper()
 	isolatednet.Require(t)
 	t.Setenv("TEST_BROKER_SECRET", secret)
 	cfg, err := config.Parse("airlock.yaml", []byte(yaml))
@@ -190,7 +196,7 @@ func attach(t *testing.T, yaml string) *fixture {
 	t.Cleanup(func() { ns.Close() })
 	f := &fixture{ns: ns}
 	b, err := Attach(t.Context(), ns, Config{
-		Tool: "t", SandboxID: "sb1", Services: svcs, Secrets: secrets,
+		Tool: "t", SandboxID: "sb1", Services: svcs, Secrets: secrets, Rates: rates,
 		OnEvent: func(ev result.BrokerEvent) {
 			f.mu.Lock()
 			f.evs = append(f.evs, ev)

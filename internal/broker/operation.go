@@ -19,8 +19,47 @@ type operation struct {
 	limiter *limiter
 }
 
-func newOperation(cfg *brokerspec.Operation) *operation {
-	return &operation{cfg: cfg, limiter: newLimiter(cfg.Rate)}
+// newOperation prepares an operation of service, its limiter taken from
+// rates (shared with other brokers) or, without, its own.
+func newOperation(service string, cfg *brokerspec.Operation, rates *Rates) *operation {
+	o := &operation{cfg: cfg}
+	if rates != nil {
+		o.limiter = rates.limiter(service, o.name(), cfg.Rate)
+	} else {
+		o.limiter = newLimiter(cfg.Rate)
+	}
+	return o
+}
+
+// Rates holds operations' rate limiters for the brokers of many
+// sandboxes, so that an operation's rate bounds the calls of all of them
+// together: an agent that opens more sandboxes gets no more calls made
+// with the credential. Give the brokers of one tool one Rates (a tool's
+// services may set their own rates). It is safe for concurrent use.
+type Rates struct {
+	mu sync.Mutex // guards m
+	m  map[rateKey]*limiter
+}
+
+type rateKey struct {
+	service, op string
+	perMinute   int
+}
+
+// NewRates returns an empty Rates.
+func NewRates() *Rates { return &Rates{m: map[rateKey]*limiter{}} }
+
+// limiter returns the shared limiter of an operation, made on first use.
+func (r *Rates) limiter(service, op string, perMinute int) *limiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := rateKey{service, op, perMinute}
+	l, ok := r.m[k]
+	if !ok {
+		l = newLimiter(perMinute)
+		r.m[k] = l
+	}
+	return l
 }
 
 // name is the operation as configured, for events and refusals.

@@ -163,3 +163,43 @@ func killGroup(t *testing.T, id string) {
 		}
 	}
 }
+
+// TestBrokerRateAcrossSandboxes: a service's rate bounds the calls of all
+// the tool's sandboxes on the node together: five runs, each in a fresh
+// sandbox, each calling once, get three answers and two refusals.
+func TestBrokerRateAcrossSandboxes(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		fmt.Fprint(w, "ok")
+	}))
+	defer up.Close()
+	t.Setenv("RATE_TEST_SECRET", "rate-test-secret-value")
+	_, sock := serveConfig(t, fmt.Sprintf(`
+tools:
+  brokered:
+    pool: {warm: 2}
+    services: [api]
+services:
+  api:
+    upstream: %s
+    private: true
+    credential: {secret: k}
+    rate: 3
+    operations: [GET /status]
+secrets:
+  k: {env: RATE_TEST_SECRET}
+`, up.URL), nil)
+	c := client.New(sock)
+	var codes []string
+	for range 5 {
+		r, err := c.Run(t.Context(), api.RunRequest{Tool: "brokered", Argv: []string{"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.3/api/status"}})
+		if err != nil || r.Outcome != result.Exited {
+			t.Fatalf("run: %+v %v", r, err)
+		}
+		codes = append(codes, string(r.Stdout))
+	}
+	if got := strings.Join(codes, " "); got != "200 200 200 429 429" || calls.Load() != 3 {
+		t.Fatalf("five sandboxes calling once each under a rate of 3: %s, %d calls upstream", got, calls.Load())
+	}
+}

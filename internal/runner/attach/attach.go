@@ -35,6 +35,10 @@ type Policy struct {
 	// they name; none means no broker.
 	Services []*brokerspec.Service
 	Secrets  map[string]*config.Secret
+	// Rates are the services' rate limiters, shared by every sandbox
+	// bound with this policy (or a copy of it): a tool's rate bounds all
+	// its sandboxes on this node together.
+	Rates *broker.Rates
 	// OnEgress and OnBroker, if set, get every decision made while the
 	// policy is bound, whether or not an exec is running (the audit
 	// log); unlike a result's lists they are never capped.
@@ -99,6 +103,7 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 			SandboxID: sb.ID(),
 			Services:  p.Services,
 			Secrets:   brokerSecrets(p.Services, p.Secrets),
+			Rates:     p.Rates,
 			OnEvent:   b.Broker,
 		})
 		var env []string

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/airlockhq/airlock/internal/broker"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/image"
@@ -84,6 +85,9 @@ func For(c *config.Config, t *config.Tool, o Overrides) (Plan, error) {
 		}
 		p.Policy.Services = append(p.Policy.Services, s)
 		p.Policy.Secrets = c.Secrets
+	}
+	if len(p.Policy.Services) > 0 {
+		p.Policy.Rates = broker.NewRates()
 	}
 	return p, nil
 }
