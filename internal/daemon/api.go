@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -185,7 +187,10 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		ev = j.tty.events
 		j.started = func() error { return j.tty.upgrade(w) }
 	case stream:
-		ev = responseEvents(w)
+		ev = responseEvents(w, d.opts.StallTimeout)
+		var end func()
+		ctx, end = ev.context(r)
+		defer end()
 		j.onEvent = ev.write
 		j.started = func() error {
 			w.Header().Set("Content-Type", api.NDJSON)
@@ -406,17 +411,61 @@ func resultEvent(r *result.Result) result.Event {
 }
 
 // eventWriter writes NDJSON events, one line each, flushed as they come.
+// A caller that stops taking them holds nothing: a write that makes no
+// progress for stallTimeout ends the stream (later events are dropped)
+// and tells ended, which ends the command. The output pumps that call
+// write must not block for long (sandbox.ExecRequest.OnEvent): blocked,
+// they would keep the command's sandbox past its limits, for as long as
+// the caller kept the connection open.
 type eventWriter struct {
 	// mu is held across each write to w and flush: events come from the
 	// output pumps, the monitor and the gateway at once.
 	mu    sync.Mutex
 	w     io.Writer
 	flush func() error
+	// deadline sets the connection's write deadline (nil: none);
+	// stall is how long one write may take.
+	deadline func(time.Time) error
+	stall    time.Duration
+	// ended, when set, is told why the stream broke, once.
+	ended func(error)
+	dead  bool
 }
 
-// responseEvents writes events as the answer w.
-func responseEvents(w http.ResponseWriter) *eventWriter {
-	return &eventWriter{w: w, flush: http.NewResponseController(w).Flush}
+// Why a command whose events went to its caller was ended from outside.
+var (
+	errStalled    = errors.New("the caller stopped reading the command's events")
+	errCallerGone = errors.New("the caller went away")
+)
+
+// responseEvents writes events as the answer w, each write bounded by
+// stall.
+func responseEvents(w http.ResponseWriter, stall time.Duration) *eventWriter {
+	rc := http.NewResponseController(w)
+	return &eventWriter{w: w, flush: rc.Flush, deadline: rc.SetWriteDeadline, stall: stall}
+}
+
+// context returns the context of a command whose events e writes as r's
+// answer: it ends when the caller goes away or stops reading, with that
+// as its cause. end, deferred, lifts the stream's write deadline and
+// releases the context.
+func (e *eventWriter) context(r *http.Request) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	e.mu.Lock()
+	e.ended = cancel
+	e.mu.Unlock()
+	// A write that fails cancels r's context itself, before it returns;
+	// the writer says why under e.mu first, so the cause is its.
+	stop := context.AfterFunc(r.Context(), func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		cancel(errCallerGone)
+	})
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		e.done()
+	}
 }
 
 func (e *eventWriter) write(ev result.Event) {
@@ -426,11 +475,36 @@ func (e *eventWriter) write(ev result.Event) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.w == nil {
-		return // a terminal's stream before it switched: nothing runs yet
+	if e.w == nil || e.dead {
+		return // a terminal's stream before it switched, or a broken one
 	}
-	if _, err := e.w.Write(append(b, '\n')); err == nil {
-		_ = e.flush()
+	if e.deadline != nil && e.stall > 0 {
+		_ = e.deadline(time.Now().Add(e.stall))
+	}
+	_, err = e.w.Write(append(b, '\n'))
+	if err == nil {
+		err = e.flush()
+	}
+	if err != nil {
+		e.dead = true
+		if e.ended != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("%w for %v", errStalled, e.stall)
+			} else {
+				err = fmt.Errorf("the caller's connection broke: %w", err)
+			}
+			e.ended(err)
+		}
+	}
+}
+
+// done lifts the write deadline once the stream is over: the connection
+// may carry the caller's next request.
+func (e *eventWriter) done() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.deadline != nil && !e.dead {
+		_ = e.deadline(time.Time{})
 	}
 }
 

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/airlockhq/airlock/internal/testutil"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"

@@ -66,6 +66,11 @@ type Options struct {
 	IdleTimeout time.Duration
 	// MaxConns bounds the TCP listener's open connections; 0 means 512.
 	MaxConns int
+	// StallTimeout bounds one write of a command's event stream (NDJSON,
+	// a terminal's, an E2B process stream): a caller that takes nothing
+	// for this long has stopped reading, and a command whose events it
+	// was given ends; 0 means 30s.
+	StallTimeout time.Duration
 }
 
 // Daemon serves the API. Create it with New and run it with Serve.
@@ -199,6 +204,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = defaultMaxConns
+	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = defaultStallTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -247,7 +247,7 @@ const keepaliveEvery = 50 * time.Second
 // with its end. The client going away does not end the command; the
 // Connect-Timeout-Ms header is its lifetime (a SIGKILL when it runs out).
 func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)
@@ -365,7 +365,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 // e2bProcConnect is process.Process/Connect: a stream of a running command's
 // output from now on (not what it wrote before), and its end.
 func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)
@@ -429,6 +429,10 @@ func endEvent(r *result.Result) *e2b.EndEvent {
 type e2bStream struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// stall bounds each write: a client that takes nothing for this long
+	// has stopped reading, and the stream is dropped (so that a process's
+	// output, which every stream attached to it gets, never waits on it).
+	stall time.Duration
 
 	mu      sync.Mutex // guards started and gone, and orders the writes
 	started bool
@@ -450,15 +454,21 @@ func (s *e2bStream) write(flags byte, v any, flush bool) {
 	if s.gone {
 		return
 	}
+	if s.stall > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	}
 	if _, err := s.w.Write(e2b.AppendEnvelope(nil, flags, b)); err != nil {
 		s.gone = true
 		return
 	}
 	if flush && s.rc.Flush() != nil {
 		s.gone = true
+		return
 	}
 	if flags&e2b.FlagEndStream != 0 {
-		// The handler returns next: nothing touches w after this.
+		// The handler returns next: nothing touches w after this. The
+		// connection may carry the client's next request.
+		_ = s.rc.SetWriteDeadline(time.Time{})
 		s.gone = true
 	}
 }

@@ -38,7 +38,7 @@ type watchRequest struct {
 // relative to it), until the client goes away, its Connect-Timeout-Ms
 // passes, the directory is removed or the sandbox ends.
 func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w)}
+	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)

@@ -22,6 +22,9 @@ const (
 	defaultIdleTimeout = 30 * time.Second
 	// defaultMaxConns bounds the TCP listener's open connections.
 	defaultMaxConns = 512
+	// defaultStallTimeout bounds one write of an event stream: a caller
+	// that takes nothing for this long has stopped reading.
+	defaultStallTimeout = 30 * time.Second
 	// maxHeaderBytes bounds a request's header block on both listeners.
 	maxHeaderBytes = 64 << 10
 	// refusalWindow is the interval refusals are summed over: a client's

@@ -382,10 +382,12 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	}
 	// The status goes out with the first event, after the run is
 	// recorded: a refusal is still an error answer.
-	ev := responseEvents(w)
+	ev := responseEvents(w, d.opts.StallTimeout)
+	ctx, end := ev.context(r)
+	defer end()
 	x.OnEvent = ev.write
 	w.Header().Set("Content-Type", api.NDJSON)
-	res, err := d.exec(r.Context(), s, clientOf(r), x)
+	res, err := d.exec(ctx, s, clientOf(r), x)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeErr(w, err)

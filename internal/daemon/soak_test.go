@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"

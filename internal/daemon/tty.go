@@ -76,7 +76,7 @@ func (d *Daemon) newTTY(ctx context.Context, size *api.TTYSize) (*ttyStream, con
 	stop := context.AfterFunc(d.ttyEnd, func() { end(errTTYShutdown) })
 	pr, pw := io.Pipe()
 	t := &ttyStream{size: sandbox.WinSize{Rows: size.Rows, Cols: size.Cols}, stdin: pr, stdinW: pw,
-		resize: make(chan sandbox.WinSize, 1), events: &eventWriter{}, end: end}
+		resize: make(chan sandbox.WinSize, 1), events: &eventWriter{stall: d.opts.StallTimeout, ended: end}, end: end}
 	return t, cctx, func() {
 		stop()
 		end(nil)
@@ -107,7 +107,9 @@ func (t *ttyStream) upgrade(w http.ResponseWriter) error {
 	// long as the command.
 	_ = conn.SetDeadline(time.Time{})
 	t.conn = conn
-	t.events.w, t.events.flush = brw.Writer, brw.Writer.Flush
+	t.events.mu.Lock()
+	t.events.w, t.events.flush, t.events.deadline = brw.Writer, brw.Writer.Flush, conn.SetWriteDeadline
+	t.events.mu.Unlock()
 	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.TTYUpgrade + "\r\n\r\n"); err != nil {
 		return err
 	}
