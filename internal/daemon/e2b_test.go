@@ -47,6 +47,12 @@ const e2bKey = "e2b-key-0123456789abcdef"
 // returns its base URL.
 func serveE2B(t *testing.T, extra string) string {
 	t.Helper()
+	return serveE2BWith(t, extra, nil)
+}
+
+// serveE2BWith is serveE2B with the daemon's options adjusted.
+func serveE2BWith(t *testing.T, extra string, adjust func(*Options)) string {
+	t.Helper()
 	t.Setenv("TEST_E2B_KEY", e2bKey)
 	t.Setenv("TEST_OTHER_KEY", "other-0123456789abcdef")
 	addr := freePort(t)
@@ -62,7 +68,7 @@ secrets:
 tools:
   sh: {}
   small: {limits: {memory: 64MiB}}
-`+extra, nil)
+`+extra, adjust)
 	return "http://" + addr
 }
 

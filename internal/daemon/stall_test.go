@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/e2b"
 )
 
 // TestStalledReaderDoesNotHoldTheCommand: a caller that asks for a
@@ -82,5 +87,108 @@ func TestStalledReaderDoesNotHoldTheCommand(t *testing.T) {
 	// As when its caller goes away, the session ends with its exec.
 	if got, err := c.Session(t.Context(), s.ID); err != nil || got.State != "ended" {
 		t.Fatalf("the session after its exec's caller stalled: %+v %v", got, err)
+	}
+}
+
+// TestE2BStalledStreamIsDropped: a process's output goes to every stream
+// attached to it; one whose client stops reading, connection open, is
+// dropped after the stall timeout, so the process and the other streams
+// go on. Before, its blocked write held the process's output for all.
+func TestE2BStalledStreamIsDropped(t *testing.T) {
+	base := serveE2BWith(t, "", func(o *Options) { o.StallTimeout = time.Second })
+	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
+	req.Header.Set("X-API-KEY", e2bKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb e2b.Sandbox
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	stream := func(method, body string) []byte {
+		msg := e2b.AppendEnvelope(nil, 0, []byte(body))
+		return []byte(fmt.Sprintf("POST /process.Process/%s HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nContent-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n%s",
+			method, strings.TrimPrefix(base, "http://"), sb.SandboxID, sb.EnvdAccessToken, len(msg), msg))
+	}
+	// The stalled client starts a process with plenty of output, tagged,
+	// and reads nothing.
+	addr := strings.TrimPrefix(base, "http://")
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := stalled.Write(stream("Start", `{"process":{"cmd":"sh","args":["-c","yes | head -c 8000000; echo finished"]}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Another client finds it and reads it to the end.
+	pid := func() uint32 {
+		req, _ := http.NewRequest("POST", base+"/process.Process/List", strings.NewReader(`{}`))
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var l struct{ Processes []e2b.ProcessInfo }
+		_ = json.NewDecoder(resp.Body).Decode(&l)
+		for _, p := range l.Processes {
+			if p.Config.Cmd == "sh" {
+				return p.PID
+			}
+		}
+		return 0
+	}
+	var reader net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		p := pid()
+		if p == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the stalled client's process is not listed")
+			}
+			continue
+		}
+		if reader, err = net.Dial("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reader.Write(stream("Connect", fmt.Sprintf(`{"process":{"pid":%d}}`, p))); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(reader)
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(r.Body)
+			t.Fatalf("connect: %s %s", r.Status, b)
+		}
+		_, first, err := e2b.ReadEnvelope(r.Body, e2b.MaxMessage)
+		if err == nil && !strings.Contains(string(first), `"error"`) {
+			defer reader.Close()
+			var total int
+			ended := false
+			reader.SetReadDeadline(time.Now().Add(60 * time.Second))
+			for !ended {
+				flags, msg, err := e2b.ReadEnvelope(r.Body, e2b.MaxMessage)
+				if err != nil {
+					t.Fatalf("the reading stream broke after %d bytes of messages: %v", total, err)
+				}
+				total += len(msg)
+				ended = flags&e2b.FlagEndStream != 0 || strings.Contains(string(msg), `"end"`)
+			}
+			if total < 1<<20 {
+				t.Fatalf("the reading stream saw %d bytes before the end", total)
+			}
+			return
+		}
+		reader.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no process to connect to: %s %v", first, err)
+		}
 	}
 }
