@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -190,5 +191,63 @@ func TestE2BStalledStreamIsDropped(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no process to connect to: %s %v", first, err)
 		}
+	}
+}
+
+// TestMCPStalledProgressDoesNotHoldTheCall: a tool call that asks for
+// progress, from a client that then reads nothing, connection open, does
+// not hold the run: notifications that cannot go out are dropped, and the
+// run ends by its own limits. Before, the output pump blocked in the
+// notification's write, past the run's time limit.
+func TestMCPStalledProgressDoesNotHoldTheCall(t *testing.T) {
+	_, sock := serveConfig(t, "tools:\n  loud:\n    command: [sh, -c, \"yes\"]\n    limits: {time: 3s}\n", nil)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	init := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stall","version":"1"}}}`)
+	session := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != 200 || session == "" {
+		t.Fatalf("initialize: %s, session %q", init.Status, session)
+	}
+	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"loud","arguments":{},"_meta":{"progressToken":"p"}}}`
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+	// Nothing is read from conn from here on.
+	c := client.New(sock)
+	began, seen := time.Now(), false
+	for {
+		a, err := c.PS(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Runs) > 0 {
+			seen = true
+		} else if seen {
+			break
+		}
+		if time.Since(began) > 20*time.Second {
+			t.Fatalf("a tool call whose client stopped reading its progress is still in flight after %v (seen: %v), with a 3 s limit", time.Since(began).Round(time.Second), seen)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

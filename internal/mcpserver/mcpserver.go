@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -170,7 +171,9 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 			j.Stdin = &call.Stdin
 		}
 		if tok := req.Params.GetProgressToken(); tok != nil {
-			j.OnEvent = progress(ctx, req.Session, tok)
+			var stop func()
+			j.OnEvent, stop = progress(ctx, req.Session, tok)
+			defer stop()
 		}
 		ran := func(res *result.Result) CallRecord {
 			r := rec
@@ -203,10 +206,30 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 	}
 }
 
-// progress returns an event handler that reports output as progress.
-func progress(ctx context.Context, ss *mcp.ServerSession, tok any) func(result.Event) {
+// progressQueue bounds the progress notifications waiting to go out; past
+// it they are dropped (each says how much output there is so far, so a
+// later one makes up for a lost one).
+const progressQueue = 16
+
+// progress returns an event handler that reports output as progress, and
+// a stop for when the run is over. The handler never blocks: the run's
+// output pumps call it, and a client that stops reading its notifications
+// must not hold the run (sandbox.ExecRequest.OnEvent). The notifications
+// go out on a goroutine of their own, in order; those that find the queue
+// full are dropped.
+func progress(ctx context.Context, ss *mcp.ServerSession, tok any) (func(result.Event), func()) {
+	q := make(chan *mcp.ProgressNotificationParams, progressQueue)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for p := range q {
+			_ = ss.NotifyProgress(ctx, p)
+		}
+	}()
+	var mu sync.Mutex // guards sent and closed: the two output pumps call in at once
 	var sent float64
-	return func(ev result.Event) {
+	closed := false
+	on := func(ev result.Event) {
 		if ev.Type != result.EventStdout && ev.Type != result.EventStderr {
 			return
 		}
@@ -214,14 +237,42 @@ func progress(ctx context.Context, ss *mcp.ServerSession, tok any) func(result.E
 		if len(data) > progressChunk {
 			data = data[:progressChunk]
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		sent += float64(len(ev.Data))
-		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+		if closed {
+			return
+		}
+		select {
+		case q <- &mcp.ProgressNotificationParams{
 			ProgressToken: tok,
 			Progress:      sent,
 			Message:       ev.Type + ": " + strings.ToValidUTF8(string(data), "\uFFFD"),
-		})
+		}:
+		default:
+		}
 	}
+	stop := func() {
+		mu.Lock()
+		if !closed {
+			closed = true
+			close(q)
+		}
+		mu.Unlock()
+		// Those queued go out before the call's answer, unless the
+		// client stopped reading: then the answer does not wait.
+		select {
+		case <-done:
+		case <-ctx.Done():
+		case <-time.After(progressFlush):
+		}
+	}
+	return on, stop
 }
+
+// progressFlush bounds how long a call's answer waits for its queued
+// progress notifications.
+const progressFlush = 2 * time.Second
 
 func toolError(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
