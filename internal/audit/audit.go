@@ -166,6 +166,8 @@ type Log struct {
 	fmu     sync.Mutex    // guards failure and changed
 	failure error         // the last write's error, nil once one succeeds
 	changed chan struct{} // closed (and replaced) on every commit
+
+	exp *exporter // Options.Export's, or nil
 }
 
 // Open opens (creating if needed) the log at opts.Path and starts its
@@ -233,6 +235,9 @@ func Open(ctx context.Context, opts Options) (_ *Log, err error) {
 	l.last.Store(last)
 	if err = l.prune(ctx); err != nil {
 		return nil, err
+	}
+	if opts.Export != nil {
+		l.exp = newExporter(opts.Export, opts.Logger)
 	}
 	go l.write()
 	return l, nil
@@ -504,22 +509,25 @@ func (l *Log) commit(batch []item) {
 	}
 	if err != nil {
 		l.opts.Logger.Error("audit: write failed", "err", err, "events", len(batch))
-	} else if l.opts.Export != nil {
+	} else if l.exp != nil {
 		l.export(batch)
 	}
 }
 
-// export writes a committed batch's events to Export, one JSON line each.
+// export hands a committed batch's events to the exporter, one JSON line
+// each.
 func (l *Log) export(batch []item) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
+	n := 0
 	for _, it := range batch {
 		for i := range it.events {
 			_ = enc.Encode(&it.events[i])
+			n++
 		}
 	}
-	if _, err := l.opts.Export.Write(b.Bytes()); err != nil {
-		l.opts.Logger.Warn("audit: export failed", "err", err)
+	if n > 0 {
+		l.exp.send(b.Bytes(), n)
 	}
 }
 
@@ -596,6 +604,9 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	if !first {
 		return nil
+	}
+	if l.exp != nil {
+		l.exp.close(ctx)
 	}
 	return l.closeDBs()
 }

@@ -506,6 +506,10 @@ func TestExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The export goes out on its own; Close waits for what is queued.
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var got []Event
 	sc := bufio.NewScanner(strings.NewReader(out.String()))
 	for sc.Scan() {
@@ -522,5 +526,55 @@ func TestExport(t *testing.T) {
 		if got[i].ID != want[i].ID || got[i].Kind != want[i].Kind || !got[i].Time.Equal(want[i].Time) || got[i].Run != want[i].Run {
 			t.Errorf("exported %+v, the log has %+v", got[i], want[i])
 		}
+	}
+}
+
+// gatedWriter blocks every Write until open is closed, as a pipe whose
+// reader has stalled does.
+type gatedWriter struct {
+	open chan struct{}
+	out  syncBuffer
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	<-g.open
+	return g.out.Write(b)
+}
+
+// TestExportStalled: an export nobody takes holds no commit: appends go
+// on at their pace, every event is in the log, and the export gets what
+// its queue held, in order, once it moves again.
+func TestExportStalled(t *testing.T) {
+	g := &gatedWriter{open: make(chan struct{})}
+	l := open(t, Options{Export: g})
+	ctx := t.Context()
+	const n = exportQueue + 500
+	began := time.Now()
+	for i := range n {
+		if err := l.Append(ctx, Event{Kind: KindRunStarted, Tool: "py", Run: fmt.Sprint("r", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(began); d > 30*time.Second {
+		t.Fatalf("%d appends with the export stalled took %v", n, d)
+	}
+	if got, err := l.Query(ctx, Query{Limit: 1, Tail: true}); err != nil || len(got) != 1 || got[0].ID != n {
+		t.Fatalf("the log's newest event: %+v %v, want id %d", got, err, n)
+	}
+	close(g.open)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(g.out.String()), "\n")
+	if len(lines) < exportQueue || len(lines) >= n {
+		t.Fatalf("exported %d of %d events with a queue of %d batches", len(lines), n, exportQueue)
+	}
+	var last int64
+	for _, line := range lines {
+		var ev Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.ID <= last {
+			t.Fatalf("exported %q after id %d: %v", line, last, err)
+		}
+		last = ev.ID
 	}
 }
