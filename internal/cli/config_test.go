@@ -44,6 +44,9 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("python.yaml: no %q in\n%s", want, out)
 		}
 	}
+	if out, code := check(writeConfig(t, "server: {capacity: {sandboxes: 40, memory: 3GiB, pids: 5000}}\n")); code != 0 || !strings.Contains(out, "capacity:     40 sandboxes, 3.0 GiB of memory ceilings, 5000 pids") {
+		t.Errorf("the capacity: exit %d\n%s", code, out)
+	}
 	for _, tt := range []struct{ name, body, want string }{
 		{"an unknown key", "tools:\n  a: {limits: {memroy: 1GiB}}\n", `unknown field "memroy"`},
 		{"an image not in the store", "tools:\n  a: {image: python:3.12}\n", `tool a: `},

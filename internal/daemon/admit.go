@@ -170,6 +170,18 @@ func budget(c config.Capacity, ceil sandbox.ParentCeiling) (sandbox.Budget, erro
 	return b, nil
 }
 
+// Capacity is the budget a daemon would have: the configured capacity
+// over the defaults, under the cgroups above cgroupParent (the sandboxes'
+// parent; "" is the default). airlock config check shows it.
+func Capacity(c config.Capacity, cgroupParent string) (sandbox.Budget, sandbox.ParentCeiling, error) {
+	ceil, err := sandbox.ReadParentCeiling(cgroupParent)
+	if err != nil {
+		return sandbox.Budget{}, ceil, err
+	}
+	b, err := budget(c, ceil)
+	return b, ceil, err
+}
+
 // memTotal is the host's memory (MemTotal in /proc/meminfo), in bytes.
 func memTotal() (int64, error) {
 	f, err := os.Open("/proc/meminfo")

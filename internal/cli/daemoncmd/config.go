@@ -97,6 +97,22 @@ func (c *checker) check() {
 		}
 		fmt.Fprintf(c.w, "cluster:      node %s at %s; Kubernetes API %s\n", node, adv, api)
 	}
+	if b, ceil, err := daemon.Capacity(cfg.Server.Capacity, ""); err != nil {
+		c.errs = append(c.errs, fmt.Errorf("server.capacity: %w", err))
+	} else {
+		from := "the host's"
+		if ceil.Memory > 0 || ceil.Pids > 0 {
+			from = "the limits of the cgroups above " + sandbox.DefaultCgroupParent + ":"
+			if ceil.Memory > 0 {
+				from += " " + humanSize(ceil.Memory) + " at " + ceil.MemoryAt
+			}
+			if ceil.Pids > 0 {
+				from += fmt.Sprintf(" %d pids at %s", ceil.Pids, ceil.PidsAt)
+			}
+		}
+		fmt.Fprintf(c.w, "capacity:     %d sandboxes, %s of memory ceilings, %d pids (unless set, shares of %s)\n",
+			b.Sandboxes, humanSize(b.Memory), b.Pids, from)
+	}
 	ret := "kept forever"
 	if cfg.Audit.Retention > 0 {
 		ret = "kept " + days(cfg.Audit.Retention)
