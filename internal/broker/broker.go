@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/broker/redact"
 	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -139,7 +140,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Broker, err error)
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return b.ctx },
 	}
-	lim := egress.LimitListener(ln, make(chan struct{}, maxInbound), b.ctx.Done())
+	lim := netlimit.Listener(ln, make(chan struct{}, maxInbound), b.ctx.Done())
 	go func() {
 		if err := b.srv.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cfg.Logger.Warn("broker listener stopped", "sandbox", cfg.SandboxID, "err", err)

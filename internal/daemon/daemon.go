@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/pool"
@@ -312,7 +313,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			d.ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
-		d.tcp = limitConns(d.tcp, opts.MaxConns)
+		d.tcp = netlimit.Conns(d.tcp, opts.MaxConns)
 		d.tsrv = &http.Server{
 			Handler:           d.audited(checkHost(tcp, d.requireToken(routes))),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -329,7 +330,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			}
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
-		d.e2bl = limitConns(d.e2bl, opts.MaxConns)
+		d.e2bl = netlimit.Conns(d.e2bl, opts.MaxConns)
 		d.e2bsrv = &http.Server{
 			Handler:           d.audited(checkHost(addr, d.e2bRoutes())),
 			ReadHeaderTimeout: 10 * time.Second,

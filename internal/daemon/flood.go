@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -41,39 +40,6 @@ const (
 	failRefill = 2
 	failHold   = time.Second
 )
-
-// limitListener accepts at most n connections open at once; Accept waits
-// for one to close past that.
-type limitListener struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func limitConns(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, slots: make(chan struct{}, n)}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-type slotConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
 
 // refusals sums each client's refused requests (401, 403, 421 and the
 // 429s of a client that keeps failing) over refusalWindow.

@@ -30,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/egress/sockets"
 	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -217,7 +218,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	g.track(proxyLn)
 	g.track(udp)
 	g.track(tcp)
-	proxyLn = &heardListener{LimitListener(proxyLn, g.inbound, g.ctx.Done()), &g.heard}
+	proxyLn = &heardListener{netlimit.Listener(proxyLn, g.inbound, g.ctx.Done()), &g.heard}
 	udp = &heardPacketConn{udp, &g.heard}
 	tcp = &heardListener{tcp, &g.heard}
 
@@ -286,47 +287,6 @@ func (l keepAliveOff) Accept() (net.Conn, error) {
 // inboundSlack is how many sandbox-side connections beyond the outbound
 // cap may be open, for requests that are refused or still being read.
 const inboundSlack = 64
-
-// LimitListener wraps ln so that every accepted connection holds a token
-// from tokens until it is closed: at most cap(tokens) connections are
-// served at once (listeners sharing tokens share the bound), and the rest
-// wait in the listen backlog. Accept gives up when done is closed. Code in
-// a sandbox can open connections without end; this keeps the host's
-// goroutines and descriptors for them bounded.
-func LimitListener(ln net.Listener, tokens chan struct{}, done <-chan struct{}) net.Listener {
-	return &limitListener{Listener: ln, tokens: tokens, done: done}
-}
-
-type limitListener struct {
-	net.Listener
-	tokens chan struct{}
-	done   <-chan struct{} // the gateway is closing
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.tokens <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.tokens
-		return nil, err
-	}
-	return &tokenConn{Conn: c, tokens: l.tokens}, nil
-}
-
-type tokenConn struct {
-	net.Conn
-	tokens chan struct{}
-	once   sync.Once
-}
-
-func (c *tokenConn) Close() error {
-	c.once.Do(func() { <-c.tokens })
-	return c.Conn.Close()
-}
 
 // tracked makes Close wait for handler h, so that the events of tunnels it
 // cuts are emitted before Close returns.

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/dns"
 	"github.com/airlockhq/airlock/internal/egress/sni"
 	"github.com/airlockhq/airlock/internal/linux/netns"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -97,7 +98,7 @@ func (g *Gateway) transparentAddr(name string, ports []uint16) (netip.Addr, Deci
 		g.names[name] = addr
 		for i, ln := range lns {
 			g.closers[ln] = struct{}{}
-			lim := &heardListener{LimitListener(ln, g.inbound, g.ctx.Done()), &g.heard}
+			lim := &heardListener{netlimit.Listener(ln, g.inbound, g.ctx.Done()), &g.heard}
 			g.goServe(func() error { return g.acceptTransparent(lim, name, ports[i]) })
 		}
 		return addr, Decision{Allow: true}

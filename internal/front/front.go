@@ -315,8 +315,23 @@ func (f *Front) upgrade(w http.ResponseWriter, r *http.Request, n cluster.Node) 
 // NodeHeader names, in each answer, the node that gave it.
 const NodeHeader = "X-Airlock-Node"
 
+// The front's bounds on its listeners, as a daemon's TCP listener has:
+// connections served at once (the rest wait in the backlog) and a
+// request's header block.
+const (
+	MaxConns       = 512
+	MaxHeaderBytes = 64 << 10
+)
+
+// StallTimeout bounds one write of an answer relayed from a node: a
+// caller that takes nothing for this long has stopped reading, and the
+// relay ends, closing the node's answer too (the node then ends the
+// command, as for a caller of its own). A variable for tests.
+var StallTimeout = 30 * time.Second
+
 // relay passes a node's answer on as it comes: streamed answers
-// (NDJSON events) are flushed piece by piece.
+// (NDJSON events) are flushed piece by piece, each write bounded by
+// StallTimeout.
 func relay(w http.ResponseWriter, resp *http.Response, node string) {
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
@@ -331,12 +346,17 @@ func relay(w http.ResponseWriter, resp *http.Response, node string) {
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(StallTimeout))
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
-			_ = rc.Flush()
+			if rc.Flush() != nil {
+				return
+			}
 		}
 		if err != nil {
+			// Done: the connection may carry the caller's next request.
+			_ = rc.SetWriteDeadline(time.Time{})
 			return
 		}
 	}
