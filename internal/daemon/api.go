@@ -412,8 +412,8 @@ func resultEvent(r *result.Result) result.Event {
 
 // eventWriter writes NDJSON events, one line each, flushed as they come.
 // A caller that stops taking them holds nothing: a write that makes no
-// progress for stallTimeout ends the stream (later events are dropped)
-// and tells ended, which ends the command. The output pumps that call
+// progress for stall (Options.StallTimeout) ends the stream (later events
+// are dropped) and tells ended, which ends the command. The output pumps that call
 // write must not block for long (sandbox.ExecRequest.OnEvent): blocked,
 // they would keep the command's sandbox past its limits, for as long as
 // the caller kept the connection open.
