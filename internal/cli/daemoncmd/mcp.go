@@ -28,10 +28,8 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs.SetOutput(stdio.Stderr)
 	var opts daemon.Options
 	cfgPath := embedFlags(fs, &opts, ", when no daemon runs")
-	fs.StringVar(&opts.Socket, "socket", daemon.DefaultSocket, "the daemon's socket; used when a daemon answers there")
+	tgt := targetFlags(fs)
 	embedded := fs.Bool("embedded", false, "run the tools in this process even when a daemon answers on --socket")
-	host := fs.String("host", os.Getenv(envHost), "relay to the MCP endpoint of a remote daemon or a cluster's front: http://HOST:PORT or https://HOST[:PORT] (default $"+envHost+"); the token comes from --token-file or $"+envToken)
-	tokenFile := fs.String("token-file", os.Getenv(envTokenFile), "a file holding the token for --host (default $"+envTokenFile+", else the token is $"+envToken+")")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock mcp [flags]\n\nServes MCP over standard input and output: each configured tool with a\ncommand is an MCP tool whose calls run in fresh sandboxes. Uses the daemon\nwhen its socket answers, and runs embedded otherwise.\n\nFlags:")
 		fs.PrintDefaults()
@@ -40,11 +38,7 @@ func mcpCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	transport := &mcp.IOTransport{Reader: readCloser{stdio.Stdin}, Writer: writeCloser{stdio.Stdout}}
-	tgt := &target{socket: opts.Socket, host: *host, tokenFile: *tokenFile, given: func(name string) bool {
-		var given bool
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-		return given
-	}}
+	opts.Socket = tgt.socket
 	if tgt.remote() && *embedded {
 		return cli.UsageError(stdio.Stderr, "airlock mcp", "--embedded runs the tools here; it cannot go with --host (or $%s)", envHost)
 	}
