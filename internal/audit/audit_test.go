@@ -2,7 +2,6 @@ package audit
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 func open(t *testing.T, opts Options) *Log {
@@ -471,28 +472,10 @@ func TestKill9Child(t *testing.T) {
 	select {}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestExport: every committed event goes out as a JSON line, with its id
 // and in order, as Query returns it.
 func TestExport(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	l := open(t, Options{Export: &out})
 	ctx := t.Context()
 	if err := l.Append(ctx, Event{Kind: KindRunStarted, Tool: "py", Run: "r1"}, Event{Kind: KindRunFinished, Tool: "py", Run: "r1", Decision: "exited"}); err != nil {
@@ -533,7 +516,7 @@ func TestExport(t *testing.T) {
 // reader has stalled does.
 type gatedWriter struct {
 	open chan struct{}
-	out  syncBuffer
+	out  testutil.SyncBuffer
 }
 
 func (g *gatedWriter) Write(b []byte) (int, error) {

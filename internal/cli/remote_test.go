@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 )
 
@@ -192,7 +192,7 @@ secrets:
 		defer cancel()
 		follow := exec.CommandContext(ctx, airlockBin(t), "audit", "--host", host, "--follow", "--kind", "run.finished", "--limit", "1")
 		follow.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-		var out syncBuffer
+		var out testutil.SyncBuffer
 		follow.Stdout = &out
 		if err := follow.Start(); err != nil {
 			t.Fatal(err)
@@ -239,24 +239,6 @@ secrets:
 		tm.keys("exit 4", "Enter")
 		tm.wait("exit=4 restored=yes")
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe to write and read at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // clientQuery asks for the events of a kind, as many as a page holds.

@@ -72,6 +72,23 @@ tools:
 	return "http://" + addr
 }
 
+// e2bCreate creates a sandbox of tool sh through the E2B API at base.
+func e2bCreate(t *testing.T, base string) e2b.Sandbox {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
+	req.Header.Set("X-API-KEY", e2bKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb e2b.Sandbox
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %d %v", resp.StatusCode, err)
+	}
+	return sb
+}
+
 // scriptSteps reads a test script's output: one {"k":step,"v":value}
 // JSON line per step.
 func scriptSteps(out []byte) map[string]json.RawMessage {
@@ -441,21 +458,7 @@ func TestE2BEgressNarrowing(t *testing.T) {
 func TestE2BWatchBounds(t *testing.T) {
 	isolatednet.Require(t)
 	base := serveE2B(t, "")
-	create := func() e2b.Sandbox {
-		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
-		req.Header.Set("X-API-KEY", e2bKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var sb e2b.Sandbox
-		if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
-			t.Fatalf("create: %d %v", resp.StatusCode, err)
-		}
-		return sb
-	}
-	sb, other := create(), create()
+	sb, other := e2bCreate(t, base), e2bCreate(t, base)
 	// watch opens a watch and returns its first message and the open
 	// body.
 	watch := func(id, token, path string) (string, io.Closer) {

@@ -97,17 +97,7 @@ func TestStalledReaderDoesNotHoldTheCommand(t *testing.T) {
 // go on. Before, its blocked write held the process's output for all.
 func TestE2BStalledStreamIsDropped(t *testing.T) {
 	base := serveE2BWith(t, "", func(o *Options) { o.StallTimeout = time.Second })
-	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
-	req.Header.Set("X-API-KEY", e2bKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb e2b.Sandbox
-	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
-		t.Fatalf("create: %d %v", resp.StatusCode, err)
-	}
-	resp.Body.Close()
+	sb := e2bCreate(t, base)
 	stream := func(method, body string) []byte {
 		msg := e2b.AppendEnvelope(nil, 0, []byte(body))
 		return []byte(fmt.Sprintf("POST /process.Process/%s HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nContent-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n%s",

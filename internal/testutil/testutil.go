@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -107,4 +108,24 @@ func Inode(t testing.TB, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// SyncBuffer is a bytes.Buffer that one goroutine may write while
+// another reads it (a process's output, a log, an export).
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
