@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // maxFile bounds one file written into or read out of a workspace; the
@@ -202,7 +203,21 @@ func (d *Daemon) exec(ctx context.Context, s *session, client string, x sandbox.
 	x.Env = append(append([]string(nil), s.tool.Env...), x.Env...)
 	x.SampleEvery, x.KeepAlive = 250*time.Millisecond, true
 	d.counts.runs.Add(1)
-	res := s.bind.Exec(ctx, x, nil)
+	// The session outlives its caller: ctx ending (the caller went away,
+	// or stopped reading the exec's events) kills the command and its
+	// process group, not the session's sandbox. A caller that passes its
+	// own Signal keeps the command past ctx (the E2B API's).
+	if x.Signal == nil {
+		sig := make(chan unix.Signal, 1)
+		x.Signal = sig
+		stop := context.AfterFunc(ctx, func() { sig <- unix.SIGKILL })
+		defer stop()
+	}
+	res := s.bind.Exec(context.WithoutCancel(ctx), x, nil)
+	if ctx.Err() != nil && res.Outcome == result.Signaled && res.Signal == int(unix.SIGKILL) {
+		res.Outcome, res.Error = result.Error, fmt.Sprintf("the command was killed, the session goes on: %v", context.Cause(ctx))
+	}
+	ctx = context.WithoutCancel(ctx)
 	s.afterExec(ctx, res)
 	d.finishRun(ctx, scope, res)
 	return res, nil

@@ -23,9 +23,9 @@ import (
 // stall timeout, the command ends, recorded with the reason. Before, the
 // output pump blocked in the write kept the run (and its sandbox, and its
 // share of the node's capacity) for as long as the connection stayed
-// open, its time limit notwithstanding. A run, a session's exec (which
-// ends the session, as a caller going away does) and a terminal, each
-// producing output as fast as it can.
+// open, its time limit notwithstanding. A run, a session's exec (whose
+// session goes on) and a terminal, each producing output as fast as it
+// can.
 func TestStalledReaderDoesNotHoldTheCommand(t *testing.T) {
 	_, sock := serveConfig(t, "tools:\n  sh: {limits: {time: 60s}}\n", func(o *Options) { o.StallTimeout = time.Second })
 	c := client.New(sock)
@@ -85,9 +85,75 @@ func TestStalledReaderDoesNotHoldTheCommand(t *testing.T) {
 			}
 		})
 	}
-	// As when its caller goes away, the session ends with its exec.
-	if got, err := c.Session(t.Context(), s.ID); err != nil || got.State != "ended" {
-		t.Fatalf("the session after its exec's caller stalled: %+v %v", got, err)
+	// The session outlives its exec's stalled caller.
+	if r, err := c.Exec(t.Context(), s.ID, api.ExecRequest{Argv: []string{"echo", "still here"}}); err != nil || string(r.Stdout) != "still here\n" {
+		t.Fatalf("the session after its exec's caller stalled: %+v %v", r, err)
+	}
+}
+
+// TestSessionOutlivesItsCaller: a caller that goes away in the middle of
+// an exec, a plain one or one on a terminal, ends the command (and its
+// process group), not the session: the next exec finds what the session
+// had, and the record says why the command ended.
+func TestSessionOutlivesItsCaller(t *testing.T) {
+	_, sock := serveConfig(t, "tools:\n  sh: {}\n", nil)
+	c := client.New(sock)
+	s, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(t.Context(), s.ID, api.ExecRequest{Argv: []string{"sh", "-c", "echo kept > /workspace/state"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, body, header string }{
+		{"plain", `{"argv":["sleep","60"]}`, ""},
+		{"events", `{"argv":["sleep","60"]}`, "Accept: " + api.NDJSON + "\r\n"},
+		{"terminal", `{"argv":["sleep","60"],"tty":{"rows":24,"cols":80}}`, "Connection: Upgrade\r\nUpgrade: " + api.TTYUpgrade + "\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			since := time.Now()
+			conn, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "POST /v1/sessions/%s/exec HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s", s.ID, len(tt.body), tt.header, tt.body)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if got, err := c.Session(t.Context(), s.ID); err == nil && got.Running > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the exec never ran")
+				}
+			}
+			conn.Close()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				got, err := c.Session(t.Context(), s.ID)
+				if err != nil || got.State != "active" {
+					t.Fatalf("the session after its caller went away: %+v %v", got, err)
+				}
+				if got.Running == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the command outlived its caller by 10 s")
+				}
+			}
+			r, err := c.Exec(t.Context(), s.ID, api.ExecRequest{Argv: []string{"cat", "/workspace/state"}})
+			if err != nil || string(r.Stdout) != "kept\n" {
+				t.Fatalf("the next exec: %+v %v", r, err)
+			}
+			page, err := c.Audit(t.Context(), client.AuditQuery{Kind: "run.finished", Session: s.ID, Since: since.Add(-time.Second).Format(time.RFC3339Nano)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var detail string
+			for _, ev := range page.Events {
+				detail += string(ev.Detail)
+			}
+			if !strings.Contains(detail, "the command was killed, the session goes on") {
+				t.Errorf("the killed command's record: %s", detail)
+			}
+		})
 	}
 }
 
