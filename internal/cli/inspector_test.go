@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // inspector returns the MCP Inspector's command-line entry point, which
@@ -157,12 +158,7 @@ mcp: {builtins: [run, session]}
 func TestInspectorHTTP(t *testing.T) {
 	requireRoot(t)
 	inspector(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	const full, narrow = "inspector-token-0123456789", "narrow-token-0123456789ab"
 	t.Setenv("TEST_MCP_FULL", full)
 	t.Setenv("TEST_MCP_NARROW", narrow)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,12 +27,7 @@ import (
 // before anything is sent.
 func TestRemoteCLI(t *testing.T) {
 	isolatednet.Require(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	const full, narrow = "remote-full-token-0123456789", "remote-narrow-token-012345"
 	t.Setenv("TEST_REMOTE_FULL", full)
 	t.Setenv("TEST_REMOTE_NARROW", narrow)

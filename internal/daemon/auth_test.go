@@ -20,14 +20,7 @@ import (
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freePort(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func TestTCPTokensAndScopes(t *testing.T) {
 	isolatednet.Require(t)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,15 +45,7 @@ type proc struct {
 	done       chan struct{}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 // kubeYAML is the cluster section's kubernetes part for cp.
 func kubeYAML(t *testing.T, cp *kubetest.ControlPlane, user string) string {

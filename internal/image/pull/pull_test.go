@@ -36,15 +36,7 @@ func TestPullFromRegistry(t *testing.T) {
 	if err := remote.Write(r, img, remote.WithAuth(auth)); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("/var/tmp", "airlock-pull-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testStore(t)
 	ctx := t.Context()
 	if _, err := Pull(ctx, st, ref, Options{}); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
 		t.Fatalf("a pull without credentials: %v", err)
@@ -107,15 +99,7 @@ func TestPullInsecure(t *testing.T) {
 	if err := remote.Write(r, img, remote.WithAuth(&authn.Basic{Username: "puller", Password: "pw-insecure"})); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("/var/tmp", "airlock-pull-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testStore(t)
 	o := Options{Username: "puller", Password: "pw-insecure"}
 	if _, err := Pull(t.Context(), st, ref, o); err == nil || !strings.Contains(err.Error(), "HTTP response to HTTPS client") {
 		t.Fatalf("a pull over HTTPS from a plain HTTP registry: %v", err)
@@ -132,4 +116,19 @@ func TestPullInsecure(t *testing.T) {
 	if cfg, _ := img.ConfigName(); p.Existed || p.Digest != cfg.String() || p.Fetched == 0 || !strings.Contains(progress.String(), host+" may answer over plain HTTP") {
 		t.Fatalf("pulled %+v; progress:\n%s", p, progress.String())
 	}
+}
+
+// testStore opens an empty image store that goes when the test ends.
+func testStore(t *testing.T) *image.Store {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "airlock-pull-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
