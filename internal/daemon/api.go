@@ -326,11 +326,13 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	// overlap init's start.
 	sb, warm, err := d.claim(ctx, j.tool.Name, true)
 	if err != nil {
-		if rerr := recorded(ctx); rerr != nil {
+		if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
 			return nil, nil, rerr
 		}
 		e := errNoSandbox
-		if errors.Is(err, pool.ErrClosed) {
+		if ctx.Err() != nil {
+			e = fmt.Errorf("the caller went away before the command started: %w", context.Cause(ctx))
+		} else if errors.Is(err, pool.ErrClosed) {
 			e = errShutdown
 		} else if errors.Is(err, sandbox.ErrCapacity) {
 			e = atCapacity(err)
@@ -348,7 +350,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	}
 	scope.sandbox = sb.ID()
 	b, bindErr := d.bindClaimed(ctx, sb, j.tool, scope, nil)
-	if rerr := recorded(ctx); rerr != nil {
+	if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
 		if bindErr == nil {
 			_ = b.Close(context.WithoutCancel(ctx))
 		}

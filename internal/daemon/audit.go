@@ -117,8 +117,12 @@ const (
 
 // recordStart records that a run is about to start and waits for it to
 // be durable: a run that could not be recorded is not run.
+//
+// The wait goes on past ctx: a caller that goes away while the record is
+// written must not leave a start without an end in the log. The caller
+// checks ctx afterwards and records the end when it stops there.
 func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string, workdir string) error {
-	return d.queueStart(ctx, s, argv, env, workdir)(ctx)
+	return d.queueStart(ctx, s, argv, env, workdir)(context.WithoutCancel(ctx))
 }
 
 // queueStart is recordStart in two halves: it queues the record and
@@ -139,8 +143,9 @@ func (d *Daemon) queueStart(ctx context.Context, s runScope, argv, env []string,
 
 // acknowledge appends e and waits until it is durable; what it gates
 // (a run, a session) is refused with errAuditRefused when it cannot be.
+// As recordStart, it waits past ctx, for the caller to record the end.
 func (d *Daemon) acknowledge(ctx context.Context, e audit.Event) error {
-	return d.acknowledgeLater(ctx, e)(ctx)
+	return d.acknowledgeLater(ctx, e)(context.WithoutCancel(ctx))
 }
 
 // acknowledgeLater queues e and returns acknowledge's wait.

@@ -200,6 +200,11 @@ func (d *Daemon) exec(ctx context.Context, s *session, client string, x sandbox.
 	if err := d.recordStart(ctx, scope, x.Argv, x.Env, x.Dir); err != nil {
 		return nil, err
 	}
+	if ctx.Err() != nil {
+		res := &result.Result{Outcome: result.Error, Error: fmt.Sprintf("the caller went away before the command started: %v", context.Cause(ctx))}
+		d.finishRun(ctx, scope, res)
+		return nil, context.Cause(ctx)
+	}
 	x.Env = append(append([]string(nil), s.tool.Env...), x.Env...)
 	x.SampleEvery, x.KeepAlive = 250*time.Millisecond, true
 	d.counts.runs.Add(1)

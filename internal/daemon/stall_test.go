@@ -106,9 +106,9 @@ func TestSessionOutlivesItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct{ name, body, header string }{
-		{"plain", `{"argv":["sleep","60"]}`, ""},
-		{"events", `{"argv":["sleep","60"]}`, "Accept: " + api.NDJSON + "\r\n"},
-		{"terminal", `{"argv":["sleep","60"],"tty":{"rows":24,"cols":80}}`, "Connection: Upgrade\r\nUpgrade: " + api.TTYUpgrade + "\r\n"},
+		{"plain", `{"argv":["sh","-c","touch /workspace/plain; exec sleep 60"]}`, ""},
+		{"events", `{"argv":["sh","-c","touch /workspace/events; exec sleep 60"]}`, "Accept: " + api.NDJSON + "\r\n"},
+		{"terminal", `{"argv":["sh","-c","touch /workspace/terminal; exec sleep 60"],"tty":{"rows":24,"cols":80}}`, "Connection: Upgrade\r\nUpgrade: " + api.TTYUpgrade + "\r\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			since := time.Now()
@@ -117,8 +117,10 @@ func TestSessionOutlivesItsCaller(t *testing.T) {
 				t.Fatal(err)
 			}
 			fmt.Fprintf(conn, "POST /v1/sessions/%s/exec HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s", s.ID, len(tt.body), tt.header, tt.body)
+			// Running counts the exec from its start record on; the
+			// command runs once it has made its mark.
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if got, err := c.Session(t.Context(), s.ID); err == nil && got.Running > 0 {
+				if _, err := c.GetFile(t.Context(), s.ID, tt.name); err == nil {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -306,4 +308,66 @@ func TestMCPStalledProgressDoesNotHoldTheCall(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestEveryStartHasAnEnd: callers that go away at any moment of a run or
+// a session's exec (before it is recorded, while its start is written,
+// while it starts, while it runs) leave, for every run.started in the
+// log, its run.finished. Before, a caller gone while the start was being
+// written left a start with no end.
+func TestEveryStartHasAnEnd(t *testing.T) {
+	_, sock := serveConfig(t, "tools:\n  sh: {}\n", nil)
+	c := client.New(sock)
+	s, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Second).Format(time.RFC3339Nano)
+	for i := range 60 {
+		path, body := "/v1/runs", `{"tool":"sh","argv":["sleep","5"]}`
+		if i%2 == 1 {
+			path, body = "/v1/sessions/"+s.ID+"/exec", `{"argv":["sleep","5"]}`
+		}
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+		time.Sleep(time.Duration(i%15) * time.Millisecond)
+		conn.Close()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		a, err := c.PS(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Session(t.Context(), s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Runs) == 0 && got.Running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commands whose callers went away are still in flight: %+v, session %+v", a, got)
+		}
+	}
+	runs := func(kind string) map[string]bool {
+		page, err := c.Audit(t.Context(), client.AuditQuery{Kind: kind, Since: since, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, ev := range page.Events {
+			m[ev.Run] = true
+		}
+		return m
+	}
+	started, finished := runs("run.started"), runs("run.finished")
+	for id := range started {
+		if !finished[id] {
+			t.Errorf("run %s started and never finished in the log", id)
+		}
+	}
+	t.Logf("%d runs recorded of 60 requests", len(started))
 }
