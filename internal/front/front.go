@@ -7,6 +7,7 @@
 package front
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -48,7 +49,11 @@ func New(view *cluster.View, toks *tokens.Set, logger *slog.Logger) *Front {
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     60 * time.Second,
+		// Under a node's own idle timeout (30 s), so that the front
+		// drops a kept connection before the node closes it: a call
+		// sent on one the node is closing fails, and a POST is not
+		// sent again.
+		IdleConnTimeout: 20 * time.Second,
 	}
 	// A node's redirect is the caller's to follow: passed on as it is.
 	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -203,7 +208,10 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := f.forward(r, n, nil)
 	if err != nil {
-		if notSent(err) {
+		// A node killed outright can fail a call sent on a connection
+		// kept from before, past its dial: whether it is gone is then
+		// asked of a new connection.
+		if notSent(err) || (r.Context().Err() == nil && f.unreachable(n)) {
 			// Nothing answers there: the node died before its lease
 			// says so, and its sessions with it.
 			f.view.MarkDown(name, downFor)
@@ -214,6 +222,27 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	relay(w, resp, name)
+}
+
+// unreachable tells a node that no longer takes connections.
+func (f *Front) unreachable(n cluster.Node) bool {
+	u, err := url.Parse(n.Endpoint)
+	if err != nil {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), port), 2*time.Second)
+	if err != nil {
+		return true
+	}
+	c.Close()
+	return false
 }
 
 // gone answers a call its node could not finish.
@@ -309,7 +338,33 @@ func (f *Front) upgrade(w http.ResponseWriter, r *http.Request, n cluster.Node) 
 		},
 		ErrorLog: slog.NewLogLogger(f.logger.Handler(), slog.LevelDebug),
 	}
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(stallBounded{w}, r)
+}
+
+// stallBounded bounds each write to a switched connection (a terminal)
+// by StallTimeout, as relay bounds a streamed answer's: a caller that
+// stops reading its terminal, connection open, ends the join (the proxy
+// closes both connections when a copy fails) rather than holding it and
+// the node's connection for as long as it likes.
+type stallBounded struct{ http.ResponseWriter }
+
+func (s stallBounded) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s stallBounded) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	return stallConn{c}, brw, nil
+}
+
+type stallConn struct{ net.Conn }
+
+func (c stallConn) Write(b []byte) (int, error) {
+	if err := c.SetWriteDeadline(time.Now().Add(StallTimeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 // NodeHeader names, in each answer, the node that gave it.
@@ -340,8 +395,13 @@ func relay(w http.ResponseWriter, resp *http.Response, node string) {
 		}
 	}
 	w.Header().Set(NodeHeader, node)
-	w.WriteHeader(resp.StatusCode)
+	// The caller's body may still be on its way to the node (a stream's
+	// last chunk) when the node's answer starts: HTTP/1 would close it
+	// at the answer's first flush, cutting the node's connection and the
+	// answer with it.
 	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	w.WriteHeader(resp.StatusCode)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := resp.Body.Read(buf)
