@@ -136,7 +136,7 @@ func (f *Front) e2bPass(w http.ResponseWriter, r *http.Request, n cluster.Node, 
 		if r.Context().Err() != nil {
 			return
 		}
-		if notSent(err) {
+		if notSent(err) || unreachable(n.E2B) {
 			f.view.MarkDown(n.Name, downFor)
 			answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %s ended: its node %s is gone", id, n.Name))
 			return

@@ -211,7 +211,7 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 		// A node killed outright can fail a call sent on a connection
 		// kept from before, past its dial: whether it is gone is then
 		// asked of a new connection.
-		if notSent(err) || (r.Context().Err() == nil && f.unreachable(n)) {
+		if notSent(err) || (r.Context().Err() == nil && unreachable(n.Endpoint)) {
 			// Nothing answers there: the node died before its lease
 			// says so, and its sessions with it.
 			f.view.MarkDown(name, downFor)
@@ -224,9 +224,9 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 	relay(w, resp, name)
 }
 
-// unreachable tells a node that no longer takes connections.
-func (f *Front) unreachable(n cluster.Node) bool {
-	u, err := url.Parse(n.Endpoint)
+// unreachable tells an endpoint that no longer takes connections.
+func unreachable(endpoint string) bool {
+	u, err := url.Parse(endpoint)
 	if err != nil {
 		return false
 	}

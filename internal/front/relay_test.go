@@ -167,3 +167,27 @@ func TestRelayBodyAfterAnswer(t *testing.T) {
 		t.Fatalf("the answer after the body's end: %q %v, want %q", rest, err, want)
 	}
 }
+
+// TestUnreachable: a node's endpoint that takes connections is there;
+// one whose listener is gone is not; an endpoint that cannot be parsed
+// is not called gone on that ground.
+func TestUnreachable(t *testing.T) {
+	live := httptest.NewServer(http.NotFoundHandler())
+	defer live.Close()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	for _, tt := range []struct {
+		endpoint string
+		want     bool
+	}{
+		{live.URL, false},
+		{live.URL + "/", false},
+		{deadURL, true},
+		{"http://%zz", false},
+	} {
+		if got := unreachable(tt.endpoint); got != tt.want {
+			t.Errorf("unreachable(%q) = %v, want %v", tt.endpoint, got, tt.want)
+		}
+	}
+}
