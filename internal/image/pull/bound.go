@@ -127,11 +127,16 @@ type boundedBody struct {
 	limit int64
 	exact bool
 	ended bool
-	what  string
-	b     *bounds
+	// failed is the breach, returned by every read after it.
+	failed error
+	what   string
+	b      *bounds
 }
 
 func (r *boundedBody) Read(p []byte) (int, error) {
+	if r.failed != nil {
+		return 0, r.failed
+	}
 	if r.ended {
 		return 0, io.EOF
 	}
@@ -158,9 +163,12 @@ func (r *boundedBody) atLimit() error {
 	n, err := io.ReadFull(r.rc, one[:])
 	if n > 0 {
 		if r.exact {
-			return r.b.fail(fmt.Errorf("%w: the registry sent more of %s than the %d bytes the manifest declares", ErrLimit, r.what, r.limit))
+			r.failed = fmt.Errorf("%w: the registry sent more of %s than the %d bytes the manifest declares", ErrLimit, r.what, r.limit)
+		} else {
+			r.failed = fmt.Errorf("%w: the registry's %s goes on past its bound of %d bytes", ErrLimit, r.what, r.limit)
 		}
-		return r.b.fail(fmt.Errorf("%w: the registry's %s goes on past its bound of %d bytes", ErrLimit, r.what, r.limit))
+		r.b.fail(r.failed)
+		return r.failed
 	}
 	if errors.Is(err, io.EOF) {
 		r.ended = true
@@ -184,7 +192,7 @@ func checkLayers(sizes []int64, max int64, why string) error {
 			return errdefs.Errorf(errdefs.ErrInvalid, "layer %d of %d declares a negative size (%d)", i+1, len(sizes), size)
 		}
 		if size > max || total > max-size {
-			return fmt.Errorf("%w: the image's layers declare more than %d bytes (%s) at layer %d of %d (%d bytes)", ErrLimit, max, why, i+1, len(sizes), size)
+			return fmt.Errorf("%w: the image's layers declare more than the pull's bound of %d bytes (%s), reached at layer %d of %d (%d bytes)", ErrLimit, max, why, i+1, len(sizes), size)
 		}
 		total += size
 	}

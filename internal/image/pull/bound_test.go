@@ -1,13 +1,16 @@
 package pull
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"math"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -116,6 +119,20 @@ func TestPullHostileRegistry(t *testing.T) {
 			class: errdefs.ErrLimit, want: "indexes nested more than 4 deep", unserved: "blobs/",
 		},
 		{
+			name: "indexes nested 4 deep are followed",
+			setup: func(t *testing.T, h *hostile) {
+				body := []byte(`{"schemaVersion":2}`)
+				mt := types.OCIManifestSchema1
+				for range 4 {
+					d := digestOf(body)
+					h.set("manifests/"+d.String(), answer{mediaType: string(mt), body: body})
+					body, mt = index(t, v1.Descriptor{MediaType: mt, Digest: d, Size: int64(len(body))}), types.OCIImageIndex
+				}
+				h.set("manifests/1", answer{mediaType: string(mt), body: body})
+			},
+			class: errdefs.ErrInvalid, want: "the manifest names no sha256 image config", unserved: "blobs/",
+		},
+		{
 			name: "two layers of 2^62 bytes under a bound of 2^63-1",
 			setup: func(t *testing.T, h *hostile) {
 				h.image(t, v1.Descriptor{Digest: fakeDigest(0), Size: 1 << 62}, v1.Descriptor{Digest: fakeDigest(1), Size: 1 << 62})
@@ -123,7 +140,7 @@ func TestPullHostileRegistry(t *testing.T) {
 					h.set("blobs/"+fakeDigest(i).String(), answer{body: []byte("x"), endless: true})
 				}
 			},
-			max: math.MaxInt64, class: errdefs.ErrLimit, want: "more than 9223372036854775807 bytes (images.max_pull) at layer 2 of 2", unserved: "blobs/" + fakeDigest(0).String(),
+			max: math.MaxInt64, class: errdefs.ErrLimit, want: "bound of 9223372036854775807 bytes (images.max_pull), reached at layer 2 of 2", unserved: "blobs/" + fakeDigest(0).String(),
 		},
 		{
 			name: "129 layers",
@@ -217,7 +234,7 @@ func TestPullBoundFromFreeSpace(t *testing.T) {
 		h.set("blobs/"+fakeDigest(i).String(), answer{body: []byte("x"), endless: true})
 	}
 	_, err := Pull(t.Context(), st, h.ref(), Options{})
-	if !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), "at layer 2 of 2") || !strings.Contains(err.Error(), "half the") || !strings.Contains(err.Error(), "free on the image store's file system") {
+	if !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), "reached at layer 2 of 2") || !strings.Contains(err.Error(), "half the") || !strings.Contains(err.Error(), "free on the image store's file system") {
 		t.Fatalf("got %v, want a limit naming half the free space", err)
 	}
 	if n := h.served("blobs/sha256:"); n != 0 {
@@ -242,4 +259,109 @@ func storeAt(t *testing.T, dir string) *image.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestCheckLayers: what the layers declare is bounded in number, each,
+// and in sum, without the sum overflowing.
+func TestCheckLayers(t *testing.T) {
+	ones := func(n int) []int64 {
+		s := make([]int64, n)
+		for i := range s {
+			s[i] = 1
+		}
+		return s
+	}
+	cases := []struct {
+		name  string
+		sizes []int64
+		max   int64
+		want  error // nil, or the class
+	}{
+		{"none", nil, 10, nil},
+		{"at the bound", []int64{4, 6}, 10, nil},
+		{"over the bound", []int64{4, 7}, 10, errdefs.ErrLimit},
+		{"one over the bound", []int64{11}, 10, errdefs.ErrLimit},
+		{"two of 2^62 under 2^63-1", []int64{1 << 62, 1 << 62}, math.MaxInt64, errdefs.ErrLimit},
+		{"2^63-1 twice", []int64{math.MaxInt64, math.MaxInt64}, math.MaxInt64, errdefs.ErrLimit},
+		{"2^63-1 and 1", []int64{math.MaxInt64, 1}, math.MaxInt64, errdefs.ErrLimit},
+		{"2^63-1 alone", []int64{math.MaxInt64}, math.MaxInt64, nil},
+		{"negative", []int64{5, -1}, 10, errdefs.ErrInvalid},
+		{"a negative after a large one", []int64{math.MaxInt64, math.MinInt64}, math.MaxInt64, errdefs.ErrInvalid},
+		{"128 layers", ones(MaxLayers), 1 << 20, nil},
+		{"129 layers", ones(MaxLayers + 1), 1 << 20, errdefs.ErrLimit},
+	}
+	for _, c := range cases {
+		err := checkLayers(c.sizes, c.max, "test")
+		if got := errdefs.Class(err); got != c.want || (err == nil) != (c.want == nil) {
+			t.Errorf("%s: got %v (class %v), want class %v", c.name, err, got, c.want)
+		}
+	}
+}
+
+// TestBoundedBody: an answer is read to its bound and no further, and
+// one that goes on past it fails, however its reads are cut.
+func TestBoundedBody(t *testing.T) {
+	cases := []struct {
+		name  string
+		body  int
+		limit int64
+		exact bool
+		want  error
+	}{
+		{"a layer of its size", 10, 10, true, nil},
+		{"a layer one byte over", 11, 10, true, ErrLimit},
+		{"a short layer (the digest check's to catch)", 9, 10, true, nil},
+		{"an empty layer", 0, 0, true, nil},
+		{"an empty layer that is not", 1, 0, true, ErrLimit},
+		{"a document at its bound", 10, 10, false, nil},
+		{"a document over its bound", 11, 10, false, ErrLimit},
+		{"a document under its bound", 3, 10, false, nil},
+	}
+	readers := map[string]func(io.Reader) io.Reader{
+		"plain":         func(r io.Reader) io.Reader { return r },
+		"byte by byte":  iotest.OneByteReader,
+		"data with EOF": iotest.DataErrReader,
+		"half":          iotest.HalfReader,
+	}
+	for _, c := range cases {
+		for rname, wrap := range readers {
+			data := []byte(strings.Repeat("x", c.body))
+			b := newBounds(nil)
+			body := &boundedBody{rc: io.NopCloser(wrap(bytes.NewReader(data))), left: c.limit, limit: c.limit, exact: c.exact, what: "test", b: b}
+			got, err := io.ReadAll(body)
+			if !errors.Is(err, c.want) || c.want == nil && err != nil {
+				t.Errorf("%s (%s): got %v, want %v", c.name, rname, err, c.want)
+			}
+			if int64(len(got)) > c.limit || !bytes.Equal(got, data[:len(got)]) {
+				t.Errorf("%s (%s): read %d bytes of %d, bound %d", c.name, rname, len(got), len(data), c.limit)
+			}
+			if c.want != nil && !errors.Is(b.err(), c.want) {
+				t.Errorf("%s (%s): the breach was not kept: %v", c.name, rname, b.err())
+			}
+			// Read again after the end: still the end, or still the error.
+			if n, err2 := body.Read(make([]byte, 8)); n != 0 || c.want == nil && err2 != io.EOF || c.want != nil && err2 != err {
+				t.Errorf("%s (%s): a read after the end: %d %v", c.name, rname, n, err2)
+			}
+		}
+	}
+}
+
+// FuzzBoundedBody: whatever the answer and the bound, what is read is a
+// prefix of the answer no longer than the bound, and it is all of it
+// exactly when the answer fits.
+func FuzzBoundedBody(f *testing.F) {
+	f.Add([]byte("0123456789"), uint16(10), true)
+	f.Add([]byte("0123456789a"), uint16(10), false)
+	f.Add([]byte{}, uint16(0), true)
+	f.Fuzz(func(t *testing.T, data []byte, limit uint16, exact bool) {
+		b := newBounds(nil)
+		body := &boundedBody{rc: io.NopCloser(iotest.HalfReader(bytes.NewReader(data))), left: int64(limit), limit: int64(limit), exact: exact, what: "fuzz", b: b}
+		got, err := io.ReadAll(body)
+		if len(got) > int(limit) || !bytes.Equal(got, data[:len(got)]) {
+			t.Fatalf("read %d bytes of %d, bound %d", len(got), len(data), limit)
+		}
+		if fits := len(data) <= int(limit); fits != (err == nil) || fits && len(got) != len(data) || !fits && !errors.Is(err, ErrLimit) {
+			t.Fatalf("%d bytes, bound %d: read %d, %v", len(data), limit, len(got), err)
+		}
+	})
 }

@@ -67,10 +67,16 @@ func hostChild(ds []v1.Descriptor) (v1.Descriptor, error) {
 	return v1.Descriptor{}, errdefs.Errorf(errdefs.ErrNotFound, "no image for this host's platform linux/%s (the index has %v)", runtime.GOARCH, have)
 }
 
-// checkConfig refuses an image config the manifest declares over
+// checkConfig refuses a config that is not named by a sha256 digest, or
+// that the manifest declares over
 // MaxDocument, or without a size (-1, which would leave the read
 // bounded by nothing the registry said), before it is fetched.
 func checkConfig(d v1.Descriptor) error {
+	// The config's digest is the image's name in the store: nothing but
+	// a canonical sha256 may become one.
+	if d.Digest.Algorithm != "sha256" || len(d.Digest.Hex) != 64 {
+		return errdefs.Errorf(errdefs.ErrInvalid, "the manifest names no sha256 image config (%q)", d.Digest)
+	}
 	if d.Size < 0 {
 		return errdefs.Errorf(errdefs.ErrInvalid, "the manifest declares image config %s with no size (%d)", d.Digest, d.Size)
 	}
