@@ -106,6 +106,12 @@ func (b *bounds) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || req.Method == http.MethodHead {
 		return resp, err
 	}
+	if resp.StatusCode/100 != 2 {
+		// An error or a redirect: its body is a document, whatever was
+		// asked for (a layer's 404 is not the layer).
+		limit, exact = MaxDocument, false
+		what = "error answer for " + what
+	}
 	// A declared length over the bound is refused before a byte of the
 	// body is read.
 	if resp.ContentLength > limit {

@@ -165,6 +165,25 @@ func TestPullHostileRegistry(t *testing.T) {
 			class: errdefs.ErrLimit, want: "than the 786432 bytes the manifest declares",
 		},
 		{
+			name: "layer redirected to an answer that streams past its size",
+			setup: func(t *testing.T, h *hostile) {
+				layer := []byte(strings.Repeat("layer!", 1<<17))
+				d := digestOf(layer)
+				h.set("blobs/"+d.String(), answer{redirect: "/v2/t/storage/x"})
+				h.set("storage/x", answer{body: layer, endless: true})
+				h.image(t, v1.Descriptor{Digest: d, Size: int64(len(layer))})
+			},
+			class: errdefs.ErrLimit, want: "than the 786432 bytes the manifest declares",
+		},
+		{
+			name: "foreign layer",
+			setup: func(t *testing.T, h *hostile) {
+				h.set("elsewhere", answer{body: []byte("x"), endless: true})
+				h.image(t, v1.Descriptor{Digest: fakeDigest(0), Size: 10, URLs: []string{h.srv.URL + "/v2/t/elsewhere"}})
+			},
+			class: errdefs.ErrInvalid, want: "is a foreign layer", unserved: "elsewhere",
+		},
+		{
 			name: "layer declares its size and sends more",
 			setup: func(t *testing.T, h *hostile) {
 				layer := []byte(strings.Repeat("layer!", 1<<17))

@@ -42,6 +42,9 @@ type answer struct {
 	body      []byte
 	endless   bool
 	length    int64
+	// redirect, when set, sends the client there instead (as a
+	// registry sends blobs to a storage host).
+	redirect string
 }
 
 func newHostile(t *testing.T) *hostile {
@@ -86,6 +89,10 @@ func (h *hostile) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	if !ok || !found {
 		http.Error(w, `{"errors":[{"code":"NOT_FOUND"}]}`, http.StatusNotFound)
+		return
+	}
+	if a.redirect != "" {
+		http.Redirect(w, r, a.redirect, http.StatusTemporaryRedirect)
 		return
 	}
 	if a.mediaType != "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/imageref"
 )
@@ -127,6 +128,11 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 	sizes := make([]int64, len(m.Layers))
 	for i, l := range m.Layers {
 		sizes[i] = l.Size
+		// A foreign layer's URLs would have this host fetch wherever
+		// the registry says; such layers are Windows', never pulled.
+		if len(l.URLs) > 0 {
+			return nil, fail(errdefs.Errorf(errdefs.ErrInvalid, "layer %s is a foreign layer (fetched from URLs the manifest gives), which is not pulled", l.Digest))
+		}
 	}
 	if err := checkLayers(sizes, max, why); err != nil {
 		return nil, fail(err)
