@@ -221,7 +221,7 @@ func TestPullHostileRegistry(t *testing.T) {
 					t.Errorf("the registry sent %d bytes of %s, refused by declaration", n, c.unserved)
 				}
 			}
-			// The largest thing a pull writes here is the 786432-byte
+			// The largest blob a pull writes here is the 786432-byte
 			// layer.
 			if n := most.Load(); n > 786432 {
 				t.Errorf("the store held %d bytes of the pull's", n)

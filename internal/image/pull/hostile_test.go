@@ -189,15 +189,16 @@ func (h *hostile) image(t *testing.T, layers ...v1.Descriptor) {
 }
 
 // storeFiles lists the regular files under the store's tmp/ (what a pull
-// in progress wrote) and their total size.
-func storeFiles(t *testing.T, dir string) (files []string, bytes int64) {
+// in progress wrote), and the total size of the blobs among them.
+func storeFiles(t *testing.T, dir string) (files []string, blobBytes int64) {
 	filepath.WalkDir(filepath.Join(dir, "tmp"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				files, bytes = append(files, p), bytes+fi.Size()
+			files = append(files, p)
+			if fi, err := d.Info(); err == nil && strings.Contains(p, "/blobs/") {
+				blobBytes += fi.Size()
 			}
 		}
 		return nil
 	})
-	return files, bytes
+	return files, blobBytes
 }
