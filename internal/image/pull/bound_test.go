@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -383,4 +384,47 @@ func FuzzBoundedBody(f *testing.F) {
 			t.Fatalf("%d bytes, bound %d: read %d, %v", len(data), limit, len(got), err)
 		}
 	})
+}
+
+// TestBoundsTransport: through the pull's transport, an answer streamed
+// without end (1 GiB offered, chunked) is cut at its bound whatever was
+// asked for: a blob the pull did not declare a layer (the config), a
+// manifest, a token; a declared layer at its size.
+func TestBoundsTransport(t *testing.T) {
+	h := newHostile(t)
+	layer := digestOf([]byte("layer")).String()
+	for _, p := range []string{"blobs/sha256:config", "manifests/1", "token", "blobs/" + layer} {
+		h.set(p, answer{body: []byte("{"), endless: true})
+	}
+	cases := []struct {
+		path string
+		max  int64
+	}{
+		{"/v2/t/blobs/sha256:config", MaxDocument},
+		{"/v2/t/manifests/1", MaxDocument},
+		{"/v2/t/token", MaxDocument},
+		{"/v2/t/blobs/" + layer, 1000},
+	}
+	for _, c := range cases {
+		b := newBounds(http.DefaultTransport)
+		b.allowLayer(layer, 1000)
+		client := &http.Client{Transport: b}
+		var got []byte
+		var err error
+		alloc := allocated(func() {
+			resp, gerr := client.Get(h.srv.URL + c.path)
+			if gerr != nil {
+				err = gerr
+				return
+			}
+			defer resp.Body.Close()
+			got, err = io.ReadAll(resp.Body)
+		})
+		if !errors.Is(err, ErrLimit) || !errors.Is(b.err(), errdefs.ErrLimit) || int64(len(got)) > c.max {
+			t.Errorf("%s: read %d bytes, %v (kept: %v)", c.path, len(got), err, b.err())
+		}
+		if alloc > 32<<20 {
+			t.Errorf("%s: %d bytes allocated", c.path, alloc)
+		}
+	}
 }
