@@ -19,9 +19,9 @@ const (
 	// index, a manifest, an image config, a token answer, any blob not a
 	// layer. Real ones are kilobytes; this is the archive import's bound.
 	MaxDocument = 4 << 20
-	// MaxLayers bounds an image's layers. Overlay stacks of Docker and
-	// containerd stop near 128 (the kernel's mount options page); an
-	// image with more is not one a builder makes.
+	// MaxLayers bounds an image's layers. Docker refuses images deeper
+	// than about 125 layers (an overlay mount's options must fit in a
+	// page), so no image a builder makes has more.
 	MaxLayers = 128
 	// maxNesting bounds indexes within indexes (each is fetched).
 	maxNesting = 4
@@ -110,7 +110,7 @@ func (b *bounds) RoundTrip(req *http.Request) (*http.Response, error) {
 		// An error or a redirect: its body is a document, whatever was
 		// asked for (a layer's 404 is not the layer).
 		limit, exact = MaxDocument, false
-		what = "error answer for " + what
+		what = fmt.Sprintf("%d answer for %s", resp.StatusCode, what)
 	}
 	// A declared length over the bound is refused before a byte of the
 	// body is read.
