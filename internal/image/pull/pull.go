@@ -3,6 +3,11 @@
 // stored, into a layout in the store's temporary space, which the store
 // imports with its own confined unpacker. Content the store holds already
 // is not fetched again: the image's config digest is its digest there.
+//
+// The registry is untrusted: every answer it gives is bounded (documents
+// at MaxDocument, layers at their declared size, at most MaxLayers of
+// them, summed under the pull's bound), so that it can exhaust neither
+// the host's memory nor the store's disk.
 package pull
 
 import (
