@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	imagesKeys   = []string{"max_entries", "max_size", "registries", "store"}
+	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "store"}
 	registryKeys = []string{"insecure", "secret", "username"}
 )
 
@@ -28,6 +28,10 @@ type Images struct {
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
 	MaxEntries int
+	// MaxPull caps what one pull downloads (its layers, compressed); 0
+	// takes the smaller of twice MaxSize plus 1 GiB and half the free
+	// space of the store's file system (see package pull).
+	MaxPull int64
 	// Registries are what `airlock image pull` knows of a registry, by
 	// host ("ghcr.io", "registry.internal:5000"): its credential, and
 	// whether it may be reached over plain HTTP.
@@ -59,6 +63,8 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 			c.Images.Store, err = p.absPath(f.val, sub)
 		case "max_size":
 			c.Images.MaxSize, err = p.positiveSize(f.val, sub)
+		case "max_pull":
+			c.Images.MaxPull, err = p.positiveSize(f.val, sub)
 		case "max_entries":
 			var v int64
 			v, err = p.integer(f.val, sub, 1, 1<<31-1)

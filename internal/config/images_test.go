@@ -13,6 +13,7 @@ func TestParseImageSettings(t *testing.T) {
   store: /srv/images
   max_size: 2GiB
   max_entries: 5000
+  max_pull: 3GiB
 tools:
   py:
     image: python:3.12
@@ -26,7 +27,7 @@ tools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(c.Images, Images{Store: "/srv/images", MaxSize: 2 << 30, MaxEntries: 5000}) {
+	if !reflect.DeepEqual(c.Images, Images{Store: "/srv/images", MaxSize: 2 << 30, MaxEntries: 5000, MaxPull: 3 << 30}) {
 		t.Errorf("images %+v", c.Images)
 	}
 	py, pinned := c.Tools["py"], c.Tools["pinned"]

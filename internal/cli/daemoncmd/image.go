@@ -127,7 +127,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "pull":
 		cli.SignalsCaught(ctx) // an interrupted pull removes what it fetched
 		start := time.Now()
-		o := pull.Options{Name: name, Progress: stdio.Stderr}
+		o := pull.Options{Name: name, Progress: stdio.Stderr, MaxBytes: cfg.Images.MaxPull}
 		if o.Username, o.Password, o.Insecure, err = registrySettings(cfg, pos[0]); err != nil {
 			return err
 		}

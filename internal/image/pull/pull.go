@@ -3,6 +3,11 @@
 // stored, into a layout in the store's temporary space, which the store
 // imports with its own confined unpacker. Content the store holds already
 // is not fetched again: the image's config digest is its digest there.
+//
+// The registry is untrusted: every answer it gives is bounded (documents
+// at MaxDocument, layers at their declared size, at most MaxLayers of
+// them, summed under the pull's bound), so that it can exhaust neither
+// the host's memory nor the store's disk.
 package pull
 
 import (
@@ -10,17 +15,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/imageref"
 )
@@ -39,6 +43,11 @@ type Options struct {
 	Insecure bool
 	// Progress, when set, gets a line per step and per layer.
 	Progress io.Writer
+	// MaxBytes bounds what the pull downloads: its layers, compressed
+	// (images.max_pull). 0 takes the smaller of twice the store's unpack
+	// bound plus 1 GiB and half the free space of the store's file
+	// system.
+	MaxBytes int64
 }
 
 // Pulled is a pull's outcome.
@@ -81,16 +90,28 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 		say("%s may answer over plain HTTP (insecure)", r.Context().RegistryStr())
 	}
 	say("resolving %s", r.Name())
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithUserAgent("airlock"),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	// Every answer of the registry is bounded (see bounds); Pull reports
+	// a breach as itself, whatever the registry client made of it.
+	b := newBounds(remote.DefaultTransport)
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth), remote.WithUserAgent("airlock"), remote.WithTransport(b)}
+	fail := func(err error) error {
+		if berr := b.err(); berr != nil {
+			err = berr
+		}
+		return fmt.Errorf("%s: %w", r.Name(), err)
+	}
+	img, err := resolve(r, ropts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+		return nil, fail(err)
 	}
 	// The manifest names the config's digest, the image's digest in the
 	// store: content already there is not fetched, not even its config.
 	m, err := img.Manifest()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+		return nil, fail(err)
+	}
+	if err := checkConfig(m.Config); err != nil {
+		return nil, fail(err)
 	}
 	digest := m.Config.Digest.String()
 	if have, err := st.Resolve(digest); err == nil {
@@ -103,16 +124,26 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 		return nil, err
 	}
 	// What the layers declare is bounded before any is fetched; each is
-	// then read to its declared size at most (layout checks its digest).
-	var total int64
-	for _, l := range m.Layers {
-		if l.Size < 0 {
-			return nil, fmt.Errorf("%w: layer %s declares a negative size", image.ErrInvalid, l.Digest)
-		}
-		total += l.Size
+	// then read to its declared size at most (and checked against its
+	// digest), and the registry sending more fails the pull.
+	max, why, err := maxBytes(st, o.MaxBytes)
+	if err != nil {
+		return nil, err
 	}
-	if max := st.Limits().Bytes*2 + 1<<30; total > max {
-		return nil, fmt.Errorf("%w: %s's layers are %d bytes compressed, over the store's %d", image.ErrInvalid, r.Name(), total, max)
+	sizes := make([]int64, len(m.Layers))
+	for i, l := range m.Layers {
+		sizes[i] = l.Size
+		// A foreign layer's URLs would have this host fetch wherever
+		// the registry says; such layers are Windows', never pulled.
+		if len(l.URLs) > 0 {
+			return nil, fail(errdefs.Errorf(errdefs.ErrInvalid, "layer %s is a foreign layer (fetched from URLs the manifest gives), which is not pulled", l.Digest))
+		}
+	}
+	if err := checkLayers(sizes, max, why); err != nil {
+		return nil, fail(err)
+	}
+	for _, l := range m.Layers {
+		b.allowLayer(l.Digest.String(), l.Size)
 	}
 	dir, done, err := st.TempDir()
 	if err != nil {
@@ -125,7 +156,7 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+		return nil, fail(err)
 	}
 	var fetched int64
 	for i, l := range layers {
@@ -137,7 +168,7 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 		say("layer %d/%d %s (%d bytes)", i+1, len(layers), h, size)
 		rc, err := l.Compressed()
 		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", h, err)
+			return nil, fail(fmt.Errorf("layer %s: %w", h, err))
 		}
 		cr := &counter{r: io.LimitReader(rc, size+1)}
 		if o.Progress != nil {
@@ -148,14 +179,14 @@ func Pull(ctx context.Context, st *image.Store, ref string, o Options) (*Pulled,
 		rc.Close()
 		fetched += cr.n
 		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", h, err)
+			return nil, fail(fmt.Errorf("layer %s: %w", h, err))
 		}
 		if cr.n > size {
-			return nil, fmt.Errorf("%w: layer %s is larger than its manifest says", image.ErrInvalid, h)
+			return nil, fail(fmt.Errorf("%w: layer %s is larger than its manifest says", ErrLimit, h))
 		}
 	}
 	if err := p.AppendImage(img); err != nil {
-		return nil, fmt.Errorf("%s: %w", r.Name(), err)
+		return nil, fail(err)
 	}
 	say("fetched %d bytes; unpacking", fetched)
 	imp, err := st.Import(ctx, dir, image.ImportOptions{Name: n})

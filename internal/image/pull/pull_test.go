@@ -126,9 +126,5 @@ func testStore(t *testing.T) *image.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	st, err := image.Open(image.Options{Dir: filepath.Join(dir, "store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return storeAt(t, filepath.Join(dir, "store"))
 }
