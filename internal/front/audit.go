@@ -25,7 +25,8 @@ const maxAuditWait = time.Minute
 // the cursor's place for it, merged by time (then node and id), the
 // first limit taken (the newest with tail). Each event appears once:
 // the cursor moves past what was taken only. A node's query rules apply
-// (a token sees its tools' events only): the node answers each.
+// (a token reads only the events it caused, an auditor its tools' too):
+// each node is asked with the caller's own token, never a wider one.
 func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	cur, err := parseCursor(q.Get("after"))
