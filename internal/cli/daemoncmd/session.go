@@ -103,7 +103,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		if *asJSON {
 			return printJSON(stdio.Stdout, s)
 		}
-		fmt.Fprintln(stdio.Stdout, s.ID)
+		fmt.Fprintln(stdio.Stdout, termtext.String(s.ID))
 		return nil
 	case "ls":
 		if len(pos) != 0 {
