@@ -25,15 +25,24 @@ type Query struct {
 	Run      string
 	Client   string
 	Decision string
-	// Tools, when not nil, restricts the answer to events of these tools
-	// (a caller scoped to some tools sees only theirs).
-	Tools []string
+	// Scope, when not nil, restricts the answer to what one caller may
+	// read (a caller on the TCP listener reads less than the host).
+	Scope *Scope
 	// Limit bounds the answer; 0 means DefaultLimit, and it is capped at
 	// MaxLimit.
 	Limit int
 	// Tail returns the newest Limit matching events (still oldest first)
 	// instead of the oldest.
 	Tail bool
+}
+
+// Scope is what one caller may read of the log: the events it caused,
+// and, for an auditor, every event of the tools it may use.
+type Scope struct {
+	// Client selects the events whose client is this one; "" none.
+	Client string
+	// Tools selects the events of these tools, whoever caused them.
+	Tools []string
 }
 
 // Answer sizes.
@@ -71,14 +80,22 @@ func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 			add(f.col+" = ?", f.v)
 		}
 	}
-	if q.Tools != nil {
-		if len(q.Tools) == 0 {
+	if sc := q.Scope; sc != nil {
+		var or []string
+		if sc.Client != "" {
+			or = append(or, "client = ?")
+			args = append(args, sc.Client)
+		}
+		if len(sc.Tools) > 0 {
+			or = append(or, "tool IN (?"+strings.Repeat(", ?", len(sc.Tools)-1)+")")
+			for _, t := range sc.Tools {
+				args = append(args, t)
+			}
+		}
+		if len(or) == 0 {
 			return []Event{}, nil
 		}
-		where = append(where, "tool IN (?"+strings.Repeat(", ?", len(q.Tools)-1)+")")
-		for _, t := range q.Tools {
-			args = append(args, t)
-		}
+		where = append(where, "("+strings.Join(or, " OR ")+")")
 	}
 	limit := q.Limit
 	if limit <= 0 {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/lazygw"
 	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -169,7 +170,14 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	// An error may quote what a caller, a sandbox or a remote daemon
+	// chose: escaped for the terminal. Joined errors keep a line each,
+	// indented, so that no line of theirs passes for one of airlock's.
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = termtext.String(l)
+	}
+	fmt.Fprintf(stderr, "airlock: %s\n", strings.Join(lines, "\n  "))
 	return ExitFailure
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -148,13 +149,14 @@ func (s *SyncWriter) Write(b []byte) (int, error) {
 	return s.W.Write(b)
 }
 
-// Event writes e as one NDJSON line.
+// Event writes e as one NDJSON line, escaped for the terminal
+// (termtext): an egress event's destination is the sandbox's choice.
 func (s *SyncWriter) Event(e result.Event) {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return
 	}
-	_, _ = s.Write(append(b, '\n'))
+	_, _ = s.Write(append(termtext.JSON(b), '\n'))
 }
 
 // Bind binds a run's network side to its sandbox, while its init starts.
@@ -254,8 +256,11 @@ func RunOnce(ctx context.Context, f *RunFlags, spec sandbox.Spec, argv []string,
 // Finish prints what the mode calls for and chooses the exit code.
 func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error {
 	if f.JSON {
-		enc := json.NewEncoder(stdio.Stdout)
-		if err := enc.Encode(r); err != nil {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("print result: %w", err)
+		}
+		if _, err := stdio.Stdout.Write(append(termtext.JSON(b), '\n')); err != nil {
 			return fmt.Errorf("print result: %w", err)
 		}
 	}
@@ -265,14 +270,16 @@ func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error 
 	case result.Signaled:
 		return exitCode(128 + r.Signal)
 	case result.LimitExceeded:
-		fmt.Fprintf(stdio.Stderr, "airlock: limit exceeded: %s\n", r.Limit)
+		fmt.Fprintf(stdio.Stderr, "airlock: limit exceeded: %s\n", termtext.String(fmt.Sprint(r.Limit)))
 		return &ExitError{Code: ExitLimit}
 	default:
 		if ctx.Err() != nil {
 			fmt.Fprintln(stdio.Stderr, "airlock: interrupted; sandbox destroyed")
 			return &ExitError{Code: 130}
 		}
-		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", r.Error)
+		// The error may quote the command (its argv[0] not found) or,
+		// through --host, be a remote daemon's words.
+		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(r.Error))
 		return &ExitError{Code: ExitFailure}
 	}
 }

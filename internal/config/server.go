@@ -11,7 +11,7 @@ import (
 
 var (
 	serverKeys   = []string{"capacity", "e2b", "socket", "socket_group", "tcp", "tokens"}
-	tokenKeys    = []string{"concurrency", "name", "secret", "tools"}
+	tokenKeys    = []string{"auditor", "concurrency", "name", "secret", "tools"}
 	capacityKeys = []string{"memory", "pids", "sandboxes"}
 )
 
@@ -58,7 +58,12 @@ type Token struct {
 	// calls) plus the sessions and MCP servers it holds open; 0 is no
 	// bound of its own (the node's capacity still applies).
 	Concurrency int
-	Line        int
+	// Auditor lets the token read every caller's audit events of the
+	// tools it may use; any other token reads only the events it caused
+	// itself (its runs, sessions, requests and refusals), since another
+	// caller's command lines may carry that caller's secrets.
+	Auditor bool
+	Line    int
 }
 
 // AllowsTool reports whether the token may use tool.
@@ -133,7 +138,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret, tools and concurrency", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency and auditor", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -149,6 +154,8 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				if t.Secret, err = p.str(f.val, fsub); err == nil {
 					p.secretRefs = append(p.secretRefs, secretRef{name: t.Secret, node: f.val, at: fsub})
 				}
+			case "auditor":
+				t.Auditor, err = p.boolean(f.val, fsub)
 			case "concurrency":
 				var n int64
 				n, err = p.integer(f.val, fsub, 1, 1<<20)

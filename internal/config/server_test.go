@@ -13,7 +13,7 @@ server:
   tcp: 127.0.0.1:7400
   tokens:
     - {name: ci, secret: ci_tok, tools: [fetch], concurrency: 4}
-    - {name: admin, secret: admin_tok, tools: ["*"]}
+    - {name: admin, secret: admin_tok, tools: ["*"], auditor: true}
   capacity: {sandboxes: 40, memory: 16GiB, pids: 20000}
 secrets:
   ci_tok: {env: CI_TOKEN}
@@ -31,6 +31,9 @@ tools:
 	}
 	if s.Tokens[0].Concurrency != 4 || s.Tokens[1].Concurrency != 0 {
 		t.Fatalf("concurrency %+v", s.Tokens)
+	}
+	if s.Tokens[0].Auditor || !s.Tokens[1].Auditor {
+		t.Fatalf("auditor %+v", s.Tokens)
 	}
 	if s.Capacity != (Capacity{Sandboxes: 40, Memory: 16 << 30, Pids: 20000}) {
 		t.Fatalf("capacity %+v", s.Capacity)
@@ -63,6 +66,8 @@ tools:
 		{"server: {capacity: {pids: -1}}", "capacity.pids"},
 		{"server: {capacity: {cpu: 1}}", `unknown field "cpu"`},
 		{"server: {tokens: [{name: a, secret: s, tools: ['*'], concurrency: 0}]}\nsecrets: {s: {env: X}}", "concurrency"},
+		{"server: {tokens: [{name: a, secret: s, tools: ['*'], auditor: yes}]}\nsecrets: {s: {env: X}}", "auditor: expected true or false"},
+		{"server: {tokens: [{name: a, secret: s, tools: ['*'], auditor: [true]}]}\nsecrets: {s: {env: X}}", "auditor: expected true or false"},
 	}
 	for _, tt := range bad {
 		_, err := Parse("a.yaml", []byte(tt.yaml))

@@ -43,6 +43,13 @@ func (d *Daemon) observe(ev sandbox.Lifecycle) {
 		return
 	}
 	e := audit.Event{Kind: kind, Tool: ev.Label, Sandbox: ev.ID}
+	if ev.Event == sandbox.Destroyed {
+		// The end of a claimed sandbox is its claimer's: a token that
+		// reads only its own events sees its sandboxes go too.
+		if c, ok := d.claimedBy.LoadAndDelete(ev.ID); ok {
+			e.Client = c.(string)
+		}
+	}
 	detail := map[string]string{}
 	if ev.Err != nil {
 		detail["error"] = ev.Err.Error()
@@ -396,16 +403,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 		return
 	}
-	// A token sees the events of its tools only; the rest of the log
-	// (other callers' requests, the daemon's own events) is the host's.
-	if c := callerOf(r.Context()); c.token != nil {
-		q.Tools = []string{}
-		for _, name := range d.opts.Config.Order {
-			if c.allows(name) {
-				q.Tools = append(q.Tools, name)
-			}
-		}
-	}
+	q.Scope = d.auditScope(callerOf(r.Context()))
 	ctx := r.Context()
 	// What is queued is written first: a run answered before this query
 	// (its outcome queued, see queueFinish) is in what it reads.
@@ -456,6 +454,29 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// auditScope is what c may read of the log; nil for all of it.
+//
+// A token reads the events it caused itself (its runs, sessions, MCP
+// calls, requests and refusals) and no other caller's: one tenant's
+// command lines, paths and egress are its own, and an argv may carry a
+// key. An auditor token reads too every event of the tools it may use,
+// whoever caused it. The rest of the log (the daemon's own events,
+// other callers' requests) is the host's, for the local socket.
+func (d *Daemon) auditScope(c *caller) *audit.Scope {
+	if c.token == nil {
+		return nil
+	}
+	sc := &audit.Scope{Client: c.name}
+	if c.token.Auditor {
+		for _, name := range d.opts.Config.Order {
+			if c.allows(name) {
+				sc.Tools = append(sc.Tools, name)
+			}
+		}
+	}
+	return sc
 }
 
 // parseAuditQuery reads GET /v1/audit's parameters. Times are RFC 3339
@@ -545,6 +566,7 @@ func parseWhen(s string, now time.Time, name string) (time.Time, error) {
 
 // claimed records that a sandbox was handed to a run or session.
 func (d *Daemon) claimed(s runScope, warm bool) {
+	d.claimedBy.Store(s.sandbox, s.client)
 	e := s.event(audit.KindSandboxClaimed)
 	e.Detail = audit.Detail(map[string]bool{"warm": warm})
 	d.audit.Record(e)

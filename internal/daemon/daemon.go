@@ -110,6 +110,10 @@ type Daemon struct {
 	// goroutines that close those of sandboxes that die unclaimed.
 	prebound sync.Map
 	prebinds sync.WaitGroup
+	// claimedBy holds, by sandbox id, the audit client of the run,
+	// session or MCP server that claimed it, until it is destroyed: its
+	// sandbox.destroyed event is that client's.
+	claimedBy sync.Map
 	// mcpFast counts the tools/call requests answered by the fast path
 	// (see mcp_fast.go).
 	mcpFast  atomic.Int64

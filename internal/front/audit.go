@@ -25,7 +25,8 @@ const maxAuditWait = time.Minute
 // the cursor's place for it, merged by time (then node and id), the
 // first limit taken (the newest with tail). Each event appears once:
 // the cursor moves past what was taken only. A node's query rules apply
-// (a token sees its tools' events only): the node answers each.
+// (a token reads only the events it caused, an auditor its tools' too):
+// each node is asked with the caller's own token, never a wider one.
 func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	cur, err := parseCursor(q.Get("after"))
@@ -101,6 +102,7 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 	}
 	wg.Wait()
 	out := api.ClusterAuditPage{Events: []api.AuditEvent{}}
+	var pages [][]api.AuditEvent
 	for _, a := range answers {
 		if a.bad {
 			return out, http.StatusBadRequest, a.err
@@ -110,21 +112,14 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 			out.Unreached = append(out.Unreached, a.node)
 			continue
 		}
-		for _, ev := range a.page.Events {
+		evs := make([]api.AuditEvent, len(a.page.Events))
+		for i, ev := range a.page.Events {
 			ev.Node = a.node
-			out.Events = append(out.Events, ev)
+			evs[i] = ev
 		}
+		pages = append(pages, evs)
 	}
-	slices.SortFunc(out.Events, func(a, b api.AuditEvent) int {
-		return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
-	})
-	if len(out.Events) > limit {
-		if tail {
-			out.Events = out.Events[len(out.Events)-limit:]
-		} else {
-			out.Events = out.Events[:limit]
-		}
-	}
+	out.Events = mergePages(pages, limit, tail)
 	next := map[string]int64{}
 	for k, v := range cur {
 		next[k] = v
@@ -142,6 +137,50 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 	}
 	out.Next = formatCursor(next)
 	return out, 0, nil
+}
+
+// byTime orders merged events: by time, then node and id.
+func byTime(a, b api.AuditEvent) int {
+	return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+}
+
+// mergePages takes at most limit events of the nodes' pages (each in id
+// order), the earliest (the latest with tail), and returns them in time
+// order. What it takes of each node is a prefix of its page (a suffix
+// with tail): the cursor keeps the last id taken of each node, and a
+// node's times are not in id order (a request's event has the time it
+// began and the id of when it ended), so taking by time alone could take
+// an event past one it leaves, which the cursor then passed over for
+// good.
+func mergePages(pages [][]api.AuditEvent, limit int, tail bool) []api.AuditEvent {
+	out := []api.AuditEvent{}
+	for len(out) < limit {
+		best := -1
+		for i, p := range pages {
+			if len(p) == 0 {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			if tail && byTime(p[len(p)-1], pages[best][len(pages[best])-1]) > 0 ||
+				!tail && byTime(p[0], pages[best][0]) < 0 {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		p := pages[best]
+		if tail {
+			out, pages[best] = append(out, p[len(p)-1]), p[:len(p)-1]
+		} else {
+			out, pages[best] = append(out, p[0]), p[1:]
+		}
+	}
+	slices.SortFunc(out, byTime)
+	return out
 }
 
 // nodeAudit reads one node's page; bad when the node refused the query

@@ -33,6 +33,7 @@ import (
 const (
 	key       = "cluster-test-key-0123456789"
 	narrowKey = "cluster-test-narrow-0123456789"
+	tenantKey = "cluster-test-tenant-0123456789"
 )
 
 // proc is an airlock process of the test: a node or a front.
@@ -70,7 +71,7 @@ func start(t *testing.T, name string, args []string, cfg string) *proc {
 	}
 	defer stdout.Close()
 	cmd := exec.Command(testutil.Binary(t, "github.com/airlockhq/airlock/cmd/airlock"), append(args, "--config", cfgPath)...)
-	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key, "TEST_NARROW_KEY="+narrowKey)
+	cmd.Env = append(os.Environ(), "TEST_CLUSTER_KEY="+key, "TEST_NARROW_KEY="+narrowKey, "TEST_TENANT_KEY="+tenantKey)
 	cmd.Stdout, cmd.Stderr = stdout, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -99,7 +100,7 @@ func startNode(t *testing.T, cp *kubetest.ControlPlane, name string, warm int) *
 	t.Helper()
 	addr, e2bAddr := freeAddr(t), freeAddr(t)
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n"+
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: tenant, secret: tenant, tools: ['*']}]\nsecrets:\n  key: {env: TEST_CLUSTER_KEY}\n  tenant: {env: TEST_TENANT_KEY}\n"+
 		"tools:\n  sh: {pool: {warm: %d}}\n  echo: {command: [echo, \"{word}\"], inputs: {word: {required: true}}}\naudit: {export: stdout}\ncluster:\n  node: %s\n", addr, e2bAddr, warm, name) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-node").Name)
 	p := start(t, name, []string{"serve", "--socket", filepath.Join(dir, "sock"), "--audit", filepath.Join(dir, "audit.db"),
 		"--state-dir", "/run/airlock-test-front-" + name, "--cgroup-parent", testutil.CgroupParent("/airlock-test-front-" + name), "--grace", "20s"}, cfg)
@@ -114,8 +115,8 @@ func startFront(t *testing.T, cp *kubetest.ControlPlane, name string, addr strin
 		addr = freeAddr(t)
 	}
 	e2bAddr := freeAddr(t)
-	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}]\n"+
-		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_NARROW_KEY}\n"+
+	cfg := fmt.Sprintf("server:\n  tcp: %s\n  e2b: %s\n  tokens: [{name: agent, secret: key, tools: ['*']}, {name: narrow, secret: narrow, tools: [python]}, {name: tenant, secret: tenant, tools: ['*']}]\n"+
+		"secrets:\n  key: {env: TEST_CLUSTER_KEY}\n  narrow: {env: TEST_NARROW_KEY}\n  tenant: {env: TEST_TENANT_KEY}\n"+
 		// The nodes' config serves a front too: its tools are the
 		// names tokens may use.
 		"tools:\n  sh: {}\n  python: {}\ncluster:\n", addr, e2bAddr) + kubeYAML(t, cp, kubetest.ServiceAccount("airlock-front").Name)
@@ -515,6 +516,85 @@ func TestCluster(t *testing.T) {
 		narrow := client.NewTCP(fb.addr, narrowKey)
 		if _, err := narrow.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 403 {
 			t.Errorf("a run of a tool the token may not use: %v", err)
+		}
+	})
+
+	t.Run("the merged audit is the caller's token's", func(t *testing.T) {
+		// Another tenant reads the merged log through the other front
+		// — a page, the tail, a follow across agent's runs — and finds
+		// none of agent's events: the front passes the caller's token
+		// on, and each node answers for that token only.
+		const fakeKey = "sk-live-FAKEKEY-front-7d3e"
+		tenant := client.NewTCP(fb.addr, tenantKey)
+		now, err := tenant.AuditFeed(ctx, client.AuditQuery{Tail: true, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The follow goes on, page after page as airlock audit
+		// --follow's, until agent's runs are all recorded.
+		runsDone := make(chan struct{})
+		followed := make(chan []api.AuditEvent, 1)
+		go func() {
+			var got []api.AuditEvent
+			defer func() { followed <- got }()
+			cursor, last := now.Next, false
+			for !last {
+				select {
+				case <-runsDone:
+					last = true
+				default:
+				}
+				p, err := tenant.AuditFeed(ctx, client.AuditQuery{Cursor: cursor, Wait: time.Second, Limit: 1000})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, cursor = append(got, p.Events...), p.Next
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		var runIDs []string
+		for range 4 { // on more than one node
+			r, err := ca.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"echo", "--api-key", fakeKey}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runIDs = append(runIDs, r.RunID)
+		}
+		// agent reads its own runs' command lines through either front.
+		waitFor(t, "agent's runs in the merged audit", 10*time.Second, func() bool {
+			p, err := cb.AuditFeed(ctx, client.AuditQuery{Kind: "run.started", Tail: true, Limit: 1000})
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, ev := range p.Events {
+				if slices.Contains(runIDs, ev.Run) && strings.Contains(string(ev.Detail), fakeKey) {
+					n++
+				}
+			}
+			return n == len(runIDs)
+		})
+		close(runsDone)
+		pages := map[string][]api.AuditEvent{"a follow": <-followed}
+		for name, q := range map[string]client.AuditQuery{
+			"a page":        {Limit: 1000},
+			"the tail":      {Tail: true, Limit: 1000},
+			"agent's runs":  {Kind: "run.started", Client: "token:agent", Limit: 1000},
+			"agent's first": {Run: runIDs[0]},
+		} {
+			p, err := tenant.AuditFeed(ctx, q)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			pages[name] = p.Events
+		}
+		for name, evs := range pages {
+			for _, ev := range evs {
+				if ev.Client != "token:tenant" || strings.Contains(string(ev.Detail), fakeKey) {
+					t.Errorf("tenant read, through %s, an event it did not cause: %+v", name, ev)
+				}
+			}
 		}
 	})
 

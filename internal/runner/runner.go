@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -280,7 +281,9 @@ func (l *netLog) explain(key, line string) {
 	case n > maxShownDenials:
 		fmt.Fprintln(l.stderr, "airlock: further denials not shown")
 	default:
-		fmt.Fprintln(l.stderr, "airlock: "+line)
+		// A denial quotes what the sandbox asked for (a name, a path):
+		// escaped, so that it cannot act on the terminal.
+		fmt.Fprintln(l.stderr, "airlock: "+termtext.String(line))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/termtext"
 )
 
 // followWait is how long each poll of --follow waits for new events.
@@ -84,7 +85,7 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	unreached := func(p *api.ClusterAuditPage) {
 		if now := strings.Join(p.Unreached, ", "); now != missing {
 			if missing = now; now != "" {
-				fmt.Fprintf(stdio.Stderr, "airlock audit: nodes not read: %s (their events come once they answer)\n", now)
+				fmt.Fprintf(stdio.Stderr, "airlock audit: nodes not read: %s (their events come once they answer)\n", termtext.String(now))
 			} else {
 				fmt.Fprintln(stdio.Stderr, "airlock audit: every node read again")
 			}
@@ -115,31 +116,35 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	}
 }
 
-// printAudit writes one event: a JSON line, or a readable line.
+// printAudit writes one event: a JSON line, or a readable line. What
+// an event holds was chosen by callers and sandboxes (an argv, a path,
+// a tool's name, a destination), so it is escaped for the terminal
+// (termtext): a command line could otherwise rewrite the lines around
+// it.
 func printAudit(w io.Writer, ev api.AuditEvent, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(append(b, '\n'))
+		_, err = w.Write(append(termtext.JSON(b), '\n'))
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %-6d %-17s", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.ID, ev.Kind)
+	fmt.Fprintf(&b, "%s %-6d %-17s", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.ID, termtext.String(ev.Kind))
 	if ev.Decision != "" {
-		fmt.Fprintf(&b, " %s", ev.Decision)
+		fmt.Fprintf(&b, " %s", termtext.String(ev.Decision))
 	}
 	for _, f := range []struct{ k, v string }{
 		{"node", ev.Node}, {"tool", ev.Tool}, {"sandbox", ev.Sandbox}, {"session", ev.Session}, {"run", ev.Run}, {"client", ev.Client},
 	} {
 		if f.v != "" {
-			fmt.Fprintf(&b, " %s=%s", f.k, f.v)
+			fmt.Fprintf(&b, " %s=%s", f.k, termtext.String(f.v))
 		}
 	}
 	if len(ev.Detail) > 0 {
 		b.WriteByte(' ')
-		b.Write(ev.Detail)
+		b.WriteString(termtext.String(string(ev.Detail)))
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())

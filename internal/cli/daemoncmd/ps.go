@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/internal/units"
 )
 
@@ -30,7 +31,7 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	if len(a.Unreached) > 0 {
-		fmt.Fprintf(stdio.Stderr, "airlock ps: nodes not reached, so not listed: %s\n", strings.Join(a.Unreached, ", "))
+		fmt.Fprintf(stdio.Stderr, "airlock ps: nodes not reached, so not listed: %s\n", termtext.String(strings.Join(a.Unreached, ", ")))
 	}
 	if *asJSON {
 		return printJSON(stdio.Stdout, a)
@@ -45,19 +46,22 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	}
 	node := func(n string) string {
 		if nodes {
-			return "\t" + n
+			return "\t" + termtext.String(n)
 		}
 		return ""
 	}
+	// What the daemon (or a front) lists was chosen by its callers: each
+	// field is escaped for the terminal, a tab in it too (the columns').
+	esc := termtext.String
 	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tTOOL\tCLIENT\tAGE\tMEMORY\tPIDS\tCPU\tSANDBOX"+node("NODE"))
 	for _, r := range a.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s%s\n", r.ID, r.Kind, r.Tool, r.Client,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s%s\n", esc(r.ID), esc(r.Kind), esc(r.Tool), esc(r.Client),
 			age(r.AgeMillis), units.FormatSize(r.MemoryBytes), units.FormatSize(r.Limits.MemoryBytes), r.Pids, r.Limits.Pids,
-			(time.Duration(r.CPUMillis) * time.Millisecond).String(), r.SandboxID, node(r.Node))
+			(time.Duration(r.CPUMillis) * time.Millisecond).String(), esc(r.SandboxID), node(r.Node))
 	}
 	for _, s := range a.Sessions {
-		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s%s\n", s.ID, s.Tool, s.Created, s.Running, s.SandboxID, node(s.Node))
+		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s%s\n", esc(s.ID), esc(s.Tool), s.Created, s.Running, esc(s.SandboxID), node(s.Node))
 	}
 	return tw.Flush()
 }
@@ -93,7 +97,7 @@ func killCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			err = c.KillRun(ctx, id)
 		}
 		if err != nil {
-			fmt.Fprintf(stdio.Stderr, "airlock kill: %s: %v\n", id, err)
+			fmt.Fprintf(stdio.Stderr, "airlock kill: %s: %s\n", termtext.String(id), termtext.String(err.Error()))
 			failed = true
 		}
 	}

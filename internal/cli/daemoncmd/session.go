@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -26,10 +27,15 @@ func daemonFlags(name string, stdio cli.IO) (*flag.FlagSet, *target, *bool) {
 	return fs, t, asJSON
 }
 
+// printJSON prints v indented, escaped for the terminal (termtext): what
+// the daemon lists was chosen by its callers.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(termtext.JSON(b), '\n'))
+	return err
 }
 
 // sessionUsage is each session subcommand's synopsis.
@@ -97,7 +103,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		if *asJSON {
 			return printJSON(stdio.Stdout, s)
 		}
-		fmt.Fprintln(stdio.Stdout, s.ID)
+		fmt.Fprintln(stdio.Stdout, termtext.String(s.ID))
 		return nil
 	case "ls":
 		if len(pos) != 0 {
@@ -117,7 +123,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			if s.EndReason != "" {
 				state += " (" + s.EndReason + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Tool, state, s.Running, s.Created, s.Expires)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", termtext.String(s.ID), termtext.String(s.Tool), termtext.String(state), s.Running, s.Created, s.Expires)
 		}
 		return tw.Flush()
 	case "show":
@@ -228,7 +234,7 @@ func poolCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tWARM\tIDLE\tHITS\tMISSES\tCREATED\tFAILURES")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.Warm, p.Idle, p.Hits, p.Misses, p.Created, p.CreateFailures)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", termtext.String(p.Name), p.Warm, p.Idle, p.Hits, p.Misses, p.Created, p.CreateFailures)
 	}
 	return tw.Flush()
 }
