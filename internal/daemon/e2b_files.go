@@ -96,6 +96,11 @@ func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
 		}
 	}
+	// The signed string's fields are not delimited: refused unless they
+	// can be told apart (e2b.CheckSigned says why).
+	if err := e2b.CheckSigned(q.Get("path"), q.Get("username")); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+	}
 	sig := []byte(q.Get("signature"))
 	d.e2b.mu.Lock()
 	cands := make([]*e2bSandbox, 0, len(d.e2b.m))
