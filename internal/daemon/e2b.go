@@ -70,7 +70,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		e2b.WriteAPIError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
 	}))
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", d.e2bHealth)
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
@@ -196,4 +196,21 @@ func (d *Daemon) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (
 		}
 		e2b.WriteUnary(w, v)
 	}
+}
+
+// e2bHealth answers envd's health check, which the SDK's isRunning asks:
+// 204 while the sandbox of E2b-Sandbox-Id lives and the access token is
+// its, else 502, as E2B's proxy answers for a sandbox that is gone (the
+// SDK reads 502 as not running). No sandbox, an ended one and another's
+// token look the same.
+func (d *Daemon) e2bHealth(w http.ResponseWriter, r *http.Request) {
+	sb, err := d.e2bEnvd(r)
+	if err == nil && !alive(sb.s.sb) {
+		err = e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+	}
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
