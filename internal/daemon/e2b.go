@@ -63,6 +63,11 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /v2/sandboxes", api(d.e2bCreate))
 	mux.HandleFunc("GET /v2/sandboxes", api(d.e2bList))
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", api(d.e2bConnect))
+	// The v1 forms, which every SDK before JS 2.51 (and the Python SDKs
+	// of that time) calls: the same bodies, the same answers.
+	mux.HandleFunc("POST /sandboxes", api(d.e2bCreate))
+	mux.HandleFunc("GET /sandboxes", api(d.e2bList))
+	mux.HandleFunc("POST /sandboxes/{id}/connect", api(d.e2bConnect))
 	mux.HandleFunc("GET /sandboxes/{id}", api(d.e2bGet))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))

@@ -33,6 +33,9 @@ func (f *Front) E2BHandler() http.Handler {
 	mux.HandleFunc("GET /health", f.e2bHealth)
 	mux.HandleFunc("POST /v2/sandboxes", f.e2bKey(f.e2bCreate))
 	mux.HandleFunc("GET /v2/sandboxes", f.e2bKey(f.e2bList))
+	// The v1 forms older SDKs call (connect is among the calls by id).
+	mux.HandleFunc("POST /sandboxes", f.e2bKey(f.e2bCreate))
+	mux.HandleFunc("GET /sandboxes", f.e2bKey(f.e2bList))
 	mux.HandleFunc("/v2/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
 	mux.HandleFunc("/sandboxes/{id}", f.e2bKey(f.e2bByID))
 	mux.HandleFunc("/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
