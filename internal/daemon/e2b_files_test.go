@@ -170,6 +170,10 @@ func TestE2BUploadStalledBetweenParts(t *testing.T) {
 		}
 	})
 	t.Run("the owner's DELETE is not held", func(t *testing.T) {
+		// A stall timeout far longer than the wait: the kill itself
+		// must cut the upload.
+		_, base = serveE2BDaemon(t, "", func(o *Options) { o.StallTimeout = 10 * time.Minute })
+		addr = strings.TrimPrefix(base, "http://")
 		sb := e2bCreate(t, base)
 		c, br := upload(sb)
 		time.Sleep(200 * time.Millisecond) // the first part is in
