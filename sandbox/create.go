@@ -629,13 +629,14 @@ func (s *Sandbox) OpenWorkspace() (*os.File, error) {
 		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
 	}
 	s.execs.Add(1)
+	pidfd := s.pidfd
 	s.mu.Unlock()
 	defer s.execs.Done()
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, HomeDir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, err)
 	}
-	if !s.initLives() {
+	if !initLives(pidfd) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
 	}
@@ -644,9 +645,10 @@ func (s *Sandbox) OpenWorkspace() (*os.File, error) {
 
 // initLives says whether init has not been reaped yet: a signal 0 through
 // its pidfd reaches it until then (a zombie included, whose pid is not
-// free yet). The caller counts as an exec, so the pidfd is open.
-func (s *Sandbox) initLives() bool {
-	rc, err := s.pidfd.SyscallConn()
+// free yet). The caller counts as an exec, so the pidfd is open (a
+// closed one answers false).
+func initLives(pidfd *os.File) bool {
+	rc, err := pidfd.SyscallConn()
 	if err != nil {
 		return false
 	}
