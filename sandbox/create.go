@@ -90,6 +90,10 @@ type Sandbox struct {
 	// ledger, until its teardown gives them back.
 	booked bool
 	ids    *idRange
+	// idBase is ids' base, kept after the teardown releases ids: read
+	// by a call still finishing on a destroyed sandbox, it is never nil
+	// and never written again.
+	idBase uint32
 	lock   *lockFile
 	// execd says how the clone's program and init's exec went (see
 	// spawner.CloneLater); initExecd asks it once.
@@ -137,7 +141,7 @@ func (s *Sandbox) InitPid() int { return s.pid }
 func (s *Sandbox) NetNS() *os.File { return s.netns }
 
 // HostIDBase is the host uid (and gid) that uid 0 inside maps to.
-func (s *Sandbox) HostIDBase() uint32 { return s.ids.base }
+func (s *Sandbox) HostIDBase() uint32 { return s.idBase }
 
 // newID is a fresh random sandbox id. It reads the kernel's random source
 // itself (crypto/rand's, and it never fails on Linux): crypto/rand would
@@ -246,6 +250,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots); err != nil {
 		return nil, err
 	}
+	s.idBase = s.ids.base
 	if s.group == nil {
 		if s.group, err = rt.cg.Create(s.id, cl); err != nil {
 			return nil, err
@@ -606,16 +611,56 @@ func (s *Sandbox) Destroyed() <-chan struct{} { return s.gone }
 // OpenWorkspace opens the sandbox's /workspace, as init sees it, with
 // O_PATH: a starting point for reading and writing files below it from
 // the host (see internal/linux/inroot). The caller closes it.
+//
+// Init's pid is only a number: once init has exited and been reaped, the
+// kernel may give it to another process, another sandbox's init among
+// them, and /proc/PID/root would then be that one's root. So the open
+// counts as an exec (Destroy's teardown, which closes the pidfd, waits
+// for it; a sandbox being destroyed is ErrDead), and after the open the
+// pidfd, which names this init whatever became of its number, must
+// still reach a process: if it does, init had not been reaped when the
+// path was opened, so the number was still its own. A descriptor
+// opened while init lived stays that sandbox's workspace (or nothing
+// anyone else can see, once it is gone).
 func (s *Sandbox) OpenWorkspace() (*os.File, error) {
+	s.mu.Lock()
+	if s.killed || s.pidfd == nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
+	}
+	s.execs.Add(1)
+	pidfd := s.pidfd
+	s.mu.Unlock()
+	defer s.execs.Done()
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, HomeDir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, err)
 	}
+	if !initLives(pidfd) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
+	}
 	return os.NewFile(uintptr(fd), HomeDir), nil
 }
 
+// initLives says whether init has not been reaped yet: a signal 0 through
+// its pidfd reaches it until then (a zombie included, whose pid is not
+// free yet). The caller counts as an exec, so the pidfd is open (a
+// closed one answers false).
+func initLives(pidfd *os.File) bool {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return false
+	}
+	lives := false
+	_ = rc.Control(func(fd uintptr) {
+		lives = unix.PidfdSendSignal(int(fd), 0, nil, 0) == nil
+	})
+	return lives
+}
+
 // UserHostID is the host uid (and gid) of the user commands run as.
-func (s *Sandbox) UserHostID() int { return int(s.ids.base) + sandboxUID }
+func (s *Sandbox) UserHostID() int { return int(s.idBase) + sandboxUID }
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {

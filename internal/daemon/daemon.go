@@ -70,7 +70,8 @@ type Options struct {
 	// StallTimeout bounds one write of a command's event stream (NDJSON,
 	// a terminal's, an E2B process stream): a caller that takes nothing
 	// for this long has stopped reading, and a command whose events it
-	// was given ends; 0 means 30s.
+	// was given ends; and one read of an E2B upload's body (a client
+	// that sends nothing for this long is cut); 0 means 30s.
 	StallTimeout time.Duration
 }
 

@@ -63,6 +63,11 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /v2/sandboxes", api(d.e2bCreate))
 	mux.HandleFunc("GET /v2/sandboxes", api(d.e2bList))
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", api(d.e2bConnect))
+	// The v1 forms, which every SDK before JS 2.51 (and the Python SDKs
+	// of that time) calls: the same bodies, the same answers.
+	mux.HandleFunc("POST /sandboxes", api(d.e2bCreate))
+	mux.HandleFunc("GET /sandboxes", api(d.e2bList))
+	mux.HandleFunc("POST /sandboxes/{id}/connect", api(d.e2bConnect))
 	mux.HandleFunc("GET /sandboxes/{id}", api(d.e2bGet))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
@@ -70,7 +75,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *caller) {
 		e2b.WriteAPIError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
 	}))
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", d.e2bHealth)
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
@@ -196,4 +201,21 @@ func (d *Daemon) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (
 		}
 		e2b.WriteUnary(w, v)
 	}
+}
+
+// e2bHealth answers envd's health check, which the SDK's isRunning asks:
+// 204 while the sandbox of E2b-Sandbox-Id lives and the access token is
+// its, else 502, as E2B's proxy answers for a sandbox that is gone (the
+// SDK reads 502 as not running). No sandbox, an ended one and another's
+// token look the same.
+func (d *Daemon) e2bHealth(w http.ResponseWriter, r *http.Request) {
+	sb, err := d.e2bEnvd(r)
+	if err == nil && !alive(sb.s.sb) {
+		err = e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+	}
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"compress/gzip"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"path"
@@ -96,6 +93,11 @@ func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
 		}
 	}
+	// The signed string's fields are not delimited: refused unless they
+	// can be told apart (e2b.CheckSigned says why).
+	if err := e2b.CheckSigned(q.Get("path"), q.Get("username")); err != nil {
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+	}
 	sig := []byte(q.Get("signature"))
 	d.e2b.mu.Lock()
 	cands := make([]*e2bSandbox, 0, len(d.e2b.m))
@@ -143,83 +145,6 @@ func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	_, _ = io.Copy(w, io.LimitReader(f, size))
-}
-
-func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
-	sb := d.e2bFileSandbox(w, r, "write")
-	if sb == nil {
-		return
-	}
-	defer sb.s.leave()
-	r.Body = http.MaxBytesReader(w, r.Body, maxFile+1<<20)
-	put := func(p string, body io.Reader) (e2b.WrittenFile, bool) {
-		rel, err := e2bPath(p)
-		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-			return e2b.WrittenFile{}, false
-		}
-		if _, err := sb.s.writeFile(rel, body); err != nil {
-			e2bFileError(w, err)
-			return e2b.WrittenFile{}, false
-		}
-		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, true
-	}
-	var out []e2b.WrittenFile
-	switch enc := r.Header.Get("Content-Encoding"); enc {
-	case "", "identity":
-	case "gzip":
-		// Decompressed, the file is still bounded by writeFile's cap.
-		zr, err := gzip.NewReader(r.Body)
-		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
-			return
-		}
-		defer zr.Close()
-		r.Body = zr
-	default:
-		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
-		return
-	}
-	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch {
-	case ct == "multipart/form-data":
-		mr := multipart.NewReader(r.Body, params["boundary"])
-		for {
-			part, err := mr.NextPart()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				e2b.WriteAPIError(w, http.StatusBadRequest, "the multipart body: "+err.Error())
-				return
-			}
-			if part.FormName() != "file" {
-				continue
-			}
-			// A signed URL's path is the one signed; only a request
-			// with the sandbox's token may name others in its parts.
-			p := r.URL.Query().Get("path")
-			if p == "" && !r.URL.Query().Has("signature") {
-				p = part.FileName()
-			}
-			wf, ok := put(p, part)
-			if !ok {
-				return
-			}
-			out = append(out, wf)
-		}
-	default:
-		wf, ok := put(r.URL.Query().Get("path"), r.Body)
-		if !ok {
-			return
-		}
-		out = append(out, wf)
-	}
-	if len(out) == 0 {
-		e2b.WriteAPIError(w, http.StatusBadRequest, `no file in the body (a multipart field "file", or the bytes themselves)`)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // inWorkspace runs fn on the session's workspace as the sandbox's user

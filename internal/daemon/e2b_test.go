@@ -53,10 +53,18 @@ func serveE2B(t *testing.T, extra string) string {
 // serveE2BWith is serveE2B with the daemon's options adjusted.
 func serveE2BWith(t *testing.T, extra string, adjust func(*Options)) string {
 	t.Helper()
+	_, base := serveE2BDaemon(t, extra, adjust)
+	return base
+}
+
+// serveE2BDaemon is serveE2BWith that also returns the daemon, for tests
+// that check a sandbox from the host.
+func serveE2BDaemon(t *testing.T, extra string, adjust func(*Options)) (*Daemon, string) {
+	t.Helper()
 	t.Setenv("TEST_E2B_KEY", e2bKey)
 	t.Setenv("TEST_OTHER_KEY", "other-0123456789abcdef")
 	addr := freePort(t)
-	serveConfig(t, `
+	d, _ := serveConfig(t, `
 server:
   e2b: `+addr+`
   tokens:
@@ -69,7 +77,7 @@ tools:
   sh: {}
   small: {limits: {memory: 64MiB}}
 `+extra, adjust)
-	return "http://" + addr
+	return d, "http://" + addr
 }
 
 // e2bCreate creates a sandbox of tool sh through the E2B API at base.

@@ -236,9 +236,15 @@ func (s *session) writeFile(rel string, r io.Reader) (int64, error) {
 		return 0, errGone
 	}
 	defer ws.Close()
+	return s.writeIn(ws, rel, r)
+}
+
+// writeIn is writeFile into a workspace already open (see
+// sandbox.OpenWorkspace), for a call that writes several files.
+func (s *session) writeIn(ws *os.File, rel string, r io.Reader) (int64, error) {
 	id := s.sb.UserHostID()
 	var n int64
-	err = inroot.AsUser(id, id, func() error {
+	err := inroot.AsUser(id, id, func() error {
 		var err error
 		n, err = inroot.WriteFile(ws, rel, r, maxFile, id, id)
 		return err

@@ -316,16 +316,48 @@ type EntryInfo struct {
 	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
 }
 
+// ErrAmbiguous refuses a signed URL whose path or user holds a ':'.
+var ErrAmbiguous = errors.New("a signed URL's path and user may not contain ':' (the signature could not tell them from the operation)")
+
+// CheckSigned says whether a signed URL's path and user may be checked
+// against a signature. The SDK signs "path:op:user:token[:expires]"
+// without escaping, so a ':' inside the path or the user would let one
+// string be read as another split: a download URL for the path
+// "x:write:" (user "") signs "x:write::read::token", exactly what an
+// upload of "x" by the user ":read:" signs, and would work as that
+// upload. The scheme is the SDK's (it signs client side), so it cannot
+// change; instead the server refuses the fields that make it ambiguous.
+// With no ':' in the path or the user, and none in the operation or the
+// token (hex), the string the server hashes has exactly four fields, or
+// five when an expiry (digits, at most 19: an int64) follows, never a
+// 48-character token. A signed string equal to it then has the same
+// fields in the same places whatever the signer put in its own path and
+// user: the operation is the second field, so a signature made for one
+// operation never verifies for the other. A URL for a file whose name
+// holds ':' cannot be signed; the SDK's files calls (with the access
+// token) still reach it.
+func CheckSigned(path, user string) error {
+	if strings.ContainsRune(path, ':') || strings.ContainsRune(user, ':') {
+		return ErrAmbiguous
+	}
+	return nil
+}
+
 // Signature is the signature of a download (op "read") or upload ("write")
 // URL of path for user, made with a sandbox's envdAccessToken, valid
 // until expires (Unix seconds; 0 for ever), as the SDK makes it:
 // "v1_" and the unpadded base64 of SHA-256 over
 // "path:op:user:token[:expires]".
 func Signature(path, op, user, token string, expires int64) string {
+	sum := sha256.Sum256([]byte(signed(path, op, user, token, expires)))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+// signed is the string a signature hashes.
+func signed(path, op, user, token string, expires int64) string {
 	raw := path + ":" + op + ":" + user + ":" + token
 	if expires != 0 {
 		raw += ":" + strconv.FormatInt(expires, 10)
 	}
-	sum := sha256.Sum256([]byte(raw))
-	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+	return raw
 }

@@ -30,9 +30,12 @@ const maxE2BBody = 20 << 20
 // E2BHandler is the front's E2B-compatible API.
 func (f *Front) E2BHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", f.e2bHealth)
 	mux.HandleFunc("POST /v2/sandboxes", f.e2bKey(f.e2bCreate))
 	mux.HandleFunc("GET /v2/sandboxes", f.e2bKey(f.e2bList))
+	// The v1 forms older SDKs call (connect is among the calls by id).
+	mux.HandleFunc("POST /sandboxes", f.e2bKey(f.e2bCreate))
+	mux.HandleFunc("GET /sandboxes", f.e2bKey(f.e2bList))
 	mux.HandleFunc("/v2/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
 	mux.HandleFunc("/sandboxes/{id}", f.e2bKey(f.e2bByID))
 	mux.HandleFunc("/sandboxes/{id}/{rest...}", f.e2bKey(f.e2bByID))
@@ -230,6 +233,22 @@ func parseListCursor(s string) (node, inner string, err error) {
 		return "", "", fmt.Errorf("nextToken %q is not one a front gave", s)
 	}
 	return node, inner, nil
+}
+
+// e2bHealth passes envd's health check (the SDK's isRunning) to the node
+// of its E2b-Sandbox-Id, which says whether the sandbox lives; a sandbox
+// no live node holds is answered 502 here, as gone (the SDK's "not
+// running"), never 204.
+func (f *Front) e2bHealth(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("E2b-Sandbox-Id")
+	gone := func(_ int, _, msg string) { e2b.WriteAPIError(w, http.StatusBadGateway, msg) }
+	if id == "" {
+		gone(0, "", "E2b-Sandbox-Id is required")
+		return
+	}
+	if n, ok := f.e2bNodeOf(id, gone); ok {
+		f.e2bPass(w, r, n, id, gone)
+	}
 }
 
 // e2bEnvd passes a sandbox-side (Connect) call to the node of its

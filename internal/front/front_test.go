@@ -341,43 +341,48 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("the E2B SDK through a front", func(t *testing.T) {
-		mods := os.Getenv("AIRLOCK_TEST_E2B_MODULES")
-		if mods == "" {
-			t.Skip("AIRLOCK_TEST_E2B_MODULES is not set (scripts/test installs the E2B SDK)")
-		}
-		cmd := exec.Command("node", "testdata/e2b_front.mjs")
-		base := "http://" + fb.e2b
-		cmd.Env = append(os.Environ(), "E2B_SDK="+filepath.Join(mods, "e2b", "dist", "index.mjs"), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+key)
-		out, err := cmd.Output()
-		t.Logf("the SDK said:\n%s", out)
-		if err != nil {
-			t.Fatalf("the SDK's script: %v", err)
-		}
-		steps := map[string]string{}
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			var l struct {
-				K string          `json:"k"`
-				V json.RawMessage `json:"v"`
+	// The newest SDK pinned, and an older one, whose create and connect
+	// are the v1 calls (POST /sandboxes).
+	for _, sdk := range []struct{ name, env string }{{"", "AIRLOCK_TEST_E2B_MODULES"}, {" 2.50", "AIRLOCK_TEST_E2B_OLD_MODULES"}} {
+		t.Run("the E2B SDK"+sdk.name+" through a front", func(t *testing.T) {
+			mods := os.Getenv(sdk.env)
+			if mods == "" {
+				t.Skipf("%s is not set (scripts/test installs the E2B SDKs)", sdk.env)
 			}
-			if json.Unmarshal([]byte(line), &l) == nil {
-				steps[l.K] = string(l.V)
+			cmd := exec.Command("node", "testdata/e2b_front.mjs")
+			base := "http://" + fb.e2b
+			cmd.Env = append(os.Environ(), "E2B_SDK="+filepath.Join(mods, "e2b", "dist", "index.mjs"), "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+key)
+			out, err := cmd.Output()
+			t.Logf("the SDK said:\n%s", out)
+			if err != nil {
+				t.Fatalf("the SDK's script: %v", err)
 			}
-		}
-		var id string
-		_ = json.Unmarshal([]byte(steps["created"]), &id)
-		if nodes[cluster.NodeOfID(id)] == nil {
-			t.Errorf("the sandbox id %q names no node", id)
-		}
-		for k, want := range map[string]string{
-			"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`,
-			"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
-		} {
-			if steps[k] != want {
-				t.Errorf("%s: %s, want %s", k, steps[k], want)
+			steps := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var l struct {
+					K string          `json:"k"`
+					V json.RawMessage `json:"v"`
+				}
+				if json.Unmarshal([]byte(line), &l) == nil {
+					steps[l.K] = string(l.V)
+				}
 			}
-		}
-	})
+			var id string
+			_ = json.Unmarshal([]byte(steps["created"]), &id)
+			if nodes[cluster.NodeOfID(id)] == nil {
+				t.Errorf("the sandbox id %q names no node", id)
+			}
+			for k, want := range map[string]string{
+				"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`,
+				"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
+				"alive": `true`, "dead": `false`, "connect": `"via the front"`,
+			} {
+				if steps[k] != want {
+					t.Errorf("%s: %s, want %s", k, steps[k], want)
+				}
+			}
+		})
+	}
 
 	t.Run("lists across nodes", func(t *testing.T) {
 		s, err := ca.CreateSession(ctx, api.SessionRequest{Tool: "sh"})

@@ -14,6 +14,8 @@ try {
   const items = await Sandbox.list({ query: { metadata: { via: 'front' } } }).nextItems();
   out('list', items.map((i) => i.sandboxId));
   out('info', (await sbx.getInfo()).templateId);
+  out('alive', await sbx.isRunning());
+  out('connect', await (await Sandbox.connect(sbx.sandboxId)).files.read('/workspace/a.txt'));
   const p1 = await Sandbox.create('sh', { metadata: { via: 'pages' } });
   const p2 = await Sandbox.create('sh', { metadata: { via: 'pages' } });
   const pager = Sandbox.list({ query: { metadata: { via: 'pages' } }, limit: 1 });
@@ -23,6 +25,7 @@ try {
   await p1.kill();
   await p2.kill();
   out('kill', await sbx.kill());
+  out('dead', await sbx.isRunning());
   try { await sbx.commands.run('true'); out('after', 'ran'); } catch (e) { out('after', e.constructor.name); }
   try { await Sandbox.create('sh', { apiKey: 'not-a-key-of-this-cluster' }); out('wrongkey', 'created'); } catch (e) { out('wrongkey', e.constructor.name); }
 } catch (e) {

@@ -1,0 +1,220 @@
+package daemon
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// The E2B upload: POST /files, one file (octet-stream, perhaps gzip) or
+// several (multipart, each part named by its filename).
+
+// Why an upload's body stopped short.
+var (
+	errUploadStalled = errors.New("the upload stalled")
+	errUploadEnded   = errors.New("the sandbox ended during the upload")
+)
+
+// uploadBody is an upload's body, read with a stall bound and cut when
+// its sandbox ends. Without them, a client that stops sending (between
+// a multipart's parts, say) would hold the session, and its owner's kill,
+// which waits for the session's calls, for as long as it liked.
+type uploadBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	stall time.Duration
+
+	// mu guards why, and orders the deadlines Read and cut set.
+	mu  sync.Mutex
+	why error // errUploadStalled or errUploadEnded, once the body failed so
+}
+
+func (b *uploadBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.why != nil {
+		b.mu.Unlock()
+		return 0, b.why
+	}
+	if b.stall > 0 {
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
+	}
+	b.mu.Unlock()
+	n, err := b.r.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.mu.Lock()
+		if b.why == nil {
+			b.why = errUploadStalled
+		}
+		err = b.why
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// cut ends the body's reading now: a Read blocked in the connection
+// returns at once.
+func (b *uploadBody) cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.why == nil {
+		b.why = errUploadEnded
+	}
+	_ = b.rc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// failed is why the body stopped short, or nil.
+func (b *uploadBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.why
+}
+
+// partFileName is a multipart part's filename exactly as sent: Go's
+// FileName keeps only its base name, which would write "a/b/f.txt" at
+// "f.txt", and "../x" or "/etc/x" at "x" instead of refusing them.
+func partFileName(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
+	sb := d.e2bFileSandbox(w, r, "write")
+	if sb == nil {
+		return
+	}
+	defer sb.s.leave()
+	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sb.s.ending:
+			body.cut()
+		case <-done:
+		}
+	}()
+	// The workspace is opened once for the whole call, while its init
+	// lives (sandbox.OpenWorkspace): a part that comes after the sandbox
+	// ended is never written through a path that could by then name
+	// another sandbox's.
+	ws, err := sb.s.sb.OpenWorkspace()
+	if err != nil {
+		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
+		return
+	}
+	defer ws.Close()
+	gone := func() bool {
+		select {
+		case <-sb.s.ending:
+			return true
+		default:
+			return !alive(sb.s.sb)
+		}
+	}
+	// bodyFailed answers a body that stopped short, if it did.
+	bodyFailed := func() bool {
+		switch body.failed() {
+		case errUploadStalled:
+			e2b.WriteAPIError(w, http.StatusRequestTimeout, fmt.Sprintf("the upload stalled: nothing came for %v", d.opts.StallTimeout))
+		case errUploadEnded:
+			e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox ended during the upload")
+		default:
+			return false
+		}
+		return true
+	}
+	put := func(p string, r io.Reader) (e2b.WrittenFile, bool) {
+		rel, err := e2bPath(p)
+		if err != nil {
+			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+			return e2b.WrittenFile{}, false
+		}
+		if gone() {
+			e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
+			return e2b.WrittenFile{}, false
+		}
+		if _, err := sb.s.writeIn(ws, rel, r); err != nil {
+			if !bodyFailed() {
+				e2bFileError(w, err)
+			}
+			return e2b.WrittenFile{}, false
+		}
+		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, true
+	}
+	var in io.Reader = body
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		// Decompressed, the file is still bounded by writeFile's cap.
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			if !bodyFailed() {
+				e2b.WriteAPIError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
+			}
+			return
+		}
+		defer zr.Close()
+		in = zr
+	default:
+		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
+		return
+	}
+	var out []e2b.WrittenFile
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case ct == "multipart/form-data":
+		mr := multipart.NewReader(in, params["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				if !bodyFailed() {
+					e2b.WriteAPIError(w, http.StatusBadRequest, "the multipart body: "+err.Error())
+				}
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			// A signed URL's path is the one signed; only a request
+			// with the sandbox's token may name others in its parts,
+			// each checked as a single file's path is.
+			p := r.URL.Query().Get("path")
+			if p == "" && !r.URL.Query().Has("signature") {
+				p = partFileName(part)
+			}
+			wf, ok := put(p, part)
+			if !ok {
+				return
+			}
+			out = append(out, wf)
+		}
+	default:
+		wf, ok := put(r.URL.Query().Get("path"), in)
+		if !ok {
+			return
+		}
+		out = append(out, wf)
+	}
+	if len(out) == 0 {
+		e2b.WriteAPIError(w, http.StatusBadRequest, `no file in the body (a multipart field "file", or the bytes themselves)`)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
