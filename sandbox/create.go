@@ -208,7 +208,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := rt.ledger.take(l); err != nil {
 		return nil, err
 	}
-	cl := cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}
+	cl := cgroup.Limits{MemoryBytes: l.Memory, SocketBytes: socketShare(l.Memory, rt.sockBudget, rt.sockets), Pids: l.Pids, CPUMilli: l.CPUMilli}
 	var prep *preparedGroup
 	if rt.groups != nil {
 		prep = rt.groups.take(cl)

@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/units"
+	"golang.org/x/sys/unix"
+)
+
+// Socket buffers. The host's TCP memory (net.ipv4.tcp_mem) is one count
+// for every TCP socket on the host, a few percent of its memory by
+// default (here 1.5 GiB to pressure, 2.2 GiB hard, of 24 GiB), far below
+// what the sandboxes' memory ceilings add up to (80% of it). Sandboxes
+// holding loopback pairs they never read pushed it past its hard limit,
+// and then every TCP socket on the host stalled, sshd's and the daemon's
+// API included. So on v1, where a cgroup counts its socket buffers apart
+// from its memory, the kernel holds them to a share of the host's TCP
+// memory: all sandboxes together to half of tcp_mem's pressure threshold
+// (the cgroup parent's limit, which the kernel enforces on the sum), and
+// each sandbox to the part of it that its memory ceiling is of the
+// node's memory budget (so that one sandbox cannot take every other's).
+// On v2 a sandbox's socket buffers count in its memory ceiling and there
+// is no limit of their own: the sum is bounded by the memory budget only,
+// and New says so when that is over the share.
+
+const (
+	// socketShareDiv: the sandboxes' socket buffers together get
+	// tcp_mem[1]/socketShareDiv; the rest is the host's own.
+	socketShareDiv = 2
+	// minSocketShare is the least one sandbox gets, for a few
+	// connections at full speed.
+	minSocketShare = 1 << 20
+)
+
+// socketCeiling is the socket buffer memory every sandbox together may
+// hold: half of the host's TCP pressure threshold, in bytes.
+func socketCeiling() (int64, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("net.ipv4.tcp_mem %q: want three numbers", bytes.TrimSpace(b))
+	}
+	pressure, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil || pressure <= 0 {
+		return 0, fmt.Errorf("net.ipv4.tcp_mem %q: bad pressure threshold", bytes.TrimSpace(b))
+	}
+	return pressure * int64(os.Getpagesize()) / socketShareDiv, nil
+}
+
+// socketShare is the socket buffer ceiling of a sandbox with a memory
+// ceiling of memory: the part of all (the sandboxes' socket ceiling) that
+// memory is of budget (the node's memory budget, or the host's memory),
+// so that the shares of sandboxes the budget admits add up to all at
+// most. 0 is no ceiling of its own (no ceiling at all).
+func socketShare(memory, budget, all int64) int64 {
+	if all <= 0 || memory <= 0 || budget <= 0 {
+		return 0
+	}
+	share := int64(float64(all) * (float64(memory) / float64(budget)))
+	return min(max(share, minSocketShare), all)
+}
+
+// setSocketCeiling bounds the socket buffers of every sandbox under the
+// cgroup parent together (v1), or warns when nothing can (v2 with a
+// memory budget over the share). It returns the ceiling, 0 when there is
+// none to share.
+func (rt *Runtime) setSocketCeiling() int64 {
+	all, err := socketCeiling()
+	if err != nil {
+		rt.opts.Logger.Warn("the host's TCP memory could not be read; sandboxes' socket buffers are bounded by their memory ceilings only", "err", err)
+		return 0
+	}
+	set, err := rt.cg.SetSocketCeiling(all)
+	switch {
+	case err != nil:
+		rt.opts.Logger.Warn("the sandboxes' socket buffer ceiling could not be set; each sandbox's own still holds", "err", err)
+	case !set && rt.cg.Version() == cgroup.V2 && !rt.opts.OneShot && (rt.opts.Budget.Memory == 0 || rt.opts.Budget.Memory > all):
+		rt.opts.Logger.Warn("on cgroup v2 sandboxes' socket buffers count in their memory ceilings, whose sum may pass the host's TCP memory: sandboxes that fill them can stall every TCP socket on the host; raise net.ipv4.tcp_mem or lower capacity.memory",
+			"memory_budget", units.FormatSize(rt.opts.Budget.Memory), "socket_share", units.FormatSize(all))
+	}
+	return all
+}
+
+// socketDenominator is what a sandbox's memory ceiling is a part of: the
+// node's memory budget, or the host's memory when there is none.
+func (rt *Runtime) socketDenominator() int64 {
+	if b := rt.opts.Budget.Memory; b > 0 {
+		return b
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}
