@@ -77,6 +77,10 @@ type Sandbox struct {
 	label  string
 	rt     *Runtime
 	limits Limits
+	// unheld is the most socket buffer memory its connections that no
+	// process holds (not accepted yet) may take, 0 for no bound (see
+	// sockets.go).
+	unheld int64
 
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
@@ -208,7 +212,8 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := rt.ledger.take(l); err != nil {
 		return nil, err
 	}
-	cl := cgroup.Limits{MemoryBytes: l.Memory, SocketBytes: socketShare(l.Memory, rt.sockBudget, rt.sockets), Pids: l.Pids, CPUMilli: l.CPUMilli}
+	share := socketShare(l.Memory, rt.sockBudget, rt.sockets)
+	cl := cgroup.Limits{MemoryBytes: l.Memory, SocketBytes: share, Pids: l.Pids, CPUMilli: l.CPUMilli}
 	var prep *preparedGroup
 	if rt.groups != nil {
 		prep = rt.groups.take(cl)
@@ -222,6 +227,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		label:   spec.Label,
 		rt:      rt,
 		limits:  l,
+		unheld:  share / unheldDiv,
 		exited:  make(chan struct{}),
 		gone:    make(chan struct{}),
 		waiters: make(map[uint64]chan initReply),

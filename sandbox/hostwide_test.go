@@ -250,6 +250,53 @@ func TestTCPBuffersHostWide(t *testing.T) {
 	hostTCPWorks(t)
 }
 
+// TestTCPUnacceptedBounded: the kernel charges a socket's buffers to the
+// cgroup of the process that created or accepted it, so connections a
+// sandbox's listeners never accept are charged to no cgroup, and neither
+// the sandbox's ceiling nor the parent's holds what is queued on them. A
+// 64 MiB sandbox connects 320 clients to listeners with 8 MiB receive
+// buffers and fills them: unbounded, it held 748 MiB of the host's TCP
+// memory when its 20 s ran out, and was still taking more (outside a
+// sandbox, 200 such connections took 1.07 GiB at once). The monitor reads
+// the sandbox's sockets and ends it at its bound (a memory breach, its
+// ceiling the bound); the host's TCP memory stays under the threshold.
+func TestTCPUnacceptedBounded(t *testing.T) {
+	rt := testRuntime(t)
+	pressure := tcpMemPressure(t)
+	before := tcpMem(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 64 << 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	if sb.unheld <= 0 {
+		t.Fatalf("the sandbox's unaccepted connections have no bound")
+	}
+	done := make(chan *result.Result, 1)
+	go func() {
+		done <- sb.Exec(t.Context(), ExecRequest{Argv: withProg("hold-tcp-unaccepted", "320"), Stdin: bytes.NewReader(testProg(t)), Stdout: io.Discard, Stderr: os.Stderr})
+	}()
+	peak := before
+	var r *result.Result
+	timeout := time.After(2 * time.Minute)
+	for r == nil {
+		select {
+		case r = <-done:
+		case <-timeout:
+			t.Fatal("the sandbox's command neither ended nor was ended")
+		case <-time.After(5 * time.Millisecond):
+		}
+		if peak = max(peak, tcpMem(t)); peak >= pressure {
+			// Ended at once: the whole host is short of TCP memory.
+			t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+		}
+	}
+	t.Logf("outcome %s %+v; the host's TCP memory grew from %d to %d MiB at most (pressure at %d MiB)", r.Outcome, r.Limit, before>>20, peak>>20, pressure>>20)
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory || r.Limit.Ceiling != sb.unheld {
+		t.Fatalf("the sandbox was not ended at its bound on unaccepted connections (%d bytes): %s %+v", sb.unheld, r.Outcome, r.Limit)
+	}
+}
+
 // hostTCPWorks moves a MiB over a loopback TCP connection of the host's.
 func hostTCPWorks(t *testing.T) {
 	t.Helper()
