@@ -113,7 +113,7 @@ func (rt *Runtime) socketDenominator() int64 {
 }
 
 // checkSockets ends the sandbox when the connections of its network
-// namespace that no process of it holds carry more socket buffer memory
+// namespace that no process of it has accepted carry more socket buffer memory
 // than it may (Sandbox.unheld). The kernel charges a socket's buffers to
 // the cgroup of the process that created or accepted it, so a connection
 // not accepted yet is charged to none: a 64 MiB group's listeners with

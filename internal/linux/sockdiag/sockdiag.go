@@ -23,9 +23,10 @@ import (
 type Usage struct {
 	// Bytes is every such socket's.
 	Bytes int64
-	// Unheld is that of the sockets no process holds a descriptor of
-	// (the kernel reports inode 0): connections not accepted yet, and
-	// connections closed with data still queued.
+	// Unheld is that of the connections not accepted yet: no process
+	// holds a descriptor of them (the kernel reports inode 0), and they
+	// are open (a connection closed with data still queued has no
+	// descriptor either, but was charged to its cgroup).
 	Unheld int64
 	// Sockets counts the sockets read.
 	Sockets int
@@ -37,8 +38,14 @@ const (
 	reqLen           = 56 // struct inet_diag_req_v2
 	msgLen           = 72 // struct inet_diag_msg
 	// offsets in struct inet_diag_msg
+	offState = 1
 	offUID   = 64
 	offInode = 68
+	// TCP states a connection not accepted yet may be in (a Fast Open
+	// one is in SYN_RECV with data; one whose client closed, CLOSE_WAIT).
+	stateEstablished = 1
+	stateSynRecv     = 3
+	stateCloseWait   = 8
 )
 
 // TCP reads the usage of the TCP sockets (IPv4 and IPv6) in namespace ns
@@ -130,6 +137,7 @@ func parse(b []byte, lo, hi uint32, u *Usage) (bool, error) {
 func add(m []byte, lo, hi uint32, u *Usage) {
 	ne := binary.NativeEndian
 	uid, inode := ne.Uint32(m[offUID:]), ne.Uint32(m[offInode:])
+	unaccepted := inode == 0 && (m[offState] == stateEstablished || m[offState] == stateSynRecv || m[offState] == stateCloseWait)
 	if uid < lo || uid > hi {
 		return
 	}
@@ -143,7 +151,7 @@ func add(m []byte, lo, hi uint32, u *Usage) {
 			v := func(i int) int64 { return int64(int32(ne.Uint32(a[4+4*i:]))) }
 			n := v(unix.SK_MEMINFO_RMEM_ALLOC) + v(unix.SK_MEMINFO_WMEM_QUEUED) + v(unix.SK_MEMINFO_FWD_ALLOC)
 			u.Bytes += n
-			if inode == 0 {
+			if unaccepted {
 				u.Unheld += n
 			}
 		}
