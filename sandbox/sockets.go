@@ -47,8 +47,12 @@ const (
 	minSocketShare = 1 << 20
 )
 
-// socketCeiling is the socket buffer memory every sandbox together may
-// hold: half of the host's TCP pressure threshold, in bytes.
+// SocketCeiling is the socket buffer memory every sandbox together may
+// hold, in bytes: half of the host's TCP pressure threshold (tcp_mem[1]).
+// On cgroup v1 the kernel holds them to it; on v2 only each sandbox's
+// memory ceiling bounds its own (airlock doctor says so).
+func SocketCeiling() (int64, error) { return socketCeiling() }
+
 func socketCeiling() (int64, error) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
 	if err != nil {
