@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -125,6 +126,10 @@ type Sandbox struct {
 	killed bool
 	// execs counts the execs in flight; Destroy waits for them.
 	execs sync.WaitGroup
+	// running counts the commands whose monitor runs, and watchOnce
+	// starts watchSockets once a command left the sandbox running.
+	running   atomic.Int32
+	watchOnce sync.Once
 }
 
 // ID is the sandbox's identifier; it also names its cgroup.

@@ -297,6 +297,47 @@ func TestTCPUnacceptedBounded(t *testing.T) {
 	}
 }
 
+// TestTCPUnacceptedBetweenCommands: a session's command starts the same
+// attack in the background and returns, so no command's monitor runs
+// while it fills. The sandbox is killed (the next command finds it gone),
+// and the host's TCP memory stays under its pressure threshold.
+func TestTCPUnacceptedBetweenCommands(t *testing.T) {
+	rt := testRuntime(t)
+	pressure := tcpMemPressure(t)
+	before := tcpMem(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 64 << 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	r := sb.Exec(t.Context(), ExecRequest{
+		Argv:      []string{"/bin/sh", "-c", `cat > /workspace/t && chmod +x /workspace/t && { /workspace/t hold-tcp-unaccepted 320 >/dev/null 2>&1 & }`},
+		Stdin:     bytes.NewReader(testProg(t)),
+		KeepAlive: true,
+	})
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("starting the attack: %s %+v %s", r.Outcome, r.Limit, r.Error)
+	}
+	peak := before
+	deadline := time.After(30 * time.Second)
+	for alive := true; alive; {
+		select {
+		case <-sb.dead:
+			alive = false
+		case <-deadline:
+			t.Fatalf("the sandbox still lives, its unaccepted connections holding the host's TCP memory (%d MiB now)", tcpMem(t)>>20)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if peak = max(peak, tcpMem(t)); peak >= pressure {
+			t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+		}
+	}
+	t.Logf("the sandbox was killed; the host's TCP memory grew from %d to %d MiB at most (pressure at %d MiB)", before>>20, peak>>20, pressure>>20)
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
+		t.Fatalf("a command after the kill: %s, want an error (the sandbox is gone)", r.Outcome)
+	}
+}
+
 // hostTCPWorks moves a MiB over a loopback TCP connection of the host's.
 func hostTCPWorks(t *testing.T) {
 	t.Helper()

@@ -39,6 +39,8 @@ const (
 	// socketsEvery is how often the monitor reads them: a burst
 	// between two readings is what passes the bound.
 	socketsEvery = 50 * time.Millisecond
+	// watchEvery is how often they are read while no command runs.
+	watchEvery = 100 * time.Millisecond
 	// socketShareDiv: the sandboxes' socket buffers together get
 	// tcp_mem[1]/socketShareDiv; the rest is the host's own.
 	socketShareDiv = 2
@@ -116,6 +118,64 @@ func (rt *Runtime) socketDenominator() int64 {
 	return int64(si.Totalram) * int64(si.Unit)
 }
 
+// unheldUsage reads what the sandbox's connections not accepted yet hold,
+// and whether that is over its bound.
+func (s *Sandbox) unheldUsage() (int64, bool) {
+	if s.unheld <= 0 || s.netns == nil || s.ids == nil {
+		return 0, false
+	}
+	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
+	if err != nil {
+		return 0, false
+	}
+	return u.Unheld, u.Unheld > s.unheld
+}
+
+// watchSockets reads the sandbox's connections not accepted yet while no
+// command runs, from the end of the first command that left it running
+// (a session's: what it started in the background lives on) until init is
+// gone, and kills the sandbox past its bound: there is no command whose
+// result could name the breach, so the sandbox is gone for the next one,
+// and the log says why.
+func (s *Sandbox) watchSockets() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.dead:
+			return
+		case <-t.C:
+		}
+		if s.running.Load() > 0 {
+			continue // the command's monitor reads them, and names a breach
+		}
+		if !s.watchReading() {
+			return
+		}
+	}
+}
+
+// watchReading is one reading of watchSockets. It counts as an exec, so
+// that Destroy's teardown (which closes the namespace it reads) waits for
+// it; it reports false once the sandbox is killed.
+func (s *Sandbox) watchReading() bool {
+	s.mu.Lock()
+	if s.killed {
+		s.mu.Unlock()
+		return false
+	}
+	s.execs.Add(1)
+	s.mu.Unlock()
+	defer s.execs.Done()
+	if n, over := s.unheldUsage(); over {
+		s.rt.opts.Logger.Warn("sandbox killed: its connections not accepted yet hold more socket buffer memory than it may (they are charged to no cgroup)",
+			"sandbox", s.id, "bytes", n, "bound", s.unheld)
+		s.kill()
+		return false
+	}
+	return true
+}
+
 // checkSockets ends the sandbox when the connections of its network
 // namespace that no process of it has accepted carry more socket buffer memory
 // than it may (Sandbox.unheld). The kernel charges a socket's buffers to
@@ -125,14 +185,9 @@ func (rt *Runtime) socketDenominator() int64 {
 // group's own count saw 33 MiB. Only this reading bounds them, between
 // two readings a burst may pass it. It reports whether it found a breach.
 func (x *execution) checkSockets() bool {
-	s := x.s
-	if s.unheld <= 0 || s.netns == nil || s.ids == nil {
-		return false
+	n, over := x.s.unheldUsage()
+	if over {
+		x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: x.s.unheld, Observed: n, Unit: result.UnitBytes})
 	}
-	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
-	if err != nil || u.Unheld <= s.unheld {
-		return false
-	}
-	x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: s.unheld, Observed: u.Unheld, Unit: result.UnitBytes})
-	return true
+	return over
 }
