@@ -317,11 +317,12 @@ const (
 	// EgressSNIMismatch: a TLS ClientHello for another name than the
 	// connection's destination.
 	EgressSNIMismatch = "sni_mismatch"
-	// EgressNotHTTP1: a transparent connection carrying neither TLS nor
-	// HTTP/1 (another protocol, HTTP/2 without TLS).
+	// EgressNotHTTP1: a transparent connection, or a CONNECT tunnel to
+	// a name, carrying neither TLS nor HTTP/1 (another protocol, HTTP/2
+	// without TLS).
 	EgressNotHTTP1 = "not_http1"
-	// EgressHostMismatch: an HTTP request on a transparent connection
-	// naming another host than the connection's.
+	// EgressHostMismatch: an HTTP request on a transparent connection or
+	// in a CONNECT tunnel naming another host than the connection's.
 	EgressHostMismatch = "host_mismatch"
 	// EgressQueryType: a DNS query of a class or type not served (only
 	// IN A and AAAA are).

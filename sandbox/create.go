@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -77,6 +78,10 @@ type Sandbox struct {
 	label  string
 	rt     *Runtime
 	limits Limits
+	// unheld is the most socket buffer memory its connections that no
+	// process holds (not accepted yet) may take, 0 for no bound (see
+	// sockets.go).
+	unheld int64
 
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
@@ -125,6 +130,10 @@ type Sandbox struct {
 	killed bool
 	// execs counts the execs in flight; Destroy waits for them.
 	execs sync.WaitGroup
+	// running counts the commands whose monitor runs, and watchOnce
+	// starts watchSockets once a command left the sandbox running.
+	running   atomic.Int32
+	watchOnce sync.Once
 }
 
 // ID is the sandbox's identifier; it also names its cgroup.
@@ -212,7 +221,8 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := rt.ledger.take(l); err != nil {
 		return nil, err
 	}
-	cl := cgroup.Limits{MemoryBytes: l.Memory, Pids: l.Pids, CPUMilli: l.CPUMilli}
+	share := socketShare(l.Memory, rt.sockBudget, rt.sockets)
+	cl := cgroup.Limits{MemoryBytes: l.Memory, SocketBytes: share, Pids: l.Pids, CPUMilli: l.CPUMilli}
 	var prep *preparedGroup
 	if rt.groups != nil {
 		prep = rt.groups.take(cl)
@@ -226,6 +236,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		label:   spec.Label,
 		rt:      rt,
 		limits:  l,
+		unheld:  share / unheldDiv,
 		exited:  make(chan struct{}),
 		gone:    make(chan struct{}),
 		waiters: make(map[uint64]chan initReply),

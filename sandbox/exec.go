@@ -359,6 +359,8 @@ func (x *execution) setBreach(l *result.Limit) {
 func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	s := x.s
 	defer x.unregister()
+	s.running.Add(1)
+	defer s.running.Add(-1)
 	x.start = time.Now()
 	if n, err := s.group.CPUUsage(); err == nil {
 		x.base.nanos = n
@@ -491,6 +493,8 @@ wait:
 		wg.Wait()
 	default:
 		x.drain(&wg)
+		// What the command left running is read between commands.
+		s.watchOnce.Do(func() { go s.watchSockets() })
 	}
 	x.closeHostEnds()
 

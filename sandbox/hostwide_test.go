@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
@@ -198,6 +200,195 @@ func TestTCPBuffersBounded(t *testing.T) {
 	if r != nil && (r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory) {
 		t.Fatalf("the sandbox ended but not at its memory ceiling: %+v", r)
 	}
+}
+
+// TestTCPBuffersHostWide: the host's TCP memory (net.ipv4.tcp_mem) is one
+// count for every TCP socket on the host, far below what the sandboxes'
+// memory ceilings add up to: about nine 256 MiB sandboxes holding
+// loopback pairs they never read pushed it past its hard limit, and every
+// TCP socket on the host, the daemon's API and sshd's included, stalled.
+// Here more sandboxes than that each fill what they can; their memory
+// ceilings add up to more than the host's memory (no budget bounds
+// them), so that their shares of the socket ceiling add up to more than
+// it too and the cgroup parent's own limit is what holds. The host's TCP
+// memory stays under the sandboxes' socket ceiling, so under the
+// pressure threshold, and a TCP connection of the host's moves a MiB.
+func TestTCPBuffersHostWide(t *testing.T) {
+	rt := testRuntime(t)
+	if rt.cg.Version() != cgroup.V1 {
+		t.Skip("on cgroup v2 socket buffers count in each sandbox's memory ceiling; nothing bounds their sum below the memory budget's")
+	}
+	pressure := tcpMemPressure(t)
+	if rt.sockets <= 0 || rt.sockets >= pressure {
+		t.Fatalf("the sandboxes' socket ceiling is %d MiB, want some under the host's pressure threshold of %d MiB", rt.sockets>>20, pressure>>20)
+	}
+	// Each fills up to 40 pairs of about 3.7 MiB each: all of them
+	// together, unbounded, about 1.8 GiB, past the pressure threshold
+	// here (1.5 GiB) and short of the hard limit (2.2 GiB), so that a
+	// run without the bound does not stall the whole host for long.
+	const sandboxes, pairs = 12, "40"
+	mem := rt.sockBudget / sandboxes * 3 / 2
+	before := tcpMem(t)
+	peak := before
+	held := 0
+	for i := range sandboxes {
+		rep, _ := holding(t, limits(func(l *Limits) { l.Memory = mem }), "hold-tcp", pairs)
+		if v, err := strconv.Atoi(rep.Value); err == nil {
+			held += v
+		}
+		peak = max(peak, tcpMem(t))
+		t.Logf("sandbox %d holds; the host's TCP memory is %d MiB", i+1, tcpMem(t)>>20)
+	}
+	t.Logf("%d sandboxes wrote %d MiB into unread sockets; the host's TCP memory grew from %d to %d MiB at most (socket ceiling %d MiB, pressure at %d MiB)",
+		sandboxes, held>>20, before>>20, peak>>20, rt.sockets>>20, pressure>>20)
+	if peak >= pressure {
+		t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+	}
+	if grew := peak - before; grew > rt.sockets+16<<20 {
+		t.Fatalf("the host's TCP memory grew by %d MiB, over the sandboxes' socket ceiling of %d MiB", grew>>20, rt.sockets>>20)
+	}
+	hostTCPWorks(t)
+}
+
+// TestTCPUnacceptedBounded: the kernel charges a socket's buffers to the
+// cgroup of the process that created or accepted it, so connections a
+// sandbox's listeners never accept are charged to no cgroup, and neither
+// the sandbox's ceiling nor the parent's holds what is queued on them. A
+// 64 MiB sandbox connects 320 clients to listeners with 8 MiB receive
+// buffers and fills them: unbounded, it held 748 MiB of the host's TCP
+// memory when its 20 s ran out, and was still taking more (outside a
+// sandbox, 200 such connections took 1.07 GiB at once). The monitor reads
+// the sandbox's sockets and ends it at its bound (a memory breach, its
+// ceiling the bound); the host's TCP memory stays under the threshold.
+func TestTCPUnacceptedBounded(t *testing.T) {
+	rt := testRuntime(t)
+	pressure := tcpMemPressure(t)
+	before := tcpMem(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 64 << 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	if sb.unheld <= 0 {
+		t.Fatalf("the sandbox's unaccepted connections have no bound")
+	}
+	done := make(chan *result.Result, 1)
+	go func() {
+		done <- sb.Exec(t.Context(), ExecRequest{Argv: withProg("hold-tcp-unaccepted", "320"), Stdin: bytes.NewReader(testProg(t)), Stdout: io.Discard, Stderr: os.Stderr})
+	}()
+	peak := before
+	var r *result.Result
+	timeout := time.After(2 * time.Minute)
+	for r == nil {
+		select {
+		case r = <-done:
+		case <-timeout:
+			t.Fatal("the sandbox's command neither ended nor was ended")
+		case <-time.After(5 * time.Millisecond):
+		}
+		if peak = max(peak, tcpMem(t)); peak >= pressure {
+			// Ended at once: the whole host is short of TCP memory.
+			t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+		}
+	}
+	t.Logf("outcome %s %+v; the host's TCP memory grew from %d to %d MiB at most (pressure at %d MiB)", r.Outcome, r.Limit, before>>20, peak>>20, pressure>>20)
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory || r.Limit.Ceiling != sb.unheld {
+		t.Fatalf("the sandbox was not ended at its bound on unaccepted connections (%d bytes): %s %+v", sb.unheld, r.Outcome, r.Limit)
+	}
+}
+
+// TestTCPUnacceptedBetweenCommands: a session's command starts the same
+// attack in the background and returns, so no command's monitor runs
+// while it fills. The sandbox is killed (the next command finds it gone),
+// and the host's TCP memory stays under its pressure threshold.
+func TestTCPUnacceptedBetweenCommands(t *testing.T) {
+	rt := testRuntime(t)
+	pressure := tcpMemPressure(t)
+	before := tcpMem(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 64 << 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	r := sb.Exec(t.Context(), ExecRequest{
+		Argv:      []string{"/bin/sh", "-c", `cat > /workspace/t && chmod +x /workspace/t && { /workspace/t hold-tcp-unaccepted 320 >/dev/null 2>&1 & }`},
+		Stdin:     bytes.NewReader(testProg(t)),
+		KeepAlive: true,
+	})
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("starting the attack: %s %+v %s", r.Outcome, r.Limit, r.Error)
+	}
+	peak := before
+	deadline := time.After(30 * time.Second)
+	for alive := true; alive; {
+		select {
+		case <-sb.dead:
+			alive = false
+		case <-deadline:
+			t.Fatalf("the sandbox still lives, its unaccepted connections holding the host's TCP memory (%d MiB now)", tcpMem(t)>>20)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if peak = max(peak, tcpMem(t)); peak >= pressure {
+			t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+		}
+	}
+	t.Logf("the sandbox was killed; the host's TCP memory grew from %d to %d MiB at most (pressure at %d MiB)", before>>20, peak>>20, pressure>>20)
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
+		t.Fatalf("a command after the kill: %s, want an error (the sandbox is gone)", r.Outcome)
+	}
+}
+
+// hostTCPWorks moves a MiB over a loopback TCP connection of the host's.
+func hostTCPWorks(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	c, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the host's loopback TCP: %v", err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatalf("the host's loopback TCP: write: %v", err)
+	}
+	c.Close()
+	if n := <-got; n != 1<<20 {
+		t.Fatalf("the host's loopback TCP moved %d bytes of 1 MiB", n)
+	}
+}
+
+// tcpMemPressure is the host's TCP pressure threshold (tcp_mem[1]), in
+// bytes.
+func tcpMemPressure(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		t.Fatalf("tcp_mem %q", b)
+	}
+	n, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n * int64(os.Getpagesize())
 }
 
 // tcpMem is the host's TCP memory in use (the "mem" pages of the TCP line

@@ -23,6 +23,7 @@ func (x *execution) monitor(ctx context.Context) {
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
 	nextSample := x.start.Add(x.req.SampleEvery)
+	nextSockets := x.start.Add(socketsEvery)
 	now := time.Now()
 	for {
 		select {
@@ -34,6 +35,12 @@ func (x *execution) monitor(ctx context.Context) {
 		}
 		if x.check(true) {
 			return
+		}
+		if now.After(nextSockets) {
+			nextSockets = now.Add(socketsEvery)
+			if x.checkSockets() {
+				return
+			}
 		}
 		if now.After(nextSample) {
 			nextSample = now.Add(x.req.SampleEvery)

@@ -157,6 +157,10 @@ type Runtime struct {
 	opts   Options
 	ledger ledger
 	cg     *cgroup.Parent
+	// sockets is the socket buffer memory all sandboxes may hold
+	// together, and sockBudget what a sandbox's memory ceiling is a part
+	// of when its share of it is set (see sockets.go); 0 for none.
+	sockets, sockBudget int64
 	// base is what every init's setup carries from the host: loaded once,
 	// by New, or (OneShot) on another goroutine while New and the Create
 	// go on, so that the work overlaps them and the start of init.
@@ -315,6 +319,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 			opts.Logger.Warn("the cgroup parent's own ceiling could not be set; admission still bounds this process's sandboxes", "err", err)
 		}
 	}
+	rt.sockets, rt.sockBudget = rt.setSocketCeiling(), rt.socketDenominator()
 	if opts.OneShot {
 		// Swept while its sandbox's command runs (see sweepSoon), off
 		// the way to it.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,20 +43,25 @@ func TestBypassCorpus(t *testing.T) {
 	ctx := t.Context()
 
 	// The ways in.
-	tunnel := func(t *testing.T) net.Conn {
-		c, err := f.dialIn(ctx, "tcp", ProxyAddr)
-		if err != nil {
-			t.Fatal(err)
+	connect := func(name string, port uint16) func(*testing.T) net.Conn {
+		return func(t *testing.T) net.Conn {
+			c, err := f.dialIn(ctx, "tcp", ProxyAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			target := net.JoinHostPort(name, strconv.Itoa(int(port)))
+			fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+			// One byte at a time: what follows the answer is the
+			// far side's, read by the attack.
+			resp, err := http.ReadResponse(bufio.NewReaderSize(oneByte{c}, 16), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("CONNECT: %v %v", resp, err)
+			}
+			return c
 		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		target := net.JoinHostPort("allowed.test", strconv.Itoa(int(tport)))
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("CONNECT: %v %v", resp, err)
-		}
-		return c
 	}
+	tunnel, tunnelWeb := connect("allowed.test", tport), connect("web.test", pport)
 	direct := func(name string, port uint16) func(*testing.T) net.Conn {
 		return func(t *testing.T) net.Conn {
 			addrs, err := f.lookup(ctx, name)
@@ -130,6 +136,11 @@ func TestBypassCorpus(t *testing.T) {
 		{"transparent, HTTP for another host after an allowed request", transparentWeb, requests(ownWeb, "evil6.test:"+strconv.Itoa(int(pport))), trans, result.EgressHostMismatch, "evil6.test"},
 		{"transparent, HTTP/2 without TLS", transparentWeb, raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), trans, result.EgressNotHTTP1, ""},
 		{"transparent, another protocol", transparentWeb, raw("SSH-2.0-client\r\n"), trans, result.EgressNotHTTP1, ""},
+		{"CONNECT, then HTTP for another host", tunnelWeb, requests("evil7.test"), proxy, result.EgressHostMismatch, "evil7.test"},
+		{"CONNECT, then HTTP for another host after an allowed request", tunnelWeb, requests(ownWeb, "evil8.test:"+strconv.Itoa(int(pport))), proxy, result.EgressHostMismatch, "evil8.test"},
+		{"CONNECT, then an absolute-form request for another host", tunnelWeb, raw("GET http://evil9.test/ HTTP/1.1\r\nHost: " + ownWeb + "\r\n\r\n"), proxy, result.EgressHostMismatch, "evil9.test"},
+		{"CONNECT, then HTTP/2 without TLS", tunnelWeb, raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), proxy, result.EgressNotHTTP1, ""},
+		{"CONNECT, then another protocol", tunnelWeb, raw("SSH-2.0-client\r\n"), proxy, result.EgressNotHTTP1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +169,7 @@ func TestBypassCorpus(t *testing.T) {
 			}
 		})
 	}
-	// The one allowed request went through, and nothing else did.
+	// The allowed requests went through, and nothing else did.
 	names.mu.Lock()
 	asked := names.names
 	names.mu.Unlock()
@@ -167,7 +178,13 @@ func TestBypassCorpus(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(hosts) != 1 || hosts[0] != ownWeb {
-		t.Fatalf("the plain upstream served %q, want only the one allowed request", hosts)
+	if want := []string{ownWeb, ownWeb}; !slices.Equal(hosts, want) {
+		t.Fatalf("the plain upstream served %q, want only the allowed requests %q", hosts, want)
 	}
 }
+
+// oneByte reads one byte at a time, so that a bufio.Reader over it takes
+// no more of a connection than it is asked to parse.
+type oneByte struct{ r io.Reader }
+
+func (o oneByte) Read(b []byte) (int, error) { return o.r.Read(b[:min(len(b), 1)]) }

@@ -305,7 +305,12 @@ func TestConnectionCap(t *testing.T) {
 func TestByteCap(t *testing.T) {
 	big := strings.Repeat("x", 8<<20)
 	_, port := upstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) }, false)
-	f := gateway(t, []policy.Spec{pinned("up.test", port)}, func(c *Config) { c.Limits.Bytes = 3 << 20 })
+	// Opaque, so that the tunnel is spliced (plain HTTP in a tunnel to a
+	// checked destination is relayed request by request, each counted
+	// as an absolute-form request is, below).
+	spec := pinned("up.test", port)
+	spec.Opaque = true
+	f := gateway(t, []policy.Spec{spec}, func(c *Config) { c.Limits.Bytes = 3 << 20 })
 	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
 	if err != nil {
 		t.Fatal(err)

@@ -116,7 +116,16 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 			g.emit(ev)
 		}
 	}()
-	defer g.release()
+	// The slot is given back early when the tunnel turns out to carry
+	// plain HTTP, whose requests take slots of their own.
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			g.release()
+		}
+	}
+	defer release()
 	up := out.conn
 	rc := http.NewResponseController(w)
 	conn, brw, err := rc.Hijack()
@@ -158,8 +167,24 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 		name = strings.ToLower(strings.TrimSuffix(host, "."))
 	}
 	method := ev.Method
+	ev.Method = "plain" // unless checkHello finds TLS
 	pre, why := g.checkHello(conn, pre, name, out.opaque, &ev)
+	plain := ev.Method == "plain"
 	ev.Method = method // the event is the CONNECT's
+	if why.Code == "" && plain && !out.opaque && name != "" {
+		// Not TLS, to a name: HTTP/1 only, every request checked
+		// for the tunnel's host and relayed on its own, as on the
+		// transparent path. Spliced, a CONNECT for allowed:80 then
+		// "Host: other" reached any site served at the same address.
+		// The connection dialed for the CONNECT carries nothing.
+		up.Close()
+		release()
+		why = g.serveTransparentHTTP(conn, pre, name, port, result.EgressProxy)
+		if why.Code == "" {
+			ev.Reason = "plain HTTP: each request is logged on its own"
+			return
+		}
+	}
 	if why.Code != "" {
 		ev.Code, ev.Reason = why.Code, why.Reason
 		if why.Code != result.EgressClosed {

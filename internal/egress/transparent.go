@@ -171,7 +171,7 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 	}
 	if !opaque && ev.Method == "plain" {
 		// Not TLS: HTTP/1, each request checked and logged on its own.
-		if why := g.serveTransparentHTTP(c, pre, name, port); why.Code != "" {
+		if why := g.serveTransparentHTTP(c, pre, name, port, result.EgressTransparent); why.Code != "" {
 			done(why)
 		}
 		return

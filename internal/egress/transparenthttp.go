@@ -16,24 +16,25 @@ import (
 	"github.com/airlockhq/airlock/result"
 )
 
-// Plain HTTP on the transparent path. A connection to a name's address
-// that does not start with TLS must be HTTP/1, and every request on it
-// must name that host (Host, with the listener's port or none): a client
-// could otherwise connect to an allowed name's address and ask the same
-// upstream, a CDN serving thousands, for another site. Each request is
-// relayed as the proxy relays an absolute-form request (serveForward), to
-// the name the connection is for and with its own event. Anything else
-// (another protocol, HTTP/2 without TLS) needs opaque: true.
+// Plain HTTP on the transparent path and in the proxy's CONNECT tunnels. A
+// connection to a name's address, or a tunnel to a name, that does not
+// start with TLS must be HTTP/1, and every request on it must name that
+// host (Host, with the connection's port or none): a client could
+// otherwise connect for an allowed name and ask the same upstream, a CDN
+// serving thousands, for another site. Each request is relayed as the
+// proxy relays an absolute-form request (serveForward), to the name the
+// connection is for and with its own event. Anything else (another
+// protocol, HTTP/2 without TLS) needs opaque: true.
 
 // maxRequestLine bounds the first line read to tell HTTP/1 from anything
 // else.
 const maxRequestLine = 8 << 10
 
 // serveTransparentHTTP serves the HTTP/1 requests of connection c to
-// name:port, pre being what was read of it already. It returns the
-// refusal (or closedEarly) when the connection does not carry HTTP/1 at
-// all.
-func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port uint16) Decision {
+// name:port, pre being what was read of it already; kind is their events'
+// (transparent, or proxy for a CONNECT tunnel). It returns the refusal (or
+// closedEarly) when the connection does not carry HTTP/1 at all.
+func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port uint16, kind string) Decision {
 	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(pre), c), maxRequestLine)
 	// The first line, read as it arrives (a Peek of what is buffered, or
 	// of one byte more, which waits for it), each byte searched once.
@@ -68,7 +69,7 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 	done := make(chan struct{})
 	var once sync.Once
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port) }),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port, kind) }),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -92,12 +93,12 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 
 // serveTransparentRequest relays one request, after checking that it names
 // the host the connection is for.
-func (g *Gateway) serveTransparentRequest(w http.ResponseWriter, r *http.Request, name string, port uint16) {
+func (g *Gateway) serveTransparentRequest(w http.ResponseWriter, r *http.Request, name string, port uint16, kind string) {
 	dest := net.JoinHostPort(name, strconv.Itoa(int(port)))
-	ev := result.EgressEvent{Time: time.Now(), Kind: result.EgressTransparent, Method: r.Method, Destination: dest}
+	ev := result.EgressEvent{Time: time.Now(), Kind: kind, Method: r.Method, Destination: dest}
 	switch {
 	case r.Method == http.MethodConnect:
-		g.deny(w, ev, http.StatusMethodNotAllowed, denial(result.EgressMalformed, "CONNECT on a transparent connection"))
+		g.deny(w, ev, http.StatusMethodNotAllowed, denial(result.EgressMalformed, "CONNECT on a connection to %q", dest))
 		return
 	case !sameHost(r.Host, name, port):
 		ev.Destination = r.Host

@@ -357,7 +357,8 @@ var attacks = map[string]func(args []string) report{
 		_, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(atoi(args[0])), uintptr(unsafe.Pointer(&ctx)), 0)
 		return result(rawErr(e))
 	},
-	"hold-tcp": func(args []string) report { return hold(tcpHog(atoi(args[0]))) },
+	"hold-tcp":            func(args []string) report { return hold(tcpHog(atoi(args[0]))) },
+	"hold-tcp-unaccepted": func(args []string) report { return hold(tcpUnacceptedHog(atoi(args[0]))) },
 }
 
 // hold prints rep and waits to be killed, holding what it took.
@@ -442,6 +443,50 @@ func tcpHog(n int) report {
 			return result(err)
 		}
 		if _, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
+			return result(err)
+		}
+		_ = unix.SetNonblock(c, true)
+		for {
+			w, err := unix.Write(c, buf)
+			if err != nil || w <= 0 {
+				break
+			}
+			total += w
+		}
+	}
+	return report{OK: true, Value: strconv.Itoa(total)}
+}
+
+// tcpUnacceptedHog connects n loopback clients to listeners with the
+// largest receive buffers it may set, which it never accepts, and fills
+// each connection until it takes no more: data queued on a connection not
+// accepted yet is charged to no cgroup.
+func tcpUnacceptedHog(n int) report {
+	buf := make([]byte, 1<<16)
+	total := 0
+	var sa unix.Sockaddr
+	for i := range n {
+		if i%64 == 0 {
+			l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return result(err)
+			}
+			_ = unix.SetsockoptInt(l, unix.SOL_SOCKET, unix.SO_RCVBUF, 64<<20)
+			if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				return result(err)
+			}
+			if err := unix.Listen(l, 128); err != nil {
+				return result(err)
+			}
+			if sa, err = unix.Getsockname(l); err != nil {
+				return result(err)
+			}
+		}
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return result(err)
+		}
+		if err := unix.Connect(c, sa); err != nil {
 			return result(err)
 		}
 		_ = unix.SetNonblock(c, true)

@@ -43,7 +43,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	cgParent := fs.String("cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
 	noSandbox := fs.Bool("no-sandbox", false, "check the host only; do not create a sandbox")
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: airlock doctor [flags]\n\nChecks what airlock needs of this host, one line each with the fix when it\nfails: root, the kernel, user namespaces, cgroups and their controllers,\noverlayfs, Landlock, seccomp, the sandboxes' id range, the image store's\nfile system, airlock-init, the daemon's socket; then creates a sandbox and\nruns a command in it. Exits 1 when a check fails.\n\nFlags:")
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock doctor [flags]\n\nChecks what airlock needs of this host, one line each with the fix when it\nfails: root, the kernel, user namespaces, cgroups and their controllers,\noverlayfs, Landlock, seccomp, what bounds the sandboxes' socket buffers,\nthe sandboxes' id range, the image store's file system,\nairlock-init, the daemon's socket; then creates a sandbox and runs a\ncommand in it. Exits 1 when a check fails.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if done, err := cli.ParseNoArgs(fs, args, stdio); done {
@@ -58,6 +58,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		checkFilesystem("overlayfs", "overlay", "modprobe overlay"),
 		checkLandlock(),
 		checkSeccomp(),
+		checkSocketMemory(),
 		checkIDRange(),
 		checkInit(),
 	}
@@ -190,6 +191,23 @@ func checkLandlock() check {
 			fix: "a kernel with CONFIG_SECURITY_LANDLOCK and landlock in lsm= (5.13+)"}
 	}
 	return check{name: "landlock", ok: true, found: fmt.Sprintf("ABI %d", abi)}
+}
+
+// checkSocketMemory says what bounds the sandboxes' socket buffers
+// together: the host's TCP memory (net.ipv4.tcp_mem) is one count for
+// every socket on the host, and past it every TCP socket stalls.
+func checkSocketMemory() check {
+	const name = "socket memory"
+	all, err := sandbox.SocketCeiling()
+	if err != nil {
+		return check{name: name, ok: true, warn: true, found: err.Error()}
+	}
+	if v, err := cgroup.Detect(); err == nil && v == cgroup.V2 {
+		return check{name: name, ok: true, warn: true,
+			found: fmt.Sprintf("cgroup v2: the sandboxes' socket buffers together are bounded only by server.capacity.memory (each by its memory ceiling); the host's TCP memory reaches pressure at %d MiB", 2*all>>20),
+			fix:   fmt.Sprintf("keep server.capacity.memory under %d MiB, or raise net.ipv4.tcp_mem", all>>20)}
+	}
+	return check{name: name, ok: true, found: fmt.Sprintf("the sandboxes' socket buffers held to %d MiB together, half of net.ipv4.tcp_mem's pressure threshold", all>>20)}
 }
 
 func checkSeccomp() check {

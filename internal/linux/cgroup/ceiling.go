@@ -13,8 +13,8 @@ import (
 // made them: a backstop behind the admission of one process, which sees
 // only its own sandboxes. Zero leaves a dimension as it is; a negative
 // value lifts its ceiling. On v1 the
-// memory ceiling bounds memory+swap and socket buffers too, as a group's
-// does (see v1Resources); on v2 a parent whose own parent does not
+// memory ceiling bounds memory+swap (socket buffers have their own:
+// SetSocketCeiling); on v2 a parent whose own parent does not
 // delegate a controller to it has no file for that limit, which is an
 // error naming it.
 func (p *Parent) SetCeiling(memory, pids int64) error {
@@ -60,14 +60,35 @@ func (p *Parent) SetCeiling(memory, pids int64) error {
 		} else {
 			write(mem, "memory.limit_in_bytes", memory)
 		}
-		if p.tcpmem {
-			write(mem, "memory.kmem.tcp.limit_in_bytes", memory)
-		}
 	}
 	if pids != 0 {
 		write(dir(ctrlPids), "pids.max", pids)
 	}
 	return errors.Join(errs...)
+}
+
+// SetSocketCeiling bounds the socket buffers of every group under the
+// parent together, on v1, to bytes (negative lifts it): the host's TCP
+// memory (net.ipv4.tcp_mem) is one count for every socket on the host,
+// far below what the sandboxes' own ceilings add up to, and past it
+// every TCP socket on the host, sshd's and the daemon's too, stalls. v1
+// counts a group's socket buffers apart from its memory, hierarchically,
+// so the parent's limit holds the sum. It reports false where there is
+// no such count: on v2, socket buffers count in each group's memory.max,
+// and nothing holds their sum below the memory ceilings' sum.
+func (p *Parent) SetSocketCeiling(bytes int64) (bool, error) {
+	if p.version != V1 || !p.tcpmem {
+		return false, nil
+	}
+	val := strconv.FormatInt(bytes, 10)
+	if bytes < 0 {
+		val = "-1"
+	}
+	dir := filepath.Join(p.v1.hier[p.v1.idx[ctrlMemory]].point, p.path, "memory.kmem.tcp.limit_in_bytes")
+	if err := writeFile(dir, val); err != nil {
+		return true, fmt.Errorf("cgroup: socket ceiling of %s: %w", p.path, err)
+	}
+	return true, nil
 }
 
 // Ceiling is what the groups above a parent hold every sandbox below it

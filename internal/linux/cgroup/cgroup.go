@@ -45,6 +45,11 @@ type Limits struct {
 	// memory.memsw.limit_in_bytes; on v2 to memory.max with
 	// memory.swap.max set to 0, so swap never extends the ceiling.
 	MemoryBytes int64
+	// SocketBytes caps the group's socket buffers on v1
+	// (memory.kmem.tcp.limit_in_bytes, which counts every socket with a
+	// cgroup, UDP too, apart from memory); 0 is MemoryBytes. On v2
+	// socket buffers count in memory.max and there is no such limit.
+	SocketBytes int64
 	// Pids caps the number of tasks (pids.max).
 	Pids int64
 	// CPUMilli is the CPU bandwidth in millicores: 1000 is one full core.

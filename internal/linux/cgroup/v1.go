@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -73,15 +74,15 @@ func (p *Parent) v1Resources(l Limits) []limitWrite {
 		if p.memsw {
 			ws = append(ws, limitWrite{mem, "memory.memsw.limit_in_bytes", m})
 		}
-		// v1 charges socket buffers to a counter of their own, which
-		// is off until a limit is written to it: without one, a 64 MiB
-		// sandbox held 400 MiB of TCP buffers over loopback pairs it
-		// never read, and past the host's tcp_mem every socket on the
-		// host stalls. The same ceiling as memory bounds them (v2
-		// counts them in memory.current itself).
-		if p.tcpmem {
-			ws = append(ws, limitWrite{mem, "memory.kmem.tcp.limit_in_bytes", m})
-		}
+	}
+	// v1 charges socket buffers to a counter of their own, which is off
+	// until a limit is written to it: without one, a 64 MiB sandbox held
+	// 400 MiB of TCP buffers over loopback pairs it never read, and past
+	// the host's tcp_mem every socket on the host stalls. SocketBytes
+	// (or else the memory ceiling) bounds them; v2 counts them in
+	// memory.current itself.
+	if sock := cmp.Or(l.SocketBytes, l.MemoryBytes); sock > 0 && p.tcpmem {
+		ws = append(ws, limitWrite{p.v1.idx[ctrlMemory], "memory.kmem.tcp.limit_in_bytes", strconv.FormatInt(sock, 10)})
 	}
 	if l.Pids > 0 {
 		ws = append(ws, limitWrite{p.v1.idx[ctrlPids], "pids.max", strconv.FormatInt(l.Pids, 10)})

@@ -28,6 +28,8 @@ func TestV1Resources(t *testing.T) {
 		{"all, no swap accounting", false, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, tcp, pids, period, quota}},
 		{"all, a kernel without tcp accounting", true, false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, period, quota}},
 		{"memory only", true, true, Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw, tcp}},
+		{"socket buffers below memory", true, true, Limits{MemoryBytes: 64 << 20, SocketBytes: 4 << 20}, []limitWrite{mem, memsw, {0, "memory.kmem.tcp.limit_in_bytes", "4194304"}}},
+		{"socket buffers only", true, true, Limits{SocketBytes: 4 << 20}, []limitWrite{{0, "memory.kmem.tcp.limit_in_bytes", "4194304"}}},
 		{"cpu only", true, true, Limits{CPUMilli: 1500}, []limitWrite{period, quota}},
 		{"no limits", true, true, Limits{}, nil},
 	}

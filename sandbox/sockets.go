@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/sockdiag"
+	"github.com/airlockhq/airlock/internal/units"
+	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
+)
+
+// Socket buffers. The host's TCP memory (net.ipv4.tcp_mem) is one count
+// for every TCP socket on the host, a few percent of its memory by
+// default (here 1.5 GiB to pressure, 2.2 GiB hard, of 24 GiB), far below
+// what the sandboxes' memory ceilings add up to (80% of it). Sandboxes
+// holding loopback pairs they never read pushed it past its hard limit,
+// and then every TCP socket on the host stalled, sshd's and the daemon's
+// API included. So on v1, where a cgroup counts its socket buffers apart
+// from its memory, the kernel holds them to a share of the host's TCP
+// memory: all sandboxes together to half of tcp_mem's pressure threshold
+// (the cgroup parent's limit, which the kernel enforces on the sum), and
+// each sandbox to the part of it that its memory ceiling is of the
+// node's memory budget (so that one sandbox cannot take every other's).
+// On v2 a sandbox's socket buffers count in its memory ceiling and there
+// is no limit of their own: the sum is bounded by the memory budget only,
+// and New says so when that is over the share.
+
+const (
+	// unheldDiv: a sandbox's connections not accepted yet may hold
+	// 1/unheldDiv of its share, so that with its charged sockets at
+	// their share too the sandboxes together stay at 3/4 of tcp_mem's
+	// pressure threshold.
+	unheldDiv = 2
+	// socketsEvery is how often the monitor reads them: a burst
+	// between two readings is what passes the bound.
+	socketsEvery = 50 * time.Millisecond
+	// watchEvery is how often they are read while no command runs.
+	watchEvery = 100 * time.Millisecond
+	// socketShareDiv: the sandboxes' socket buffers together get
+	// tcp_mem[1]/socketShareDiv; the rest is the host's own.
+	socketShareDiv = 2
+	// minSocketShare is the least one sandbox gets, for a few
+	// connections at full speed.
+	minSocketShare = 1 << 20
+)
+
+// SocketCeiling is the socket buffer memory every sandbox together may
+// hold, in bytes: half of the host's TCP pressure threshold (tcp_mem[1]).
+// On cgroup v1 the kernel holds them to it; on v2 only each sandbox's
+// memory ceiling bounds its own (airlock doctor says so).
+func SocketCeiling() (int64, error) { return socketCeiling() }
+
+func socketCeiling() (int64, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("net.ipv4.tcp_mem %q: want three numbers", bytes.TrimSpace(b))
+	}
+	pressure, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil || pressure <= 0 {
+		return 0, fmt.Errorf("net.ipv4.tcp_mem %q: bad pressure threshold", bytes.TrimSpace(b))
+	}
+	return pressure * int64(os.Getpagesize()) / socketShareDiv, nil
+}
+
+// socketShare is the socket buffer ceiling of a sandbox with a memory
+// ceiling of memory: the part of all (the sandboxes' socket ceiling) that
+// memory is of budget (the node's memory budget, or the host's memory),
+// so that the shares of sandboxes the budget admits add up to all at
+// most. 0 is no ceiling of its own (no ceiling at all).
+func socketShare(memory, budget, all int64) int64 {
+	if all <= 0 || memory <= 0 || budget <= 0 {
+		return 0
+	}
+	share := int64(float64(all) * (float64(memory) / float64(budget)))
+	return min(max(share, minSocketShare), all)
+}
+
+// setSocketCeiling bounds the socket buffers of every sandbox under the
+// cgroup parent together (v1), or warns when nothing can (v2 with a
+// memory budget over the share). It returns the ceiling, 0 when there is
+// none to share.
+func (rt *Runtime) setSocketCeiling() int64 {
+	all, err := socketCeiling()
+	if err != nil {
+		rt.opts.Logger.Warn("the host's TCP memory could not be read; sandboxes' socket buffers are bounded by their memory ceilings only", "err", err)
+		return 0
+	}
+	set, err := rt.cg.SetSocketCeiling(all)
+	switch {
+	case err != nil:
+		rt.opts.Logger.Warn("the sandboxes' socket buffer ceiling could not be set; each sandbox's own still holds", "err", err)
+	case !set && rt.cg.Version() == cgroup.V2 && !rt.opts.OneShot && (rt.opts.Budget.Memory == 0 || rt.opts.Budget.Memory > all):
+		rt.opts.Logger.Warn("on cgroup v2 sandboxes' socket buffers count in their memory ceilings, whose sum may pass the host's TCP memory: sandboxes that fill them can stall every TCP socket on the host; raise net.ipv4.tcp_mem or lower capacity.memory",
+			"memory_budget", units.FormatSize(rt.opts.Budget.Memory), "socket_share", units.FormatSize(all))
+	}
+	return all
+}
+
+// socketDenominator is what a sandbox's memory ceiling is a part of: the
+// node's memory budget, or the host's memory when there is none.
+func (rt *Runtime) socketDenominator() int64 {
+	if b := rt.opts.Budget.Memory; b > 0 {
+		return b
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
+}
+
+// unheldUsage reads what the sandbox's connections not accepted yet hold,
+// and whether that is over its bound.
+func (s *Sandbox) unheldUsage() (int64, bool) {
+	if s.unheld <= 0 || s.netns == nil || s.ids == nil {
+		return 0, false
+	}
+	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
+	if err != nil {
+		return 0, false
+	}
+	return u.Unheld, u.Unheld > s.unheld
+}
+
+// watchSockets reads the sandbox's connections not accepted yet while no
+// command runs, from the end of the first command that left it running
+// (a session's: what it started in the background lives on) until init is
+// gone, and kills the sandbox past its bound: there is no command whose
+// result could name the breach, so the sandbox is gone for the next one,
+// and the log says why.
+func (s *Sandbox) watchSockets() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.dead:
+			return
+		case <-t.C:
+		}
+		if s.running.Load() > 0 {
+			continue // the command's monitor reads them, and names a breach
+		}
+		if !s.watchReading() {
+			return
+		}
+	}
+}
+
+// watchReading is one reading of watchSockets. It counts as an exec, so
+// that Destroy's teardown (which closes the namespace it reads) waits for
+// it; it reports false once the sandbox is killed.
+func (s *Sandbox) watchReading() bool {
+	s.mu.Lock()
+	if s.killed {
+		s.mu.Unlock()
+		return false
+	}
+	s.execs.Add(1)
+	s.mu.Unlock()
+	defer s.execs.Done()
+	if n, over := s.unheldUsage(); over {
+		s.rt.opts.Logger.Warn("sandbox killed: its connections not accepted yet hold more socket buffer memory than it may (they are charged to no cgroup)",
+			"sandbox", s.id, "bytes", n, "bound", s.unheld)
+		s.kill()
+		return false
+	}
+	return true
+}
+
+// checkSockets ends the sandbox when the connections of its network
+// namespace that no process of it has accepted carry more socket buffer memory
+// than it may (Sandbox.unheld). The kernel charges a socket's buffers to
+// the cgroup of the process that created or accepted it, so a connection
+// not accepted yet is charged to none: a 64 MiB group's listeners with
+// 200 such connections held 1.07 GiB of the host's TCP memory while the
+// group's own count saw 33 MiB. Only this reading bounds them, between
+// two readings a burst may pass it. It reports whether it found a breach.
+func (x *execution) checkSockets() bool {
+	n, over := x.s.unheldUsage()
+	if over {
+		x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: x.s.unheld, Observed: n, Unit: result.UnitBytes})
+	}
+	return over
+}
