@@ -1,0 +1,158 @@
+// Package httpserve is the HTTP plumbing every airlock server shares: one
+// way to build an http.Server that faces a hostile caller, with a bound on
+// each part of a request a caller could withhold (its header block, its
+// body, the wait for the next request) and on the header's size.
+package httpserve
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// HeaderTimeout bounds the reading of a request's header block.
+	HeaderTimeout = 10 * time.Second
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes = 64 << 10
+	// defaultIdle closes a keep-alive connection with no request for
+	// this long, unless Options say otherwise.
+	defaultIdle = 60 * time.Second
+)
+
+// BodyStall bounds each wait for the next bytes of a request's body: a
+// caller that sends nothing of a body it declared for this long has
+// stopped sending, and the read fails. A body that keeps coming (a
+// streamed upload, a streamed Connect call) is never cut, however long
+// it lasts. A variable for tests.
+var BodyStall = 30 * time.Second
+
+// Options are a server's own settings.
+type Options struct {
+	// IdleTimeout closes a keep-alive connection that sends no request
+	// for this long; 0 means 60 s.
+	IdleTimeout time.Duration
+	// Logger receives the server's own errors (a caller's malformed
+	// request, a failed handshake), at debug level; nil discards them.
+	Logger *slog.Logger
+	// ConnContext, if set, is the server's ConnContext.
+	ConnContext func(ctx context.Context, c net.Conn) context.Context
+}
+
+// New returns a server of h with airlock's bounds: the header block read
+// within HeaderTimeout and at most MaxHeaderBytes, each wait for a body's
+// next bytes within BodyStall (see Bound), an idle connection closed
+// after o.IdleTimeout.
+func New(h http.Handler, o Options) *http.Server {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = defaultIdle
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           Bound(h),
+		ConnContext:       o.ConnContext,
+		ReadHeaderTimeout: HeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+}
+
+// Bound bounds the reading of each request's body that h is given.
+//
+// http.Server has no deadline of its own for a body: its ReadTimeout
+// counts from the request's start, and would cut a long upload however
+// fast it comes. So each read of the body waits at most BodyStall for
+// its bytes. And when h answers without reading the body to its end (a
+// refusal: no token, too many requests), what the caller has not sent
+// yet is not waited for: the server would otherwise read on, with no
+// deadline, up to 256 KiB of it to keep the connection for another
+// request, whatever the answer said — a caller that declares a body and
+// never sends it would hold the connection, and the listener's slot,
+// for as long as it likes, without a token. The connection is closed
+// instead (the server does not reuse a connection whose body it could
+// not finish).
+//
+// A connection taken over by h (a terminal, a proxied tunnel) is h's:
+// its deadline is cleared at the switch, and left alone after.
+func Bound(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			// No body: nothing to wait for. The server's own read of the
+			// connection (which tells a caller gone) runs from the
+			// start, and a deadline would end the request.
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		b := &body{ReadCloser: r.Body, rc: rc}
+		bw := &writer{ResponseWriter: w, b: b}
+		// Until h reads: the server may read the body itself before
+		// then (it discards an unread one when h's answer starts).
+		_ = rc.SetReadDeadline(time.Now().Add(BodyStall))
+		r.Body = b
+		h.ServeHTTP(bw, r)
+		if !b.ended.Load() && !bw.hijacked.Load() {
+			_ = rc.SetReadDeadline(time.Now())
+		}
+	})
+}
+
+// body is a request's body whose every read waits at most BodyStall.
+type body struct {
+	io.ReadCloser
+	rc *http.ResponseController
+	// ended is set once a read returned an error (the body's end
+	// included). From then on the server reads the connection itself,
+	// in the background, to tell a caller that went away; a deadline
+	// set then would end the request.
+	ended atomic.Bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if !b.ended.Load() {
+		_ = b.rc.SetReadDeadline(time.Now().Add(BodyStall))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended.Store(true)
+	}
+	return n, err
+}
+
+// writer is the ResponseWriter of a request with a body: as the server's,
+// with a switch of protocols that clears the body's deadline.
+type writer struct {
+	http.ResponseWriter
+	b        *body
+	hijacked atomic.Bool
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// FlushError and Flush flush as the server's writer does: handlers that
+// stream check for http.Flusher.
+func (w *writer) FlushError() error { return http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *writer) Flush() { _ = w.FlushError() }
+
+// Hijack hands the connection over with no deadline: what the caller
+// sends from now on is the new protocol's, bounded by its handler.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.hijacked.Store(true)
+	w.b.ended.Store(true)
+	_ = c.SetReadDeadline(time.Time{})
+	return c, brw, nil
+}
