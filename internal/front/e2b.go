@@ -266,4 +266,3 @@ func connectAnswer(w http.ResponseWriter, r *http.Request) func(status int, code
 		e2b.WriteAPIError(w, status, msg)
 	}
 }
-
