@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,14 +181,18 @@ func Stall(t testing.TB, from, addr string, n int, head string) []net.Conn {
 func ClosedWithin(t testing.TB, conns []net.Conn, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	open := 0
+	var open atomic.Int64
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.SetReadDeadline(deadline)
-		if _, err := io.Copy(io.Discard, c); err != nil && os.IsTimeout(err) {
-			open++
-		}
+		wg.Go(func() {
+			c.SetReadDeadline(deadline)
+			if _, err := io.Copy(io.Discard, c); err != nil && os.IsTimeout(err) {
+				open.Add(1)
+			}
+		})
 	}
-	if open > 0 {
+	wg.Wait()
+	if open := open.Load(); open > 0 {
 		t.Fatalf("%d of %d connections still open after %v", open, len(conns), d)
 	}
 }
