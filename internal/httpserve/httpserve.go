@@ -72,13 +72,12 @@ func New(h http.Handler, o Options) *http.Server {
 // fast it comes. So each read of the body waits at most BodyStall for
 // its bytes. And when h answers without reading the body to its end (a
 // refusal: no token, too many requests), what the caller has not sent
-// yet is not waited for: the server would otherwise read on, with no
-// deadline, up to 256 KiB of it to keep the connection for another
-// request, whatever the answer said — a caller that declares a body and
-// never sends it would hold the connection, and the listener's slot,
-// for as long as it likes, without a token. The connection is closed
-// instead (the server does not reuse a connection whose body it could
-// not finish).
+// yet is not waited for, and the connection is closed after the answer:
+// the server would otherwise read on, with no deadline, up to 256 KiB of
+// the body to keep the connection for another request, whatever the
+// answer said — a caller that declares a body and never sends it would
+// hold the connection, and the listener's slot, for as long as it likes,
+// without a token.
 //
 // A connection taken over by h (a terminal, a proxied tunnel) is h's:
 // its deadline is cleared at the switch, and left alone after.
@@ -99,7 +98,15 @@ func Bound(h http.Handler) http.Handler {
 		_ = rc.SetReadDeadline(time.Now().Add(BodyStall))
 		r.Body = b
 		h.ServeHTTP(bw, r)
-		if !b.ended.Load() && !bw.hijacked.Load() {
+		switch {
+		case bw.hijacked.Load():
+		case b.failed.Load() && !bw.wrote.Load():
+			// h did not answer: the request's context ends with its
+			// body's failure, which h may take for a caller gone, and
+			// the server's answer would be a 200.
+			http.Error(bw, "the request's body stopped coming, or was malformed", http.StatusRequestTimeout)
+		case !b.ended.Load():
+			bw.begin() // h's answer, or the server's empty one, closes
 			_ = rc.SetReadDeadline(time.Now())
 		}
 	})
@@ -114,6 +121,8 @@ type body struct {
 	// in the background, to tell a caller that went away; a deadline
 	// set then would end the request.
 	ended atomic.Bool
+	// failed is set when that error was not the body's end.
+	failed atomic.Bool
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -123,16 +132,49 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
 		b.ended.Store(true)
+		if err != io.EOF {
+			b.failed.Store(true)
+		}
 	}
 	return n, err
 }
 
-// writer is the ResponseWriter of a request with a body: as the server's,
-// with a switch of protocols that clears the body's deadline.
+// writer is the ResponseWriter of a request with a body: the server's,
+// with an answer that closes the connection when the body is not whole
+// as it starts, and a switch of protocols that clears the body's
+// deadline.
 type writer struct {
 	http.ResponseWriter
 	b        *body
+	wrote    atomic.Bool // the answer has started
 	hijacked atomic.Bool
+}
+
+// begin is called as the answer starts. An answer that starts before the
+// body's end (a refusal that did not read it, an answer streamed as the
+// body comes), or after its failure, closes the connection: what
+// remains of the body on the wire must not be read as another request,
+// nor waited for to keep the connection. (The server would keep one that
+// answered as the body came, or whose body's rest it failed to read.)
+func (w *writer) begin() {
+	if w.wrote.Swap(true) {
+		return
+	}
+	if !w.b.ended.Load() || w.b.failed.Load() {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+func (w *writer) WriteHeader(status int) {
+	if status >= 200 || status == http.StatusSwitchingProtocols {
+		w.begin()
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.begin()
+	return w.ResponseWriter.Write(p)
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
@@ -140,7 +182,10 @@ func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // FlushError and Flush flush as the server's writer does: handlers that
 // stream check for http.Flusher.
-func (w *writer) FlushError() error { return http.NewResponseController(w.ResponseWriter).Flush() }
+func (w *writer) FlushError() error {
+	w.begin()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
 
 func (w *writer) Flush() { _ = w.FlushError() }
 
