@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
@@ -181,7 +182,7 @@ func TestStalledCallers(t *testing.T) {
 	addr, e2bAddr := freePort(t), freePort(t)
 	const tok = "stalled-test-0123456789abcdef"
 	t.Setenv("TEST_STALLED_TOKEN", tok)
-	serveConfig(t, `
+	d, _ := serveConfig(t, `
 server:
   tcp: `+addr+`
   e2b: `+e2bAddr+`
@@ -221,5 +222,8 @@ secrets:
 			// that keeps failing): closed within a few.
 			testutil.ClosedWithin(t, bodies, 5*time.Second)
 		})
+	}
+	if shed := netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl); shed == 0 {
+		t.Error("no connection was shed for its address's share")
 	}
 }
