@@ -166,7 +166,9 @@ func (w *writer) begin() {
 }
 
 func (w *writer) WriteHeader(status int) {
-	if status >= 200 || status == http.StatusSwitchingProtocols {
+	// Not for 1xx: informational, or a switch whose Connection header
+	// is the switch's.
+	if status >= 200 {
 		w.begin()
 	}
 	w.ResponseWriter.WriteHeader(status)
