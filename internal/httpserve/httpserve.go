@@ -7,10 +7,14 @@ package httpserve
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -100,32 +104,51 @@ func Bound(h http.Handler) http.Handler {
 		h.ServeHTTP(bw, r)
 		switch {
 		case bw.hijacked.Load():
+			return
 		case b.failed.Load() && !bw.wrote.Load():
 			// h did not answer: the request's context ends with its
 			// body's failure, which h may take for a caller gone, and
 			// the server's answer would be a 200.
-			http.Error(bw, "the request's body stopped coming, or was malformed", http.StatusRequestTimeout)
+			if b.timedOut.Load() {
+				http.Error(bw, fmt.Sprintf("the request's body stopped coming (nothing for %v)", BodyStall), http.StatusRequestTimeout)
+			} else {
+				http.Error(bw, "the request's body could not be read: malformed, or cut", http.StatusBadRequest)
+			}
 		case !b.ended.Load():
 			bw.begin() // h's answer, or the server's empty one, closes
 			_ = rc.SetReadDeadline(time.Now())
 		}
+		b.finish()
 	})
 }
+
+// errAfterHandler fails a read of a body after its handler returned.
+var errAfterHandler = errors.New("http: the request's body was read after its handler returned")
 
 // body is a request's body whose every read waits at most BodyStall.
 type body struct {
 	io.ReadCloser
 	rc *http.ResponseController
+	// mu is held by a Read, so that the handler's end can wait for one
+	// in flight (see finish); done is set then, and fails later ones.
+	mu   sync.Mutex
+	done bool
 	// ended is set once a read returned an error (the body's end
 	// included). From then on the server reads the connection itself,
 	// in the background, to tell a caller that went away; a deadline
 	// set then would end the request.
 	ended atomic.Bool
-	// failed is set when that error was not the body's end.
-	failed atomic.Bool
+	// failed is set when that error was not the body's end, timedOut
+	// when it was BodyStall's.
+	failed, timedOut atomic.Bool
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return 0, errAfterHandler
+	}
 	if !b.ended.Load() {
 		_ = b.rc.SetReadDeadline(time.Now().Add(BodyStall))
 	}
@@ -134,9 +157,23 @@ func (b *body) Read(p []byte) (int, error) {
 		b.ended.Store(true)
 		if err != io.EOF {
 			b.failed.Store(true)
+			b.timedOut.Store(errors.Is(err, os.ErrDeadlineExceeded))
 		}
 	}
 	return n, err
+}
+
+// finish ends the body's reads as its handler returns. A read may still
+// be in flight: a transport that was sending the body on to another
+// server, and gave up when that one answered. It is waited for (the
+// deadline just set cuts it), and later ones fail: the server reads
+// what remains of the body itself next, and finding a read of the
+// connection in flight it would clear the connection's deadline, then
+// wait for the rest of a body that never comes.
+func (b *body) finish() {
+	b.mu.Lock()
+	b.done = true
+	b.mu.Unlock()
 }
 
 // writer is the ResponseWriter of a request with a body: the server's,

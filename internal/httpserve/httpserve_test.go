@@ -67,7 +67,8 @@ func TestBound(t *testing.T) {
 	}{
 		{"a refused body never sent", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"}, "401 no token\n closed"},
 		{"a refused body sent whole", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "401 no token\n closed"},
-		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming, or was malformed\n closed"},
+		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming (nothing for 300ms)\n closed"},
+		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
 		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
 		{"no body, a slow answer", []string{"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"}, "200 done open"},
 	} {
