@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/redact"
 	"github.com/airlockhq/airlock/internal/egress"
+	"github.com/airlockhq/airlock/internal/httpserve"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
@@ -132,14 +133,8 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Broker, err error)
 	}); err != nil {
 		return nil, fmt.Errorf("broker: open listener in the sandbox: %w", err)
 	}
-	b.srv = &http.Server{
-		Handler:           http.HandlerFunc(b.serve),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return b.ctx },
-	}
+	b.srv = httpserve.New(http.HandlerFunc(b.serve), httpserve.Options{Logger: cfg.Logger})
+	b.srv.BaseContext = func(net.Listener) context.Context { return b.ctx }
 	lim := netlimit.Listener(ln, make(chan struct{}, maxInbound), b.ctx.Done())
 	go func() {
 		if err := b.srv.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {

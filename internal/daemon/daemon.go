@@ -24,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/httpserve"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -65,7 +66,9 @@ type Options struct {
 	// IdleTimeout closes a keep-alive connection that sends no request
 	// for this long; 0 means 30s.
 	IdleTimeout time.Duration
-	// MaxConns bounds the TCP listener's open connections; 0 means 512.
+	// MaxConns bounds each TCP listener's open connections (the API's,
+	// the E2B API's); 0 means 512. While three quarters are taken, one
+	// remote address may hold a quarter of them (netlimit.Network).
 	MaxConns int
 	// StallTimeout bounds one write of a command's event stream (NDJSON,
 	// a terminal's, an E2B process stream): a caller that takes nothing
@@ -305,27 +308,17 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	routes := d.routes()
-	d.srv = &http.Server{
-		Handler:           d.audited(withCaller(local, routes)),
-		ConnContext:       connContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       opts.IdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
-	}
+	serverOpts := httpserve.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger}
+	unixOpts := serverOpts
+	unixOpts.ConnContext = connContext
+	d.srv = httpserve.New(d.audited(withCaller(local, routes)), unixOpts)
 	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
 		if d.tcp, err = net.Listen("tcp", tcp.String()); err != nil {
 			d.ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
-		d.tcp = netlimit.Conns(d.tcp, opts.MaxConns)
-		d.tsrv = &http.Server{
-			Handler:           d.audited(checkHost(tcp, d.requireToken(routes))),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       opts.IdleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
-		}
+		d.tcp = netlimit.Network(d.tcp, opts.MaxConns)
+		d.tsrv = httpserve.New(d.audited(checkHost(tcp, d.requireToken(routes))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {
 		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {
@@ -335,14 +328,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			}
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
-		d.e2bl = netlimit.Conns(d.e2bl, opts.MaxConns)
-		d.e2bsrv = &http.Server{
-			Handler:           d.audited(checkHost(addr, d.e2bRoutes())),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       opts.IdleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
-		}
+		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
+		d.e2bsrv = httpserve.New(d.audited(checkHost(addr, d.e2bRoutes())), serverOpts)
 	}
 	return d, nil
 }

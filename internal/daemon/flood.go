@@ -11,9 +11,12 @@ import (
 )
 
 // Defences of the listeners against callers that flood them: timeouts and
-// caps so that idle or slow connections cannot pile up, a connection cap
-// on TCP, refusals recorded once per client and interval rather than once
-// each, and a client that keeps failing authentication slowed down.
+// caps so that idle or slow connections cannot pile up (internal/httpserve:
+// a header, a body, an idle connection each bounded in time), a
+// connection cap on TCP with a share per remote address under pressure
+// (netlimit.Network), refusals recorded once per client and interval
+// rather than once each, and a client that keeps failing authentication
+// slowed down.
 
 const (
 	// defaultIdleTimeout closes a keep-alive connection with no request
@@ -24,8 +27,6 @@ const (
 	// defaultStallTimeout bounds one write of an event stream: a caller
 	// that takes nothing for this long has stopped reading.
 	defaultStallTimeout = 30 * time.Second
-	// maxHeaderBytes bounds a request's header block on both listeners.
-	maxHeaderBytes = 64 << 10
 	// refusalWindow is the interval refusals are summed over: a client's
 	// first refusal in it is recorded at once, the rest as one count.
 	refusalWindow = 10 * time.Second

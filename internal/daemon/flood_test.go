@@ -16,6 +16,8 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/netlimit"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -162,5 +164,66 @@ tools:
 	t.Logf("%d audit records for %d refused requests", len(denied.Events), tried.Load()+300)
 	if len(denied.Events) > 10 {
 		t.Errorf("%d audit records for one flooding client", len(denied.Events))
+	}
+}
+
+// TestStalledCallers attacks the TCP API and the E2B API, each with 600
+// connections from one address that send a request's headers without a
+// token, declaring a body that never comes, and 600 more that never end
+// their headers. A caller with a token, from another address, is still
+// answered within a second, and every stalled body's connection is
+// closed. Before, the daemon read on for each refused request's body,
+// with no deadline, to keep its connection: 512 of them (the listener's
+// bound) closed the API to everyone for as long as the attacker liked.
+func TestStalledCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test")
+	}
+	addr, e2bAddr := freePort(t), freePort(t)
+	const tok = "stalled-test-0123456789abcdef"
+	t.Setenv("TEST_STALLED_TOKEN", tok)
+	d, _ := serveConfig(t, `
+server:
+  tcp: `+addr+`
+  e2b: `+e2bAddr+`
+  tokens: [{name: ci, secret: s, tools: ["*"]}]
+secrets:
+  s: {env: TEST_STALLED_TOKEN}
+`, nil)
+	for _, tt := range []struct {
+		name, addr, stalled, valid string
+	}{
+		{"TCP API", addr,
+			"POST /v1/runs HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+			"GET /v1/tools HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + tok + "\r\n\r\n"},
+		{"E2B API", e2bAddr,
+			"POST /files?path=a HTTP/1.1\r\nHost: " + e2bAddr + "\r\nE2b-Sandbox-Id: s_0123456789abcdef\r\nContent-Length: 1000\r\n\r\n",
+			"GET /v2/sandboxes HTTP/1.1\r\nHost: " + e2bAddr + "\r\nX-API-KEY: " + tok + "\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bodies := testutil.Stall(t, "127.0.0.2", tt.addr, 600, tt.stalled)
+			testutil.Stall(t, "127.0.0.2", tt.addr, 600, "GET /v1/tools HTTP/1.1\r\nHost: ")
+			start := time.Now()
+			c := testutil.DialFrom(t, "127.0.0.1", tt.addr)
+			c.SetDeadline(start.Add(time.Second))
+			if _, err := io.WriteString(c, tt.valid); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("a caller with a token was not answered within 1 s: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("a caller with a token: %s", resp.Status)
+			}
+			t.Logf("answered in %v", time.Since(start))
+			// The refusals are held a second each past a burst (a client
+			// that keeps failing): closed within a few.
+			testutil.ClosedWithin(t, bodies, 5*time.Second)
+		})
+	}
+	if shed := netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl); shed == 0 {
+		t.Error("no connection was shed for its address's share")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/airlockhq/airlock/internal/netlimit"
 )
 
 // counters are the daemon's own counts, besides each pool's.
@@ -63,6 +65,8 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "airlock_api_requests_total %d\n", d.counts.requests.Load())
 	metric("airlock_api_unauthorized_total", "API requests refused for want of a valid token.", "counter")
 	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.counts.unauthorized.Load())
+	metric("airlock_api_connections_shed_total", "TCP connections closed as soon as accepted: their address held its share of a listener under pressure.", "counter")
+	fmt.Fprintf(&b, "airlock_api_connections_shed_total %d\n", netlimit.Refused(d.tcp)+netlimit.Refused(d.e2bl))
 	metric("airlock_api_forbidden_total", "API requests refused for a tool outside the token's scope.", "counter")
 	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.counts.forbidden.Load())
 	metric("airlock_audit_refusals_total", "Runs and sessions refused because the audit log could not be written.", "counter")

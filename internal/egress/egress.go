@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/dns"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/egress/sockets"
+	"github.com/airlockhq/airlock/internal/httpserve"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
@@ -223,14 +224,8 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	tcp = &heardListener{tcp, &g.heard}
 
 	g.forward = g.newForwarder()
-	g.proxy = &http.Server{
-		Handler:           g.tracked(g.serveProxy),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return g.ctx },
-	}
+	g.proxy = httpserve.New(g.tracked(g.serveProxy), httpserve.Options{Logger: g.cfg.Logger})
+	g.proxy.BaseContext = func(net.Listener) context.Context { return g.ctx }
 	g.dns = &dns.Server{
 		Resolve: g.resolveName,
 		Log:     g.logQuery,

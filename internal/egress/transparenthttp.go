@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/httpserve"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -68,18 +68,13 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 	conn := &readerConn{Conn: c, r: br}
 	done := make(chan struct{})
 	var once sync.Once
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port, kind) }),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return g.ctx },
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateClosed || s == http.StateHijacked {
-				once.Do(func() { close(done) })
-			}
-		},
+	srv := httpserve.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port, kind) }),
+		httpserve.Options{Logger: g.cfg.Logger})
+	srv.BaseContext = func(net.Listener) context.Context { return g.ctx }
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed || s == http.StateHijacked {
+			once.Do(func() { close(done) })
+		}
 	}
 	_ = srv.Serve(&oneConn{c: conn})
 	select {

@@ -23,9 +23,11 @@ import (
 // it. API keys are checked here and again at the node; the sandbox-side
 // calls' access tokens are the node's to check.
 
-// maxE2BBody bounds a body the front holds to place or retry a call (a
-// signed upload's file included).
-const maxE2BBody = 20 << 20
+// maxE2BBody bounds the body of a sandbox's creation, which the front
+// holds to place it (and to place it again elsewhere when a node cannot
+// be reached): a node's own bound on a control-plane body. Nothing else
+// is held: a file's bytes stream through.
+const maxE2BBody = 1 << 20
 
 // E2BHandler is the front's E2B-compatible API.
 func (f *Front) E2BHandler() http.Handler {
@@ -69,7 +71,7 @@ func (f *Front) e2bNodes() []cluster.Node {
 func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxE2BBody+1))
 	if err != nil || len(body) > maxE2BBody {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "the request body could not be read, or is over 20 MiB")
+		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the request body could not be read, or is over %d MiB", maxE2BBody>>20))
 		return
 	}
 	var req struct {
@@ -282,45 +284,4 @@ func connectAnswer(w http.ResponseWriter, r *http.Request) func(status int, code
 		}
 		e2b.WriteAPIError(w, status, msg)
 	}
-}
-
-// e2bFiles passes a file call to its sandbox's node: named by the
-// E2b-Sandbox-Id header, or, for a signed URL, found by asking the
-// nodes in turn until one accepts the signature.
-func (f *Front) e2bFiles(w http.ResponseWriter, r *http.Request) {
-	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		answer := func(status int, _, msg string) { e2b.WriteAPIError(w, status, msg) }
-		if n, ok := f.e2bNodeOf(id, answer); ok {
-			f.e2bPass(w, r, n, id, answer)
-		}
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxE2BBody+1))
-	if err != nil || len(body) > maxE2BBody {
-		e2b.WriteAPIError(w, http.StatusRequestEntityTooLarge, "a signed upload through a cluster's front is 20 MiB at most")
-		return
-	}
-	var last *http.Response
-	for _, n := range f.e2bNodes() {
-		resp, err := f.forwardTo(r, n.E2B, body)
-		if err != nil {
-			continue
-		}
-		if resp.StatusCode/100 == 2 {
-			if last != nil {
-				last.Body.Close()
-			}
-			relay(w, resp, n.Name)
-			return
-		}
-		if last != nil {
-			last.Body.Close()
-		}
-		last = resp
-	}
-	if last != nil {
-		relay(w, last, "")
-		return
-	}
-	e2b.WriteAPIError(w, http.StatusNotFound, "no live node accepts the URL's signature")
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
 
@@ -41,6 +43,9 @@ type Front struct {
 	tokens *tokens.Set
 	logger *slog.Logger
 	hc     *http.Client
+	// uploads holds a token for each upload passing through (see
+	// e2b_files.go).
+	uploads chan struct{}
 }
 
 // New returns a front placing on view's nodes and accepting toks.
@@ -54,10 +59,14 @@ func New(view *cluster.View, toks *tokens.Set, logger *slog.Logger) *Front {
 		// sent on one the node is closing fails, and a POST is not
 		// sent again.
 		IdleConnTimeout: 20 * time.Second,
+		// A file's bytes go to a node only once it has accepted the
+		// call (see e2b_files.go).
+		ExpectContinueTimeout: expectWait,
 	}
 	// A node's redirect is the caller's to follow: passed on as it is.
 	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects}}
+	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects},
+		uploads: make(chan struct{}, maxUploads)}
 }
 
 // Handler is the front's HTTP API.
@@ -277,25 +286,32 @@ var hopHeaders = map[string]bool{
 // nil, and its end-to-end headers.
 func (f *Front) forwardTo(r *http.Request, base string, body []byte) (*http.Response, error) {
 	var rd io.Reader = r.Body
+	length := r.ContentLength
 	if body != nil {
-		rd = bytes.NewReader(body)
+		rd, length = bytes.NewReader(body), int64(len(body))
 	}
+	out, err := f.outgoing(r, base, rd, length)
+	if err != nil {
+		return nil, err
+	}
+	return f.hc.Do(out)
+}
+
+// outgoing is r to send to base with the body rd of length (-1: not
+// known), with r's end-to-end headers.
+func (f *Front) outgoing(r *http.Request, base string, rd io.Reader, length int64) (*http.Request, error) {
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), rd)
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
-		out.ContentLength = int64(len(body))
-	} else {
-		out.ContentLength = r.ContentLength
-	}
+	out.ContentLength = length
 	for k, vs := range r.Header {
 		if !hopHeaders[k] {
 			out.Header[k] = vs
 		}
 	}
 	out.Header.Set("X-Forwarded-For", clientIP(r))
-	return f.hc.Do(out)
+	return out, nil
 }
 
 func clientIP(r *http.Request) string {
@@ -370,13 +386,21 @@ func (c stallConn) Write(b []byte) (int, error) {
 // NodeHeader names, in each answer, the node that gave it.
 const NodeHeader = "X-Airlock-Node"
 
-// The front's bounds on its listeners, as a daemon's TCP listener has:
-// connections served at once (the rest wait in the backlog) and a
-// request's header block.
-const (
-	MaxConns       = 512
-	MaxHeaderBytes = 64 << 10
-)
+// MaxConns bounds the connections each of the front's listeners serves
+// at once (the rest wait in the backlog), as a daemon's TCP listener's.
+const MaxConns = 512
+
+// Listener bounds ln as a daemon's TCP listener is: MaxConns at once, and
+// a share of them per remote address under pressure (netlimit.Network).
+// The front faces the network.
+func Listener(ln net.Listener) net.Listener { return netlimit.Network(ln, MaxConns) }
+
+// Server is the front's HTTP server of h (Handler or E2BHandler), with
+// every server's bounds (internal/httpserve): a header, a body's each
+// next bytes and an idle connection each bounded in time.
+func (f *Front) Server(h http.Handler) *http.Server {
+	return httpserve.New(h, httpserve.Options{IdleTimeout: 60 * time.Second, Logger: f.logger})
+}
 
 // StallTimeout bounds one write of an answer relayed from a node: a
 // caller that takes nothing for this long has stopped reading, and the

@@ -373,7 +373,7 @@ func TestCluster(t *testing.T) {
 				t.Errorf("the sandbox id %q names no node", id)
 			}
 			for k, want := range map[string]string{
-				"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`,
+				"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`, "upload": `[200,3145728]`,
 				"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
 				"alive": `true`, "dead": `false`, "connect": `"via the front"`,
 			} {

@@ -1,6 +1,7 @@
 // Package netlimit bounds the connections a listener serves at once: the
 // daemon's and the front's TCP listeners against callers that open
-// connections without end, and the egress gateway's and the broker's
+// connections without end (and, under pressure, each remote address to a
+// share of them: Network), and the egress gateway's and the broker's
 // listeners against code in a sandbox that does.
 package netlimit
 

@@ -2,6 +2,7 @@ package netlimit
 
 import (
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -72,4 +73,75 @@ func TestDone(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Accept did not give up")
 	}
+}
+
+// TestNetworkShare: under pressure, one remote address gets its share of
+// the bound and no more (its next connections are closed at once), and
+// another address is still served; under none, one address may use the
+// whole bound. Before, one address could hold every slot.
+func TestNetworkShare(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Network(ln, 8) // pressure past 6 open, a share of 2
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closed tells whether the listener closed c at once.
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return !os.IsTimeout(err)
+	}
+	var held []net.Conn
+	for range 6 {
+		dial("127.0.0.2")
+		held = append(held, <-accepted)
+	}
+	for _, tt := range []struct {
+		from       string
+		wantServed bool
+	}{
+		{"127.0.0.2", false}, // over its share, under pressure
+		{"127.0.0.3", true},
+		{"127.0.0.3", true},
+	} {
+		c := dial(tt.from)
+		if got := !closed(c); got != tt.wantServed {
+			t.Fatalf("a connection from %s: served %v, want %v", tt.from, got, tt.wantServed)
+		}
+		if tt.wantServed {
+			held = append(held, <-accepted)
+		}
+	}
+	if got := Refused(l); got != 1 {
+		t.Errorf("Refused = %d, want 1", got)
+	}
+	// The pressure gone, 127.0.0.2 is served again.
+	for _, c := range held[:4] {
+		c.Close()
+	}
+	if c := dial("127.0.0.2"); closed(c) {
+		t.Fatal("a connection from 127.0.0.2 was closed with the bound under pressure")
+	}
+	<-accepted
 }

@@ -5,13 +5,16 @@ package testutil
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -142,4 +145,54 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// DialFrom connects to the TCP address addr from the local address from
+// (any 127.0.0.0/8 address is this machine's own), closed when the test
+// ends: tests of a listener's share per remote address tell an attacker
+// from a caller by their addresses.
+func DialFrom(t testing.TB, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, from, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Stall opens n connections to addr from the address from, each sending
+// head and then nothing: a header block whose body never comes, or the
+// start of one that never ends.
+func Stall(t testing.TB, from, addr string, n int, head string) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = DialFrom(t, from, addr)
+		// A connection the listener closed at once may refuse the write.
+		_, _ = io.WriteString(conns[i], head)
+	}
+	return conns
+}
+
+// ClosedWithin fails t unless the server has closed every one of conns
+// (whatever it answered first) within d.
+func ClosedWithin(t testing.TB, conns []net.Conn, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var open atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			c.SetReadDeadline(deadline)
+			if _, err := io.Copy(io.Discard, c); err != nil && os.IsTimeout(err) {
+				open.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if open := open.Load(); open > 0 {
+		t.Fatalf("%d of %d connections still open after %v", open, len(conns), d)
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/front"
-	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
 
@@ -59,9 +58,8 @@ func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fr := front.New(view, toks, logger)
 	// As a daemon's TCP listener: connections and headers bounded, idle
 	// and slow ones closed (the front faces the network).
-	ln = netlimit.Conns(ln, front.MaxConns)
-	srv := &http.Server{Handler: fr.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
-		MaxHeaderBytes: front.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+	ln = front.Listener(ln)
+	srv := fr.Server(fr.Handler())
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
 	if addr := cfg.Server.E2B; addr.IsValid() {
@@ -70,9 +68,8 @@ func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			ln.Close()
 			return fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
-		eln = netlimit.Conns(eln, front.MaxConns)
-		esrv := &http.Server{Handler: fr.E2BHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
-			MaxHeaderBytes: front.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug)}
+		eln = front.Listener(eln)
+		esrv := fr.Server(fr.E2BHandler())
 		servers = append(servers, esrv)
 		go func() { errc <- esrv.Serve(eln) }()
 		logger.Info("front: listening", "e2b", eln.Addr().String())

@@ -11,6 +11,12 @@ try {
   await sbx.files.write('/workspace/a.txt', 'via the front');
   out('read', await sbx.files.read('/workspace/a.txt'));
   out('download', await (await fetch(await sbx.downloadUrl('/workspace/a.txt'))).text());
+  // A signed upload names no sandbox: each node is offered it in turn,
+  // its bytes streamed to the one whose sandbox signed it.
+  const fd = new FormData();
+  fd.append('file', new Blob(['u'.repeat(3 << 20)]), 'up.txt');
+  const up = await fetch(await sbx.uploadUrl('/workspace/up.txt'), { method: 'POST', body: fd });
+  out('upload', [up.status, (await sbx.files.read('/workspace/up.txt')).length]);
   const items = await Sandbox.list({ query: { metadata: { via: 'front' } } }).nextItems();
   out('list', items.map((i) => i.sandboxId));
   out('info', (await sbx.getInfo()).templateId);

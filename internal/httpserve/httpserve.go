@@ -1,0 +1,242 @@
+// Package httpserve is the HTTP plumbing every airlock server shares: one
+// way to build an http.Server that faces a hostile caller, with a bound on
+// each part of a request a caller could withhold (its header block, its
+// body, the wait for the next request) and on the header's size.
+package httpserve
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// HeaderTimeout bounds the reading of a request's header block.
+	HeaderTimeout = 10 * time.Second
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes = 64 << 10
+	// defaultIdle closes a keep-alive connection with no request for
+	// this long, unless Options say otherwise.
+	defaultIdle = 60 * time.Second
+)
+
+// BodyStall bounds each wait for the next bytes of a request's body: a
+// caller that sends nothing of a body it declared for this long has
+// stopped sending, and the read fails. A body that keeps coming (a
+// streamed upload, a streamed Connect call) is never cut, however long
+// it lasts. A variable for tests.
+var BodyStall = 30 * time.Second
+
+// Options are a server's own settings.
+type Options struct {
+	// IdleTimeout closes a keep-alive connection that sends no request
+	// for this long; 0 means 60 s.
+	IdleTimeout time.Duration
+	// Logger receives the server's own errors (a caller's malformed
+	// request, a failed handshake), at debug level; nil discards them.
+	Logger *slog.Logger
+	// ConnContext, if set, is the server's ConnContext.
+	ConnContext func(ctx context.Context, c net.Conn) context.Context
+}
+
+// New returns a server of h with airlock's bounds: the header block read
+// within HeaderTimeout and at most MaxHeaderBytes, each wait for a body's
+// next bytes within BodyStall (see Bound), an idle connection closed
+// after o.IdleTimeout.
+func New(h http.Handler, o Options) *http.Server {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = defaultIdle
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           Bound(h),
+		ConnContext:       o.ConnContext,
+		ReadHeaderTimeout: HeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+}
+
+// Bound bounds the reading of each request's body that h is given.
+//
+// http.Server has no deadline of its own for a body: its ReadTimeout
+// counts from the request's start, and would cut a long upload however
+// fast it comes. So each read of the body waits at most BodyStall for
+// its bytes. And when h answers without reading the body to its end (a
+// refusal: no token, too many requests), what the caller has not sent
+// yet is not waited for, and the connection is closed after the answer:
+// the server would otherwise read on, with no deadline, up to 256 KiB of
+// the body to keep the connection for another request, whatever the
+// answer said — a caller that declares a body and never sends it would
+// hold the connection, and the listener's slot, for as long as it likes,
+// without a token.
+//
+// A connection taken over by h (a terminal, a proxied tunnel) is h's:
+// its deadline is cleared at the switch, and left alone after.
+func Bound(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			// No body: nothing to wait for. The server's own read of the
+			// connection (which tells a caller gone) runs from the
+			// start, and a deadline would end the request.
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		b := &body{ReadCloser: r.Body, rc: rc}
+		bw := &writer{ResponseWriter: w, b: b}
+		// Until h reads: the server may read the body itself before
+		// then (it discards an unread one when h's answer starts).
+		_ = rc.SetReadDeadline(time.Now().Add(BodyStall))
+		r.Body = b
+		h.ServeHTTP(bw, r)
+		switch {
+		case bw.hijacked.Load():
+			return
+		case b.failed.Load() && !bw.wrote.Load():
+			// h did not answer: the request's context ends with its
+			// body's failure, which h may take for a caller gone, and
+			// the server's answer would be a 200.
+			if b.timedOut.Load() {
+				http.Error(bw, fmt.Sprintf("the request's body stopped coming (nothing for %v)", BodyStall), http.StatusRequestTimeout)
+			} else {
+				http.Error(bw, "the request's body could not be read: malformed, or cut", http.StatusBadRequest)
+			}
+		case !b.ended.Load():
+			bw.begin() // h's answer, or the server's empty one, closes
+			_ = rc.SetReadDeadline(time.Now())
+		}
+		b.finish()
+	})
+}
+
+// errAfterHandler fails a read of a body after its handler returned.
+var errAfterHandler = errors.New("http: the request's body was read after its handler returned")
+
+// body is a request's body whose every read waits at most BodyStall.
+type body struct {
+	io.ReadCloser
+	rc *http.ResponseController
+	// mu is held by a Read, so that the handler's end can wait for one
+	// in flight (see finish); done is set then, and fails later ones.
+	mu   sync.Mutex
+	done bool
+	// ended is set once a read returned an error (the body's end
+	// included). From then on the server reads the connection itself,
+	// in the background, to tell a caller that went away; a deadline
+	// set then would end the request.
+	ended atomic.Bool
+	// failed is set when that error was not the body's end, timedOut
+	// when it was BodyStall's.
+	failed, timedOut atomic.Bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return 0, errAfterHandler
+	}
+	if !b.ended.Load() {
+		_ = b.rc.SetReadDeadline(time.Now().Add(BodyStall))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended.Store(true)
+		if err != io.EOF {
+			b.failed.Store(true)
+			b.timedOut.Store(errors.Is(err, os.ErrDeadlineExceeded))
+		}
+	}
+	return n, err
+}
+
+// finish ends the body's reads as its handler returns. A read may still
+// be in flight: a transport that was sending the body on to another
+// server, and gave up when that one answered. It is waited for (the
+// deadline just set cuts it), and later ones fail: the server reads
+// what remains of the body itself next, and finding a read of the
+// connection in flight it would clear the connection's deadline, then
+// wait for the rest of a body that never comes.
+func (b *body) finish() {
+	b.mu.Lock()
+	b.done = true
+	b.mu.Unlock()
+}
+
+// writer is the ResponseWriter of a request with a body: the server's,
+// with an answer that closes the connection when the body is not whole
+// as it starts, and a switch of protocols that clears the body's
+// deadline.
+type writer struct {
+	http.ResponseWriter
+	b        *body
+	wrote    atomic.Bool // the answer has started
+	hijacked atomic.Bool
+}
+
+// begin is called as the answer starts. An answer that starts before the
+// body's end (a refusal that did not read it, an answer streamed as the
+// body comes), or after its failure, closes the connection: what
+// remains of the body on the wire must not be read as another request,
+// nor waited for to keep the connection. (The server would keep one that
+// answered as the body came, or whose body's rest it failed to read.)
+func (w *writer) begin() {
+	if w.wrote.Swap(true) {
+		return
+	}
+	if !w.b.ended.Load() || w.b.failed.Load() {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+func (w *writer) WriteHeader(status int) {
+	// Not for 1xx: informational, or a switch whose Connection header
+	// is the switch's.
+	if status >= 200 {
+		w.begin()
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	w.begin()
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// FlushError and Flush flush as the server's writer does: handlers that
+// stream check for http.Flusher.
+func (w *writer) FlushError() error {
+	w.begin()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *writer) Flush() { _ = w.FlushError() }
+
+// Hijack hands the connection over with no deadline: what the caller
+// sends from now on is the new protocol's, bounded by its handler.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.hijacked.Store(true)
+	w.b.ended.Store(true)
+	_ = c.SetReadDeadline(time.Time{})
+	return c, brw, nil
+}

@@ -1,0 +1,129 @@
+package httpserve
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestBound attacks a server's bodies: one declared and never sent, one
+// that stops half-way, one that comes slowly but steadily, a request
+// without a body whose answer takes longer than BodyStall, and a
+// connection switched to another protocol that stays quiet longer than
+// it. Before, a refused request's body was waited for without end.
+func TestBound(t *testing.T) {
+	defer func(d time.Duration) { BodyStall = d }(BodyStall)
+	BodyStall = 300 * time.Millisecond
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /refuse", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no token", http.StatusUnauthorized)
+	})
+	mux.HandleFunc("POST /read", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // taken for a caller gone
+			}
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "read %d", len(b))
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(3 * BodyStall):
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("POST /switch", func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+		brw.Flush()
+		line, err := brw.ReadString('\n')
+		fmt.Fprintf(c, "echo %q %v\n", line, err)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(mux, Options{})
+	go srv.Serve(ln)
+	defer srv.Close()
+	addr := ln.Addr().String()
+
+	for _, tt := range []struct {
+		name string
+		send []string // sent one after another, BodyStall/2 apart
+		want string   // the answer's status line and body, then whether the connection was closed
+	}{
+		{"a refused body never sent", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"}, "401 no token\n closed"},
+		{"a refused body sent whole", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "401 no token\n closed"},
+		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming (nothing for 300ms)\n closed"},
+		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
+		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
+		{"no body, a slow answer", []string{"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"}, "200 done open"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			for i, s := range tt.send {
+				if i > 0 {
+					time.Sleep(BodyStall / 2)
+				}
+				io.WriteString(c, s)
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			// Closed: the server's end comes well before the deadline.
+			c.SetReadDeadline(time.Now().Add(3 * BodyStall))
+			state := "open"
+			if _, err := br.ReadByte(); err == io.EOF {
+				state = "closed"
+			}
+			if got := fmt.Sprintf("%d %s %s", resp.StatusCode, b, state); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("a switched connection", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		// The body is declared and never sent: the switch is made
+		// before it is read.
+		io.WriteString(c, "POST /switch HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\nContent-Length: 10\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("%v %v", resp, err)
+		}
+		time.Sleep(3 * BodyStall)
+		io.WriteString(c, "typed\n")
+		line, err := br.ReadString('\n')
+		if want := "echo \"typed\\n\" <nil>\n"; line != want || err != nil {
+			t.Fatalf("got %q %v, want %q", line, err, want)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+package netlimit
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// Network is Conns for a listener open to the network, with one more
+// bound: while three quarters of its n connections are taken, a remote
+// address that holds a quarter of them has its next ones closed as soon
+// as they are accepted. A caller that opens connections without end
+// (each held for as long as a header or a body may take) then fills its
+// share and no more, and the rest of the bound serves everyone else;
+// under no pressure, one address (a front, a NAT) may use the whole
+// bound. An IPv6 address counts by its /64, the block one host is given.
+func Network(ln net.Listener, n int) net.Listener {
+	return &shared{listener: listener{Listener: ln, tokens: make(chan struct{}, n)},
+		pressure: n - n/4, share: max(n/4, 1), held: map[netip.Prefix]int{}}
+}
+
+type shared struct {
+	listener
+	pressure int // connections open from which shares apply
+	share    int // connections one address may hold under pressure
+
+	mu   sync.Mutex
+	held map[netip.Prefix]int // open connections by remote address
+	// refused counts the connections closed for their address's share.
+	refused int64
+}
+
+// addrKey is who a connection counts against: its remote address, an
+// IPv6 one's /64.
+func addrKey(a net.Addr) netip.Prefix {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Prefix{}
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return netip.PrefixFrom(ip, 32)
+	}
+	p, _ := ip.Prefix(64)
+	return p
+}
+
+func (l *shared) Accept() (net.Conn, error) {
+	for {
+		c, err := l.listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key := addrKey(c.RemoteAddr())
+		l.mu.Lock()
+		// len(tokens) counts this connection too.
+		if len(l.tokens) > l.pressure && l.held[key] >= l.share {
+			l.refused++
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.held[key]++
+		l.mu.Unlock()
+		return &sharedConn{Conn: c, l: l, key: key}, nil
+	}
+}
+
+// Refused tells how many connections ln (a Network listener) closed at
+// once for their address's share.
+func Refused(ln net.Listener) int64 {
+	l, ok := ln.(*shared)
+	if !ok {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
+}
+
+type sharedConn struct {
+	net.Conn
+	l    *shared
+	key  netip.Prefix
+	once sync.Once
+}
+
+func (c *sharedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		if c.l.held[c.key]--; c.l.held[c.key] <= 0 {
+			delete(c.l.held, c.key)
+		}
+		c.l.mu.Unlock()
+	})
+	// The inner connection gives its token back.
+	return c.Conn.Close()
+}
