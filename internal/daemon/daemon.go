@@ -308,7 +308,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	routes := d.routes()
-	serverOpts := httpserve.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger}
+	serverOpts := httpserve.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
 	unixOpts := serverOpts
 	unixOpts.ConnContext = connContext
 	d.srv = httpserve.New(d.audited(withCaller(local, routes)), unixOpts)

@@ -26,14 +26,15 @@ var (
 	errUploadEnded   = errors.New("the sandbox ended during the upload")
 )
 
-// uploadBody is an upload's body, read with a stall bound and cut when
-// its sandbox ends. Without them, a client that stops sending (between
-// a multipart's parts, say) would hold the session, and its owner's kill,
-// which waits for the session's calls, for as long as it liked.
+// uploadBody is an upload's body, cut when its sandbox ends; each wait
+// for its next bytes is bounded by the server (httpserve, at the
+// daemon's stall timeout). Without them, a client that stops sending
+// (between a multipart's parts, say) would hold the session, and its
+// owner's kill, which waits for the session's calls, for as long as it
+// liked.
 type uploadBody struct {
-	r     io.Reader
-	rc    *http.ResponseController
-	stall time.Duration
+	r  io.Reader
+	rc *http.ResponseController
 
 	// mu guards why, and orders the deadlines Read and cut set.
 	mu  sync.Mutex
@@ -45,9 +46,6 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.why != nil {
 		b.mu.Unlock()
 		return 0, b.why
-	}
-	if b.stall > 0 {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
 	}
 	b.mu.Unlock()
 	n, err := b.r.Read(p)
@@ -97,7 +95,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sb.s.leave()
-	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
+	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), rc: http.NewResponseController(w)}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

@@ -46,7 +46,18 @@ type Options struct {
 	Logger *slog.Logger
 	// ConnContext, if set, is the server's ConnContext.
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
+	// BodyStall, if set, is the server's bound on each wait for a body's
+	// next bytes, in place of the package's BodyStall.
+	BodyStall time.Duration
 }
+
+// DrainGrace bounds how long the server may go on reading a body its
+// handler did not read to the end, once the answer is given: long enough
+// for a caller that is still sending a small body to finish, and so to
+// read the answer (a caller whose connection is closed mid-send sees the
+// reset, not the answer), too short to hold the connection. A variable
+// for tests.
+var DrainGrace = 2 * time.Second
 
 // New returns a server of h with airlock's bounds: the header block read
 // within HeaderTimeout and at most MaxHeaderBytes, each wait for a body's
@@ -60,7 +71,7 @@ func New(h http.Handler, o Options) *http.Server {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:           Bound(h),
+		Handler:           bound(h, o.BodyStall),
 		ConnContext:       o.ConnContext,
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
@@ -75,18 +86,25 @@ func New(h http.Handler, o Options) *http.Server {
 // counts from the request's start, and would cut a long upload however
 // fast it comes. So each read of the body waits at most BodyStall for
 // its bytes. And when h answers without reading the body to its end (a
-// refusal: no token, too many requests), what the caller has not sent
-// yet is not waited for, and the connection is closed after the answer:
-// the server would otherwise read on, with no deadline, up to 256 KiB of
-// the body to keep the connection for another request, whatever the
-// answer said — a caller that declares a body and never sends it would
-// hold the connection, and the listener's slot, for as long as it likes,
-// without a token.
+// refusal: no token, too many requests), the server reads on, as it
+// does, up to 256 KiB of the body to keep the connection for another
+// request — but for DrainGrace at most: it would otherwise wait with no
+// deadline, whatever the answer said, and a caller that declares a body
+// and never sends it would hold the connection, and the listener's
+// slot, for as long as it liked, without a token. A body not whole by
+// then closes the connection.
 //
 // A connection taken over by h (a terminal, a proxied tunnel) is h's:
 // its deadline is cleared at the switch, and left alone after.
-func Bound(h http.Handler) http.Handler {
+func Bound(h http.Handler) http.Handler { return bound(h, 0) }
+
+// bound is Bound with a stall bound of its own (0: BodyStall).
+func bound(h http.Handler, stall time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stall := stall
+		if stall <= 0 {
+			stall = BodyStall
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			// No body: nothing to wait for. The server's own read of the
 			// connection (which tells a caller gone) runs from the
@@ -95,11 +113,11 @@ func Bound(h http.Handler) http.Handler {
 			return
 		}
 		rc := http.NewResponseController(w)
-		b := &body{ReadCloser: r.Body, rc: rc}
+		b := &body{ReadCloser: r.Body, rc: rc, stall: stall}
 		bw := &writer{ResponseWriter: w, b: b}
 		// Until h reads: the server may read the body itself before
 		// then (it discards an unread one when h's answer starts).
-		_ = rc.SetReadDeadline(time.Now().Add(BodyStall))
+		_ = rc.SetReadDeadline(time.Now().Add(stall))
 		r.Body = b
 		h.ServeHTTP(bw, r)
 		switch {
@@ -110,13 +128,13 @@ func Bound(h http.Handler) http.Handler {
 			// body's failure, which h may take for a caller gone, and
 			// the server's answer would be a 200.
 			if b.timedOut.Load() {
-				http.Error(bw, fmt.Sprintf("the request's body stopped coming (nothing for %v)", BodyStall), http.StatusRequestTimeout)
+				http.Error(bw, fmt.Sprintf("the request's body stopped coming (nothing for %v)", stall), http.StatusRequestTimeout)
 			} else {
 				http.Error(bw, "the request's body could not be read: malformed, or cut", http.StatusBadRequest)
 			}
 		case !b.ended.Load():
-			bw.begin() // h's answer, or the server's empty one, closes
-			_ = rc.SetReadDeadline(time.Now())
+			bw.begin()
+			_ = rc.SetReadDeadline(time.Now().Add(DrainGrace))
 		}
 		b.finish()
 	})
@@ -128,7 +146,8 @@ var errAfterHandler = errors.New("http: the request's body was read after its ha
 // body is a request's body whose every read waits at most BodyStall.
 type body struct {
 	io.ReadCloser
-	rc *http.ResponseController
+	rc    *http.ResponseController
+	stall time.Duration
 	// mu is held by a Read, so that the handler's end can wait for one
 	// in flight (see finish); done is set then, and fails later ones.
 	mu   sync.Mutex
@@ -150,7 +169,7 @@ func (b *body) Read(p []byte) (int, error) {
 		return 0, errAfterHandler
 	}
 	if !b.ended.Load() {
-		_ = b.rc.SetReadDeadline(time.Now().Add(BodyStall))
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
 	}
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {

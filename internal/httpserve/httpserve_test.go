@@ -16,8 +16,9 @@ import (
 // connection switched to another protocol that stays quiet longer than
 // it. Before, a refused request's body was waited for without end.
 func TestBound(t *testing.T) {
-	defer func(d time.Duration) { BodyStall = d }(BodyStall)
+	defer func(d, g time.Duration) { BodyStall, DrainGrace = d, g }(BodyStall, DrainGrace)
 	BodyStall = 300 * time.Millisecond
+	DrainGrace = 2 * BodyStall
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /refuse", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no token", http.StatusUnauthorized)
@@ -67,6 +68,10 @@ func TestBound(t *testing.T) {
 	}{
 		{"a refused body never sent", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"}, "401 no token\n closed"},
 		{"a refused body sent whole", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "401 no token\n closed"},
+		// A caller still sending as the refusal comes finishes within
+		// DrainGrace and reads its answer (a connection closed under
+		// its send would show it a reset instead).
+		{"a refused body that follows the answer", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n", "body"}, "401 no token\n closed"},
 		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming (nothing for 300ms)\n closed"},
 		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
 		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
@@ -93,7 +98,7 @@ func TestBound(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			// Closed: the server's end comes well before the deadline.
-			c.SetReadDeadline(time.Now().Add(3 * BodyStall))
+			c.SetReadDeadline(time.Now().Add(DrainGrace + 3*BodyStall))
 			state := "open"
 			if _, err := br.ReadByte(); err == io.EOF {
 				state = "closed"
