@@ -35,7 +35,9 @@ const (
 	LimitFDs    = "fds"
 	LimitOutput = "output"
 	LimitTime   = "time"
-	LimitCPU    = "cpu"
+	// LimitCPU is the CPU-time budget (--cpu-time, limits.cpu_time):
+	// the CPU bandwidth throttle (--cpu) slows a command, never ends it.
+	LimitCPU = "cpu"
 )
 
 // Units for Limit.Ceiling and Limit.Observed.

@@ -75,7 +75,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"hello", []string{"--", "sh", "-c", "echo hello from a sandbox; id -u"}, 0, "hello from a sandbox\n1000\n", "", ""},
 		{"own exit code", []string{"--", "sh", "-c", "exit 7"}, 7, "", "", ""},
 		{"signal", []string{"--", "sh", "-c", "kill -KILL $$"}, 128 + 9, "", "", ""},
-		{"limit", []string{"--time", "200ms", "--", "sleep", "10"}, ExitLimit, "", "airlock: limit exceeded: time (ceiling 200 ms, observed ", ""},
+		{"limit", []string{"--time", "200ms", "--", "sleep", "10"}, ExitLimit, "", "airlock: limit exceeded: time limit of 200ms reached (observed ", ""},
 		{"memory limit line", []string{"--memory", "16MiB", "--", "sh", "-c", "head -c 100000000 /dev/zero > /dev/shm/x; sleep 10"}, ExitLimit, "", "airlock: limit exceeded: ", ""},
 		{"not found", []string{"--", "no-such-cmd"}, 127, "", "command not found", ""},
 		{"env flag and no host env", []string{"--env", "A=b", "--", "sh", "-c", "echo $A; env"}, 0, "", "", "hunter2"},

@@ -265,7 +265,7 @@ func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error 
 	case result.Signaled:
 		return exitCode(128 + r.Signal)
 	case result.LimitExceeded:
-		fmt.Fprintf(stdio.Stderr, "airlock: limit exceeded: %s\n", r.Limit)
+		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", LimitMessage(r.Limit, f.Tool))
 		return &ExitError{Code: ExitLimit}
 	default:
 		if ctx.Err() != nil {
