@@ -143,8 +143,10 @@ type Result struct {
 	Signal int `json:"signal"`
 	// Limit is set when Outcome is limit.
 	Limit *Limit `json:"limit"`
-	// Error is set when Outcome is error. It is written for the caller and
-	// never holds host paths or secrets.
+	// Error is set when Outcome is error, and may explain a signaled
+	// outcome that was not the command's doing (a run ended by airlock
+	// kill). It is written for the caller and never holds host paths or
+	// secrets.
 	Error string `json:"error"`
 	// Stdout and Stderr are the captured output (only when captured).
 	Stdout Output `json:"stdout"`

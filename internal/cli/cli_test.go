@@ -223,21 +223,37 @@ func TestRunKilledLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestInterruptDestroys ends airlock run with a signal: it destroys the
+// sandbox and exits as a shell reports a program the signal killed, not as
+// a failure of airlock (125).
 func TestInterruptDestroys(t *testing.T) {
 	requireRoot(t)
-	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
-	out, _ := cmd.StdoutPipe()
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		sig  syscall.Signal
+		code int
+		msg  string
+	}{
+		{syscall.SIGINT, 130, "airlock: interrupted; sandbox destroyed"},
+		{syscall.SIGTERM, 143, "airlock: ended by SIGTERM; sandbox destroyed"},
+		{syscall.SIGHUP, 129, "airlock: ended by SIGHUP; sandbox destroyed"},
 	}
-	bufio.NewReader(out).ReadString('\n')
-	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 130 {
-		t.Fatalf("got %v, want exit 130 (stderr %q)", err, errb.String())
+	for _, tt := range tests {
+		t.Run(tt.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
+			out, _ := cmd.StdoutPipe()
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			bufio.NewReader(out).ReadString('\n')
+			cmd.Process.Signal(tt.sig)
+			err := cmd.Wait()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != tt.code || !strings.Contains(errb.String(), tt.msg) {
+				t.Fatalf("got %v (stderr %q), want exit %d and %q", err, errb.String(), tt.code, tt.msg)
+			}
+		})
 	}
 }
 
