@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigCheck runs `airlock config check` on every example and the
@@ -112,5 +114,45 @@ func TestOneShotRunAudited(t *testing.T) {
 	bad := writeConfig(t, "audit: {path: "+cfg+"/audit.db}\ntools:\n  sh: {}\n")
 	if o := airlock(t, "", "--config", bad, "--tool", "sh", "--socket", sock, "--", "sh", "-c", "echo ran"); o.code != ExitFailure || strings.Contains(o.stdout, "ran") || !strings.Contains(o.stderr, "audit log cannot be written") {
 		t.Fatalf("unwritable log: exit %d %q %q", o.code, o.stdout, o.stderr)
+	}
+}
+
+// TestStateDirUnreachable: a state directory below a directory the
+// sandboxes' users cannot pass through (mktemp -d's 0700) is caught by
+// run, serve, doctor and config check alike, each naming the directory,
+// its mode and the fix, instead of every sandbox failing at its mount.
+func TestStateDirUnreachable(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir() // 0700, as mktemp -d makes
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(base, "state")
+	cfg := writeConfig(t, "tools:\n  sh: {}\n")
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"run", []string{"run", "--state-dir", state, "--cgroup-parent", testCgroup, "--", "true"}, ExitFailure},
+		{"serve", []string{"serve", "--state-dir", state, "--cgroup-parent", testCgroup, "--config", cfg, "--audit", filepath.Join(t.TempDir(), "audit.db"), "--socket", filepath.Join(t.TempDir(), "s.sock")}, ExitFailure},
+		{"doctor", []string{"doctor", "--state-dir", state, "--cgroup-parent", testCgroup, "--config", cfg, "--no-sandbox"}, 1},
+		{"config check", []string{"config", "check", "--state-dir", state, "--config", cfg}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Without the check, serve would run on, its sandboxes failing.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, airlockBin(t), tt.args...).CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			all := string(out)
+			if code != tt.code || !strings.Contains(all, base+" has mode 0700") || !strings.Contains(all, "chmod o+x "+base) {
+				t.Fatalf("exit %d, want %d naming %s, its mode and chmod o+x:\n%s", code, tt.code, base, all)
+			}
+		})
 	}
 }

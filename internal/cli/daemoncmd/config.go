@@ -28,6 +28,7 @@ func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs.SetOutput(stdio.Stderr)
 	cfgPath := fs.String("config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	store := fs.String("image-store", "", "image store the tools' images are looked up in (default: the config's images.store)")
+	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "state directory serve would use (serve --state-dir)")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock config check [flags]\n\nReads the config file as `airlock serve` would and prints which file it\nread, the socket, audit log and image store it names, and every tool as it\nresolves: limits over the defaults, image, egress, services and pool.\nExits 1 when the daemon would not start with it (an invalid file, a tool's\nimage missing from the store); a secret that cannot be read is a warning\n(the broker reads it at each call).\n\nFlags:")
 		fs.PrintDefaults()
@@ -40,7 +41,7 @@ func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		fmt.Fprintf(stdio.Stderr, "airlock config check: %v\n", err)
 		return &cli.ExitError{Code: 1}
 	}
-	c := checker{w: stdio.Stdout, cfg: cfg, store: *store}
+	c := checker{w: stdio.Stdout, cfg: cfg, store: *store, stateDir: *stateDir}
 	c.check()
 	for _, w := range c.warnings {
 		fmt.Fprintf(stdio.Stderr, "warning: %s\n", w)
@@ -59,6 +60,7 @@ type checker struct {
 	w        io.Writer
 	cfg      *config.Config
 	store    string
+	stateDir string
 	st       *image.Store
 	warnings []string
 	errs     []error
@@ -123,7 +125,10 @@ func (c *checker) check() {
 		so.Dir = c.store
 	}
 	fmt.Fprintf(c.w, "image store:  %s\n", so.Dir)
-	fmt.Fprintf(c.w, "state:        /run/airlock (serve --state-dir)\n")
+	fmt.Fprintf(c.w, "state:        %s (serve --state-dir)\n", c.stateDir)
+	if err := sandbox.CheckStateDir(c.stateDir); err != nil {
+		c.errs = append(c.errs, err)
+	}
 	if len(cfg.Order) == 0 && len(cfg.MCPServerOrder) == 0 {
 		c.warnings = append(c.warnings, "no tools are configured: every run and session names a tool (see docs/config.md)")
 	}
