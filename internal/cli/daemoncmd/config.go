@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -61,6 +62,8 @@ type checker struct {
 	cfg      *config.Config
 	store    string
 	stateDir string
+	// budget is the node's capacity, which every tool must fit in.
+	budget   *sandbox.Budget
 	st       *image.Store
 	warnings []string
 	errs     []error
@@ -83,8 +86,21 @@ func (c *checker) check() {
 		sock += " (mode 0660, group root)"
 	}
 	fmt.Fprintf(c.w, "socket:       %s\n", sock)
+	// What serve checks before it listens, checked the same way: a file
+	// that passes here and fails there is no check at all.
+	if g := cfg.Server.SocketGroup; g != "" {
+		if _, err := daemon.SocketGroup(g); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+	if _, err := tokens.Load(cfg); err != nil {
+		c.errs = append(c.errs, err)
+	}
 	if cfg.Server.TCP.IsValid() {
 		fmt.Fprintf(c.w, "tcp:          %s, %d token(s)\n", cfg.Server.TCP, len(cfg.Server.Tokens))
+	}
+	if cfg.Server.E2B.IsValid() {
+		fmt.Fprintf(c.w, "e2b:          %s, its API keys the %d token(s) (docs/e2b.md)\n", cfg.Server.E2B, len(cfg.Server.Tokens))
 	}
 	if cl := cfg.Cluster; cl.Enabled {
 		node, adv, api := cl.Node, cl.Advertise, "the pod's own (in-cluster)"
@@ -102,6 +118,7 @@ func (c *checker) check() {
 	if b, ceil, err := daemon.Capacity(cfg.Server.Capacity, ""); err != nil {
 		c.errs = append(c.errs, fmt.Errorf("server.capacity: %w", err))
 	} else {
+		c.budget = &b
 		from := "the host's"
 		if ceil.Memory > 0 || ceil.Pids > 0 {
 			from = "the limits of the cgroups above " + sandbox.DefaultCgroupParent + ":"
@@ -187,12 +204,21 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 		fmt.Fprintf(c.w, "  command:    %s\n", commandText(t))
 	}
 	fmt.Fprintf(c.w, "  limits:     %s\n", limitsText(p.Spec.Limits))
+	if c.budget != nil {
+		if err := c.budget.Fits(p.Spec.Limits); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%s %s: %w of the node (server.capacity)", kind, t.Name, err))
+		}
+	}
 	fmt.Fprintf(c.w, "  workdir:    %s\n", p.Workdir)
 	egress := "none (default deny)"
 	if len(p.Policy.Egress) > 0 {
 		var es []string
 		for _, e := range p.Policy.Egress {
-			es = append(es, e.String())
+			if e.Private {
+				es = append(es, e.String()+" (private: true)")
+			} else {
+				es = append(es, e.String())
+			}
 		}
 		egress = strings.Join(es, ", ")
 	}
