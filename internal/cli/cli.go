@@ -230,11 +230,11 @@ Usage:
   airlock kill ID...                       end a run, MCP server or session; recorded in the audit log
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
-  airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)
+  airlock image import|pull|ls|inspect|rm|gc  manage images: import (OCI, docker save, root file systems), pull from a registry
   airlock config check [--config PATH]     check the config and show what it resolves to
   airlock doctor                           check what airlock needs of this host, then make a sandbox
   airlock version                          print the version, commit, Go and kernel
-  airlock help TOPIC                       config, limits, egress, broker, server, images, mcp, api, e2b, cluster
+  airlock help TOPIC                       `+strings.Join(HelpTopics, ", ")+`
   airlock completion bash|zsh|fish         print a shell completion script
 
 Run "airlock COMMAND -h" for a command's flags.

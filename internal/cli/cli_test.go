@@ -397,13 +397,20 @@ func TestHelpAndCompletion(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
+	// The usage names every command and subcommand.
+	if o := execAirlock(t, nil, "", "-h"); o.code != 0 || !strings.Contains(o.stdout, "airlock image import|pull|ls|inspect|rm|gc") || !strings.Contains(o.stdout, "e2b, cluster") {
+		t.Errorf("usage: exit %d\n%s", o.code, o.stdout)
+	}
+	cfg := writeConfig(t, "tools:\n  sh: {}\n  sql: {}\n  python: {}\n")
+	other := writeConfig(t, "tools:\n  sage: {}\n")
 	script := `eval "$(airlock completion bash)"
 c() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _airlock; echo "${COMPREPLY[*]}"; }
-c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p`
+c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p
+c airlock help e2; c airlock help cl; c airlock run --t; c airlock run -t; c airlock run --tool s; c airlock run --config ` + other + ` --tool s`
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Env = []string{"PATH=" + filepath.Dir(airlockBin(t)) + ":/usr/bin:/bin"}
+	cmd.Env = []string{"PATH=" + filepath.Dir(airlockBin(t)) + ":/usr/bin:/bin", "AIRLOCK_CONFIG=" + cfg}
 	out, err := cmd.CombinedOutput()
-	if want := "run\n--memory\nexec\n--json\negress\npull\n"; err != nil || string(out) != want {
+	if want := "run\n--memory\nexec\n--json\negress\npull\ne2b\ncluster\n--time --token-file --tool --tty\n-t\nsh sql\nsage\n"; err != nil || string(out) != want {
 		t.Errorf("bash completion: %v\n%s\nwant\n%s", err, out, want)
 	}
 	for _, sh := range []string{"zsh", "fish"} {
