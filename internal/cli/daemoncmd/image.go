@@ -2,8 +2,8 @@ package daemoncmd
 
 import (
 	"context"
-	"flag"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
