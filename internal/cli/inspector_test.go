@@ -152,6 +152,15 @@ mcp: {builtins: [run, session]}
 	if got := r.names(); got != want {
 		t.Fatalf("the Inspector lists %q, want %q", got, want)
 	}
+	// Nor does it find a schema less portable than it could be (a type
+	// list such as [array, null] was one, in each output schema).
+	cmd := exec.Command(inspector(t), append([]string{"--cli", "--method", "tools/list", "--strict"}, server...)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(), "NO_COLOR=1"}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil || strings.Contains(errb.String(), "portab") {
+		t.Errorf("the Inspector's schema check: %v\n%s", err, errb.String())
+	}
 }
 
 // TestInspectorHTTP: the Inspector over streamable HTTP against the
