@@ -66,7 +66,12 @@ func (l *Limit) String() string {
 	if unit == UnitMillis {
 		unit = "ms"
 	}
-	return fmt.Sprintf("%s (ceiling %d %s, observed %d)", l.Name, l.Ceiling, unit, l.Observed)
+	name := l.Name
+	if name == LimitCPU {
+		// Not the --cpu throttle, which never ends a run.
+		name = "cpu time"
+	}
+	return fmt.Sprintf("%s (ceiling %d %s, observed %d)", name, l.Ceiling, unit, l.Observed)
 }
 
 // LimitError is the error form of a breach, for callers that use errors.
