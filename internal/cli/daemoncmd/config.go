@@ -31,7 +31,7 @@ func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	store := fs.String("image-store", "", "image store the tools' images are looked up in (default: the config's images.store)")
 	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "state directory serve would use (serve --state-dir)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: airlock config check [flags]\n\nReads the config file as `airlock serve` would and prints which file it\nread, the socket, audit log and image store it names, and every tool as it\nresolves: limits over the defaults, image, egress, services and pool.\nExits 1 when the daemon would not start with it (an invalid file, a tool's\nimage missing from the store); a secret that cannot be read is a warning\n(the broker reads it at each call).\n\nFlags:")
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock config check [flags]\n\nReads the config file as `airlock serve` would and prints which file it\nread, the socket, audit log and image store it names, and every tool as it\nresolves: limits over the defaults, image, egress, services and pool.\nExits 1 when the daemon would not start with it, checked as serve checks\nit: an invalid file, a tool's image missing from the store, a socket group\nthe host lacks, a token's unreadable secret, a tool over the capacity, a\nstate directory the sandboxes cannot reach; a service's secret that cannot\nbe read is a warning (the broker reads it at each call).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if done, err := cli.ParseNoArgs(fs, args[1:], stdio); done {
