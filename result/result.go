@@ -35,7 +35,9 @@ const (
 	LimitFDs    = "fds"
 	LimitOutput = "output"
 	LimitTime   = "time"
-	LimitCPU    = "cpu"
+	// LimitCPU is the CPU-time budget (--cpu-time, limits.cpu_time):
+	// the CPU bandwidth throttle (--cpu) slows a command, never ends it.
+	LimitCPU = "cpu"
 )
 
 // Units for Limit.Ceiling and Limit.Observed.
@@ -64,7 +66,12 @@ func (l *Limit) String() string {
 	if unit == UnitMillis {
 		unit = "ms"
 	}
-	return fmt.Sprintf("%s (ceiling %d %s, observed %d)", l.Name, l.Ceiling, unit, l.Observed)
+	name := l.Name
+	if name == LimitCPU {
+		// Not the --cpu throttle, which never ends a run.
+		name = "cpu time"
+	}
+	return fmt.Sprintf("%s (ceiling %d %s, observed %d)", name, l.Ceiling, unit, l.Observed)
 }
 
 // LimitError is the error form of a breach, for callers that use errors.
@@ -141,8 +148,10 @@ type Result struct {
 	Signal int `json:"signal"`
 	// Limit is set when Outcome is limit.
 	Limit *Limit `json:"limit"`
-	// Error is set when Outcome is error. It is written for the caller and
-	// never holds host paths or secrets.
+	// Error is set when Outcome is error, and may explain a signaled
+	// outcome that was not the command's doing (a run ended by airlock
+	// kill). It is written for the caller and never holds host paths or
+	// secrets.
 	Error string `json:"error"`
 	// Stdout and Stderr are the captured output (only when captured).
 	Stdout Output `json:"stdout"`

@@ -572,6 +572,11 @@ func TestSweepOtherStateDir(t *testing.T) {
 	}
 	defer sb.Destroy(context.Background())
 	other := t.TempDir()
+	// The sandboxes' users must pass through the state directory's
+	// parents (CheckStateDir); t.TempDir makes its own 0700.
+	if err := os.Chmod(filepath.Dir(other), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	rt, err := New(t.Context(), Options{StateDir: other, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
 	if err != nil {
 		t.Fatal(err)

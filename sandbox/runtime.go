@@ -120,13 +120,16 @@ func (rt *Runtime) observe(ev Lifecycle) {
 	}
 }
 
+// DefaultStateDir is the state directory unless Options names another.
+const DefaultStateDir = "/run/airlock"
+
 // DefaultCgroupParent is the cgroup parent of sandboxes unless Options
 // names another.
 const DefaultCgroupParent = "/airlock"
 
 func (o *Options) defaults() {
 	if o.StateDir == "" {
-		o.StateDir = "/run/airlock"
+		o.StateDir = DefaultStateDir
 	}
 	if o.CgroupParent == "" {
 		o.CgroupParent = DefaultCgroupParent
@@ -278,6 +281,9 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}
+	}
+	if err := CheckStateDir(opts.StateDir); err != nil {
+		return nil, err
 	}
 	rt.base = sync.OnceValues(loadBase)
 	if !opts.OneShot {

@@ -238,11 +238,11 @@ Usage:
   airlock kill ID...                       end a run, MCP server or session; recorded in the audit log
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
-  airlock image import|ls|inspect|rm|gc     manage imported images (OCI, docker save, root file systems)
+  airlock image import|pull|ls|inspect|rm|gc  manage images: import (OCI, docker save, root file systems), pull from a registry
   airlock config check [--config PATH]     check the config and show what it resolves to
   airlock doctor                           check what airlock needs of this host, then make a sandbox
   airlock version                          print the version, commit, Go and kernel
-  airlock help TOPIC                       config, limits, egress, broker, server, images, mcp, api, e2b, cluster
+  airlock help TOPIC                       `+strings.Join(HelpTopics, ", ")+`
   airlock completion bash|zsh|fish         print a shell completion script
 
 Run "airlock COMMAND -h" for a command's flags.
@@ -263,7 +263,7 @@ Run "airlock COMMAND -h" for a command's flags.
 // (SignalsCaught) only before it makes something that needs cleaning up;
 // the commands that only print (version, help) do without.
 func catchSignals(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	caught := make(chan struct{})
 	ctx = context.WithValue(ctx, signalsKey{}, caught)
 	go func() {
@@ -272,16 +272,21 @@ func catchSignals(ctx context.Context) (context.Context, context.CancelFunc) {
 		signal.Notify(c, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		close(caught)
 		select {
-		case <-c:
-			cancel()
+		case s := <-c:
+			cancel(&signalError{s.(syscall.Signal)})
 		case <-ctx.Done():
 		}
 		signal.Stop(c)
 	}()
-	return ctx, cancel
+	return ctx, func() { cancel(nil) }
 }
 
 type signalsKey struct{}
+
+// signalError is the cause of a context catchSignals ended: the signal.
+type signalError struct{ sig syscall.Signal }
+
+func (e *signalError) Error() string { return e.sig.String() }
 
 // SignalsCaught returns once catchSignals has taken over the signals of a
 // context Run made (at once for any other context).
@@ -289,4 +294,16 @@ func SignalsCaught(ctx context.Context) {
 	if c, ok := ctx.Value(signalsKey{}).(chan struct{}); ok {
 		<-c
 	}
+}
+
+// interrupted is the exit status and the message of a command whose
+// context ended: 128 plus the signal that ended it, as a shell reports a
+// program killed by it (130 for an interrupt, 143 for SIGTERM); 130 when
+// it ended some other way.
+func interrupted(ctx context.Context) (int, string) {
+	var se *signalError
+	if errors.As(context.Cause(ctx), &se) && se.sig != syscall.SIGINT {
+		return 128 + int(se.sig), "ended by " + unix.SignalName(se.sig) + "; sandbox destroyed"
+	}
+	return 130, "interrupted; sandbox destroyed"
 }

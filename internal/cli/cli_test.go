@@ -75,7 +75,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"hello", []string{"--", "sh", "-c", "echo hello from a sandbox; id -u"}, 0, "hello from a sandbox\n1000\n", "", ""},
 		{"own exit code", []string{"--", "sh", "-c", "exit 7"}, 7, "", "", ""},
 		{"signal", []string{"--", "sh", "-c", "kill -KILL $$"}, 128 + 9, "", "", ""},
-		{"limit", []string{"--time", "200ms", "--", "sleep", "10"}, ExitLimit, "", "airlock: limit exceeded: time (ceiling 200 ms, observed ", ""},
+		{"limit", []string{"--time", "200ms", "--", "sleep", "10"}, ExitLimit, "", "airlock: limit exceeded: time limit of 200ms reached (observed ", ""},
 		{"memory limit line", []string{"--memory", "16MiB", "--", "sh", "-c", "head -c 100000000 /dev/zero > /dev/shm/x; sleep 10"}, ExitLimit, "", "airlock: limit exceeded: ", ""},
 		{"not found", []string{"--", "no-such-cmd"}, 127, "", "command not found", ""},
 		{"env flag and no host env", []string{"--env", "A=b", "--", "sh", "-c", "echo $A; env"}, 0, "", "", "hunter2"},
@@ -223,21 +223,37 @@ func TestRunKilledLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestInterruptDestroys ends airlock run with a signal: it destroys the
+// sandbox and exits as a shell reports a program the signal killed, not as
+// a failure of airlock (125).
 func TestInterruptDestroys(t *testing.T) {
 	requireRoot(t)
-	cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
-	out, _ := cmd.StdoutPipe()
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		sig  syscall.Signal
+		code int
+		msg  string
+	}{
+		{syscall.SIGINT, 130, "airlock: interrupted; sandbox destroyed"},
+		{syscall.SIGTERM, 143, "airlock: ended by SIGTERM; sandbox destroyed"},
+		{syscall.SIGHUP, 129, "airlock: ended by SIGHUP; sandbox destroyed"},
 	}
-	bufio.NewReader(out).ReadString('\n')
-	cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 130 {
-		t.Fatalf("got %v, want exit 130 (stderr %q)", err, errb.String())
+	for _, tt := range tests {
+		t.Run(tt.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(airlockBin(t), "run", "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "sh", "-c", "echo up; sleep 100")
+			out, _ := cmd.StdoutPipe()
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			bufio.NewReader(out).ReadString('\n')
+			cmd.Process.Signal(tt.sig)
+			err := cmd.Wait()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != tt.code || !strings.Contains(errb.String(), tt.msg) {
+				t.Fatalf("got %v (stderr %q), want exit %d and %q", err, errb.String(), tt.code, tt.msg)
+			}
+		})
 	}
 }
 
@@ -381,13 +397,20 @@ func TestHelpAndCompletion(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
+	// The usage names every command and subcommand.
+	if o := execAirlock(t, nil, "", "-h"); o.code != 0 || !strings.Contains(o.stdout, "airlock image import|pull|ls|inspect|rm|gc") || !strings.Contains(o.stdout, "e2b, cluster") {
+		t.Errorf("usage: exit %d\n%s", o.code, o.stdout)
+	}
+	cfg := writeConfig(t, "tools:\n  sh: {}\n  sql: {}\n  python: {}\n")
+	other := writeConfig(t, "tools:\n  sage: {}\n")
 	script := `eval "$(airlock completion bash)"
 c() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _airlock; echo "${COMPREPLY[*]}"; }
-c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p`
+c airlock ru; c airlock run --mem; c airlock session ex; c airlock session exec --js; c airlock help eg; c airlock image p
+c airlock help e2; c airlock help cl; c airlock run --t; c airlock run -t; c airlock run --tool s; c airlock run --config ` + other + ` --tool s`
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Env = []string{"PATH=" + filepath.Dir(airlockBin(t)) + ":/usr/bin:/bin"}
+	cmd.Env = []string{"PATH=" + filepath.Dir(airlockBin(t)) + ":/usr/bin:/bin", "AIRLOCK_CONFIG=" + cfg}
 	out, err := cmd.CombinedOutput()
-	if want := "run\n--memory\nexec\n--json\negress\npull\n"; err != nil || string(out) != want {
+	if want := "run\n--memory\nexec\n--json\negress\npull\ne2b\ncluster\n--time --token-file --tool --tty\n-t\nsh sql\nsage\n"; err != nil || string(out) != want {
 		t.Errorf("bash completion: %v\n%s\nwant\n%s", err, out, want)
 	}
 	for _, sh := range []string{"zsh", "fish"} {

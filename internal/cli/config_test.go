@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigCheck runs `airlock config check` on every example and the
@@ -28,8 +31,7 @@ func TestConfigCheck(t *testing.T) {
 		return string(out), code
 	}
 	files, _ := filepath.Glob("../../examples/*.yaml")
-	files = append(files, "../../deploy/airlock.yaml")
-	if len(files) < 6 {
+	if len(files) < 5 {
 		t.Fatalf("examples: %v", files)
 	}
 	for _, f := range files {
@@ -38,7 +40,19 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("%s: exit %d\n%s", f, code, out)
 		}
 	}
-	out, _ := check("../../examples/python.yaml")
+	// The deployment config names the group "airlock": it passes where
+	// serve would start with it, and fails, as serve would, where there
+	// is no such group, saying how to make it.
+	deploy := "../../deploy/airlock.yaml"
+	out, code := check(deploy)
+	if _, err := user.LookupGroup("airlock"); err == nil {
+		if code != 0 || !strings.Contains(out, "\nok: ") {
+			t.Errorf("%s: exit %d\n%s", deploy, code, out)
+		}
+	} else if code != 1 || !strings.Contains(out, `there is no group "airlock" on this host: create it (groupadd --system airlock)`) {
+		t.Errorf("%s without the group airlock: exit %d, want 1 naming the group\n%s", deploy, code, out)
+	}
+	out, _ = check("../../examples/python.yaml")
 	for _, want := range []string{"tool python: Runs a Python 3 snippet", "egress:     pypi.org:443, files.pythonhosted.org:443", "limits:     memory 512MiB, pids 64, disk 256MiB, fds 1024, output 1MiB, time 1m0s", "pool:       2 warm"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("python.yaml: no %q in\n%s", want, out)
@@ -47,8 +61,21 @@ func TestConfigCheck(t *testing.T) {
 	if out, code := check(writeConfig(t, "server: {capacity: {sandboxes: 40, memory: 3GiB, pids: 5000}}\n")); code != 0 || !strings.Contains(out, "capacity:     40 sandboxes, 3.0 GiB of memory ceilings, 5000 pids") {
 		t.Errorf("the capacity: exit %d\n%s", code, out)
 	}
+	// What check shows of the listeners and destinations.
+	tok := filepath.Join(t.TempDir(), "tok")
+	os.WriteFile(tok, []byte("a-token-of-thirty-two-characters-or-more"), 0o600)
+	shown := writeConfig(t, "server:\n  socket_group: \"0\"\n  tcp: 127.0.0.1:7400\n  e2b: 127.0.0.1:7401\n  tokens: [{name: ci, secret: t, tools: [\"*\"]}]\nsecrets:\n  t: {file: "+tok+"}\n"+
+		"tools:\n  a:\n    egress: [{host: mirror.internal, addresses: [10.0.0.5], private: true}, example.com]\n")
+	out, code = check(shown)
+	for _, want := range []string{"e2b:          127.0.0.1:7401", "egress:     mirror.internal:443 (private: true), example.com:443", "\nok: "} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, no %q in\n%s", code, want, out)
+		}
+	}
 	for _, tt := range []struct{ name, body, want string }{
 		{"an unknown key", "tools:\n  a: {limits: {memroy: 1GiB}}\n", `unknown field "memroy"`},
+		{"a socket group the host lacks", "server: {socket_group: no-such-group-x}\n", `there is no group "no-such-group-x" on this host: create it (groupadd --system no-such-group-x)`},
+		{"a tool over the capacity", "server: {capacity: {memory: 100MiB}}\ntools:\n  a: {limits: {memory: 1GiB}}\n", `tool a: `},
 		{"an image not in the store", "tools:\n  a: {image: python:3.12}\n", `tool a: `},
 		{"a service the file lacks", "tools:\n  a: {services: [gh]}\n", `"gh"`},
 	} {
@@ -112,5 +139,45 @@ func TestOneShotRunAudited(t *testing.T) {
 	bad := writeConfig(t, "audit: {path: "+cfg+"/audit.db}\ntools:\n  sh: {}\n")
 	if o := airlock(t, "", "--config", bad, "--tool", "sh", "--socket", sock, "--", "sh", "-c", "echo ran"); o.code != ExitFailure || strings.Contains(o.stdout, "ran") || !strings.Contains(o.stderr, "audit log cannot be written") {
 		t.Fatalf("unwritable log: exit %d %q %q", o.code, o.stdout, o.stderr)
+	}
+}
+
+// TestStateDirUnreachable: a state directory below a directory the
+// sandboxes' users cannot pass through (mktemp -d's 0700) is caught by
+// run, serve, doctor and config check alike, each naming the directory,
+// its mode and the fix, instead of every sandbox failing at its mount.
+func TestStateDirUnreachable(t *testing.T) {
+	requireRoot(t)
+	base := t.TempDir() // 0700, as mktemp -d makes
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(base, "state")
+	cfg := writeConfig(t, "tools:\n  sh: {}\n")
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"run", []string{"run", "--state-dir", state, "--cgroup-parent", testCgroup, "--", "true"}, ExitFailure},
+		{"serve", []string{"serve", "--state-dir", state, "--cgroup-parent", testCgroup, "--config", cfg, "--audit", filepath.Join(t.TempDir(), "audit.db"), "--socket", filepath.Join(t.TempDir(), "s.sock")}, ExitFailure},
+		{"doctor", []string{"doctor", "--state-dir", state, "--cgroup-parent", testCgroup, "--config", cfg, "--no-sandbox"}, 1},
+		{"config check", []string{"config", "check", "--state-dir", state, "--config", cfg}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Without the check, serve would run on, its sandboxes failing.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, airlockBin(t), tt.args...).CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			all := string(out)
+			if code != tt.code || !strings.Contains(all, base+" has mode 0700") || !strings.Contains(all, "chmod o+x "+base) {
+				t.Fatalf("exit %d, want %d naming %s, its mode and chmod o+x:\n%s", code, tt.code, base, all)
+			}
+		})
 	}
 }

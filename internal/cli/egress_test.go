@@ -140,7 +140,7 @@ tools:
 			t.Errorf("output lacks %q", w)
 		}
 	}
-	if !regexp.MustCompile(`private-name: .* denied: address (127\.0\.0\.1|::1) is loopback\n`).MatchString(out) {
+	if !regexp.MustCompile(`private-name: .* denied: address (127\.0\.0\.1|::1) is loopback; set private: true to allow it \(--allow-private on the command line\)\n`).MatchString(out) {
 		t.Errorf("output lacks the refusal of localhost as loopback")
 	}
 	if t.Failed() {
@@ -260,7 +260,7 @@ tools:
       time: 300ms
 `)
 	o := airlock(t, "", "--config", cfg, "--tool", "small", "--", "sh", "-c", `echo "$GREETING $(pwd)"; sleep 5`)
-	if o.code != ExitLimit || o.stdout != "from-config /tmp\n" || !strings.Contains(o.stderr, "time (ceiling 300 ms") {
+	if o.code != ExitLimit || o.stdout != "from-config /tmp\n" || !strings.Contains(o.stderr, "time limit of 300ms reached") || !strings.Contains(o.stderr, "tools.small.limits.time") {
 		t.Fatalf("tool settings: %+v", o)
 	}
 	o = airlock(t, "", "--config", cfg, "--tool", "small", "--time", "10s", "--env", "GREETING=flag", "--", "sh", "-c", `echo "$GREETING"; sleep 0.5`)

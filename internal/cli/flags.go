@@ -50,7 +50,11 @@ func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 		}
 		return true, nil
 	}
-	return true, UsageError(stderr, fs.Name(), "%v", err)
+	hint := ""
+	if name := unknownFlag(fs, args); name != "" {
+		hint = didYouMean(fs, name)
+	}
+	return true, UsageError(stderr, fs.Name(), "%v%s", err, hint)
 }
 
 // ParseNoArgs parses the flags of a command that takes no arguments. done

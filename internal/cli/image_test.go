@@ -61,6 +61,12 @@ func TestImageRun(t *testing.T) {
 	if o := img("ls"); o.code != 0 || !strings.Contains(o.stdout, "tiny") || !strings.Contains(o.stdout, "rootfs") {
 		t.Errorf("ls: %+v", o)
 	}
+	// One not there: the answer lists the images that are.
+	for _, sub := range []string{"rm", "inspect"} {
+		if o := img(sub, "nosuch"); o.code == 0 || !strings.Contains(o.stderr, `no image "nosuch" in the store `+store+"; it has: from-stdin, tiny") || strings.Contains(o.stderr, "import it") {
+			t.Errorf("%s nosuch: %+v", sub, o)
+		}
+	}
 	if o := img("inspect", "tiny"); o.code != 0 || !strings.Contains(o.stdout, `"format": "rootfs"`) {
 		t.Errorf("inspect: %+v", o)
 	}

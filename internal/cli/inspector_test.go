@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,6 +152,15 @@ mcp: {builtins: [run, session]}
 	if got := r.names(); got != want {
 		t.Fatalf("the Inspector lists %q, want %q", got, want)
 	}
+	// Nor does it find a schema less portable than it could be (a type
+	// list such as [array, null] was one, in each output schema).
+	cmd := exec.Command(inspector(t), append([]string{"--cli", "--method", "tools/list", "--strict"}, server...)...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(), "NO_COLOR=1"}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil || strings.Contains(errb.String(), "portab") {
+		t.Errorf("the Inspector's schema check: %v\n%s", err, errb.String())
+	}
 }
 
 // TestInspectorHTTP: the Inspector over streamable HTTP against the
@@ -253,5 +263,83 @@ mcp_servers:
 	}
 	if n := cliCgroups(t); n != 0 {
 		t.Errorf("%d sandbox cgroups left", n)
+	}
+}
+
+// TestInspectorWrongToken: a wrong token gets the answer MCP's
+// authorization spec expects of a server that takes bearer tokens only:
+// 401 with WWW-Authenticate: Bearer error="invalid_token", and no
+// resource_metadata (nor a metadata document) that would send a client to
+// an OAuth authorization server. The Inspector 2.12.0 treats any 401 of
+// streamable HTTP as a cue for OAuth; told to use no interactive OAuth
+// (--stored-auth-only, its mode for scripts) it reports the
+// authentication error, with the daemon's word that the token is wrong;
+// interactive, it finds no authorization server and ends in the same
+// error, never in a login.
+func TestInspectorWrongToken(t *testing.T) {
+	requireRoot(t)
+	inspector(t)
+	addr := testutil.FreeAddr(t)
+	t.Setenv("TEST_MCP_FULL", "inspector-token-0123456789")
+	serveForTest(t, mcpTools+`
+server:
+  tcp: `+addr+`
+  tokens:
+    - {name: full, secret: full, tools: ["*"]}
+secrets:
+  full: {env: TEST_MCP_FULL}
+`)
+	url := "http://" + addr + "/mcp"
+	const wrong = "Authorization: Bearer not-the-token-0123456789"
+	for _, tt := range []struct {
+		name, header, challenge, msg string
+	}{
+		{"wrong token", wrong, `Bearer realm="airlock", error="invalid_token", error_description="the bearer token is not valid"`, "the bearer token is not valid"},
+		{"no token", "", `Bearer realm="airlock"`, "a valid bearer token is required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+			if k, v, ok := strings.Cut(tt.header, ": "); ok {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != 401 || got != tt.challenge {
+				t.Errorf("%d %q, want 401 %q", resp.StatusCode, got, tt.challenge)
+			}
+			args := []string{url, "--transport", "http"}
+			if tt.header != "" {
+				args = append(args, "--header", tt.header)
+			}
+			args = append(args, "--stored-auth-only", "--method", "tools/list")
+			out, err := inspect(t, args...)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(err.Error(), `"code":"auth_required"`) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("the Inspector: %q %v, want exit 3 (auth_required) saying %q", out, err, tt.msg)
+			}
+		})
+	}
+	// No protected resource metadata: nothing names an authorization
+	// server.
+	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"} {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Errorf("%s: 200", p)
+		}
+	}
+	// Interactive, the Inspector looks for an authorization server, finds
+	// none, and ends in the authentication error, not in a login.
+	cmd := exec.Command(inspector(t), "--cli", url, "--transport", "http", "--header", wrong, "--method", "tools/list")
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(), "NO_COLOR=1", "MCP_AUTO_OPEN_ENABLED=true", "MCP_INSPECTOR_SECRET_STORE=memory"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `"code":"auth_required"`) || !strings.Contains(string(out), "bearer token") || strings.Contains(string(out), "http://localhost") {
+		t.Errorf("the Inspector, interactive: %v\n%s", err, out)
 	}
 }

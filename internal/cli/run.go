@@ -268,14 +268,19 @@ func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error 
 	case result.Exited:
 		return exitCode(r.ExitCode)
 	case result.Signaled:
+		if r.Error != "" {
+			// Not the command's doing: say whose (airlock kill).
+			fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(r.Error))
+		}
 		return exitCode(128 + r.Signal)
 	case result.LimitExceeded:
-		fmt.Fprintf(stdio.Stderr, "airlock: limit exceeded: %s\n", termtext.String(fmt.Sprint(r.Limit)))
+		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(LimitMessage(r.Limit, f.Tool)))
 		return &ExitError{Code: ExitLimit}
 	default:
 		if ctx.Err() != nil {
-			fmt.Fprintln(stdio.Stderr, "airlock: interrupted; sandbox destroyed")
-			return &ExitError{Code: 130}
+			code, msg := interrupted(ctx)
+			fmt.Fprintf(stdio.Stderr, "airlock: %s\n", msg)
+			return &ExitError{Code: code}
 		}
 		// The error may quote the command (its argv[0] not found) or,
 		// through --host, be a remote daemon's words.

@@ -397,14 +397,14 @@ func (p *parser) decode(data []byte) (root *yaml.Node, err error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, p.syntaxError(err)
+		return nil, p.syntaxError(err, data)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
 		return nil, p.errAt(&next, "", "more than one YAML document (---); a config file has exactly one")
 	case !errors.Is(err, io.EOF):
-		return nil, p.syntaxError(err)
+		return nil, p.syntaxError(err, data)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, nil
@@ -412,9 +412,31 @@ func (p *parser) decode(data []byte) (root *yaml.Node, err error) {
 	return doc.Content[0], nil
 }
 
+// tabIndent returns the column of the first tab among the leading
+// whitespace of line (1-based) of data, or 0.
+func tabIndent(data []byte, line int) int {
+	if line <= 0 {
+		return 0
+	}
+	lines := bytes.SplitN(data, []byte("\n"), line+1)
+	if len(lines) < line {
+		return 0
+	}
+	for i, c := range lines[line-1] {
+		switch c {
+		case '\t':
+			return i + 1
+		case ' ':
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
 // syntaxError turns a YAML library error into an *Error, with the line
 // taken from its message when it has one.
-func (p *parser) syntaxError(err error) *Error {
+func (p *parser) syntaxError(err error, data []byte) *Error {
 	msg := err.Error()
 	e := &Error{File: p.file}
 	msg = strings.TrimPrefix(msg, "yaml: ")
@@ -426,6 +448,13 @@ func (p *parser) syntaxError(err error) *Error {
 		}
 	}
 	e.Msg = "invalid YAML: " + msg
+	// A tab where the library stopped ("found character that cannot
+	// start any token") says nothing of tabs: say it.
+	if col := tabIndent(data, e.Line); col > 0 {
+		e.Column = col
+		e.Msg = "invalid YAML: a tab in the indentation; YAML indents with spaces only (replace the tab with spaces)"
+		return e
+	}
 	// An unquoted wildcard is read as a YAML alias ("*" starts one).
 	if strings.Contains(msg, "did not find expected alphabetic or numeric character") || strings.Contains(msg, "unknown anchor") {
 		e.Msg += `; a value that starts with "*" (a wildcard such as *.example.com) must be quoted: "*.example.com"`

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
@@ -394,7 +395,10 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	res, closeNet := b.RunCloseLater(kctx, x, nil)
 	drop()
 	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
-		res.Outcome, res.Error = result.Error, "the run was ended by airlock kill"
+		// Killed, as the destroy does to its processes (SIGKILL): not a
+		// failure of airlock, which callers (exit status 125) must be able
+		// to tell apart.
+		res.Outcome, res.Signal, res.ExitCode, res.Error = result.Signaled, int(syscall.SIGKILL), 0, "the run was ended by airlock kill"
 	}
 	stop()
 	outcome := d.queueFinish(ctx, *scope, res, j.extra(res)...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/tokens"
 )
 
 // caller is who made a request: the local socket (trusted by its file
@@ -58,8 +59,8 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 			if d.slowFailures(w, r) {
 				return
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeErr(w, errdefs.New(errUnauthenticated, "a valid bearer token is required (Authorization: Bearer ...)"))
+			w.Header().Set("WWW-Authenticate", tokens.Challenge(r))
+			writeErr(w, errdefs.New(errUnauthenticated, tokens.ChallengeMessage(r)))
 			return
 		}
 		withCaller(&caller{name: "token:" + t.Name, token: t}, h).ServeHTTP(w, r)

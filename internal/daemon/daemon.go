@@ -367,13 +367,15 @@ func listenUnix(path, group string) (net.Listener, error) {
 	// the socket is removed.
 	ln := &lockedListener{Listener: ul, unlock: unlock}
 	if group != "" {
-		gid, err := lookupGroup(group)
+		gid, err := SocketGroup(group)
 		if err == nil {
-			err = os.Chown(path, 0, gid)
+			if err = os.Chown(path, 0, gid); err != nil {
+				err = fmt.Errorf("socket group %q: %w", group, err)
+			}
 		}
 		if err != nil {
 			ln.Close()
-			return nil, fmt.Errorf("socket group %q: %w", group, err)
+			return nil, err
 		}
 	}
 	return ln, nil
@@ -560,14 +562,19 @@ func (d *Daemon) closePools(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// lookupGroup returns the gid of a group name or number.
-func lookupGroup(group string) (int, error) {
+// SocketGroup returns the gid of server.socket_group, a group name or
+// number, as serve gives the socket to it; config check asks the same.
+func SocketGroup(group string) (int, error) {
 	if gid, err := strconv.Atoi(group); err == nil {
 		return gid, nil
 	}
 	g, err := user.LookupGroup(group)
+	var unknown user.UnknownGroupError
+	if errors.As(err, &unknown) {
+		return 0, fmt.Errorf("server.socket_group: there is no group %q on this host: create it (groupadd --system %s) or name another", group, group)
+	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("server.socket_group %q: %w", group, err)
 	}
 	return strconv.Atoi(g.Gid)
 }

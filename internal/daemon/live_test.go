@@ -61,7 +61,7 @@ func TestPSAndKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-done
-	if got.err != nil || got.r.Outcome != result.Error || !strings.Contains(got.r.Error, "ended by airlock kill") || time.Since(start) > 3*time.Second {
+	if got.err != nil || got.r.Outcome != result.Signaled || got.r.Signal != 9 || !strings.Contains(got.r.Error, "ended by airlock kill") || time.Since(start) > 3*time.Second {
 		t.Fatalf("the killed run: %+v %v after %s", got.r, got.err, time.Since(start))
 	}
 	evs := waitAudit(t, c, client.AuditQuery{Kind: "run.killed"}, func(evs []api.AuditEvent) bool { return len(evs) == 1 })

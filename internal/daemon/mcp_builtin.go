@@ -237,7 +237,7 @@ func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Con
 			res, err = mcpserver.CallError(err, "airlock")
 		default:
 			rec.Outcome = mcpserver.OutcomeOK
-			if sc, ok := res.StructuredContent.(*result.Result); ok {
+			if sc, ok := res.StructuredContent.(mcpserver.Structured); ok {
 				rec.Outcome, rec.Sandbox = string(sc.Outcome), sc.SandboxID
 			}
 		}

@@ -232,6 +232,11 @@ func (d *Dialer) Addresses(ctx context.Context, dest *policy.Destination, host s
 			ok = append(ok, a)
 		} else if first.Reason == "" {
 			first = dec
+			if !dest.Private && ipclass.Check(a, true).Allow {
+				// As the config's error says it: the author of a
+				// destination in a private range learns what to set.
+				first.Reason += policy.PrivateHint
+			}
 		}
 	}
 	if len(ok) == 0 {

@@ -348,11 +348,12 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 
 func TestResolvedAddressesClassified(t *testing.T) {
 	res := fakeResolver{
-		"rebind.test": {netip.MustParseAddr("169.254.169.254")},
-		"mixed.test":  {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("8.8.8.8")},
-		"v6.test":     {netip.MustParseAddr("::ffff:127.0.0.1"), netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
+		"rebind.test":  {netip.MustParseAddr("169.254.169.254")},
+		"mixed.test":   {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("8.8.8.8")},
+		"v6.test":      {netip.MustParseAddr("::ffff:127.0.0.1"), netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
+		"private.test": {netip.MustParseAddr("10.1.2.3")},
 	}
-	f := gateway(t, []policy.Spec{{Host: "rebind.test:80"}, {Host: "mixed.test:80"}, {Host: "v6.test:80"}, {Host: "gone.test:80"}},
+	f := gateway(t, []policy.Spec{{Host: "rebind.test:80"}, {Host: "mixed.test:80"}, {Host: "v6.test:80"}, {Host: "gone.test:80"}, {Host: "private.test:80"}},
 		func(c *Config) { c.Resolver = res; c.DialTimeout = 500 * time.Millisecond })
 	tests := []struct {
 		host   string
@@ -361,6 +362,9 @@ func TestResolvedAddressesClassified(t *testing.T) {
 		code   string // of the event
 	}{
 		{"rebind.test", 403, "metadata", result.EgressMetadata},
+		// A private address says what would allow it, as the config's
+		// error does (and metadata, which nothing allows, does not).
+		{"private.test", 403, "address 10.1.2.3 is private; set private: true to allow it", result.EgressPrivate},
 		{"v6.test", 403, "", result.EgressPrivate},
 		{"gone.test", 403, "could not resolve", result.EgressLookupFailed},
 		// Only the public address is dialed; this namespace has no route
@@ -369,7 +373,7 @@ func TestResolvedAddressesClassified(t *testing.T) {
 	}
 	for _, tt := range tests {
 		status, body := rawProxy(t, f, fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", tt.host, tt.host))
-		if status != tt.status || !strings.Contains(body, tt.reason) {
+		if status != tt.status || !strings.Contains(body, tt.reason) || tt.code == result.EgressMetadata && strings.Contains(body, "private: true") {
 			t.Errorf("%s: got %d %q, want %d %q", tt.host, status, body, tt.status, tt.reason)
 		}
 		ev := f.evs.wait(t, tt.host, func(e result.EgressEvent) bool { return strings.HasPrefix(e.Destination, tt.host) })

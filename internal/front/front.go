@@ -106,8 +106,8 @@ func (f *Front) auth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := f.tokens.Bearer(r)
 		if t == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, "a valid bearer token is required (Authorization: Bearer ...)")
+			w.Header().Set("WWW-Authenticate", tokens.Challenge(r))
+			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, tokens.ChallengeMessage(r))
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))

@@ -317,6 +317,6 @@ func ToolResult(r *result.Result) *mcp.CallToolResult {
 	return &mcp.CallToolResult{
 		IsError:           r.Outcome != result.Exited || r.ExitCode != 0,
 		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
-		StructuredContent: r,
+		StructuredContent: Structured{r},
 	}
 }

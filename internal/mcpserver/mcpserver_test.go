@@ -39,7 +39,7 @@ func TestToolResult(t *testing.T) {
 			if text := got.Content[0].(*mcp.TextContent).Text; text != tt.text {
 				t.Errorf("text %q, want %q", text, tt.text)
 			}
-			if got.StructuredContent != &tt.r {
+			if sc, ok := got.StructuredContent.(Structured); !ok || sc.Result != &tt.r {
 				t.Error("structured content is not the result")
 			}
 		})

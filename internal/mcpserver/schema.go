@@ -1,7 +1,17 @@
 package mcpserver
 
+import (
+	"encoding/json"
+
+	"github.com/airlockhq/airlock/result"
+)
+
 // ResultSchema is the JSON Schema of the result object (result.Result),
-// the structured content of every tool result.
+// the structured content of every tool result (as Structured writes it).
+// Every property has one type: a member that may be absent is left out of
+// required, and Structured leaves out the members that are null, since a
+// type list such as [object, null] is not portable across MCP clients
+// (the MCP Inspector warns of each).
 var ResultSchema = map[string]any{
 	"type": "object",
 	"properties": map[string]any{
@@ -11,7 +21,7 @@ var ResultSchema = map[string]any{
 		"exit_code":  map[string]any{"type": "integer"},
 		"signal":     map[string]any{"type": "integer"},
 		"limit": map[string]any{
-			"type": []string{"object", "null"},
+			"type": "object",
 			"properties": map[string]any{
 				"name":     map[string]any{"type": "string", "enum": []string{"memory", "pids", "disk", "fds", "output", "time", "cpu"}},
 				"ceiling":  map[string]any{"type": "integer"},
@@ -29,9 +39,9 @@ var ResultSchema = map[string]any{
 				"wall_ms": integer, "cpu_ms": integer, "memory_peak_bytes": integer, "pids_peak": integer, "disk_peak_bytes": integer,
 			},
 		},
-		"evidence": map[string]any{"type": []string{"array", "null"}},
-		"egress":   map[string]any{"type": []string{"array", "null"}},
-		"broker":   map[string]any{"type": []string{"array", "null"}},
+		"evidence": map[string]any{"type": "array"},
+		"egress":   map[string]any{"type": "array"},
+		"broker":   map[string]any{"type": "array"},
 	},
 	"required": []string{"sandbox_id", "outcome", "exit_code", "signal", "stdout", "stderr", "truncated", "usage"},
 }
@@ -45,4 +55,27 @@ var output = map[string]any{
 		map[string]any{"type": "string"},
 		map[string]any{"type": "object", "properties": map[string]any{"base64": map[string]any{"type": "string"}}, "required": []string{"base64"}},
 	},
+}
+
+// Structured is a result as the structured content of a tool result: its
+// JSON without the members that are null (no limit unless one was
+// breached, say), which ResultSchema does not type as null.
+type Structured struct{ *result.Result }
+
+// MarshalJSON implements json.Marshaler.
+func (s Structured) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(s.Result)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if string(v) == "null" {
+			delete(m, k)
+		}
+	}
+	return json.Marshal(m)
 }

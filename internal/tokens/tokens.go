@@ -65,3 +65,27 @@ func (ts *Set) Bearer(r *http.Request) *config.Token {
 	}
 	return ts.Match(v)
 }
+
+// Challenge is the WWW-Authenticate value of a 401 answer to r, which
+// Bearer found no valid token in (RFC 6750 section 3): a request without
+// credentials gets the bare challenge, one whose token is wrong
+// error="invalid_token". It never names resource_metadata, as a server
+// using OAuth would (MCP's authorization spec): airlock takes only the
+// bearer tokens of its config, and pointing a client (the MCP Inspector,
+// say) at an authorization server would start an OAuth flow that cannot
+// succeed instead of telling the user that the token is wrong.
+func Challenge(r *http.Request) string {
+	if r.Header.Get("Authorization") == "" {
+		return `Bearer realm="airlock"`
+	}
+	return `Bearer realm="airlock", error="invalid_token", error_description="the bearer token is not valid"`
+}
+
+// ChallengeMessage is the message of a 401 answer to r, to go with
+// Challenge.
+func ChallengeMessage(r *http.Request) string {
+	if r.Header.Get("Authorization") == "" {
+		return "a valid bearer token is required (Authorization: Bearer ...)"
+	}
+	return "the bearer token is not valid: it is not one of the daemon's tokens (Authorization: Bearer ...)"
+}

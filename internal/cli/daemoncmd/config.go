@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -28,8 +29,9 @@ func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs.SetOutput(stdio.Stderr)
 	cfgPath := fs.String("config", "", "config file (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	store := fs.String("image-store", "", "image store the tools' images are looked up in (default: the config's images.store)")
+	stateDir := fs.String("state-dir", sandbox.DefaultStateDir, "state directory serve would use (serve --state-dir)")
 	fs.Usage = func() {
-		fmt.Fprintln(stdio.Stderr, "Usage: airlock config check [flags]\n\nReads the config file as `airlock serve` would and prints which file it\nread, the socket, audit log and image store it names, and every tool as it\nresolves: limits over the defaults, image, egress, services and pool.\nExits 1 when the daemon would not start with it (an invalid file, a tool's\nimage missing from the store); a secret that cannot be read is a warning\n(the broker reads it at each call).\n\nFlags:")
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock config check [flags]\n\nReads the config file as `airlock serve` would and prints which file it\nread, the socket, audit log and image store it names, and every tool as it\nresolves: limits over the defaults, image, egress, services and pool.\nExits 1 when the daemon would not start with it, checked as serve checks\nit: an invalid file, a tool's image missing from the store, a socket group\nthe host lacks, a token's unreadable secret, a tool over the capacity, a\nstate directory the sandboxes cannot reach; a service's secret that cannot\nbe read is a warning (the broker reads it at each call).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if done, err := cli.ParseNoArgs(fs, args[1:], stdio); done {
@@ -40,7 +42,7 @@ func configCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		fmt.Fprintf(stdio.Stderr, "airlock config check: %v\n", err)
 		return &cli.ExitError{Code: 1}
 	}
-	c := checker{w: stdio.Stdout, cfg: cfg, store: *store}
+	c := checker{w: stdio.Stdout, cfg: cfg, store: *store, stateDir: *stateDir}
 	c.check()
 	for _, w := range c.warnings {
 		fmt.Fprintf(stdio.Stderr, "warning: %s\n", w)
@@ -59,6 +61,9 @@ type checker struct {
 	w        io.Writer
 	cfg      *config.Config
 	store    string
+	stateDir string
+	// budget is the node's capacity, which every tool must fit in.
+	budget   *sandbox.Budget
 	st       *image.Store
 	warnings []string
 	errs     []error
@@ -81,8 +86,21 @@ func (c *checker) check() {
 		sock += " (mode 0660, group root)"
 	}
 	fmt.Fprintf(c.w, "socket:       %s\n", sock)
+	// What serve checks before it listens, checked the same way: a file
+	// that passes here and fails there is no check at all.
+	if g := cfg.Server.SocketGroup; g != "" {
+		if _, err := daemon.SocketGroup(g); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+	if _, err := tokens.Load(cfg); err != nil {
+		c.errs = append(c.errs, err)
+	}
 	if cfg.Server.TCP.IsValid() {
 		fmt.Fprintf(c.w, "tcp:          %s, %d token(s)\n", cfg.Server.TCP, len(cfg.Server.Tokens))
+	}
+	if cfg.Server.E2B.IsValid() {
+		fmt.Fprintf(c.w, "e2b:          %s, its API keys the %d token(s) (docs/e2b.md)\n", cfg.Server.E2B, len(cfg.Server.Tokens))
 	}
 	if cl := cfg.Cluster; cl.Enabled {
 		node, adv, api := cl.Node, cl.Advertise, "the pod's own (in-cluster)"
@@ -100,6 +118,7 @@ func (c *checker) check() {
 	if b, ceil, err := daemon.Capacity(cfg.Server.Capacity, ""); err != nil {
 		c.errs = append(c.errs, fmt.Errorf("server.capacity: %w", err))
 	} else {
+		c.budget = &b
 		from := "the host's"
 		if ceil.Memory > 0 || ceil.Pids > 0 {
 			from = "the limits of the cgroups above " + sandbox.DefaultCgroupParent + ":"
@@ -123,7 +142,10 @@ func (c *checker) check() {
 		so.Dir = c.store
 	}
 	fmt.Fprintf(c.w, "image store:  %s\n", so.Dir)
-	fmt.Fprintf(c.w, "state:        /run/airlock (serve --state-dir)\n")
+	fmt.Fprintf(c.w, "state:        %s (serve --state-dir)\n", c.stateDir)
+	if err := sandbox.CheckStateDir(c.stateDir); err != nil {
+		c.errs = append(c.errs, err)
+	}
 	if len(cfg.Order) == 0 && len(cfg.MCPServerOrder) == 0 {
 		c.warnings = append(c.warnings, "no tools are configured: every run and session names a tool (see docs/config.md)")
 	}
@@ -182,12 +204,21 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 		fmt.Fprintf(c.w, "  command:    %s\n", commandText(t))
 	}
 	fmt.Fprintf(c.w, "  limits:     %s\n", limitsText(p.Spec.Limits))
+	if c.budget != nil {
+		if err := c.budget.Fits(p.Spec.Limits); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%s %s: %w of the node (server.capacity)", kind, t.Name, err))
+		}
+	}
 	fmt.Fprintf(c.w, "  workdir:    %s\n", p.Workdir)
 	egress := "none (default deny)"
 	if len(p.Policy.Egress) > 0 {
 		var es []string
 		for _, e := range p.Policy.Egress {
-			es = append(es, e.String())
+			if e.Private {
+				es = append(es, e.String()+" (private: true)")
+			} else {
+				es = append(es, e.String())
+			}
 		}
 		egress = strings.Join(es, ", ")
 	}

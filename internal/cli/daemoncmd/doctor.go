@@ -61,6 +61,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		checkSocketMemory(),
 		checkIDRange(),
 		checkInit(),
+		checkStateDir(*stateDir),
 	}
 	if cfgErr != nil {
 		checks = append(checks, check{name: "config", found: cfgErr.Error(), fix: "airlock config check --config FILE"})
@@ -298,6 +299,15 @@ func checkSocket(cfg *config.Config) check {
 		c.warn, c.fix = true, "the socket exists but no daemon answers (a stopped daemon's leftover; the next serve replaces it)"
 	}
 	return c
+}
+
+// checkStateDir checks that the sandboxes' users can reach the state
+// directory, below which each mounts its root.
+func checkStateDir(dir string) check {
+	if err := sandbox.CheckStateDir(dir); err != nil {
+		return check{name: "state dir", found: err.Error(), fix: "make every directory above the state directory searchable by others (chmod o+x DIR), or pass another --state-dir"}
+	}
+	return check{name: "state dir", ok: true, found: dir}
 }
 
 // checkSandbox makes a real sandbox and runs /bin/true in it.

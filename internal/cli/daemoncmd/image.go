@@ -2,6 +2,7 @@ package daemoncmd
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -166,14 +167,14 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "inspect":
 		img, err := st.Resolve(pos[0])
 		if err != nil {
-			return err
+			return noSuchImage(st, pos[0], err)
 		}
 		return printJSON(stdio.Stdout, img)
 	case "rm":
 		o := image.RemoveOptions{Force: force, Used: func(img *image.Image) string { return toolUsing(cfg, img) }}
 		r, err := st.Remove(pos[0], o)
 		if err != nil {
-			return err
+			return noSuchImage(st, pos[0], err)
 		}
 		fmt.Fprintf(stdio.Stdout, "removed %s", strings.Join(r.Names, ", "))
 		if r.Digest != "" {
@@ -189,6 +190,28 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	return nil
+}
+
+// noSuchImage turns err, when it says ref is not in st, into a list of
+// the names st has: one asking to remove or inspect an image means one of
+// those, not an import.
+func noSuchImage(st *image.Store, ref string, err error) error {
+	if !errors.Is(err, image.ErrNotFound) {
+		return err
+	}
+	imgs, lerr := st.List()
+	if lerr != nil {
+		return err
+	}
+	var names []string
+	for _, img := range imgs {
+		names = append(names, img.Names...)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return fmt.Errorf("no image %q: the store %s has none (airlock image import, airlock image pull)", ref, st.Dir())
+	}
+	return fmt.Errorf("no image %q in the store %s; it has: %s (or name one by digest: airlock image ls)", ref, st.Dir(), strings.Join(names, ", "))
 }
 
 // toolUsing names a configured tool whose image is img, or "".

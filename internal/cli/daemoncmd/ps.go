@@ -3,10 +3,12 @@ package daemoncmd
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/internal/units"
@@ -36,6 +38,12 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if *asJSON {
 		return printJSON(stdio.Stdout, a)
 	}
+	return printPS(stdio.Stdout, a, time.Now())
+}
+
+// printPS prints a as a table. Runs and sessions alike show their age
+// (a session's from its creation time, as of now).
+func printPS(w io.Writer, a *api.Activity, now time.Time) error {
 	// Through a cluster's front each item has its node: a column then.
 	var nodes bool
 	for _, r := range a.Runs {
@@ -53,7 +61,7 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	// What the daemon (or a front) lists was chosen by its callers: each
 	// field is escaped for the terminal, a tab in it too (the columns').
 	esc := termtext.String
-	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tTOOL\tCLIENT\tAGE\tMEMORY\tPIDS\tCPU\tSANDBOX"+node("NODE"))
 	for _, r := range a.Runs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d/%d\t%s\t%s%s\n", esc(r.ID), esc(r.Kind), esc(r.Tool), esc(r.Client),
@@ -61,9 +69,19 @@ func psCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			(time.Duration(r.CPUMillis) * time.Millisecond).String(), esc(r.SandboxID), node(r.Node))
 	}
 	for _, s := range a.Sessions {
-		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s%s\n", esc(s.ID), esc(s.Tool), s.Created, s.Running, esc(s.SandboxID), node(s.Node))
+		fmt.Fprintf(tw, "%s\tsession\t%s\t\t%s\t\t%d running\t\t%s%s\n", esc(s.ID), esc(s.Tool), sessionAge(s.Created, now), s.Running, esc(s.SandboxID), node(s.Node))
 	}
 	return tw.Flush()
+}
+
+// sessionAge is the age of a session created at created (RFC 3339), to
+// the second; "" if created does not parse.
+func sessionAge(created string, now time.Time) string {
+	t, err := time.Parse(time.RFC3339Nano, created)
+	if err != nil {
+		return ""
+	}
+	return max(now.Sub(t), 0).Round(time.Second).String()
 }
 
 func age(ms int64) string {

@@ -377,10 +377,15 @@ func rangeProblem(check func(private bool) ipclass.Decision, private bool) strin
 		return ""
 	}
 	if !private && check(true).Allow {
-		return d.Reason + "; set private: true to allow it (--allow-private on the command line)"
+		return d.Reason + PrivateHint
 	}
 	return d.Reason
 }
+
+// PrivateHint ends the reason of a refusal that private: true would have
+// allowed (never one of metadata or link-local, which nothing allows), in
+// the config's errors and in the decisions made at run time alike.
+const PrivateHint = "; set private: true to allow it (--allow-private on the command line)"
 
 // String returns the destination in the canonical form of Spec.Host, such
 // as "api.example.com:443", "*.example.com:443,8443", "203.0.113.0/24:443"
