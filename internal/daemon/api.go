@@ -217,16 +217,23 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	// The whole answer, with its length, is flushed before the deferred
 	// destroy: the caller need not wait for the teardown.
-	b, err := json.Marshal(res)
+	writeResult(w, res)
+}
+
+// writeResult answers with a result, its output encoded straight from
+// the captured buffers (see result.Encode): many runs answered at once
+// each hold their output once, not several copies of it.
+func writeResult(w http.ResponseWriter, res *result.Result) {
+	e, err := result.Encode(res)
 	if err != nil {
 		writeErr(w, errors.New("result could not be encoded"))
 		return
 	}
-	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("Content-Length", strconv.FormatInt(e.Len()+1, 10))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	_, _ = e.WriteTo(w)
+	_, _ = io.WriteString(w, "\n")
 	_ = http.NewResponseController(w).Flush()
 }
 
@@ -298,6 +305,17 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	release, err := d.hold(j.caller, false)
 	if err != nil {
 		return nil, nil, err
+	}
+	if j.capture {
+		// Room for the output the answer will hold, before anything
+		// starts: the daemon's own memory is no sandbox's ceiling.
+		unhold := release
+		free, err := d.reserveCapture(ctx, j.tool)
+		if err != nil {
+			unhold()
+			return nil, nil, err
+		}
+		release = func() { free(); unhold() }
 	}
 	defer func() {
 		if done == nil {

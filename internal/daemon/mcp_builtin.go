@@ -130,6 +130,11 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			return nil, err
 		}
 		defer sess.leave()
+		free, err := d.reserveCapture(ctx, sess.tool)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
 		x := sandbox.ExecRequest{Argv: in.Argv, Dir: workdir("", sess.tool), Capture: true}
 		if in.Stdin != nil {
 			x.Stdin = strings.NewReader(*in.Stdin)

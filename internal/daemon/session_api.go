@@ -390,6 +390,14 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	}
 	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
 		x.Capture = true
+		// Room for the output the answer holds (see capture.go), until
+		// it is out.
+		free, err := d.reserveCapture(r.Context(), s.tool)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		defer free()
 		res, err := d.exec(r.Context(), s, clientOf(r), x)
 		if err != nil {
 			if r.Context().Err() == nil {
@@ -397,7 +405,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeResult(w, res)
 		return
 	}
 	// The status goes out with the first event, after the run is

@@ -1,0 +1,56 @@
+package result
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// TestEncodeSameAsMarshal checks that a result written from its buffers is
+// the bytes json.Marshal gives, its length told beforehand.
+func TestEncodeSameAsMarshal(t *testing.T) {
+	for name, out := range map[string]string{
+		"empty":    "",
+		"text":     "hello\nworld\n",
+		"escapes":  "\"quoted\" \\ <b>&</b> \t\r\x00\x1f\x7f \u2028\u2029 é 日本",
+		"binary":   "\xff\xfe\x00abc",
+		"long":     string(bytes.Repeat([]byte("a\"b\n"), 40000)),
+		"longbin":  string(bytes.Repeat([]byte{0xff, 'x', 0}, 30001)),
+		"boundary": string(bytes.Repeat([]byte("\u2028"), 20000)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			checkEncode(t, &Result{Outcome: Exited, Error: `"stdout":"","stderr":""`, Stdout: Output(out), Stderr: Output(out + "x"), Limit: &Limit{Name: LimitOutput}})
+		})
+	}
+}
+
+func checkEncode(t *testing.T, r *Result) {
+	t.Helper()
+	want, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	n, err := e.WriteTo(&got)
+	if err != nil || n != int64(got.Len()) {
+		t.Fatalf("WriteTo: %d, %v (wrote %d)", n, err, got.Len())
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("got  %.300q\nwant %.300q", got.Bytes(), want)
+	}
+	if e.Len() != int64(len(want)) {
+		t.Fatalf("Len %d, want %d", e.Len(), len(want))
+	}
+}
+
+func FuzzEncode(f *testing.F) {
+	f.Add([]byte("hi\n"), []byte("\xff"), "err")
+	f.Add([]byte("\u2028<>&"), []byte{}, `"stdout":""`)
+	f.Fuzz(func(t *testing.T, stdout, stderr []byte, msg string) {
+		checkEncode(t, &Result{Outcome: Error, Error: msg, Stdout: stdout, Stderr: stderr})
+	})
+}
