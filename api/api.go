@@ -18,8 +18,8 @@ type RunRequest struct {
 	Tool string `json:"tool"`
 	// Argv is the command; Argv[0] is looked up in the sandbox's PATH.
 	Argv []string `json:"argv"`
-	// Env adds KEY=VALUE entries to the command's environment.
-	Env []string `json:"env,omitempty"`
+	// Env adds KEY=VALUE entries to the command's environment (see Env).
+	Env Env `json:"env,omitempty"`
 	// Workdir is the working directory inside; default the tool's.
 	Workdir string `json:"workdir,omitempty"`
 	// Stdin is fed to the command's standard input.
@@ -167,7 +167,7 @@ type Session struct {
 // without the tool, which the session fixes.
 type ExecRequest struct {
 	Argv    []string `json:"argv"`
-	Env     []string `json:"env,omitempty"`
+	Env     Env      `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
 	Stdin   string   `json:"stdin,omitempty"`
 	TTY     *TTYSize `json:"tty,omitempty"`

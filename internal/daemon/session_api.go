@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -74,7 +75,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		if errors.As(err, &tooBig) {
 			writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
 		} else {
-			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
+			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+jsonin.Describe(err)))
 		}
 		return false
 	}
