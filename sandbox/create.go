@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
@@ -73,10 +74,14 @@ const readyTimeout = 30 * time.Second
 
 // Sandbox is one created sandbox. Its methods are safe for concurrent use.
 type Sandbox struct {
-	id     string
-	label  string
-	rt     *Runtime
-	limits Limits
+	id    string
+	label string
+	rt    *Runtime
+	// limits are the ceilings the sandbox was built with, and booked in
+	// the runtime's ledger; lowered, once set (Lower), are those of what
+	// runs in it from then on.
+	limits  Limits
+	lowered atomic.Pointer[Limits]
 
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
@@ -126,8 +131,8 @@ type Sandbox struct {
 // ID is the sandbox's identifier; it also names its cgroup.
 func (s *Sandbox) ID() string { return s.id }
 
-// Limits are the sandbox's ceilings.
-func (s *Sandbox) Limits() Limits { return s.limits }
+// Limits are the sandbox's ceilings: as built, or as lowered (Lower).
+func (s *Sandbox) Limits() Limits { return s.ceilings() }
 
 // InitPid is init's pid on the host.
 func (s *Sandbox) InitPid() int { return s.pid }

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -169,6 +170,14 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	j := runJob{tool: t, client: clientOf(r), caller: callerOf(r.Context()), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
+	if req.Limits != nil {
+		l, err := attach.RunLimits(d.plans[t.Name].Spec.Limits, req.Limits)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		j.limits = &l
+	}
 	if req.Stdin != "" {
 		j.stdin = &req.Stdin
 	}
@@ -280,6 +289,9 @@ type runJob struct {
 	started func() error
 	// tty, if set, gives the command a terminal on this stream.
 	tty *ttyStream
+	// limits, if set, are the run's ceilings, lowered under the tool's
+	// (attach.RunLimits); nil keeps the tool's.
+	limits *sandbox.Limits
 	// also, if set, gives events recorded with the run's outcome, in
 	// the same write of the log (an MCP call's record).
 	also func(*result.Result) []audit.Event
@@ -310,7 +322,7 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		// Room for the output the answer will hold, before anything
 		// starts: the daemon's own memory is no sandbox's ceiling.
 		unhold := release
-		free, err := d.reserveCapture(ctx, j.tool)
+		free, err := d.reserveCapture(ctx, j.tool, j.limits)
 		if err != nil {
 			unhold()
 			return nil, nil, err
@@ -381,6 +393,16 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
 		d.finishRun(ctx, *scope, res, j.extra(res)...)
 		return res, func() { destroy(); release() }, nil
+	}
+	if j.limits != nil {
+		// Before the command starts, so that all of it runs under them.
+		if err := sb.Lower(*j.limits); err != nil {
+			d.counts.failures.Add(1)
+			d.opts.Logger.Warn("lower a run's limits", "sandbox", sb.ID(), "err", err)
+			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: "airlock could not apply the run's lowered limits"}
+			d.finishRun(ctx, *scope, res, j.extra(res)...)
+			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
+		}
 	}
 	x := sandbox.ExecRequest{
 		Argv:        j.argv,

@@ -70,7 +70,11 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 	return func() { once.Do(func() { b.sem.Release(n) }) }, nil
 }
 
-// reserveCapture reserves the output ceiling of a command of tool t.
-func (d *Daemon) reserveCapture(ctx context.Context, t *config.Tool) (release func(), err error) {
+// reserveCapture reserves the output ceiling of a command of tool t: the
+// run's own when it lowered it (l), else the tool's.
+func (d *Daemon) reserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error) {
+	if l != nil {
+		return d.capture.reserve(ctx, l.Output)
+	}
 	return d.capture.reserve(ctx, d.plans[t.Name].Spec.Limits.Output)
 }

@@ -137,7 +137,8 @@ func TestBadRequests(t *testing.T) {
 		code                     string
 	}{
 		{"not json", "POST", "/v1/runs", "{", 400, api.CodeInvalid},
-		{"unknown field", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"limits":{}}`, 400, api.CodeInvalid},
+		{"unknown field", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"nope":{}}`, 400, api.CodeInvalid},
+		{"unknown limit", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"limits":{"disk":"1MiB"}}`, 400, api.CodeInvalid},
 		{"no argv", "POST", "/v1/runs", `{"tool":"sh"}`, 400, api.CodeInvalid},
 		{"no tool", "POST", "/v1/runs", `{"argv":["true"]}`, 400, api.CodeInvalid},
 		{"relative workdir", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"workdir":"tmp"}`, 400, api.CodeInvalid},

@@ -131,7 +131,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			return nil, err
 		}
 		defer sess.leave()
-		free, err := d.reserveCapture(ctx, sess.tool)
+		free, err := d.reserveCapture(ctx, sess.tool, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -393,7 +393,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		x.Capture = true
 		// Room for the output the answer holds (see capture.go), until
 		// it is out.
-		free, err := d.reserveCapture(r.Context(), s.tool)
+		free, err := d.reserveCapture(r.Context(), s.tool, nil)
 		if err != nil {
 			writeErr(w, err)
 			return
