@@ -40,7 +40,7 @@ func Encode(r *Result) (*Encoded, error) {
 
 // Len is the length WriteTo writes.
 func (e *Encoded) Len() int64 {
-	return int64(len(e.head)+len(e.tail)+len(`"stdout":,"stderr":`)) + e.stdout.encodedLen() + e.stderr.encodedLen()
+	return int64(len(e.head)+len(e.tail)+len(`"stdout":,"stderr":`)) + e.stdout.EncodedLen() + e.stderr.EncodedLen()
 }
 
 // WriteTo writes the JSON encoding of the result to w.
@@ -48,9 +48,9 @@ func (e *Encoded) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: w}
 	_, _ = cw.Write(e.head)
 	_, _ = io.WriteString(cw, `"stdout":`)
-	e.stdout.writeJSON(cw)
+	_ = e.stdout.WriteJSON(cw)
 	_, _ = io.WriteString(cw, `,"stderr":`)
-	e.stderr.writeJSON(cw)
+	_ = e.stderr.WriteJSON(cw)
 	_, _ = cw.Write(e.tail)
 	return cw.n, cw.err
 }
@@ -104,61 +104,81 @@ func escape(c byte) string {
 // lineSep and paraSep (U+2028, U+2029) are escaped by json.Marshal.
 var lineSep, paraSep = []byte("\u2028"), []byte("\u2029")
 
-// encodedLen is the length of o's JSON encoding (see MarshalJSON).
-func (o Output) encodedLen() int64 {
+// EncodedLen is the length of o's JSON encoding (see MarshalJSON).
+func (o Output) EncodedLen() int64 {
 	if !utf8.Valid(o) {
 		return int64(len(`{"base64":""}`) + base64.StdEncoding.EncodedLen(len(o)))
 	}
+	return JSONStringLen(o)
+}
+
+// WriteJSON writes o's JSON encoding (see MarshalJSON) to w, a piece at a
+// time, without a copy of o.
+func (o Output) WriteJSON(w io.Writer) error {
+	if !utf8.Valid(o) {
+		cw := &countWriter{w: w}
+		_, _ = io.WriteString(cw, `{"base64":"`)
+		enc := base64.NewEncoder(base64.StdEncoding, cw)
+		_, _ = enc.Write(o)
+		_ = enc.Close()
+		_, _ = io.WriteString(cw, `"}`)
+		return cw.err
+	}
+	return WriteJSONString(w, o)
+}
+
+// JSONStringLen is the length of the JSON string of pieces, valid UTF-8
+// each, one after another, as WriteJSONString writes it.
+func JSONStringLen(pieces ...[]byte) int64 {
 	n := int64(2)
-	for i := 0; i < len(o); i++ {
-		c := o[i]
-		if e := escape(c); e != "" {
-			n += int64(len(e))
-			continue
+	for _, p := range pieces {
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			if e := escape(c); e != "" {
+				n += int64(len(e))
+				continue
+			}
+			if c == 0xe2 && (bytes.HasPrefix(p[i:], lineSep) || bytes.HasPrefix(p[i:], paraSep)) {
+				n += int64(len(`\u2028`))
+				i += 2
+				continue
+			}
+			n++
 		}
-		if c == 0xe2 && (bytes.HasPrefix(o[i:], lineSep) || bytes.HasPrefix(o[i:], paraSep)) {
-			n += int64(len(`\u2028`))
-			i += 2
-			continue
-		}
-		n++
 	}
 	return n
 }
 
-// writeJSON writes o's JSON encoding (see MarshalJSON) to w, a piece at a
-// time.
-func (o Output) writeJSON(w io.Writer) {
-	if !utf8.Valid(o) {
-		_, _ = io.WriteString(w, `{"base64":"`)
-		enc := base64.NewEncoder(base64.StdEncoding, w)
-		_, _ = enc.Write(o)
-		_ = enc.Close()
-		_, _ = io.WriteString(w, `"}`)
-		return
-	}
+// WriteJSONString writes the JSON string of pieces, valid UTF-8 each, one
+// after another, escaped as json.Marshal escapes a string, to w a piece at
+// a time: a string of megabytes is written without a copy of it.
+func WriteJSONString(w io.Writer, pieces ...[]byte) error {
+	cw := &countWriter{w: w}
 	buf := make([]byte, 0, 32<<10)
 	buf = append(buf, '"')
-	for i := 0; i < len(o); i++ {
-		if len(buf) > cap(buf)-8 {
-			_, _ = w.Write(buf)
-			buf = buf[:0]
+	for _, p := range pieces {
+		for i := 0; i < len(p); i++ {
+			if len(buf) > cap(buf)-8 {
+				_, _ = cw.Write(buf)
+				buf = buf[:0]
+			}
+			c := p[i]
+			if e := escape(c); e != "" {
+				buf = append(buf, e...)
+				continue
+			}
+			if c == 0xe2 && bytes.HasPrefix(p[i:], lineSep) {
+				buf, i = append(buf, `\u2028`...), i+2
+				continue
+			}
+			if c == 0xe2 && bytes.HasPrefix(p[i:], paraSep) {
+				buf, i = append(buf, `\u2029`...), i+2
+				continue
+			}
+			buf = append(buf, c)
 		}
-		c := o[i]
-		if e := escape(c); e != "" {
-			buf = append(buf, e...)
-			continue
-		}
-		if c == 0xe2 && bytes.HasPrefix(o[i:], lineSep) {
-			buf, i = append(buf, `\u2028`...), i+2
-			continue
-		}
-		if c == 0xe2 && bytes.HasPrefix(o[i:], paraSep) {
-			buf, i = append(buf, `\u2029`...), i+2
-			continue
-		}
-		buf = append(buf, c)
 	}
 	buf = append(buf, '"')
-	_, _ = w.Write(buf)
+	_, _ = cw.Write(buf)
+	return cw.err
 }

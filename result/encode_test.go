@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestEncodeSameAsMarshal checks that a result written from its buffers is
@@ -52,5 +53,27 @@ func FuzzEncode(f *testing.F) {
 	f.Add([]byte("\u2028<>&"), []byte{}, `"stdout":""`)
 	f.Fuzz(func(t *testing.T, stdout, stderr []byte, msg string) {
 		checkEncode(t, &Result{Outcome: Error, Error: msg, Stdout: stdout, Stderr: stderr})
+		if utf8.Valid(stdout) && utf8.Valid(stderr) && utf8.ValidString(msg) {
+			checkPieces(t, stdout, []byte(msg), stderr)
+		}
 	})
+}
+
+// checkPieces checks that pieces written as one JSON string are the bytes
+// json.Marshal gives for their concatenation, their length told first.
+func checkPieces(t *testing.T, pieces ...[]byte) {
+	t.Helper()
+	want, _ := json.Marshal(string(bytes.Join(pieces, nil)))
+	var got bytes.Buffer
+	if err := WriteJSONString(&got, pieces...); err != nil || !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("WriteJSONString: %q, %v; want %q", got.Bytes(), err, want)
+	}
+	if n := JSONStringLen(pieces...); n != int64(len(want)) {
+		t.Fatalf("JSONStringLen %d, want %d", n, len(want))
+	}
+}
+
+func TestWriteJSONStringPieces(t *testing.T) {
+	checkPieces(t, []byte("limit exceeded\n"), []byte("stdout:\n"), bytes.Repeat([]byte("a\u2028<\x01"), 20000), []byte("\n"))
+	checkPieces(t)
 }
