@@ -145,6 +145,62 @@ func heapGrowth(t *testing.T) func() int64 {
 	}
 }
 
+// TestCapturedOutputBoundedExec is TestCapturedOutputBounded for the
+// execs of sessions answered whole.
+func TestCapturedOutputBoundedExec(t *testing.T) {
+	const (
+		sessions = 12
+		outCap   = 16 << 20
+		budget   = 32 << 20
+	)
+	_, sock := serveConfig(t, fmt.Sprintf(`
+server:
+  capacity: {output: %d}
+tools:
+  big:
+    limits: {memory: 64MiB, time: 120s, output: %d}
+`, budget, outCap), nil)
+	c := client.New(sock)
+	hc, _ := c.Endpoint("/")
+	ids := make([]string, sessions)
+	for i := range ids {
+		s, err := c.CreateSession(t.Context(), api.SessionRequest{Tool: "big"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID
+	}
+	body, _ := json.Marshal(api.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", outCap)}})
+	grew := heapGrowth(t)
+	var wg sync.WaitGroup
+	var done, refused atomic.Int32
+	for _, id := range ids {
+		wg.Go(func() {
+			_, url := c.Endpoint("/v1/sessions/" + id + "/exec")
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			head := make([]byte, 512)
+			n, _ := io.ReadFull(resp.Body, head)
+			rest, _ := io.Copy(io.Discard, resp.Body)
+			switch {
+			case resp.StatusCode == http.StatusOK && bytes.Contains(head[:n], []byte(`"outcome":"exited"`)) && int64(n)+rest > outCap:
+				done.Add(1)
+			case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(head[:n], []byte("server.capacity.output")):
+				refused.Add(1)
+			default:
+				t.Errorf("exec: status %d: %.300s", resp.StatusCode, head[:n])
+			}
+		})
+	}
+	wg.Wait()
+	checkGrowth(t, grew(), budget, int(done.Load()), int(refused.Load()))
+}
+
 // TestCapturedOutputBoundedMCP is TestCapturedOutputBounded for MCP
 // tools/call: many calls at once of a tool that prints its whole output
 // ceiling, answered whole.
