@@ -88,8 +88,19 @@ tools:
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(e.Message, "limits.memory: 512MiB is over the tool's ceiling of 256MiB") {
 		t.Fatalf("raw JSON: %d %+v", resp.StatusCode, e)
 	}
+	// The environment as an object, end to end.
+	resp, err = hc.Post(url, "application/json", bytes.NewReader([]byte(`{"tool":"lim","argv":["sh","-c","echo $A$B"],"env":{"B":"2","A":"1"}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res result.Result
+	_ = json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(res.Stdout) != "12\n" {
+		t.Fatalf("env as an object: %d %+v", resp.StatusCode, res)
+	}
 	pools, err := c.Pools(ctx)
-	if err != nil || pools[0].Hits+pools[0].Misses != 5 {
+	if err != nil || pools[0].Hits+pools[0].Misses != 6 {
 		t.Fatalf("a refused run claimed a sandbox: %+v %v", pools, err)
 	}
 }
