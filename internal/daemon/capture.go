@@ -72,9 +72,19 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 
 // reserveCapture reserves the output ceiling of a command of tool t: the
 // run's own when it lowered it (l), else the tool's.
+// A shutdown ends the wait: the run would not start.
 func (d *Daemon) reserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error) {
+	n := d.plans[t.Name].Spec.Limits.Output
 	if l != nil {
-		return d.capture.reserve(ctx, l.Output)
+		n = l.Output
 	}
-	return d.capture.reserve(ctx, d.plans[t.Name].Spec.Limits.Output)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(d.quit, cancel)
+	defer stop()
+	release, err = d.capture.reserve(ctx, n)
+	if err != nil && d.quit.Err() != nil {
+		return nil, errShutdown
+	}
+	return release, err
 }

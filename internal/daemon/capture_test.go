@@ -96,11 +96,14 @@ tools:
 }
 
 // checkGrowth fails the test when the heap grew past four times the
-// budget: the budget's bytes as captured (append's spare capacity
-// included) plus the garbage the collector lets pile up before it runs.
+// budget, plus 64 MiB: the budget's bytes as captured (append's spare
+// capacity included), the garbage the collector lets pile up before it
+// runs, and the requests' own allocations. Without the budget and the
+// encoding from the buffers each of these tests grew it by 600 MiB to
+// 1 GiB.
 func checkGrowth(t *testing.T, grew, budget int64, done, refused int) {
 	t.Helper()
-	limit := 4 * budget
+	limit := 4*budget + 64<<20
 	t.Logf("%d runs completed, %d refused; heap in use grew by %d MiB at most (limit %d MiB)", done, refused, grew>>20, limit>>20)
 	if grew > limit {
 		t.Errorf("the daemon's heap grew by %d MiB with a captured-output budget of %d MiB; want at most %d MiB", grew>>20, budget>>20, limit>>20)
