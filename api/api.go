@@ -18,14 +18,33 @@ type RunRequest struct {
 	Tool string `json:"tool"`
 	// Argv is the command; Argv[0] is looked up in the sandbox's PATH.
 	Argv []string `json:"argv"`
-	// Env adds KEY=VALUE entries to the command's environment.
-	Env []string `json:"env,omitempty"`
+	// Env adds KEY=VALUE entries to the command's environment (see Env).
+	Env Env `json:"env,omitempty"`
 	// Workdir is the working directory inside; default the tool's.
 	Workdir string `json:"workdir,omitempty"`
 	// Stdin is fed to the command's standard input.
 	Stdin string `json:"stdin,omitempty"`
 	// TTY gives the command a terminal of this size (see TTYUpgrade).
 	TTY *TTYSize `json:"tty,omitempty"`
+	// Limits, if set, lowers the tool's ceilings for this run.
+	Limits *RunLimits `json:"limits,omitempty"`
+}
+
+// RunLimits lowers a run's ceilings under its tool's, by name: each set
+// field replaces the tool's ceiling of that name for this run only. A
+// value above the tool's ceiling is refused (403 denied, naming the limit
+// and the ceiling): a run may lower its limits, never raise them.
+type RunLimits struct {
+	// Memory is a size, e.g. "64MiB".
+	Memory string `json:"memory,omitempty"`
+	// Pids is a count of processes and threads.
+	Pids int64 `json:"pids,omitempty"`
+	// Output is a size of stdout plus stderr, e.g. "1MiB".
+	Output string `json:"output,omitempty"`
+	// Time is the wall-clock ceiling, e.g. "2s".
+	Time string `json:"time,omitempty"`
+	// CPUTime is the CPU-time budget, e.g. "1s".
+	CPUTime string `json:"cpu_time,omitempty"`
 }
 
 // TTYUpgrade is the protocol a run or an exec with a terminal (a TTY in
@@ -167,7 +186,7 @@ type Session struct {
 // without the tool, which the session fixes.
 type ExecRequest struct {
 	Argv    []string `json:"argv"`
-	Env     []string `json:"env,omitempty"`
+	Env     Env      `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
 	Stdin   string   `json:"stdin,omitempty"`
 	TTY     *TTYSize `json:"tty,omitempty"`

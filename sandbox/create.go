@@ -74,10 +74,14 @@ const readyTimeout = 30 * time.Second
 
 // Sandbox is one created sandbox. Its methods are safe for concurrent use.
 type Sandbox struct {
-	id     string
-	label  string
-	rt     *Runtime
-	limits Limits
+	id    string
+	label string
+	rt    *Runtime
+	// limits are the ceilings the sandbox was built with, and booked in
+	// the runtime's ledger; lowered, once set (Lower), are those of what
+	// runs in it from then on.
+	limits  Limits
+	lowered atomic.Pointer[Limits]
 	// unheld is the most socket buffer memory its connections that no
 	// process holds (not accepted yet) may take, 0 for no bound (see
 	// sockets.go).
@@ -139,8 +143,8 @@ type Sandbox struct {
 // ID is the sandbox's identifier; it also names its cgroup.
 func (s *Sandbox) ID() string { return s.id }
 
-// Limits are the sandbox's ceilings.
-func (s *Sandbox) Limits() Limits { return s.limits }
+// Limits are the sandbox's ceilings: as built, or as lowered (Lower).
+func (s *Sandbox) Limits() Limits { return s.ceilings() }
 
 // InitPid is init's pid on the host.
 func (s *Sandbox) InitPid() int { return s.pid }

@@ -104,7 +104,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	// bounds the whole attempt, the wait for the setup included: a setup
 	// that outlasts it is a breach of it, and the sandbox is destroyed.
 	x.began = time.Now()
-	wctx, cancel := context.WithTimeoutCause(ctx, s.limits.Time, errSetupTime)
+	wctx, cancel := context.WithTimeoutCause(ctx, s.ceilings().Time, errSetupTime)
 	err = s.awaitStart(wctx)
 	cancel()
 	if err != nil {
@@ -113,7 +113,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 		if ctx.Err() == nil && context.Cause(wctx) == errSetupTime {
 			s.kill()
 			r.Outcome = result.LimitExceeded
-			r.Limit = &result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis}
+			r.Limit = &result.Limit{Name: result.LimitTime, Ceiling: s.ceilings().Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis}
 			return r
 		}
 		return errResult(r, err)
@@ -365,7 +365,7 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	if n, err := s.group.CPUUsage(); err == nil {
 		x.base.nanos = n
 	}
-	x.out = &outputCounter{x: x, limit: s.limits.Output}
+	x.out = &outputCounter{x: x, limit: s.ceilings().Output}
 	var wg sync.WaitGroup
 	// pumping counts the pumps still reading; wg waits for them.
 	var pumping atomic.Int32
@@ -403,7 +403,7 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 	monDone := make(chan struct{})
 	mon := time.AfterFunc(checkEvery, func() { defer close(monDone); x.monitor(monCtx) })
 
-	timer := time.NewTimer(s.limits.Time - time.Since(x.began))
+	timer := time.NewTimer(s.ceilings().Time - time.Since(x.began))
 	defer timer.Stop()
 	var exit *initproto.Message
 	var runErr error
@@ -442,7 +442,7 @@ wait:
 		case <-x.breached:
 			break wait
 		case <-timer.C:
-			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.limits.Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis})
+			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.ceilings().Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis})
 		case <-ctx.Done():
 			runErr = context.Cause(ctx)
 			s.kill()

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
@@ -60,4 +62,53 @@ func (l Limits) inodes() int64 {
 		return l.Inodes
 	}
 	return max(l.Disk/inodeBytes, minInodes)
+}
+
+// ceilings are the limits of what runs in the sandbox now.
+func (s *Sandbox) ceilings() Limits {
+	if l := s.lowered.Load(); l != nil {
+		return *l
+	}
+	return s.limits
+}
+
+// Lower tightens the sandbox's ceilings to l for everything that runs in
+// it from now on: memory, pids and CPU bandwidth in its cgroup, where the
+// kernel holds the whole sandbox to them, and the ceilings of each
+// command (time, output, CPU time). A ceiling may only go down, so a
+// caller given a sandbox of some limits can never get more than they:
+// every field of l must be at most the sandbox's, and disk, inodes and
+// descriptors, fixed when the sandbox was built, must be unchanged. A
+// breach reports the lowered ceiling. The runtime's ledger keeps the
+// ceilings the sandbox was built with until it is destroyed.
+func (s *Sandbox) Lower(l Limits) error {
+	cur := s.ceilings()
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	switch {
+	case l.Disk != cur.Disk || l.Inodes != cur.Inodes || l.FDs != cur.FDs:
+		return fmt.Errorf("%w: disk, inodes and fds are fixed when the sandbox is built", ErrInvalid)
+	case l.Memory > cur.Memory, l.Pids > cur.Pids, l.Output > cur.Output, l.Time > cur.Time,
+		cur.CPUMilli > 0 && (l.CPUMilli == 0 || l.CPUMilli > cur.CPUMilli),
+		cur.CPUTime > 0 && (l.CPUTime == 0 || l.CPUTime > cur.CPUTime):
+		return fmt.Errorf("%w: a sandbox's ceilings may only be lowered", ErrInvalid)
+	}
+	var g cgroup.Limits
+	if l.Memory < cur.Memory {
+		g.MemoryBytes = l.Memory
+	}
+	if l.Pids < cur.Pids {
+		g.Pids = l.Pids
+	}
+	if l.CPUMilli != cur.CPUMilli {
+		g.CPUMilli = l.CPUMilli
+	}
+	if g != (cgroup.Limits{}) {
+		if err := s.group.Lower(g); err != nil {
+			return err
+		}
+	}
+	s.lowered.Store(&l)
+	return nil
 }

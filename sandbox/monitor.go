@@ -69,7 +69,7 @@ func (x *execution) check(fds bool) bool {
 // checkReading is check on a reading already taken.
 func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok bool, fds bool) bool {
 	s := x.s
-	l := s.limits
+	l := s.ceilings()
 	if cok {
 		x.noteUsage(c.MemoryPeakBytes, c.MemoryBytes, max(c.PidsPeak, c.Pids), c.CPUUsageNanos)
 		switch {
@@ -129,7 +129,7 @@ func (x *execution) disk() (diskUse, bool) {
 // highest allowed descriptor is open and its table is full. Init is
 // skipped; it holds only a few.
 func (x *execution) fdHolder() (count int64) {
-	ceiling := x.s.limits.FDs
+	ceiling := x.s.ceilings().FDs
 	pids, err := x.s.group.Procs()
 	if err != nil {
 		return 0

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
@@ -248,20 +249,37 @@ func TestAllowPrivate(t *testing.T) {
 	}
 }
 
+// TestToolSettingsAndFlagOverride: a tool's environment, working
+// directory and time ceiling apply, and flags win over them. The ceiling
+// is derived from how long the command takes here without its sleep, so
+// that on a slow machine its output still comes before the breach: three
+// times the whole run (start, setup, command, teardown) of which the
+// output is only a part, at least 300 ms.
 func TestToolSettingsAndFlagOverride(t *testing.T) {
 	requireRoot(t)
-	cfg := writeConfig(t, `
+	config := func(ceiling time.Duration) string {
+		return writeConfig(t, fmt.Sprintf(`
 tools:
   small:
     env:
       GREETING: from-config
     workdir: /tmp
     limits:
-      time: 300ms
-`)
-	o := airlock(t, "", "--config", cfg, "--tool", "small", "--", "sh", "-c", `echo "$GREETING $(pwd)"; sleep 5`)
-	if o.code != ExitLimit || o.stdout != "from-config /tmp\n" || !strings.Contains(o.stderr, "time limit of 300ms reached") || !strings.Contains(o.stderr, "tools.small.limits.time") {
+      time: %dms
+`, ceiling.Milliseconds()))
+	}
+	const prints = `echo "$GREETING $(pwd)"`
+	began := time.Now()
+	if o := airlock(t, "", "--config", config(time.Minute), "--tool", "small", "--", "sh", "-c", prints); o.code != 0 || o.stdout != "from-config /tmp\n" {
 		t.Fatalf("tool settings: %+v", o)
+	}
+	took := time.Since(began)
+	ceiling := min(max(3*took, 300*time.Millisecond), 20*time.Second).Truncate(time.Millisecond)
+	t.Logf("the command took %v here, whole; its ceiling is %v", took, ceiling)
+	cfg := config(ceiling)
+	o := airlock(t, "", "--config", cfg, "--tool", "small", "--", "sh", "-c", prints+"; sleep 60")
+	if o.code != ExitLimit || o.stdout != "from-config /tmp\n" || !strings.Contains(o.stderr, "time limit of ") || !strings.Contains(o.stderr, "tools.small.limits.time") {
+		t.Fatalf("tool settings with a %v ceiling: %+v", ceiling, o)
 	}
 	o = airlock(t, "", "--config", cfg, "--tool", "small", "--time", "10s", "--env", "GREETING=flag", "--", "sh", "-c", `echo "$GREETING"; sleep 0.5`)
 	if o.code != 0 || o.stdout != "flag\n" {

@@ -57,8 +57,16 @@ func TestServeBinary(t *testing.T) {
 	// A flag that reshapes the sandbox makes the run here, from the
 	// config file, and airlock says so rather than switch silently.
 	if out, errs, code := cli("", "--memory", "64MiB", "--config", cfg, "--state-dir", "/run/airlock-test-cli", "--cgroup-parent", testCgroup, "--", "echo", "here"); out != "here\n" || code != 0 ||
-		!strings.Contains(errs, "--memory, --config, --state-dir, --cgroup-parent change how the sandbox is built, so this run is made here from the config file, not by the daemon on "+sock) {
+		!strings.Contains(errs, "--config, --state-dir, --cgroup-parent change how the sandbox is built, so this run is made here from the config file, not by the daemon on "+sock) {
 		t.Fatalf("a reshaping flag: %q %q exit %d", out, errs, code)
+	}
+	// A flag that lowers a ceiling goes to the daemon, which holds the
+	// run to it; one that would raise it is refused there, naming it.
+	if out, errs, code := cli("", "--time", "1s", "--", "sleep", "30"); code != ExitLimit || !strings.Contains(errs, "time (ceiling 1") || strings.Contains(errs, "made here") {
+		t.Fatalf("a lowered ceiling through the daemon: %q %q exit %d", out, errs, code)
+	}
+	if out, errs, code := cli("", "--time", "24h", "--", "true"); code == 0 || !strings.Contains(errs, "limits.time: 24h0m0s is over the tool's ceiling of") {
+		t.Fatalf("a raised ceiling through the daemon: %q %q exit %d", out, errs, code)
 	}
 	// airlock mcp relays to the daemon, and says that its flags meant
 	// for an embedded run are not used.
@@ -67,7 +75,7 @@ func TestServeBinary(t *testing.T) {
 		t.Fatalf("airlock mcp --config beside a daemon: exit %d %q", mcpOut.code, mcpOut.stderr)
 	}
 	st, err := c.Pools(t.Context())
-	if err != nil || st[0].Hits+st[0].Misses < 3 {
+	if err != nil || st[0].Hits+st[0].Misses < 4 {
 		t.Fatalf("the runs did not go through the daemon: %+v %v", st, err)
 	}
 	// Sessions and pools from the command line.
@@ -115,12 +123,12 @@ func TestServeBinary(t *testing.T) {
 	// airlock audit: the runs above, as JSON lines and as text.
 	o := execAirlock(t, nil, "", "audit", "--socket", sock, "--kind", "run.finished", "--json")
 	lines := strings.Split(strings.TrimSpace(o.stdout), "\n")
-	if o.code != 0 || len(lines) != 5 {
-		t.Fatalf("audit --json: exit %d, %d lines, want 5:\n%s%s", o.code, len(lines), o.stdout, o.stderr)
+	if o.code != 0 || len(lines) != 6 {
+		t.Fatalf("audit --json: exit %d, %d lines, want 6:\n%s%s", o.code, len(lines), o.stdout, o.stderr)
 	}
 	var ev api.AuditEvent
-	if err := json.Unmarshal([]byte(lines[4]), &ev); err != nil || ev.Decision != "exited" || ev.Session != id || !strings.Contains(string(ev.Detail), `"exit_code":5`) {
-		t.Fatalf("the last run.finished: %s (%v)", lines[4], err)
+	if err := json.Unmarshal([]byte(lines[5]), &ev); err != nil || ev.Decision != "exited" || ev.Session != id || !strings.Contains(string(ev.Detail), `"exit_code":5`) {
+		t.Fatalf("the last run.finished: %s (%v)", lines[5], err)
 	}
 	o = execAirlock(t, nil, "", "audit", "--socket", sock, "--since", "1h", "--tool", "sh", "--decision", "exited")
 	if o.code != 0 || strings.Count(o.stdout, " run.finished ") != 5 || !strings.Contains(o.stdout, "client=unix:uid=0,pid=") {
@@ -178,7 +186,7 @@ func TestServeBinary(t *testing.T) {
 	if o := execAirlock(t, nil, "", "audit", "--socket", sock); o.code != ExitFailure || !strings.Contains(o.stderr, "no airlock daemon answers on "+sock) || !strings.Contains(o.stderr, "--db FILE") {
 		t.Errorf("audit without a daemon: exit %d %q", o.code, o.stderr)
 	}
-	if o := execAirlock(t, nil, "", "audit", "--db", auditDB, "--kind", "run.finished", "--json"); o.code != 0 || strings.Count(o.stdout, "\n") != 6 || !strings.Contains(o.stdout, `"exit_code":7`) {
+	if o := execAirlock(t, nil, "", "audit", "--db", auditDB, "--kind", "run.finished", "--json"); o.code != 0 || strings.Count(o.stdout, "\n") != 7 || !strings.Contains(o.stdout, `"exit_code":7`) {
 		t.Errorf("audit --db: exit %d\n%s%s", o.code, o.stdout, o.stderr)
 	}
 	if o := execAirlock(t, nil, "", "audit", "--db", auditDB, "--kind", "nope"); o.code != ExitFailure || !strings.Contains(o.stderr, `no events are of kind "nope"`) {

@@ -12,7 +12,7 @@ import (
 var (
 	serverKeys   = []string{"capacity", "e2b", "socket", "socket_group", "tcp", "tokens"}
 	tokenKeys    = []string{"auditor", "concurrency", "name", "secret", "tools"}
-	capacityKeys = []string{"memory", "pids", "sandboxes"}
+	capacityKeys = []string{"memory", "output", "pids", "sandboxes"}
 )
 
 // Server configures `airlock serve`'s listeners.
@@ -46,6 +46,10 @@ type Capacity struct {
 	Memory      int64
 	MemoryShare int
 	Pids        int64
+	// Output bounds the output the daemon holds at once for callers that
+	// take it whole (not streamed): each such run reserves its output
+	// ceiling of it. 0 is the default.
+	Output int64
 }
 
 // Token is one bearer token: its value is a secret, read at start, and
@@ -193,10 +197,11 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 }
 
 // capacity reads server.capacity: sandboxes (a count), memory (a size,
-// or a share of the host's memory such as "75%"), pids (a count).
+// or a share of the host's memory such as "75%"), pids (a count), output
+// (a size).
 func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 	var c Capacity
-	fs, err := p.fields(n, at, "a mapping of sandboxes, memory and pids", capacityKeys)
+	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids and output", capacityKeys)
 	if err != nil {
 		return c, err
 	}
@@ -211,6 +216,14 @@ func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 			var v *int64
 			if v, err = p.count(f.val, sub); err == nil {
 				c.Pids = *v
+			}
+		case "output":
+			var v *int64
+			if v, err = p.size(f.val, sub); err == nil {
+				if *v <= 0 {
+					err = p.errAt(f.val, sub, "want a size above zero")
+				}
+				c.Output = *v
 			}
 		case "memory":
 			var s string

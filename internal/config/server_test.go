@@ -14,7 +14,7 @@ server:
   tokens:
     - {name: ci, secret: ci_tok, tools: [fetch], concurrency: 4}
     - {name: admin, secret: admin_tok, tools: ["*"], auditor: true}
-  capacity: {sandboxes: 40, memory: 16GiB, pids: 20000}
+  capacity: {sandboxes: 40, memory: 16GiB, pids: 20000, output: 64MiB}
 secrets:
   ci_tok: {env: CI_TOKEN}
   admin_tok: {file: /etc/airlock/admin}
@@ -35,7 +35,7 @@ tools:
 	if s.Tokens[0].Auditor || !s.Tokens[1].Auditor {
 		t.Fatalf("auditor %+v", s.Tokens)
 	}
-	if s.Capacity != (Capacity{Sandboxes: 40, Memory: 16 << 30, Pids: 20000}) {
+	if s.Capacity != (Capacity{Sandboxes: 40, Memory: 16 << 30, Pids: 20000, Output: 64 << 20}) {
 		t.Fatalf("capacity %+v", s.Capacity)
 	}
 	if c, err := Parse("a.yaml", []byte("server: {capacity: {memory: 75%}}")); err != nil || c.Server.Capacity != (Capacity{MemoryShare: 75}) {
@@ -61,6 +61,8 @@ tools:
 		{"server: {capacity: {memory: 101%}}", "from 1% to 100%"},
 		{"server: {capacity: {memory: 07%}}", "from 1% to 100%"},
 		{"server: {capacity: {memory: 0}}", "above zero"},
+		{"server: {capacity: {output: 0}}", "above zero"},
+		{"server: {capacity: {output: lots}}", "capacity.output"},
 		{"server: {capacity: {memory: lots}}", "capacity.memory"},
 		{"server: {capacity: {sandboxes: 0}}", "capacity.sandboxes"},
 		{"server: {capacity: {pids: -1}}", "capacity.pids"},

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -170,6 +171,14 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
 	j := runJob{tool: t, client: clientOf(r), caller: callerOf(r.Context()), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
+	if req.Limits != nil {
+		l, err := attach.RunLimits(d.plans[t.Name].Spec.Limits, req.Limits)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		j.limits = &l
+	}
 	if req.Stdin != "" {
 		j.stdin = &req.Stdin
 	}
@@ -218,16 +227,23 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	// The whole answer, with its length, is flushed before the deferred
 	// destroy: the caller need not wait for the teardown.
-	b, err := json.Marshal(res)
+	writeResult(w, res)
+}
+
+// writeResult answers with a result, its output encoded straight from
+// the captured buffers (see result.Encode): many runs answered at once
+// each hold their output once, not several copies of it.
+func writeResult(w http.ResponseWriter, res *result.Result) {
+	e, err := result.Encode(res)
 	if err != nil {
 		writeErr(w, errors.New("result could not be encoded"))
 		return
 	}
-	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header().Set("Content-Length", strconv.FormatInt(e.Len()+1, 10))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	_, _ = e.WriteTo(w)
+	_, _ = io.WriteString(w, "\n")
 	_ = http.NewResponseController(w).Flush()
 }
 
@@ -274,6 +290,9 @@ type runJob struct {
 	started func() error
 	// tty, if set, gives the command a terminal on this stream.
 	tty *ttyStream
+	// limits, if set, are the run's ceilings, lowered under the tool's
+	// (attach.RunLimits); nil keeps the tool's.
+	limits *sandbox.Limits
 	// also, if set, gives events recorded with the run's outcome, in
 	// the same write of the log (an MCP call's record).
 	also func(*result.Result) []audit.Event
@@ -299,6 +318,17 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 	release, err := d.hold(j.caller, false)
 	if err != nil {
 		return nil, nil, err
+	}
+	if j.capture {
+		// Room for the output the answer will hold, before anything
+		// starts: the daemon's own memory is no sandbox's ceiling.
+		unhold := release
+		free, err := d.reserveCapture(ctx, j.tool, j.limits)
+		if err != nil {
+			unhold()
+			return nil, nil, err
+		}
+		release = func() { free(); unhold() }
 	}
 	defer func() {
 		if done == nil {
@@ -364,6 +394,16 @@ func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func
 		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
 		d.finishRun(ctx, *scope, res, j.extra(res)...)
 		return res, func() { destroy(); release() }, nil
+	}
+	if j.limits != nil {
+		// Before the command starts, so that all of it runs under them.
+		if err := sb.Lower(*j.limits); err != nil {
+			d.counts.failures.Add(1)
+			d.opts.Logger.Warn("lower a run's limits", "sandbox", sb.ID(), "err", err)
+			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: "airlock could not apply the run's lowered limits"}
+			d.finishRun(ctx, *scope, res, j.extra(res)...)
+			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
+		}
 	}
 	x := sandbox.ExecRequest{
 		Argv:        j.argv,

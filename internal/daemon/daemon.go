@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/tokens"
+	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -76,6 +77,10 @@ type Options struct {
 	// was given ends; and one read of an E2B upload's body (a client
 	// that sends nothing for this long is cut); 0 means 30s.
 	StallTimeout time.Duration
+	// CaptureWait is how long a run whose output is captured waits for
+	// room in the captured-output budget (server.capacity.output) before
+	// it is refused; 0 means 30s.
+	CaptureWait time.Duration
 }
 
 // Daemon serves the API. Create it with New and run it with Serve.
@@ -100,8 +105,11 @@ type Daemon struct {
 	tokens *tokens.Set
 	audit  *audit.Log
 
-	counts    counters
-	holds     holds
+	counts counters
+	holds  holds
+	// capture bounds the output held for callers that take it whole
+	// (see capture.go).
+	capture   *captureBudget
 	refusals  refusals
 	sessions  sessions
 	instances instances   // MCP servers of client sessions
@@ -217,6 +225,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = defaultStallTimeout
 	}
+	if opts.CaptureWait <= 0 {
+		opts.CaptureWait = defaultCaptureWait
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -288,6 +299,17 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	d.opts.Sandbox.Budget = opts.Sandbox.Budget
+	outBudget := opts.Config.Server.Capacity.Output
+	if outBudget == 0 {
+		outBudget = defaultCaptureBudget
+	}
+	for _, t := range opts.Config.Profiles() {
+		// A run of the tool taken whole could never be answered.
+		if o := plans[t.Name].Spec.Limits.Output; o > outBudget {
+			return nil, fmt.Errorf("tool %s: its output ceiling of %s is over the daemon's budget for captured output of %s (server.capacity.output)", t.Name, units.FormatSize(o), units.FormatSize(outBudget))
+		}
+	}
+	d.capture = newCaptureBudget(outBudget, opts.CaptureWait)
 	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids)
 	// sandbox.New sweeps leftovers of a crashed predecessor.
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {

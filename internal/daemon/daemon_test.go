@@ -102,17 +102,28 @@ func TestRunThroughSocket(t *testing.T) {
 	}
 }
 
+// TestRunStreamAndLimit streams a command's output events, then its time
+// breach. The ceiling is derived from how long the same command takes
+// here without the sleep, so that on a slow machine (an emulated guest
+// is tens of times slower) the output still comes before the breach: the
+// run lowers its tool's 5 s ceiling to ten times that, at least 500 ms.
 func TestRunStreamAndLimit(t *testing.T) {
 	_, c, _ := start(t)
+	const prints = "echo out; echo err >&2"
+	began := time.Now()
+	if r, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", prints}}); err != nil || r.Outcome != result.Exited {
+		t.Fatalf("measure: %+v %v", r, err)
+	}
+	ceiling := min(max(10*time.Since(began), 500*time.Millisecond), 5*time.Second)
 	var kinds []string
-	r, err := c.RunStream(t.Context(), api.RunRequest{Tool: "cold", Argv: []string{"sh", "-c", "echo out; echo err >&2; sleep 10"}}, func(ev result.Event) {
+	r, err := c.RunStream(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", prints + "; sleep 60"}, Limits: &api.RunLimits{Time: ceiling.String()}}, func(ev result.Event) {
 		kinds = append(kinds, ev.Type)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitTime {
-		t.Fatalf("result %+v", r)
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitTime || r.Limit.Ceiling != ceiling.Milliseconds() {
+		t.Fatalf("result %+v (limit %+v), want the time limit at %v", r, r.Limit, ceiling)
 	}
 	joined := strings.Join(kinds, " ")
 	if !strings.Contains(joined, "stdout") || !strings.Contains(joined, "stderr") {
@@ -137,7 +148,8 @@ func TestBadRequests(t *testing.T) {
 		code                     string
 	}{
 		{"not json", "POST", "/v1/runs", "{", 400, api.CodeInvalid},
-		{"unknown field", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"limits":{}}`, 400, api.CodeInvalid},
+		{"unknown field", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"nope":{}}`, 400, api.CodeInvalid},
+		{"unknown limit", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"limits":{"disk":"1MiB"}}`, 400, api.CodeInvalid},
 		{"no argv", "POST", "/v1/runs", `{"tool":"sh"}`, 400, api.CodeInvalid},
 		{"no tool", "POST", "/v1/runs", `{"argv":["true"]}`, 400, api.CodeInvalid},
 		{"relative workdir", "POST", "/v1/runs", `{"tool":"sh","argv":["true"],"workdir":"tmp"}`, 400, api.CodeInvalid},

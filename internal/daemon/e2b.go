@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -128,7 +129,7 @@ func e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return true
 	default:
 		if err := json.Unmarshal(b, v); err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not valid JSON of this call: "+err.Error())
+			e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not valid JSON of this call: "+jsonin.Describe(err))
 			return false
 		}
 		return true

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ func (d *Daemon) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, er
 func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req e2b.SignalRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
 	}
 	sig, ok := e2b.Signals[req.Signal]
 	if !ok {
@@ -130,7 +131,7 @@ func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 		} `json:"input"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -177,7 +178,7 @@ func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 		} `json:"pty"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -212,7 +213,7 @@ func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (an
 		Process e2b.Selector `json:"process"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %v", err)
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {

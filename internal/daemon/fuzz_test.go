@@ -21,6 +21,9 @@ func FuzzDecodeRun(f *testing.F) {
 	f.Add([]byte(`{"tool":"","argv":[]}`))
 	f.Add([]byte(`[1,2]`))
 	f.Add([]byte(`{"tool":"sh","argv":["true"]}{}`))
+	f.Add([]byte(`{"tool":"sh","argv":["true"],"env":{"B":"2","A":"1"}}`))
+	f.Add([]byte(`{"tool":"sh","argv":["true"],"env":{"A":1}}`))
+	f.Add([]byte(`{"tool":"sh","argv":"true","tty":{"rows":"x"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("POST", "/v1/runs", bytes.NewReader(body))
@@ -37,6 +40,9 @@ func FuzzDecodeRun(f *testing.F) {
 		var e api.Error
 		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code == "" || e.Message == "" {
 			t.Fatalf("refusal body %q: %v", w.Body.String(), err)
+		}
+		if leaksGo(e.Message) {
+			t.Fatalf("refusal %q names Go's types", e.Message)
 		}
 	})
 }

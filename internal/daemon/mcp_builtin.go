@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -130,6 +131,11 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			return nil, err
 		}
 		defer sess.leave()
+		free, err := d.reserveCapture(ctx, sess.tool, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
 		x := sandbox.ExecRequest{Argv: in.Argv, Dir: workdir("", sess.tool), Capture: true}
 		if in.Stdin != nil {
 			x.Stdin = strings.NewReader(*in.Stdin)
@@ -215,7 +221,7 @@ func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Con
 			dec.DisallowUnknownFields()
 			if len(req.Params.Arguments) > 0 {
 				if err := dec.Decode(&in); err != nil {
-					return nil, errdefs.New(errdefs.ErrInvalid, "invalid arguments: "+err.Error())
+					return nil, errdefs.New(errdefs.ErrInvalid, "invalid arguments: "+jsonin.Describe(err))
 				}
 			}
 			if len(in.Argv) > maxBuiltinArgs || (in.Argv != nil && (len(in.Argv) == 0 || in.Argv[0] == "")) {

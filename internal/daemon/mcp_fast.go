@@ -3,16 +3,21 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/result"
 )
 
 // The fast path of tools/call. The SDK's streamable transport hands each
@@ -175,7 +180,11 @@ func (d *Daemon) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.Too
 		}
 	}()
 	ctx := context.WithValue(r.Context(), afterAnswerKey{}, &after)
+	ctx = mcpserver.WithLazyText(ctx)
 	res, err := h(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: c.name, Arguments: c.arguments}})
+	if err == nil && res != nil && writeLazyResult(w, c.id, res) {
+		return
+	}
 	a := fastAnswer{JSONRPC: "2.0", ID: c.id}
 	switch {
 	case err != nil:
@@ -204,4 +213,89 @@ func (d *Daemon) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.Too
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 	_ = http.NewResponseController(w).Flush()
+}
+
+// writeLazyResult answers with a run's result whose text the handler left
+// to the writer (mcpserver.LazyToolResult), encoding the text and the
+// structured result's output straight from the run's buffers: calls
+// answered at once each hold their output once (see capture.go), where
+// encoding the answer whole held it several times over. It reports false,
+// having written nothing, for any other result; the text is then filled
+// in for the caller to write as usual.
+func writeLazyResult(w http.ResponseWriter, id json.RawMessage, res *mcp.CallToolResult) bool {
+	var r *result.Result
+	switch sc := res.StructuredContent.(type) {
+	case mcpserver.Structured:
+		r = sc.Result
+	case *result.Result:
+		r = sc
+	}
+	if r == nil || len(res.Content) != 1 {
+		return false
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok || tc.Text != "" {
+		return false
+	}
+	pieces, ok := mcpserver.ToolText(r)
+	if !ok {
+		return false
+	}
+	// Each part to be written from the buffers stands in the encoded
+	// answer as a random marker, which the caller cannot have put in
+	// anything of its own (the request's id).
+	type part struct {
+		mark  []byte
+		at    int
+		size  int64
+		write func(io.Writer) error
+	}
+	parts := []*part{
+		{size: result.JSONStringLen(pieces...), write: func(w io.Writer) error { return result.WriteJSONString(w, pieces...) }},
+		{size: r.Stdout.EncodedLen(), write: r.Stdout.WriteJSON},
+		{size: r.Stderr.EncodedLen(), write: r.Stderr.WriteJSON},
+	}
+	marks := make([]string, len(parts))
+	for i, p := range parts {
+		marks[i] = "airlock-" + rand.Text()
+		p.mark = []byte(`"` + marks[i] + `"`)
+	}
+	cp := *res
+	cp.Content = []mcp.Content{&mcp.TextContent{Text: marks[0]}}
+	rr := *r
+	rr.Stdout, rr.Stderr = result.Output(marks[1]), result.Output(marks[2])
+	cp.StructuredContent = mcpserver.Structured{Result: &rr}
+	frame, err := json.Marshal(fastAnswer{JSONRPC: "2.0", ID: id, Result: &cp})
+	fill := func() bool {
+		tc.Text = string(bytes.Join(pieces, nil))
+		return false
+	}
+	if err != nil {
+		return fill()
+	}
+	size := int64(len(frame))
+	for _, p := range parts {
+		if p.at = bytes.Index(frame, p.mark); p.at < 0 || bytes.Count(frame, p.mark) != 1 {
+			return fill()
+		}
+		size += p.size - int64(len(p.mark))
+	}
+	slices.SortFunc(parts, func(a, b *part) int { return a.at - b.at })
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache, no-transform")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	from := 0
+	for _, p := range parts {
+		if _, err := w.Write(frame[from:p.at]); err != nil {
+			return true
+		}
+		if err := p.write(w); err != nil {
+			return true
+		}
+		from = p.at + len(p.mark)
+	}
+	_, _ = w.Write(frame[from:])
+	_ = http.NewResponseController(w).Flush()
+	return true
 }

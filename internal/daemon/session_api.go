@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -74,7 +75,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		if errors.As(err, &tooBig) {
 			writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
 		} else {
-			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
+			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+jsonin.Describe(err)))
 		}
 		return false
 	}
@@ -396,6 +397,14 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	}
 	if !strings.Contains(r.Header.Get("Accept"), api.NDJSON) {
 		x.Capture = true
+		// Room for the output the answer holds (see capture.go), until
+		// it is out.
+		free, err := d.reserveCapture(r.Context(), s.tool, nil)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		defer free()
 		res, err := d.exec(r.Context(), s, clientOf(r), x)
 		if err != nil {
 			if r.Context().Err() == nil {
@@ -403,7 +412,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeResult(w, res)
 		return
 	}
 	// The status goes out with the first event, after the run is

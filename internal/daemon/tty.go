@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/jsonin"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -128,7 +129,7 @@ func (t *ttyStream) read(r *bufio.Reader) {
 	for sc.Scan() {
 		var in api.TTYInput
 		if err := json.Unmarshal(sc.Bytes(), &in); err != nil {
-			t.end(fmt.Errorf("the client's terminal stream broke: %v", err))
+			t.end(fmt.Errorf("the client's terminal stream broke: %s", jsonin.Describe(err)))
 			t.stdinW.Close()
 			return
 		}

@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/jsonin"
 )
 
 // EnvdVersion is the envd version airlock answers with. The SDK gates
@@ -208,7 +210,7 @@ func ReadRequest(r io.Reader, v any) error {
 		return Errorf(CodeInvalidArgument, "request: an end of stream where a message was expected")
 	}
 	if err := json.Unmarshal(msg, v); err != nil {
-		return Errorf(CodeInvalidArgument, "request: %v", err)
+		return Errorf(CodeInvalidArgument, "request: %s", jsonin.Describe(err))
 	}
 	return nil
 }

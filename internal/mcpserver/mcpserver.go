@@ -7,6 +7,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -202,8 +203,21 @@ func handler(opts Options, t *config.Tool) mcp.ToolHandler {
 		if res.Outcome == result.Error {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "airlock failed while running the tool: " + res.Error}
 		}
+		if ctx.Value(lazyTextKey{}) != nil {
+			lazy, _ := LazyToolResult(res)
+			return lazy, nil
+		}
 		return ToolResult(res), nil
 	}
+}
+
+type lazyTextKey struct{}
+
+// WithLazyText marks ctx as that of a call whose answer's writer encodes
+// a run's text itself, from the result (ToolText): the tool's handler
+// then answers with LazyToolResult, and holds no copy of the output.
+func WithLazyText(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lazyTextKey{}, true)
 }
 
 // progressQueue bounds the progress notifications waiting to go out; past
@@ -282,17 +296,90 @@ func toolError(msg string) *mcp.CallToolResult {
 // structured content, and its output as text. A breach or a failed
 // command is a tool error.
 func ToolResult(r *result.Result) *mcp.CallToolResult {
-	var b strings.Builder
-	switch r.Outcome {
-	case result.LimitExceeded:
-		fmt.Fprintf(&b, "limit exceeded: %s; the sandbox was destroyed\n", r.Limit)
-	case result.Signaled:
-		fmt.Fprintf(&b, "killed by signal %d\n", r.Signal)
-	case result.Exited:
-		if r.ExitCode != 0 {
-			fmt.Fprintf(&b, "exit code %d\n", r.ExitCode)
+	text := ""
+	if pieces, ok := ToolText(r); ok {
+		text = string(bytes.Join(pieces, nil))
+	} else {
+		text = invalidText(r)
+	}
+	return toolResult(r, text)
+}
+
+// LazyToolResult is ToolResult without its text, when ToolText can give
+// it as pieces: the text content is then empty, for a writer that encodes
+// it from the pieces (the daemon's answer of a tools/call, which so holds
+// no copy of the output). ok says which it is.
+func LazyToolResult(r *result.Result) (res *mcp.CallToolResult, lazy bool) {
+	if _, ok := ToolText(r); ok {
+		return toolResult(r, ""), true
+	}
+	return ToolResult(r), false
+}
+
+func toolResult(r *result.Result, text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		IsError:           r.Outcome != result.Exited || r.ExitCode != 0,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
+		StructuredContent: Structured{r},
+	}
+}
+
+// ToolText is the text of ToolResult's content as pieces to be written
+// one after another; the output's pieces are r's own buffers, not copies.
+// ok is false when the output is not valid UTF-8: its text is then not
+// its bytes, and only ToolResult gives it.
+func ToolText(r *result.Result) (pieces [][]byte, ok bool) {
+	if !utf8.Valid(r.Stdout) || !utf8.Valid(r.Stderr) {
+		return nil, false
+	}
+	n := 0
+	add := func(b []byte) {
+		pieces = append(pieces, b)
+		n += len(b)
+	}
+	if h := textHead(r); h != "" {
+		add([]byte(h))
+	}
+	text := func(name string, o result.Output) {
+		if len(o) == 0 {
+			return
+		}
+		if n > 0 || name == "stderr" {
+			add([]byte(name + ":\n"))
+		}
+		add(o)
+		if o[len(o)-1] != '\n' {
+			add([]byte("\n"))
 		}
 	}
+	text("stdout", r.Stdout)
+	text("stderr", r.Stderr)
+	if r.Truncated {
+		add([]byte("(output truncated at the output ceiling)\n"))
+	}
+	return pieces, true
+}
+
+// textHead is the text's first line: how the command ended, unless it
+// exited 0.
+func textHead(r *result.Result) string {
+	switch r.Outcome {
+	case result.LimitExceeded:
+		return fmt.Sprintf("limit exceeded: %s; the sandbox was destroyed\n", r.Limit)
+	case result.Signaled:
+		return fmt.Sprintf("killed by signal %d\n", r.Signal)
+	case result.Exited:
+		if r.ExitCode != 0 {
+			return fmt.Sprintf("exit code %d\n", r.ExitCode)
+		}
+	}
+	return ""
+}
+
+// invalidText is the text of a result whose output is not valid UTF-8.
+func invalidText(r *result.Result) string {
+	var b strings.Builder
+	b.WriteString(textHead(r))
 	text := func(name string, o result.Output) {
 		if len(o) == 0 {
 			return
@@ -314,9 +401,5 @@ func ToolResult(r *result.Result) *mcp.CallToolResult {
 	if r.Truncated {
 		b.WriteString("(output truncated at the output ceiling)\n")
 	}
-	return &mcp.CallToolResult{
-		IsError:           r.Outcome != result.Exited || r.ExitCode != 0,
-		Content:           []mcp.Content{&mcp.TextContent{Text: b.String()}},
-		StructuredContent: Structured{r},
-	}
+	return b.String()
 }

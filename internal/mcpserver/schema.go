@@ -62,20 +62,22 @@ var output = map[string]any{
 // breached, say), which ResultSchema does not type as null.
 type Structured struct{ *result.Result }
 
+// structured is a result with its nullable members left out when empty:
+// these fields shadow the embedded result's of the same JSON names, so
+// the result is encoded once, its output written straight from its
+// buffers (a tool call's answer holds no copy of it).
+type structured struct {
+	*result.Result
+	Limit    *result.Limit        `json:"limit,omitempty"`
+	Evidence []result.Sample      `json:"evidence,omitempty"`
+	Egress   []result.EgressEvent `json:"egress,omitempty"`
+	Broker   []result.BrokerEvent `json:"broker,omitempty"`
+}
+
 // MarshalJSON implements json.Marshaler.
 func (s Structured) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(s.Result)
-	if err != nil {
-		return nil, err
+	if s.Result == nil {
+		return []byte("null"), nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range m {
-		if string(v) == "null" {
-			delete(m, k)
-		}
-	}
-	return json.Marshal(m)
+	return json.Marshal(structured{Result: s.Result, Limit: s.Limit, Evidence: s.Evidence, Egress: s.Egress, Broker: s.Broker})
 }

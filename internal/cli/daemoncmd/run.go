@@ -18,7 +18,12 @@ import (
 // shapingFlags change how the sandbox is built or what it may reach. A
 // warm sandbox of the daemon was built from the tool's settings, so a run
 // that gives any of them runs here instead.
-var shapingFlags = []string{"image", "image-store", "memory", "pids", "disk", "fds", "output", "time", "cpu", "cpu-time", "allow", "allow-private", "config", "state-dir", "cgroup-parent", "sample-interval"}
+var shapingFlags = []string{"image", "image-store", "disk", "fds", "cpu", "allow", "allow-private", "config", "state-dir", "cgroup-parent", "sample-interval"}
+
+// lowerFlags are the ceilings a run through a daemon may lower under its
+// tool's (api.RunLimits): the daemon refuses a value above the tool's.
+// Without a daemon they apply here, as any flag does.
+var lowerFlags = []string{"memory", "pids", "output", "time", "cpu-time"}
 
 // fullRun is a run with what airlock hands over: a tool, a config file,
 // an image; through the daemon when it can.

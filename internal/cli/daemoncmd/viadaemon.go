@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -37,7 +38,7 @@ func isTerminal(f *os.File) bool {
 // runViaDaemon runs argv as a run of rf.Tool through the daemon c talks
 // to, with the same output, events and result as a run here.
 func runViaDaemon(ctx context.Context, c *client.Client, rf *cli.RunFlags, argv []string, stdio cli.IO) *result.Result {
-	req := api.RunRequest{Tool: rf.Tool, Argv: argv, Env: rf.Env}
+	req := api.RunRequest{Tool: rf.Tool, Argv: argv, Env: rf.Env, Limits: runLimits(rf)}
 	if rf.Set["workdir"] {
 		req.Workdir = rf.Workdir
 	}
@@ -53,7 +54,7 @@ func runViaDaemon(ctx context.Context, c *client.Client, rf *cli.RunFlags, argv 
 		case err != nil:
 			return &result.Result{Outcome: result.Error, Error: fmt.Sprintf("read standard input: %v", err)}
 		case len(b) > maxDaemonStdin:
-			return &result.Result{Outcome: result.Error, Error: fmt.Sprintf("standard input over %d KiB cannot go through the daemon; give a limit flag to run here instead", maxDaemonStdin>>10)}
+			return &result.Result{Outcome: result.Error, Error: fmt.Sprintf("standard input over %d KiB cannot go through the daemon; give --config to run here instead", maxDaemonStdin>>10)}
 		}
 		req.Stdin = string(b)
 	}
@@ -108,4 +109,33 @@ func onTerminal(stdio cli.IO, call func(client.TTY) (*result.Result, error)) *re
 		return &result.Result{Outcome: result.Error, Error: err.Error()}
 	}
 	return r
+}
+
+// runLimits are the ceilings the flags lower (lowerFlags), for the
+// daemon to apply under the tool's; nil when none is given.
+func runLimits(rf *cli.RunFlags) *api.RunLimits {
+	var l api.RunLimits
+	set := false
+	for _, n := range lowerFlags {
+		if !rf.Set[n] {
+			continue
+		}
+		set = true
+		switch n {
+		case "memory":
+			l.Memory = strconv.FormatInt(rf.Limits.Memory, 10)
+		case "pids":
+			l.Pids = rf.Limits.Pids
+		case "output":
+			l.Output = strconv.FormatInt(rf.Limits.Output, 10)
+		case "time":
+			l.Time = rf.Limits.Time.String()
+		case "cpu-time":
+			l.CPUTime = rf.Limits.CPUTime.String()
+		}
+	}
+	if !set {
+		return nil
+	}
+	return &l
 }

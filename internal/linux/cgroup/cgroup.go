@@ -412,3 +412,24 @@ func (g *Group) AddProc(pid int) error {
 	}
 	return nil
 }
+
+// Lower tightens the memory, pids and CPU limits of a live group to l's
+// set fields (zero fields are left as they are). The caller checks that
+// each is at or under the group's limit: Lower writes what it is given,
+// in the order that lowers (on v1 memory.limit_in_bytes before memsw,
+// which may never be below it).
+func (g *Group) Lower(l Limits) error {
+	var ws []limitWrite
+	if g.p.version == V1 {
+		ws = g.p.v1Resources(l)
+	} else {
+		var err error
+		if ws, err = g.p.v2Resources(l); err != nil {
+			return err
+		}
+	}
+	if err := g.writeLimits(ws); err != nil {
+		return fmt.Errorf("cgroup: lower the limits of group %s: %w", g.id, err)
+	}
+	return nil
+}
