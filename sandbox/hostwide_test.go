@@ -292,8 +292,12 @@ func TestTCPUnacceptedBounded(t *testing.T) {
 		}
 	}
 	t.Logf("outcome %s %+v; the host's TCP memory grew from %d to %d MiB at most (pressure at %d MiB)", r.Outcome, r.Limit, before>>20, peak>>20, pressure>>20)
-	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory || r.Limit.Ceiling != sb.unheld {
-		t.Fatalf("the sandbox was not ended at its bound on unaccepted connections (%d bytes): %s %+v", sb.unheld, r.Outcome, r.Limit)
+	// v2 charges the buffers of connections not accepted yet to the
+	// sandbox's memory (6.1 did, in the guest), so there its memory
+	// ceiling may be what ends it first; v1 charges them to no group.
+	atMemory := rt.cg.Version() == cgroup.V2 && r.Limit != nil && r.Limit.Ceiling == 64<<20
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory || (r.Limit.Ceiling != sb.unheld && !atMemory) {
+		t.Fatalf("the sandbox was not ended at its bound on unaccepted connections (%d bytes) nor at its memory ceiling (v2): %s %+v", sb.unheld, r.Outcome, r.Limit)
 	}
 }
 

@@ -67,12 +67,28 @@ func TestLower(t *testing.T) {
 		}
 		check("67108864", "64")
 	}
+	// On v1 the sandbox's socket buffers have a ceiling of their own, its
+	// share of the host's TCP memory, far below its memory ceiling:
+	// lowering the memory must leave it as it is, never raise it to the
+	// new memory ceiling.
+	tcpLimit := func() string {
+		for _, dir := range cgroupDirs(sb.ID()) {
+			if b, err := os.ReadFile(filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes")); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		return ""
+	}
+	tcpBefore := tcpLimit()
 	w := l
 	w.Memory, w.Pids, w.Time = 32<<20, 16, time.Second
 	if err := sb.Lower(w); err != nil {
 		t.Fatal(err)
 	}
 	check("33554432", "16")
+	if got := tcpLimit(); got != tcpBefore {
+		t.Errorf("the socket buffer ceiling went from %s to %s", tcpBefore, got)
+	}
 	if got := sb.Limits(); got != w {
 		t.Errorf("Limits() %+v, want %+v", got, w)
 	}

@@ -164,6 +164,9 @@ type Runtime struct {
 	// together, and sockBudget what a sandbox's memory ceiling is a part
 	// of when its share of it is set (see sockets.go); 0 for none.
 	sockets, sockBudget int64
+	// sockdiagFailed says once that the sandboxes' unaccepted
+	// connections cannot be read (sockets.go).
+	sockdiagFailed sync.Once
 	// base is what every init's setup carries from the host: loaded once,
 	// by New, or (OneShot) on another goroutine while New and the Create
 	// go on, so that the work overlaps them and the start of init.

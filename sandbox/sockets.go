@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"time"
@@ -90,6 +92,14 @@ func socketShare(memory, budget, all int64) int64 {
 // none to share.
 func (rt *Runtime) setSocketCeiling() int64 {
 	all, err := socketCeiling()
+	if errors.Is(err, fs.ErrNotExist) {
+		// A network namespace other than the host's shows no tcp_mem
+		// (the count is the host's, kept by its first namespace): a
+		// one-shot run started in one (a test's, a container's) has no
+		// share to take, and nothing to say on its output about it.
+		rt.opts.Logger.Debug("the host's TCP memory is not visible from this network namespace; sandboxes' socket buffers are bounded by their memory ceilings only")
+		return 0
+	}
 	if err != nil {
 		rt.opts.Logger.Warn("the host's TCP memory could not be read; sandboxes' socket buffers are bounded by their memory ceilings only", "err", err)
 		return 0
@@ -126,6 +136,12 @@ func (s *Sandbox) unheldUsage() (int64, bool) {
 	}
 	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
 	if err != nil {
+		// Without the reading the bound on unaccepted connections is
+		// gone: said once a runtime (a kernel without sock_diag's TCP
+		// module, say), not once a reading.
+		s.rt.sockdiagFailed.Do(func() {
+			s.rt.opts.Logger.Warn("the sandboxes' connections not accepted yet cannot be read (sock_diag); their socket buffers are not bounded", "err", err)
+		})
 		return 0, false
 	}
 	return u.Unheld, u.Unheld > s.unheld

@@ -24,9 +24,11 @@ var limitKnobs = map[string]struct{ what, flag, key string }{
 }
 
 // LimitMessage is what the CLI says of a breach: the ceiling in human
-// units and how to raise it (tool names the config's tool, if any). The
+// units and how to raise it (tool names the config's tool, if any). A run
+// that went to a daemon (viaDaemon) can only be raised in the daemon's
+// config: its flags may lower the tool's ceilings, never raise them. The
 // result and the API keep the numbers.
-func LimitMessage(l *result.Limit, tool string) string {
+func LimitMessage(l *result.Limit, tool string, viaDaemon bool) string {
 	if l == nil {
 		return "limit exceeded"
 	}
@@ -37,8 +39,11 @@ func LimitMessage(l *result.Limit, tool string) string {
 	if tool == "" {
 		tool = "NAME"
 	}
-	return fmt.Sprintf("limit exceeded: %s limit of %s reached (observed %s); raise it with %s or tools.%s.limits.%s in the config",
-		k.what, humanAmount(l.Ceiling, l.Unit), humanAmount(l.Observed, l.Unit), k.flag, tool, k.key)
+	head := fmt.Sprintf("limit exceeded: %s limit of %s reached (observed %s)", k.what, humanAmount(l.Ceiling, l.Unit), humanAmount(l.Observed, l.Unit))
+	if viaDaemon {
+		return fmt.Sprintf("%s; raise it with tools.%s.limits.%s in the daemon's config", head, tool, k.key)
+	}
+	return fmt.Sprintf("%s; raise it with %s or tools.%s.limits.%s in the config", head, k.flag, tool, k.key)
 }
 
 // humanAmount renders n in unit for people: 67108864 bytes is "64 MiB",

@@ -28,6 +28,10 @@ const DefaultImageStore = "/var/lib/airlock/images"
 // RunFlags are the parsed flags of `airlock run`.
 type RunFlags struct {
 	Limits sandbox.Limits
+	// ViaDaemon is set once the run went to a daemon (this host's, or
+	// --host): its tool's ceilings are the daemon's config's, which the
+	// run's flags may lower but never raise.
+	ViaDaemon bool
 	// Env are --env's KEY=VALUE pairs, in order.
 	Env          []string
 	Workdir      string
@@ -274,7 +278,7 @@ func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error 
 		}
 		return exitCode(128 + r.Signal)
 	case result.LimitExceeded:
-		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(LimitMessage(r.Limit, f.Tool)))
+		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(LimitMessage(r.Limit, f.Tool, f.ViaDaemon)))
 		return &ExitError{Code: ExitLimit}
 	default:
 		if ctx.Err() != nil {

@@ -207,9 +207,15 @@ func (d *Daemon) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (
 // e2bHealth answers envd's health check, which the SDK's isRunning asks:
 // 204 while the sandbox of E2b-Sandbox-Id lives and the access token is
 // its, else 502, as E2B's proxy answers for a sandbox that is gone (the
-// SDK reads 502 as not running). No sandbox, an ended one and another's
-// token look the same.
+// SDK reads 502 as not running). No such sandbox, an ended one and
+// another's token look the same, so the answer never tells which ids
+// exist. A check that names no sandbox (a load balancer's probe of the
+// listener) is answered 204: the listener is up.
 func (d *Daemon) e2bHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("E2b-Sandbox-Id") == "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	sb, err := d.e2bEnvd(r)
 	if err == nil && !alive(sb.s.sb) {
 		err = e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")

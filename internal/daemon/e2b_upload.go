@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/httpserve"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -33,10 +34,11 @@ var (
 // owner's kill, which waits for the session's calls, for as long as it
 // liked.
 type uploadBody struct {
-	r  io.Reader
-	rc *http.ResponseController
+	r   io.Reader
+	raw io.Reader // the request's body as the server gave it (httpserve.Cut)
+	rc  *http.ResponseController
 
-	// mu guards why, and orders the deadlines Read and cut set.
+	// mu guards why.
 	mu  sync.Mutex
 	why error // errUploadStalled or errUploadEnded, once the body failed so
 }
@@ -68,7 +70,9 @@ func (b *uploadBody) cut() {
 	if b.why == nil {
 		b.why = errUploadEnded
 	}
-	_ = b.rc.SetReadDeadline(time.Unix(1, 0))
+	if !httpserve.Cut(b.raw) {
+		_ = b.rc.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // failed is why the body stopped short, or nil.
@@ -95,7 +99,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sb.s.leave()
-	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), rc: http.NewResponseController(w)}
+	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), raw: r.Body, rc: http.NewResponseController(w)}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

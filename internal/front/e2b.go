@@ -240,12 +240,14 @@ func parseListCursor(s string) (node, inner string, err error) {
 // e2bHealth passes envd's health check (the SDK's isRunning) to the node
 // of its E2b-Sandbox-Id, which says whether the sandbox lives; a sandbox
 // no live node holds is answered 502 here, as gone (the SDK's "not
-// running"), never 204.
+// running"), never 204. A check naming no sandbox is the listener's
+// probe: 204.
 func (f *Front) e2bHealth(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	gone := func(_ int, _, msg string) { e2b.WriteAPIError(w, http.StatusBadGateway, msg) }
 	if id == "" {
-		gone(0, "", "E2b-Sandbox-Id is required")
+		// A probe of the listener, not of a sandbox: the front is up.
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if n, ok := f.e2bNodeOf(id, gone); ok {

@@ -134,7 +134,7 @@ func bound(h http.Handler, stall time.Duration) http.Handler {
 			}
 		case !b.ended.Load():
 			bw.begin()
-			_ = rc.SetReadDeadline(time.Now().Add(DrainGrace))
+			b.cap(time.Now().Add(DrainGrace))
 		}
 		b.finish()
 	})
@@ -160,6 +160,41 @@ type body struct {
 	// failed is set when that error was not the body's end, timedOut
 	// when it was BodyStall's.
 	failed, timedOut atomic.Bool
+	// until, once set (Unix nanoseconds), is a deadline no read may
+	// wait past, whatever its stall bound: the drain's end once the
+	// handler returned, or the past for a body cut (Cut). A read arming
+	// its own deadline checks it after, so that one set in between
+	// (by another goroutine) is never overwritten.
+	until atomic.Int64
+	// capMu orders the caps' deadlines (not held by a read).
+	capMu sync.Mutex
+}
+
+// cap sets a deadline no read of b may wait past, and applies it to a
+// read in flight.
+func (b *body) cap(t time.Time) {
+	b.capMu.Lock()
+	defer b.capMu.Unlock()
+	if u := b.until.Load(); u != 0 && u <= t.UnixNano() {
+		return
+	}
+	b.until.Store(t.UnixNano())
+	_ = b.rc.SetReadDeadline(t)
+}
+
+// Cut ends the reading of rc, a request's body as a server of this
+// package gives it to its handler: a read in flight returns at once with
+// a timeout, and later ones fail the same way. It reports false, doing
+// nothing, for any other body. (A handler that ends a body from another
+// goroutine, when the request's sandbox ends say, cannot do it with the
+// connection's deadline alone: the body's next read would arm its stall
+// bound over it.)
+func Cut(rc io.Reader) bool {
+	b, ok := rc.(*body)
+	if ok {
+		b.cap(time.Unix(1, 0))
+	}
+	return ok
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -169,9 +204,23 @@ func (b *body) Read(p []byte) (int, error) {
 		return 0, errAfterHandler
 	}
 	if !b.ended.Load() {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
+		d := time.Now().Add(b.stall)
+		if u := b.until.Load(); u != 0 && u < d.UnixNano() {
+			d = time.Unix(0, u)
+		}
+		_ = b.rc.SetReadDeadline(d)
+		if u := b.until.Load(); u != 0 && u < d.UnixNano() {
+			_ = b.rc.SetReadDeadline(time.Unix(0, u)) // capped meanwhile
+		}
 	}
 	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.until.Load() == 0 {
+		// The body is whole: the server now reads the connection in the
+		// background, to tell a caller gone, for as long as the answer
+		// takes. The stall bound armed for this read must not end that
+		// read (and with it the request, as if the caller had left).
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		b.ended.Store(true)
 		if err != io.EOF {

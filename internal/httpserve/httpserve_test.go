@@ -2,10 +2,13 @@ package httpserve
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +36,21 @@ func TestBound(t *testing.T) {
 			return
 		}
 		fmt.Fprintf(w, "read %d", len(b))
+	})
+	// A body read whole, then an answer slower than BodyStall: the
+	// server's own read of the connection (which tells a caller gone)
+	// must not inherit the stall bound armed for the body's last read.
+	mux.HandleFunc("POST /readslow", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(3 * BodyStall):
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+			http.Error(w, "taken for a caller gone", http.StatusInternalServerError)
+		}
 	})
 	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -76,6 +94,7 @@ func TestBound(t *testing.T) {
 		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
 		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
 		{"no body, a slow answer", []string{"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"}, "200 done open"},
+		{"a body read whole, a slow answer", []string{"POST /readslow HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "200 done open"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", addr)
@@ -131,4 +150,54 @@ func TestBound(t *testing.T) {
 			t.Fatalf("got %q %v, want %q", line, err, want)
 		}
 	})
+}
+
+// TestCut: a body cut from another goroutine ends a read blocked in it at
+// once, and one that starts after the cut, whatever the stall bound: the
+// read's own deadline never overwrites the cut's. Before, a cut that came
+// between a read's start and its arming of the stall bound was lost, and
+// the read waited the whole bound.
+func TestCut(t *testing.T) {
+	defer func(d time.Duration) { BodyStall = d }(BodyStall)
+	BodyStall = time.Minute
+	for _, when := range []string{"during a read", "before a read"} {
+		t.Run(when, func(t *testing.T) {
+			got := make(chan error, 1)
+			h := func(w http.ResponseWriter, r *http.Request) {
+				if when == "before a read" {
+					if !Cut(r.Body) {
+						t.Error("Cut did not know the server's body")
+					}
+				} else {
+					time.AfterFunc(100*time.Millisecond, func() { Cut(r.Body) })
+				}
+				_, err := io.ReadAll(r.Body)
+				got <- err
+			}
+			srv := New(http.HandlerFunc(h), Options{})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve(ln)
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nsome")
+			select {
+			case err := <-got:
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Errorf("the read ended with %v, want a timeout", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the cut body's read did not end")
+			}
+		})
+	}
+	if Cut(strings.NewReader("x")) {
+		t.Error("Cut took another reader for a server's body")
+	}
 }

@@ -72,6 +72,7 @@ func runFull(ctx context.Context, f *cli.RunFlags, argv []string, stdio cli.IO) 
 	}
 	var r *result.Result
 	if viaDaemon {
+		f.ViaDaemon = true
 		r = runViaDaemon(ctx, client.New(f.Socket), f, argv, stdio)
 	} else {
 		rec, err := recordRun(ctx, fr.cfg, f.Tool, argv, f.Workdir)
@@ -109,6 +110,7 @@ func runRemote(ctx context.Context, f *cli.RunFlags, shaping, argv []string, std
 	if err := f.Check(argv, stdio.Stderr); err != nil {
 		return err
 	}
+	f.ViaDaemon = true
 	return cli.Finish(ctx, runViaDaemon(ctx, c, f, argv, stdio), f, stdio)
 }
 

@@ -421,7 +421,7 @@ func (g *Group) AddProc(pid int) error {
 func (g *Group) Lower(l Limits) error {
 	var ws []limitWrite
 	if g.p.version == V1 {
-		ws = g.p.v1Resources(l)
+		ws = g.p.v1Lowering(l)
 	} else {
 		var err error
 		if ws, err = g.p.v2Resources(l); err != nil {

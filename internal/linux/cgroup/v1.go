@@ -62,7 +62,19 @@ func openV1(mounts []mountEntry, parent string) (*Parent, error) {
 // v1Resources lists the writes that apply l to a new v1 group. Only the
 // limits that are set are written, so an unlimited dimension costs no
 // write at all.
-func (p *Parent) v1Resources(l Limits) []limitWrite {
+func (p *Parent) v1Resources(l Limits) []limitWrite { return p.v1Writes(l, true) }
+
+// v1Lowering lists the writes that lower a live v1 group's limits to l's
+// set fields. The socket buffer ceiling is written only when l sets it:
+// a new group's falls back to its memory ceiling, but a lowered memory
+// ceiling is still far above the share of the host's TCP memory a
+// sandbox's socket ceiling was set to, and writing it there would raise
+// that ceiling, giving one sandbox the socket buffers of all.
+func (p *Parent) v1Lowering(l Limits) []limitWrite { return p.v1Writes(l, false) }
+
+// v1Writes is v1Resources, with the socket ceiling falling back to the
+// memory ceiling when sockFallback is set.
+func (p *Parent) v1Writes(l Limits, sockFallback bool) []limitWrite {
 	var ws []limitWrite
 	if l.MemoryBytes > 0 {
 		mem, m := p.v1.idx[ctrlMemory], strconv.FormatInt(l.MemoryBytes, 10)
@@ -81,7 +93,11 @@ func (p *Parent) v1Resources(l Limits) []limitWrite {
 	// the host's tcp_mem every socket on the host stalls. SocketBytes
 	// (or else the memory ceiling) bounds them; v2 counts them in
 	// memory.current itself.
-	if sock := cmp.Or(l.SocketBytes, l.MemoryBytes); sock > 0 && p.tcpmem {
+	sock := l.SocketBytes
+	if sockFallback {
+		sock = cmp.Or(sock, l.MemoryBytes)
+	}
+	if sock > 0 && p.tcpmem {
 		ws = append(ws, limitWrite{p.v1.idx[ctrlMemory], "memory.kmem.tcp.limit_in_bytes", strconv.FormatInt(sock, 10)})
 	}
 	if l.Pids > 0 {

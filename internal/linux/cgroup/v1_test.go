@@ -41,4 +41,24 @@ func TestV1Resources(t *testing.T) {
 			}
 		})
 	}
+	// Lowering a live group never writes the socket ceiling from the
+	// memory ceiling: that would raise a sandbox's share of the host's
+	// TCP memory to its (lowered) memory ceiling.
+	lowered := []struct {
+		name string
+		l    Limits
+		want []limitWrite
+	}{
+		{"memory", Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw}},
+		{"memory and pids", Limits{MemoryBytes: 64 << 20, Pids: 17}, []limitWrite{mem, memsw, pids}},
+		{"socket buffers set", Limits{SocketBytes: 4 << 20}, []limitWrite{{0, "memory.kmem.tcp.limit_in_bytes", "4194304"}}},
+	}
+	for _, tc := range lowered {
+		t.Run("lowering "+tc.name, func(t *testing.T) {
+			p := &Parent{version: V1, v1: layout, memsw: true, tcpmem: true}
+			if got := p.v1Lowering(tc.l); !slices.Equal(got, tc.want) {
+				t.Errorf("v1Lowering(%+v) = %+v, want %+v", tc.l, got, tc.want)
+			}
+		})
+	}
 }
