@@ -82,6 +82,7 @@ type Sandbox struct {
 	// runs in it from then on.
 	limits  Limits
 	lowered atomic.Pointer[Limits]
+	lowerMu sync.Mutex // held by Lower
 	// unheld is the most socket buffer memory its connections that no
 	// process holds (not accepted yet) may take, 0 for no bound (see
 	// sockets.go).

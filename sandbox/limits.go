@@ -82,6 +82,11 @@ func (s *Sandbox) ceilings() Limits {
 // breach reports the lowered ceiling. The runtime's ledger keeps the
 // ceilings the sandbox was built with until it is destroyed.
 func (s *Sandbox) Lower(l Limits) error {
+	// From the reading of the ceilings to the store of the new ones: two
+	// calls at once must not both be checked against the same ceilings,
+	// the second then raising the cgroup back above the first's.
+	s.lowerMu.Lock()
+	defer s.lowerMu.Unlock()
 	cur := s.ceilings()
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -184,6 +184,11 @@ func (s *Sandbox) watchReading() bool {
 	s.mu.Unlock()
 	defer s.execs.Done()
 	if n, over := s.unheldUsage(); over {
+		if s.running.Load() > 0 {
+			// A command started while it read: its monitor reads
+			// them too, and names the breach in its result.
+			return true
+		}
 		s.rt.opts.Logger.Warn("sandbox killed: its connections not accepted yet hold more socket buffer memory than it may (they are charged to no cgroup)",
 			"sandbox", s.id, "bytes", n, "bound", s.unheld)
 		s.kill()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"net"
 	"net/http"
 	"net/netip"
@@ -63,6 +64,7 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 			writeErr(w, errdefs.New(errUnauthenticated, tokens.ChallengeMessage(r)))
 			return
 		}
+		netlimit.Vouch(r.Context())
 		withCaller(&caller{name: "token:" + t.Name, token: t}, h).ServeHTTP(w, r)
 	})
 }

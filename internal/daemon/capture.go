@@ -23,9 +23,36 @@ import (
 // starts, and gives it back once its answer is out; a run that finds no
 // room waits a while for it, then is refused naming the budget.
 
-// defaultCaptureBudget is the captured-output budget when the config
-// sets none: 16 runs printing the default output ceiling at once.
-const defaultCaptureBudget = 256 << 20
+// minCaptureBudget is the least captured-output budget a config that
+// sets none gets: 16 runs printing the default output ceiling at once.
+const minCaptureBudget = 256 << 20
+
+// CaptureBudget is the daemon's budget for captured output: the
+// configured server.capacity.output, else a share of the node's memory
+// budget (memory, the sum of the sandboxes' memory ceilings it admits) in
+// the proportion of the default output ceiling to the default memory
+// ceiling (16 MiB to 512 MiB), at least minCaptureBudget. With it every
+// sandbox the node admits at the default ceilings can have its output
+// taken whole at once, so a few callers holding long runs cannot keep
+// everyone else's from starting (each reserves its whole ceiling for its
+// life), while the daemon's own memory stays a known share of the node's.
+func CaptureBudget(c config.Capacity, memory int64) int64 {
+	if c.Output > 0 {
+		return c.Output
+	}
+	d := sandbox.DefaultLimits()
+	return max(minCaptureBudget, int64(float64(memory)*float64(d.Output)/float64(d.Memory)))
+}
+
+// CheckCapture says whether a tool's output ceiling fits the daemon's
+// budget for captured output: a run of it taken whole could never be
+// answered otherwise. serve and config check both ask it.
+func CheckCapture(tool string, output, budget int64) error {
+	if output > budget {
+		return fmt.Errorf("tool %s: its output ceiling of %s is over the daemon's budget for captured output of %s (server.capacity.output)", tool, units.FormatSize(output), units.FormatSize(budget))
+	}
+	return nil
+}
 
 // defaultCaptureWait is how long a run waits for room in the budget
 // before it is refused.

@@ -29,7 +29,6 @@ import (
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/tokens"
-	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -299,18 +298,14 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	d.opts.Sandbox.Budget = opts.Sandbox.Budget
-	outBudget := opts.Config.Server.Capacity.Output
-	if outBudget == 0 {
-		outBudget = defaultCaptureBudget
-	}
+	outBudget := CaptureBudget(opts.Config.Server.Capacity, opts.Sandbox.Budget.Memory)
 	for _, t := range opts.Config.Profiles() {
-		// A run of the tool taken whole could never be answered.
-		if o := plans[t.Name].Spec.Limits.Output; o > outBudget {
-			return nil, fmt.Errorf("tool %s: its output ceiling of %s is over the daemon's budget for captured output of %s (server.capacity.output)", t.Name, units.FormatSize(o), units.FormatSize(outBudget))
+		if err := CheckCapture(t.Name, plans[t.Name].Spec.Limits.Output, outBudget); err != nil {
+			return nil, err
 		}
 	}
 	d.capture = newCaptureBudget(outBudget, opts.CaptureWait)
-	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids)
+	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids, "captured_output_bytes", outBudget)
 	// sandbox.New sweeps leftovers of a crashed predecessor.
 	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err

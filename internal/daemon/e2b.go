@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"io"
 	"net/http"
 	"path"
@@ -102,6 +103,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *caller {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
 		if t := d.tokens.Match(v); t != nil {
+			netlimit.Vouch(r.Context())
 			c := &caller{name: "token:" + t.Name, token: t}
 			if seen, ok := r.Context().Value(seenKey{}).(*caller); ok {
 				*seen = *c
@@ -176,6 +178,7 @@ func (d *Daemon) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 		// which sandboxes exist.
 		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q not found, or the access token is not its", shorten(id))
 	}
+	netlimit.Vouch(r.Context())
 	if sb.s.view().State != "active" {
 		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", shorten(id), sb.s.view().EndReason)
 	}

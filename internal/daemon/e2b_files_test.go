@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"net"
@@ -283,4 +284,41 @@ func samePid(t *testing.T, d *Daemon, base string, pid int) e2b.Sandbox {
 	}
 	t.Logf("no sandbox got pid %d again; the checks go on without it", pid)
 	return sb
+}
+
+// TestE2BUploadInflationBounded: a gzip upload inflates to no more than
+// a plain one may carry, and a multipart one has at most maxParts parts.
+// Before, 40 KiB of gzip became four files of 8 MiB each (and a body of
+// a million empty parts a million workspace writes).
+func TestE2BUploadInflationBounded(t *testing.T) {
+	d, base := serveE2BDaemon(t, "", nil)
+	sb := e2bCreate(t, base)
+	multipart := func(parts int, size int) *bytes.Buffer {
+		var raw bytes.Buffer
+		zero := make([]byte, size)
+		for i := range parts {
+			raw.WriteString("--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bomb" + strconv.Itoa(i) + "\"\r\n\r\n")
+			raw.Write(zero)
+			raw.WriteString("\r\n")
+		}
+		raw.WriteString("--b--\r\n")
+		return &raw
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	multipart(4, 8<<20).WriteTo(zw)
+	zw.Close()
+	sent := gz.Len()
+	status, b := e2bDo(t, "POST", base+"/files", &sb, map[string]string{"Content-Type": "multipart/form-data; boundary=b", "Content-Encoding": "gzip"}, &gz)
+	if status == http.StatusOK {
+		t.Errorf("%d bytes of gzip inflating to 32 MiB of files: %d %s", sent, status, b)
+	}
+	ws := hostWorkspace(t, d, sb.SandboxID)
+	if _, err := os.Lstat(filepath.Join(ws, "bomb3")); !os.IsNotExist(err) {
+		t.Errorf("the last file of the inflated body was written (%v)", err)
+	}
+	status, b = e2bDo(t, "POST", base+"/files", &sb, map[string]string{"Content-Type": "multipart/form-data; boundary=b"}, multipart(maxParts+1, 0))
+	if status != http.StatusBadRequest || !strings.Contains(string(b), "parts") {
+		t.Errorf("%d parts: %d %s", maxParts+1, status, b)
+	}
 }

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -82,6 +84,34 @@ func (b *uploadBody) failed() error {
 	return b.why
 }
 
+// maxUpload bounds what one upload call carries, as sent and, for a
+// gzip body, inflated; maxParts the parts of a multipart one.
+const (
+	maxUpload = maxFile + 1<<20
+	maxParts  = 1024
+)
+
+// errInflated ends a gzip body that inflates past maxUpload.
+var errInflated = errdefs.New(inroot.ErrTooLarge, fmt.Sprintf("the gzip body inflates past %d bytes", maxUpload))
+
+// inflated is a gzip body's inflated bytes, at most left of them.
+type inflated struct {
+	r    io.Reader
+	left int64
+}
+
+func (f *inflated) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		return 0, errInflated
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.r.Read(p)
+	f.left -= int64(n)
+	return n, err
+}
+
 // partFileName is a multipart part's filename exactly as sent: Go's
 // FileName keeps only its base name, which would write "a/b/f.txt" at
 // "f.txt", and "../x" or "/etc/x" at "x" instead of refusing them.
@@ -99,7 +129,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sb.s.leave()
-	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxFile+1<<20), raw: r.Body, rc: http.NewResponseController(w)}
+	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxUpload), raw: r.Body, rc: http.NewResponseController(w)}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -161,7 +191,9 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
-		// Decompressed, the file is still bounded by writeFile's cap.
+		// Decompressed, the call carries no more than a plain body may:
+		// a few MiB of gzip inflate a thousandfold, into files each
+		// under writeFile's cap, or parts skipped unwritten.
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			if !bodyFailed() {
@@ -170,7 +202,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer zr.Close()
-		in = zr
+		in = &inflated{r: zr, left: maxUpload}
 	default:
 		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
 		return
@@ -180,7 +212,13 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ct == "multipart/form-data":
 		mr := multipart.NewReader(in, params["boundary"])
-		for {
+		for parts := 0; ; parts++ {
+			// Each part costs a write through the workspace: a body of
+			// empty parts should not make a million.
+			if parts == maxParts {
+				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the multipart body has over %d parts", maxParts))
+				return
+			}
 			part, err := mr.NextPart()
 			if err == io.EOF {
 				break

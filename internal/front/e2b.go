@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/netlimit"
 	"io"
 	"net/http"
 	"sort"
@@ -53,6 +54,7 @@ func (f *Front) e2bKey(h http.HandlerFunc) http.HandlerFunc {
 			e2b.WriteAPIError(w, http.StatusUnauthorized, "a valid API key is required (X-API-KEY: an airlock token)")
 			return
 		}
+		netlimit.Vouch(r.Context())
 		h(w, r)
 	}
 }

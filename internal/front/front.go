@@ -110,6 +110,7 @@ func (f *Front) auth(h http.Handler) http.Handler {
 			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, tokens.ChallengeMessage(r))
 			return
 		}
+		netlimit.Vouch(r.Context())
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
 	})
 }

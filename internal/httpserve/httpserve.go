@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/netlimit"
 )
 
 const (
@@ -70,9 +72,18 @@ func New(h http.Handler, o Options) *http.Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	connContext := func(ctx context.Context, c net.Conn) context.Context {
+		// The connection, for netlimit.Vouch: a request that shows a
+		// credential frees its address from its listener's share.
+		ctx = netlimit.WithConn(ctx, c)
+		if o.ConnContext != nil {
+			ctx = o.ConnContext(ctx, c)
+		}
+		return ctx
+	}
 	return &http.Server{
 		Handler:           bound(h, o.BodyStall),
-		ConnContext:       o.ConnContext,
+		ConnContext:       connContext,
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,

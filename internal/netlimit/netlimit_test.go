@@ -1,6 +1,7 @@
 package netlimit
 
 import (
+	"context"
 	"net"
 	"os"
 	"testing"
@@ -144,4 +145,68 @@ func TestNetworkShare(t *testing.T) {
 		t.Fatal("a connection from 127.0.0.2 was closed with the bound under pressure")
 	}
 	<-accepted
+}
+
+// TestVouch: an address over its share, under pressure, is shed until a
+// request on one of its connections shows a credential (a cluster's
+// front, a load balancer); then it is served, and another address is
+// still held to its share.
+func TestVouch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Network(ln, 16) // pressure past 12 open, a share of 4
+	defer l.Close()
+	accepted := make(chan net.Conn, 32)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	served := func(from string) (net.Conn, bool) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		select {
+		case s := <-accepted:
+			return s, true
+		case <-time.After(500 * time.Millisecond):
+			return nil, false
+		}
+	}
+	for i := range 4 {
+		if _, ok := served("127.0.0.3"); !ok {
+			t.Fatalf("connection %d from 127.0.0.3 not served below the pressure", i)
+		}
+	}
+	var first net.Conn
+	for i := range 8 {
+		c, ok := served("127.0.0.2")
+		if !ok {
+			t.Fatalf("connection %d from 127.0.0.2 not served below the pressure", i)
+		}
+		if i == 0 {
+			first = c
+		}
+	}
+	if _, ok := served("127.0.0.2"); ok {
+		t.Fatal("127.0.0.2 served over its share before it showed a credential")
+	}
+	Vouch(context.Background()) // no connection: nothing
+	Vouch(WithConn(context.Background(), first))
+	if _, ok := served("127.0.0.2"); !ok {
+		t.Fatal("127.0.0.2 shed after it showed a credential")
+	}
+	if _, ok := served("127.0.0.3"); ok {
+		t.Fatal("127.0.0.3 served over its share: another address's credential vouched for it")
+	}
 }

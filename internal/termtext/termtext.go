@@ -6,7 +6,10 @@
 // or set the window's title, OSC (U+009D) those that some terminals use
 // for links and the clipboard. Printed raw, such a string could hide a
 // line of the audit log, or forge one. U+2028 and U+2029 end lines in
-// some viewers.
+// some viewers; the bidirectional controls (U+200E, U+200F, U+202A to
+// U+202E, U+2066 to U+2069) reorder what follows them on screen, so a
+// line could read otherwise than its bytes. A backslash is doubled, so
+// that no text can pass for an escape of another.
 package termtext
 
 import (
@@ -17,11 +20,12 @@ const hex = "0123456789abcdef"
 
 // String returns s with what a terminal could act on written as escapes:
 // tab, newline and carriage return as \t, \n and \r, the other C0
-// controls and DEL as \xNN, the C1 controls (U+0080 to U+009F) and the
-// line and paragraph separators (U+2028, U+2029) as \uNNNN, and each
-// byte that is not UTF-8 as \xNN. The rest is unchanged.
+// controls and DEL as \xNN, the C1 controls (U+0080 to U+009F), the
+// line and paragraph separators (U+2028, U+2029) and the bidirectional
+// controls as \uNNNN, each byte that is not UTF-8 as \xNN, and a
+// backslash as \\. The rest is unchanged.
 func String(s string) string {
-	i := firstUnsafe(s)
+	i := firstUnsafe(s, true)
 	if i < 0 {
 		return s
 	}
@@ -38,6 +42,8 @@ func String(s string) string {
 			b = append(b, '\\', 'n')
 		case r == '\r':
 			b = append(b, '\\', 'r')
+		case r == '\\':
+			b = append(b, '\\', '\\')
 		case r < 0x20 || r == 0x7f:
 			b = append(b, '\\', 'x', hex[r>>4], hex[r&0xf])
 		case unsafeRune(r):
@@ -57,7 +63,7 @@ func String(s string) string {
 // is left alone; inside them, tab, newline and carriage return are
 // already escapes in valid JSON.
 func JSON(b []byte) []byte {
-	i := firstUnsafe(string(b))
+	i := firstUnsafe(string(b), false)
 	if i < 0 {
 		return b
 	}
@@ -82,18 +88,23 @@ func JSON(b []byte) []byte {
 
 // unsafeRune: the characters above ASCII that String and JSON escape.
 func unsafeRune(r rune) bool {
-	return r >= 0x80 && r <= 0x9f || r == 0x2028 || r == 0x2029
+	return r >= 0x80 && r <= 0x9f || r == 0x2028 || r == 0x2029 ||
+		r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
 
 func appendU(b []byte, r rune) []byte {
 	return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
 }
 
-// firstUnsafe is the index of the first byte of s that String escapes,
-// or -1: most text has none and is returned as it is.
-func firstUnsafe(s string) int {
+// firstUnsafe is the index of the first byte of s that String escapes
+// (JSON leaves a backslash alone: in JSON text it is its own escape), or
+// -1: most text has none and is returned as it is.
+func firstUnsafe(s string, backslash bool) int {
 	for i := 0; i < len(s); {
 		c := s[i]
+		if c == '\\' && backslash {
+			return i
+		}
 		if c >= 0x20 && c < 0x7f {
 			i++
 			continue

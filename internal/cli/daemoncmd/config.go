@@ -129,8 +129,8 @@ func (c *checker) check() {
 				from += fmt.Sprintf(" %d pids at %s", ceil.Pids, ceil.PidsAt)
 			}
 		}
-		fmt.Fprintf(c.w, "capacity:     %d sandboxes, %s of memory ceilings, %d pids (unless set, shares of %s)\n",
-			b.Sandboxes, humanSize(b.Memory), b.Pids, from)
+		fmt.Fprintf(c.w, "capacity:     %d sandboxes, %s of memory ceilings, %d pids (unless set, shares of %s); %s of captured output\n",
+			b.Sandboxes, humanSize(b.Memory), b.Pids, from, humanSize(daemon.CaptureBudget(cfg.Server.Capacity, b.Memory)))
 	}
 	ret := "kept forever"
 	if cfg.Audit.Retention > 0 {
@@ -207,6 +207,9 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 	if c.budget != nil {
 		if err := c.budget.Fits(p.Spec.Limits); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("%s %s: %w of the node (server.capacity)", kind, t.Name, err))
+		}
+		if err := daemon.CheckCapture(t.Name, p.Spec.Limits.Output, daemon.CaptureBudget(c.cfg.Server.Capacity, c.budget.Memory)); err != nil {
+			c.errs = append(c.errs, err)
 		}
 	}
 	fmt.Fprintf(c.w, "  workdir:    %s\n", p.Workdir)
