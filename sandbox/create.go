@@ -87,6 +87,10 @@ type Sandbox struct {
 	// process holds (not accepted yet) may take, 0 for no bound (see
 	// sockets.go).
 	unheld int64
+	// allSockets is the most all its TCP sockets may hold, where only
+	// the readings bound them (v2): its share of the host's TCP memory;
+	// 0 for none.
+	allSockets int64
 
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
@@ -248,6 +252,11 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		dead:    make(chan struct{}),
 		scratch: -1,
 		booked:  true,
+	}
+	if rt.cg.Version() == cgroup.V2 {
+		// v1 holds a sandbox's socket buffers to its share itself
+		// (memory.kmem.tcp); on v2 only the readings do.
+		s.allSockets = share
 	}
 	// Anything built so far is torn down if a later step fails.
 	defer func() {

@@ -216,7 +216,7 @@ func TestTCPBuffersBounded(t *testing.T) {
 func TestTCPBuffersHostWide(t *testing.T) {
 	rt := testRuntime(t)
 	if rt.cg.Version() != cgroup.V1 {
-		t.Skip("on cgroup v2 socket buffers count in each sandbox's memory ceiling; nothing bounds their sum below the memory budget's")
+		t.Skip("on cgroup v2 no kernel limit holds socket buffers apart from memory: the readings do, each sandbox to its share (TestTCPSocketsReadV2)")
 	}
 	pressure := tcpMemPressure(t)
 	if rt.sockets <= 0 || rt.sockets >= pressure {
@@ -420,4 +420,51 @@ func tcpMem(t *testing.T) int64 {
 	}
 	t.Fatal("no TCP mem in /proc/net/sockstat")
 	return 0
+}
+
+// TestTCPSocketsReadV2: on cgroup v2 a sandbox's socket buffers count in
+// its memory ceiling only, far above its share of the host's TCP memory
+// (all sandboxes' memory ceilings together pass tcp_mem many times over).
+// Its TCP sockets are read while it runs, and a command that fills unread
+// loopback pairs past its share is ended by it: a memory breach whose
+// ceiling is the share, the host's TCP memory under its pressure
+// threshold. Unbounded, the sandbox held what its 256 MiB allowed.
+func TestTCPSocketsReadV2(t *testing.T) {
+	rt := testRuntime(t)
+	if rt.cg.Version() != cgroup.V2 {
+		t.Skip("on cgroup v1 the kernel holds socket buffers to the share (TestTCPBuffersHostWide)")
+	}
+	pressure := tcpMemPressure(t)
+	before := tcpMem(t)
+	sb, err := rt.Create(t.Context(), Spec{Limits: *limits(func(l *Limits) { l.Memory = 256 << 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	if sb.allSockets <= 0 || sb.allSockets >= 64<<20 {
+		t.Fatalf("the sandbox's share of the host's TCP memory is %d bytes, want some far under its memory ceiling", sb.allSockets)
+	}
+	done := make(chan *result.Result, 1)
+	go func() {
+		done <- sb.Exec(t.Context(), ExecRequest{Argv: withProg("hold-tcp", "40"), Stdin: bytes.NewReader(testProg(t)), Stdout: io.Discard, Stderr: os.Stderr})
+	}()
+	peak := before
+	var r *result.Result
+	timeout := time.After(2 * time.Minute)
+	for r == nil {
+		select {
+		case r = <-done:
+		case <-timeout:
+			t.Fatal("the sandbox's command neither ended nor was ended")
+		case <-time.After(5 * time.Millisecond):
+		}
+		peak = max(peak, tcpMem(t))
+	}
+	t.Logf("outcome %s %+v; the host's TCP memory grew from %d to %d MiB at most (share %d MiB, pressure at %d MiB)", r.Outcome, r.Limit, before>>20, peak>>20, sb.allSockets>>20, pressure>>20)
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory || r.Limit.Ceiling != sb.allSockets {
+		t.Fatalf("the sandbox was not ended at its share of the host's TCP memory (%d bytes): %s %+v", sb.allSockets, r.Outcome, r.Limit)
+	}
+	if peak >= pressure {
+		t.Fatalf("the host's TCP memory reached %d MiB, past its pressure threshold of %d MiB", peak>>20, pressure>>20)
+	}
 }

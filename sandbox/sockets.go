@@ -29,8 +29,9 @@ import (
 // each sandbox to the part of it that its memory ceiling is of the
 // node's memory budget (so that one sandbox cannot take every other's).
 // On v2 a sandbox's socket buffers count in its memory ceiling and there
-// is no limit of their own: the sum is bounded by the memory budget only,
-// and New says so when that is over the share.
+// is no limit of their own: each sandbox's TCP sockets are read (as its
+// unaccepted connections are, below) and the sandbox ended past its share,
+// a burst between two readings passing it.
 
 const (
 	// unheldDiv: a sandbox's connections not accepted yet may hold
@@ -109,7 +110,10 @@ func (rt *Runtime) setSocketCeiling() int64 {
 	case err != nil:
 		rt.opts.Logger.Warn("the sandboxes' socket buffer ceiling could not be set; each sandbox's own still holds", "err", err)
 	case !set && rt.cg.Version() == cgroup.V2 && !rt.opts.OneShot && (rt.opts.Budget.Memory == 0 || rt.opts.Budget.Memory > all):
-		rt.opts.Logger.Warn("on cgroup v2 sandboxes' socket buffers count in their memory ceilings, whose sum may pass the host's TCP memory: sandboxes that fill them can stall every TCP socket on the host; raise net.ipv4.tcp_mem or lower capacity.memory",
+		// v2 has no socket limit of its own: each sandbox's share is
+		// held by reading its sockets (socketUsage) while it lives, a
+		// burst between two readings passing it.
+		rt.opts.Logger.Info("on cgroup v2 each sandbox's TCP socket buffers are held to its share of the host's TCP memory by readings every 50-100 ms",
 			"memory_budget", units.FormatSize(rt.opts.Budget.Memory), "socket_share", units.FormatSize(all))
 	}
 	return all
@@ -128,11 +132,15 @@ func (rt *Runtime) socketDenominator() int64 {
 	return int64(si.Totalram) * int64(si.Unit)
 }
 
-// unheldUsage reads what the sandbox's connections not accepted yet hold,
-// and whether that is over its bound.
-func (s *Sandbox) unheldUsage() (int64, bool) {
+// socketUsage reads the sandbox's socket buffers against its bounds:
+// those of its connections not accepted yet (Sandbox.unheld), and on v2,
+// where no limit of the kernel's holds them apart from its memory, those
+// of all its TCP sockets (Sandbox.allSockets, its share of the host's TCP
+// memory). It returns what it read of the first bound passed (else of
+// the unaccepted), that bound, and whether it was passed.
+func (s *Sandbox) socketUsage() (n, bound int64, over bool) {
 	if s.unheld <= 0 || s.netns == nil || s.ids == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
 	if err != nil {
@@ -142,9 +150,15 @@ func (s *Sandbox) unheldUsage() (int64, bool) {
 		s.rt.sockdiagFailed.Do(func() {
 			s.rt.opts.Logger.Warn("the sandboxes' connections not accepted yet cannot be read (sock_diag); their socket buffers are not bounded", "err", err)
 		})
-		return 0, false
+		return 0, 0, false
 	}
-	return u.Unheld, u.Unheld > s.unheld
+	if u.Unheld > s.unheld {
+		return u.Unheld, s.unheld, true
+	}
+	if s.allSockets > 0 && u.Bytes > s.allSockets {
+		return u.Bytes, s.allSockets, true
+	}
+	return u.Unheld, s.unheld, false
 }
 
 // watchSockets reads the sandbox's connections not accepted yet while no
@@ -183,14 +197,14 @@ func (s *Sandbox) watchReading() bool {
 	s.execs.Add(1)
 	s.mu.Unlock()
 	defer s.execs.Done()
-	if n, over := s.unheldUsage(); over {
+	if n, bound, over := s.socketUsage(); over {
 		if s.running.Load() > 0 {
 			// A command started while it read: its monitor reads
 			// them too, and names the breach in its result.
 			return true
 		}
 		s.rt.opts.Logger.Warn("sandbox killed: its connections not accepted yet hold more socket buffer memory than it may (they are charged to no cgroup)",
-			"sandbox", s.id, "bytes", n, "bound", s.unheld)
+			"sandbox", s.id, "bytes", n, "bound", bound)
 		s.kill()
 		return false
 	}
@@ -206,9 +220,9 @@ func (s *Sandbox) watchReading() bool {
 // group's own count saw 33 MiB. Only this reading bounds them, between
 // two readings a burst may pass it. It reports whether it found a breach.
 func (x *execution) checkSockets() bool {
-	n, over := x.s.unheldUsage()
+	n, bound, over := x.s.socketUsage()
 	if over {
-		x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: x.s.unheld, Observed: n, Unit: result.UnitBytes})
+		x.setBreach(&result.Limit{Name: result.LimitMemory, Ceiling: bound, Observed: n, Unit: result.UnitBytes})
 	}
 	return over
 }
