@@ -179,6 +179,20 @@ type body struct {
 	until atomic.Int64
 	// capMu orders the caps' deadlines (not held by a read).
 	capMu sync.Mutex
+	// closed is set by Close.
+	closed atomic.Bool
+}
+
+// Close ends the handler's reading of the body, and only that: the
+// server reads what remains of it (to keep the connection, within
+// DrainGrace and 256 KiB) or closes the connection, and closes the body
+// itself. Closed here before its end (a transport that forwarded it and
+// gave up), the server would take it as read whole, and keep the
+// connection with the rest of the body unread on it. It does not wait
+// for a read in flight.
+func (b *body) Close() error {
+	b.closed.Store(true)
+	return nil
 }
 
 // cap sets a deadline no read of b may wait past, and applies it to a
@@ -213,6 +227,9 @@ func (b *body) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	if b.done {
 		return 0, errAfterHandler
+	}
+	if b.closed.Load() {
+		return 0, http.ErrBodyReadAfterClose
 	}
 	if !b.ended.Load() {
 		d := time.Now().Add(b.stall)
@@ -266,18 +283,27 @@ type writer struct {
 	hijacked atomic.Bool
 }
 
-// begin is called as the answer starts. An answer that starts before the
-// body's end (a refusal that did not read it, an answer streamed as the
-// body comes), or after its failure, closes the connection: what
-// remains of the body on the wire must not be read as another request,
-// nor waited for to keep the connection. (The server would keep one that
-// answered as the body came, or whose body's rest it failed to read.)
+// begin is called as the answer starts. After a body's failure the
+// connection closes: what remains of it on the wire must not be read as
+// another request. An answer that starts before the body's end (a
+// refusal that did not read it, an answer streamed as the body comes)
+// caps what remains of the body at DrainGrace: the server reads up to
+// 256 KiB of it, for DrainGrace at most, before it sends the answer, to
+// keep the connection (more than that, and it closes the connection,
+// gracefully, so that a caller still sending reads the answer and not a
+// reset); a handler still reading it as it streams its answer has as
+// long. A Connection: close set here instead would make the server skip
+// that read and close the connection at once under a caller still
+// sending, who would then see the reset, not the answer.
 func (w *writer) begin() {
 	if w.wrote.Swap(true) {
 		return
 	}
-	if !w.b.ended.Load() || w.b.failed.Load() {
+	switch {
+	case w.b.failed.Load():
 		w.Header().Set("Connection", "close")
+	case !w.b.ended.Load():
+		w.b.cap(time.Now().Add(DrainGrace))
 	}
 }
 

@@ -85,11 +85,16 @@ func TestBound(t *testing.T) {
 		want string   // the answer's status line and body, then whether the connection was closed
 	}{
 		{"a refused body never sent", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"}, "401 no token\n closed"},
-		{"a refused body sent whole", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "401 no token\n closed"},
+		// A small body the handler did not read is read by the server
+		// (within DrainGrace), and the connection kept.
+		{"a refused body sent whole", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "401 no token\n open"},
 		// A caller still sending as the refusal comes finishes within
 		// DrainGrace and reads its answer (a connection closed under
 		// its send would show it a reset instead).
-		{"a refused body that follows the answer", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n", "body"}, "401 no token\n closed"},
+		{"a refused body still coming", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n", "body"}, "401 no token\n open"},
+		// Over what the server reads to keep a connection: it closes,
+		// after the answer.
+		{"a refused large body", []string{"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n" + strings.Repeat("x", 300<<10)}, "401 no token\n closed"},
 		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming (nothing for 300ms)\n closed"},
 		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
 		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
