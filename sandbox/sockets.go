@@ -105,6 +105,15 @@ func (rt *Runtime) setSocketCeiling() int64 {
 		rt.opts.Logger.Warn("the host's TCP memory could not be read; sandboxes' socket buffers are bounded by their memory ceilings only", "err", err)
 		return 0
 	}
+	if !rt.opts.OneShot {
+		// The readings that bound unaccepted connections (and on v2
+		// every socket) need the kernel's TCP sock_diag, a module on
+		// some kernels (tcp_diag): said at start, not at the first
+		// sandbox that would have needed it.
+		if err := probeSockDiag(); err != nil {
+			rt.opts.Logger.Warn("the kernel's TCP socket diagnostics cannot be read (load the tcp_diag module): sandboxes' connections not accepted yet, and on cgroup v2 their sockets, are not held to their share of the host's TCP memory", "err", err)
+		}
+	}
 	set, err := rt.cg.SetSocketCeiling(all)
 	switch {
 	case err != nil:
@@ -117,6 +126,19 @@ func (rt *Runtime) setSocketCeiling() int64 {
 			"memory_budget", units.FormatSize(rt.opts.Budget.Memory), "socket_share", units.FormatSize(all))
 	}
 	return all
+}
+
+// probeSockDiag reads the TCP sockets of the daemon's own network
+// namespace owned by a uid no one has, to learn whether the readings
+// work at all.
+func probeSockDiag() error {
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	_, err = sockdiag.TCP(ns, 1<<32-2, 1<<32-2)
+	return err
 }
 
 // socketDenominator is what a sandbox's memory ceiling is a part of: the
