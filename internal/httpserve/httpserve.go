@@ -278,9 +278,10 @@ func (b *body) finish() {
 // deadline.
 type writer struct {
 	http.ResponseWriter
-	b        *body
-	wrote    atomic.Bool // the answer has started
-	hijacked atomic.Bool
+	b          *body
+	wrote      atomic.Bool // the answer has started
+	hijacked   atomic.Bool
+	fullDuplex atomic.Bool // the handler answers as the body comes
 }
 
 // begin is called as the answer starts. After a body's failure the
@@ -295,6 +296,12 @@ type writer struct {
 // long. A Connection: close set here instead would make the server skip
 // that read and close the connection at once under a caller still
 // sending, who would then see the reset, not the answer.
+//
+// A handler that answers full duplex (a relay of a stream whose request
+// goes on as its answer comes) reads the body as it answers, and the
+// server will read none of it after: the connection closes, since what
+// remains of the body, should it fail or stop, would otherwise be read
+// as the next request, and the connection kept waiting for it.
 func (w *writer) begin() {
 	if w.wrote.Swap(true) {
 		return
@@ -302,9 +309,18 @@ func (w *writer) begin() {
 	switch {
 	case w.b.failed.Load():
 		w.Header().Set("Connection", "close")
+	case !w.b.ended.Load() && w.fullDuplex.Load():
+		w.Header().Set("Connection", "close")
 	case !w.b.ended.Load():
 		w.b.cap(time.Now().Add(DrainGrace))
 	}
+}
+
+// EnableFullDuplex enables it on the server's writer, and says so to
+// begin.
+func (w *writer) EnableFullDuplex() error {
+	w.fullDuplex.Store(true)
+	return http.NewResponseController(w.ResponseWriter).EnableFullDuplex()
 }
 
 func (w *writer) WriteHeader(status int) {

@@ -52,6 +52,17 @@ func TestBound(t *testing.T) {
 			http.Error(w, "taken for a caller gone", http.StatusInternalServerError)
 		}
 	})
+	// A full-duplex answer (a relay): the answer starts, then the body
+	// is read as it comes; one that stops must not leave the connection
+	// kept for a next request that is the body's rest.
+	mux.HandleFunc("POST /duplex", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "early")
+		_ = rc.Flush()
+		_, _ = io.ReadAll(r.Body)
+	})
 	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(3 * BodyStall):
@@ -98,6 +109,7 @@ func TestBound(t *testing.T) {
 		{"a body that stops", []string{"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "408 the request's body stopped coming (nothing for 300ms)\n closed"},
 		{"a malformed body", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}, "400 invalid byte in chunk length\n closed"},
 		{"a body that comes slowly", []string{"POST /read HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nab\r\n", "2\r\ncd\r\n", "2\r\nef\r\n", "2\r\ngh\r\n", "0\r\n\r\n"}, "200 read 8 open"},
+		{"a full-duplex answer whose body stops", []string{"POST /duplex HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf"}, "200 early closed"},
 		{"no body, a slow answer", []string{"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"}, "200 done open"},
 		{"a body read whole, a slow answer", []string{"POST /readslow HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"}, "200 done open"},
 	} {
