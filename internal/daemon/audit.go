@@ -306,15 +306,19 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// Flush passes flushes on, for handlers that assert http.Flusher.
-func (s *statusWriter) Flush() {
+// FlushError passes flushes on with their failure: a stream's writer
+// (eventWriter) learns from it that its caller stopped reading. Without
+// it http.ResponseController would call Flush, and a write that failed
+// in the flush would pass for one that succeeded.
+func (s *statusWriter) FlushError() error {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	return http.NewResponseController(s.ResponseWriter).Flush()
 }
+
+// Flush is FlushError for handlers that assert http.Flusher.
+func (s *statusWriter) Flush() { _ = s.FlushError() }
 
 // audited records every API request with its caller and answer, except
 // successful health and metrics probes and the continuation pages of

@@ -400,12 +400,14 @@ func (s *sessionWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush.
 func (s *sessionWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// Flush passes flushes on; the SDK streams events.
-func (s *sessionWriter) Flush() {
+// FlushError passes flushes on with their failure (see
+// statusWriter.FlushError); the SDK streams events.
+func (s *sessionWriter) FlushError() error {
 	if !s.done {
 		s.WriteHeader(http.StatusOK)
 	}
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	return http.NewResponseController(s.ResponseWriter).Flush()
 }
+
+// Flush is FlushError for handlers that assert http.Flusher.
+func (s *sessionWriter) Flush() { _ = s.FlushError() }
