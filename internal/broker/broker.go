@@ -27,7 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/redact"
 	"github.com/airlockhq/airlock/internal/egress"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
@@ -133,7 +133,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Broker, err error)
 	}); err != nil {
 		return nil, fmt.Errorf("broker: open listener in the sandbox: %w", err)
 	}
-	b.srv = httpserve.New(http.HandlerFunc(b.serve), httpserve.Options{Logger: cfg.Logger})
+	b.srv = httpx.New(http.HandlerFunc(b.serve), httpx.Options{Logger: cfg.Logger})
 	b.srv.BaseContext = func(net.Listener) context.Context { return b.ctx }
 	lim := netlimit.Listener(ln, make(chan struct{}, maxInbound), b.ctx.Done())
 	go func() {

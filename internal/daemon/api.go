@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -464,15 +464,10 @@ func resultEvent(r *result.Result) result.Event {
 // they would keep the command's sandbox past its limits, for as long as
 // the caller kept the connection open.
 type eventWriter struct {
-	// mu is held across each write to w and flush: events come from the
-	// output pumps, the monitor and the gateway at once.
-	mu    sync.Mutex
-	w     io.Writer
-	flush func() error
-	// deadline sets the connection's write deadline (nil: none);
-	// stall is how long one write may take.
-	deadline func(time.Time) error
-	stall    time.Duration
+	// mu is held across each write to out and its flush: events come
+	// from the output pumps, the monitor and the gateway at once.
+	mu  sync.Mutex
+	out *httpx.Stream // nil: a terminal's stream before it switched
 	// ended, when set, is told why the stream broke, once.
 	ended func(error)
 	dead  bool
@@ -487,8 +482,7 @@ var (
 // responseEvents writes events as the answer w, each write bounded by
 // stall.
 func responseEvents(w http.ResponseWriter, stall time.Duration) *eventWriter {
-	rc := http.NewResponseController(w)
-	return &eventWriter{w: w, flush: rc.Flush, deadline: rc.SetWriteDeadline, stall: stall}
+	return &eventWriter{out: httpx.NewStream(w, stall)}
 }
 
 // context returns the context of a command whose events e writes as r's
@@ -521,21 +515,14 @@ func (e *eventWriter) write(ev result.Event) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.w == nil || e.dead {
+	if e.out == nil || e.dead {
 		return // a terminal's stream before it switched, or a broken one
 	}
-	if e.deadline != nil && e.stall > 0 {
-		_ = e.deadline(time.Now().Add(e.stall))
-	}
-	_, err = e.w.Write(append(b, '\n'))
-	if err == nil {
-		err = e.flush()
-	}
-	if err != nil {
+	if err := e.out.Send(append(b, '\n')); err != nil {
 		e.dead = true
 		if e.ended != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				err = fmt.Errorf("%w for %v", errStalled, e.stall)
+			if errors.Is(err, httpx.ErrStalled) {
+				err = fmt.Errorf("%w for %v", errStalled, e.out.Stall())
 			} else {
 				err = fmt.Errorf("the caller's connection broke: %w", err)
 			}
@@ -549,8 +536,8 @@ func (e *eventWriter) write(ev result.Event) {
 func (e *eventWriter) done() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.deadline != nil && !e.dead {
-		_ = e.deadline(time.Time{})
+	if e.out != nil && !e.dead {
+		e.out.End()
 	}
 }
 

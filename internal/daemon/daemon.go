@@ -24,7 +24,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -325,17 +325,17 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	routes := d.routes()
-	serverOpts := httpserve.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
+	serverOpts := httpx.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
 	unixOpts := serverOpts
 	unixOpts.ConnContext = connContext
-	d.srv = httpserve.New(d.audited(withCaller(local, routes)), unixOpts)
+	d.srv = httpx.New(d.audited(withCaller(local, routes)), unixOpts)
 	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
 		if d.tcp, err = net.Listen("tcp", tcp.String()); err != nil {
 			d.ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tcp = netlimit.Network(d.tcp, opts.MaxConns)
-		d.tsrv = httpserve.New(d.audited(checkHost(tcp, d.requireToken(routes))), serverOpts)
+		d.tsrv = httpx.New(d.audited(checkHost(tcp, d.requireToken(routes))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {
 		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {
@@ -346,7 +346,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
-		d.e2bsrv = httpserve.New(d.audited(checkHost(addr, d.e2bRoutes())), serverOpts)
+		d.e2bsrv = httpx.New(d.audited(checkHost(addr, d.e2bRoutes())), serverOpts)
 	}
 	return d, nil
 }

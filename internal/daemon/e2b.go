@@ -3,9 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/netlimit"
 	"io"
 	"net/http"
 	"path"
@@ -13,8 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/netlimit"
+
 	"github.com/airlockhq/airlock/internal/e2b"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -121,20 +122,16 @@ func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *caller {
 
 // e2bDecode reads a control-plane body (at most 1 MiB) into v.
 func e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	err := httpx.JSONBody{Max: maxBody, AllowUnknown: true, AllowEmpty: true}.Decode(r.Body, v)
 	switch {
-	case err != nil:
-		e2b.WriteAPIError(w, http.StatusBadRequest, "read the body: "+err.Error())
-	case len(b) > maxBody:
+	case err == nil:
+		return true
+	case errdefs.IsLimit(err):
 		e2b.WriteAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxBody>>10))
-	case len(strings.TrimSpace(string(b))) == 0:
-		return true
+	case errdefs.IsInvalid(err):
+		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not valid JSON of this call: "+err.Error())
 	default:
-		if err := json.Unmarshal(b, v); err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not valid JSON of this call: "+jsonin.Describe(err))
-			return false
-		}
-		return true
+		e2b.WriteAPIError(w, http.StatusBadRequest, "read the body: "+err.Error())
 	}
 	return false
 }

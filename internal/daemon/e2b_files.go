@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -250,7 +250,7 @@ func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.
 	return d.e2bUnary(func(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 		var req T
 		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 		}
 		if !sb.s.enter() {
 			return nil, e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")

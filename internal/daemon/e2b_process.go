@@ -13,11 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/e2b"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // The E2B process service (process.Process) over Connect.
@@ -91,7 +92,7 @@ func (d *Daemon) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, er
 func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req e2b.SignalRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 	}
 	sig, ok := e2b.Signals[req.Signal]
 	if !ok {
@@ -131,7 +132,7 @@ func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 		} `json:"input"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -178,7 +179,7 @@ func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 		} `json:"pty"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -213,7 +214,7 @@ func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (an
 		Process e2b.Selector `json:"process"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -248,7 +249,7 @@ const keepaliveEvery = 50 * time.Second
 // with its end. The client going away does not end the command; the
 // Connect-Timeout-Ms header is its lifetime (a SIGKILL when it runs out).
 func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
+	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)
@@ -366,7 +367,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 // e2bProcConnect is process.Process/Connect: a stream of a running command's
 // output from now on (not what it wrote before), and its end.
 func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
+	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)
@@ -428,12 +429,12 @@ func endEvent(r *result.Result) *e2b.EndEvent {
 // application/connect+json once, enveloped events, an end of stream.
 // Writes after the client went away are dropped.
 type e2bStream struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-	// stall bounds each write: a client that takes nothing for this long
-	// has stopped reading, and the stream is dropped (so that a process's
-	// output, which every stream attached to it gets, never waits on it).
-	stall time.Duration
+	w http.ResponseWriter
+	// out bounds each write: a client that takes nothing for its stall
+	// time has stopped reading, and the stream is dropped (so that a
+	// process's output, which every stream attached to it gets, never
+	// waits on it).
+	out *httpx.Stream
 
 	mu      sync.Mutex // guards started and gone, and orders the writes
 	started bool
@@ -455,21 +456,18 @@ func (s *e2bStream) write(flags byte, v any, flush bool) {
 	if s.gone {
 		return
 	}
-	if s.stall > 0 {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
-	}
-	if _, err := s.w.Write(e2b.AppendEnvelope(nil, flags, b)); err != nil {
+	if s.out.Write(e2b.AppendEnvelope(nil, flags, b)) != nil {
 		s.gone = true
 		return
 	}
-	if flush && s.rc.Flush() != nil {
+	if flush && s.out.Flush() != nil {
 		s.gone = true
 		return
 	}
 	if flags&e2b.FlagEndStream != 0 {
 		// The handler returns next: nothing touches w after this. The
 		// connection may carry the client's next request.
-		_ = s.rc.SetWriteDeadline(time.Time{})
+		s.out.End()
 		s.gone = true
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/egress/policy"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 )
 
@@ -51,7 +51,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	b, _ := json.Marshal(raw)
 	var req e2b.CreateRequest
 	if err := json.Unmarshal(b, &req); err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not a sandbox request: "+jsonin.Describe(err))
+		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
 		return
 	}
 

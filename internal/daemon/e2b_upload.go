@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -30,14 +30,14 @@ var (
 )
 
 // uploadBody is an upload's body, cut when its sandbox ends; each wait
-// for its next bytes is bounded by the server (httpserve, at the
+// for its next bytes is bounded by the server (httpx, at the
 // daemon's stall timeout). Without them, a client that stops sending
 // (between a multipart's parts, say) would hold the session, and its
 // owner's kill, which waits for the session's calls, for as long as it
 // liked.
 type uploadBody struct {
 	r   io.Reader
-	raw io.Reader // the request's body as the server gave it (httpserve.Cut)
+	raw io.Reader // the request's body as the server gave it (httpx.Cut)
 	rc  *http.ResponseController
 
 	// mu guards why.
@@ -72,7 +72,7 @@ func (b *uploadBody) cut() {
 	if b.why == nil {
 		b.why = errUploadEnded
 	}
-	if !httpserve.Cut(b.raw) {
+	if !httpx.Cut(b.raw) {
 		_ = b.rc.SetReadDeadline(time.Unix(1, 0))
 	}
 }

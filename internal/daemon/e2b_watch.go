@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/dirwatch"
 )
 
@@ -38,7 +39,7 @@ type watchRequest struct {
 // relative to it), until the client goes away, its Connect-Timeout-Ms
 // passes, the directory is removed or the sandbox ends.
 func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
-	st := &e2bStream{w: w, rc: http.NewResponseController(w), stall: d.opts.StallTimeout}
+	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
 		st.end(err)

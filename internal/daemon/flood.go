@@ -11,7 +11,7 @@ import (
 )
 
 // Defences of the listeners against callers that flood them: timeouts and
-// caps so that idle or slow connections cannot pile up (internal/httpserve:
+// caps so that idle or slow connections cannot pile up (internal/httpx:
 // a header, a body, an idle connection each bounded in time), a
 // connection cap on TCP with a share per remote address under pressure
 // (netlimit.Network), refusals recorded once per client and interval

@@ -14,7 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -221,7 +221,7 @@ func builtin(record func(mcpserver.CallRecord), name string, fn func(context.Con
 			dec.DisallowUnknownFields()
 			if len(req.Params.Arguments) > 0 {
 				if err := dec.Decode(&in); err != nil {
-					return nil, errdefs.New(errdefs.ErrInvalid, "invalid arguments: "+jsonin.Describe(err))
+					return nil, errdefs.New(errdefs.ErrInvalid, "invalid arguments: "+httpx.DescribeJSON(err))
 				}
 			}
 			if len(in.Argv) > maxBuiltinArgs || (in.Argv != nil && (len(in.Argv) == 0 || in.Argv[0] == "")) {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,18 +13,19 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // maxFile bounds one file written into or read out of a workspace; the
@@ -68,22 +68,18 @@ func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
 // decodeBody reads one JSON value into v, refusing unknown fields, more
 // than one value and bodies over maxBody. It answers the error itself.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
-		} else {
-			writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+jsonin.Describe(err)))
-		}
-		return false
+	err := httpx.JSONBody{Max: maxBody}.Decode(http.MaxBytesReader(w, r.Body, maxBody), v)
+	switch {
+	case err == nil:
+		return true
+	case errdefs.IsLimit(err):
+		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
+	case errdefs.IsInvalid(err):
+		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
+	default:
+		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+httpx.DescribeJSON(err)))
 	}
-	if dec.More() {
-		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: more than one value"))
-		return false
-	}
-	return true
+	return false
 }
 
 func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {

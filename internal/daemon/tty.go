@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -30,6 +30,8 @@ type ttyStream struct {
 	// resize holds the latest window size not yet applied.
 	resize chan sandbox.WinSize
 	events *eventWriter
+	// stall bounds each write of the events once switched.
+	stall time.Duration
 	// end ends the command, with the reason as its cause: the client went
 	// away or broke the protocol, or the daemon shuts down.
 	end context.CancelCauseFunc
@@ -77,7 +79,7 @@ func (d *Daemon) newTTY(ctx context.Context, size *api.TTYSize) (*ttyStream, con
 	stop := context.AfterFunc(d.ttyEnd, func() { end(errTTYShutdown) })
 	pr, pw := io.Pipe()
 	t := &ttyStream{size: sandbox.WinSize{Rows: size.Rows, Cols: size.Cols}, stdin: pr, stdinW: pw,
-		resize: make(chan sandbox.WinSize, 1), events: &eventWriter{stall: d.opts.StallTimeout, ended: end}, end: end}
+		resize: make(chan sandbox.WinSize, 1), events: &eventWriter{ended: end}, stall: d.opts.StallTimeout, end: end}
 	return t, cctx, func() {
 		stop()
 		end(nil)
@@ -109,7 +111,7 @@ func (t *ttyStream) upgrade(w http.ResponseWriter) error {
 	_ = conn.SetDeadline(time.Time{})
 	t.conn = conn
 	t.events.mu.Lock()
-	t.events.w, t.events.flush, t.events.deadline = brw.Writer, brw.Writer.Flush, conn.SetWriteDeadline
+	t.events.out = httpx.ConnStream(brw.Writer, conn, t.stall)
 	t.events.mu.Unlock()
 	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.TTYUpgrade + "\r\n\r\n"); err != nil {
 		return err
@@ -129,7 +131,7 @@ func (t *ttyStream) read(r *bufio.Reader) {
 	for sc.Scan() {
 		var in api.TTYInput
 		if err := json.Unmarshal(sc.Bytes(), &in); err != nil {
-			t.end(fmt.Errorf("the client's terminal stream broke: %s", jsonin.Describe(err)))
+			t.end(fmt.Errorf("the client's terminal stream broke: %s", httpx.DescribeJSON(err)))
 			t.stdinW.Close()
 			return
 		}

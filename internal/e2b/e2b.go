@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/jsonin"
+	"github.com/airlockhq/airlock/internal/httpx"
 )
 
 // EnvdVersion is the envd version airlock answers with. The SDK gates
@@ -210,7 +210,7 @@ func ReadRequest(r io.Reader, v any) error {
 		return Errorf(CodeInvalidArgument, "request: an end of stream where a message was expected")
 	}
 	if err := json.Unmarshal(msg, v); err != nil {
-		return Errorf(CodeInvalidArgument, "request: %s", jsonin.Describe(err))
+		return Errorf(CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/dns"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/egress/sockets"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
@@ -224,7 +224,7 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 	tcp = &heardListener{tcp, &g.heard}
 
 	g.forward = g.newForwarder()
-	g.proxy = httpserve.New(g.tracked(g.serveProxy), httpserve.Options{Logger: g.cfg.Logger})
+	g.proxy = httpx.New(g.tracked(g.serveProxy), httpx.Options{Logger: g.cfg.Logger})
 	g.proxy.BaseContext = func(net.Listener) context.Context { return g.ctx }
 	g.dns = &dns.Server{
 		Resolve: g.resolveName,

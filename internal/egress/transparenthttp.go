@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -68,8 +68,8 @@ func (g *Gateway) serveTransparentHTTP(c net.Conn, pre []byte, name string, port
 	conn := &readerConn{Conn: c, r: br}
 	done := make(chan struct{})
 	var once sync.Once
-	srv := httpserve.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port, kind) }),
-		httpserve.Options{Logger: g.cfg.Logger})
+	srv := httpx.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serveTransparentRequest(w, r, name, port, kind) }),
+		httpx.Options{Logger: g.cfg.Logger})
 	srv.BaseContext = func(net.Listener) context.Context { return g.ctx }
 	srv.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateClosed || s == http.StateHijacked {

@@ -18,7 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2b"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
@@ -58,7 +58,7 @@ func startFakeNode(t *testing.T, name string) *fakeNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httpserve.New(h, httpserve.Options{})
+	srv := httpx.New(h, httpx.Options{})
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	n.url = "http://" + ln.Addr().String()
@@ -205,8 +205,8 @@ func TestFilesRefusedUnread(t *testing.T) {
 // bytes come slowly but never stop for BodyStall; one that stops is cut.
 // Past maxUploads at once, the next is refused before its body.
 func TestFilesThroughFront(t *testing.T) {
-	defer func(d time.Duration) { httpserve.BodyStall = d }(httpserve.BodyStall)
-	httpserve.BodyStall = time.Second
+	defer func(d time.Duration) { httpx.BodyStall = d }(httpx.BodyStall)
+	httpx.BodyStall = time.Second
 	a, b := startFakeNode(t, "node-a"), startFakeNode(t, "node-b")
 	f, _, e2bAddr := serveFront(t, a.node(), b.node())
 	base := "http://" + e2bAddr

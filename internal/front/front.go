@@ -25,7 +25,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/httpserve"
+	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
@@ -372,16 +372,7 @@ func (s stallBounded) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return stallConn{c}, brw, nil
-}
-
-type stallConn struct{ net.Conn }
-
-func (c stallConn) Write(b []byte) (int, error) {
-	if err := c.SetWriteDeadline(time.Now().Add(StallTimeout)); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(b)
+	return httpx.StallConn(c, StallTimeout), brw, nil
 }
 
 // NodeHeader names, in each answer, the node that gave it.
@@ -397,10 +388,10 @@ const MaxConns = 512
 func Listener(ln net.Listener) net.Listener { return netlimit.Network(ln, MaxConns) }
 
 // Server is the front's HTTP server of h (Handler or E2BHandler), with
-// every server's bounds (internal/httpserve): a header, a body's each
+// every server's bounds (internal/httpx): a header, a body's each
 // next bytes and an idle connection each bounded in time.
 func (f *Front) Server(h http.Handler) *http.Server {
-	return httpserve.New(h, httpserve.Options{IdleTimeout: 60 * time.Second, Logger: f.logger})
+	return httpx.New(h, httpx.Options{IdleTimeout: 60 * time.Second, Logger: f.logger})
 }
 
 // StallTimeout bounds one write of an answer relayed from a node: a
@@ -424,24 +415,18 @@ func relay(w http.ResponseWriter, resp *http.Response, node string) {
 	// last chunk) when the node's answer starts: HTTP/1 would close it
 	// at the answer's first flush, cutting the node's connection and the
 	// answer with it.
-	rc := http.NewResponseController(w)
-	_ = rc.EnableFullDuplex()
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	w.WriteHeader(resp.StatusCode)
+	out := httpx.NewStream(w, StallTimeout)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			_ = rc.SetWriteDeadline(time.Now().Add(StallTimeout))
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
-			}
-			if rc.Flush() != nil {
-				return
-			}
+		if n > 0 && out.Send(buf[:n]) != nil {
+			return
 		}
 		if err != nil {
 			// Done: the connection may carry the caller's next request.
-			_ = rc.SetWriteDeadline(time.Time{})
+			out.End()
 			return
 		}
 	}

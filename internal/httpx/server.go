@@ -1,8 +1,12 @@
-// Package httpserve is the HTTP plumbing every airlock server shares: one
-// way to build an http.Server that faces a hostile caller, with a bound on
-// each part of a request a caller could withhold (its header block, its
-// body, the wait for the next request) and on the header's size.
-package httpserve
+// Package httpx is the HTTP plumbing every airlock server shares, so that
+// each faces a hostile caller the same way: the server builder (a bound
+// on each part of a request a caller could withhold: its header block,
+// its body, the wait for the next request; and on the header's size), the
+// stall-bounded writer of a streamed answer (Stream), and the decoding of
+// a caller's JSON with errors written for the caller (DecodeJSON,
+// DescribeJSON). The daemon's edges, the front, the egress gateway and
+// the broker build their servers here.
+package httpx
 
 import (
 	"bufio"

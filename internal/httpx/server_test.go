@@ -1,4 +1,4 @@
-package httpserve
+package httpx
 
 import (
 	"bufio"
