@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/sbinit"
@@ -112,8 +111,8 @@ func nsOwner(t *testing.T, pid int) uint32 {
 	}
 	defer f.Close()
 	const nsGetOwnerUID = 0xb704 // _IO(0xb7, 0x4)
-	var uid uint32
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+	uid, e := ioctlUint32(f.Fd(), nsGetOwnerUID)
+	if e != 0 {
 		t.Fatalf("NS_GET_OWNER_UID: %v", e)
 	}
 	return uid
@@ -128,8 +127,8 @@ func TestAIORefused(t *testing.T) {
 	if rep.OK || rep.Errno != int(unix.ENOSYS) {
 		t.Fatalf("io_setup in the sandbox: %+v, want ENOSYS", rep)
 	}
-	var ctx uintptr
-	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 128, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+	ctx, e := ioSetup(128)
+	if e != 0 {
 		t.Fatalf("the host's io_setup: %v", e)
 	}
 	unix.Syscall(unix.SYS_IO_DESTROY, ctx, 0, 0)

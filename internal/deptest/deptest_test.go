@@ -1,4 +1,5 @@
-// Package deptest holds tests of what each program and layer links.
+// Package deptest holds tests of what each program and layer links, and
+// of which files may import unsafe.
 package deptest
 
 import (

@@ -5,14 +5,17 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 
+	"github.com/airlockhq/airlock/internal/image/unpack"
 	"golang.org/x/sys/unix"
 )
 
@@ -209,4 +212,133 @@ func isCompressed(f *os.File) (bool, error) {
 		return false, err
 	}
 	return bytes.HasPrefix(head[:n], gzipMagic) || bytes.HasPrefix(head[:n], zstdMagic), nil
+}
+
+// source is one thing being imported.
+type source struct {
+	store *Store
+	path  string
+	// Exactly one of these is set.
+	bundle bundle
+	treeFD int // a root file system directory
+	tarF   *os.File
+	// closers run at close.
+	closers []func()
+}
+
+func (src *source) close() {
+	for i := len(src.closers) - 1; i >= 0; i-- {
+		src.closers[i]()
+	}
+}
+
+func (src *source) openDir() error {
+	fd, err := unix.Open(src.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	src.closers = append(src.closers, func() { unix.Close(fd) })
+	d := &dirBundle{fd: fd}
+	if isImageBundle(d) {
+		src.bundle = d
+		return nil
+	}
+	src.treeFD = fd
+	return nil
+}
+
+func (src *source) openFile(ctx context.Context) error {
+	f, err := os.Open(src.path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	src.closers = append(src.closers, func() { f.Close() })
+	comp, err := isCompressed(f)
+	if err != nil {
+		return err
+	}
+	if comp {
+		// A compressed archive cannot be read at random: unpack it once
+		// to a temporary file in the store.
+		if f, err = src.spool(ctx, f); err != nil {
+			return err
+		}
+	}
+	return src.openTar(f)
+}
+
+// spool copies a stream, uncompressed, to an unlinked temporary file in
+// the store, to be read at random.
+func (src *source) spool(ctx context.Context, r io.Reader) (*os.File, error) {
+	tmp, err := os.CreateTemp(filepath.Join(src.store.opts.Dir, "tmp"), "archive-")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(tmp.Name())
+	src.closers = append(src.closers, func() { tmp.Close() })
+	rc, err := decompress(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
+	}
+	defer rc.Close()
+	// An archive may be larger than what it unpacks to (layers are
+	// compressed inside), but not without bound.
+	max := src.store.opts.limits().Bytes*2 + 1<<30
+	n, err := io.Copy(tmp, &ctxIO{ctx: ctx, r: io.LimitReader(rc, max+1)})
+	if err == nil && n > max {
+		err = fmt.Errorf("%w: larger than %d bytes", unpack.ErrLimit, max)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return tmp, nil
+}
+
+// openTar reads a tar file as an image archive or a root file system.
+func (src *source) openTar(f *os.File) error {
+	tb, err := indexTar(f)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, src.path, err)
+	}
+	if isImageBundle(tb) {
+		src.bundle = tb
+		return nil
+	}
+	src.tarF = f
+	return nil
+}
+
+// stream writes the root file system's tar stream.
+func (src *source) stream(ctx context.Context, w io.Writer) error {
+	if src.tarF != nil {
+		r := io.NewSectionReader(src.tarF, 0, 1<<62)
+		_, err := io.Copy(w, &ctxIO{ctx: ctx, r: r})
+		return err
+	}
+	return writeTree(src.treeFD, &ctxIO{ctx: ctx, w: w})
+}
+
+// ctxIO stops a copy when the context ends: it reads from r or writes to
+// w while ctx lasts.
+type ctxIO struct {
+	ctx context.Context
+	r   io.Reader
+	w   io.Writer
+}
+
+func (c *ctxIO) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func (c *ctxIO) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
@@ -161,8 +160,8 @@ func onThisCPU() (had unix.CPUSet, pinned bool) {
 		}
 		return had, true
 	}
-	var cpu uint32
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+	cpu, errno := getcpu()
+	if errno != 0 {
 		return had, false
 	}
 	var one unix.CPUSet

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -130,11 +129,7 @@ var attacks = map[string]func(args []string) report{
 			for _, tid := range tids {
 				note("tgkill", sig, unix.Tgkill(1, tid, s))
 			}
-			var info [128]byte
-			*(*int32)(unsafe.Pointer(&info[0])) = int32(sig)
-			*(*int32)(unsafe.Pointer(&info[8])) = -1 // SI_QUEUE
-			_, _, e := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, 1, uintptr(sig), uintptr(unsafe.Pointer(&info[0])))
-			note("rt_sigqueueinfo", sig, rawErr(e))
+			note("rt_sigqueueinfo", sig, rawErr(sigqueueInit(sig)))
 			if perr == nil {
 				note("pidfd_send_signal", sig, unix.PidfdSendSignal(pidfd, s, nil, 0))
 			}
@@ -353,9 +348,7 @@ var attacks = map[string]func(args []string) report{
 		return hold(report{OK: true, Value: strconv.Itoa(n), Errno: errnoOf(err)})
 	},
 	"io-setup": func(args []string) report {
-		var ctx uintptr
-		_, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(atoi(args[0])), uintptr(unsafe.Pointer(&ctx)), 0)
-		return result(rawErr(e))
+		return result(rawErr(ioSetup(atoi(args[0]))))
 	},
 	"hold-tcp":            func(args []string) report { return hold(tcpHog(atoi(args[0]))) },
 	"hold-tcp-unaccepted": func(args []string) report { return hold(tcpUnacceptedHog(atoi(args[0]))) },
@@ -523,8 +516,7 @@ func tiocsti(args []string) error {
 		// all 64 would miss this.
 		req |= 1 << 32
 	}
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(ptmx), req, uintptr(unsafe.Pointer(&c)))
-	return rawErr(e)
+	return rawErr(ioctlByte(ptmx, req, &c))
 }
 
 func main() {

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -261,7 +260,7 @@ func (w *Watcher) Next() (Event, error) {
 // directories a recursive watch must add or drop.
 func (w *Watcher) parse(b []byte) error {
 	for len(b) >= unix.SizeofInotifyEvent {
-		raw := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+		raw := inotifyEvent(b)
 		end := unix.SizeofInotifyEvent + int(raw.Len)
 		if end > len(b) {
 			return fmt.Errorf("inotify: a record of %d bytes in a read of %d", end, len(b))

@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +42,7 @@ func StartNetns() (*NetnsChild, error) {
 	s.legacy = true
 	s.share = shareStack
 	s.stack = make([]byte, childStack)
-	s.stackTop = (uintptr(unsafe.Pointer(&s.stack[0])) + childStack - 64) &^ 15
+	s.stackTop = (addrOf(&s.stack[0]) + childStack - 64) &^ 15
 
 	_, errno, err := forkBlocked(s, false, 0)
 	if err != nil {
@@ -95,45 +94,6 @@ const (
 )
 
 var netnsSteps = [...]string{"unshare", "open it", "socket", "get lo's flags", "bring lo up"}
-
-// atFDCWD is AT_FDCWD (-100) as a system call argument.
-const atFDCWD = ^uintptr(99)
-
-// netnsChild is the child of StartNetns: on the caller's memory and
-// descriptor table, it makes the namespace, brings lo up, records the
-// descriptor in s, and exits. Its socket is closed before it exits; the
-// namespace's descriptor is close-on-exec.
-//
-//go:norace
-//go:nosplit
-func netnsChild(s *forkSpec) {
-	if _, _, e := syscall.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWNET, 0, 0); e != 0 {
-		netnsFail(s, nsUnshare, e)
-	}
-	fd, _, e := syscall.RawSyscall6(unix.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&s.nsPath[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
-	if e != 0 {
-		netnsFail(s, nsOpen, e)
-	}
-	s.nsFD = int(fd)
-	sock, _, e := syscall.RawSyscall(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if e != 0 {
-		netnsFail(s, nsSocket, e)
-	}
-	if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, sock, unix.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&s.ifr[0]))); e != 0 {
-		syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
-		netnsFail(s, nsGetFlags, e)
-	}
-	// ifr_flags, a short after the 16-byte name.
-	s.ifr[16] |= byte(unix.IFF_UP)
-	if _, _, e := syscall.RawSyscall(unix.SYS_IOCTL, sock, unix.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&s.ifr[0]))); e != 0 {
-		syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
-		netnsFail(s, nsSetFlags, e)
-	}
-	syscall.RawSyscall(unix.SYS_CLOSE, sock, 0, 0)
-	for {
-		syscall.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
-	}
-}
 
 //go:norace
 //go:nosplit

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -217,7 +216,7 @@ func (p *Prog) resolve() *resolved {
 				o.args[j] = uintptr(a.Imm)
 			case ArgBlob:
 				if b := p.Blobs[a.Index]; len(b) > 0 {
-					o.args[j] = uintptr(unsafe.Pointer(&b[0]))
+					o.args[j] = addrOf(&b[0])
 				}
 			case ArgSlot:
 				o.args[j] = uintptr(a.Index)
@@ -237,7 +236,7 @@ func (p *Prog) resolve() *resolved {
 			fp := &unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
 			r.fprogs = append(r.fprogs, fp)
 			o.trap = unix.SYS_SECCOMP
-			o.args = [6]uintptr{unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(fp))}
+			o.args = [6]uintptr{unix.SECCOMP_SET_MODE_FILTER, 0, addrOf(fp)}
 			o.slots = 0
 		}
 		r.ops[i] = o

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -432,16 +431,6 @@ func TestHandledAccessFS(t *testing.T) {
 	}
 	if accessFile&^handledAccessFS(maxABI) != 0 {
 		t.Errorf("accessFile %#x has rights outside ABI %d", accessFile, maxABI)
-	}
-}
-
-func TestRulesetAttrLayout(t *testing.T) {
-	if rulesetAttrSizeV6 != 24 {
-		t.Errorf("sizeof(rulesetAttr) = %d; want 24", rulesetAttrSizeV6)
-	}
-	var a rulesetAttr
-	if off := unsafe.Offsetof(a.scoped); off != 16 {
-		t.Errorf("offsetof(scoped) = %d; want 16", off)
 	}
 }
 

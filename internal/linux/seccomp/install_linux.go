@@ -3,8 +3,6 @@ package seccomp
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,11 +33,7 @@ func Install(filter []unix.SockFilter) error {
 	if len(filter) == 0 || len(filter) > unix.BPF_MAXINSNS {
 		return fmt.Errorf("seccomp: filter length %d outside 1-%d", len(filter), unix.BPF_MAXINSNS)
 	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP,
-		unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
-		uintptr(unsafe.Pointer(&prog)))
-	runtime.KeepAlive(filter)
+	r, errno := setModeFilter(unix.SECCOMP_FILTER_FLAG_TSYNC, filter)
 	switch {
 	case errno == unix.EACCES:
 		return fmt.Errorf("seccomp: installing filter: %w: no_new_privs is not set on the calling thread "+

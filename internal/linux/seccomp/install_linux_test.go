@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -199,7 +198,7 @@ func helperAttacks(rep *helperReport) error {
 	}
 	cstr := func(s string) uintptr {
 		p, _ := unix.BytePtrFromString(s)
-		return uintptr(unsafe.Pointer(p))
+		return addr(p)
 	}
 	sock := func(domain, typ, proto int) string {
 		fd, err := unix.Socket(domain, typ, proto)
@@ -235,7 +234,7 @@ func helperAttacks(rep *helperReport) error {
 	rep.Results["syslog(SIZE_BUFFER)"] = raw(unix.SYS_SYSLOG, 10, 0, 0)
 	rep.Results["clone3"] = raw(unix.SYS_CLONE3, 0, 0)
 	var aio uintptr
-	rep.Results["io_setup"] = raw(unix.SYS_IO_SETUP, 128, uintptr(unsafe.Pointer(&aio)))
+	rep.Results["io_setup"] = raw(unix.SYS_IO_SETUP, 128, addr(&aio))
 	rep.Results["socket(AF_PACKET)"] = sock(unix.AF_PACKET, unix.SOCK_RAW, 0)
 	rep.Results["socket(AF_VSOCK)"] = sock(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
 	rep.Results["socket(AF_INET, SOCK_RAW)"] = sock(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
@@ -252,9 +251,9 @@ func helperAttacks(rep *helperReport) error {
 	}
 	defer devnull.Close()
 	var c byte = 'x'
-	rep.Results["ioctl(TIOCSTI)"] = raw(unix.SYS_IOCTL, devnull.Fd(), unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
-	rep.Results["ioctl(TIOCSTI|1<<32)"] = raw(unix.SYS_IOCTL, devnull.Fd(), 1<<32|unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
-	rep.Results["ioctl(TIOCLINUX)"] = raw(unix.SYS_IOCTL, devnull.Fd(), unix.TIOCLINUX, uintptr(unsafe.Pointer(&c)))
+	rep.Results["ioctl(TIOCSTI)"] = raw(unix.SYS_IOCTL, devnull.Fd(), unix.TIOCSTI, addr(&c))
+	rep.Results["ioctl(TIOCSTI|1<<32)"] = raw(unix.SYS_IOCTL, devnull.Fd(), 1<<32|unix.TIOCSTI, addr(&c))
+	rep.Results["ioctl(TIOCLINUX)"] = raw(unix.SYS_IOCTL, devnull.Fd(), unix.TIOCLINUX, addr(&c))
 	// clone with a namespace flag, through os/exec.
 	cmd := exec.Command("/bin/true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
@@ -489,8 +488,7 @@ func helperTSyncFail(rep *helperReport) error {
 		err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 		if err == nil {
 			allowAll := []unix.SockFilter{{Code: opRetK, K: uint32(ActAllow)}}
-			prog := unix.SockFprog{Len: 1, Filter: &allowAll[0]}
-			_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog)))
+			_, errno := setModeFilter(0, allowAll)
 			if errno != 0 {
 				err = errno
 			}
