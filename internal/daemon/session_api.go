@@ -291,7 +291,7 @@ func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 	s := d.sessions.m[id]
 	d.sessions.mu.Unlock()
 	// A token sees only its own sessions; to others they do not exist.
-	if c := callerOf(r.Context()); s != nil && c != local && c.name != s.owner {
+	if c := callerOf(r.Context()); s != nil && !c.sees(s.owner) {
 		s = nil
 	}
 	if s == nil {
@@ -325,7 +325,7 @@ func (d *Daemon) sessionsOf(c *caller) []*session {
 	d.sessions.mu.Lock()
 	var mine []*session
 	for _, s := range d.sessions.m {
-		if c == local || c.name == s.owner {
+		if c.sees(s.owner) {
 			mine = append(mine, s)
 		}
 	}
