@@ -48,6 +48,12 @@ type holds struct {
 // it took, once. The check and the count are one step, so concurrent
 // calls can never pass the bounds together.
 func (d *Daemon) hold(c *caller, held bool) (release func(), err error) {
+	// Every run, session and MCP server passes here: one with no caller
+	// is refused, not run as the local socket's (which would bound it by
+	// no token and open every tool to it).
+	if c == nil {
+		return nil, errNoCaller
+	}
 	h := &d.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()

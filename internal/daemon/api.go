@@ -44,7 +44,9 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
-	return d.counted(recoverer(cleanPaths(mux)))
+	// Every request needs a caller its listener gave it: none is
+	// refused, never taken for the local socket's.
+	return d.counted(recoverer(d.requireCaller(cleanPaths(mux))))
 }
 
 // cleanPaths refuses a path with ".", ".." or empty segments. ServeMux
@@ -312,9 +314,7 @@ func (j *runJob) extra(res *result.Result) []audit.Event {
 // to be written and destroys the sandbox; call it once the answer is out.
 // On error nothing ran and done is nil.
 func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), err error) {
-	if j.caller == nil {
-		j.caller = local
-	}
+	// A job with no caller is refused by hold: none stands for local.
 	release, err := d.hold(j.caller, false)
 	if err != nil {
 		return nil, nil, err

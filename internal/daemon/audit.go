@@ -271,7 +271,7 @@ func clientOf(r *http.Request) string {
 	if seen, ok := r.Context().Value(seenKey{}).(*caller); ok && seen.name != "" {
 		c = seen
 	}
-	if c.token != nil {
+	if c != nil && c.token != nil {
 		return c.name
 	}
 	if p, ok := r.Context().Value(peerKey{}).(string); ok {
@@ -407,7 +407,13 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 		return
 	}
-	q.Scope = d.auditScope(callerOf(r.Context()))
+	c := callerOf(r.Context())
+	if c == nil {
+		// Not the whole log (auditScope's nil scope) for no caller.
+		writeErr(w, errNoCaller)
+		return
+	}
+	q.Scope = d.auditScope(c)
 	ctx := r.Context()
 	// What is queued is written first: a run answered before this query
 	// (its outcome queued, see queueFinish) is in what it reads.

@@ -22,20 +22,59 @@ type caller struct {
 	token *config.Token // nil for the local socket
 }
 
-// local is every request on the unix socket.
+// local is every request on the unix socket, and the daemon's own
+// callers on the host (the stdio MCP server). It is fully trusted: every
+// tool, every session, the whole audit log. A listener gets it only by
+// saying so, with withCaller(local, ...).
 var local = &caller{name: "local"}
 
-func (c *caller) allows(tool string) bool { return c.token == nil || c.token.AllowsTool(tool) }
+// allows says whether c may use tool; no caller (nil) may use none.
+func (c *caller) allows(tool string) bool {
+	return c != nil && (c.token == nil || c.token.AllowsTool(tool))
+}
+
+// sees says whether c may see (and end) what owner started: the local
+// socket sees everything, a token only its own, no caller (nil) nothing.
+func (c *caller) sees(owner string) bool {
+	return c != nil && (c == local || c.name == owner)
+}
 
 type callerKey struct{}
 
+// callerOf is who made the request ctx belongs to, or nil when no
+// listener wrapper said: there is no default. A missing caller used to
+// be taken for local, so a listener wired without authentication would
+// have handed root-socket rights (every tool, every session, the whole
+// audit log) to whoever could reach it. requireCaller refuses such a
+// request before any handler runs, and d.hold refuses a run or session
+// without a caller, wherever it comes from.
 func callerOf(ctx context.Context) *caller {
-	if c, ok := ctx.Value(callerKey{}).(*caller); ok {
-		return c
-	}
-	return local
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	return c
 }
 
+// requireCaller refuses, with 401, a request that no listener wrapper
+// (withCaller, requireToken) gave a caller: it fails closed, where the
+// API used to take such a request for the local socket's.
+func (d *Daemon) requireCaller(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if callerOf(r.Context()) == nil {
+			d.counts.unauthorized.Add(1)
+			// A wiring bug, not a caller's: said once, not for every
+			// request a client can send.
+			d.noCallerOnce.Do(func() {
+				d.opts.Logger.Error("a request reached the API with no authenticated caller: a listener is wired without authentication; its requests are refused", "path", shortenPath(r.URL.Path))
+			})
+			writeErr(w, errNoCaller)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// withCaller serves h with every request made by c: how a listener says
+// whom it trusts its requests to be from (the unix socket: local; the
+// TCP listener: a token's caller, after requireToken checked it).
 func withCaller(c *caller, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The audit wrapper outside learns who the caller turned out to be.
@@ -73,6 +112,10 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 // true when it answered.
 func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string) bool {
 	c := callerOf(r.Context())
+	if c == nil {
+		writeErr(w, errNoCaller)
+		return true
+	}
 	if c.allows(tool) {
 		return false
 	}

@@ -105,7 +105,10 @@ type Daemon struct {
 	audit  *audit.Log
 
 	counts counters
-	holds  holds
+	// noCallerOnce logs, once, that a request came with no caller (see
+	// requireCaller).
+	noCallerOnce sync.Once
+	holds        holds
 	// capture bounds the output held for callers that take it whole
 	// (see capture.go).
 	capture   *captureBudget
@@ -328,6 +331,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	serverOpts := httpx.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
 	unixOpts := serverOpts
 	unixOpts.ConnContext = connContext
+	// The unix socket is trusted by its file permissions, and says so:
+	// routes refuses a request that no wrapper gave a caller.
 	d.srv = httpx.New(d.audited(withCaller(local, routes)), unixOpts)
 	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
 		if d.tcp, err = net.Listen("tcp", tcp.String()); err != nil {

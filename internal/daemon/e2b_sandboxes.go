@@ -258,7 +258,11 @@ func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
 	if sb == nil {
 		return
 	}
-	sb.s.end(r.Context(), "deleted")
+	// As DELETE /v1/sessions/{id}: answered once the sandbox is gone
+	// and the end recorded, or not at all if the caller went away.
+	if sb.s.end(r.Context(), "deleted") != nil {
+		return
+	}
 	if err := d.audit.Append(r.Context()); err != nil {
 		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", sb.s.id, "err", err)
 	}

@@ -25,6 +25,10 @@ var (
 	errMethod = errdefs.New(errdefs.ErrInvalid, "method not allowed")
 	// errUnauthenticated: no valid bearer token on the TCP listener.
 	errUnauthenticated = errdefs.New(errdefs.ErrDenied, "a valid bearer token is required")
+	// errNoCaller: a request, or a run or session, with no authenticated
+	// caller: a listener wired without authentication. It is refused
+	// (401), never taken for the local socket's.
+	errNoCaller = errdefs.Errorf(errUnauthenticated, "this listener authenticates no caller; the request is refused")
 	// errMisdirected: a request to a loopback listener naming another
 	// host (DNS rebinding).
 	errMisdirected = errdefs.New(errdefs.ErrDenied, "misdirected request")

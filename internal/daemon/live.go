@@ -51,7 +51,7 @@ func (l *liveRuns) visible(c *caller) []*liveRun {
 	l.mu.Lock()
 	var out []*liveRun
 	for _, r := range l.m {
-		if c == local || c.name == r.owner {
+		if c.sees(r.owner) {
 			out = append(out, r)
 		}
 	}
@@ -96,7 +96,7 @@ func (d *Daemon) deleteRun(w http.ResponseWriter, r *http.Request) {
 	d.live.mu.Lock()
 	lr := d.live.m[id]
 	d.live.mu.Unlock()
-	if lr == nil || !(c == local || c.name == lr.owner) {
+	if lr == nil || !c.sees(lr.owner) {
 		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no run %q in flight", shorten(id)))
 		return
 	}

@@ -154,6 +154,12 @@ func (d *Daemon) mcpHandler() http.Handler {
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := callerOf(r.Context())
+		if c == nil {
+			// No server, no session: one with no caller would be
+			// scoped to nobody (or, once, to the local socket).
+			writeErr(w, errNoCaller)
+			return
+		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			// A session is its opener's: another caller that learned its
 			// id gets what an unknown id gets.

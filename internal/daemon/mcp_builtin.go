@@ -111,7 +111,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		}
 		d.mcpSess.mu.Unlock()
 		if taken {
-			sess.end(context.WithoutCancel(ctx), "opened twice at once")
+			_ = sess.end(context.WithoutCancel(ctx), "opened twice at once")
 			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
 		go func() {
@@ -303,6 +303,6 @@ func (d *Daemon) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
 	if s == nil {
 		return false
 	}
-	s.end(context.Background(), reason)
+	_ = s.end(context.Background(), reason)
 	return true
 }

@@ -51,6 +51,9 @@ type session struct {
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
 	ending chan struct{}
+	// done is closed once the session has ended: its sandbox destroyed
+	// and its end recorded. Every caller of end waits for it.
+	done chan struct{}
 }
 
 // sessions is the daemon's table of sessions.
@@ -112,25 +115,51 @@ func (s *session) leave() {
 	s.wg.Done()
 }
 
-// end ends the session once: no new calls, the sandbox killed at once
-// (which ends calls in flight), then, once they have returned, the
-// binding closed and the sandbox destroyed.
-func (s *session) end(ctx context.Context, reason string) {
+// end ends the session: no new calls, the sandbox killed at once (which
+// ends calls in flight), then, once they have returned, the binding
+// closed, the sandbox destroyed and the end recorded. The first call
+// starts that work; every call, the first and any other, returns only
+// once it is done, or when ctx ends first (the error is then ctx's).
+// A second caller used to return at once while the first was still
+// destroying: a DELETE answered 204 for a sandbox still there, and
+// shutdown closed the runtime and the audit log under the destroy, losing
+// its session.ended record. The work runs on its own goroutine, so that a
+// caller going away (a DELETE's client hanging up) never cuts it short.
+func (s *session) end(ctx context.Context, reason string) error {
 	s.mu.Lock()
-	if s.ended {
-		s.mu.Unlock()
-		return
+	first := !s.ended
+	if first {
+		s.ended, s.endReason, s.endedAt = true, reason, time.Now()
+		close(s.ending)
 	}
-	s.ended, s.endReason, s.endedAt = true, reason, time.Now()
-	close(s.ending)
 	s.mu.Unlock()
+	if first {
+		go s.finish(context.WithoutCancel(ctx), reason)
+	}
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// finish is the work of end, done once, by its first caller's goroutine;
+// it closes done last.
+func (s *session) finish(ctx context.Context, reason string) {
+	defer close(s.done)
 	// Destroy kills init first; running execs then return.
 	go func() {
-		_ = s.sb.Destroy(context.WithoutCancel(ctx))
+		_ = s.sb.Destroy(ctx)
 	}()
 	s.wg.Wait()
-	_ = s.bind.Close(context.WithoutCancel(ctx))
-	_ = s.sb.Destroy(context.WithoutCancel(ctx))
+	_ = s.bind.Close(ctx)
+	_ = s.sb.Destroy(ctx)
 	if s.onEnd != nil {
 		s.onEnd(reason)
 	}
@@ -218,7 +247,10 @@ func (d *Daemon) endAll(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.end(ctx, "shutdown")
+			// Not cut by ctx: the runtime and the audit log close
+			// next, and must not close under a destroy or its record.
+			// The destroy is bounded (sandbox.Destroy's own timeouts).
+			_ = s.end(context.WithoutCancel(ctx), "shutdown")
 		}()
 	}
 	wg.Wait()

@@ -170,7 +170,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, 
 		return fail(err)
 	}
 	now := time.Now()
-	s := &session{ending: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
+	s := &session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
 		onEnd: func(reason string) {
 			release()
 			e := scope.event(audit.KindSessionEnded)
@@ -184,7 +184,7 @@ func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, 
 	}
 	d.sessions.mu.Unlock()
 	if closed {
-		s.end(ctx, "shutdown")
+		_ = s.end(context.WithoutCancel(ctx), "shutdown")
 		return nil, errShutdown
 	}
 	return s, nil
@@ -287,7 +287,7 @@ func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
 	s := d.sessions.m[id]
 	d.sessions.mu.Unlock()
 	// A token sees only its own sessions; to others they do not exist.
-	if c := callerOf(r.Context()); s != nil && c != local && c.name != s.owner {
+	if c := callerOf(r.Context()); s != nil && !c.sees(s.owner) {
 		s = nil
 	}
 	if s == nil {
@@ -321,7 +321,7 @@ func (d *Daemon) sessionsOf(c *caller) []*session {
 	d.sessions.mu.Lock()
 	var mine []*session
 	for _, s := range d.sessions.m {
-		if c == local || c.name == s.owner {
+		if c.sees(s.owner) {
 			mine = append(mine, s)
 		}
 	}
@@ -350,7 +350,11 @@ func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	s.end(r.Context(), "deleted")
+	// The answer comes once the sandbox is gone and the end recorded;
+	// a caller that went away first gets none (the end goes on).
+	if s.end(r.Context(), "deleted") != nil {
+		return
+	}
 	// The end is recorded before it is acknowledged.
 	if err := d.audit.Append(r.Context()); err != nil {
 		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", s.id, "err", err)
