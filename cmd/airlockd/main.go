@@ -1,7 +1,12 @@
-// Command airlockd carries airlock's commands that link the daemon, SQLite,
-// the MCP SDK and the image decoders: `airlock serve`, `airlock mcp` and
-// `airlock image import` hand over to it by exec. It takes every airlock
-// command, so a service may also start it directly (airlockd serve).
+// Command airlockd carries every airlock command, and is the one that
+// links the heavy parts: the daemon (internal/daemon: warm pools,
+// sessions, the HTTP API on a unix socket and TCP, MCP, the E2B API, a
+// node's cluster lease), a cluster's front (internal/front), SQLite, the
+// MCP SDK, YAML, the HTTP client, the image store and decoders, the egress
+// gateway and the broker. airlock hands it every command but version,
+// help, completion and a plain run, by exec with the same arguments, and
+// starts it as the helper that serves a plain run's egress gateway. A
+// service may start it directly (airlockd serve, airlockd front).
 package main
 
 import (

@@ -1,7 +1,20 @@
-// Package daemon is `airlock serve`: the long-lived process that keeps
-// warm pools of sandboxes per tool and serves the HTTP API on a unix
-// socket. It is the one wiring point of the runtime, pools, egress,
-// broker and runner; only internal/cli imports it.
+// Package daemon is `airlock serve` (run by airlockd): the long-lived
+// process of a node, which keeps a warm pool of sandboxes per tool and
+// serves them to callers through its edges: the native HTTP API on a unix
+// socket (trusted by its file permissions) and, with server.tcp, on TCP
+// with bearer tokens; MCP over streamable HTTP at /mcp (and, embedded
+// without a listener, over stdio for `airlock mcp`); and, with server.e2b,
+// the E2B-compatible API on a listener of its own. With a cluster section
+// it is a node of a cluster, keeping its lease (internal/cluster).
+//
+// It is the one wiring point of the daemon: it builds the runtime, the
+// pools, the audit log, the image store, the egress gateway and broker
+// bindings (through internal/runner/attach) and the listeners from a
+// config. Only internal/cli/daemoncmd (airlockd's commands) imports it,
+// and bench, which measures a whole daemon; internal/deptest keeps every
+// package below the edges off it, and airlock's own program too. Today the protocol handlers live here too;
+// docs/decisions/0024-daemon-one-core-thin-edges.md moves them into edges
+// over one core, leaving this package only the wiring.
 package daemon
 
 import (
