@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
@@ -20,7 +22,6 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // apiErr returns err as the daemon's answer, failing the test otherwise.
@@ -74,7 +75,7 @@ tools:
 	if r, err := c.Run(t.Context(), api.RunRequest{Tool: "cold", Argv: []string{"true"}}); err != nil || r.Outcome != result.Exited {
 		t.Fatalf("a run with the budget held by a warm pool: %+v %v", r, err)
 	}
-	if st := d.pools["warm"].Stats(); st.Evicted < 1 {
+	if st := d.Pool("warm").Stats(); st.Evicted < 1 {
 		t.Fatalf("the warm pool gave up no sandbox: %+v", st)
 	}
 	// Two runs at work hold the whole budget.
@@ -87,9 +88,9 @@ tools:
 		})
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for d.rt.Usage().Sandboxes < 2 || d.pools["warm"].Stats().Idle > 0 {
+	for d.Runtime().Usage().Sandboxes < 2 || d.Pool("warm").Stats().Idle > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the sleeping runs never held the budget: %+v", d.rt.Usage())
+			t.Fatalf("the sleeping runs never held the budget: %+v", d.Runtime().Usage())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -99,7 +100,7 @@ tools:
 		t.Fatalf("a run past the budget: %+v, want 503 %s with Retry-After", ce, api.CodeCapacity)
 	}
 	t.Log(ce.Message)
-	if u := d.rt.Usage(); u.Sandboxes > 2 {
+	if u := d.Runtime().Usage(); u.Sandboxes > 2 {
 		t.Fatalf("usage %+v past the budget", u)
 	}
 	wg.Wait()
@@ -253,7 +254,7 @@ mcp_servers:
 		}
 		t.Log(err)
 	}
-	if u := d.rt.Usage(); u.Sandboxes != 2 {
+	if u := d.Runtime().Usage(); u.Sandboxes != 2 {
 		t.Fatalf("%d sandboxes live for 2 MCP sessions", u.Sandboxes)
 	}
 }
@@ -300,7 +301,7 @@ func TestCapacityUnderParentCeiling(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if b := d.opts.Sandbox.Budget; b.Memory != (512<<20)/100*80 || b.Pids != 300 {
+	if b := d.Runtime().Budget(); b.Memory != (512<<20)/100*80 || b.Pids != 300 {
 		t.Fatalf("budget under a 512MiB, 400-pids group: %+v", b)
 	}
 }

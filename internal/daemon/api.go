@@ -12,18 +12,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // maxBody bounds a request body.
@@ -74,7 +71,7 @@ func shortenPath(p string) string {
 // counted counts API requests.
 func (d *Daemon) counted(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.counts.requests.Add(1)
+		d.Counts().Requests.Add(1)
 		h.ServeHTTP(w, r)
 	})
 }
@@ -158,34 +155,35 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
-	p := d.pools[req.Tool]
+	p := d.Pool(req.Tool)
 	if !ok || p == nil {
 		writeErr(w, d.noTool(req.Tool))
 		return
 	}
 	if len(req.Argv) == 0 {
 		// The tool's image may give the command (its entrypoint and cmd).
-		req.Argv = d.plans[req.Tool].Argv
+		req.Argv = d.Plan(req.Tool).Argv
 		if len(req.Argv) == 0 {
 			writeErr(w, errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command (the tool's image has no default command)`))
 			return
 		}
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	j := runJob{tool: t, client: clientOf(r), caller: callerOf(r.Context()), argv: req.Argv, env: req.Env, dir: workdir(req.Workdir, t), capture: !stream}
+	j := node.RunRequest{Tool: t, Client: clientOf(r), Caller: callerOf(r.Context()), Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, t), Capture: !stream}
 	if req.Limits != nil {
-		l, err := attach.RunLimits(d.plans[t.Name].Spec.Limits, req.Limits)
+		l, err := attach.RunLimits(d.Plan(t.Name).Spec.Limits, req.Limits)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		j.limits = &l
+		j.Limits = &l
 	}
 	if req.Stdin != "" {
-		j.stdin = &req.Stdin
+		j.Stdin = strings.NewReader(req.Stdin)
 	}
 	ctx := r.Context()
 	var ev *eventWriter
+	var tty *ttyStream
 	switch {
 	case req.TTY != nil:
 		if !d.ttys.add() {
@@ -194,23 +192,24 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 		}
 		defer d.ttys.done()
 		var end func()
-		j.tty, ctx, end = d.newTTY(ctx, req.TTY)
+		tty, ctx, end = d.newTTY(ctx, req.TTY)
 		defer end()
-		ev = j.tty.events
-		j.started = func() error { return j.tty.upgrade(w) }
+		ev = tty.events
+		tty.request(&j)
+		j.Started = func() error { return tty.upgrade(w) }
 	case stream:
 		ev = responseEvents(w, d.opts.StallTimeout)
 		var end func()
 		ctx, end = ev.context(r)
 		defer end()
-		j.onEvent = ev.write
-		j.started = func() error {
+		j.OnEvent = ev.write
+		j.Started = func() error {
 			w.Header().Set("Content-Type", api.NDJSON)
 			w.WriteHeader(http.StatusOK)
 			return nil
 		}
 	}
-	res, done, err := d.run(ctx, j)
+	res, done, err := d.Run(ctx, j)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -218,7 +217,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	// The answer is out before the sandbox goes (done), but the handler
 	// returns only after, so a graceful shutdown waits for it.
 	defer done()
-	if j.tty != nil && j.tty.conn == nil {
+	if tty != nil && tty.conn == nil {
 		// The switch failed: the connection is still an HTTP one.
 		writeErr(w, errors.New(res.Error))
 		return
@@ -259,198 +258,12 @@ func (d *Daemon) destroyLater(ctx context.Context, done func()) {
 		*after = done
 		return
 	}
-	d.destroying.Add(1)
-	go func() {
-		defer d.destroying.Done()
-		done()
-	}()
+	d.Later(done)
 }
 
 // afterAnswerKey holds a *func() that destroyLater may fill with the
 // work to run once the answer is out.
 type afterAnswerKey struct{}
-
-// runJob is one run of a tool in a fresh sandbox.
-type runJob struct {
-	tool   *config.Tool
-	client string
-	// caller made the call: its token's concurrency bounds it (nil is
-	// the local socket's).
-	caller *caller
-	argv   []string
-	// recordArgv is the argv the audit log keeps (secret inputs masked);
-	// nil keeps argv.
-	recordArgv []string
-	env        []string
-	dir        string
-	stdin      *string
-	capture    bool
-	onEvent    func(result.Event)
-	// started, if set, is called once the run is recorded and has its
-	// sandbox, just before the command starts; an error ends the run
-	// there.
-	started func() error
-	// tty, if set, gives the command a terminal on this stream.
-	tty *ttyStream
-	// limits, if set, are the run's ceilings, lowered under the tool's
-	// (attach.RunLimits); nil keeps the tool's.
-	limits *sandbox.Limits
-	// also, if set, gives events recorded with the run's outcome, in
-	// the same write of the log (an MCP call's record).
-	also func(*result.Result) []audit.Event
-}
-
-// extra is what j.also gives for res.
-func (j *runJob) extra(res *result.Result) []audit.Event {
-	if j.also == nil {
-		return nil
-	}
-	return j.also(res)
-}
-
-// run records a run, claims a sandbox of its tool (warm from the pool, or
-// created), runs the command with the tool's policy bound, and queues the
-// record of its outcome before returning it. done waits for that record
-// to be written and destroys the sandbox; call it once the answer is out.
-// On error nothing ran and done is nil.
-func (d *Daemon) run(ctx context.Context, j runJob) (_ *result.Result, done func(), err error) {
-	// A job with no caller is refused by hold: none stands for local.
-	release, err := d.hold(j.caller, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	if j.capture {
-		// Room for the output the answer will hold, before anything
-		// starts: the daemon's own memory is no sandbox's ceiling.
-		unhold := release
-		free, err := d.reserveCapture(ctx, j.tool, j.limits)
-		if err != nil {
-			unhold()
-			return nil, nil, err
-		}
-		release = func() { free(); unhold() }
-	}
-	defer func() {
-		if done == nil {
-			release()
-		}
-	}()
-	scope := &runScope{tool: j.tool.Name, run: newRunID(), client: j.client}
-	rec := j.recordArgv
-	if rec == nil {
-		rec = j.argv
-	}
-	// The run is recorded before its command starts. The record's write
-	// (a transaction of the audit log) overlaps the claim and the binding
-	// of the policy; while the log is known to fail, it is tried first, so
-	// that refused runs consume no sandbox.
-	recorded := func(context.Context) error { return nil }
-	if d.audit.Err() != nil {
-		if err := d.recordStart(ctx, *scope, rec, j.env, j.dir); err != nil {
-			return nil, nil, err
-		}
-	} else {
-		// Queued as the scope is before the claim fills in the sandbox.
-		recorded = d.queueStart(ctx, *scope, rec, j.env, j.dir)
-	}
-	// Started on a miss: the binding below and the command's request
-	// overlap init's start.
-	sb, warm, err := d.claim(ctx, j.tool.Name, true)
-	if err != nil {
-		if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
-			return nil, nil, rerr
-		}
-		e := errNoSandbox
-		if ctx.Err() != nil {
-			e = fmt.Errorf("the caller went away before the command started: %w", context.Cause(ctx))
-		} else if errors.Is(err, pool.ErrClosed) {
-			e = errShutdown
-		} else if errors.Is(err, sandbox.ErrCapacity) {
-			e = atCapacity(err)
-		} else {
-			d.counts.failures.Add(1)
-			d.opts.Logger.Warn("claim failed", "tool", j.tool.Name, "err", err)
-		}
-		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: e.Error()})
-		return nil, nil, e
-	}
-	destroy := func() {
-		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
-			d.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
-		}
-	}
-	scope.sandbox = sb.ID()
-	b, bindErr := d.bindClaimed(ctx, sb, j.tool, scope, nil)
-	if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
-		if bindErr == nil {
-			_ = b.Close(context.WithoutCancel(ctx))
-		}
-		destroy()
-		return nil, nil, rerr
-	}
-	d.claimed(*scope, warm)
-	d.counts.runs.Add(1)
-	if bindErr != nil {
-		res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: bindErr.Error()}
-		d.finishRun(ctx, *scope, res, j.extra(res)...)
-		return res, func() { destroy(); release() }, nil
-	}
-	if j.limits != nil {
-		// Before the command starts, so that all of it runs under them.
-		if err := sb.Lower(*j.limits); err != nil {
-			d.counts.failures.Add(1)
-			d.opts.Logger.Warn("lower a run's limits", "sandbox", sb.ID(), "err", err)
-			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: "airlock could not apply the run's lowered limits"}
-			d.finishRun(ctx, *scope, res, j.extra(res)...)
-			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
-		}
-	}
-	x := sandbox.ExecRequest{
-		Argv:        j.argv,
-		Env:         append(append([]string(nil), j.tool.Env...), j.env...),
-		Dir:         j.dir,
-		SampleEvery: 250 * time.Millisecond,
-		Capture:     j.capture,
-		OnEvent:     j.onEvent,
-	}
-	if j.stdin != nil {
-		x.Stdin = strings.NewReader(*j.stdin)
-	}
-	if j.tty != nil {
-		j.tty.request(&x)
-	}
-	// In flight (airlock ps lists it, airlock kill ends it) before the
-	// caller is told it started.
-	kctx, kill, stop := killable(ctx)
-	drop := d.live.add(&liveRun{id: scope.run, kind: "run", tool: j.tool.Name, client: j.client, owner: j.caller.name, sb: sb, started: time.Now(), kill: kill})
-	if j.started != nil {
-		if err := j.started(); err != nil {
-			drop()
-			stop()
-			res := &result.Result{SandboxID: sb.ID(), Outcome: result.Error, Error: err.Error()}
-			d.finishRun(ctx, *scope, res, j.extra(res)...)
-			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
-		}
-	}
-	res, closeNet := b.RunCloseLater(kctx, x, nil)
-	drop()
-	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
-		// Killed, as the destroy does to its processes (SIGKILL): not a
-		// failure of airlock, which callers (exit status 125) must be able
-		// to tell apart.
-		res.Outcome, res.Signal, res.ExitCode, res.Error = result.Signaled, int(syscall.SIGKILL), 0, "the run was ended by airlock kill"
-	}
-	stop()
-	outcome := d.queueFinish(ctx, *scope, res, j.extra(res)...)
-	return res, func() {
-		if err := closeNet(context.WithoutCancel(ctx)); err != nil {
-			d.opts.Logger.Warn("close the sandbox's network", "sandbox", sb.ID(), "err", err)
-		}
-		outcome()
-		destroy()
-		release()
-	}, nil
-}
 
 func resultEvent(r *result.Result) result.Event {
 	return result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r}
@@ -541,21 +354,11 @@ func (e *eventWriter) done() {
 	}
 }
 
-func workdir(asked string, t *config.Tool) string {
-	switch {
-	case asked != "":
-		return asked
-	case t.Workdir != "":
-		return t.Workdir
-	}
-	return sandbox.HomeDir
-}
-
 func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 	out := []api.Tool{}
 	c := callerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
-		if !c.allows(name) {
+		if !c.Allows(name) {
 			continue
 		}
 		t := d.opts.Config.Tools[name]
@@ -580,9 +383,26 @@ func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
 	out := []api.PoolStats{}
 	c := callerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
-		if c.allows(name) {
-			out = append(out, poolStats(d.pools[name].Stats()))
+		if c.Allows(name) {
+			out = append(out, poolStats(d.Pool(name).Stats()))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// getPS answers GET /v1/ps: the runs, MCP servers and sessions in flight
+// that the caller may see, with their usage so far and their ceilings.
+func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, d.Activity(callerOf(r.Context())))
+}
+
+// deleteRun answers DELETE /v1/runs/{id}: the run (or MCP server) is
+// ended and its sandbox destroyed, as a breach would; the kill is
+// recorded, with who asked, before it is acknowledged.
+func (d *Daemon) deleteRun(w http.ResponseWriter, r *http.Request) {
+	if err := d.Kill(r.Context(), callerOf(r.Context()), r.PathValue("id"), clientOf(r)); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

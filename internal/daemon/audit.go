@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -11,235 +9,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
-	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
-
-// errAuditMsg is what a caller is told when a run is refused because the
-// audit log cannot be written.
-const errAuditMsg = "the audit log cannot be written, so nothing is run unrecorded; see the daemon's log"
-
-func newRunID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "r_" + hex.EncodeToString(b[:])
-}
-
-// observe records the runtime's sandbox lifecycle events.
-func (d *Daemon) observe(ev sandbox.Lifecycle) {
-	kind := map[string]string{
-		sandbox.Created:   audit.KindSandboxCreated,
-		sandbox.Destroyed: audit.KindSandboxDestroyed,
-		sandbox.Swept:     audit.KindSandboxSwept,
-	}[ev.Event]
-	if kind == "" {
-		return
-	}
-	e := audit.Event{Kind: kind, Tool: ev.Label, Sandbox: ev.ID}
-	if ev.Event == sandbox.Destroyed {
-		// The end of a claimed sandbox is its claimer's: a token that
-		// reads only its own events sees its sandboxes go too.
-		if c, ok := d.claimedBy.LoadAndDelete(ev.ID); ok {
-			e.Client = c.(string)
-		}
-	}
-	detail := map[string]string{}
-	if ev.Err != nil {
-		detail["error"] = ev.Err.Error()
-	}
-	if dg := d.plans[ev.Label].Digest; dg != "" && ev.Event == sandbox.Created {
-		detail["image"] = dg // which content the sandbox's root was
-	}
-	if len(detail) > 0 {
-		e.Detail = audit.Detail(detail)
-	}
-	d.audit.Record(e)
-}
-
-// runScope is what a run's audit events share.
-type runScope struct {
-	tool, sandbox, session, run, client string
-}
-
-func (s runScope) event(kind string) audit.Event {
-	return audit.Event{Kind: kind, Tool: s.tool, Sandbox: s.sandbox, Session: s.session, Run: s.run, Client: s.client}
-}
-
-// maxNetEvents bounds the egress, DNS and broker decisions recorded for
-// one sandbox. A sandbox chooses how many it makes (a DNS query loop at
-// the rate cap is 100 a second for as long as it lives), and the log's
-// disk is shared: past the bound one audit.capped event says so and the
-// rest are counted in the run's result only.
-const maxNetEvents = 10000
-
-// netRecorder returns the functions that record a binding's decisions.
-func (d *Daemon) netRecorder(s *runScope) (func(result.EgressEvent), func(result.BrokerEvent)) {
-	var n atomic.Int64
-	record := func(e audit.Event) {
-		switch c := n.Add(1); {
-		case c <= maxNetEvents:
-			d.audit.Record(e)
-		case c == maxNetEvents+1:
-			capped := s.event(audit.KindCapped)
-			capped.Detail = audit.Detail(map[string]int{"recorded": maxNetEvents})
-			d.audit.Record(capped)
-		}
-	}
-	egress := func(ev result.EgressEvent) {
-		kind := audit.KindEgress
-		if ev.Kind == result.EgressDNS {
-			kind = audit.KindDNS
-		}
-		e := s.event(kind)
-		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
-		record(e)
-	}
-	broker := func(ev result.BrokerEvent) {
-		e := s.event(audit.KindBroker)
-		e.Time, e.Decision, e.Detail = ev.Time, decision(ev.Allow), audit.Detail(ev)
-		record(e)
-	}
-	return egress, broker
-}
-
-func decision(allow bool) string {
-	if allow {
-		return audit.Allow
-	}
-	return audit.Deny
-}
-
-// Bounds on what a run.started event keeps of the command.
-const (
-	maxAuditArgs   = 32
-	maxAuditArgLen = 256
-)
-
-// recordStart records that a run is about to start and waits for it to
-// be durable: a run that could not be recorded is not run.
-//
-// The wait goes on past ctx: a caller that goes away while the record is
-// written must not leave a start without an end in the log. The caller
-// checks ctx afterwards and records the end when it stops there.
-func (d *Daemon) recordStart(ctx context.Context, s runScope, argv, env []string, workdir string) error {
-	return d.queueStart(ctx, s, argv, env, workdir)(context.WithoutCancel(ctx))
-}
-
-// queueStart is recordStart in two halves: it queues the record and
-// returns the wait for it to be durable, for a caller with work to do
-// meanwhile that the record need not precede (claiming a sandbox, binding
-// its policy), so that the log's writer runs alongside that work.
-func (d *Daemon) queueStart(ctx context.Context, s runScope, argv, env []string, workdir string) (wait func(context.Context) error) {
-	e := s.event(audit.KindRunStarted)
-	// Environment values may carry a caller's secrets; only names are kept.
-	names := make([]string, 0, len(env))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		names = append(names, k)
-	}
-	e.Detail = audit.Detail(map[string]any{"argv": clip(argv), "env": names, "workdir": workdir})
-	return d.acknowledgeLater(ctx, e)
-}
-
-// acknowledge appends e and waits until it is durable; what it gates
-// (a run, a session) is refused with errAuditRefused when it cannot be.
-// As recordStart, it waits past ctx, for the caller to record the end.
-func (d *Daemon) acknowledge(ctx context.Context, e audit.Event) error {
-	return d.acknowledgeLater(ctx, e)(context.WithoutCancel(ctx))
-}
-
-// acknowledgeLater queues e and returns acknowledge's wait.
-func (d *Daemon) acknowledgeLater(ctx context.Context, e audit.Event) func(context.Context) error {
-	refused := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		d.counts.auditRefusals.Add(1)
-		d.opts.Logger.Error("refused: the audit log cannot be written", "kind", e.Kind, "err", err)
-		return errAuditRefused
-	}
-	w, err := d.audit.Enqueue(ctx, e)
-	if err != nil {
-		err = refused(err)
-		return func(context.Context) error { return err }
-	}
-	return func(ctx context.Context) error {
-		if err := w(ctx); err != nil {
-			return refused(err)
-		}
-		return nil
-	}
-}
-
-// clip bounds argv for the log.
-func clip(argv []string) []string {
-	out := make([]string, 0, min(len(argv), maxAuditArgs+1))
-	for i, a := range argv {
-		if i == maxAuditArgs {
-			out = append(out, fmt.Sprintf("... %d more", len(argv)-i))
-			break
-		}
-		if len(a) > maxAuditArgLen {
-			a = a[:maxAuditArgLen] + "..."
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-// finishRun records a run's outcome (and its breach, if any, and also)
-// and waits until it is written.
-func (d *Daemon) finishRun(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) {
-	d.queueFinish(ctx, s, res, also...)()
-}
-
-// queueFinish queues the record of a run's outcome (and its breach, if
-// any) and returns a wait for it to be written. A run's answer goes out
-// between the two: the record is queued before it, so an audit query
-// made after the answer sees the outcome (queries wait for what is
-// queued, see getAudit), and its write starts after it (at wait), so
-// that it does not delay the answer. A write
-// that fails is logged, as the start record is the one that gates a run.
-func (d *Daemon) queueFinish(ctx context.Context, s runScope, res *result.Result, also ...audit.Event) (wait func()) {
-	res.RunID = s.run // the caller's answer names the run it records
-	e := s.event(audit.KindRunFinished)
-	e.Decision = string(res.Outcome)
-	e.Detail = audit.Detail(map[string]any{
-		"exit_code": res.ExitCode, "signal": res.Signal, "limit": res.Limit, "error": res.Error,
-		"usage": res.Usage, "truncated": res.Truncated,
-		"egress": len(res.Egress) + res.EgressDropped, "broker": len(res.Broker) + res.BrokerDropped,
-	})
-	evs := []audit.Event{e}
-	if res.Limit != nil {
-		b := s.event(audit.KindLimit)
-		b.Decision, b.Detail = res.Limit.Name, audit.Detail(res.Limit)
-		evs = append(evs, b)
-	}
-	evs = append(evs, also...)
-	ctx = context.WithoutCancel(ctx)
-	failed := func(err error) {
-		d.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)
-	}
-	// Quietly: the transaction starts at wait, once the answer is out,
-	// rather than share the processors with the answer.
-	w, err := d.audit.EnqueueQuiet(ctx, evs...)
-	if err != nil {
-		failed(err)
-		return func() {}
-	}
-	return func() {
-		if err := w(ctx); err != nil {
-			failed(err)
-		}
-	}
-}
 
 // peerKey holds a unix socket connection's peer.
 type peerKey struct{}
@@ -268,11 +45,11 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // clientOf is the identity the audit log records for a request.
 func clientOf(r *http.Request) string {
 	c := callerOf(r.Context())
-	if seen, ok := r.Context().Value(seenKey{}).(*caller); ok && seen.name != "" {
+	if seen, ok := r.Context().Value(seenKey{}).(*caller); ok && seen.Name != "" {
 		c = seen
 	}
-	if c != nil && c.token != nil {
-		return c.name
+	if c != nil && c.Token != nil {
+		return c.Name
 	}
 	if p, ok := r.Context().Value(peerKey{}).(string); ok {
 		return p
@@ -357,7 +134,7 @@ func (d *Daemon) audited(h http.Handler) http.Handler {
 			detail["reason"] = refused
 		}
 		e.Detail = audit.Detail(detail)
-		d.audit.Record(e)
+		d.Audit().Record(e)
 	})
 }
 
@@ -417,15 +194,15 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// What is queued is written first: a run answered before this query
 	// (its outcome queued, see queueFinish) is in what it reads.
-	_ = d.audit.Append(ctx)
+	_ = d.Audit().Append(ctx)
 	deadline := time.Now().Add(wait)
 	for {
 		// The newest commit is read before the query, which sees it and
 		// everything before it: an event committed during the query is
 		// then still past it. (Read after, it was skipped: a follower
 		// waited for a commit past an event it had never been sent.)
-		seen := d.audit.Last()
-		evs, err := d.audit.Query(ctx, q)
+		seen := d.Audit().Last()
+		evs, err := d.Audit().Query(ctx, q)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.opts.Logger.Error("audit query failed", "err", err)
@@ -448,11 +225,11 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		// then ask again (the new event may not match the filters).
 		after := max(q.After, seen)
 		wctx, cancel := context.WithTimeout(ctx, left)
-		stop := context.AfterFunc(d.quit, cancel)
-		err = d.audit.Wait(wctx, after)
+		stop := context.AfterFunc(d.Quitting(), cancel)
+		err = d.Audit().Wait(wctx, after)
 		stop()
 		cancel()
-		if d.quit.Err() != nil {
+		if d.Quitting().Err() != nil {
 			// Shutting down: answer what there is, now.
 			writeJSON(w, http.StatusOK, api.AuditPage{Events: []api.AuditEvent{}, Next: q.After})
 			return
@@ -475,13 +252,13 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 // whoever caused it. The rest of the log (the daemon's own events,
 // other callers' requests) is the host's, for the local socket.
 func (d *Daemon) auditScope(c *caller) *audit.Scope {
-	if c.token == nil {
+	if c.Token == nil {
 		return nil
 	}
-	sc := &audit.Scope{Client: c.name}
-	if c.token.Auditor {
+	sc := &audit.Scope{Client: c.Name}
+	if c.Token.Auditor {
 		for _, name := range d.opts.Config.Order {
-			if c.allows(name) {
+			if c.Allows(name) {
 				sc.Tools = append(sc.Tools, name)
 			}
 		}
@@ -574,32 +351,12 @@ func parseWhen(s string, now time.Time, name string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q must be an RFC 3339 time (2026-01-02T15:04:05Z) or a duration before now (15m)", name)
 }
 
-// claimed records that a sandbox was handed to a run or session.
-func (d *Daemon) claimed(s runScope, warm bool) {
-	d.claimedBy.Store(s.sandbox, s.client)
-	e := s.event(audit.KindSandboxClaimed)
-	e.Detail = audit.Detail(map[string]bool{"warm": warm})
-	d.audit.Record(e)
-}
-
 // getHealth answers ok, or 503 while the audit log cannot be written
 // (runs are refused then).
 func (d *Daemon) getHealth(w http.ResponseWriter, _ *http.Request) {
-	if err := d.audit.Err(); err != nil {
+	if err := d.Audit().Err(); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "audit": "unwritable; see the daemon's log"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// fileEvent records a file written into or read out of a session's
-// workspace.
-func (d *Daemon) fileEvent(client string, s *session, op, path string, n int64, err error) {
-	e := audit.Event{Kind: audit.KindFile, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: client, Decision: audit.Allow}
-	detail := map[string]any{"op": op, "path": shorten(path), "bytes": n}
-	if err != nil {
-		e.Decision, detail["error"] = audit.Deny, err.Error()
-	}
-	e.Detail = audit.Detail(detail)
-	d.audit.Record(e)
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"github.com/airlockhq/airlock/internal/netlimit"
 	"net"
 	"net/http"
 	"net/netip"
@@ -10,34 +9,23 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/netlimit"
+	"github.com/airlockhq/airlock/internal/node"
+
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
 
-// caller is who made a request: the local socket (trusted by its file
-// permissions) or a bearer token on TCP, scoped to some tools.
-type caller struct {
-	name  string
-	token *config.Token // nil for the local socket
-}
+// caller is who made a request (node.Caller): the local socket (trusted
+// by its file permissions) or a bearer token on TCP, scoped to some
+// tools.
+type caller = node.Caller
 
 // local is every request on the unix socket, and the daemon's own
 // callers on the host (the stdio MCP server). It is fully trusted: every
 // tool, every session, the whole audit log. A listener gets it only by
 // saying so, with withCaller(local, ...).
-var local = &caller{name: "local"}
-
-// allows says whether c may use tool; no caller (nil) may use none.
-func (c *caller) allows(tool string) bool {
-	return c != nil && (c.token == nil || c.token.AllowsTool(tool))
-}
-
-// sees says whether c may see (and end) what owner started: the local
-// socket sees everything, a token only its own, no caller (nil) nothing.
-func (c *caller) sees(owner string) bool {
-	return c != nil && (c == local || c.name == owner)
-}
+var local = node.Local
 
 type callerKey struct{}
 
@@ -59,7 +47,7 @@ func callerOf(ctx context.Context) *caller {
 func (d *Daemon) requireCaller(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if callerOf(r.Context()) == nil {
-			d.counts.unauthorized.Add(1)
+			d.Counts().Unauthorized.Add(1)
 			// A wiring bug, not a caller's: said once, not for every
 			// request a client can send.
 			d.noCallerOnce.Do(func() {
@@ -95,7 +83,7 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := d.tokens.Bearer(r)
 		if t == nil {
-			d.counts.unauthorized.Add(1)
+			d.Counts().Unauthorized.Add(1)
 			if d.slowFailures(w, r) {
 				return
 			}
@@ -104,7 +92,7 @@ func (d *Daemon) requireToken(h http.Handler) http.Handler {
 			return
 		}
 		netlimit.Vouch(r.Context())
-		withCaller(&caller{name: "token:" + t.Name, token: t}, h).ServeHTTP(w, r)
+		withCaller(node.TokenCaller(t), h).ServeHTTP(w, r)
 	})
 }
 
@@ -116,11 +104,11 @@ func (d *Daemon) forbidTool(w http.ResponseWriter, r *http.Request, tool string)
 		writeErr(w, errNoCaller)
 		return true
 	}
-	if c.allows(tool) {
+	if c.Allows(tool) {
 		return false
 	}
-	d.counts.forbidden.Add(1)
-	writeErr(w, errdefs.Errorf(errdefs.ErrDenied, "%s may not use tool %q", c.name, tool))
+	d.Counts().Forbidden.Add(1)
+	writeErr(w, errdefs.Errorf(errdefs.ErrDenied, "%s may not use tool %q", c.Name, tool))
 	return true
 }
 

@@ -121,7 +121,7 @@ tools:
 			t.Errorf("%v: got %d", hdr, resp.StatusCode)
 		}
 	}
-	if n := d.counts.unauthorized.Load(); n != 3 {
+	if n := d.Counts().Unauthorized.Load(); n != 3 {
 		t.Fatalf("%d unauthorized counted, want 3", n)
 	}
 

@@ -2,9 +2,7 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,10 +16,8 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
-	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // TestCapturedOutputBounded runs many commands at once whose output is
@@ -287,44 +283,6 @@ tools:
 	wg.Wait()
 	checkGrowth(t, grew(), budget, int(done.Load()), int(refused.Load()))
 	t.Logf("the fast path answered %d calls", d.mcpFast.Load())
-}
-
-// TestCaptureBudgetRefuses checks the budget's refusals: a run that finds
-// no room within the wait, and one whose ceiling alone is over it.
-func TestCaptureBudgetRefuses(t *testing.T) {
-	b := newCaptureBudget(100, 20*time.Millisecond)
-	free, err := b.reserve(t.Context(), 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		n    int64
-		want string
-	}{
-		{50, "was held by other runs' output"},
-		{101, "over the daemon's budget for captured output"},
-	} {
-		_, err := b.reserve(t.Context(), tc.n)
-		var r *refusal
-		if !errors.As(err, &r) || !errors.Is(err, sandbox.ErrCapacity) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "server.capacity.output") {
-			t.Errorf("reserve(%d): got %v, want a capacity refusal saying %q", tc.n, err, tc.want)
-		}
-	}
-	free()
-	free() // twice gives back once
-	f1, err := b.reserve(t.Context(), 100)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	f1()
-	// A caller gone while it waits is not told about the budget.
-	ctx, cancel := context.WithCancel(t.Context())
-	f2, _ := b.reserve(t.Context(), 100)
-	cancel()
-	if _, err := b.reserve(ctx, 1); err == nil || errors.Is(err, errdefs.ErrUnavailable) || strings.Contains(err.Error(), "budget") {
-		t.Errorf("gone caller: %v", err)
-	}
-	f2()
 }
 
 // TestLazyMCPAnswer checks that a tools/call answer written from the

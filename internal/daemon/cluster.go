@@ -61,6 +61,7 @@ func (d *Daemon) setupCluster() error {
 		u, _ := url.Parse(adv)
 		e2bURL = u.Scheme + "://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(int(e2b.Port())))
 	}
+	d.SetName(name)
 	d.cluster = &clusterNode{name: name, done: make(chan struct{}),
 		reg: &cluster.Registrar{Kube: client, Node: name, Endpoint: adv, E2B: e2bURL, Stats: d.clusterStats, Logger: d.opts.Logger}}
 	return nil
@@ -107,16 +108,12 @@ func (d *Daemon) leaveCluster() {
 func (d *Daemon) clusterStats() cluster.Stats {
 	st := cluster.Stats{Tools: map[string]cluster.ToolStats{}}
 	for _, name := range d.opts.Config.Order {
-		ps := d.pools[name].Stats()
+		ps := d.Pool(name).Stats()
 		st.Tools[name] = cluster.ToolStats{Warm: ps.Warm, Idle: ps.Idle}
 	}
-	d.live.mu.Lock()
-	st.Running = len(d.live.m)
-	d.live.mu.Unlock()
-	d.sessions.mu.Lock()
-	st.Sessions = len(d.sessions.m)
-	d.sessions.mu.Unlock()
-	st.Sandboxes = d.rt.Usage().Sandboxes
-	st.Capacity = d.rt.Budget().Sandboxes
+	st.Running = d.Running()
+	st.Sessions = d.Sessions()
+	st.Sandboxes = d.Runtime().Usage().Sandboxes
+	st.Capacity = d.Runtime().Budget().Sandboxes
 	return st
 }

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -34,17 +33,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/httpx"
-	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/netlimit"
-	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/tokens"
-	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultSocket is where the daemon listens unless told otherwise.
@@ -95,66 +92,39 @@ type Options struct {
 	CaptureWait time.Duration
 }
 
-// Daemon serves the API. Create it with New and run it with Serve.
+// Daemon serves the API. Create it with New and run it with Serve. Its
+// node (the core: runs, sessions, pools, the audit log) is embedded; the
+// rest is its edges' state and its listeners.
 type Daemon struct {
-	opts  Options
-	rt    *sandbox.Runtime
-	pools map[string]*pool.Pool
-	// plans holds each profile's translation (attach.For): its sandbox
-	// spec, its image's command and digest, its policy. Written before
-	// anything starts, only read after.
-	plans map[string]attach.Plan
-	live  liveRuns
-	ln    net.Listener
-	srv   *http.Server
-	tcp   net.Listener // nil unless the config has server.tcp
-	tsrv  *http.Server
+	*node.Node
+	opts Options
+	ln   net.Listener
+	srv  *http.Server
+	tcp  net.Listener // nil unless the config has server.tcp
+	tsrv *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
 	// its sandboxes.
 	e2bl   net.Listener
 	e2bsrv *http.Server
 	e2b    e2bTable
 	tokens *tokens.Set
-	audit  *audit.Log
-
-	counts counters
 	// noCallerOnce logs, once, that a request came with no caller (see
 	// requireCaller).
 	noCallerOnce sync.Once
-	holds        holds
-	// capture bounds the output held for callers that take it whole
-	// (see capture.go).
-	capture   *captureBudget
-	refusals  refusals
-	sessions  sessions
-	instances instances   // MCP servers of client sessions
-	mcpSess   mcpSessions // sandboxes of the built-in session tools
-	// destroying counts sandboxes being destroyed after their answer
-	// went out; shutdown waits for them.
-	destroying sync.WaitGroup
-	// prebound holds, by sandbox id, the bindings made while pooled
-	// sandboxes were built (see prebind.go); prebinds counts the
-	// goroutines that close those of sandboxes that die unclaimed.
-	prebound sync.Map
-	prebinds sync.WaitGroup
-	// claimedBy holds, by sandbox id, the audit client of the run,
-	// session or MCP server that claimed it, until it is destroyed: its
-	// sandbox.destroyed event is that client's.
-	claimedBy sync.Map
+	refusals     refusals
+	instances    instances   // MCP servers of client sessions
+	mcpSess      mcpSessions // sandboxes of the built-in session tools
 	// mcpFast counts the tools/call requests answered by the fast path
 	// (see mcp_fast.go).
-	mcpFast  atomic.Int64
-	reapStop context.CancelFunc
-	// quit ends at the start of shutdown, so long polls answer at once
-	// instead of holding the grace period.
-	quit    context.Context
-	quitNow context.CancelFunc
+	mcpFast atomic.Int64
 	// ttyEnd ends, in shutdown, the commands with a terminal, whose
 	// connections the HTTP servers no longer hold (see tty.go); ttys
 	// counts their handlers.
 	ttyEnd    context.Context
 	ttyEndNow context.CancelFunc
 	ttys      ttyCount
+	// flushStop ends the flusher of refusals (Serve).
+	flushStop context.CancelFunc
 
 	// cluster is the daemon's part as a node of a cluster; nil when it
 	// is not one.
@@ -162,55 +132,6 @@ type Daemon struct {
 
 	shutdown sync.Once
 	shutErr  error
-}
-
-// planAll finds every profile's image in the store and translates each
-// profile (attach.For: the one translation). The image's environment and
-// working directory become the tool's: tools with an image are copied
-// into a copy of opts.Config, so the caller's configuration is never
-// changed.
-func planAll(opts *Options) (map[string]attach.Plan, error) {
-	out := make(map[string]attach.Plan)
-	var store *image.Store
-	cfg := *opts.Config
-	cfg.Tools, cfg.MCPServers = maps.Clone(cfg.Tools), maps.Clone(cfg.MCPServers)
-	for _, t := range cfg.Profiles() {
-		var o attach.Overrides
-		if t.Image != config.ImageHost && t.Image != "" {
-			if store == nil {
-				so := attach.StoreOptions(cfg.Images)
-				if opts.ImageStore != "" {
-					so.Dir = opts.ImageStore
-				}
-				var err error
-				if store, err = image.Open(so); err != nil {
-					return nil, err
-				}
-			}
-			img, err := store.Resolve(t.Image)
-			if err != nil {
-				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
-			}
-			o.Image = img
-		}
-		p, err := attach.For(&cfg, t, o)
-		if err != nil {
-			return nil, err
-		}
-		out[t.Name] = p
-		if o.Image == nil {
-			continue
-		}
-		tc := *t
-		tc.Env, tc.Workdir = p.Env, p.Workdir
-		if _, ok := cfg.Tools[t.Name]; ok {
-			cfg.Tools[t.Name] = &tc
-		} else {
-			cfg.MCPServers[t.Name] = &tc
-		}
-	}
-	opts.Config = &cfg
-	return out, nil
 }
 
 // New sweeps what a crashed predecessor left, starts a pool per tool, and
@@ -241,96 +162,33 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.StallTimeout = defaultStallTimeout
 	}
 	if opts.CaptureWait <= 0 {
-		opts.CaptureWait = defaultCaptureWait
+		opts.CaptureWait = node.DefaultCaptureWait
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	opts.Sandbox.Logger = opts.Logger
-	// Every tool's image is resolved before anything starts (pools, and
-	// the runtime's reports to observe, read what this finds).
-	plans, err := planAll(&opts)
-	if err != nil {
-		return nil, err
+	no := node.Options{Config: opts.Config, Sandbox: opts.Sandbox, MaxSessions: opts.MaxSessions, CaptureWait: opts.CaptureWait,
+		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger}
+	if !opts.Embedded {
+		no.ExportAudit = os.Stdout
 	}
-	d := &Daemon{opts: opts, pools: make(map[string]*pool.Pool), plans: plans, sessions: sessions{m: make(map[string]*session)}}
-	d.quit, d.quitNow = context.WithCancel(context.Background())
+	d := &Daemon{opts: opts}
 	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
-	defer func() {
-		if err != nil {
-			d.closePools(context.WithoutCancel(ctx))
-			d.prebinds.Wait() // the gateways of the pools' sandboxes
-			if d.rt != nil {
-				d.rt.Close()
-			}
-			if d.audit != nil {
-				d.audit.Close(context.WithoutCancel(ctx))
-			}
-		}
-	}()
+	// The tokens are read before anything starts.
 	if d.tokens, err = tokens.Load(opts.Config); err != nil {
 		return nil, err
 	}
-	// The audit log opens first, so the sweep below is recorded; a
-	// daemon that cannot record does not start.
-	a := opts.Config.Audit
-	if opts.AuditPath != "" {
-		a.Path = opts.AuditPath
-	}
-	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}
-	if a.Export == "stdout" && !opts.Embedded {
-		ao.Export = os.Stdout
-	}
-	if d.audit, err = audit.Open(ctx, ao); err != nil {
+	if d.Node, err = node.New(ctx, no); err != nil {
 		return nil, err
 	}
-	if err = d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStarted, Detail: audit.Detail(map[string]any{
-		"pid": os.Getpid(), "config": opts.Config.Path, "tools": opts.Config.Order,
-	})}); err != nil {
-		return nil, err
-	}
-	if n, err := d.reconcile(ctx); err != nil {
-		return nil, fmt.Errorf("audit log: close what the previous daemon left open: %w", err)
-	} else if n > 0 {
-		opts.Logger.Warn("the previous daemon stopped without recording every outcome; closed its open runs and sessions in the audit log", "closed", n)
-	}
-	opts.Sandbox.Observe = d.observe
-	if opts.Sandbox.Budget == (sandbox.Budget{}) {
-		ceil, err := sandbox.ReadParentCeiling(opts.Sandbox.CgroupParent)
+	// The node's config has each image's defaults applied.
+	d.opts.Config = d.Config()
+	defer func() {
 		if err != nil {
-			return nil, fmt.Errorf("server.capacity: %w", err)
+			d.Stop(context.WithoutCancel(ctx))
+			d.Close(context.WithoutCancel(ctx))
 		}
-		if ceil.Memory > 0 || ceil.Pids > 0 {
-			opts.Logger.Info("the cgroups above the sandboxes have limits of their own; the capacity stays under them",
-				"memory_bytes", ceil.Memory, "memory_at", ceil.MemoryAt, "pids", ceil.Pids, "pids_at", ceil.PidsAt)
-		}
-		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity, ceil); err != nil {
-			return nil, fmt.Errorf("server.capacity: %w", err)
-		}
-	}
-	for _, t := range opts.Config.Profiles() {
-		if err := opts.Sandbox.Budget.Fits(plans[t.Name].Spec.Limits); err != nil {
-			return nil, fmt.Errorf("tool %s: %w of the node (server.capacity)", t.Name, err)
-		}
-	}
-	d.opts.Sandbox.Budget = opts.Sandbox.Budget
-	outBudget := CaptureBudget(opts.Config.Server.Capacity, opts.Sandbox.Budget.Memory)
-	for _, t := range opts.Config.Profiles() {
-		if err := CheckCapture(t.Name, plans[t.Name].Spec.Limits.Output, outBudget); err != nil {
-			return nil, err
-		}
-	}
-	d.capture = newCaptureBudget(outBudget, opts.CaptureWait)
-	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids, "captured_output_bytes", outBudget)
-	// sandbox.New sweeps leftovers of a crashed predecessor.
-	if d.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
-		return nil, err
-	}
-	for _, t := range opts.Config.Profiles() {
-		spec := plans[t.Name].Spec
-		spec.OnStart = d.prebind(t)
-		d.pools[t.Name] = pool.New(d.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
-	}
+	}()
 	if opts.Embedded {
 		return d, nil
 	}
@@ -480,8 +338,8 @@ func lockSocket(path string) (unlock func(), err error) {
 func (d *Daemon) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	d.reapStop = stop
-	go d.reap(rctx)
+	d.flushStop = stop
+	d.Start()
 	go d.refusalFlusher(rctx)
 	if d.srv != nil {
 		go func() { errc <- d.srv.Serve(d.ln) }()
@@ -533,7 +391,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 				d.opts.Logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 			}
 		}()
-		d.quitNow()
+		d.Quit()
 		// Fronts place nothing more here from now on.
 		d.drainCluster()
 		gctx, cancel := context.WithTimeout(ctx, d.opts.Grace)
@@ -563,38 +421,21 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// own to wait for), and their handlers destroy what they hold.
 		d.ttyEndNow()
 		d.ttys.closeAndWait()
-		if d.reapStop != nil {
-			d.reapStop()
+		if d.flushStop != nil {
+			d.flushStop()
 		}
-		// Sessions and MCP servers end (their sandboxes destroyed)
+		// MCP servers end, then sessions (their sandboxes destroyed),
 		// before the pools.
-		d.endAll(ctx)
 		d.instances.stopAll()
-		d.destroying.Wait()
-		errs = append(errs, d.closePools(ctx))
-		d.prebinds.Wait()
-		d.rt.Close()
+		errs = append(errs, d.Stop(ctx))
 		d.flushRefusals()
 		// Every sandbox is gone: the node leaves the cluster.
 		d.leaveCluster()
 		// Last, so every destroy above is in the log.
-		errs = append(errs, d.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped}))
-		actx, cancel := context.WithTimeout(ctx, time.Minute)
-		errs = append(errs, d.audit.Close(actx))
-		cancel()
+		errs = append(errs, d.Close(ctx))
 		d.shutErr = errors.Join(errs...)
 	})
 	return d.shutErr
-}
-
-func (d *Daemon) closePools(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	var errs []error
-	for _, p := range d.pools {
-		errs = append(errs, p.Close(ctx))
-	}
-	return errors.Join(errs...)
 }
 
 // SocketGroup returns the gid of server.socket_group, a group name or

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
@@ -20,7 +22,6 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestMain(m *testing.M) {
@@ -201,7 +202,7 @@ func TestShutdownLeavesNothing(t *testing.T) {
 		got <- r
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for d.pools["sh"].Stats().Hits+d.pools["sh"].Stats().Misses < 2 && time.Now().Before(deadline) {
+	for d.Pool("sh").Stats().Hits+d.Pool("sh").Stats().Misses < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
@@ -225,7 +226,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 	// gateways) before it found the socket taken: they all go.
 	cfg, _ := config.Parse("airlock.yaml", []byte("tools:\n  p: {pool: {warm: 2}}\n"))
 	deadline := time.Now().Add(10 * time.Second)
-	for d.pools["sh"].Stats().Idle < 2 && time.Now().Before(deadline) {
+	for d.Pool("sh").Stats().Idle < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond) // the first daemon's pool full: its count is steady
 	}
 	before := cgroupCount(t)

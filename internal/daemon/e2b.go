@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
+	"github.com/airlockhq/airlock/internal/node"
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/httpx"
@@ -28,7 +29,7 @@ const e2bDefaultTimeout = 300 * time.Second
 
 // e2bSandbox is the E2B side of a session.
 type e2bSandbox struct {
-	s        *session
+	s        *node.Session
 	token    string // envdAccessToken: the envd calls' credential
 	metadata map[string]string
 	env      []string // envVars, for every command
@@ -105,14 +106,14 @@ func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *caller {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
 		if t := d.tokens.Match(v); t != nil {
 			netlimit.Vouch(r.Context())
-			c := &caller{name: "token:" + t.Name, token: t}
+			c := node.TokenCaller(t)
 			if seen, ok := r.Context().Value(seenKey{}).(*caller); ok {
 				*seen = *c
 			}
 			return c
 		}
 	}
-	d.counts.unauthorized.Add(1)
+	d.Counts().Unauthorized.Add(1)
 	if d.slowFailures(w, r) {
 		return nil
 	}
@@ -143,8 +144,8 @@ func e2bTimeout(secs *int, def time.Duration) (time.Duration, error) {
 		return def, nil
 	}
 	// Checked before the multiplication, which could overflow into range.
-	if *secs < 1 || *secs > int(maxLife/time.Second) {
-		return 0, fmt.Errorf("timeout %d s: want 1 to %d seconds", *secs, int(maxLife.Seconds()))
+	if *secs < 1 || *secs > int(node.MaxLife/time.Second) {
+		return 0, fmt.Errorf("timeout %d s: want 1 to %d seconds", *secs, int(node.MaxLife.Seconds()))
 	}
 	return time.Duration(*secs) * time.Second, nil
 }
@@ -170,14 +171,14 @@ func (d *Daemon) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
 	if sb == nil || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(sb.token)) != 1 {
-		d.counts.unauthorized.Add(1)
+		d.Counts().Unauthorized.Add(1)
 		// One answer for no sandbox and a wrong token: neither says
 		// which sandboxes exist.
 		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q not found, or the access token is not its", shorten(id))
 	}
 	netlimit.Vouch(r.Context())
-	if sb.s.view().State != "active" {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", shorten(id), sb.s.view().EndReason)
+	if sb.s.View().State != "active" {
+		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", shorten(id), sb.s.View().EndReason)
 	}
 	return sb, nil
 }
@@ -217,7 +218,7 @@ func (d *Daemon) e2bHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := d.e2bEnvd(r)
-	if err == nil && !alive(sb.s.sb) {
+	if err == nil && !sb.s.Alive() {
 		err = e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
 	}
 	if err != nil {

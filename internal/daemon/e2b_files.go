@@ -13,12 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // The E2B file calls: /files and the filesystem.Filesystem service.
@@ -74,7 +75,7 @@ func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op strin
 		e2b.WriteAPIError(w, status, err.Error())
 		return nil
 	}
-	if !sb.s.enter() {
+	if !sb.s.Enter() {
 		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
 		return nil
 	}
@@ -113,8 +114,8 @@ func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 			found = sb
 		}
 	}
-	if found == nil || found.s.view().State != "active" {
-		d.counts.unauthorized.Add(1)
+	if found == nil || found.s.View().State != "active" {
+		d.Counts().Unauthorized.Add(1)
 		return nil, e2b.Errorf(e2b.CodeNotFound, "no sandbox signed this URL for this path and operation")
 	}
 	return found, nil
@@ -131,13 +132,13 @@ func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	defer sb.s.leave()
+	defer sb.s.Leave()
 	rel, err := e2bPath(r.URL.Query().Get("path"))
 	if err != nil {
 		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f, size, err := sb.s.openFile(rel)
+	f, size, err := sb.s.OpenFile(rel)
 	if err != nil {
 		e2bFileError(w, err)
 		return
@@ -146,18 +147,6 @@ func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	_, _ = io.Copy(w, io.LimitReader(f, size))
-}
-
-// inWorkspace runs fn on the session's workspace as the sandbox's user
-// (see writeFile). The caller has entered the session.
-func (s *session) inWorkspace(fn func(ws *os.File, uid int) error) error {
-	ws, err := s.sb.OpenWorkspace()
-	if err != nil {
-		return errGone
-	}
-	defer ws.Close()
-	id := s.sb.UserHostID()
-	return inroot.AsUser(id, id, func() error { return fn(ws, id) })
 }
 
 // e2bFSPath is e2bPath for the filesystem calls, where the workspace
@@ -200,9 +189,9 @@ func (sb *e2bSandbox) entryInfo(e inroot.Entry) e2b.EntryInfo {
 		typ = "FILE_TYPE_SYMLINK"
 	}
 	name := func(id uint32) string {
-		base := sb.s.sb.HostIDBase()
+		base := sb.s.Sandbox().HostIDBase()
 		switch {
-		case id == uint32(sb.s.sb.UserHostID()):
+		case id == uint32(sb.s.Sandbox().UserHostID()):
 			return "sandbox"
 		case id == base:
 			return "root"
@@ -252,10 +241,10 @@ func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
 		}
-		if !sb.s.enter() {
+		if !sb.s.Enter() {
 			return nil, e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
 		}
-		defer sb.s.leave()
+		defer sb.s.Leave()
 		return fn(sb, &req)
 	})
 }
@@ -271,7 +260,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
 		}
 		var e inroot.Entry
-		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
+		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
@@ -290,7 +279,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "depth %d: want 1 to 64", depth)
 		}
 		var es []inroot.Entry
-		err = sb.s.inWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
+		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
@@ -310,7 +299,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, e2bFSError(req.Path, fmt.Errorf("%w: a directory", inroot.ErrExists))
 		}
 		var e inroot.Entry
-		err = sb.s.inWorkspace(func(ws *os.File, uid int) error {
+		err = sb.s.InWorkspace(func(ws *os.File, uid int) error {
 			made, err := inroot.Mkdir(ws, rel, uid, uid)
 			if err == nil && !made {
 				return fmt.Errorf("%w: a directory", inroot.ErrExists)
@@ -330,7 +319,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 		if err != nil {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
 		}
-		if err := sb.s.inWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
+		if err := sb.s.InWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
 		return struct{}{}, nil
@@ -350,7 +339,7 @@ func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "destination: %v", err)
 		}
 		var e inroot.Entry
-		err = sb.s.inWorkspace(func(ws *os.File, _ int) error {
+		err = sb.s.InWorkspace(func(ws *os.File, _ int) error {
 			if err := inroot.Rename(ws, from, to); err != nil {
 				return err
 			}

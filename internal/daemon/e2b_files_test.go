@@ -54,7 +54,7 @@ func hostWorkspace(t *testing.T, d *Daemon, id string) string {
 	if sb == nil {
 		t.Fatalf("no sandbox %s", id)
 	}
-	return filepath.Join("/proc", strconv.Itoa(sb.s.sb.InitPid()), "root", sandbox.HomeDir)
+	return filepath.Join("/proc", strconv.Itoa(sb.s.Sandbox().InitPid()), "root", sandbox.HomeDir)
 }
 
 // TestE2BSignedURLKeepsItsOperation: the SDK signs "path:op:user:token"
@@ -257,7 +257,7 @@ func initPid(d *Daemon, id string) int {
 	d.e2b.mu.Lock()
 	defer d.e2b.mu.Unlock()
 	if sb := d.e2b.m[id]; sb != nil {
-		return sb.s.sb.InitPid()
+		return sb.s.Sandbox().InitPid()
 	}
 	return 0
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -295,11 +296,11 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		st.end(err)
 		return
 	}
-	if !sb.s.enter() {
-		st.end(e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended", sb.s.id))
+	if !sb.s.Enter() {
+		st.end(e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended", sb.s.ID()))
 		return
 	}
-	defer sb.s.leave()
+	defer sb.s.Leave()
 	p := &e2bProc{config: *req.Process, signal: make(chan unix.Signal, 1), subs: map[*e2bStream]struct{}{}, done: make(chan struct{})}
 	sb.mu.Lock()
 	sb.nextPID++
@@ -320,7 +321,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 		})
 		defer t.Stop()
 	}
-	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: workdir(dir, sb.s.tool), Signal: p.signal}
+	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: node.Workdir(dir, sb.s.Tool()), Signal: p.signal}
 	if tty != nil {
 		x.TTY = tty
 		p.resize = make(chan sandbox.WinSize, 1)
@@ -347,7 +348,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	detach := p.attach(st)
 	stop := st.keepalive(keepaliveEvery)
 	// Not the request's context: the command outlives its client.
-	res, err := d.exec(context.WithoutCancel(r.Context()), sb.s, clientOf(r), x)
+	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, clientOf(r), x)
 	stop()
 	detach()
 	if err != nil {

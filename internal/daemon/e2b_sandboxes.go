@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 )
 
@@ -64,9 +65,9 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no template %q: templates are airlock's tools (%s)", shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", ")))
 		return
 	}
-	if !c.allows(t.Name) {
-		d.counts.forbidden.Add(1)
-		e2b.WriteAPIError(w, http.StatusForbidden, fmt.Sprintf("%s may not use template %q", c.name, t.Name))
+	if !c.Allows(t.Name) {
+		d.Counts().Forbidden.Add(1)
+		e2b.WriteAPIError(w, http.StatusForbidden, fmt.Sprintf("%s may not use template %q", c.Name, t.Name))
 		return
 	}
 	life, err := e2bTimeout(req.Timeout, e2bDefaultTimeout)
@@ -89,7 +90,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
-	s, err := d.newSession(r.Context(), t, clientOf(r), c, maxLife, life, narrowed)
+	s, err := d.OpenSession(r.Context(), t, clientOf(r), c, node.MaxLife, life, narrowed)
 	if err != nil {
 		status, _ := statusOf(err)
 		e2b.WriteAPIError(w, status, err.Error())
@@ -97,7 +98,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	var tok [24]byte
 	rand.Read(tok[:])
-	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), metadata: req.Metadata, env: env, limits: d.plans[t.Name].Spec.Limits, procs: map[uint32]*e2bProc{}}
+	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), metadata: req.Metadata, env: env, limits: d.Plan(t.Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
 	d.e2b.mu.Lock()
 	if d.e2b.m == nil {
 		d.e2b.m = map[string]*e2bSandbox{}
@@ -105,11 +106,11 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	// The sandboxes that have ended leave the table: their sessions
 	// answer for a while longer, these never again.
 	for id, old := range d.e2b.m {
-		if old.s.view().State != "active" {
+		if old.s.View().State != "active" {
 			delete(d.e2b.m, id)
 		}
 	}
-	d.e2b.m[s.id] = sb
+	d.e2b.m[s.ID()] = sb
 	d.e2b.mu.Unlock()
 	d.e2bAnswer(w, http.StatusCreated, sb)
 }
@@ -124,7 +125,7 @@ func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 	if req.Network == nil && !noNet {
 		return nil, nil
 	}
-	pol := d.plans[tool].Policy
+	pol := d.Plan(tool).Policy
 	if noNet {
 		pol.Egress, pol.Services = nil, nil
 		return &pol, nil
@@ -144,7 +145,7 @@ func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 }
 
 func (d *Daemon) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
-	writeJSON(w, status, e2b.Sandbox{SandboxID: sb.s.id, TemplateID: sb.s.tool.Name, ClientID: "airlock", Alias: sb.s.tool.Name,
+	writeJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
 		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token})
 }
 
@@ -154,7 +155,7 @@ func (d *Daemon) e2bFind(id string, c *caller) *e2bSandbox {
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
-	if sb == nil || (c != nil && c.name != sb.s.owner) || sb.s.view().State != "active" {
+	if sb == nil || (c != nil && c.Name != sb.s.Owner()) || sb.s.View().State != "active" {
 		return nil
 	}
 	return sb
@@ -169,7 +170,7 @@ func (d *Daemon) e2bLookup(w http.ResponseWriter, r *http.Request, c *caller) *e
 }
 
 func (sb *e2bSandbox) detail() e2b.Detail {
-	v := sb.s.view()
+	v := sb.s.View()
 	l := sb.limits
 	return e2b.Detail{SandboxID: v.ID, TemplateID: v.Tool, Alias: v.Tool, ClientID: "airlock", StartedAt: v.Created, EndAt: v.Expires,
 		EnvdVersion: e2b.EnvdVersion, State: "running", CPUCount: max(1, int(l.CPUMilli+999)/1000), MemoryMB: l.Memory >> 20,
@@ -222,16 +223,16 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	// Oldest first, by creation and then id: a page goes on after the
 	// last one of the one before, whatever ended in between.
-	ss := d.sessionsOf(c)
-	slices.SortFunc(ss, func(a, b *session) int {
-		return cmp.Or(cmp.Compare(a.created.UnixNano(), b.created.UnixNano()), strings.Compare(a.id, b.id))
+	ss := d.SessionsOf(c)
+	slices.SortFunc(ss, func(a, b *node.Session) int {
+		return cmp.Or(cmp.Compare(a.Created().UnixNano(), b.Created().UnixNano()), strings.Compare(a.ID(), b.ID()))
 	})
-	var last *session
+	var last *node.Session
 	for _, s := range ss {
-		if n := s.created.UnixNano(); after != nil && (n < after.created || n == after.created && s.id <= after.id) {
+		if n := s.Created().UnixNano(); after != nil && (n < after.created || n == after.created && s.ID() <= after.id) {
 			continue
 		}
-		sb := d.e2bFind(s.id, c)
+		sb := d.e2bFind(s.ID(), c)
 		if sb == nil {
 			continue
 		}
@@ -260,20 +261,18 @@ func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	// As DELETE /v1/sessions/{id}: answered once the sandbox is gone
 	// and the end recorded, or not at all if the caller went away.
-	if sb.s.end(r.Context(), "deleted") != nil {
+	if sb.s.End(r.Context(), "deleted") != nil {
 		return
 	}
-	if err := d.audit.Append(r.Context()); err != nil {
-		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", sb.s.id, "err", err)
+	if err := d.Audit().Append(r.Context()); err != nil {
+		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", sb.s.ID(), "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // setLife ends the sandbox life from now.
 func (sb *e2bSandbox) setLife(life time.Duration) {
-	sb.s.mu.Lock()
-	sb.s.expires = time.Now().Add(life)
-	sb.s.mu.Unlock()
+	sb.s.SetLife(life)
 }
 
 func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -329,8 +328,8 @@ type listCursor struct {
 }
 
 // listToken is the opaque x-next-token after s: its creation time and id.
-func listToken(s *session) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(s.created.UnixNano(), 10) + "." + s.id))
+func listToken(s *node.Session) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(s.Created().UnixNano(), 10) + "." + s.ID()))
 }
 
 func parseListToken(tok string) (*listCursor, error) {
@@ -389,16 +388,16 @@ func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeJSON(w, http.StatusOK, []e2bMetric{})
 		return
 	}
-	smp, err := sb.s.sb.Sample()
+	smp, err := sb.s.Sandbox().Sample()
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q has ended", sb.s.id))
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q has ended", sb.s.ID()))
 		return
 	}
 	cpus := max(1, int(sb.limits.CPUMilli+999)/1000)
 	sb.mu.Lock()
 	since, cpuBefore := sb.metricAt, sb.metricCPU
 	if since.IsZero() {
-		since = sb.s.created
+		since = sb.s.Created()
 	}
 	sb.metricAt, sb.metricCPU = now, smp.CPUMillis
 	sb.mu.Unlock()

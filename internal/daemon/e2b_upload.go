@@ -128,13 +128,13 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	defer sb.s.leave()
+	defer sb.s.Leave()
 	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxUpload), raw: r.Body, rc: http.NewResponseController(w)}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		select {
-		case <-sb.s.ending:
+		case <-sb.s.Ending():
 			body.cut()
 		case <-done:
 		}
@@ -143,7 +143,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	// lives (sandbox.OpenWorkspace): a part that comes after the sandbox
 	// ended is never written through a path that could by then name
 	// another sandbox's.
-	ws, err := sb.s.sb.OpenWorkspace()
+	ws, err := sb.s.Sandbox().OpenWorkspace()
 	if err != nil {
 		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
 		return
@@ -151,10 +151,10 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	defer ws.Close()
 	gone := func() bool {
 		select {
-		case <-sb.s.ending:
+		case <-sb.s.Ending():
 			return true
 		default:
-			return !alive(sb.s.sb)
+			return !sb.s.Alive()
 		}
 	}
 	// bodyFailed answers a body that stopped short, if it did.
@@ -179,7 +179,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
 			return e2b.WrittenFile{}, false
 		}
-		if _, err := sb.s.writeIn(ws, rel, r); err != nil {
+		if _, err := sb.s.WriteIn(ws, rel, r); err != nil {
 			if !bodyFailed() {
 				e2bFileError(w, err)
 			}

@@ -114,7 +114,7 @@ func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 				st.end(e2bFSError(req.Path, err))
 			}
 			return
-		case <-sb.s.ending:
+		case <-sb.s.Ending():
 			st.end(e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended"))
 			return
 		case <-deadline:
@@ -155,15 +155,15 @@ func (d *Daemon) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
 
 // watch starts watching rel below the workspace, as the sandbox's user.
 func (sb *e2bSandbox) watch(rel string, recursive bool) (*dirwatch.Watcher, error) {
-	if !sb.s.enter() {
+	if !sb.s.Enter() {
 		return nil, errGone
 	}
-	defer sb.s.leave()
-	ws, err := sb.s.sb.OpenWorkspace()
+	defer sb.s.Leave()
+	ws, err := sb.s.Sandbox().OpenWorkspace()
 	if err != nil {
 		return nil, errGone
 	}
 	defer ws.Close()
-	id := sb.s.sb.UserHostID()
+	id := sb.s.Sandbox().UserHostID()
 	return dirwatch.Watch(ws, rel, dirwatch.Options{Recursive: recursive, UID: id, GID: id})
 }

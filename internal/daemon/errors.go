@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -28,27 +29,23 @@ var (
 	// errNoCaller: a request, or a run or session, with no authenticated
 	// caller: a listener wired without authentication. It is refused
 	// (401), never taken for the local socket's.
-	errNoCaller = errdefs.Errorf(errUnauthenticated, "this listener authenticates no caller; the request is refused")
+	errNoCaller = node.ErrNoCaller
 	// errMisdirected: a request to a loopback listener naming another
 	// host (DNS rebinding).
 	errMisdirected = errdefs.New(errdefs.ErrDenied, "misdirected request")
 	// errTooMany: the caller's share is spent (its token's concurrency,
 	// or its failed authentications); it may try again shortly.
-	errTooMany = errdefs.New(errdefs.ErrUnavailable, "too many requests")
+	errTooMany = node.ErrTooMany
 	// errDiskFull: a file call met the sandbox's disk ceiling.
-	errDiskFull = errdefs.New(errdefs.ErrLimit, "the sandbox's disk ceiling is reached")
+	errDiskFull = node.ErrDiskFull
 )
 
-// Errors of run and of opening a session, answered by writeErr (API) and
-// the MCP server.
+// Errors of the node's, answered by writeErr (API) and the MCP server.
 var (
-	errAuditRefused = errdefs.New(errdefs.ErrUnavailable, errAuditMsg)
-	errShutdown     = errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
-	errNoSandbox    = errdefs.New(errdefs.ErrUnavailable, "no sandbox could be created for this tool; see the daemon's log")
-	// errBind: a tool's policy could not be bound to its sandbox.
-	errBind = errdefs.New(errdefs.ErrUnavailable, "the sandbox's network could not be set up; see the daemon's log")
-	// errGone: a file call's error once the session's sandbox is gone.
-	errGone = errdefs.New(errdefs.ErrConflict, "the session's sandbox is gone")
+	errAuditRefused = node.ErrAuditRefused
+	errShutdown     = node.ErrShutdown
+	errNoSandbox    = node.ErrNoSandbox
+	errGone         = node.ErrGone
 )
 
 // answer is what the API answers for an error.
@@ -65,6 +62,7 @@ var errorKinds = []struct {
 }{
 	{errMethod, answer{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed}},
 	{errUnauthenticated, answer{http.StatusUnauthorized, api.CodeUnauthorized}},
+	{node.ErrNoCaller, answer{http.StatusUnauthorized, api.CodeUnauthorized}},
 	// 421 says "not this server" to a browser's request; the code is
 	// forbidden, as for any other refusal of who is asking.
 	{errMisdirected, answer{http.StatusMisdirectedRequest, api.CodeForbidden}},
@@ -107,22 +105,12 @@ func statusOf(err error) (int, string) {
 // message, and Retry-After for a refusal that says when to try again.
 func writeErr(w http.ResponseWriter, err error) {
 	var r *refusal
-	if errors.As(err, &r) && r.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(r.retryAfter))
+	if errors.As(err, &r) && r.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(r.RetryAfter))
 	}
 	status, code := statusOf(err)
 	writeJSON(w, status, api.Error{Code: code, Message: err.Error()})
 }
 
-// refusal is an error that says when to try again: a call refused for
-// want of capacity or of the caller's share. It matches kind.
-type refusal struct {
-	kind       error // errTooMany, sandbox.ErrCapacity or errdefs.ErrUnavailable
-	msg        string
-	retryAfter int // seconds
-}
-
-func (e *refusal) Error() string { return e.msg }
-
-// Unwrap returns the refusal's kind.
-func (e *refusal) Unwrap() error { return e.kind }
+// refusal is an error that says when to try again (node.Refusal).
+type refusal = node.Refusal

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -51,10 +52,10 @@ func TestStatusOf(t *testing.T) {
 		{"audit refused", errAuditRefused, 503, api.CodeAuditUnavailable, false},
 		{"shutdown", errShutdown, 503, api.CodeUnavailable, false},
 		{"no sandbox", errNoSandbox, 503, api.CodeUnavailable, false},
-		{"bind", errBind, 503, api.CodeUnavailable, false},
-		{"at capacity", atCapacity(capacity), 503, api.CodeCapacity, false},
-		{"max sessions", &refusal{kind: errdefs.ErrUnavailable, msg: "256 sessions are open", retryAfter: 5}, 503, api.CodeUnavailable, false},
-		{"token concurrency", &refusal{kind: errTooMany, msg: "token ci has 2 calls in flight", retryAfter: 1}, 429, api.CodeTooManyRequests, false},
+		{"bind", node.ErrBind, 503, api.CodeUnavailable, false},
+		{"at capacity", node.AtCapacity(capacity), 503, api.CodeCapacity, false},
+		{"max sessions", &refusal{Kind: errdefs.ErrUnavailable, Msg: "256 sessions are open", RetryAfter: 5}, 503, api.CodeUnavailable, false},
+		{"token concurrency", &refusal{Kind: errTooMany, Msg: "token ci has 2 calls in flight", RetryAfter: 1}, 429, api.CodeTooManyRequests, false},
 
 		// File calls, over the API and MCP alike.
 		{"file: gone", fileErr(errGone), 409, api.CodeEnded, true},
@@ -99,9 +100,9 @@ func TestWriteErr(t *testing.T) {
 		retryAfter string
 	}{
 		{errdefs.New(errdefs.ErrNotFound, "no session \"s_x\""), 404, api.Error{Code: api.CodeNotFound, Message: `no session "s_x"`}, ""},
-		{atCapacity(fmt.Errorf("%w: 3 sandboxes are live", sandbox.ErrCapacity)), 503,
+		{node.AtCapacity(fmt.Errorf("%w: 3 sandboxes are live", sandbox.ErrCapacity)), 503,
 			api.Error{Code: api.CodeCapacity, Message: "the node is at capacity: 3 sandboxes are live; try again shortly"}, "1"},
-		{&refusal{kind: errTooMany, msg: "slow down", retryAfter: 1}, 429, api.Error{Code: api.CodeTooManyRequests, Message: "slow down"}, "1"},
+		{&refusal{Kind: errTooMany, Msg: "slow down", RetryAfter: 1}, 429, api.Error{Code: api.CodeTooManyRequests, Message: "slow down"}, "1"},
 	}
 	for _, tt := range tests {
 		w := httptest.NewRecorder()

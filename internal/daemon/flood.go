@@ -142,7 +142,7 @@ func (d *Daemon) flushRefusals() {
 	}
 	rf.mu.Unlock()
 	for _, ev := range evs {
-		d.audit.Record(ev)
+		d.Audit().Record(ev)
 		d.opts.Logger.Warn("refused API requests", "client", ev.Client, "detail", string(ev.Detail))
 	}
 }
@@ -177,6 +177,6 @@ func (d *Daemon) slowFailures(w http.ResponseWriter, r *http.Request) bool {
 	case <-r.Context().Done():
 	}
 	w.Header().Set("Connection", "close")
-	writeErr(w, &refusal{kind: errTooMany, retryAfter: int(failHold / time.Second), msg: "too many requests without a valid token; slow down"})
+	writeErr(w, &refusal{Kind: errTooMany, RetryAfter: int(failHold / time.Second), Msg: "too many requests without a valid token; slow down"})
 	return true
 }

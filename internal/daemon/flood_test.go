@@ -68,7 +68,7 @@ tools:
 	poolFull := func() {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
-		for st := d.pools["sh"].Stats(); st.Idle < st.Warm; st = d.pools["sh"].Stats() {
+		for st := d.Pool("sh").Stats(); st.Idle < st.Warm; st = d.Pool("sh").Stats() {
 			if time.Now().After(deadline) {
 				t.Fatalf("the pool did not refill: %+v", st)
 			}

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
@@ -17,8 +20,6 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // testImageStore is an empty image store, on a file system that takes

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -37,14 +38,18 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
 	s, fast := mcpserver.NewWithHandlers(mcpserver.Options{
 		Config:  d.opts.Config,
-		Allows:  c.allows,
+		Allows:  c.Allows,
 		Version: d.opts.Version,
 		Run: func(ctx context.Context, j mcpserver.Job) (*result.Result, error) {
-			res, done, err := d.run(ctx, runJob{
-				tool: j.Tool, client: client, caller: c, argv: j.Argv, recordArgv: j.RecordArgv,
-				dir: workdir("", j.Tool), stdin: j.Stdin, capture: true, onEvent: j.OnEvent,
-				also: func(res *result.Result) []audit.Event { return []audit.Event{callEvent(client, j.Record(res))} },
-			})
+			rr := node.RunRequest{
+				Tool: j.Tool, Client: client, Caller: c, Argv: j.Argv, RecordArgv: j.RecordArgv,
+				Dir: node.Workdir("", j.Tool), Capture: true, OnEvent: j.OnEvent,
+				Also: func(res *result.Result) []audit.Event { return []audit.Event{callEvent(client, j.Record(res))} },
+			}
+			if j.Stdin != nil {
+				rr.Stdin = strings.NewReader(*j.Stdin)
+			}
+			res, done, err := d.Run(ctx, rr)
 			if err != nil {
 				return nil, err
 			}
@@ -63,7 +68,7 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && err != nil && method == "tools/call" {
 				e := audit.Event{Kind: audit.KindMCPCall, Tool: shorten(p.Name), Client: client, Decision: audit.Deny}
 				e.Detail = audit.Detail(map[string]any{"reason": err.Error()})
-				d.audit.Record(e)
+				d.Audit().Record(e)
 			}
 			return res, err
 		}
@@ -102,7 +107,7 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 					if ss != nil {
 						_ = ss.Wait()
 					} else {
-						<-d.quit.Done()
+						<-d.Quitting().Done()
 					}
 					stop()
 				}()
@@ -118,7 +123,7 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 
 // recordCall records MCP tool calls of a client.
 func (d *Daemon) recordCall(client string) func(mcpserver.CallRecord) {
-	return func(r mcpserver.CallRecord) { d.audit.Record(callEvent(client, r)) }
+	return func(r mcpserver.CallRecord) { d.Audit().Record(callEvent(client, r)) }
 }
 
 // callEvent is the audit record of an MCP tool call.
@@ -163,7 +168,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			// A session is its opener's: another caller that learned its
 			// id gets what an unknown id gets.
-			if !owners.use(id, c.name, r.Method == http.MethodDelete) {
+			if !owners.use(id, c.Name, r.Method == http.MethodDelete) {
 				markRefused(r, "an MCP session another caller opened")
 				writeErr(w, errdefs.New(errdefs.ErrNotFound, "no such MCP session"))
 				return
@@ -176,7 +181,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 			// which are POSTs, still finish).
 			ctx, cancel := context.WithCancel(r.Context())
 			defer cancel()
-			defer context.AfterFunc(d.quit, cancel)()
+			defer context.AfterFunc(d.Quitting(), cancel)()
 			r = r.WithContext(ctx)
 		}
 		id := r.Header.Get("Mcp-Session-Id")
@@ -202,7 +207,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 		}
 		b := &built{}
 		r = r.WithContext(context.WithValue(r.Context(), builtKey{}, b))
-		sw := &sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.name, b.server, b.fast) }}
+		sw := &sessionWriter{ResponseWriter: w, opened: func(id string) { owners.open(id, c.Name, b.server, b.fast) }}
 		h.ServeHTTP(sw, r)
 		if id != "" {
 			owners.sdkServed(id, initialized && sw.code == http.StatusAccepted, r.Header.Get(mcpVersionHeader))

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/mcpserver"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -27,14 +28,14 @@ const maxBuiltinArgs = 256
 // owns at most one, destroyed when the MCP session ends.
 type mcpSessions struct {
 	mu sync.Mutex // guards m
-	m  map[*mcp.ServerSession]*session
+	m  map[*mcp.ServerSession]*node.Session
 }
 
 // addBuiltins adds the built-in tools the config enables, for a caller.
 func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 	var tools []string
 	for _, name := range d.opts.Config.Order {
-		if c.allows(name) {
+		if c.Allows(name) {
 			tools = append(tools, name)
 		}
 	}
@@ -66,11 +67,11 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 			if err != nil {
 				return nil, err
 			}
-			j := runJob{tool: t, client: client, caller: c, argv: in.Argv, dir: workdir("", t), capture: true}
+			j := node.RunRequest{Tool: t, Client: client, Caller: c, Argv: in.Argv, Dir: node.Workdir("", t), Capture: true}
 			if in.Stdin != nil {
-				j.stdin = in.Stdin
+				j.Stdin = strings.NewReader(*in.Stdin)
 			}
-			res, done, err := d.run(ctx, j)
+			res, done, err := d.Run(ctx, j)
 			if err != nil {
 				return nil, err
 			}
@@ -94,7 +95,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if d.mcpSession(req.Session) != nil {
 			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
-		sess, err := d.newSession(ctx, t, client, c, defaultIdle, defaultLife, nil)
+		sess, err := d.OpenSession(ctx, t, client, c, node.DefaultIdle, node.DefaultLife, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +104,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		// sandbox then waited out its idle time unreachable.
 		d.mcpSess.mu.Lock()
 		if d.mcpSess.m == nil {
-			d.mcpSess.m = map[*mcp.ServerSession]*session{}
+			d.mcpSess.m = map[*mcp.ServerSession]*node.Session{}
 		}
 		_, taken := d.mcpSess.m[req.Session]
 		if !taken {
@@ -111,14 +112,14 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		}
 		d.mcpSess.mu.Unlock()
 		if taken {
-			_ = sess.end(context.WithoutCancel(ctx), "opened twice at once")
+			_ = sess.End(context.WithoutCancel(ctx), "opened twice at once")
 			return nil, errdefs.New(errdefs.ErrConflict, "this MCP session already has a sandbox; close it first")
 		}
 		go func() {
 			_ = req.Session.Wait()
 			d.closeMCPSession(req.Session, "MCP session ended")
 		}()
-		return text(fmt.Sprintf("opened a sandbox of tool %s (session %s); it is destroyed when this MCP session ends", t.Name, sess.id)), nil
+		return text(fmt.Sprintf("opened a sandbox of tool %s (session %s); it is destroyed when this MCP session ends", t.Name, sess.ID())), nil
 	}))
 	s.AddTool(&mcp.Tool{
 		Name:         "airlock_session_exec",
@@ -130,17 +131,17 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if err != nil {
 			return nil, err
 		}
-		defer sess.leave()
-		free, err := d.reserveCapture(ctx, sess.tool, nil)
+		defer sess.Leave()
+		free, err := d.ReserveCapture(ctx, sess.Tool(), nil)
 		if err != nil {
 			return nil, err
 		}
 		defer free()
-		x := sandbox.ExecRequest{Argv: in.Argv, Dir: workdir("", sess.tool), Capture: true}
+		x := sandbox.ExecRequest{Argv: in.Argv, Dir: node.Workdir("", sess.Tool()), Capture: true}
 		if in.Stdin != nil {
 			x.Stdin = strings.NewReader(*in.Stdin)
 		}
-		res, err := d.exec(ctx, sess, client, x)
+		res, err := d.Exec(ctx, sess, client, x)
 		if err != nil {
 			return nil, err
 		}
@@ -155,9 +156,9 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if err != nil {
 			return nil, err
 		}
-		defer sess.leave()
-		n, err := sess.writeFile(in.Path, strings.NewReader(in.Content))
-		d.fileEvent(client, sess, "put", in.Path, n, err)
+		defer sess.Leave()
+		n, err := sess.WriteFile(in.Path, strings.NewReader(in.Content))
+		d.RecordFile(client, sess, "put", in.Path, n, err)
 		if err != nil {
 			return nil, fileErr(err)
 		}
@@ -172,9 +173,9 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		if err != nil {
 			return nil, err
 		}
-		defer sess.leave()
-		f, size, err := sess.openFile(in.Path)
-		d.fileEvent(client, sess, "get", in.Path, size, err)
+		defer sess.Leave()
+		f, size, err := sess.OpenFile(in.Path)
+		d.RecordFile(client, sess, "get", in.Path, size, err)
 		if err != nil {
 			return nil, fileErr(err)
 		}
@@ -269,26 +270,26 @@ func runResult(r *result.Result) (*mcp.CallToolResult, error) {
 // may use it.
 func (d *Daemon) builtinTool(c *caller, name string) (*config.Tool, error) {
 	t, ok := d.opts.Config.Tools[name]
-	if !ok || !c.allows(name) {
+	if !ok || !c.Allows(name) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "tool": no tool %q for this caller`, name)
 	}
 	return t, nil
 }
 
-func (d *Daemon) mcpSession(ss *mcp.ServerSession) *session {
+func (d *Daemon) mcpSession(ss *mcp.ServerSession) *node.Session {
 	d.mcpSess.mu.Lock()
 	defer d.mcpSess.mu.Unlock()
 	return d.mcpSess.m[ss]
 }
 
 // enterMCPSession enters the MCP session's sandbox session.
-func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*session, error) {
+func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*node.Session, error) {
 	s := d.mcpSession(ss)
 	if s == nil {
 		return nil, errdefs.New(errdefs.ErrConflict, "this MCP session has no sandbox open; call airlock_session_open first")
 	}
-	if !s.enter() {
-		v := s.view()
+	if !s.Enter() {
+		v := s.View()
 		return nil, errdefs.Errorf(errdefs.ErrConflict, "this MCP session's sandbox has ended (%s); open another", v.EndReason)
 	}
 	return s, nil
@@ -303,6 +304,6 @@ func (d *Daemon) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
 	if s == nil {
 		return false
 	}
-	_ = s.end(context.Background(), reason)
+	_ = s.End(context.Background(), reason)
 	return true
 }

@@ -85,7 +85,7 @@ tools:
 	// The MCP session's end destroys its sandbox.
 	cs.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(sess.sb) {
+	for sess.Alive() {
 		if time.Now().After(deadline) {
 			t.Fatal("the sandbox outlived its MCP session")
 		}
@@ -133,9 +133,9 @@ func TestMCPSessionOpenRace(t *testing.T) {
 		t.Fatalf("%d opens succeeded, want 1", opened.Load())
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for d.rt.Usage().Sandboxes != 1 {
+	for d.Runtime().Usage().Sandboxes != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sandboxes live for one MCP session's sandbox", d.rt.Usage().Sandboxes)
+			t.Fatalf("%d sandboxes live for one MCP session's sandbox", d.Runtime().Usage().Sandboxes)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -34,9 +34,9 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	stats := make([]struct {
 		tool string
 		s    [7]int64
-	}, 0, len(d.pools))
+	}, 0, len(d.opts.Config.Order))
 	for _, name := range d.opts.Config.Order {
-		st := d.pools[name].Stats()
+		st := d.Pool(name).Stats()
 		stats = append(stats, struct {
 			tool string
 			s    [7]int64
@@ -58,23 +58,23 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	metric("airlock_runs_total", "Runs answered.", "counter")
-	fmt.Fprintf(&b, "airlock_runs_total %d\n", d.counts.runs.Load())
+	fmt.Fprintf(&b, "airlock_runs_total %d\n", d.Counts().Runs.Load())
 	metric("airlock_run_sandbox_failures_total", "Runs refused because no sandbox could be had.", "counter")
-	fmt.Fprintf(&b, "airlock_run_sandbox_failures_total %d\n", d.counts.failures.Load())
+	fmt.Fprintf(&b, "airlock_run_sandbox_failures_total %d\n", d.Counts().Failures.Load())
 	metric("airlock_api_requests_total", "API requests received.", "counter")
-	fmt.Fprintf(&b, "airlock_api_requests_total %d\n", d.counts.requests.Load())
+	fmt.Fprintf(&b, "airlock_api_requests_total %d\n", d.Counts().Requests.Load())
 	metric("airlock_api_unauthorized_total", "API requests refused for want of a valid token.", "counter")
-	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.counts.unauthorized.Load())
+	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.Counts().Unauthorized.Load())
 	metric("airlock_api_connections_shed_total", "TCP connections closed as soon as accepted: their address held its share of a listener under pressure.", "counter")
 	fmt.Fprintf(&b, "airlock_api_connections_shed_total %d\n", netlimit.Refused(d.tcp)+netlimit.Refused(d.e2bl))
 	metric("airlock_api_forbidden_total", "API requests refused for a tool outside the token's scope.", "counter")
-	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.counts.forbidden.Load())
+	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.Counts().Forbidden.Load())
 	metric("airlock_audit_refusals_total", "Runs and sessions refused because the audit log could not be written.", "counter")
-	fmt.Fprintf(&b, "airlock_audit_refusals_total %d\n", d.counts.auditRefusals.Load())
+	fmt.Fprintf(&b, "airlock_audit_refusals_total %d\n", d.Counts().AuditRefusals.Load())
 	metric("airlock_audit_lost_events_total", "Audit events that could not be written.", "counter")
-	fmt.Fprintf(&b, "airlock_audit_lost_events_total %d\n", d.audit.Lost())
+	fmt.Fprintf(&b, "airlock_audit_lost_events_total %d\n", d.Audit().Lost())
 	metric("airlock_audit_last_id", "The id of the newest audit event.", "gauge")
-	fmt.Fprintf(&b, "airlock_audit_last_id %d\n", d.audit.Last())
+	fmt.Fprintf(&b, "airlock_audit_last_id %d\n", d.Audit().Last())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/node"
 )
 
 // TestNoCallerRefused serves the API on a listener wired with no caller
@@ -56,31 +57,28 @@ func TestNoCallerRefused(t *testing.T) {
 
 	// In code: a job or a session with no caller is not run as local's.
 	tool := d.opts.Config.Tools["sh"]
-	res, done, err := d.run(t.Context(), runJob{tool: tool, argv: []string{"true"}, capture: true})
+	res, done, err := d.Run(t.Context(), node.RunRequest{Tool: tool, Argv: []string{"true"}, Capture: true})
 	if !errors.Is(err, errNoCaller) || res != nil || done != nil {
 		t.Errorf("run with no caller: %v %v, want errNoCaller", res, err)
 	}
-	if s, err := d.newSession(t.Context(), tool, "test", nil, time.Minute, time.Minute, nil); !errors.Is(err, errNoCaller) || s != nil {
+	if s, err := d.OpenSession(t.Context(), tool, "test", nil, time.Minute, time.Minute, nil); !errors.Is(err, errNoCaller) || s != nil {
 		t.Errorf("session with no caller: %v, want errNoCaller", err)
 	}
 
 	// Nothing ran: no sandbox claimed, no session, nothing recorded.
-	for name, p := range d.pools {
-		if st := p.Stats(); st.Hits+st.Misses != 0 {
+	for _, name := range d.Config().Order {
+		if st := d.Pool(name).Stats(); st.Hits+st.Misses != 0 {
 			t.Errorf("pool %s: %d claims, want none", name, st.Hits+st.Misses)
 		}
 	}
-	d.sessions.mu.Lock()
-	open := len(d.sessions.m)
-	d.sessions.mu.Unlock()
-	if open != 0 {
+	if open := d.Sessions(); open != 0 {
 		t.Errorf("%d sessions open, want none", open)
 	}
-	if err := d.audit.Append(t.Context()); err != nil {
+	if err := d.Audit().Append(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range []string{"run", "session", "mcp"} {
-		evs, err := d.audit.Query(t.Context(), audit.Query{Kind: kind})
+		evs, err := d.Audit().Query(t.Context(), audit.Query{Kind: kind})
 		if err != nil || len(evs) != 0 {
 			t.Errorf("%s events: %d (%v), want none", kind, len(evs), err)
 		}

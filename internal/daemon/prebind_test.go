@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,12 +19,8 @@ import (
 	"github.com/airlockhq/airlock/result"
 )
 
-// prebound counts the bindings waiting for a claim.
-func (d *Daemon) preboundCount() int {
-	n := 0
-	d.prebound.Range(func(any, any) bool { n++; return true })
-	return n
-}
+// preboundCount counts the bindings waiting for a claim.
+func (d *Daemon) preboundCount() int { return len(d.Prebound()) }
 
 // TestPreboundRun: a pooled tool's sandboxes are bound while the pool
 // builds them, and a run that claims one has its egress decisions, allowed
@@ -72,7 +69,7 @@ secrets:
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	idle := func(tool string) int { return d.pools[tool].Stats().Idle }
+	idle := func(tool string) int { return d.Pool(tool).Stats().Idle }
 	waitFor("both pools full", func() bool { return idle("web") == 1 && idle("brokered") == 1 })
 	// Only web's sandbox is bound ahead.
 	if n := d.preboundCount(); n != 1 {
@@ -119,12 +116,10 @@ secrets:
 	// The refill is bound ahead too; killing its init unclaimed (as a
 	// crash would) makes the pool discard it, and the binding goes.
 	waitFor("web's pool refilled", func() bool { return idle("web") == 1 && d.preboundCount() == 1 })
-	var victim string
-	d.prebound.Range(func(k, _ any) bool { victim = k.(string); return false })
+	victim := d.Prebound()[0]
 	killGroup(t, victim)
 	waitFor("the dead sandbox's binding closed", func() bool {
-		_, ok := d.prebound.Load(victim)
-		return !ok
+		return !slices.Contains(d.Prebound(), victim)
 	})
 
 	// A claimed brokered sandbox still gets its broker at the claim.

@@ -1,36 +1,25 @@
 package daemon
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockhq/airlock/api"
-	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
-	"github.com/airlockhq/airlock/internal/runner"
-	"github.com/airlockhq/airlock/internal/runner/attach"
-	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// maxFile bounds one file written into or read out of a workspace; the
-// sandbox's disk ceiling bounds them all together.
-const maxFile = 16 << 20
+// maxFile bounds one file written into or read out of a workspace.
+const maxFile = node.MaxFile
 
 // methods dispatches on the request method, answering 405 (in JSON, with
 // Allow) for any other.
@@ -92,10 +81,10 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, d.noTool(req.Tool))
 		return
 	}
-	life, err := parseBound(req.MaxLifetime, defaultLife, maxLife, "max_lifetime")
+	life, err := node.ParseBound(req.MaxLifetime, node.DefaultLife, node.MaxLife, "max_lifetime")
 	if err == nil {
 		var idle time.Duration
-		if idle, err = parseBound(req.IdleTimeout, min(defaultIdle, life), life, "idle_timeout"); err == nil {
+		if idle, err = node.ParseBound(req.IdleTimeout, min(node.DefaultIdle, life), life, "idle_timeout"); err == nil {
 			d.openSession(w, r, t.Name, idle, life)
 			return
 		}
@@ -104,244 +93,54 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	s, err := d.newSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life, nil)
+	s, err := d.OpenSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life, nil)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeErr(w, err)
 		}
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.view())
-}
-
-// claimBound claims a sandbox of t for a session or MCP server and binds
-// t's policy to it for its whole life, its decisions recorded in scope.
-func (d *Daemon) claimBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*sandbox.Sandbox, *runner.Binding, error) {
-	sb, warm, err := d.claim(ctx, t.Name, false)
-	if err != nil {
-		if errors.Is(err, pool.ErrClosed) {
-			return nil, nil, errShutdown
-		}
-		if errors.Is(err, sandbox.ErrCapacity) {
-			return nil, nil, atCapacity(err)
-		}
-		d.counts.failures.Add(1)
-		d.opts.Logger.Warn("claim failed", "tool", t.Name, "err", err)
-		return nil, nil, errNoSandbox
-	}
-	scope.sandbox = sb.ID()
-	d.claimed(*scope, warm)
-	bind, err := d.bindClaimed(ctx, sb, t, scope, narrowed)
-	if err != nil {
-		_ = sb.Destroy(context.WithoutCancel(ctx))
-		d.opts.Logger.Warn("bind failed", "tool", t.Name, "err", err)
-		return nil, nil, errBind
-	}
-	return sb, bind, nil
-}
-
-// newSession opens a session of tool t: recorded first (refused when the
-// log cannot be written), then a sandbox claimed and the tool's policy
-// bound to it for the session's life. c is who may use it; the session
-// is one of the daemon's MaxSessions and of c's token's concurrency
-// until it ends.
-func (d *Daemon) newSession(ctx context.Context, t *config.Tool, client string, c *caller, idle, life time.Duration, narrowed *attach.Policy) (*session, error) {
-	release, err := d.hold(c, true)
-	if err != nil {
-		return nil, err
-	}
-	owner := c.name
-	scope := &runScope{tool: t.Name, session: d.newSessionID(), client: client}
-	opened := scope.event(audit.KindSessionCreated)
-	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
-	if err := d.acknowledge(ctx, opened); err != nil {
-		release()
-		return nil, err
-	}
-	fail := func(err error) (*session, error) {
-		release()
-		e := scope.event(audit.KindSessionEnded)
-		e.Detail = audit.Detail(map[string]string{"reason": err.Error()})
-		d.audit.Record(e)
-		return nil, err
-	}
-	sb, bind, err := d.claimBound(ctx, t, scope, narrowed)
-	if err != nil {
-		return fail(err)
-	}
-	now := time.Now()
-	s := &session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
-		onEnd: func(reason string) {
-			release()
-			e := scope.event(audit.KindSessionEnded)
-			e.Detail = audit.Detail(map[string]string{"reason": reason})
-			d.audit.Record(e)
-		}}
-	d.sessions.mu.Lock()
-	closed := d.sessions.closed
-	if !closed {
-		d.sessions.m[s.id] = s
-	}
-	d.sessions.mu.Unlock()
-	if closed {
-		_ = s.end(context.WithoutCancel(ctx), "shutdown")
-		return nil, errShutdown
-	}
-	return s, nil
-}
-
-// exec runs a command in the session's sandbox, recorded as a run of
-// the session. The caller has entered the session.
-func (d *Daemon) exec(ctx context.Context, s *session, client string, x sandbox.ExecRequest) (*result.Result, error) {
-	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: client}
-	if err := d.recordStart(ctx, scope, x.Argv, x.Env, x.Dir); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		res := &result.Result{Outcome: result.Error, Error: fmt.Sprintf("the caller went away before the command started: %v", context.Cause(ctx))}
-		d.finishRun(ctx, scope, res)
-		return nil, context.Cause(ctx)
-	}
-	x.Env = append(append([]string(nil), s.tool.Env...), x.Env...)
-	x.SampleEvery, x.KeepAlive = 250*time.Millisecond, true
-	d.counts.runs.Add(1)
-	// The session outlives its caller: ctx ending (the caller went away,
-	// or stopped reading the exec's events) kills the command and its
-	// process group, not the session's sandbox. A caller that passes its
-	// own Signal keeps the command past ctx (the E2B API's).
-	if x.Signal == nil {
-		sig := make(chan unix.Signal, 1)
-		x.Signal = sig
-		stop := context.AfterFunc(ctx, func() { sig <- unix.SIGKILL })
-		defer stop()
-	}
-	res := s.bind.Exec(context.WithoutCancel(ctx), x, nil)
-	if ctx.Err() != nil && res.Outcome == result.Signaled && res.Signal == int(unix.SIGKILL) {
-		res.Outcome, res.Error = result.Error, fmt.Sprintf("the command was killed, the session goes on: %v", context.Cause(ctx))
-	}
-	ctx = context.WithoutCancel(ctx)
-	s.afterExec(ctx, res)
-	d.finishRun(ctx, scope, res)
-	return res, nil
-}
-
-// writeFile writes a file into the session's workspace, as the sandbox's
-// user, confined to the workspace. The caller has entered the session.
-func (s *session) writeFile(rel string, r io.Reader) (int64, error) {
-	ws, err := s.sb.OpenWorkspace()
-	if err != nil {
-		return 0, errGone
-	}
-	defer ws.Close()
-	return s.writeIn(ws, rel, r)
-}
-
-// writeIn is writeFile into a workspace already open (see
-// sandbox.OpenWorkspace), for a call that writes several files.
-func (s *session) writeIn(ws *os.File, rel string, r io.Reader) (int64, error) {
-	id := s.sb.UserHostID()
-	var n int64
-	err := inroot.AsUser(id, id, func() error {
-		var err error
-		n, err = inroot.WriteFile(ws, rel, r, maxFile, id, id)
-		return err
-	})
-	return n, err
-}
-
-// openFile opens a regular file of the session's workspace for reading,
-// as the sandbox's user, confined to the workspace, and checks its size.
-func (s *session) openFile(rel string) (*os.File, int64, error) {
-	ws, err := s.sb.OpenWorkspace()
-	if err != nil {
-		return nil, 0, errGone
-	}
-	defer ws.Close()
-	var f *os.File
-	id := s.sb.UserHostID()
-	err = inroot.AsUser(id, id, func() error {
-		var err error
-		f, err = inroot.Open(ws, rel)
-		return err
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	if fi.Size() > maxFile {
-		f.Close()
-		return nil, 0, fmt.Errorf("%w: the file is %d bytes; at most %d can be read", inroot.ErrTooLarge, fi.Size(), maxFile)
-	}
-	return f, fi.Size(), nil
+	writeJSON(w, http.StatusCreated, s.View())
 }
 
 // lookup finds the session of the request's {id}, answering that there is
 // none itself.
-func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *session {
-	id := r.PathValue("id")
-	d.sessions.mu.Lock()
-	s := d.sessions.m[id]
-	d.sessions.mu.Unlock()
+func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *node.Session {
 	// A token sees only its own sessions; to others they do not exist.
-	if c := callerOf(r.Context()); s != nil && !c.sees(s.owner) {
-		s = nil
-	}
-	if s == nil {
-		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no session %q", shorten(id)))
+	s, err := d.Session(callerOf(r.Context()), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
 	}
 	return s
 }
 
-func shorten(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
+// shorten bounds a name quoted in an answer.
+func shorten(s string) string { return node.Shorten(s) }
 
 // enterOrEnded registers a call in s, or answers that it has ended.
-func enterOrEnded(w http.ResponseWriter, s *session) bool {
-	if s.enter() {
+func enterOrEnded(w http.ResponseWriter, s *node.Session) bool {
+	if s.Enter() {
 		return true
 	}
-	v := s.view()
+	v := s.View()
 	writeErr(w, errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", v.ID, v.EndReason))
 	return false
 }
 
 // listSessions answers the sessions the caller may see (a token, its
 // own), open and recently ended, oldest first.
-// sessionsOf are the sessions c may see, oldest first: all of them on the
-// local socket, a token's own elsewhere.
-func (d *Daemon) sessionsOf(c *caller) []*session {
-	d.sessions.mu.Lock()
-	var mine []*session
-	for _, s := range d.sessions.m {
-		if c.sees(s.owner) {
-			mine = append(mine, s)
-		}
-	}
-	d.sessions.mu.Unlock()
-	slices.SortFunc(mine, func(a, b *session) int { return a.created.Compare(b.created) })
-	return mine
-}
-
 func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
-	mine := d.sessionsOf(callerOf(r.Context()))
+	mine := d.SessionsOf(callerOf(r.Context()))
 	out := make([]api.Session, 0, len(mine))
 	for _, s := range mine {
-		out = append(out, s.view())
+		out = append(out, s.View())
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) {
 	if s := d.lookup(w, r); s != nil {
-		writeJSON(w, http.StatusOK, s.view())
+		writeJSON(w, http.StatusOK, s.View())
 	}
 }
 
@@ -352,12 +151,12 @@ func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
 	}
 	// The answer comes once the sandbox is gone and the end recorded;
 	// a caller that went away first gets none (the end goes on).
-	if s.end(r.Context(), "deleted") != nil {
+	if s.End(r.Context(), "deleted") != nil {
 		return
 	}
 	// The end is recorded before it is acknowledged.
-	if err := d.audit.Append(r.Context()); err != nil {
-		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", s.id, "err", err)
+	if err := d.Audit().Append(r.Context()); err != nil {
+		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", s.ID(), "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -386,8 +185,8 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	if !enterOrEnded(w, s) {
 		return
 	}
-	defer s.leave()
-	x := sandbox.ExecRequest{Argv: req.Argv, Env: req.Env, Dir: workdir(req.Workdir, s.tool)}
+	defer s.Leave()
+	x := sandbox.ExecRequest{Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, s.Tool())}
 	if req.Stdin != "" {
 		x.Stdin = strings.NewReader(req.Stdin)
 	}
@@ -399,13 +198,13 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		x.Capture = true
 		// Room for the output the answer holds (see capture.go), until
 		// it is out.
-		free, err := d.reserveCapture(r.Context(), s.tool, nil)
+		free, err := d.ReserveCapture(r.Context(), s.Tool(), nil)
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
 		defer free()
-		res, err := d.exec(r.Context(), s, clientOf(r), x)
+		res, err := d.Exec(r.Context(), s, clientOf(r), x)
 		if err != nil {
 			if r.Context().Err() == nil {
 				writeErr(w, err)
@@ -422,7 +221,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	defer end()
 	x.OnEvent = ev.write
 	w.Header().Set("Content-Type", api.NDJSON)
-	res, err := d.exec(ctx, s, clientOf(r), x)
+	res, err := d.Exec(ctx, s, clientOf(r), x)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeErr(w, err)
@@ -437,13 +236,13 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 	if s == nil || !enterOrEnded(w, s) {
 		return
 	}
-	defer s.leave()
+	defer s.Leave()
 	if r.ContentLength > maxFile {
 		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "files are at most %d bytes", maxFile))
 		return
 	}
-	n, err := s.writeFile(r.PathValue("path"), r.Body)
-	d.fileEvent(clientOf(r), s, "put", r.PathValue("path"), n, err)
+	n, err := s.WriteFile(r.PathValue("path"), r.Body)
+	d.RecordFile(clientOf(r), s, "put", r.PathValue("path"), n, err)
 	if err != nil {
 		writeErr(w, fileErr(err))
 		return
@@ -457,9 +256,9 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	if s == nil || !enterOrEnded(w, s) {
 		return
 	}
-	defer s.leave()
-	f, size, err := s.openFile(r.PathValue("path"))
-	d.fileEvent(clientOf(r), s, "get", r.PathValue("path"), size, err)
+	defer s.Leave()
+	f, size, err := s.OpenFile(r.PathValue("path"))
+	d.RecordFile(clientOf(r), s, "get", r.PathValue("path"), size, err)
 	if err != nil {
 		writeErr(w, fileErr(err))
 		return
@@ -490,7 +289,7 @@ func fileErr(err error) error {
 // execTTY runs an exec with a terminal: the connection switches to
 // api.TTYUpgrade once the request is checked, and the exec's refusal, if
 // any, comes as its result on the stream. The caller has entered s.
-func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *session, size *api.TTYSize, x sandbox.ExecRequest) {
+func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *node.Session, size *api.TTYSize, x sandbox.ExecRequest) {
 	if !d.ttys.add() {
 		writeErr(w, errShutdown)
 		return
@@ -498,16 +297,16 @@ func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *session, siz
 	defer d.ttys.done()
 	t, ctx, end := d.newTTY(r.Context(), size)
 	defer end()
-	t.request(&x)
+	t.execRequest(&x)
 	if err := t.upgrade(w); err != nil {
 		if t.conn == nil {
 			writeErr(w, err)
 		}
 		return
 	}
-	res, err := d.exec(ctx, s, clientOf(r), x)
+	res, err := d.Exec(ctx, s, clientOf(r), x)
 	if err != nil {
-		res = &result.Result{SandboxID: s.sb.ID(), Outcome: result.Error, Error: err.Error()}
+		res = &result.Result{SandboxID: s.Sandbox().ID(), Outcome: result.Error, Error: err.Error()}
 	}
 	t.events.write(resultEvent(res))
 }

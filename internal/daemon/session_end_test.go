@@ -45,7 +45,7 @@ func TestSessionEndWaits(t *testing.T) {
 		t.Fatalf("sandbox %s has no cgroup to watch: the test would prove nothing", s.SandboxID)
 	}
 	ended := func(ctx context.Context) (int, error) {
-		evs, err := d.audit.Query(ctx, audit.Query{Kind: audit.KindSessionEnded, Session: s.ID})
+		evs, err := d.Audit().Query(ctx, audit.Query{Kind: audit.KindSessionEnded, Session: s.ID})
 		return len(evs), err
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -91,8 +92,15 @@ func (d *Daemon) newTTY(ctx context.Context, size *api.TTYSize) (*ttyStream, con
 	}
 }
 
-// request puts the terminal into an exec request.
-func (t *ttyStream) request(x *sandbox.ExecRequest) {
+// request puts the terminal into a run's request.
+func (t *ttyStream) request(j *node.RunRequest) {
+	j.TTY, j.Stdin, j.Resize = &t.size, t.stdin, t.resize
+	j.Capture = false
+	j.OnEvent = t.events.write
+}
+
+// execRequest puts the terminal into a session's exec request.
+func (t *ttyStream) execRequest(x *sandbox.ExecRequest) {
 	x.TTY, x.Stdin, x.Resize = &t.size, t.stdin, t.resize
 	x.Capture = false
 	x.OnEvent = t.events.write

@@ -27,6 +27,7 @@ var wireTypes = []string{module + "/api", module + "/result"}
 // programs: nothing below them may import them.
 var edges = []string{
 	module + "/internal/daemon", module + "/internal/cli", module + "/internal/mcpserver", module + "/cmd",
+	module + "/internal/front",
 }
 
 var (
@@ -227,6 +228,8 @@ func TestLayers(t *testing.T) {
 			"the broker takes brokerspec values and a Secret; attach turns a config into them"},
 		{module + "/internal/image", []string{module + "/sandbox", module + "/pool"},
 			"the image store sits beside the runtime; attach turns a stored image into a sandbox's"},
+		{module + "/internal/front", []string{module + "/sandbox", module + "/pool", module + "/internal/node", module + "/internal/linux"},
+			"the front places calls on nodes over HTTP; it links no sandbox runtime"},
 	}
 	for _, r := range rules {
 		n := 0

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/internal/units"
@@ -115,7 +116,7 @@ func (c *checker) check() {
 		}
 		fmt.Fprintf(c.w, "cluster:      node %s at %s; Kubernetes API %s\n", node, adv, api)
 	}
-	if b, ceil, err := daemon.Capacity(cfg.Server.Capacity, ""); err != nil {
+	if b, ceil, err := node.Capacity(cfg.Server.Capacity, ""); err != nil {
 		c.errs = append(c.errs, fmt.Errorf("server.capacity: %w", err))
 	} else {
 		c.budget = &b
@@ -130,7 +131,7 @@ func (c *checker) check() {
 			}
 		}
 		fmt.Fprintf(c.w, "capacity:     %d sandboxes, %s of memory ceilings, %d pids (unless set, shares of %s); %s of captured output\n",
-			b.Sandboxes, humanSize(b.Memory), b.Pids, from, humanSize(daemon.CaptureBudget(cfg.Server.Capacity, b.Memory)))
+			b.Sandboxes, humanSize(b.Memory), b.Pids, from, humanSize(node.CaptureBudget(cfg.Server.Capacity, b.Memory)))
 	}
 	ret := "kept forever"
 	if cfg.Audit.Retention > 0 {
@@ -208,7 +209,7 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 		if err := c.budget.Fits(p.Spec.Limits); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("%s %s: %w of the node (server.capacity)", kind, t.Name, err))
 		}
-		if err := daemon.CheckCapture(t.Name, p.Spec.Limits.Output, daemon.CaptureBudget(c.cfg.Server.Capacity, c.budget.Memory)); err != nil {
+		if err := node.CheckCapture(t.Name, p.Spec.Limits.Output, node.CaptureBudget(c.cfg.Server.Capacity, c.budget.Memory)); err != nil {
 			c.errs = append(c.errs, err)
 		}
 	}

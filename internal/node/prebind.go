@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"context"
@@ -25,28 +25,28 @@ import (
 // prebind returns the Spec.OnStart of t's pool, or nil when t's sandboxes
 // are bound at the claim. A binding that fails here is not an error of the
 // sandbox's creation: the claim binds again and reports what fails then.
-func (d *Daemon) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
-	pol := d.plans[t.Name].Policy
+func (n *Node) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
+	pol := n.plans[t.Name].Policy
 	if len(pol.Services) > 0 {
 		return nil
 	}
 	return func(sb *sandbox.Sandbox) error {
 		b, err := attach.Bind(context.Background(), sb, pol)
 		if err != nil {
-			d.opts.Logger.Debug("bind while creating failed; binding at the claim", "tool", t.Name, "sandbox", sb.ID(), "err", err)
+			n.opts.Logger.Debug("bind while creating failed; binding at the claim", "tool", t.Name, "sandbox", sb.ID(), "err", err)
 			return nil
 		}
-		d.prebound.Store(sb.ID(), b)
+		n.prebound.Store(sb.ID(), b)
 		// Whoever takes the binding out of the map owns it: the claim,
 		// or this, once the sandbox has died unclaimed (destroyed by its
 		// pool, or never ready).
-		d.prebinds.Add(1)
+		n.prebinds.Add(1)
 		go func() {
-			defer d.prebinds.Done()
+			defer n.prebinds.Done()
 			<-sb.Done()
-			if v, ok := d.prebound.LoadAndDelete(sb.ID()); ok {
+			if v, ok := n.prebound.LoadAndDelete(sb.ID()); ok {
 				if err := v.(*runner.Binding).Close(context.Background()); err != nil {
-					d.opts.Logger.Warn("close the network of an unclaimed sandbox", "sandbox", sb.ID(), "err", err)
+					n.opts.Logger.Warn("close the network of an unclaimed sandbox", "sandbox", sb.ID(), "err", err)
 				}
 			}
 		}()
@@ -56,24 +56,35 @@ func (d *Daemon) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
 
 // bindClaimed returns t's policy bound to the claimed sb, its decisions
 // recorded in scope: the binding made while sb was built, or a new one.
-func (d *Daemon) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*runner.Binding, error) {
-	onEgress, onBroker := d.netRecorder(scope)
+func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*runner.Binding, error) {
+	onEgress, onBroker := n.netRecorder(scope)
 	if narrowed != nil {
 		// A policy of its own (a caller narrowed the tool's): the one
 		// bound while the pool built the sandbox goes first.
-		if v, ok := d.prebound.LoadAndDelete(sb.ID()); ok {
+		if v, ok := n.prebound.LoadAndDelete(sb.ID()); ok {
 			_ = v.(*runner.Binding).Close(ctx)
 		}
 		pol := *narrowed
 		pol.OnEgress, pol.OnBroker = onEgress, onBroker
 		return attach.Bind(ctx, sb, pol)
 	}
-	if v, ok := d.prebound.LoadAndDelete(sb.ID()); ok {
+	if v, ok := n.prebound.LoadAndDelete(sb.ID()); ok {
 		b := v.(*runner.Binding)
 		b.SetRecorders(onEgress, onBroker)
 		return b, nil
 	}
-	pol := d.plans[t.Name].Policy
+	pol := n.plans[t.Name].Policy
 	pol.OnEgress, pol.OnBroker = onEgress, onBroker
 	return attach.Bind(ctx, sb, pol)
+}
+
+// Prebound are the ids of the pooled sandboxes whose binding was made
+// ahead and waits for their claim.
+func (n *Node) Prebound() []string {
+	var ids []string
+	n.prebound.Range(func(k, _ any) bool {
+		ids = append(ids, k.(string))
+		return true
+	})
+	return ids
 }

@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"context"
@@ -54,9 +54,9 @@ func CheckCapture(tool string, output, budget int64) error {
 	return nil
 }
 
-// defaultCaptureWait is how long a run waits for room in the budget
+// DefaultCaptureWait is how long a run waits for room in the budget
 // before it is refused.
-const defaultCaptureWait = 30 * time.Second
+const DefaultCaptureWait = 30 * time.Second
 
 // captureBudget bounds the bytes of output the daemon holds for callers.
 type captureBudget struct {
@@ -76,7 +76,7 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 		return func() {}, nil
 	}
 	if n > b.size {
-		return nil, &refusal{kind: sandbox.ErrCapacity, msg: fmt.Sprintf(
+		return nil, &Refusal{Kind: sandbox.ErrCapacity, Msg: fmt.Sprintf(
 			"the run's output ceiling of %s is over the daemon's budget for captured output (server.capacity.output, %s); stream its events instead (Accept: application/x-ndjson), which holds no output",
 			units.FormatSize(n), units.FormatSize(b.size))}
 	}
@@ -88,7 +88,7 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("the caller went away before the command started: %w", context.Cause(ctx))
 			}
-			return nil, &refusal{kind: sandbox.ErrCapacity, retryAfter: 1, msg: fmt.Sprintf(
+			return nil, &Refusal{Kind: sandbox.ErrCapacity, RetryAfter: 1, Msg: fmt.Sprintf(
 				"the daemon's budget for captured output (server.capacity.output, %s) was held by other runs' output for %v; try again shortly, or stream the run's events (Accept: application/x-ndjson), which holds no output",
 				units.FormatSize(b.size), b.wait)}
 		}
@@ -97,21 +97,21 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 	return func() { once.Do(func() { b.sem.Release(n) }) }, nil
 }
 
-// reserveCapture reserves the output ceiling of a command of tool t: the
+// ReserveCapture reserves the output ceiling of a command of tool t: the
 // run's own when it lowered it (l), else the tool's.
 // A shutdown ends the wait: the run would not start.
-func (d *Daemon) reserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error) {
-	n := d.plans[t.Name].Spec.Limits.Output
+func (n *Node) ReserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error) {
+	size := n.plans[t.Name].Spec.Limits.Output
 	if l != nil {
-		n = l.Output
+		size = l.Output
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(d.quit, cancel)
+	stop := context.AfterFunc(n.quit, cancel)
 	defer stop()
-	release, err = d.capture.reserve(ctx, n)
-	if err != nil && d.quit.Err() != nil {
-		return nil, errShutdown
+	release, err = n.capture.reserve(ctx, size)
+	if err != nil && n.quit.Err() != nil {
+		return nil, ErrShutdown
 	}
 	return release, err
 }

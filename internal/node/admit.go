@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"bufio"
@@ -25,15 +25,15 @@ import (
 // the sandboxes held for a while (sessions and MCP servers: MaxSessions)
 // and each token's calls in flight plus what it holds (its concurrency).
 
-// atCapacity is the refusal of a sandbox the node's budget has no room
+// AtCapacity is the refusal of a sandbox the node's budget has no room
 // for (err matches sandbox.ErrCapacity, and so does the refusal).
-func atCapacity(err error) error {
+func AtCapacity(err error) error {
 	why := err.Error()
 	if _, after, ok := strings.Cut(why, sandbox.ErrCapacity.Error()+": "); ok {
 		why = after
 	}
-	return &refusal{kind: sandbox.ErrCapacity, retryAfter: 1,
-		msg: "the node is at capacity: " + why + "; try again shortly"}
+	return &Refusal{Kind: sandbox.ErrCapacity, RetryAfter: 1,
+		Msg: "the node is at capacity: " + why + "; try again shortly"}
 }
 
 // holds counts the sandboxes held for a while and each token's share.
@@ -47,24 +47,24 @@ type holds struct {
 // server (held), one of the daemon's MaxSessions. release gives back what
 // it took, once. The check and the count are one step, so concurrent
 // calls can never pass the bounds together.
-func (d *Daemon) hold(c *caller, held bool) (release func(), err error) {
+func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 	// Every run, session and MCP server passes here: one with no caller
 	// is refused, not run as the local socket's (which would bound it by
 	// no token and open every tool to it).
 	if c == nil {
-		return nil, errNoCaller
+		return nil, ErrNoCaller
 	}
-	h := &d.holds
+	h := &n.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	tok := c.token
-	if held && h.sessions >= d.opts.MaxSessions {
-		return nil, &refusal{kind: errdefs.ErrUnavailable, retryAfter: 5,
-			msg: fmt.Sprintf("%d sessions and MCP servers are open, the most this daemon allows; end one first", d.opts.MaxSessions)}
+	tok := c.Token
+	if held && h.sessions >= n.opts.MaxSessions {
+		return nil, &Refusal{Kind: errdefs.ErrUnavailable, RetryAfter: 5,
+			Msg: fmt.Sprintf("%d sessions and MCP servers are open, the most this daemon allows; end one first", n.opts.MaxSessions)}
 	}
 	if tok != nil && tok.Concurrency > 0 && h.tokens[tok.Name] >= tok.Concurrency {
-		return nil, &refusal{kind: errTooMany, retryAfter: 1,
-			msg: fmt.Sprintf("token %s has %d calls in flight and sessions open, the most its concurrency allows", tok.Name, tok.Concurrency)}
+		return nil, &Refusal{Kind: ErrTooMany, RetryAfter: 1,
+			Msg: fmt.Sprintf("token %s has %d calls in flight and sessions open, the most its concurrency allows", tok.Name, tok.Concurrency)}
 	}
 	if held {
 		h.sessions++
@@ -94,8 +94,8 @@ func (d *Daemon) hold(c *caller, held bool) (release func(), err error) {
 // runs a command at once). When the node is at capacity it makes room by
 // destroying a ready sandbox of another pool, and tries again, a few
 // times: warm pools are the node's spare capacity, and work comes first.
-func (d *Daemon) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
-	p := d.pools[tool]
+func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
+	p := n.pools[tool]
 	for tries := 0; ; tries++ {
 		var sb *sandbox.Sandbox
 		var warm bool
@@ -108,7 +108,7 @@ func (d *Daemon) claim(ctx context.Context, tool string, started bool) (*sandbox
 		if err == nil || !errors.Is(err, sandbox.ErrCapacity) {
 			return sb, warm, err
 		}
-		if tries == 3 || !d.evictFor(tool) {
+		if tries == 3 || !n.evictFor(tool) {
 			return nil, false, err
 		}
 	}
@@ -116,15 +116,15 @@ func (d *Daemon) claim(ctx context.Context, tool string, started bool) (*sandbox
 
 // evictFor destroys one ready sandbox of the pool (other than tool's) that
 // holds the most, and reports whether there was one.
-func (d *Daemon) evictFor(tool string) bool {
+func (n *Node) evictFor(tool string) bool {
 	var most *pool.Pool
-	n := 0
-	for name, p := range d.pools {
+	held := 0
+	for name, p := range n.pools {
 		if name == tool {
 			continue
 		}
-		if idle := p.Stats().Idle; idle > n {
-			most, n = p, idle
+		if idle := p.Stats().Idle; idle > held {
+			most, held = p, idle
 		}
 	}
 	return most != nil && most.Evict()

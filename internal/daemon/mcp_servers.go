@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -13,9 +12,8 @@ import (
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/mcpserver"
-	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // Gateway bounds.
@@ -35,18 +33,13 @@ var serverCall = serverCallDefault
 // used by another.
 type instance struct {
 	name  string
-	sb    *sandbox.Sandbox
-	bind  *runner.Binding
-	stdin *io.PipeWriter
-	tail  *tailWriter
-	done  chan struct{} // closed when the server's process has ended
-	close sync.Once     // stop runs once
+	proc  *node.Process
+	close sync.Once // stop runs once
 
-	// mu guards up and ended. The instance is listed for a shutdown's
-	// stopAll before its handshake sets up.
-	mu    sync.Mutex
-	up    *mcp.ClientSession
-	ended error // why it ended, once it has
+	// mu guards up. The instance is listed for a shutdown's stopAll
+	// before its handshake sets up.
+	mu sync.Mutex
+	up *mcp.ClientSession
 }
 
 // endedErr says why the server is gone, or nil while it runs. A call
@@ -54,13 +47,11 @@ type instance struct {
 // moment for that.
 func (i *instance) endedErr() error {
 	select {
-	case <-i.done:
+	case <-i.proc.Done():
 	case <-time.After(2 * time.Second):
 		return nil
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.ended
+	return serverEnd(i.proc.Result(), i.proc.Stderr())
 }
 
 // stop ends the server and destroys its sandbox.
@@ -72,11 +63,7 @@ func (i *instance) stop() {
 		if up != nil {
 			_ = up.Close()
 		}
-		_ = i.stdin.Close()
-		// Destroy first: it ends the process (and so the exec) at once.
-		_ = i.sb.Destroy(context.Background())
-		<-i.done
-		_ = i.bind.Close(context.Background())
+		i.proc.Stop()
 	})
 }
 
@@ -85,43 +72,15 @@ func (i *instance) stop() {
 // The server is one of the daemon's MaxSessions, and of c's token's
 // concurrency, until it ends.
 func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, client string) (_ *instance, err error) {
-	release, err := d.hold(c, true)
+	p, err := d.StartProcess(ctx, t, c, client)
 	if err != nil {
 		return nil, err
 	}
-	scope := &runScope{tool: t.Name, run: newRunID(), client: client}
-	dir := workdir("", t)
-	if err := d.recordStart(ctx, *scope, t.Argv(), nil, dir); err != nil {
-		release()
-		return nil, err
-	}
-	sb, bind, err := d.claimBound(ctx, t, scope, nil)
-	if err != nil {
-		release()
-		d.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: err.Error()})
-		return nil, err
-	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	i := &instance{name: t.Name, sb: sb, bind: bind, stdin: inW, tail: &tailWriter{max: 2048}, done: make(chan struct{})}
+	i := &instance{name: t.Name, proc: p}
 	d.instances.add(i)
-	dropLive := d.live.add(&liveRun{id: scope.run, kind: "server", tool: t.Name, client: client, owner: c.name, sb: sb, started: time.Now(), kill: func(string) { i.stop() }})
 	go func() {
-		defer dropLive()
-		// The server lives past the request that started it: until its
-		// session ends, its ceilings hit, or the daemon stops.
-		res := bind.Exec(context.Background(), sandbox.ExecRequest{
-			Argv: t.Argv(), Env: t.Env, Dir: dir, Stdin: inR, Stdout: outW, Stderr: i.tail,
-		}, nil)
-		_ = outW.CloseWithError(io.EOF)
-		_ = inR.Close()
-		i.mu.Lock()
-		i.ended = serverEnd(res, i.tail.String())
-		i.mu.Unlock()
-		close(i.done)
-		d.finishRun(context.Background(), *scope, res)
+		<-p.Done()
 		d.instances.remove(i)
-		release()
 	}()
 	defer func() {
 		if err != nil {
@@ -131,7 +90,7 @@ func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, cli
 	cctx, cancel := context.WithTimeout(ctx, serverStart)
 	defer cancel()
 	up, err := mcp.NewClient(&mcp.Implementation{Name: "airlock-gateway", Version: d.opts.Version}, nil).
-		Connect(cctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+		Connect(cctx, &mcp.IOTransport{Reader: p.Stdout, Writer: p.Stdin}, nil)
 	i.mu.Lock()
 	i.up = up
 	i.mu.Unlock()
@@ -176,7 +135,7 @@ func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *caller, clien
 	}
 	relay := mcpserver.NewRelay()
 	for _, name := range d.opts.Config.MCPServerOrder {
-		if !c.allows(name) {
+		if !c.Allows(name) {
 			continue
 		}
 		i, err := d.startServer(ctx, d.opts.Config.MCPServers[name], c, client)
@@ -239,30 +198,6 @@ func (s *instances) stopAll() {
 		}()
 	}
 	wg.Wait()
-}
-
-// tailWriter keeps the last bytes written to it.
-type tailWriter struct {
-	max int
-
-	mu  sync.Mutex // guards buf
-	buf []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if len(w.buf) > w.max {
-		w.buf = append(w.buf[:0], w.buf[len(w.buf)-w.max:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.ToValidUTF8(string(w.buf), "?")
 }
 
 // count is how many servers run now.

@@ -1,9 +1,8 @@
-package daemon
+package node
 
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -47,11 +46,11 @@ func (l *liveRuns) add(r *liveRun) func() {
 
 // visible are the runs c may see, oldest first: all of them on the local
 // socket, a token's own elsewhere.
-func (l *liveRuns) visible(c *caller) []*liveRun {
+func (l *liveRuns) visible(c *Caller) []*liveRun {
 	l.mu.Lock()
 	var out []*liveRun
 	for _, r := range l.m {
-		if c.sees(r.owner) {
+		if c.Sees(r.owner) {
 			out = append(out, r)
 		}
 	}
@@ -63,13 +62,12 @@ func (l *liveRuns) visible(c *caller) []*liveRun {
 // errKilled is the cause a killed run's context ends with.
 var errKilled = errors.New("ended by airlock kill")
 
-// getPS answers GET /v1/ps: the runs, MCP servers and sessions in flight
-// that the caller may see, with their usage so far and their ceilings.
-func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
-	c := callerOf(r.Context())
+// Activity is what runs now that c may see: the runs, MCP servers and
+// sessions in flight, with their usage so far and their ceilings.
+func (n *Node) Activity(c *Caller) api.Activity {
 	out := api.Activity{Runs: []api.LiveRun{}, Sessions: []api.Session{}}
 	now := time.Now()
-	for _, lr := range d.live.visible(c) {
+	for _, lr := range n.live.visible(c) {
 		v := api.LiveRun{ID: lr.id, Kind: lr.kind, Tool: lr.tool, Client: lr.client, SandboxID: lr.sb.ID(),
 			Started: lr.started.UTC().Format(time.RFC3339Nano), AgeMillis: now.Sub(lr.started).Milliseconds()}
 		if s, err := lr.sb.Sample(); err == nil {
@@ -79,36 +77,40 @@ func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
 		v.Limits = api.LiveLimits{MemoryBytes: l.Memory, Pids: l.Pids, DiskBytes: l.Disk, TimeMillis: l.Time.Milliseconds()}
 		out.Runs = append(out.Runs, v)
 	}
-	for _, s := range d.sessionsOf(c) {
-		if v := s.view(); v.State == "active" {
+	for _, s := range n.SessionsOf(c) {
+		if v := s.View(); v.State == api.SessionActive {
 			out.Sessions = append(out.Sessions, v)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
-// deleteRun answers DELETE /v1/runs/{id}: the run (or MCP server) is
-// ended and its sandbox destroyed, as a breach would; the kill is
-// recorded, with who asked, before it is acknowledged.
-func (d *Daemon) deleteRun(w http.ResponseWriter, r *http.Request) {
-	c := callerOf(r.Context())
-	id := r.PathValue("id")
-	d.live.mu.Lock()
-	lr := d.live.m[id]
-	d.live.mu.Unlock()
-	if lr == nil || !c.sees(lr.owner) {
-		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no run %q in flight", shorten(id)))
-		return
+// Kill ends the run (or MCP server) id that c may see, and destroys its
+// sandbox, as a breach would; the kill is recorded, with who asked
+// (client), before Kill returns. A run c may not see does not exist for
+// it.
+func (n *Node) Kill(ctx context.Context, c *Caller, id, client string) error {
+	n.live.mu.Lock()
+	lr := n.live.m[id]
+	n.live.mu.Unlock()
+	if lr == nil || !c.Sees(lr.owner) {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no run %q in flight", Shorten(id))
 	}
-	ev := audit.Event{Kind: audit.KindKilled, Tool: lr.tool, Sandbox: lr.sb.ID(), Run: lr.id, Client: clientOf(r), Decision: audit.Allow}
+	ev := audit.Event{Kind: audit.KindKilled, Tool: lr.tool, Sandbox: lr.sb.ID(), Run: lr.id, Client: client, Decision: audit.Allow}
 	ev.Detail = audit.Detail(map[string]any{"kind": lr.kind, "started_by": lr.client})
-	if err := d.audit.Append(r.Context(), ev); err != nil {
-		d.opts.Logger.Error("audit: a kill could not be recorded", "run", lr.id, "err", err)
-		writeErr(w, errAuditRefused)
-		return
+	if err := n.audit.Append(ctx, ev); err != nil {
+		n.opts.Logger.Error("audit: a kill could not be recorded", "run", lr.id, "err", err)
+		return ErrAuditRefused
 	}
-	lr.kill(clientOf(r))
-	w.WriteHeader(http.StatusNoContent)
+	lr.kill(client)
+	return nil
+}
+
+// Running is how many runs and MCP servers are in flight.
+func (n *Node) Running() int {
+	n.live.mu.Lock()
+	defer n.live.mu.Unlock()
+	return len(n.live.m)
 }
 
 // killable makes ctx end with errKilled when the run is killed.

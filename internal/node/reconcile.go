@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 // previous daemon's start, and only when that daemon has no
 // daemon.stopped (a clean shutdown records every outcome first).
 // It returns how many it closed.
-func (d *Daemon) reconcile(ctx context.Context) (int, error) {
-	daemons, err := d.audit.Query(ctx, audit.Query{Kind: "daemon", Tail: true, Limit: 2})
+func (n *Node) reconcile(ctx context.Context) (int, error) {
+	daemons, err := n.audit.Query(ctx, audit.Query{Kind: "daemon", Tail: true, Limit: 2})
 	if err != nil {
 		return 0, err
 	}
@@ -31,7 +31,7 @@ func (d *Daemon) reconcile(ctx context.Context) (int, error) {
 	sessions := map[string]audit.Event{}
 	for _, kind := range []string{"run", "session"} {
 		for after := from; after < until; {
-			evs, err := d.audit.Query(ctx, audit.Query{Kind: kind, After: after, Limit: audit.MaxLimit})
+			evs, err := n.audit.Query(ctx, audit.Query{Kind: kind, After: after, Limit: audit.MaxLimit})
 			if err != nil {
 				return 0, err
 			}
@@ -61,7 +61,7 @@ func (d *Daemon) reconcile(ctx context.Context) (int, error) {
 	for run, s := range runs {
 		if s.Sandbox == "" {
 			// Recorded before its claim: the claim names the sandbox.
-			if cl, err := d.audit.Query(ctx, audit.Query{Kind: audit.KindSandboxClaimed, Run: run, After: from, Limit: 1}); err == nil && len(cl) == 1 {
+			if cl, err := n.audit.Query(ctx, audit.Query{Kind: audit.KindSandboxClaimed, Run: run, After: from, Limit: 1}); err == nil && len(cl) == 1 {
 				s.Sandbox = cl[0].Sandbox
 			}
 		}
@@ -76,5 +76,5 @@ func (d *Daemon) reconcile(ctx context.Context) (int, error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	return len(evs), d.audit.Append(ctx, evs...)
+	return len(evs), n.audit.Append(ctx, evs...)
 }

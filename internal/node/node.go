@@ -1,0 +1,323 @@
+// Package node is airlock's core on one machine: the lifecycles of a run
+// and of a session, whatever protocol asked for them. A run claims a
+// sandbox of its tool (warm from the tool's pool, or created), binds the
+// tool's policy, runs one command, records its start and its outcome, and
+// destroys the sandbox; a session holds one sandbox for its life and runs
+// its commands and file calls in it. Who may use which tool is decided
+// here once (Authorize), as is what the audit log records of it.
+//
+// It has no HTTP in it. The protocol edges (the native HTTP API, MCP, the
+// E2B API) translate their wire formats to it and map its errors (classed
+// by package errdefs) once, each at its boundary; internal/daemon wires
+// them to it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/pool"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Options configure a node.
+type Options struct {
+	// Config holds the tools; nil is the built-in default (no tools).
+	Config *config.Config
+	// Sandbox configures the runtime (state directory, cgroup parent).
+	Sandbox sandbox.Options
+	// MaxSessions bounds the sessions and MCP servers open at once (each
+	// holds a sandbox and a uid range); 0 means 256.
+	MaxSessions int
+	// CaptureWait is how long a run whose output is captured waits for
+	// room in the captured-output budget (server.capacity.output) before
+	// it is refused; 0 means 30s.
+	CaptureWait time.Duration
+	// AuditPath, if set, overrides the config's audit log path.
+	AuditPath string
+	// ImageStore, if set, overrides the config's image store directory.
+	ImageStore string
+	// ExportAudit, if set, receives the audit log's export (audit.export:
+	// stdout).
+	ExportAudit *os.File
+	// Logger receives the node's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Node is the core of one machine: its runtime, its tools' pools, its
+// runs, sessions and audit log. Create it with New; Stop then Close it.
+type Node struct {
+	opts  Options
+	rt    *sandbox.Runtime
+	pools map[string]*pool.Pool
+	// plans holds each profile's translation (attach.For): its sandbox
+	// spec, its image's command and digest, its policy. Written before
+	// anything starts, only read after.
+	plans map[string]attach.Plan
+	live  liveRuns
+	audit *audit.Log
+
+	counts Counters
+	holds  holds
+	// capture bounds the output held for callers that take it whole
+	// (see capture.go).
+	capture  *captureBudget
+	sessions sessions
+	// name is the node's name in a cluster, which its session ids carry
+	// ("" alone).
+	name string
+	// destroying counts sandboxes being destroyed after their answer
+	// went out; Stop waits for them.
+	destroying sync.WaitGroup
+	// prebound holds, by sandbox id, the bindings made while pooled
+	// sandboxes were built (see prebind.go); prebinds counts the
+	// goroutines that close those of sandboxes that die unclaimed.
+	prebound sync.Map
+	prebinds sync.WaitGroup
+	// claimedBy holds, by sandbox id, the audit client of the run,
+	// session or MCP server that claimed it, until it is destroyed: its
+	// sandbox.destroyed event is that client's.
+	claimedBy sync.Map
+	// quit ends when the node starts to stop (Quit), so that waits for
+	// room end at once instead of holding a shutdown's grace period.
+	quit    context.Context
+	quitNow context.CancelFunc
+	// reapStop ends the reaper of sessions (Start).
+	reapStop context.CancelFunc
+}
+
+// planAll finds every profile's image in the store and translates each
+// profile (attach.For: the one translation). The image's environment and
+// working directory become the tool's: tools with an image are copied
+// into a copy of opts.Config, so the caller's configuration is never
+// changed.
+func planAll(opts *Options) (map[string]attach.Plan, error) {
+	out := make(map[string]attach.Plan)
+	var store *image.Store
+	cfg := *opts.Config
+	cfg.Tools, cfg.MCPServers = maps.Clone(cfg.Tools), maps.Clone(cfg.MCPServers)
+	for _, t := range cfg.Profiles() {
+		var o attach.Overrides
+		if t.Image != config.ImageHost && t.Image != "" {
+			if store == nil {
+				so := attach.StoreOptions(cfg.Images)
+				if opts.ImageStore != "" {
+					so.Dir = opts.ImageStore
+				}
+				var err error
+				if store, err = image.Open(so); err != nil {
+					return nil, err
+				}
+			}
+			img, err := store.Resolve(t.Image)
+			if err != nil {
+				return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+			}
+			o.Image = img
+		}
+		p, err := attach.For(&cfg, t, o)
+		if err != nil {
+			return nil, err
+		}
+		out[t.Name] = p
+		if o.Image == nil {
+			continue
+		}
+		tc := *t
+		tc.Env, tc.Workdir = p.Env, p.Workdir
+		if _, ok := cfg.Tools[t.Name]; ok {
+			cfg.Tools[t.Name] = &tc
+		} else {
+			cfg.MCPServers[t.Name] = &tc
+		}
+	}
+	opts.Config = &cfg
+	return out, nil
+}
+
+// New opens the audit log, closes in it what a crashed predecessor left
+// open, sweeps what that one left on the host, and starts a pool per
+// tool. Its Config is a copy of opts.Config with each image's defaults
+// applied (see Config).
+func New(ctx context.Context, opts Options) (_ *Node, err error) {
+	if opts.Config == nil {
+		opts.Config = config.Empty()
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = 256
+	}
+	if opts.CaptureWait <= 0 {
+		opts.CaptureWait = DefaultCaptureWait
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Sandbox.Logger = opts.Logger
+	// Every tool's image is resolved before anything starts (pools, and
+	// the runtime's reports to observe, read what this finds).
+	plans, err := planAll(&opts)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, pools: make(map[string]*pool.Pool), plans: plans, sessions: sessions{m: make(map[string]*Session)}}
+	n.quit, n.quitNow = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.closePools(context.WithoutCancel(ctx))
+			n.prebinds.Wait() // the gateways of the pools' sandboxes
+			if n.rt != nil {
+				n.rt.Close()
+			}
+			if n.audit != nil {
+				n.audit.Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	// The audit log opens first, so the sweep below is recorded; a
+	// node that cannot record does not start.
+	a := opts.Config.Audit
+	if opts.AuditPath != "" {
+		a.Path = opts.AuditPath
+	}
+	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}
+	if a.Export == "stdout" && opts.ExportAudit != nil {
+		ao.Export = opts.ExportAudit
+	}
+	if n.audit, err = audit.Open(ctx, ao); err != nil {
+		return nil, err
+	}
+	if err = n.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStarted, Detail: audit.Detail(map[string]any{
+		"pid": os.Getpid(), "config": opts.Config.Path, "tools": opts.Config.Order,
+	})}); err != nil {
+		return nil, err
+	}
+	if c, err := n.reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("audit log: close what the previous daemon left open: %w", err)
+	} else if c > 0 {
+		opts.Logger.Warn("the previous daemon stopped without recording every outcome; closed its open runs and sessions in the audit log", "closed", c)
+	}
+	opts.Sandbox.Observe = n.observe
+	if opts.Sandbox.Budget == (sandbox.Budget{}) {
+		ceil, err := sandbox.ReadParentCeiling(opts.Sandbox.CgroupParent)
+		if err != nil {
+			return nil, fmt.Errorf("server.capacity: %w", err)
+		}
+		if ceil.Memory > 0 || ceil.Pids > 0 {
+			opts.Logger.Info("the cgroups above the sandboxes have limits of their own; the capacity stays under them",
+				"memory_bytes", ceil.Memory, "memory_at", ceil.MemoryAt, "pids", ceil.Pids, "pids_at", ceil.PidsAt)
+		}
+		if opts.Sandbox.Budget, err = budget(opts.Config.Server.Capacity, ceil); err != nil {
+			return nil, fmt.Errorf("server.capacity: %w", err)
+		}
+	}
+	for _, t := range opts.Config.Profiles() {
+		if err := opts.Sandbox.Budget.Fits(plans[t.Name].Spec.Limits); err != nil {
+			return nil, fmt.Errorf("tool %s: %w of the node (server.capacity)", t.Name, err)
+		}
+	}
+	n.opts.Sandbox.Budget = opts.Sandbox.Budget
+	outBudget := CaptureBudget(opts.Config.Server.Capacity, opts.Sandbox.Budget.Memory)
+	for _, t := range opts.Config.Profiles() {
+		if err := CheckCapture(t.Name, plans[t.Name].Spec.Limits.Output, outBudget); err != nil {
+			return nil, err
+		}
+	}
+	n.capture = newCaptureBudget(outBudget, opts.CaptureWait)
+	opts.Logger.Info("capacity", "sandboxes", opts.Sandbox.Budget.Sandboxes, "memory_bytes", opts.Sandbox.Budget.Memory, "pids", opts.Sandbox.Budget.Pids, "captured_output_bytes", outBudget)
+	// sandbox.New sweeps leftovers of a crashed predecessor.
+	if n.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
+		return nil, err
+	}
+	for _, t := range opts.Config.Profiles() {
+		spec := plans[t.Name].Spec
+		spec.OnStart = n.prebind(t)
+		n.pools[t.Name] = pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
+	}
+	return n, nil
+}
+
+// Config is the node's configuration: the one it was given, with each
+// tool's image's defaults (environment, working directory) applied.
+func (n *Node) Config() *config.Config { return n.opts.Config }
+
+// Logger is the node's log.
+func (n *Node) Logger() *slog.Logger { return n.opts.Logger }
+
+// Audit is the node's audit log.
+func (n *Node) Audit() *audit.Log { return n.audit }
+
+// Runtime is the node's sandbox runtime.
+func (n *Node) Runtime() *sandbox.Runtime { return n.rt }
+
+// Pool is tool's pool, nil when there is no such tool.
+func (n *Node) Pool(tool string) *pool.Pool { return n.pools[tool] }
+
+// Plan is tool's translation (attach.For).
+func (n *Node) Plan(tool string) attach.Plan { return n.plans[tool] }
+
+// Counts are the node's own counters.
+func (n *Node) Counts() *Counters { return &n.counts }
+
+// SetName names the node in a cluster: the ids of the sessions it opens
+// from then on carry the name. Call it before Start.
+func (n *Node) SetName(name string) { n.name = name }
+
+// Start starts the reaper of idle and expired sessions.
+func (n *Node) Start() {
+	ctx, stop := context.WithCancel(context.Background())
+	n.reapStop = stop
+	go n.reap(ctx)
+}
+
+// Quit starts the node's stop: waits for room (captured output) end at
+// once, and long polls answer.
+func (n *Node) Quit() { n.quitNow() }
+
+// Quitting ends when Quit is called.
+func (n *Node) Quitting() context.Context { return n.quit }
+
+// Stop ends every session (their sandboxes destroyed), waits for the
+// sandboxes being destroyed after their answer, closes the pools and the
+// runtime. What holds sandboxes of its own on the node (an edge's MCP
+// servers) is stopped first, by its owner.
+func (n *Node) Stop(ctx context.Context) error {
+	n.quitNow()
+	if n.reapStop != nil {
+		n.reapStop()
+	}
+	n.endAll(ctx)
+	n.destroying.Wait()
+	err := n.closePools(ctx)
+	n.prebinds.Wait()
+	n.rt.Close()
+	return err
+}
+
+// Close records the node's stop and closes the audit log: last, so that
+// everything Stop destroyed is in the log.
+func (n *Node) Close(ctx context.Context) error {
+	err := n.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped})
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return errors.Join(err, n.audit.Close(actx))
+}
+
+func (n *Node) closePools(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var errs []error
+	for _, p := range n.pools {
+		errs = append(errs, p.Close(ctx))
+	}
+	return errors.Join(errs...)
+}

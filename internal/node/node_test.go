@@ -1,0 +1,162 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// Sandboxes re-execute the test binary as their init.
+	if code, ok := sandbox.Child(); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+const testStateDir = "/run/airlock-test-node"
+
+var testCgroup = testutil.CgroupParent("/airlock-test-node")
+
+// newNode starts a node of the config text until the test ends: the
+// core alone, with no edge in front of it.
+func newNode(t *testing.T, text string) *Node {
+	t.Helper()
+	testutil.RequireRoot(t)
+	cfg, err := config.Parse("airlock.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(t.Context(), Options{Config: cfg, AuditPath: filepath.Join(t.TempDir(), "audit.db"),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		if err := errors.Join(n.Stop(ctx), n.Close(ctx)); err != nil {
+			t.Error(err)
+		}
+	})
+	return n
+}
+
+// TestCaptureBudgetRefuses checks the budget's refusals: a run that finds
+// no room within the wait, and one whose ceiling alone is over it.
+func TestCaptureBudgetRefuses(t *testing.T) {
+	b := newCaptureBudget(100, 20*time.Millisecond)
+	free, err := b.reserve(t.Context(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{
+		{50, "was held by other runs' output"},
+		{101, "over the daemon's budget for captured output"},
+	} {
+		_, err := b.reserve(t.Context(), tc.n)
+		var r *Refusal
+		if !errors.As(err, &r) || !errors.Is(err, sandbox.ErrCapacity) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "server.capacity.output") {
+			t.Errorf("reserve(%d): got %v, want a capacity refusal saying %q", tc.n, err, tc.want)
+		}
+	}
+	free()
+	free() // twice gives back once
+	f1, err := b.reserve(t.Context(), 100)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	f1()
+	// A caller gone while it waits is not told about the budget.
+	ctx, cancel := context.WithCancel(t.Context())
+	f2, _ := b.reserve(t.Context(), 100)
+	cancel()
+	if _, err := b.reserve(ctx, 1); err == nil || errors.Is(err, errdefs.ErrUnavailable) || strings.Contains(err.Error(), "budget") {
+		t.Errorf("gone caller: %v", err)
+	}
+	f2()
+}
+
+// TestAuditNetEventsCapped: a sandbox that makes decisions without end
+// (a DNS loop) writes at most maxNetEvents of them into the log, and one
+// audit.capped event.
+func TestAuditNetEventsCapped(t *testing.T) {
+	n := newNode(t, "tools:\n  sh: {}\n")
+	scope := &runScope{tool: "sh", sandbox: "capped0000", run: "r_capped"}
+	egress, broker := n.netRecorder(scope)
+	for i := range maxNetEvents + 500 {
+		if i%2 == 0 {
+			egress(result.EgressEvent{Kind: result.EgressDNS, Destination: "loop.example", Allow: false})
+		} else {
+			broker(result.BrokerEvent{Service: "s", Allow: false})
+		}
+	}
+	if err := n.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for after := int64(0); ; {
+		evs, err := n.Audit().Query(t.Context(), audit.Query{Run: "r_capped", After: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.Kind != audit.KindCapped {
+				count++
+			}
+		}
+		after = evs[len(evs)-1].ID
+	}
+	if count != maxNetEvents {
+		t.Errorf("%d decisions recorded, want %d", count, maxNetEvents)
+	}
+	capped, err := n.Audit().Query(t.Context(), audit.Query{Run: "r_capped", Kind: audit.KindCapped})
+	if err != nil || len(capped) != 1 {
+		t.Fatalf("audit.capped events: %+v %v", capped, err)
+	}
+}
+
+// TestAuditNetEventCodes: an egress or broker decision is recorded with
+// its code beside its reason, so the log can be searched by code.
+func TestAuditNetEventCodes(t *testing.T) {
+	n := newNode(t, "tools:\n  sh: {}\n")
+	scope := &runScope{tool: "sh", sandbox: "codes00000", run: "r_codes"}
+	egress, broker := n.netRecorder(scope)
+	egress(result.EgressEvent{Kind: result.EgressProxy, Destination: "169.254.169.254:80", Code: result.EgressMetadata, Reason: "address 169.254.169.254 is a cloud metadata endpoint (never allowed)"})
+	broker(result.BrokerEvent{Service: "gh", Method: "DELETE", Code: result.BrokerNoOperation, Reason: "no operation matches DELETE /repos/o/r"})
+	if err := n.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := n.Audit().Query(t.Context(), audit.Query{Run: "r_codes"})
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("events: %+v %v", evs, err)
+	}
+	want := map[string]string{audit.KindEgress: result.EgressMetadata, audit.KindBroker: result.BrokerNoOperation}
+	for _, ev := range evs {
+		var detail struct{ Code, Reason string }
+		if err := json.Unmarshal(ev.Detail, &detail); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Decision != audit.Deny || detail.Code != want[ev.Kind] || detail.Reason == "" {
+			t.Errorf("%s event: decision %s, detail %s; want deny with code %s and a reason", ev.Kind, ev.Decision, ev.Detail, want[ev.Kind])
+		}
+	}
+}
