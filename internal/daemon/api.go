@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
@@ -28,22 +29,22 @@ const maxBody = 1 << 20
 
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/runs", only(http.MethodPost, d.postRun))
-	mux.HandleFunc("/v1/runs/{id}", only(http.MethodDelete, d.deleteRun))
-	mux.HandleFunc("/v1/ps", only(http.MethodGet, d.getPS))
-	mux.HandleFunc("/v1/tools", only(http.MethodGet, d.getTools))
-	mux.HandleFunc("/v1/pools", only(http.MethodGet, d.getPools))
-	mux.HandleFunc("/metrics", only(http.MethodGet, d.getMetrics))
-	mux.HandleFunc("/v1/audit", only(http.MethodGet, d.getAudit))
+	mux.HandleFunc("/v1/runs", edge.Only(http.MethodPost, d.postRun))
+	mux.HandleFunc("/v1/runs/{id}", edge.Only(http.MethodDelete, d.deleteRun))
+	mux.HandleFunc("/v1/ps", edge.Only(http.MethodGet, d.getPS))
+	mux.HandleFunc("/v1/tools", edge.Only(http.MethodGet, d.getTools))
+	mux.HandleFunc("/v1/pools", edge.Only(http.MethodGet, d.getPools))
+	mux.HandleFunc("/metrics", edge.Only(http.MethodGet, d.getMetrics))
+	mux.HandleFunc("/v1/audit", edge.Only(http.MethodGet, d.getAudit))
 	mux.Handle("/mcp", d.mcpHandler())
 	d.sessionRoutes(mux)
-	mux.HandleFunc("/healthz", only(http.MethodGet, d.getHealth))
+	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
+		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
 	// Every request needs a caller its listener gave it: none is
-	// refused, never taken for the local socket's.
-	return d.counted(recoverer(d.requireCaller(cleanPaths(mux))))
+	// refused, never taken for the node.Local socket's.
+	return d.Counted(edge.Recoverer(d.RequireCaller(cleanPaths(mux))))
 }
 
 // cleanPaths refuses a path with ".", ".." or empty segments. ServeMux
@@ -53,61 +54,11 @@ func (d *Daemon) routes() http.Handler {
 func cleanPaths(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; p != "/" && p != "" && path.Clean(p) != p {
-			writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "the path %q has \".\", \"..\" or empty segments; name the file by its plain path in the workspace", shortenPath(p)))
+			edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "the path %q has \".\", \"..\" or empty segments; name the file by its plain path in the workspace", edge.ShortenPath(p)))
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// shortenPath bounds a path quoted in an answer.
-func shortenPath(p string) string {
-	if len(p) > 256 {
-		return p[:256] + "..."
-	}
-	return p
-}
-
-// counted counts API requests.
-func (d *Daemon) counted(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.Counts().Requests.Add(1)
-		h.ServeHTTP(w, r)
-	})
-}
-
-// recoverer turns a handler panic into a 500 instead of a dropped
-// connection; the daemon must never go down on a request.
-func recoverer(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				writeErr(w, errors.New("internal error"))
-			}
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
-// only restricts a handler to one method.
-func only(method string, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			w.Header().Set("Allow", method)
-			writeErr(w, errdefs.Errorf(errMethod, "%s is not allowed here; use %s", r.Method, method))
-			return
-		}
-		h(w, r)
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // decodeRun reads and checks a run request.
@@ -117,16 +68,16 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (*api.RunRequest, bool) {
 		return nil, false
 	}
 	if err := checkTTY(r, req.TTY, req.Stdin); err != nil {
-		writeErr(w, err)
+		edge.WriteErr(w, err)
 		return nil, false
 	}
 	switch {
 	case req.Tool == "":
-		writeErr(w, errdefs.New(errdefs.ErrInvalid, `"tool" is required`))
+		edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, `"tool" is required`))
 	case len(req.Argv) > 0 && req.Argv[0] == "":
-		writeErr(w, errNoCommand)
+		edge.WriteErr(w, errNoCommand)
 	case req.Workdir != "" && !path.IsAbs(req.Workdir):
-		writeErr(w, errRelativeWorkdir)
+		edge.WriteErr(w, errRelativeWorkdir)
 	default:
 		return &req, true
 	}
@@ -151,29 +102,29 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if d.forbidTool(w, r, req.Tool) {
+	if d.ForbidTool(w, r, req.Tool) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
 	p := d.Pool(req.Tool)
 	if !ok || p == nil {
-		writeErr(w, d.noTool(req.Tool))
+		edge.WriteErr(w, d.noTool(req.Tool))
 		return
 	}
 	if len(req.Argv) == 0 {
 		// The tool's image may give the command (its entrypoint and cmd).
 		req.Argv = d.Plan(req.Tool).Argv
 		if len(req.Argv) == 0 {
-			writeErr(w, errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command (the tool's image has no default command)`))
+			edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, `"argv" needs at least a command (the tool's image has no default command)`))
 			return
 		}
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	j := node.RunRequest{Tool: t, Client: clientOf(r), Caller: callerOf(r.Context()), Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, t), Capture: !stream}
+	j := node.RunRequest{Tool: t, Client: edge.ClientOf(r), Caller: edge.CallerOf(r.Context()), Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, t), Capture: !stream}
 	if req.Limits != nil {
 		l, err := attach.RunLimits(d.Plan(t.Name).Spec.Limits, req.Limits)
 		if err != nil {
-			writeErr(w, err)
+			edge.WriteErr(w, err)
 			return
 		}
 		j.Limits = &l
@@ -187,7 +138,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.TTY != nil:
 		if !d.ttys.add() {
-			writeErr(w, errShutdown)
+			edge.WriteErr(w, node.ErrShutdown)
 			return
 		}
 		defer d.ttys.done()
@@ -211,7 +162,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	}
 	res, done, err := d.Run(ctx, j)
 	if err != nil {
-		writeErr(w, err)
+		edge.WriteErr(w, err)
 		return
 	}
 	// The answer is out before the sandbox goes (done), but the handler
@@ -219,7 +170,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	if tty != nil && tty.conn == nil {
 		// The switch failed: the connection is still an HTTP one.
-		writeErr(w, errors.New(res.Error))
+		edge.WriteErr(w, errors.New(res.Error))
 		return
 	}
 	if ev != nil {
@@ -237,7 +188,7 @@ func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
 func writeResult(w http.ResponseWriter, res *result.Result) {
 	e, err := result.Encode(res)
 	if err != nil {
-		writeErr(w, errors.New("result could not be encoded"))
+		edge.WriteErr(w, errors.New("result could not be encoded"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -356,7 +307,7 @@ func (e *eventWriter) done() {
 
 func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 	out := []api.Tool{}
-	c := callerOf(r.Context())
+	c := edge.CallerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
 		if !c.Allows(name) {
 			continue
@@ -371,7 +322,7 @@ func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, at)
 	}
-	writeJSON(w, http.StatusOK, out)
+	edge.WriteJSON(w, http.StatusOK, out)
 }
 
 // poolStats is a pool's counters as the API serves them. The two types
@@ -381,27 +332,27 @@ func poolStats(s pool.Stats) api.PoolStats { return api.PoolStats(s) }
 
 func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
 	out := []api.PoolStats{}
-	c := callerOf(r.Context())
+	c := edge.CallerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
 		if c.Allows(name) {
 			out = append(out, poolStats(d.Pool(name).Stats()))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	edge.WriteJSON(w, http.StatusOK, out)
 }
 
 // getPS answers GET /v1/ps: the runs, MCP servers and sessions in flight
 // that the caller may see, with their usage so far and their ceilings.
 func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, d.Activity(callerOf(r.Context())))
+	edge.WriteJSON(w, http.StatusOK, d.Activity(edge.CallerOf(r.Context())))
 }
 
 // deleteRun answers DELETE /v1/runs/{id}: the run (or MCP server) is
 // ended and its sandbox destroyed, as a breach would; the kill is
 // recorded, with who asked, before it is acknowledged.
 func (d *Daemon) deleteRun(w http.ResponseWriter, r *http.Request) {
-	if err := d.Kill(r.Context(), callerOf(r.Context()), r.PathValue("id"), clientOf(r)); err != nil {
-		writeErr(w, err)
+	if err := d.Kill(r.Context(), edge.CallerOf(r.Context()), r.PathValue("id"), edge.ClientOf(r)); err != nil {
+		edge.WriteErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -4,151 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/node"
 )
-
-// peerKey holds a unix socket connection's peer.
-type peerKey struct{}
-
-// connContext notes who is at the other end of a unix socket connection,
-// from the kernel's credentials of the connecting process.
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return ctx
-	}
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return ctx
-	}
-	var cred *unix.Ucred
-	_ = rc.Control(func(fd uintptr) {
-		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err != nil || cred == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, peerKey{}, fmt.Sprintf("unix:uid=%d,pid=%d", cred.Uid, cred.Pid))
-}
-
-// clientOf is the identity the audit log records for a request.
-func clientOf(r *http.Request) string {
-	c := callerOf(r.Context())
-	if seen, ok := r.Context().Value(seenKey{}).(*caller); ok && seen.Name != "" {
-		c = seen
-	}
-	if c != nil && c.Token != nil {
-		return c.Name
-	}
-	if p, ok := r.Context().Value(peerKey{}).(string); ok {
-		return p
-	}
-	if r.RemoteAddr != "" && r.RemoteAddr != "@" {
-		return "tcp:" + r.RemoteAddr
-	}
-	return "unix"
-}
-
-// statusWriter remembers the status a handler answered with.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach Flush.
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// FlushError passes flushes on with their failure: a stream's writer
-// (eventWriter) learns from it that its caller stopped reading. Without
-// it http.ResponseController would call Flush, and a write that failed
-// in the flush would pass for one that succeeded.
-func (s *statusWriter) FlushError() error {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return http.NewResponseController(s.ResponseWriter).Flush()
-}
-
-// Flush is FlushError for handlers that assert http.Flusher.
-func (s *statusWriter) Flush() { _ = s.FlushError() }
-
-// audited records every API request with its caller and answer, except
-// successful health and metrics probes and the continuation pages of
-// audit reads (a follower's polls would otherwise record themselves
-// without end). Refusals are always recorded.
-func (d *Daemon) audited(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		var refused string
-		ctx := context.WithValue(r.Context(), seenKey{}, &caller{})
-		r = r.WithContext(context.WithValue(ctx, refusedKey{}, &refused))
-		h.ServeHTTP(sw, r)
-		e := audit.Event{Kind: audit.KindAPI, Time: start, Client: clientOf(r), Decision: audit.Allow}
-		if refused != "" || sw.status == http.StatusUnauthorized || sw.status == http.StatusForbidden || sw.status == http.StatusMisdirectedRequest ||
-			sw.status == http.StatusTooManyRequests && sw.Header().Get("Connection") == "close" {
-			// Refusals are summed per client over a window (see
-			// flood.go): the first is recorded now, the rest as one
-			// count when the window ends, so a flood of them cannot
-			// flood the log.
-			key := clientKey(r)
-			if !d.refusals.note(key, sw.status, r.URL.Path) {
-				return
-			}
-			d.opts.Logger.Warn("refused API request", "client", key, "status", sw.status, "method", r.Method, "path", shorten(r.URL.Path))
-			e.Decision = audit.Deny
-		} else if r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics" ||
-			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after"))) {
-			return
-		}
-		detail := map[string]any{
-			"method": r.Method, "path": shorten(r.URL.Path), "status": sw.status,
-			"duration_ms": time.Since(start).Milliseconds(),
-		}
-		if refused != "" {
-			detail["reason"] = refused
-		}
-		e.Detail = audit.Detail(detail)
-		d.Audit().Record(e)
-	})
-}
-
-// refusedKey holds a *string in which a handler that refuses a request
-// with a status the audit wrapper would not take for a refusal (the 404
-// an MCP session id gets from a caller other than its opener) says why.
-type refusedKey struct{}
-
-// markRefused records, for the audit wrapper, that r was refused and why.
-func markRefused(r *http.Request, reason string) {
-	if p, ok := r.Context().Value(refusedKey{}).(*string); ok {
-		*p = reason
-	}
-}
 
 // Audit query parameters.
 var auditParams = []string{"after", "since", "until", "kind", "tool", "sandbox", "session", "run", "client", "decision", "limit", "tail", "wait"}
@@ -181,13 +48,13 @@ func ReadAuditFile(ctx context.Context, path string, params url.Values) ([]api.A
 func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 	q, wait, err := parseAuditQuery(r.URL.Query(), time.Now())
 	if err != nil {
-		writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
+		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 		return
 	}
-	c := callerOf(r.Context())
+	c := edge.CallerOf(r.Context())
 	if c == nil {
 		// Not the whole log (auditScope's nil scope) for no caller.
-		writeErr(w, errNoCaller)
+		edge.WriteErr(w, node.ErrNoCaller)
 		return
 	}
 	q.Scope = d.auditScope(c)
@@ -206,7 +73,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			if ctx.Err() == nil {
 				d.opts.Logger.Error("audit query failed", "err", err)
-				writeErr(w, errors.New("the audit log could not be read; see the daemon's log"))
+				edge.WriteErr(w, errors.New("the audit log could not be read; see the daemon's log"))
 			}
 			return
 		}
@@ -218,7 +85,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 			} else if q.Tail {
 				next = seen
 			}
-			writeJSON(w, http.StatusOK, api.AuditPage{Events: evs, Next: next})
+			edge.WriteJSON(w, http.StatusOK, api.AuditPage{Events: evs, Next: next})
 			return
 		}
 		// Nothing yet: wait for any commit past the newest event seen,
@@ -231,12 +98,12 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		if d.Quitting().Err() != nil {
 			// Shutting down: answer what there is, now.
-			writeJSON(w, http.StatusOK, api.AuditPage{Events: []api.AuditEvent{}, Next: q.After})
+			edge.WriteJSON(w, http.StatusOK, api.AuditPage{Events: []api.AuditEvent{}, Next: q.After})
 			return
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, audit.ErrClosed) {
-				writeErr(w, errShutdown)
+				edge.WriteErr(w, node.ErrShutdown)
 			}
 			return
 		}
@@ -250,8 +117,8 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 // command lines, paths and egress are its own, and an argv may carry a
 // key. An auditor token reads too every event of the tools it may use,
 // whoever caused it. The rest of the log (the daemon's own events,
-// other callers' requests) is the host's, for the local socket.
-func (d *Daemon) auditScope(c *caller) *audit.Scope {
+// other callers' requests) is the host's, for the node.Local socket.
+func (d *Daemon) auditScope(c *node.Caller) *audit.Scope {
 	if c.Token == nil {
 		return nil
 	}
@@ -277,7 +144,7 @@ func parseAuditQuery(v map[string][]string, now time.Time) (audit.Query, time.Du
 			known = known || p == k
 		}
 		if !known {
-			return q, 0, fmt.Errorf("unknown parameter %q (known: %s)", shorten(k), strings.Join(auditParams, ", "))
+			return q, 0, fmt.Errorf("unknown parameter %q (known: %s)", node.Shorten(k), strings.Join(auditParams, ", "))
 		}
 		if len(vs) != 1 {
 			return q, 0, fmt.Errorf("parameter %q is given %d times", k, len(vs))
@@ -315,7 +182,7 @@ func parseAuditQuery(v map[string][]string, now time.Time) (audit.Query, time.Du
 		case "kind":
 			q.Kind = s
 			if !audit.KnownKind(s) {
-				err = fmt.Errorf(`no events are of kind %q (kinds: %s, or the part before a dot)`, shorten(s), strings.Join(audit.Kinds, ", "))
+				err = fmt.Errorf(`no events are of kind %q (kinds: %s, or the part before a dot)`, node.Shorten(s), strings.Join(audit.Kinds, ", "))
 			}
 		case "tool":
 			q.Tool = s
@@ -355,8 +222,8 @@ func parseWhen(s string, now time.Time, name string) (time.Time, error) {
 // (runs are refused then).
 func (d *Daemon) getHealth(w http.ResponseWriter, _ *http.Request) {
 	if err := d.Audit().Err(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "audit": "unwritable; see the daemon's log"})
+		edge.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "audit": "unwritable; see the daemon's log"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	edge.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }

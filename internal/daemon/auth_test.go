@@ -128,7 +128,7 @@ tools:
 	// Every refusal is in the audit log with who asked: a client's first
 	// in a window on its own, the rest summed in one record at the
 	// window's end (flushed here rather than waited for).
-	d.flushRefusals()
+	d.FlushRefusals()
 	local := client.New(sock)
 	denied := waitAudit(t, local, client.AuditQuery{Kind: "api.request", Decision: "deny"}, func(evs []api.AuditEvent) bool { return len(evs) >= 2 })
 	total, first := 0, 0

@@ -37,6 +37,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
@@ -92,11 +93,24 @@ type Options struct {
 	CaptureWait time.Duration
 }
 
+// Defaults of Options.
+const (
+	// defaultIdleTimeout closes a keep-alive connection with no request
+	// for this long.
+	defaultIdleTimeout = 30 * time.Second
+	// defaultMaxConns bounds the TCP listener's open connections.
+	defaultMaxConns = 512
+	// defaultStallTimeout bounds one write of an event stream: a caller
+	// that takes nothing for this long has stopped reading.
+	defaultStallTimeout = 30 * time.Second
+)
+
 // Daemon serves the API. Create it with New and run it with Serve. Its
 // node (the core: runs, sessions, pools, the audit log) is embedded; the
 // rest is its edges' state and its listeners.
 type Daemon struct {
 	*node.Node
+	*edge.Guard
 	opts Options
 	ln   net.Listener
 	srv  *http.Server
@@ -104,16 +118,11 @@ type Daemon struct {
 	tsrv *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
 	// its sandboxes.
-	e2bl   net.Listener
-	e2bsrv *http.Server
-	e2b    e2bTable
-	tokens *tokens.Set
-	// noCallerOnce logs, once, that a request came with no caller (see
-	// requireCaller).
-	noCallerOnce sync.Once
-	refusals     refusals
-	instances    instances   // MCP servers of client sessions
-	mcpSess      mcpSessions // sandboxes of the built-in session tools
+	e2bl      net.Listener
+	e2bsrv    *http.Server
+	e2b       e2bTable
+	instances instances   // MCP servers of client sessions
+	mcpSess   mcpSessions // sandboxes of the built-in session tools
 	// mcpFast counts the tools/call requests answered by the fast path
 	// (see mcp_fast.go).
 	mcpFast atomic.Int64
@@ -175,12 +184,14 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d := &Daemon{opts: opts}
 	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
 	// The tokens are read before anything starts.
-	if d.tokens, err = tokens.Load(opts.Config); err != nil {
+	toks, err := tokens.Load(opts.Config)
+	if err != nil {
 		return nil, err
 	}
 	if d.Node, err = node.New(ctx, no); err != nil {
 		return nil, err
 	}
+	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
 	// The node's config has each image's defaults applied.
 	d.opts.Config = d.Config()
 	defer func() {
@@ -201,17 +212,17 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	routes := d.routes()
 	serverOpts := httpx.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
 	unixOpts := serverOpts
-	unixOpts.ConnContext = connContext
+	unixOpts.ConnContext = edge.ConnContext
 	// The unix socket is trusted by its file permissions, and says so:
 	// routes refuses a request that no wrapper gave a caller.
-	d.srv = httpx.New(d.audited(withCaller(local, routes)), unixOpts)
+	d.srv = httpx.New(d.Audited(edge.WithCaller(node.Local, routes)), unixOpts)
 	if tcp := opts.Config.Server.TCP; tcp.IsValid() {
 		if d.tcp, err = net.Listen("tcp", tcp.String()); err != nil {
 			d.ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tcp = netlimit.Network(d.tcp, opts.MaxConns)
-		d.tsrv = httpx.New(d.audited(checkHost(tcp, d.requireToken(routes))), serverOpts)
+		d.tsrv = httpx.New(d.Audited(edge.CheckHost(tcp, d.RequireToken(routes))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {
 		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {
@@ -222,7 +233,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
-		d.e2bsrv = httpx.New(d.audited(checkHost(addr, d.e2bRoutes())), serverOpts)
+		d.e2bsrv = httpx.New(d.Audited(edge.CheckHost(addr, d.e2bRoutes())), serverOpts)
 	}
 	return d, nil
 }
@@ -340,7 +351,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.flushStop = stop
 	d.Start()
-	go d.refusalFlusher(rctx)
+	go d.RefusalFlusher(rctx)
 	if d.srv != nil {
 		go func() { errc <- d.srv.Serve(d.ln) }()
 	}
@@ -428,7 +439,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// before the pools.
 		d.instances.stopAll()
 		errs = append(errs, d.Stop(ctx))
-		d.flushRefusals()
+		d.FlushRefusals()
 		// Every sandbox is gone: the node leaves the cluster.
 		d.leaveCluster()
 		// Last, so every destroy above is in the log.

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"crypto/subtle"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
@@ -55,13 +55,13 @@ type e2bTable struct {
 
 func (d *Daemon) e2bRoutes() http.Handler {
 	mux := http.NewServeMux()
-	api := func(h func(http.ResponseWriter, *http.Request, *caller)) http.HandlerFunc {
+	api := func(h func(http.ResponseWriter, *http.Request, *node.Caller)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			c := d.e2bCaller(w, r)
 			if c == nil {
 				return
 			}
-			h(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)), c)
+			h(w, edge.As(r, c), c)
 		}
 	}
 	mux.HandleFunc("POST /v2/sandboxes", api(d.e2bCreate))
@@ -76,7 +76,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
-	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *caller) {
+	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 		e2b.WriteAPIError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
 	}))
 	mux.HandleFunc("GET /health", d.e2bHealth)
@@ -97,24 +97,20 @@ func (d *Daemon) e2bRoutes() http.Handler {
 		}
 		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s", r.Method, path.Clean("/"+r.URL.Path)))
 	})
-	return d.counted(recoverer(mux))
+	return d.Counted(edge.Recoverer(mux))
 }
 
 // e2bCaller checks the API key; it answers 401 itself when there is no
 // valid one.
-func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *caller {
+func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *node.Caller {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
-		if t := d.tokens.Match(v); t != nil {
+		if t := d.Tokens().Match(v); t != nil {
 			netlimit.Vouch(r.Context())
-			c := node.TokenCaller(t)
-			if seen, ok := r.Context().Value(seenKey{}).(*caller); ok {
-				*seen = *c
-			}
-			return c
+			return node.TokenCaller(t)
 		}
 	}
 	d.Counts().Unauthorized.Add(1)
-	if d.slowFailures(w, r) {
+	if d.SlowFailures(w, r) {
 		return nil
 	}
 	e2b.WriteAPIError(w, http.StatusUnauthorized, "a valid API key is required (X-API-KEY: an airlock token)")
@@ -174,11 +170,11 @@ func (d *Daemon) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 		d.Counts().Unauthorized.Add(1)
 		// One answer for no sandbox and a wrong token: neither says
 		// which sandboxes exist.
-		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q not found, or the access token is not its", shorten(id))
+		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
 	if sb.s.View().State != "active" {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", shorten(id), sb.s.View().EndReason)
+		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
 	}
 	return sb, nil
 }

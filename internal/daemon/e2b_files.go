@@ -16,9 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -34,7 +36,7 @@ func e2bPath(p string) (string, error) {
 	if path.IsAbs(p) {
 		rel, ok := strings.CutPrefix(path.Clean(p), sandbox.HomeDir+"/")
 		if !ok {
-			return "", fmt.Errorf("path %q is outside %s: the files API reaches the workspace only", shorten(p), sandbox.HomeDir)
+			return "", fmt.Errorf("path %q is outside %s: the files API reaches the workspace only", node.Shorten(p), sandbox.HomeDir)
 		}
 		p = rel
 	}
@@ -48,7 +50,7 @@ func e2bPath(p string) (string, error) {
 func checkRel(p string) error {
 	for _, e := range strings.Split(p, "/") {
 		if e == "" || e == "." || e == ".." || strings.ContainsRune(e, 0) {
-			return fmt.Errorf("path %q: empty, \".\" and \"..\" elements are refused", shorten(p))
+			return fmt.Errorf("path %q: empty, \".\" and \"..\" elements are refused", node.Shorten(p))
 		}
 	}
 	return nil
@@ -89,7 +91,7 @@ func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	if v := q.Get("signature_expiration"); v != "" {
 		var err error
 		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signature_expiration %q is not a time in Unix seconds", shorten(v))
+			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signature_expiration %q is not a time in Unix seconds", node.Shorten(v))
 		}
 		if time.Now().Unix() > exp {
 			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
@@ -123,8 +125,8 @@ func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 
 // e2bFileError answers a files call's failure as envd would.
 func e2bFileError(w http.ResponseWriter, err error) {
-	status, _ := statusOf(fileErr(err))
-	e2b.WriteAPIError(w, status, fileErr(err).Error())
+	status, _ := edge.StatusOf(node.FileError(err))
+	e2b.WriteAPIError(w, status, node.FileError(err).Error())
 }
 
 func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
@@ -162,19 +164,19 @@ func e2bFSPath(p string) (string, error) {
 func e2bFSError(p string, err error) error {
 	switch {
 	case errors.Is(err, inroot.ErrNotFound):
-		return e2b.Errorf(e2b.CodeNotFound, "%s: no such file or directory", shorten(p))
+		return e2b.Errorf(e2b.CodeNotFound, "%s: no such file or directory", node.Shorten(p))
 	case errors.Is(err, inroot.ErrExists):
-		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", shorten(p), err)
+		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", node.Shorten(p), err)
 	case errors.Is(err, inroot.ErrPath):
-		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", shorten(p), err)
+		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", node.Shorten(p), err)
 	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace), errors.Is(err, errdefs.ErrLimit):
-		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", shorten(p), err)
+		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", node.Shorten(p), err)
 	case errors.Is(err, os.ErrPermission):
-		return e2b.Errorf(e2b.CodePermissionDenied, "%s: permission denied", shorten(p))
-	case errors.Is(err, errGone):
+		return e2b.Errorf(e2b.CodePermissionDenied, "%s: permission denied", node.Shorten(p))
+	case errors.Is(err, node.ErrGone):
 		return e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
 	}
-	return e2b.Errorf(e2b.CodeInternal, "%s: the file operation failed", shorten(p))
+	return e2b.Errorf(e2b.CodeInternal, "%s: the file operation failed", node.Shorten(p))
 }
 
 // entryInfo is an inroot.Entry as envd describes a file.

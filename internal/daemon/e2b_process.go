@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
@@ -97,7 +98,7 @@ func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 	}
 	sig, ok := e2b.Signals[req.Signal]
 	if !ok {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", shorten(req.Signal))
+		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", node.Shorten(req.Signal))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -236,7 +237,7 @@ func connectTimeout(r *http.Request) (time.Duration, error) {
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms < 0 || len(v) > 10 {
-		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", shorten(v))
+		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", node.Shorten(v))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -278,7 +279,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	env := append([]string(nil), sb.env...)
 	for k, v := range req.Process.Envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "envs: %q is not a variable name", shorten(k)))
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "envs: %q is not a variable name", node.Shorten(k)))
 			return
 		}
 		env = append(env, k+"="+v)
@@ -287,7 +288,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	if req.Process.Cwd != nil {
 		dir = *req.Process.Cwd
 		if !path.IsAbs(dir) {
-			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "cwd %q is not an absolute path", shorten(dir)))
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "cwd %q is not an absolute path", node.Shorten(dir)))
 			return
 		}
 	}
@@ -348,11 +349,11 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 	detach := p.attach(st)
 	stop := st.keepalive(keepaliveEvery)
 	// Not the request's context: the command outlives its client.
-	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, clientOf(r), x)
+	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, edge.ClientOf(r), x)
 	stop()
 	detach()
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _ := edge.StatusOf(err)
 		code := e2b.CodeInternal
 		if status == http.StatusServiceUnavailable {
 			code = e2b.CodeUnavailable

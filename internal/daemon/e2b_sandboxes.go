@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
@@ -25,7 +26,7 @@ import (
 
 // The E2B lifecycle calls: create, connect, get, list, timeout, kill.
 
-func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var raw map[string]json.RawMessage
 	if !e2bDecode(w, r, &raw) {
 		return
@@ -44,7 +45,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		for k := range fields {
 			if k != "allowOut" && k != "denyOut" {
-				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", shorten(k)))
+				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k)))
 				return
 			}
 		}
@@ -62,7 +63,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	t, ok := d.opts.Config.Tools[req.TemplateID]
 	if !ok {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no template %q: templates are airlock's tools (%s)", shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", ")))
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no template %q: templates are airlock's tools (%s)", node.Shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", ")))
 		return
 	}
 	if !c.Allows(t.Name) {
@@ -78,7 +79,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	var env []string
 	for k, v := range req.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: %q is not a variable name", shorten(k)))
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: %q is not a variable name", node.Shorten(k)))
 			return
 		}
 		env = append(env, k+"="+v)
@@ -90,9 +91,9 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
-	s, err := d.OpenSession(r.Context(), t, clientOf(r), c, node.MaxLife, life, narrowed)
+	s, err := d.OpenSession(r.Context(), t, edge.ClientOf(r), c, node.MaxLife, life, narrowed)
 	if err != nil {
-		status, _ := statusOf(err)
+		status, _ := edge.StatusOf(err)
 		e2b.WriteAPIError(w, status, err.Error())
 		return
 	}
@@ -145,13 +146,13 @@ func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 }
 
 func (d *Daemon) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
-	writeJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
+	edge.WriteJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
 		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token})
 }
 
 // e2bFind is the caller's live E2B sandbox id, or nil: another key's, an
 // ended one and none at all look the same.
-func (d *Daemon) e2bFind(id string, c *caller) *e2bSandbox {
+func (d *Daemon) e2bFind(id string, c *node.Caller) *e2bSandbox {
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
@@ -161,10 +162,10 @@ func (d *Daemon) e2bFind(id string, c *caller) *e2bSandbox {
 	return sb
 }
 
-func (d *Daemon) e2bLookup(w http.ResponseWriter, r *http.Request, c *caller) *e2bSandbox {
+func (d *Daemon) e2bLookup(w http.ResponseWriter, r *http.Request, c *node.Caller) *e2bSandbox {
 	sb := d.e2bFind(r.PathValue("id"), c)
 	if sb == nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", shorten(r.PathValue("id"))))
+		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", node.Shorten(r.PathValue("id"))))
 	}
 	return sb
 }
@@ -177,13 +178,13 @@ func (sb *e2bSandbox) detail() e2b.Detail {
 		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata}
 }
 
-func (d *Daemon) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	if sb := d.e2bLookup(w, r, c); sb != nil {
-		writeJSON(w, http.StatusOK, sb.detail())
+		edge.WriteJSON(w, http.StatusOK, sb.detail())
 	}
 }
 
-func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	// metadata=k%3Dv&... as the SDK sends it: encoded twice over.
 	want := map[string]string{}
 	if m := r.URL.Query().Get("metadata"); m != "" {
@@ -206,7 +207,7 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bListMax {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1 to %d", shorten(v), e2bListMax))
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1 to %d", node.Shorten(v), e2bListMax))
 			return
 		}
 		limit = n
@@ -218,7 +219,7 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	out := []e2b.Detail{}
 	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
-		writeJSON(w, http.StatusOK, out)
+		edge.WriteJSON(w, http.StatusOK, out)
 		return
 	}
 	// Oldest first, by creation and then id: a page goes on after the
@@ -251,10 +252,10 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 		out = append(out, sb.detail())
 		last = s
 	}
-	writeJSON(w, http.StatusOK, out)
+	edge.WriteJSON(w, http.StatusOK, out)
 }
 
-func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	sb := d.e2bLookup(w, r, c)
 	if sb == nil {
 		return
@@ -275,7 +276,7 @@ func (sb *e2bSandbox) setLife(life time.Duration) {
 	sb.s.SetLife(life)
 }
 
-func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var req e2b.TimeoutRequest
 	if !e2bDecode(w, r, &req) {
 		return
@@ -297,7 +298,7 @@ func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (d *Daemon) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var req e2b.TimeoutRequest
 	if !e2bDecode(w, r, &req) {
 		return
@@ -336,7 +337,7 @@ func parseListToken(tok string) (*listCursor, error) {
 	if tok == "" {
 		return nil, nil
 	}
-	bad := fmt.Errorf("nextToken %q is not one this airlock gave", shorten(tok))
+	bad := fmt.Errorf("nextToken %q is not one this airlock gave", node.Shorten(tok))
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil || len(tok) > 128 {
 		return nil, bad
@@ -365,7 +366,7 @@ type e2bMetric struct {
 // use against their ceilings, and the CPU used since the reading before
 // (or since the sandbox's start) as a share of its CPUs. A start or end
 // that leaves now out gives no reading.
-func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var bounds [2]int64
 	for i, k := range []string{"start", "end"} {
 		v := r.URL.Query().Get(k)
@@ -374,7 +375,7 @@ func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a Unix time in seconds", k, shorten(v)))
+			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a Unix time in seconds", k, node.Shorten(v)))
 			return
 		}
 		bounds[i] = n
@@ -385,7 +386,7 @@ func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	now := time.Now()
 	if bounds[0] > now.Unix() || bounds[1] != 0 && bounds[1] < now.Unix() {
-		writeJSON(w, http.StatusOK, []e2bMetric{})
+		edge.WriteJSON(w, http.StatusOK, []e2bMetric{})
 		return
 	}
 	smp, err := sb.s.Sandbox().Sample()
@@ -405,7 +406,7 @@ func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
 	if wall := now.Sub(since).Milliseconds(); wall > 0 {
 		pct = min(100, float64(smp.CPUMillis-cpuBefore)*100/float64(wall*int64(cpus)))
 	}
-	writeJSON(w, http.StatusOK, []e2bMetric{{
+	edge.WriteJSON(w, http.StatusOK, []e2bMetric{{
 		Timestamp: now.UTC().Format(time.RFC3339Nano), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
 		MemUsed: smp.MemoryBytes, MemTotal: sb.limits.Memory, DiskUsed: smp.DiskBytes, DiskTotal: sb.limits.Disk,
 	}})

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -204,7 +206,7 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		defer zr.Close()
 		in = &inflated{r: zr, left: maxUpload}
 	default:
-		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", shorten(enc)))
+		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", node.Shorten(enc)))
 		return
 	}
 	var out []e2b.WrittenFile
@@ -256,5 +258,5 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		e2b.WriteAPIError(w, http.StatusBadRequest, `no file in the body (a multipart field "file", or the bytes themselves)`)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	edge.WriteJSON(w, http.StatusOK, out)
 }

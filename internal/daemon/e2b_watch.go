@@ -8,6 +8,7 @@ import (
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/dirwatch"
+	"github.com/airlockhq/airlock/internal/node"
 )
 
 // Bounds of filesystem.Filesystem/WatchDir: each stream holds an
@@ -109,7 +110,7 @@ func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		case err := <-errc:
 			switch {
 			case errors.Is(err, dirwatch.ErrGone):
-				st.end(e2b.Errorf(e2b.CodeNotFound, "%s: the watched directory was removed", shorten(req.Path)))
+				st.end(e2b.Errorf(e2b.CodeNotFound, "%s: the watched directory was removed", node.Shorten(req.Path)))
 			default:
 				st.end(e2bFSError(req.Path, err))
 			}
@@ -156,12 +157,12 @@ func (d *Daemon) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
 // watch starts watching rel below the workspace, as the sandbox's user.
 func (sb *e2bSandbox) watch(rel string, recursive bool) (*dirwatch.Watcher, error) {
 	if !sb.s.Enter() {
-		return nil, errGone
+		return nil, node.ErrGone
 	}
 	defer sb.s.Leave()
 	ws, err := sb.s.Sandbox().OpenWorkspace()
 	if err != nil {
-		return nil, errGone
+		return nil, node.ErrGone
 	}
 	defer ws.Close()
 	id := sb.s.Sandbox().UserHostID()

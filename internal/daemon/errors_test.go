@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
@@ -43,28 +44,28 @@ func TestStatusOf(t *testing.T) {
 		{"unclassified", errors.New("result could not be encoded"), 500, api.CodeInternal, false},
 
 		// The daemon's kinds and errors.
-		{"method", errdefs.Errorf(errMethod, "%s is not allowed here", "PATCH"), 405, api.CodeMethodNotAllowed, true},
-		{"no token", errdefs.New(errUnauthenticated, "a valid bearer token is required"), 401, api.CodeUnauthorized, true},
-		{"misdirected", errdefs.New(errMisdirected, "this listener answers only to its own loopback address"), 421, api.CodeForbidden, true},
+		{"method", errdefs.Errorf(edge.ErrMethod, "%s is not allowed here", "PATCH"), 405, api.CodeMethodNotAllowed, true},
+		{"no token", errdefs.New(edge.ErrUnauthenticated, "a valid bearer token is required"), 401, api.CodeUnauthorized, true},
+		{"misdirected", errdefs.New(edge.ErrMisdirected, "this listener answers only to its own loopback address"), 421, api.CodeForbidden, true},
 		{"no tool", (&Daemon{opts: Options{Config: &config.Config{Order: []string{"sh"}}}}).noTool("x"), 404, api.CodeNotFound, true},
 		{"no command", errNoCommand, 400, api.CodeInvalid, true},
 		{"session ended", errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", "s_1", "deleted"), 409, api.CodeEnded, true},
-		{"audit refused", errAuditRefused, 503, api.CodeAuditUnavailable, false},
-		{"shutdown", errShutdown, 503, api.CodeUnavailable, false},
-		{"no sandbox", errNoSandbox, 503, api.CodeUnavailable, false},
+		{"audit refused", node.ErrAuditRefused, 503, api.CodeAuditUnavailable, false},
+		{"shutdown", node.ErrShutdown, 503, api.CodeUnavailable, false},
+		{"no sandbox", node.ErrNoSandbox, 503, api.CodeUnavailable, false},
 		{"bind", node.ErrBind, 503, api.CodeUnavailable, false},
 		{"at capacity", node.AtCapacity(capacity), 503, api.CodeCapacity, false},
-		{"max sessions", &refusal{Kind: errdefs.ErrUnavailable, Msg: "256 sessions are open", RetryAfter: 5}, 503, api.CodeUnavailable, false},
-		{"token concurrency", &refusal{Kind: errTooMany, Msg: "token ci has 2 calls in flight", RetryAfter: 1}, 429, api.CodeTooManyRequests, false},
+		{"max sessions", &node.Refusal{Kind: errdefs.ErrUnavailable, Msg: "256 sessions are open", RetryAfter: 5}, 503, api.CodeUnavailable, false},
+		{"token concurrency", &node.Refusal{Kind: node.ErrTooMany, Msg: "token ci has 2 calls in flight", RetryAfter: 1}, 429, api.CodeTooManyRequests, false},
 
 		// File calls, over the API and MCP alike.
-		{"file: gone", fileErr(errGone), 409, api.CodeEnded, true},
-		{"file: path", fileErr(fmt.Errorf("%w: %q is absolute", inroot.ErrPath, "/etc")), 400, api.CodeInvalid, true},
-		{"file: not found", fileErr(inroot.ErrNotFound), 404, api.CodeNotFound, true},
-		{"file: not regular", fileErr(inroot.ErrNotRegular), 400, api.CodeInvalid, true},
-		{"file: too large", fileErr(fmt.Errorf("%w: the file is 20 bytes", inroot.ErrTooLarge)), 413, api.CodeTooLarge, true},
-		{"file: disk full", fileErr(inroot.ErrNoSpace), 507, api.CodeTooLarge, true},
-		{"file: other", fileErr(errors.New("openat2 /var/lib/x: EIO")), 500, api.CodeInternal, false},
+		{"file: gone", node.FileError(node.ErrGone), 409, api.CodeEnded, true},
+		{"file: path", node.FileError(fmt.Errorf("%w: %q is absolute", inroot.ErrPath, "/etc")), 400, api.CodeInvalid, true},
+		{"file: not found", node.FileError(inroot.ErrNotFound), 404, api.CodeNotFound, true},
+		{"file: not regular", node.FileError(inroot.ErrNotRegular), 400, api.CodeInvalid, true},
+		{"file: too large", node.FileError(fmt.Errorf("%w: the file is 20 bytes", inroot.ErrTooLarge)), 413, api.CodeTooLarge, true},
+		{"file: disk full", node.FileError(inroot.ErrNoSpace), 507, api.CodeTooLarge, true},
+		{"file: other", node.FileError(errors.New("openat2 /var/lib/x: EIO")), 500, api.CodeInternal, false},
 
 		// Errors of the packages below, by their class.
 		{"config error", &config.Error{File: "a.yaml", Msg: "bad"}, 400, api.CodeInvalid, true},
@@ -80,9 +81,9 @@ func TestStatusOf(t *testing.T) {
 		{"egress destination", &policy.SpecError{Problem: "bad"}, 400, api.CodeInvalid, true},
 	}
 	for _, tt := range tests {
-		status, code := statusOf(tt.err)
+		status, code := edge.StatusOf(tt.err)
 		if status != tt.status || code != tt.code {
-			t.Errorf("%s: statusOf(%v) = %d %s, want %d %s", tt.name, tt.err, status, code, tt.status, tt.code)
+			t.Errorf("%s: edge.StatusOf(%v) = %d %s, want %d %s", tt.name, tt.err, status, code, tt.status, tt.code)
 		}
 		if got := mcpserver.Refused(tt.err); got != tt.refused {
 			t.Errorf("%s: mcpserver.Refused(%v) = %v, want %v", tt.name, tt.err, got, tt.refused)
@@ -102,17 +103,17 @@ func TestWriteErr(t *testing.T) {
 		{errdefs.New(errdefs.ErrNotFound, "no session \"s_x\""), 404, api.Error{Code: api.CodeNotFound, Message: `no session "s_x"`}, ""},
 		{node.AtCapacity(fmt.Errorf("%w: 3 sandboxes are live", sandbox.ErrCapacity)), 503,
 			api.Error{Code: api.CodeCapacity, Message: "the node is at capacity: 3 sandboxes are live; try again shortly"}, "1"},
-		{&refusal{Kind: errTooMany, Msg: "slow down", RetryAfter: 1}, 429, api.Error{Code: api.CodeTooManyRequests, Message: "slow down"}, "1"},
+		{&node.Refusal{Kind: node.ErrTooMany, Msg: "slow down", RetryAfter: 1}, 429, api.Error{Code: api.CodeTooManyRequests, Message: "slow down"}, "1"},
 	}
 	for _, tt := range tests {
 		w := httptest.NewRecorder()
-		writeErr(w, tt.err)
+		edge.WriteErr(w, tt.err)
 		var got api.Error
 		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
 			t.Fatalf("%v: body %q: %v", tt.err, w.Body, err)
 		}
 		if w.Code != tt.status || got != tt.body || w.Header().Get("Retry-After") != tt.retryAfter || w.Header().Get("Content-Type") != "application/json" {
-			t.Errorf("writeErr(%v) = %d %+v Retry-After %q, want %d %+v %q", tt.err, w.Code, got, w.Header().Get("Retry-After"), tt.status, tt.body, tt.retryAfter)
+			t.Errorf("edge.WriteErr(%v) = %d %+v Retry-After %q, want %d %+v %q", tt.err, w.Code, got, w.Header().Get("Retry-After"), tt.status, tt.body, tt.retryAfter)
 		}
 	}
 }

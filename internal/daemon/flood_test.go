@@ -166,7 +166,7 @@ tools:
 	poolFull()
 	closed()
 
-	d.flushRefusals()
+	d.FlushRefusals()
 	denied, err := client.New(d.opts.Socket).Audit(t.Context(), client.AuditQuery{Kind: "api.request", Decision: "deny", Limit: 1000})
 	if err != nil {
 		t.Fatal(err)

@@ -16,8 +16,9 @@ type failingFlush struct {
 
 func (f failingFlush) FlushError() error { return f.err }
 
-// TestWrappersPassFlushFailures: the writers the daemon wraps a
-// handler's answer in pass a failed flush on. A stream's writer learns
+// TestWrappersPassFlushFailures: the writer the MCP edge wraps a
+// handler's answer in passes a failed flush on (the audit wrapper's is
+// checked in package edge). A stream's writer learns
 // from it that its caller stopped reading (eventWriter); swallowed, a
 // small event whose write failed in the flush passed for one sent, and
 // the command's end was put down to a caller gone rather than one that
@@ -28,7 +29,6 @@ func TestWrappersPassFlushFailures(t *testing.T) {
 		name string
 		wrap func(http.ResponseWriter) http.ResponseWriter
 	}{
-		{"audit", func(w http.ResponseWriter) http.ResponseWriter { return &statusWriter{ResponseWriter: w} }},
 		{"mcp session", func(w http.ResponseWriter) http.ResponseWriter {
 			return &sessionWriter{ResponseWriter: w, opened: func(string) {}}
 		}},

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/internal/node"
@@ -26,7 +27,7 @@ const mcpIdle = 30 * time.Minute
 // the tools of the MCP servers it may use, each server started in a
 // sandbox of its own when the session initializes and destroyed when it
 // ends. client is the caller's identity in the audit log.
-func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
+func (d *Daemon) MCPServer(c *node.Caller, client string) *mcp.Server {
 	s, _ := d.mcpServer(c, client)
 	return s
 }
@@ -35,7 +36,7 @@ func (d *Daemon) MCPServer(c *caller, client string) *mcp.Server {
 // tools it serves with airlock's own handler, by name: what the fast path
 // of tools/call may call (see mcp_fast.go). The built-in tools and the
 // MCP servers' tools are not among them.
-func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
+func (d *Daemon) mcpServer(c *node.Caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
 	s, fast := mcpserver.NewWithHandlers(mcpserver.Options{
 		Config:  d.opts.Config,
 		Allows:  c.Allows,
@@ -66,7 +67,7 @@ func (d *Daemon) mcpServer(c *caller, client string) (*mcp.Server, map[string]mc
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			res, err := next(ctx, method, req)
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && err != nil && method == "tools/call" {
-				e := audit.Event{Kind: audit.KindMCPCall, Tool: shorten(p.Name), Client: client, Decision: audit.Deny}
+				e := audit.Event{Kind: audit.KindMCPCall, Tool: node.Shorten(p.Name), Client: client, Decision: audit.Deny}
 				e.Detail = audit.Detail(map[string]any{"reason": err.Error()})
 				d.Audit().Record(e)
 			}
@@ -134,7 +135,7 @@ func callEvent(client string, r mcpserver.CallRecord) audit.Event {
 }
 
 // LocalMCPServer is MCPServer for a caller on the host itself.
-func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(local, client) }
+func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(node.Local, client) }
 
 // mcpHandler serves streamable HTTP MCP at /mcp. Each MCP session gets a
 // server scoped to the caller that opened it, and only that caller may
@@ -151,26 +152,26 @@ func (d *Daemon) mcpHandler() http.Handler {
 			// an MCP call cost over the plain API.
 			return owners.server(id)
 		}
-		s, fast := d.mcpServer(callerOf(r.Context()), clientOf(r))
+		s, fast := d.mcpServer(edge.CallerOf(r.Context()), edge.ClientOf(r))
 		if b, ok := r.Context().Value(builtKey{}).(*built); ok {
 			b.server, b.fast = s, fast
 		}
 		return s
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpIdle, Logger: d.opts.Logger})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := callerOf(r.Context())
+		c := edge.CallerOf(r.Context())
 		if c == nil {
 			// No server, no session: one with no caller would be
-			// scoped to nobody (or, once, to the local socket).
-			writeErr(w, errNoCaller)
+			// scoped to nobody (or, once, to the node.Local socket).
+			edge.WriteErr(w, node.ErrNoCaller)
 			return
 		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			// A session is its opener's: another caller that learned its
 			// id gets what an unknown id gets.
 			if !owners.use(id, c.Name, r.Method == http.MethodDelete) {
-				markRefused(r, "an MCP session another caller opened")
-				writeErr(w, errdefs.New(errdefs.ErrNotFound, "no such MCP session"))
+				edge.MarkRefused(r, "an MCP session another caller opened")
+				edge.WriteErr(w, errdefs.New(errdefs.ErrNotFound, "no such MCP session"))
 				return
 			}
 		}
@@ -192,7 +193,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 		if id != "" && r.Method == http.MethodPost && owners.known(id) {
 			body, whole, err := peekBody(r, maxFastBody)
 			if err != nil {
-				writeErr(w, errdefs.New(errdefs.ErrInvalid, "reading the request: "+err.Error()))
+				edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "reading the request: "+err.Error()))
 				return
 			}
 			if whole {

@@ -32,7 +32,7 @@ type mcpSessions struct {
 }
 
 // addBuiltins adds the built-in tools the config enables, for a caller.
-func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
+func (d *Daemon) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 	var tools []string
 	for _, name := range d.opts.Config.Order {
 		if c.Allows(name) {
@@ -160,7 +160,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		n, err := sess.WriteFile(in.Path, strings.NewReader(in.Content))
 		d.RecordFile(client, sess, "put", in.Path, n, err)
 		if err != nil {
-			return nil, fileErr(err)
+			return nil, node.FileError(err)
 		}
 		return text(fmt.Sprintf("wrote %d bytes to %s", n, in.Path)), nil
 	}))
@@ -177,7 +177,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *caller, client string) {
 		f, size, err := sess.OpenFile(in.Path)
 		d.RecordFile(client, sess, "get", in.Path, size, err)
 		if err != nil {
-			return nil, fileErr(err)
+			return nil, node.FileError(err)
 		}
 		defer f.Close()
 		b, err := io.ReadAll(io.LimitReader(f, size))
@@ -268,7 +268,7 @@ func runResult(r *result.Result) (*mcp.CallToolResult, error) {
 
 // builtinTool is the tool profile a built-in call names, if the caller
 // may use it.
-func (d *Daemon) builtinTool(c *caller, name string) (*config.Tool, error) {
+func (d *Daemon) builtinTool(c *node.Caller, name string) (*config.Tool, error) {
 	t, ok := d.opts.Config.Tools[name]
 	if !ok || !c.Allows(name) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "tool": no tool %q for this caller`, name)

@@ -71,7 +71,7 @@ func (i *instance) stop() {
 // profile with its policy bound, the command on pipes, the handshake.
 // The server is one of the daemon's MaxSessions, and of c's token's
 // concurrency, until it ends.
-func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *caller, client string) (_ *instance, err error) {
+func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *node.Caller, client string) (_ *instance, err error) {
 	p, err := d.StartProcess(ctx, t, c, client)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func serverEnd(r *result.Result, stderr string) error {
 // addServers starts the MCP servers the caller may use and mirrors their
 // tools into s, prefixed with the server's name. It returns the function
 // that stops them.
-func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *caller, client string) (stop func(), err error) {
+func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *node.Caller, client string) (stop func(), err error) {
 	var started []*instance
 	stop = func() {
 		for _, i := range started {

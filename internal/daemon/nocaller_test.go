@@ -17,7 +17,7 @@ import (
 // TestNoCallerRefused serves the API on a listener wired with no caller
 // wrapper (no withCaller, no requireToken): every request is refused
 // with 401, and nothing runs. A request without a caller used to be
-// taken for the local socket's, so such a listener would have handed
+// taken for the node.Local socket's, so such a listener would have handed
 // root-socket rights to whoever reached it. A run or session started in
 // code with no caller is refused too. The effect is checked in the
 // pools (no sandbox claimed), the session table and the audit log.
@@ -55,14 +55,14 @@ func TestNoCallerRefused(t *testing.T) {
 		}
 	}
 
-	// In code: a job or a session with no caller is not run as local's.
+	// In code: a job or a session with no caller is not run as node.Local's.
 	tool := d.opts.Config.Tools["sh"]
 	res, done, err := d.Run(t.Context(), node.RunRequest{Tool: tool, Argv: []string{"true"}, Capture: true})
-	if !errors.Is(err, errNoCaller) || res != nil || done != nil {
-		t.Errorf("run with no caller: %v %v, want errNoCaller", res, err)
+	if !errors.Is(err, node.ErrNoCaller) || res != nil || done != nil {
+		t.Errorf("run with no caller: %v %v, want node.ErrNoCaller", res, err)
 	}
-	if s, err := d.OpenSession(t.Context(), tool, "test", nil, time.Minute, time.Minute, nil); !errors.Is(err, errNoCaller) || s != nil {
-		t.Errorf("session with no caller: %v, want errNoCaller", err)
+	if s, err := d.OpenSession(t.Context(), tool, "test", nil, time.Minute, time.Minute, nil); !errors.Is(err, node.ErrNoCaller) || s != nil {
+		t.Errorf("session with no caller: %v, want node.ErrNoCaller", err)
 	}
 
 	// Nothing ran: no sandbox claimed, no session, nothing recorded.

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"path"
@@ -10,9 +9,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
-	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -34,7 +33,7 @@ func methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeErr(w, errdefs.Errorf(errMethod, "%s is not allowed here", r.Method))
+		edge.WriteErr(w, errdefs.Errorf(edge.ErrMethod, "%s is not allowed here", r.Method))
 	}
 }
 
@@ -47,7 +46,7 @@ func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
 		http.MethodGet:    d.getSession,
 		http.MethodDelete: d.deleteSession,
 	}))
-	mux.HandleFunc("/v1/sessions/{id}/exec", only(http.MethodPost, d.postExec))
+	mux.HandleFunc("/v1/sessions/{id}/exec", edge.Only(http.MethodPost, d.postExec))
 	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", methods(map[string]http.HandlerFunc{
 		http.MethodGet: d.getFile,
 		http.MethodPut: d.putFile,
@@ -62,23 +61,23 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	case err == nil:
 		return true
 	case errdefs.IsLimit(err):
-		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
+		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrLimit, "request body is over %d bytes", maxBody))
 	case errdefs.IsInvalid(err):
-		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
+		edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+err.Error()))
 	default:
-		writeErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+httpx.DescribeJSON(err)))
+		edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "invalid JSON body: "+httpx.DescribeJSON(err)))
 	}
 	return false
 }
 
 func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 	var req api.SessionRequest
-	if !decodeBody(w, r, &req) || d.forbidTool(w, r, req.Tool) {
+	if !decodeBody(w, r, &req) || d.ForbidTool(w, r, req.Tool) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
 	if !ok {
-		writeErr(w, d.noTool(req.Tool))
+		edge.WriteErr(w, d.noTool(req.Tool))
 		return
 	}
 	life, err := node.ParseBound(req.MaxLifetime, node.DefaultLife, node.MaxLife, "max_lifetime")
@@ -89,33 +88,30 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
+	edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 }
 
 func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	s, err := d.OpenSession(r.Context(), d.opts.Config.Tools[tool], clientOf(r), callerOf(r.Context()), idle, life, nil)
+	s, err := d.OpenSession(r.Context(), d.opts.Config.Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil)
 	if err != nil {
 		if r.Context().Err() == nil {
-			writeErr(w, err)
+			edge.WriteErr(w, err)
 		}
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.View())
+	edge.WriteJSON(w, http.StatusCreated, s.View())
 }
 
 // lookup finds the session of the request's {id}, answering that there is
 // none itself.
 func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *node.Session {
 	// A token sees only its own sessions; to others they do not exist.
-	s, err := d.Session(callerOf(r.Context()), r.PathValue("id"))
+	s, err := d.Session(edge.CallerOf(r.Context()), r.PathValue("id"))
 	if err != nil {
-		writeErr(w, err)
+		edge.WriteErr(w, err)
 	}
 	return s
 }
-
-// shorten bounds a name quoted in an answer.
-func shorten(s string) string { return node.Shorten(s) }
 
 // enterOrEnded registers a call in s, or answers that it has ended.
 func enterOrEnded(w http.ResponseWriter, s *node.Session) bool {
@@ -123,24 +119,24 @@ func enterOrEnded(w http.ResponseWriter, s *node.Session) bool {
 		return true
 	}
 	v := s.View()
-	writeErr(w, errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", v.ID, v.EndReason))
+	edge.WriteErr(w, errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", v.ID, v.EndReason))
 	return false
 }
 
 // listSessions answers the sessions the caller may see (a token, its
 // own), open and recently ended, oldest first.
 func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
-	mine := d.SessionsOf(callerOf(r.Context()))
+	mine := d.SessionsOf(edge.CallerOf(r.Context()))
 	out := make([]api.Session, 0, len(mine))
 	for _, s := range mine {
 		out = append(out, s.View())
 	}
-	writeJSON(w, http.StatusOK, out)
+	edge.WriteJSON(w, http.StatusOK, out)
 }
 
 func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) {
 	if s := d.lookup(w, r); s != nil {
-		writeJSON(w, http.StatusOK, s.View())
+		edge.WriteJSON(w, http.StatusOK, s.View())
 	}
 }
 
@@ -171,15 +167,15 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := checkTTY(r, req.TTY, req.Stdin); err != nil {
-		writeErr(w, err)
+		edge.WriteErr(w, err)
 		return
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		writeErr(w, errNoCommand)
+		edge.WriteErr(w, errNoCommand)
 		return
 	}
 	if req.Workdir != "" && !path.IsAbs(req.Workdir) {
-		writeErr(w, errRelativeWorkdir)
+		edge.WriteErr(w, errRelativeWorkdir)
 		return
 	}
 	if !enterOrEnded(w, s) {
@@ -200,14 +196,14 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 		// it is out.
 		free, err := d.ReserveCapture(r.Context(), s.Tool(), nil)
 		if err != nil {
-			writeErr(w, err)
+			edge.WriteErr(w, err)
 			return
 		}
 		defer free()
-		res, err := d.Exec(r.Context(), s, clientOf(r), x)
+		res, err := d.Exec(r.Context(), s, edge.ClientOf(r), x)
 		if err != nil {
 			if r.Context().Err() == nil {
-				writeErr(w, err)
+				edge.WriteErr(w, err)
 			}
 			return
 		}
@@ -221,10 +217,10 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	defer end()
 	x.OnEvent = ev.write
 	w.Header().Set("Content-Type", api.NDJSON)
-	res, err := d.Exec(ctx, s, clientOf(r), x)
+	res, err := d.Exec(ctx, s, edge.ClientOf(r), x)
 	if err != nil {
 		if r.Context().Err() == nil {
-			writeErr(w, err)
+			edge.WriteErr(w, err)
 		}
 		return
 	}
@@ -238,13 +234,13 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.Leave()
 	if r.ContentLength > maxFile {
-		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "files are at most %d bytes", maxFile))
+		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrLimit, "files are at most %d bytes", maxFile))
 		return
 	}
 	n, err := s.WriteFile(r.PathValue("path"), r.Body)
-	d.RecordFile(clientOf(r), s, "put", r.PathValue("path"), n, err)
+	d.RecordFile(edge.ClientOf(r), s, "put", r.PathValue("path"), n, err)
 	if err != nil {
-		writeErr(w, fileErr(err))
+		edge.WriteErr(w, node.FileError(err))
 		return
 	}
 	w.Header().Set("X-Airlock-Bytes", strconv.FormatInt(n, 10))
@@ -258,9 +254,9 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.Leave()
 	f, size, err := s.OpenFile(r.PathValue("path"))
-	d.RecordFile(clientOf(r), s, "get", r.PathValue("path"), size, err)
+	d.RecordFile(edge.ClientOf(r), s, "get", r.PathValue("path"), size, err)
 	if err != nil {
-		writeErr(w, fileErr(err))
+		edge.WriteErr(w, node.FileError(err))
 		return
 	}
 	defer f.Close()
@@ -269,29 +265,12 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, io.LimitReader(f, size))
 }
 
-// fileErr is the error a file call answers for err, over the API and MCP
-// alike: inroot's errors, in their classes, with messages that name no
-// host path; any other failure is the daemon's own.
-func fileErr(err error) error {
-	switch {
-	case errors.Is(err, errGone), errors.Is(err, inroot.ErrPath), errors.Is(err, inroot.ErrTooLarge):
-		return err // written for the caller: the path as given, the sizes
-	case errors.Is(err, inroot.ErrNotFound):
-		return errdefs.New(inroot.ErrNotFound, "no such file in the workspace")
-	case errors.Is(err, inroot.ErrNotRegular):
-		return errdefs.New(inroot.ErrNotRegular, "not a regular file")
-	case errors.Is(err, inroot.ErrNoSpace):
-		return errDiskFull
-	}
-	return errors.New("file operation failed")
-}
-
 // execTTY runs an exec with a terminal: the connection switches to
 // api.TTYUpgrade once the request is checked, and the exec's refusal, if
 // any, comes as its result on the stream. The caller has entered s.
 func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *node.Session, size *api.TTYSize, x sandbox.ExecRequest) {
 	if !d.ttys.add() {
-		writeErr(w, errShutdown)
+		edge.WriteErr(w, node.ErrShutdown)
 		return
 	}
 	defer d.ttys.done()
@@ -300,11 +279,11 @@ func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *node.Session
 	t.execRequest(&x)
 	if err := t.upgrade(w); err != nil {
 		if t.conn == nil {
-			writeErr(w, err)
+			edge.WriteErr(w, err)
 		}
 		return
 	}
-	res, err := d.Exec(ctx, s, clientOf(r), x)
+	res, err := d.Exec(ctx, s, edge.ClientOf(r), x)
 	if err != nil {
 		res = &result.Result{SandboxID: s.Sandbox().ID(), Outcome: result.Error, Error: err.Error()}
 	}

@@ -19,7 +19,7 @@ import (
 // shares. (Packages it links may serve HTTP themselves, as the egress
 // proxy and the broker do: the rule is on the core's own code.)
 var coreMayNotImport = []string{
-	"net/http", module + "/internal/httpx", module + "/internal/e2b", module + "/internal/mcpserver",
+	"net/http", module + "/internal/httpx", module + "/internal/edge", module + "/internal/e2b", module + "/internal/mcpserver",
 	"github.com/modelcontextprotocol/go-sdk",
 }
 

@@ -526,3 +526,20 @@ func (s *Session) InWorkspace(fn func(ws *os.File, uid int) error) error {
 
 // Alive reports whether the session's sandbox is still there.
 func (s *Session) Alive() bool { return alive(s.sb) }
+
+// FileError is the error a file call answers for err, whatever the edge:
+// inroot's errors, in their classes, with messages that name no host
+// path; any other failure is the node's own.
+func FileError(err error) error {
+	switch {
+	case errors.Is(err, ErrGone), errors.Is(err, inroot.ErrPath), errors.Is(err, inroot.ErrTooLarge):
+		return err // written for the caller: the path as given, the sizes
+	case errors.Is(err, inroot.ErrNotFound):
+		return errdefs.New(inroot.ErrNotFound, "no such file in the workspace")
+	case errors.Is(err, inroot.ErrNotRegular):
+		return errdefs.New(inroot.ErrNotRegular, "not a regular file")
+	case errors.Is(err, inroot.ErrNoSpace):
+		return ErrDiskFull
+	}
+	return errors.New("file operation failed")
+}

@@ -1,4 +1,4 @@
-package daemon
+package edge
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/node"
 )
 
 // Defences of the listeners against callers that flood them: timeouts and
@@ -19,14 +20,6 @@ import (
 // slowed down.
 
 const (
-	// defaultIdleTimeout closes a keep-alive connection with no request
-	// for this long.
-	defaultIdleTimeout = 30 * time.Second
-	// defaultMaxConns bounds the TCP listener's open connections.
-	defaultMaxConns = 512
-	// defaultStallTimeout bounds one write of an event stream: a caller
-	// that takes nothing for this long has stopped reading.
-	defaultStallTimeout = 30 * time.Second
 	// refusalWindow is the interval refusals are summed over: a client's
 	// first refusal in it is recorded at once, the rest as one count.
 	refusalWindow = 10 * time.Second
@@ -58,14 +51,14 @@ type refused struct {
 	last   time.Time
 }
 
-// clientKey is who a refusal is counted against: a TCP peer's address
+// ClientKey is who a refusal is counted against: a TCP peer's address
 // without its port (a flood opens many connections), the socket's peer
 // as the audit log names it.
-func clientKey(r *http.Request) string {
+func ClientKey(r *http.Request) string {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return "tcp:" + ap.Addr().String()
 	}
-	return clientOf(r)
+	return ClientOf(r)
 }
 
 // entry returns key's entry, or the shared one past maxRefusalClients.
@@ -122,15 +115,15 @@ func (rf *refusals) failed(key string) (over bool) {
 // flush records, per client, the refusals after its first in the window
 // that ended, as one event with their count, and forgets clients that
 // were quiet.
-func (d *Daemon) flushRefusals() {
-	rf := &d.refusals
+func (g *Guard) FlushRefusals() {
+	rf := &g.refusals
 	rf.mu.Lock()
 	var evs []audit.Event
 	now := time.Now()
 	for key, e := range rf.clients {
 		if e.count > 0 {
 			evs = append(evs, audit.Event{Kind: audit.KindAPI, Time: now, Client: key, Decision: audit.Deny,
-				Detail: audit.Detail(map[string]any{"repeated": e.count, "status": e.status, "last_path": shorten(e.path), "window_s": int(refusalWindow / time.Second)})})
+				Detail: audit.Detail(map[string]any{"repeated": e.count, "status": e.status, "last_path": node.Shorten(e.path), "window_s": int(refusalWindow / time.Second)})})
 		}
 		// A client with a spent bucket stays, so that its bucket is not
 		// refilled by forgetting it.
@@ -142,34 +135,34 @@ func (d *Daemon) flushRefusals() {
 	}
 	rf.mu.Unlock()
 	for _, ev := range evs {
-		d.Audit().Record(ev)
-		d.opts.Logger.Warn("refused API requests", "client", ev.Client, "detail", string(ev.Detail))
+		g.node.Audit().Record(ev)
+		g.logger.Warn("refused API requests", "client", ev.Client, "detail", string(ev.Detail))
 	}
 }
 
-// refusalFlusher flushes every refusalWindow until ctx ends, and once more
+// RefusalFlusher flushes every refusalWindow until ctx ends, and once more
 // then.
-func (d *Daemon) refusalFlusher(ctx context.Context) {
+func (g *Guard) RefusalFlusher(ctx context.Context) {
 	t := time.NewTicker(refusalWindow)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			d.flushRefusals()
+			g.FlushRefusals()
 		case <-ctx.Done():
-			d.flushRefusals()
+			g.FlushRefusals()
 			return
 		}
 	}
 }
 
-// slowFailures answers a caller that fails authentication faster than
-// failRefill a second (after a burst of failBurst) only after failHold,
+// SlowFailures answers a caller that fails authentication faster than
+// failRefill a second (after a burst of failBurst) Only after failHold,
 // with 429, on a connection it then closes: a flood of wrong tokens costs
 // its sender a second and a new connection per try, and the daemon one
 // sleeping goroutine.
-func (d *Daemon) slowFailures(w http.ResponseWriter, r *http.Request) bool {
-	if !d.refusals.failed(clientKey(r)) {
+func (g *Guard) SlowFailures(w http.ResponseWriter, r *http.Request) bool {
+	if !g.refusals.failed(ClientKey(r)) {
 		return false
 	}
 	select {
@@ -177,6 +170,6 @@ func (d *Daemon) slowFailures(w http.ResponseWriter, r *http.Request) bool {
 	case <-r.Context().Done():
 	}
 	w.Header().Set("Connection", "close")
-	writeErr(w, &refusal{Kind: errTooMany, RetryAfter: int(failHold / time.Second), Msg: "too many requests without a valid token; slow down"})
+	WriteErr(w, &refusal{Kind: node.ErrTooMany, RetryAfter: int(failHold / time.Second), Msg: "too many requests without a valid token; slow down"})
 	return true
 }

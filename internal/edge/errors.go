@@ -1,4 +1,4 @@
-package daemon
+package edge
 
 import (
 	"errors"
@@ -12,40 +12,24 @@ import (
 )
 
 // Errors are answered in one place. A handler answers a refusal or a
-// failure with writeErr(w, err), never with a status of its own choosing:
-// statusOf picks the HTTP status and API code from the error's class
+// failure with WriteErr(w, err), never with a status of its own choosing:
+// StatusOf picks the HTTP status and API code from the error's class
 // (package errdefs), and mcpserver.CallError picks MCP's answer from the
 // same class. The message is the error's text, so an error handed to
-// writeErr is written for the caller: no host paths, secrets or dial
+// WriteErr is written for the caller: no host paths, secrets or dial
 // errors.
 
-// The daemon's own kinds of error, each in a class but answered apart
-// from the class's usual answer (see errorKinds).
+// The edges' own kinds of error, each in a class but answered apart
+// from the class's usual answer (see errorKinds). The node's errors are
+// the node's (node.ErrAuditRefused...).
 var (
-	// errMethod: the endpoint does not take the request's method.
-	errMethod = errdefs.New(errdefs.ErrInvalid, "method not allowed")
-	// errUnauthenticated: no valid bearer token on the TCP listener.
-	errUnauthenticated = errdefs.New(errdefs.ErrDenied, "a valid bearer token is required")
-	// errNoCaller: a request, or a run or session, with no authenticated
-	// caller: a listener wired without authentication. It is refused
-	// (401), never taken for the local socket's.
-	errNoCaller = node.ErrNoCaller
-	// errMisdirected: a request to a loopback listener naming another
+	// ErrMethod: the endpoint does not take the request's method.
+	ErrMethod = errdefs.New(errdefs.ErrInvalid, "method not allowed")
+	// ErrUnauthenticated: no valid bearer token on the TCP listener.
+	ErrUnauthenticated = errdefs.New(errdefs.ErrDenied, "a valid bearer token is required")
+	// ErrMisdirected: a request to a loopback listener naming another
 	// host (DNS rebinding).
-	errMisdirected = errdefs.New(errdefs.ErrDenied, "misdirected request")
-	// errTooMany: the caller's share is spent (its token's concurrency,
-	// or its failed authentications); it may try again shortly.
-	errTooMany = node.ErrTooMany
-	// errDiskFull: a file call met the sandbox's disk ceiling.
-	errDiskFull = node.ErrDiskFull
-)
-
-// Errors of the node's, answered by writeErr (API) and the MCP server.
-var (
-	errAuditRefused = node.ErrAuditRefused
-	errShutdown     = node.ErrShutdown
-	errNoSandbox    = node.ErrNoSandbox
-	errGone         = node.ErrGone
+	ErrMisdirected = errdefs.New(errdefs.ErrDenied, "misdirected request")
 )
 
 // answer is what the API answers for an error.
@@ -60,18 +44,18 @@ var errorKinds = []struct {
 	err error
 	answer
 }{
-	{errMethod, answer{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed}},
-	{errUnauthenticated, answer{http.StatusUnauthorized, api.CodeUnauthorized}},
+	{ErrMethod, answer{http.StatusMethodNotAllowed, api.CodeMethodNotAllowed}},
+	{ErrUnauthenticated, answer{http.StatusUnauthorized, api.CodeUnauthorized}},
 	{node.ErrNoCaller, answer{http.StatusUnauthorized, api.CodeUnauthorized}},
 	// 421 says "not this server" to a browser's request; the code is
 	// forbidden, as for any other refusal of who is asking.
-	{errMisdirected, answer{http.StatusMisdirectedRequest, api.CodeForbidden}},
-	{errTooMany, answer{http.StatusTooManyRequests, api.CodeTooManyRequests}},
-	{errAuditRefused, answer{http.StatusServiceUnavailable, api.CodeAuditUnavailable}},
+	{ErrMisdirected, answer{http.StatusMisdirectedRequest, api.CodeForbidden}},
+	{node.ErrTooMany, answer{http.StatusTooManyRequests, api.CodeTooManyRequests}},
+	{node.ErrAuditRefused, answer{http.StatusServiceUnavailable, api.CodeAuditUnavailable}},
 	{sandbox.ErrCapacity, answer{http.StatusServiceUnavailable, api.CodeCapacity}},
 	// The disk ceiling is a limit like a file's size, but of the
 	// sandbox's storage: 507.
-	{errDiskFull, answer{http.StatusInsufficientStorage, api.CodeTooLarge}},
+	{node.ErrDiskFull, answer{http.StatusInsufficientStorage, api.CodeTooLarge}},
 }
 
 // classAnswers are the answers of the error classes.
@@ -87,9 +71,9 @@ var classAnswers = map[error]answer{
 	errdefs.ErrUnavailable: {http.StatusServiceUnavailable, api.CodeUnavailable},
 }
 
-// statusOf is the HTTP status and API code of err: its kind's, else its
+// StatusOf is the HTTP status and API code of err: its kind's, else its
 // class's, else 500 internal (the daemon's own failure).
-func statusOf(err error) (int, string) {
+func StatusOf(err error) (int, string) {
 	for _, k := range errorKinds {
 		if errors.Is(err, k.err) {
 			return k.status, k.code
@@ -101,15 +85,15 @@ func statusOf(err error) (int, string) {
 	return http.StatusInternalServerError, api.CodeInternal
 }
 
-// writeErr answers err: its status and code (statusOf), its text as the
+// WriteErr answers err: its status and code (StatusOf), its text as the
 // message, and Retry-After for a refusal that says when to try again.
-func writeErr(w http.ResponseWriter, err error) {
+func WriteErr(w http.ResponseWriter, err error) {
 	var r *refusal
 	if errors.As(err, &r) && r.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(r.RetryAfter))
 	}
-	status, code := statusOf(err)
-	writeJSON(w, status, api.Error{Code: code, Message: err.Error()})
+	status, code := StatusOf(err)
+	WriteJSON(w, status, api.Error{Code: code, Message: err.Error()})
 }
 
 // refusal is an error that says when to try again (node.Refusal).
