@@ -37,6 +37,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -117,10 +118,10 @@ type Daemon struct {
 	tcp  net.Listener // nil unless the config has server.tcp
 	tsrv *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
-	// its sandboxes.
+	// is that edge (nil when it is not served).
 	e2bl      net.Listener
 	e2bsrv    *http.Server
-	e2b       e2bTable
+	e2b       *e2bserver.Server
 	instances instances   // MCP servers of client sessions
 	mcpSess   mcpSessions // sandboxes of the built-in session tools
 	// mcpFast counts the tools/call requests answered by the fast path
@@ -233,7 +234,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
-		d.e2bsrv = httpx.New(d.Audited(edge.CheckHost(addr, d.e2bRoutes())), serverOpts)
+		d.e2b = e2bserver.New(d.Node, d.Guard, e2bserver.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger})
+		d.e2bsrv = httpx.New(d.Audited(edge.CheckHost(addr, d.e2b.Handler())), serverOpts)
 	}
 	return d, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -48,13 +49,11 @@ func e2bDo(t *testing.T, method, u string, sb *e2b.Sandbox, hdr map[string]strin
 // through its init's root.
 func hostWorkspace(t *testing.T, d *Daemon, id string) string {
 	t.Helper()
-	d.e2b.mu.Lock()
-	sb := d.e2b.m[id]
-	d.e2b.mu.Unlock()
+	sb := d.e2b.SessionOf(id)
 	if sb == nil {
 		t.Fatalf("no sandbox %s", id)
 	}
-	return filepath.Join("/proc", strconv.Itoa(sb.s.Sandbox().InitPid()), "root", sandbox.HomeDir)
+	return filepath.Join("/proc", strconv.Itoa(sb.Sandbox().InitPid()), "root", sandbox.HomeDir)
 }
 
 // TestE2BSignedURLKeepsItsOperation: the SDK signs "path:op:user:token"
@@ -254,10 +253,8 @@ func TestE2BUploadSandboxKilledBetweenParts(t *testing.T) {
 
 // initPid is the host pid of sandbox id's init, or 0.
 func initPid(d *Daemon, id string) int {
-	d.e2b.mu.Lock()
-	defer d.e2b.mu.Unlock()
-	if sb := d.e2b.m[id]; sb != nil {
-		return sb.s.Sandbox().InitPid()
+	if sb := d.e2b.SessionOf(id); sb != nil {
+		return sb.Sandbox().InitPid()
 	}
 	return 0
 }
@@ -287,7 +284,7 @@ func samePid(t *testing.T, d *Daemon, base string, pid int) e2b.Sandbox {
 }
 
 // TestE2BUploadInflationBounded: a gzip upload inflates to no more than
-// a plain one may carry, and a multipart one has at most maxParts parts.
+// a plain one may carry, and a multipart one has at most e2bserver.MaxParts parts.
 // Before, 40 KiB of gzip became four files of 8 MiB each (and a body of
 // a million empty parts a million workspace writes).
 func TestE2BUploadInflationBounded(t *testing.T) {
@@ -317,8 +314,8 @@ func TestE2BUploadInflationBounded(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(ws, "bomb3")); !os.IsNotExist(err) {
 		t.Errorf("the last file of the inflated body was written (%v)", err)
 	}
-	status, b = e2bDo(t, "POST", base+"/files", &sb, map[string]string{"Content-Type": "multipart/form-data; boundary=b"}, multipart(maxParts+1, 0))
+	status, b = e2bDo(t, "POST", base+"/files", &sb, map[string]string{"Content-Type": "multipart/form-data; boundary=b"}, multipart(e2bserver.MaxParts+1, 0))
 	if status != http.StatusBadRequest || !strings.Contains(string(b), "parts") {
-		t.Errorf("%d parts: %d %s", maxParts+1, status, b)
+		t.Errorf("%d parts: %d %s", e2bserver.MaxParts+1, status, b)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 )
 
@@ -489,7 +490,7 @@ func TestE2BWatchBounds(t *testing.T) {
 		return string(first), resp.Body
 	}
 	var open []io.Closer
-	for i := range maxWatchesPerSandbox {
+	for i := range e2bserver.MaxWatchesPerSandbox {
 		first, body := watch(sb.SandboxID, sb.EnvdAccessToken, "/workspace")
 		open = append(open, body)
 		if first != `{"start":{}}` {
@@ -512,8 +513,8 @@ func TestE2BWatchBounds(t *testing.T) {
 	if first != `{"start":{}}` {
 		t.Errorf("the other sandbox's watch: %s", first)
 	}
-	if n := inotifyFDs(t); n != maxWatchesPerSandbox+1 {
-		t.Errorf("%d inotify instances open, want %d", n, maxWatchesPerSandbox+1)
+	if n := inotifyFDs(t); n != e2bserver.MaxWatchesPerSandbox+1 {
+		t.Errorf("%d inotify instances open, want %d", n, e2bserver.MaxWatchesPerSandbox+1)
 	}
 	for _, b := range open {
 		b.Close()

@@ -1,15 +1,17 @@
-package daemon
+package e2bserver
 
 import (
 	"crypto/subtle"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -20,9 +22,12 @@ import (
 	"github.com/airlockhq/airlock/sandbox"
 )
 
-// The E2B-compatible API (docs/e2b.md): an E2B sandbox is a session, its
-// template a tool, its API key a token. Both the control plane and the
-// sandbox-side ("envd") calls are served on one listener, server.e2b.
+// Package e2bserver is the node's E2B-compatible edge (docs/e2b.md): an
+// E2B sandbox is a session of the node, its template a tool, its API key
+// a token. Both the control plane and the sandbox-side ("envd") calls
+// are served on one listener, server.e2b. It translates E2B's wire
+// formats (REST with {code, message} errors; Connect for envd's process
+// and filesystem services) to the node's lifecycles.
 
 // e2bDefaultTimeout is a sandbox's life when create names none, as E2B's.
 const e2bDefaultTimeout = 300 * time.Second
@@ -53,7 +58,50 @@ type e2bTable struct {
 	watches int // WatchDir streams open
 }
 
-func (d *Daemon) e2bRoutes() http.Handler {
+// Options configure the edge.
+type Options struct {
+	// Config holds the tools (the templates); the node's.
+	Config *config.Config
+	// StallTimeout bounds one write of a process's or a watch's stream,
+	// and one read of an upload's body.
+	StallTimeout time.Duration
+	// Logger receives the edge's log.
+	Logger *slog.Logger
+}
+
+// Server serves the E2B API of a node.
+type Server struct {
+	*node.Node
+	*edge.Guard
+	opts Options
+	e2b  e2bTable
+}
+
+// maxBody bounds a control-plane request's body.
+const maxBody = 1 << 20
+
+// maxFile bounds one file written into or read out of a workspace.
+const maxFile = node.MaxFile
+
+// New returns the E2B edge of n, guarded by g.
+func New(n *node.Node, g *edge.Guard, opts Options) *Server {
+	return &Server{Node: n, Guard: g, opts: opts}
+}
+
+// Handler is the edge's handler of every request.
+func (d *Server) Handler() http.Handler { return d.e2bRoutes() }
+
+// SessionOf is the session of E2B sandbox id, nil when there is none.
+func (d *Server) SessionOf(id string) *node.Session {
+	d.e2b.mu.Lock()
+	defer d.e2b.mu.Unlock()
+	if sb := d.e2b.m[id]; sb != nil {
+		return sb.s
+	}
+	return nil
+}
+
+func (d *Server) e2bRoutes() http.Handler {
 	mux := http.NewServeMux()
 	api := func(h func(http.ResponseWriter, *http.Request, *node.Caller)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +150,7 @@ func (d *Daemon) e2bRoutes() http.Handler {
 
 // e2bCaller checks the API key; it answers 401 itself when there is no
 // valid one.
-func (d *Daemon) e2bCaller(w http.ResponseWriter, r *http.Request) *node.Caller {
+func (d *Server) e2bCaller(w http.ResponseWriter, r *http.Request) *node.Caller {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
 		if t := d.Tokens().Match(v); t != nil {
 			netlimit.Vouch(r.Context())
@@ -158,7 +206,7 @@ var e2bRefused = map[string]string{
 
 // e2bEnvd finds the sandbox of an envd call: its E2b-Sandbox-Id, checked
 // against its access token (the API key is not sent on these calls).
-func (d *Daemon) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
+func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if id == "" {
 		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "E2b-Sandbox-Id is required")
@@ -180,7 +228,7 @@ func (d *Daemon) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 }
 
 // e2bUnary serves a unary Connect call of a sandbox.
-func (d *Daemon) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (any, error)) http.HandlerFunc {
+func (d *Server) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sb, err := d.e2bEnvd(r)
 		if err != nil {
@@ -208,7 +256,7 @@ func (d *Daemon) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (
 // another's token look the same, so the answer never tells which ids
 // exist. A check that names no sandbox (a load balancer's probe of the
 // listener) is answered 204: the listener is up.
-func (d *Daemon) e2bHealth(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("E2b-Sandbox-Id") == "" {
 		w.WriteHeader(http.StatusNoContent)
 		return

@@ -1,4 +1,4 @@
-package daemon
+package e2bserver
 
 import (
 	"compress/gzip"
@@ -87,11 +87,11 @@ func (b *uploadBody) failed() error {
 }
 
 // maxUpload bounds what one upload call carries, as sent and, for a
-// gzip body, inflated; maxParts the parts of a multipart one.
-const (
-	maxUpload = maxFile + 1<<20
-	maxParts  = 1024
-)
+// gzip body, inflated.
+const maxUpload = maxFile + 1<<20
+
+// MaxParts bounds the parts of a multipart upload.
+const MaxParts = 1024
 
 // errInflated ends a gzip body that inflates past maxUpload.
 var errInflated = errdefs.New(inroot.ErrTooLarge, fmt.Sprintf("the gzip body inflates past %d bytes", maxUpload))
@@ -125,7 +125,7 @@ func partFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	sb := d.e2bFileSandbox(w, r, "write")
 	if sb == nil {
 		return
@@ -217,8 +217,8 @@ func (d *Daemon) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		for parts := 0; ; parts++ {
 			// Each part costs a write through the workspace: a body of
 			// empty parts should not make a million.
-			if parts == maxParts {
-				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the multipart body has over %d parts", maxParts))
+			if parts == MaxParts {
+				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the multipart body has over %d parts", MaxParts))
 				return
 			}
 			part, err := mr.NextPart()

@@ -1,4 +1,4 @@
-package daemon
+package e2bserver
 
 import (
 	"crypto/subtle"
@@ -60,7 +60,7 @@ func checkRel(p string) error {
 // E2b-Sandbox-Id and access token, or, for a signed download or upload
 // URL (which carries neither), by the signature, made with one sandbox's
 // token over the path, the operation (op), the user and the expiry.
-func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op string) *e2bSandbox {
+func (d *Server) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op string) *e2bSandbox {
 	var sb *e2bSandbox
 	var err error
 	if r.Header.Get("E2b-Sandbox-Id") == "" && r.URL.Query().Has("signature") {
@@ -85,7 +85,7 @@ func (d *Daemon) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op strin
 }
 
 // e2bSigned finds the sandbox whose token signed the request's URL.
-func (d *Daemon) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
+func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	q := r.URL.Query()
 	var exp int64
 	if v := q.Get("signature_expiration"); v != "" {
@@ -129,7 +129,7 @@ func e2bFileError(w http.ResponseWriter, err error) {
 	e2b.WriteAPIError(w, status, node.FileError(err).Error())
 }
 
-func (d *Daemon) e2bReadFile(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bReadFile(w http.ResponseWriter, r *http.Request) {
 	sb := d.e2bFileSandbox(w, r, "read")
 	if sb == nil {
 		return
@@ -237,7 +237,7 @@ func fileModeString(m uint32) string {
 
 // e2bFS serves a filesystem call: the request's JSON into req, fn's
 // answer, inside the session's workspace as its user.
-func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.HandlerFunc {
+func e2bFS[T any](d *Server, fn func(sb *e2bSandbox, req *T) (any, error)) http.HandlerFunc {
 	return d.e2bUnary(func(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 		var req T
 		if err := json.Unmarshal(body, &req); err != nil {
@@ -251,7 +251,7 @@ func e2bFS[T any](d *Daemon, fn func(sb *e2bSandbox, req *T) (any, error)) http.
 	})
 }
 
-func (d *Daemon) e2bFSRoutes(mux *http.ServeMux) {
+func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	type pathReq struct {
 		Path  string `json:"path"`
 		Depth *int   `json:"depth,omitempty"`

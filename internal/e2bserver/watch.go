@@ -1,4 +1,4 @@
-package daemon
+package e2bserver
 
 import (
 	"errors"
@@ -15,8 +15,10 @@ import (
 // inotify instance, and the host's root has fs.inotify.max_user_instances
 // of them (128 by default) for every program it runs.
 const (
-	maxWatchesPerSandbox = 8
-	maxWatches           = 48
+	// MaxWatchesPerSandbox bounds one sandbox's watches.
+	MaxWatchesPerSandbox = 8
+	// maxWatches bounds the node's.
+	maxWatches = 48
 )
 
 // watchEventType is the E2B (protobuf JSON) name of each change.
@@ -39,7 +41,7 @@ type watchRequest struct {
 // it started, then carries each change below the directory (names
 // relative to it), until the client goes away, its Connect-Timeout-Ms
 // passes, the directory is removed or the sandbox ends.
-func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
@@ -131,14 +133,14 @@ func (d *Daemon) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 
 // e2bWatchSlot takes one of the daemon's and one of sb's watches; the
 // returned func gives them back.
-func (d *Daemon) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
+func (d *Server) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
 	d.e2b.mu.Lock()
 	defer d.e2b.mu.Unlock()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	switch {
-	case sb.watches >= maxWatchesPerSandbox:
-		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "a sandbox may have %d directory watches at once; stop one first", maxWatchesPerSandbox)
+	case sb.watches >= MaxWatchesPerSandbox:
+		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "a sandbox may have %d directory watches at once; stop one first", MaxWatchesPerSandbox)
 	case d.e2b.watches >= maxWatches:
 		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "this airlock serves %d directory watches at once, all in use; try again later", maxWatches)
 	}

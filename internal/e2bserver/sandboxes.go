@@ -1,4 +1,4 @@
-package daemon
+package e2bserver
 
 import (
 	"cmp"
@@ -26,7 +26,7 @@ import (
 
 // The E2B lifecycle calls: create, connect, get, list, timeout, kill.
 
-func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var raw map[string]json.RawMessage
 	if !e2bDecode(w, r, &raw) {
 		return
@@ -121,7 +121,7 @@ func (d *Daemon) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 // destination and the broker's services away; network.allowOut keeps the
 // destinations named, each of which must lie within the tool's (a wider
 // one is refused, never applied: the operator's config is the ceiling).
-func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy, error) {
+func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy, error) {
 	noNet := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
 	if req.Network == nil && !noNet {
 		return nil, nil
@@ -145,14 +145,14 @@ func (d *Daemon) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 	return &pol, nil
 }
 
-func (d *Daemon) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
+func (d *Server) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
 	edge.WriteJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
 		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token})
 }
 
 // e2bFind is the caller's live E2B sandbox id, or nil: another key's, an
 // ended one and none at all look the same.
-func (d *Daemon) e2bFind(id string, c *node.Caller) *e2bSandbox {
+func (d *Server) e2bFind(id string, c *node.Caller) *e2bSandbox {
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
@@ -162,7 +162,7 @@ func (d *Daemon) e2bFind(id string, c *node.Caller) *e2bSandbox {
 	return sb
 }
 
-func (d *Daemon) e2bLookup(w http.ResponseWriter, r *http.Request, c *node.Caller) *e2bSandbox {
+func (d *Server) e2bLookup(w http.ResponseWriter, r *http.Request, c *node.Caller) *e2bSandbox {
 	sb := d.e2bFind(r.PathValue("id"), c)
 	if sb == nil {
 		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", node.Shorten(r.PathValue("id"))))
@@ -178,13 +178,13 @@ func (sb *e2bSandbox) detail() e2b.Detail {
 		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata}
 }
 
-func (d *Daemon) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	if sb := d.e2bLookup(w, r, c); sb != nil {
 		edge.WriteJSON(w, http.StatusOK, sb.detail())
 	}
 }
 
-func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	// metadata=k%3Dv&... as the SDK sends it: encoded twice over.
 	want := map[string]string{}
 	if m := r.URL.Query().Get("metadata"); m != "" {
@@ -255,7 +255,7 @@ func (d *Daemon) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	edge.WriteJSON(w, http.StatusOK, out)
 }
 
-func (d *Daemon) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	sb := d.e2bLookup(w, r, c)
 	if sb == nil {
 		return
@@ -276,7 +276,7 @@ func (sb *e2bSandbox) setLife(life time.Duration) {
 	sb.s.SetLife(life)
 }
 
-func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var req e2b.TimeoutRequest
 	if !e2bDecode(w, r, &req) {
 		return
@@ -298,7 +298,7 @@ func (d *Daemon) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.C
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (d *Daemon) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var req e2b.TimeoutRequest
 	if !e2bDecode(w, r, &req) {
 		return
@@ -366,7 +366,7 @@ type e2bMetric struct {
 // use against their ceilings, and the CPU used since the reading before
 // (or since the sandbox's start) as a share of its CPUs. A start or end
 // that leaves now out gives no reading.
-func (d *Daemon) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Caller) {
 	var bounds [2]int64
 	for i, k := range []string{"start", "end"} {
 		v := r.URL.Query().Get(k)

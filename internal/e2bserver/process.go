@@ -1,4 +1,4 @@
-package daemon
+package e2bserver
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func (p *e2bProc) finish(st *e2bStream) {
 	st.end(nil, e2b.ProcessEvent{End: p.end})
 }
 
-func (d *Daemon) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, error) {
+func (d *Server) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	out := []e2b.ProcessInfo{}
@@ -91,7 +91,7 @@ func (d *Daemon) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, er
 	return map[string]any{"processes": out}, nil
 }
 
-func (d *Daemon) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+func (d *Server) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req e2b.SignalRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
@@ -125,7 +125,7 @@ func (sb *e2bSandbox) procOf(sel e2b.Selector) (*e2bProc, error) {
 	return p, nil
 }
 
-func (d *Daemon) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+func (d *Server) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req struct {
 		Process e2b.Selector `json:"process"`
 		Input   struct {
@@ -170,7 +170,7 @@ func ptySize(rows, cols uint32) (sandbox.WinSize, error) {
 }
 
 // e2bUpdate serves process.Process/Update: a pty's new size.
-func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+func (d *Server) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req struct {
 		Process e2b.Selector `json:"process"`
 		PTY     *struct {
@@ -211,7 +211,7 @@ func (d *Daemon) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 	}
 }
 
-func (d *Daemon) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
+func (d *Server) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req struct {
 		Process e2b.Selector `json:"process"`
 	}
@@ -250,7 +250,7 @@ const keepaliveEvery = 50 * time.Second
 // sandbox; its stream says it started, carries its output, and ends
 // with its end. The client going away does not end the command; the
 // Connect-Timeout-Ms header is its lifetime (a SIGKILL when it runs out).
-func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
@@ -368,7 +368,7 @@ func (d *Daemon) e2bStart(w http.ResponseWriter, r *http.Request) {
 
 // e2bProcConnect is process.Process/Connect: a stream of a running command's
 // output from now on (not what it wrote before), and its end.
-func (d *Daemon) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
 	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
 	sb, err := d.e2bEnvd(r)
 	if err != nil {
