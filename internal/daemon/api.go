@@ -36,7 +36,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/pools", edge.Only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", edge.Only(http.MethodGet, d.getMetrics))
 	mux.HandleFunc("/v1/audit", edge.Only(http.MethodGet, d.getAudit))
-	mux.Handle("/mcp", d.mcpHandler())
+	mux.Handle("/mcp", d.mcp.Handler())
 	d.sessionRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -198,23 +198,6 @@ func writeResult(w http.ResponseWriter, res *result.Result) {
 	_, _ = io.WriteString(w, "\n")
 	_ = http.NewResponseController(w).Flush()
 }
-
-// destroyLater runs done (a run's destroy) after the answer: MCP handlers
-// cannot act after their answer is written, so the sandbox goes in the
-// background, and shutdown waits for it. A call the fast path answers
-// (see mcp_fast.go) hands done to it instead, which runs it once the
-// answer is out, as postRun does.
-func (d *Daemon) destroyLater(ctx context.Context, done func()) {
-	if after, ok := ctx.Value(afterAnswerKey{}).(*func()); ok && *after == nil {
-		*after = done
-		return
-	}
-	d.Later(done)
-}
-
-// afterAnswerKey holds a *func() that destroyLater may fill with the
-// work to run once the answer is out.
-type afterAnswerKey struct{}
 
 func resultEvent(r *result.Result) result.Event {
 	return result.Event{Type: result.EventResult, Millis: r.Usage.WallMillis, Result: r}

@@ -30,16 +30,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/mcpedge"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/tokens"
@@ -119,14 +121,11 @@ type Daemon struct {
 	tsrv *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
 	// is that edge (nil when it is not served).
-	e2bl      net.Listener
-	e2bsrv    *http.Server
-	e2b       *e2bserver.Server
-	instances instances   // MCP servers of client sessions
-	mcpSess   mcpSessions // sandboxes of the built-in session tools
-	// mcpFast counts the tools/call requests answered by the fast path
-	// (see mcp_fast.go).
-	mcpFast atomic.Int64
+	e2bl   net.Listener
+	e2bsrv *http.Server
+	e2b    *e2bserver.Server
+	// mcp is the MCP edge, served at /mcp and over stdio (airlock mcp).
+	mcp *mcpedge.Server
 	// ttyEnd ends, in shutdown, the commands with a terminal, whose
 	// connections the HTTP servers no longer hold (see tty.go); ttys
 	// counts their handlers.
@@ -192,9 +191,10 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.Node, err = node.New(ctx, no); err != nil {
 		return nil, err
 	}
-	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
 	// The node's config has each image's defaults applied.
 	d.opts.Config = d.Config()
+	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
+	d.mcp = mcpedge.New(d.Node, d.Guard, mcpedge.Options{Config: d.opts.Config, Version: opts.Version, Logger: opts.Logger})
 	defer func() {
 		if err != nil {
 			d.Stop(context.WithoutCancel(ctx))
@@ -439,7 +439,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		// MCP servers end, then sessions (their sandboxes destroyed),
 		// before the pools.
-		d.instances.stopAll()
+		d.mcp.Stop()
 		errs = append(errs, d.Stop(ctx))
 		d.FlushRefusals()
 		// Every sandbox is gone: the node leaves the cluster.
@@ -467,3 +467,8 @@ func SocketGroup(group string) (int, error) {
 	}
 	return strconv.Atoi(g.Gid)
 }
+
+// LocalMCPServer is the MCP server of a client on the host (airlock mcp
+// over stdio), as the local socket's caller; client names it in the
+// audit log.
+func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.mcp.LocalMCPServer(client) }

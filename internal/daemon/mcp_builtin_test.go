@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/node"
 )
 
 // TestMCPBuiltins: airlock_run in a chosen profile, and the session
@@ -72,10 +74,11 @@ tools:
 	if r := call("airlock_session_read", map[string]any{"path": "../../etc/passwd"}); !r.IsError {
 		t.Fatalf("read outside the workspace: %q", resultText(r))
 	}
-	sess := d.mcpSession(firstKey(d))
-	if sess == nil {
-		t.Fatal("no sandbox session is tied to the MCP session")
+	open := d.SessionsOf(node.Local)
+	if len(open) != 1 {
+		t.Fatalf("%d sandbox sessions open, want the one tied to the MCP session", len(open))
 	}
+	sess := open[0]
 	// Another MCP session has its own, and none to begin with.
 	cs2 := connect()
 	if r, err := cs2.CallTool(t.Context(), &mcp.CallToolParams{Name: "airlock_session_read", Arguments: map[string]any{"path": "b.txt"}}); err != nil || !r.IsError {
@@ -91,15 +94,6 @@ tools:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func firstKey(d *Daemon) *mcp.ServerSession {
-	d.mcpSess.mu.Lock()
-	defer d.mcpSess.mu.Unlock()
-	for k := range d.mcpSess.m {
-		return k
-	}
-	return nil
 }
 
 // TestMCPSessionOpenRace: opens of one MCP session's sandbox sent at once

@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/mcpedge"
 )
 
 // TestMCPBypassCorpus is the MCP surface's regression corpus: each row is
@@ -19,11 +20,11 @@ import (
 // anything) checked from the host. The egress proxy's corpus is in
 // internal/egress, the broker's in internal/broker.
 func TestMCPBypassCorpus(t *testing.T) {
-	oldCheck, oldPrune := ownerCheck, ownerPrune
+	oldCheck, oldPrune := mcpedge.OwnerCheck, mcpedge.OwnerPrune
 	// Owner entries are checked on every session's opening, at once: a
 	// session must stay its opener's however long it goes unused.
-	ownerCheck, ownerPrune = 0, 0
-	t.Cleanup(func() { ownerCheck, ownerPrune = oldCheck, oldPrune })
+	mcpedge.OwnerCheck, mcpedge.OwnerPrune = 0, 0
+	t.Cleanup(func() { mcpedge.OwnerCheck, mcpedge.OwnerPrune = oldCheck, oldPrune })
 	addr := freePort(t)
 	const tokA, tokB = "corpus-a-0123456789abcdef", "corpus-b-0123456789abcdef"
 	t.Setenv("TEST_CORPUS_A", tokA)

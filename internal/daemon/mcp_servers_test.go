@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/mcpedge"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 )
@@ -138,9 +139,9 @@ func TestGateway(t *testing.T) {
 	// Ending a session destroys its server's sandbox.
 	cs2.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for d.instances.count() > 0 {
+	for d.mcp.Running() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d MCP servers still running after their sessions ended", d.instances.count())
+			t.Fatalf("%d MCP servers still running after their sessions ended", d.mcp.Running())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -161,9 +162,9 @@ func TestGatewayHang(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the call timeout")
 	}
-	old := serverCall
-	serverCall = time.Second
-	defer func() { serverCall = old }()
+	old := mcpedge.ServerCall
+	mcpedge.ServerCall = time.Second
+	defer func() { mcpedge.ServerCall = old }()
 	connect, d, _ := startGateway(t)
 	cs := connect()
 	start := time.Now()
@@ -172,7 +173,7 @@ func TestGatewayHang(t *testing.T) {
 		t.Fatalf("t.hang: %v after %s", err, time.Since(start))
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for d.instances.count() > 0 {
+	for d.mcp.Running() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the hung server is still running")
 		}

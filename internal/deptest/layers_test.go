@@ -27,7 +27,7 @@ var wireTypes = []string{module + "/api", module + "/result"}
 // programs: nothing below them may import them.
 var edges = []string{
 	module + "/internal/daemon", module + "/internal/cli", module + "/internal/mcpserver", module + "/cmd",
-	module + "/internal/front", module + "/internal/e2bserver", module + "/internal/edge",
+	module + "/internal/front", module + "/internal/e2bserver", module + "/internal/edge", module + "/internal/mcpedge",
 }
 
 var (
@@ -228,9 +228,11 @@ func TestLayers(t *testing.T) {
 			"the broker takes brokerspec values and a Secret; attach turns a config into them"},
 		{module + "/internal/image", []string{module + "/sandbox", module + "/pool"},
 			"the image store sits beside the runtime; attach turns a stored image into a sandbox's"},
-		{module + "/internal/e2bserver", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/cli", module + "/internal/front"},
+		{module + "/internal/e2bserver", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/mcpedge", module + "/internal/cli", module + "/internal/front"},
 			"edges do not import each other: each translates its own wire format to the node"},
-		{module + "/internal/edge", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/e2bserver", module + "/internal/cli", module + "/internal/front"},
+		{module + "/internal/mcpedge", []string{module + "/internal/daemon", module + "/internal/e2bserver", module + "/internal/e2b", module + "/internal/cli", module + "/internal/front"},
+			"edges do not import each other: each translates its own wire format to the node"},
+		{module + "/internal/edge", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/mcpedge", module + "/internal/e2bserver", module + "/internal/cli", module + "/internal/front"},
 			"what the edges share sits under them"},
 		{module + "/internal/front", []string{module + "/sandbox", module + "/pool", module + "/internal/node", module + "/internal/linux"},
 			"the front places calls on nodes over HTTP; it links no sandbox runtime"},

@@ -1,4 +1,4 @@
-package daemon
+package mcpedge
 
 import (
 	"context"
@@ -32,7 +32,7 @@ type mcpSessions struct {
 }
 
 // addBuiltins adds the built-in tools the config enables, for a caller.
-func (d *Daemon) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
+func (d *Server) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 	var tools []string
 	for _, name := range d.opts.Config.Order {
 		if c.Allows(name) {
@@ -150,7 +150,7 @@ func (d *Daemon) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 	s.AddTool(&mcp.Tool{
 		Name:        "airlock_session_write",
 		Description: "Writes a text file into this MCP session's workspace, creating directories.",
-		InputSchema: obj(map[string]any{"path": pathIn, "content": map[string]any{"type": "string", "maxLength": maxFile}}, "path", "content"),
+		InputSchema: obj(map[string]any{"path": pathIn, "content": map[string]any{"type": "string", "maxLength": node.MaxFile}}, "path", "content"),
 	}, builtin(record, "airlock_session_write", func(ctx context.Context, req *mcp.CallToolRequest, in builtinIn) (*mcp.CallToolResult, error) {
 		sess, err := d.enterMCPSession(req.Session)
 		if err != nil {
@@ -268,7 +268,7 @@ func runResult(r *result.Result) (*mcp.CallToolResult, error) {
 
 // builtinTool is the tool profile a built-in call names, if the caller
 // may use it.
-func (d *Daemon) builtinTool(c *node.Caller, name string) (*config.Tool, error) {
+func (d *Server) builtinTool(c *node.Caller, name string) (*config.Tool, error) {
 	t, ok := d.opts.Config.Tools[name]
 	if !ok || !c.Allows(name) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "tool": no tool %q for this caller`, name)
@@ -276,14 +276,14 @@ func (d *Daemon) builtinTool(c *node.Caller, name string) (*config.Tool, error) 
 	return t, nil
 }
 
-func (d *Daemon) mcpSession(ss *mcp.ServerSession) *node.Session {
+func (d *Server) mcpSession(ss *mcp.ServerSession) *node.Session {
 	d.mcpSess.mu.Lock()
 	defer d.mcpSess.mu.Unlock()
 	return d.mcpSess.m[ss]
 }
 
 // enterMCPSession enters the MCP session's sandbox session.
-func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*node.Session, error) {
+func (d *Server) enterMCPSession(ss *mcp.ServerSession) (*node.Session, error) {
 	s := d.mcpSession(ss)
 	if s == nil {
 		return nil, errdefs.New(errdefs.ErrConflict, "this MCP session has no sandbox open; call airlock_session_open first")
@@ -296,7 +296,7 @@ func (d *Daemon) enterMCPSession(ss *mcp.ServerSession) (*node.Session, error) {
 }
 
 // closeMCPSession ends the MCP session's sandbox, if it has one.
-func (d *Daemon) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
+func (d *Server) closeMCPSession(ss *mcp.ServerSession, reason string) bool {
 	d.mcpSess.mu.Lock()
 	s := d.mcpSess.m[ss]
 	delete(d.mcpSess.m, ss)

@@ -1,4 +1,4 @@
-package daemon
+package mcpedge
 
 import (
 	"context"
@@ -25,8 +25,9 @@ const (
 	serverCallDefault = 2 * time.Minute
 )
 
-// serverCall is serverCallDefault; tests shorten it.
-var serverCall = serverCallDefault
+// ServerCall bounds one tools/call relayed to an MCP server
+// (serverCallDefault); a variable for tests.
+var ServerCall = serverCallDefault
 
 // instance is one third-party MCP server running in a sandbox of its own
 // for one client session; it is destroyed with the session and never
@@ -71,7 +72,7 @@ func (i *instance) stop() {
 // profile with its policy bound, the command on pipes, the handshake.
 // The server is one of the daemon's MaxSessions, and of c's token's
 // concurrency, until it ends.
-func (d *Daemon) startServer(ctx context.Context, t *config.Tool, c *node.Caller, client string) (_ *instance, err error) {
+func (d *Server) startServer(ctx context.Context, t *config.Tool, c *node.Caller, client string) (_ *instance, err error) {
 	p, err := d.StartProcess(ctx, t, c, client)
 	if err != nil {
 		return nil, err
@@ -126,7 +127,7 @@ func serverEnd(r *result.Result, stderr string) error {
 // addServers starts the MCP servers the caller may use and mirrors their
 // tools into s, prefixed with the server's name. It returns the function
 // that stops them.
-func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *node.Caller, client string) (stop func(), err error) {
+func (d *Server) addServers(ctx context.Context, s *mcp.Server, c *node.Caller, client string) (stop func(), err error) {
 	var started []*instance
 	stop = func() {
 		for _, i := range started {
@@ -147,7 +148,7 @@ func (d *Daemon) addServers(ctx context.Context, s *mcp.Server, c *node.Caller, 
 		err = relay.Mirror(ctx, s, mcpserver.Upstream{
 			Session: i.up,
 			Prefix:  name + ".",
-			Timeout: serverCall,
+			Timeout: ServerCall,
 			Hung:    i.stop,
 			Ended:   i.endedErr,
 			OnCall:  d.recordCall(client),

@@ -1,4 +1,4 @@
-package daemon
+package mcpedge
 
 import (
 	"bytes"
@@ -32,9 +32,9 @@ import (
 // its parameters. It answers with one JSON object, which the transport
 // allows. Anything else, and any doubt, goes to the SDK unchanged.
 
-// maxFastBody is the largest request body the fast path looks at; a
+// MaxFastBody is the largest request body the fast path looks at; a
 // larger one goes to the SDK.
-const maxFastBody = 256 << 10
+const MaxFastBody = 256 << 10
 
 // mcpVersionHeader carries the MCP protocol version on every request
 // after initialization.
@@ -168,7 +168,7 @@ type fastAnswer struct {
 
 // serveFastCall runs the call with the tool's handler and writes the
 // answer as one JSON object, as the SDK would have written it.
-func (d *Daemon) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.ToolHandler, c fastCall) {
+func (d *Server) serveFastCall(w http.ResponseWriter, r *http.Request, h mcp.ToolHandler, c fastCall) {
 	d.mcpFast.Add(1)
 	// The sandbox goes once the whole answer is out (destroyLater hands
 	// its destroy here), so that its teardown does not compete with the

@@ -1,10 +1,12 @@
-package daemon
+package mcpedge
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -12,12 +14,70 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
 )
+
+// Options configure the edge.
+type Options struct {
+	// Config holds the tools and MCP servers; the node's.
+	Config *config.Config
+	// Version is reported to MCP clients.
+	Version string
+	// Logger receives the edge's log.
+	Logger *slog.Logger
+}
+
+// Server serves MCP for a node: the configured tools, the built-in
+// session tools and the configured MCP servers of each client session.
+type Server struct {
+	*node.Node
+	*edge.Guard
+	opts      Options
+	instances instances   // MCP servers of client sessions
+	mcpSess   mcpSessions // sandboxes of the built-in session tools
+	// mcpFast counts the tools/call requests answered by the fast path
+	// (see fast.go).
+	mcpFast atomic.Int64
+}
+
+// New returns the MCP edge of n, guarded by g.
+func New(n *node.Node, g *edge.Guard, opts Options) *Server {
+	return &Server{Node: n, Guard: g, opts: opts}
+}
+
+// Handler serves MCP's streamable HTTP transport (mounted at /mcp).
+func (d *Server) Handler() http.Handler { return d.mcpHandler() }
+
+// Stop stops every MCP server the edge started, for shutdown.
+func (d *Server) Stop() { d.instances.stopAll() }
+
+// Running is how many MCP servers the edge runs now.
+func (d *Server) Running() int { return d.instances.count() }
+
+// FastCalls counts the tools/call requests the fast path answered.
+func (d *Server) FastCalls() int64 { return d.mcpFast.Load() }
+
+// destroyLater runs done (a run's destroy) after the answer: MCP handlers
+// cannot act after their answer is written, so the sandbox goes in the
+// background, and shutdown waits for it. A call the fast path answers
+// (see mcp_fast.go) hands done to it instead, which runs it once the
+// answer is out, as postRun does.
+func (d *Server) destroyLater(ctx context.Context, done func()) {
+	if after, ok := ctx.Value(afterAnswerKey{}).(*func()); ok && *after == nil {
+		*after = done
+		return
+	}
+	d.Later(done)
+}
+
+// afterAnswerKey holds a *func() that destroyLater may fill with the
+// work to run once the answer is out.
+type afterAnswerKey struct{}
 
 // mcpIdle ends MCP sessions left without a request this long.
 const mcpIdle = 30 * time.Minute
@@ -27,7 +87,7 @@ const mcpIdle = 30 * time.Minute
 // the tools of the MCP servers it may use, each server started in a
 // sandbox of its own when the session initializes and destroyed when it
 // ends. client is the caller's identity in the audit log.
-func (d *Daemon) MCPServer(c *node.Caller, client string) *mcp.Server {
+func (d *Server) MCPServer(c *node.Caller, client string) *mcp.Server {
 	s, _ := d.mcpServer(c, client)
 	return s
 }
@@ -36,7 +96,7 @@ func (d *Daemon) MCPServer(c *node.Caller, client string) *mcp.Server {
 // tools it serves with airlock's own handler, by name: what the fast path
 // of tools/call may call (see mcp_fast.go). The built-in tools and the
 // MCP servers' tools are not among them.
-func (d *Daemon) mcpServer(c *node.Caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
+func (d *Server) mcpServer(c *node.Caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
 	s, fast := mcpserver.NewWithHandlers(mcpserver.Options{
 		Config:  d.opts.Config,
 		Allows:  c.Allows,
@@ -123,7 +183,7 @@ func (d *Daemon) mcpServer(c *node.Caller, client string) (*mcp.Server, map[stri
 }
 
 // recordCall records MCP tool calls of a client.
-func (d *Daemon) recordCall(client string) func(mcpserver.CallRecord) {
+func (d *Server) recordCall(client string) func(mcpserver.CallRecord) {
 	return func(r mcpserver.CallRecord) { d.Audit().Record(callEvent(client, r)) }
 }
 
@@ -135,12 +195,12 @@ func callEvent(client string, r mcpserver.CallRecord) audit.Event {
 }
 
 // LocalMCPServer is MCPServer for a caller on the host itself.
-func (d *Daemon) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(node.Local, client) }
+func (d *Server) LocalMCPServer(client string) *mcp.Server { return d.MCPServer(node.Local, client) }
 
 // mcpHandler serves streamable HTTP MCP at /mcp. Each MCP session gets a
 // server scoped to the caller that opened it, and only that caller may
 // use the session afterwards.
-func (d *Daemon) mcpHandler() http.Handler {
+func (d *Server) mcpHandler() http.Handler {
 	owners := &sessionOwners{m: map[string]owner{}}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
@@ -191,7 +251,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 		// one naming any other id goes to the SDK (which answers 404)
 		// with its body unread.
 		if id != "" && r.Method == http.MethodPost && owners.known(id) {
-			body, whole, err := peekBody(r, maxFastBody)
+			body, whole, err := peekBody(r, MaxFastBody)
 			if err != nil {
 				edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "reading the request: "+err.Error()))
 				return
@@ -265,11 +325,11 @@ func (o *sessionOwners) open(id, name string, server *mcp.Server, fast map[strin
 		// caller who knew the id was let in.) A session's end drops its
 		// entry on its own (see below); this catches any that did not.
 		for k, v := range o.m {
-			if now.Sub(v.seen) > ownerCheck && !serves(v.server, k) {
+			if now.Sub(v.seen) > OwnerCheck && !serves(v.server, k) {
 				delete(o.m, k)
 			}
 		}
-		o.next = now.Add(ownerPrune)
+		o.next = now.Add(OwnerPrune)
 	}
 	ow, ok := o.m[id]
 	if !ok || server != nil {
@@ -288,11 +348,12 @@ func (o *sessionOwners) open(id, name string, server *mcp.Server, fast map[strin
 	o.m[id] = ow
 }
 
-// ownerCheck is how long an owner entry goes unused before open looks
-// whether its session still exists, and ownerPrune how often it looks.
+// OwnerCheck is how long an owner entry goes unused before open looks
+// whether its session still exists, and OwnerPrune how often it looks.
+// Variables for tests.
 var (
-	ownerCheck = 2 * mcpIdle
-	ownerPrune = time.Minute
+	OwnerCheck = 2 * mcpIdle
+	OwnerPrune = time.Minute
 )
 
 // serves reports whether server still serves session id.
