@@ -40,6 +40,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/edge"
+	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/mcpedge"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -126,12 +127,8 @@ type Daemon struct {
 	e2b    *e2bserver.Server
 	// mcp is the MCP edge, served at /mcp and over stdio (airlock mcp).
 	mcp *mcpedge.Server
-	// ttyEnd ends, in shutdown, the commands with a terminal, whose
-	// connections the HTTP servers no longer hold (see tty.go); ttys
-	// counts their handlers.
-	ttyEnd    context.Context
-	ttyEndNow context.CancelFunc
-	ttys      ttyCount
+	// api is the native API, served on the socket and on server.tcp.
+	api *httpapi.Server
 	// flushStop ends the flusher of refusals (Serve).
 	flushStop context.CancelFunc
 
@@ -182,7 +179,6 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		no.ExportAudit = os.Stdout
 	}
 	d := &Daemon{opts: opts}
-	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
 	// The tokens are read before anything starts.
 	toks, err := tokens.Load(opts.Config)
 	if err != nil {
@@ -195,6 +191,8 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.opts.Config = d.Config()
 	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
 	d.mcp = mcpedge.New(d.Node, d.Guard, mcpedge.Options{Config: d.opts.Config, Version: opts.Version, Logger: opts.Logger})
+	d.api = httpapi.New(d.Node, d.Guard, httpapi.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger,
+		MCP: d.mcp.Handler(), Shed: func() int64 { return netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl) }})
 	defer func() {
 		if err != nil {
 			d.Stop(context.WithoutCancel(ctx))
@@ -210,7 +208,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.ln, err = listenUnix(opts.Socket, opts.Config.Server.SocketGroup); err != nil {
 		return nil, err
 	}
-	routes := d.routes()
+	routes := d.api.Handler()
 	serverOpts := httpx.Options{IdleTimeout: opts.IdleTimeout, Logger: opts.Logger, BodyStall: opts.StallTimeout}
 	unixOpts := serverOpts
 	unixOpts.ConnContext = edge.ConnContext
@@ -432,8 +430,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// The servers are done with every call they still held; the
 		// commands with a terminal end now (a shell has no end of its
 		// own to wait for), and their handlers destroy what they hold.
-		d.ttyEndNow()
-		d.ttys.closeAndWait()
+		d.api.EndTerminals()
 		if d.flushStop != nil {
 			d.flushStop()
 		}

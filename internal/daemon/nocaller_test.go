@@ -23,7 +23,7 @@ import (
 // pools (no sandbox claimed), the session table and the audit log.
 func TestNoCallerRefused(t *testing.T) {
 	d, _ := serveConfig(t, testConfig, nil)
-	srv := httptest.NewServer(d.routes())
+	srv := httptest.NewServer(d.api.Handler())
 	defer srv.Close()
 	for _, tt := range []struct {
 		method, path, body string

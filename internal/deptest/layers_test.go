@@ -28,6 +28,7 @@ var wireTypes = []string{module + "/api", module + "/result"}
 var edges = []string{
 	module + "/internal/daemon", module + "/internal/cli", module + "/internal/mcpserver", module + "/cmd",
 	module + "/internal/front", module + "/internal/e2bserver", module + "/internal/edge", module + "/internal/mcpedge",
+	module + "/internal/httpapi",
 }
 
 var (
@@ -228,15 +229,32 @@ func TestLayers(t *testing.T) {
 			"the broker takes brokerspec values and a Secret; attach turns a config into them"},
 		{module + "/internal/image", []string{module + "/sandbox", module + "/pool"},
 			"the image store sits beside the runtime; attach turns a stored image into a sandbox's"},
-		{module + "/internal/e2bserver", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/mcpedge", module + "/internal/cli", module + "/internal/front"},
-			"edges do not import each other: each translates its own wire format to the node"},
-		{module + "/internal/mcpedge", []string{module + "/internal/daemon", module + "/internal/e2bserver", module + "/internal/e2b", module + "/internal/cli", module + "/internal/front"},
-			"edges do not import each other: each translates its own wire format to the node"},
-		{module + "/internal/edge", []string{module + "/internal/daemon", module + "/internal/mcpserver", module + "/internal/mcpedge", module + "/internal/e2bserver", module + "/internal/cli", module + "/internal/front"},
-			"what the edges share sits under them"},
 		{module + "/internal/front", []string{module + "/sandbox", module + "/pool", module + "/internal/node", module + "/internal/linux"},
 			"the front places calls on nodes over HTTP; it links no sandbox runtime"},
 	}
+	// The protocol edges of a node do not link each other, nor the
+	// wiring above them, and what they share (internal/edge) links none
+	// of them: each translates its own wire format to the node.
+	protocolEdges := []string{module + "/internal/httpapi", module + "/internal/mcpedge", module + "/internal/e2bserver"}
+	above := []string{module + "/internal/daemon", module + "/internal/cli", module + "/internal/front"}
+	for _, e := range protocolEdges {
+		var others []string
+		for _, o := range protocolEdges {
+			if o != e {
+				others = append(others, o)
+			}
+		}
+		rules = append(rules, struct {
+			pkg    string
+			mayNot []string
+			why    string
+		}{e, append(others, above...), "edges do not import each other: each translates its own wire format to the node"})
+	}
+	rules = append(rules, struct {
+		pkg    string
+		mayNot []string
+		why    string
+	}{module + "/internal/edge", append(slices.Clone(protocolEdges), append(above, module+"/internal/mcpserver")...), "what the edges share sits under them"})
 	for _, r := range rules {
 		n := 0
 		for _, pkg := range sortedKeys(g) {

@@ -13,7 +13,7 @@ import (
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/httpapi"
 	"github.com/airlockhq/airlock/internal/termtext"
 )
 
@@ -63,7 +63,7 @@ func auditCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		if tgt.remote() {
 			return cli.UsageError(stdio.Stderr, "airlock audit", "--db reads a file here, without a daemon; it cannot go with --host (or $%s)", envHost)
 		}
-		evs, err := daemon.ReadAuditFile(ctx, *db, q.Values())
+		evs, err := httpapi.ReadAuditFile(ctx, *db, q.Values())
 		if err != nil {
 			return err
 		}

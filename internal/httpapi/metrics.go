@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"fmt"
@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"github.com/airlockhq/airlock/internal/netlimit"
 )
 
 // counters are the daemon's own counts, besides each pool's.
@@ -23,7 +21,7 @@ type counters struct {
 }
 
 // getMetrics serves the Prometheus text format (version 0.0.4).
-func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
+func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	var b strings.Builder
 	metric := func(name, help, typ string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
@@ -66,7 +64,7 @@ func (d *Daemon) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	metric("airlock_api_unauthorized_total", "API requests refused for want of a valid token.", "counter")
 	fmt.Fprintf(&b, "airlock_api_unauthorized_total %d\n", d.Counts().Unauthorized.Load())
 	metric("airlock_api_connections_shed_total", "TCP connections closed as soon as accepted: their address held its share of a listener under pressure.", "counter")
-	fmt.Fprintf(&b, "airlock_api_connections_shed_total %d\n", netlimit.Refused(d.tcp)+netlimit.Refused(d.e2bl))
+	fmt.Fprintf(&b, "airlock_api_connections_shed_total %d\n", d.opts.Shed())
 	metric("airlock_api_forbidden_total", "API requests refused for a tool outside the token's scope.", "counter")
 	fmt.Fprintf(&b, "airlock_api_forbidden_total %d\n", d.Counts().Forbidden.Load())
 	metric("airlock_audit_refusals_total", "Runs and sessions refused because the audit log could not be written.", "counter")

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"bufio"
@@ -75,7 +75,7 @@ func headerHasToken(h http.Header, name, token string) bool {
 // newTTY prepares the stream of a request with a terminal of size; ctx
 // is the request's, and the returned one the command's. The daemon's
 // shutdown ends it too (see Daemon.Shutdown).
-func (d *Daemon) newTTY(ctx context.Context, size *api.TTYSize) (*ttyStream, context.Context, func()) {
+func (d *Server) newTTY(ctx context.Context, size *api.TTYSize) (*ttyStream, context.Context, func()) {
 	cctx, end := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(d.ttyEnd, func() { end(errTTYShutdown) })
 	pr, pw := io.Pipe()

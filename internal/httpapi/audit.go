@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func ReadAuditFile(ctx context.Context, path string, params url.Values) ([]api.A
 // getAudit answers GET /v1/audit: the events the query selects, oldest
 // first, with the cursor for the next page. With wait, it holds the
 // request until an event newer than after exists (following the log).
-func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getAudit(w http.ResponseWriter, r *http.Request) {
 	q, wait, err := parseAuditQuery(r.URL.Query(), time.Now())
 	if err != nil {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
@@ -118,7 +118,7 @@ func (d *Daemon) getAudit(w http.ResponseWriter, r *http.Request) {
 // key. An auditor token reads too every event of the tools it may use,
 // whoever caused it. The rest of the log (the daemon's own events,
 // other callers' requests) is the host's, for the node.Local socket.
-func (d *Daemon) auditScope(c *node.Caller) *audit.Scope {
+func (d *Server) auditScope(c *node.Caller) *audit.Scope {
 	if c.Token == nil {
 		return nil
 	}
@@ -220,7 +220,7 @@ func parseWhen(s string, now time.Time, name string) (time.Time, error) {
 
 // getHealth answers ok, or 503 while the audit log cannot be written
 // (runs are refused then).
-func (d *Daemon) getHealth(w http.ResponseWriter, _ *http.Request) {
+func (d *Server) getHealth(w http.ResponseWriter, _ *http.Request) {
 	if err := d.Audit().Err(); err != nil {
 		edge.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "audit": "unwritable; see the daemon's log"})
 		return

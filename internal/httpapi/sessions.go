@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"io"
@@ -37,7 +37,7 @@ func methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
+func (d *Server) sessionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("/v1/sessions", methods(map[string]http.HandlerFunc{
 		http.MethodGet:  d.listSessions,
 		http.MethodPost: d.postSession,
@@ -70,7 +70,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return false
 }
 
-func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
+func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 	var req api.SessionRequest
 	if !decodeBody(w, r, &req) || d.ForbidTool(w, r, req.Tool) {
 		return
@@ -91,7 +91,7 @@ func (d *Daemon) postSession(w http.ResponseWriter, r *http.Request) {
 	edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 }
 
-func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
+func (d *Server) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
 	s, err := d.OpenSession(r.Context(), d.opts.Config.Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -104,7 +104,7 @@ func (d *Daemon) openSession(w http.ResponseWriter, r *http.Request, tool string
 
 // lookup finds the session of the request's {id}, answering that there is
 // none itself.
-func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request) *node.Session {
+func (d *Server) lookup(w http.ResponseWriter, r *http.Request) *node.Session {
 	// A token sees only its own sessions; to others they do not exist.
 	s, err := d.Session(edge.CallerOf(r.Context()), r.PathValue("id"))
 	if err != nil {
@@ -125,7 +125,7 @@ func enterOrEnded(w http.ResponseWriter, s *node.Session) bool {
 
 // listSessions answers the sessions the caller may see (a token, its
 // own), open and recently ended, oldest first.
-func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
+func (d *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	mine := d.SessionsOf(edge.CallerOf(r.Context()))
 	out := make([]api.Session, 0, len(mine))
 	for _, s := range mine {
@@ -134,13 +134,13 @@ func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) {
 	edge.WriteJSON(w, http.StatusOK, out)
 }
 
-func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	if s := d.lookup(w, r); s != nil {
 		edge.WriteJSON(w, http.StatusOK, s.View())
 	}
 }
 
-func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
+func (d *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
 	if s == nil {
 		return
@@ -157,7 +157,7 @@ func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
+func (d *Server) postExec(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
 	if s == nil {
 		return
@@ -227,7 +227,7 @@ func (d *Daemon) postExec(w http.ResponseWriter, r *http.Request) {
 	ev.write(resultEvent(res))
 }
 
-func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
+func (d *Server) putFile(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
 	if s == nil || !enterOrEnded(w, s) {
 		return
@@ -247,7 +247,7 @@ func (d *Daemon) putFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	s := d.lookup(w, r)
 	if s == nil || !enterOrEnded(w, s) {
 		return
@@ -268,7 +268,7 @@ func (d *Daemon) getFile(w http.ResponseWriter, r *http.Request) {
 // execTTY runs an exec with a terminal: the connection switches to
 // api.TTYUpgrade once the request is checked, and the exec's refusal, if
 // any, comes as its result on the stream. The caller has entered s.
-func (d *Daemon) execTTY(w http.ResponseWriter, r *http.Request, s *node.Session, size *api.TTYSize, x sandbox.ExecRequest) {
+func (d *Server) execTTY(w http.ResponseWriter, r *http.Request, s *node.Session, size *api.TTYSize, x sandbox.ExecRequest) {
 	if !d.ttys.add() {
 		edge.WriteErr(w, node.ErrShutdown)
 		return

@@ -1,4 +1,9 @@
-package daemon
+// Package httpapi is the node's native HTTP API (docs/api.md), an edge of
+// the node: runs (plain, streamed as NDJSON, or on a terminal), sessions
+// with their commands and files, what runs now and its kill, the audit
+// log, the tools, pools, health and metrics. It translates the API's JSON
+// to the node's lifecycles and answers their errors through edge.WriteErr.
+package httpapi
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path"
 	"slices"
@@ -15,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
@@ -27,7 +34,60 @@ import (
 // maxBody bounds a request body.
 const maxBody = 1 << 20
 
-func (d *Daemon) routes() http.Handler {
+// Options configure the edge.
+type Options struct {
+	// Config holds the tools; the node's.
+	Config *config.Config
+	// StallTimeout bounds one write of a command's event stream (NDJSON,
+	// a terminal's).
+	StallTimeout time.Duration
+	// Logger receives the edge's log.
+	Logger *slog.Logger
+	// MCP, if set, is served at /mcp (the MCP edge's streamable HTTP).
+	MCP http.Handler
+	// Shed counts the connections the listeners closed as soon as they
+	// accepted them (their address held its share), for /metrics.
+	Shed func() int64
+}
+
+// Server is the node's native HTTP API (docs/api.md): runs, sessions and
+// their files and terminals, what runs now, the audit log, the pools and
+// the metrics.
+type Server struct {
+	*node.Node
+	*edge.Guard
+	opts Options
+	// ttyEnd ends, in shutdown, the commands with a terminal, whose
+	// connections the HTTP servers no longer hold (see tty.go); ttys
+	// counts their handlers.
+	ttyEnd    context.Context
+	ttyEndNow context.CancelFunc
+	ttys      ttyCount
+}
+
+// New returns the native API of n, guarded by g.
+func New(n *node.Node, g *edge.Guard, opts Options) *Server {
+	if opts.Shed == nil {
+		opts.Shed = func() int64 { return 0 }
+	}
+	d := &Server{Node: n, Guard: g, opts: opts}
+	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
+	return d
+}
+
+// Handler serves the API. Requests reach it with their caller (the
+// listener's WithCaller or RequireToken); one without is refused.
+func (d *Server) Handler() http.Handler { return d.routes() }
+
+// EndTerminals ends the commands with a terminal, once the HTTP servers
+// have shut down (their connections are the handlers', not the
+// servers'), and waits for their handlers; later ones are refused.
+func (d *Server) EndTerminals() {
+	d.ttyEndNow()
+	d.ttys.closeAndWait()
+}
+
+func (d *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/runs", edge.Only(http.MethodPost, d.postRun))
 	mux.HandleFunc("/v1/runs/{id}", edge.Only(http.MethodDelete, d.deleteRun))
@@ -36,7 +96,9 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("/v1/pools", edge.Only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", edge.Only(http.MethodGet, d.getMetrics))
 	mux.HandleFunc("/v1/audit", edge.Only(http.MethodGet, d.getAudit))
-	mux.Handle("/mcp", d.mcp.Handler())
+	if d.opts.MCP != nil {
+		mux.Handle("/mcp", d.opts.MCP)
+	}
 	d.sessionRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -91,13 +153,13 @@ var (
 )
 
 // noTool is the refusal of a tool the config does not have.
-func (d *Daemon) noTool(name string) error {
+func (d *Server) noTool(name string) error {
 	return errdefs.Errorf(errdefs.ErrNotFound, "no tool %q (tools: %s)", name, strings.Join(d.opts.Config.Order, ", "))
 }
 
 // postRun runs one command of a tool in a fresh sandbox: claimed warm
 // from the tool's pool (or created), used once, destroyed.
-func (d *Daemon) postRun(w http.ResponseWriter, r *http.Request) {
+func (d *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	req, ok := decodeRun(w, r)
 	if !ok {
 		return
@@ -288,7 +350,7 @@ func (e *eventWriter) done() {
 	}
 }
 
-func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getTools(w http.ResponseWriter, r *http.Request) {
 	out := []api.Tool{}
 	c := edge.CallerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
@@ -313,7 +375,7 @@ func (d *Daemon) getTools(w http.ResponseWriter, r *http.Request) {
 // the build here.
 func poolStats(s pool.Stats) api.PoolStats { return api.PoolStats(s) }
 
-func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getPools(w http.ResponseWriter, r *http.Request) {
 	out := []api.PoolStats{}
 	c := edge.CallerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
@@ -326,14 +388,14 @@ func (d *Daemon) getPools(w http.ResponseWriter, r *http.Request) {
 
 // getPS answers GET /v1/ps: the runs, MCP servers and sessions in flight
 // that the caller may see, with their usage so far and their ceilings.
-func (d *Daemon) getPS(w http.ResponseWriter, r *http.Request) {
+func (d *Server) getPS(w http.ResponseWriter, r *http.Request) {
 	edge.WriteJSON(w, http.StatusOK, d.Activity(edge.CallerOf(r.Context())))
 }
 
 // deleteRun answers DELETE /v1/runs/{id}: the run (or MCP server) is
 // ended and its sandbox destroyed, as a breach would; the kill is
 // recorded, with who asked, before it is acknowledged.
-func (d *Daemon) deleteRun(w http.ResponseWriter, r *http.Request) {
+func (d *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 	if err := d.Kill(r.Context(), edge.CallerOf(r.Context()), r.PathValue("id"), edge.ClientOf(r)); err != nil {
 		edge.WriteErr(w, err)
 		return
