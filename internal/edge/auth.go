@@ -105,17 +105,11 @@ func (g *Guard) RequireToken(h http.Handler) http.Handler {
 // ForbidTool answers that the caller may not use tool, when it may not;
 // true when it answered.
 func (g *Guard) ForbidTool(w http.ResponseWriter, r *http.Request, tool string) bool {
-	c := CallerOf(r.Context())
-	if c == nil {
-		WriteErr(w, node.ErrNoCaller)
+	if err := g.node.Authorize(CallerOf(r.Context()), tool); err != nil {
+		WriteErr(w, err)
 		return true
 	}
-	if c.Allows(tool) {
-		return false
-	}
-	g.node.Counts().Forbidden.Add(1)
-	WriteErr(w, errdefs.Errorf(errdefs.ErrDenied, "%s may not use tool %q", c.Name, tool))
-	return true
+	return false
 }
 
 // CheckHost guards a loopback TCP listener against DNS rebinding: a web

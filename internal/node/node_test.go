@@ -160,3 +160,47 @@ func TestAuditNetEventCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreAuthorizes: the core checks, itself, that a caller may use the
+// tool it names, whatever the edge in front of it checked: a token scoped
+// to one tool that reaches a run, a session or a process of another (an
+// edge that forgot its own check) is refused, and nothing is claimed,
+// held or recorded. No caller at all is refused the same way: none
+// stands for the local socket's.
+func TestCoreAuthorizes(t *testing.T) {
+	n := newNode(t, "tools:\n  mine: {}\n  theirs: {}\n")
+	scoped := TokenCaller(&config.Token{Name: "ci", Tools: []string{"mine"}})
+	theirs := n.Config().Tools["theirs"]
+	for _, c := range []*Caller{scoped, nil} {
+		res, done, err := n.Run(t.Context(), RunRequest{Tool: theirs, Caller: c, Client: "test", Argv: []string{"true"}, Capture: true})
+		if res != nil || done != nil || !errdefs.IsDenied(err) {
+			t.Errorf("run of another tool by %v: %v %v", c, res, err)
+		}
+		if s, err := n.OpenSession(t.Context(), theirs, "test", c, time.Minute, time.Minute, nil); s != nil || !errdefs.IsDenied(err) {
+			t.Errorf("session of another tool by %v: %v", c, err)
+		}
+		if p, err := n.StartProcess(t.Context(), theirs, c, "test"); p != nil || !errdefs.IsDenied(err) {
+			t.Errorf("process of another tool by %v: %v", c, err)
+		}
+	}
+	if st := n.Pool("theirs").Stats(); st.Hits+st.Misses != 0 {
+		t.Errorf("%d claims of the refused tool's pool, want none", st.Hits+st.Misses)
+	}
+	if got := n.Counts().Forbidden.Load(); got != 3 {
+		t.Errorf("%d refusals counted, want the scoped token's 3", got)
+	}
+	if err := n.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"run", "session"} {
+		if evs, err := n.Audit().Query(t.Context(), audit.Query{Kind: kind}); err != nil || len(evs) != 0 {
+			t.Errorf("%s events: %d (%v), want none", kind, len(evs), err)
+		}
+	}
+	// The tool in its scope runs.
+	res, done, err := n.Run(t.Context(), RunRequest{Tool: n.Config().Tools["mine"], Caller: scoped, Client: "test", Argv: []string{"true"}, Capture: true})
+	if err != nil || res.Outcome != result.Exited {
+		t.Fatalf("run of its own tool: %+v %v", res, err)
+	}
+	done()
+}

@@ -34,6 +34,9 @@ type Process struct {
 // StartProcess starts tool t's command for c: held, recorded, claimed,
 // bound, started. It is listed in flight (kind "server") until it ends.
 func (n *Node) StartProcess(ctx context.Context, t *config.Tool, c *Caller, client string) (_ *Process, err error) {
+	if err := n.Authorize(c, t.Name); err != nil {
+		return nil, err
+	}
 	release, err := n.hold(c, true)
 	if err != nil {
 		return nil, err

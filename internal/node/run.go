@@ -66,8 +66,12 @@ func (j *RunRequest) extra(res *result.Result) []audit.Event {
 // to be written and destroys the sandbox; call it once the answer is out.
 // On error nothing ran and done is nil.
 func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done func(), err error) {
-	// A request with no caller is refused by hold: none stands for
-	// Local.
+	// The one check of who may use the tool, whatever the edge checked
+	// before: an edge that forgot fails closed here. No caller is
+	// refused too: none stands for Local.
+	if err := n.Authorize(j.Caller, j.Tool.Name); err != nil {
+		return nil, nil, err
+	}
 	release, err := n.hold(j.Caller, false)
 	if err != nil {
 		return nil, nil, err

@@ -303,6 +303,9 @@ func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, 
 // is one of the daemon's MaxSessions and of c's token's concurrency
 // until it ends.
 func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy) (*Session, error) {
+	if err := n.Authorize(c, t.Name); err != nil {
+		return nil, err
+	}
 	release, err := n.hold(c, true)
 	if err != nil {
 		return nil, err
