@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
@@ -17,7 +18,7 @@ import (
 // Guard is an edge's guard of its listeners: it authenticates, records
 // and slows down callers, for one node.
 type Guard struct {
-	node   *node.Node
+	node   Core
 	tokens *tokens.Set
 	logger *slog.Logger
 	// noCallerOnce logs, once, that a request came with no caller (see
@@ -26,9 +27,21 @@ type Guard struct {
 	refusals     refusals
 }
 
+// Core is what the guard asks of the node (*node.Node).
+type Core interface {
+	Audit() *audit.Log
+	Counts() *node.Counters
+	Authorize(c *node.Caller, tool string) error
+}
+
+var _ Core = (*node.Node)(nil)
+
 // NewGuard returns the guard of n's listeners, whose TCP callers show
-// one of t's tokens.
-func NewGuard(n *node.Node, t *tokens.Set, logger *slog.Logger) *Guard {
+// one of t's tokens; a nil logger discards.
+func NewGuard(n Core, t *tokens.Set, logger *slog.Logger) *Guard {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &Guard{node: n, tokens: t, logger: logger}
 }
 

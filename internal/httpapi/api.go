@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -29,6 +30,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // maxBody bounds a request body.
@@ -54,7 +56,7 @@ type Options struct {
 // their files and terminals, what runs now, the audit log, the pools and
 // the metrics.
 type Server struct {
-	*node.Node
+	Core
 	*edge.Guard
 	opts Options
 	// ttyEnd ends, in shutdown, the commands with a terminal, whose
@@ -65,12 +67,33 @@ type Server struct {
 	ttys      ttyCount
 }
 
+// Core is what the API asks of the node (*node.Node): the edge's tests
+// put a fake behind it, and need no root.
+type Core interface {
+	Activity(c *node.Caller) api.Activity
+	Audit() *audit.Log
+	Counts() *node.Counters
+	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
+	Kill(ctx context.Context, c *node.Caller, id, client string) error
+	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Plan(tool string) attach.Plan
+	PoolStats(tool string) (pool.Stats, bool)
+	Quitting() context.Context
+	RecordFile(client string, s *node.Session, op, path string, size int64, err error)
+	ReserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error)
+	Run(ctx context.Context, j node.RunRequest) (*result.Result, func(), error)
+	Session(c *node.Caller, id string) (*node.Session, error)
+	SessionsOf(c *node.Caller) []*node.Session
+}
+
+var _ Core = (*node.Node)(nil)
+
 // New returns the native API of n, guarded by g.
-func New(n *node.Node, g *edge.Guard, opts Options) *Server {
+func New(n Core, g *edge.Guard, opts Options) *Server {
 	if opts.Shed == nil {
 		opts.Shed = func() int64 { return 0 }
 	}
-	d := &Server{Node: n, Guard: g, opts: opts}
+	d := &Server{Core: n, Guard: g, opts: opts}
 	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
 	return d
 }
@@ -168,8 +191,7 @@ func (d *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
-	p := d.Pool(req.Tool)
-	if !ok || p == nil {
+	if _, pooled := d.PoolStats(req.Tool); !ok || !pooled {
 		edge.WriteErr(w, d.noTool(req.Tool))
 		return
 	}
@@ -380,7 +402,8 @@ func (d *Server) getPools(w http.ResponseWriter, r *http.Request) {
 	c := edge.CallerOf(r.Context())
 	for _, name := range d.opts.Config.Order {
 		if c.Allows(name) {
-			out = append(out, poolStats(d.Pool(name).Stats()))
+			st, _ := d.PoolStats(name)
+			out = append(out, poolStats(st))
 		}
 	}
 	edge.WriteJSON(w, http.StatusOK, out)

@@ -34,7 +34,7 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 		s    [7]int64
 	}, 0, len(d.opts.Config.Order))
 	for _, name := range d.opts.Config.Order {
-		st := d.Pool(name).Stats()
+		st, _ := d.PoolStats(name)
 		stats = append(stats, struct {
 			tool string
 			s    [7]int64

@@ -262,6 +262,16 @@ func (n *Node) Runtime() *sandbox.Runtime { return n.rt }
 // Pool is tool's pool, nil when there is no such tool.
 func (n *Node) Pool(tool string) *pool.Pool { return n.pools[tool] }
 
+// PoolStats are tool's pool's counters; false when there is no such
+// tool.
+func (n *Node) PoolStats(tool string) (pool.Stats, bool) {
+	p := n.pools[tool]
+	if p == nil {
+		return pool.Stats{}, false
+	}
+	return p.Stats(), true
+}
+
 // Plan is tool's translation (attach.For).
 func (n *Node) Plan(tool string) attach.Plan { return n.plans[tool] }
 
