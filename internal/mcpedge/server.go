@@ -19,7 +19,9 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/mcpserver"
 	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // Options configure the edge.
@@ -35,7 +37,7 @@ type Options struct {
 // Server serves MCP for a node: the configured tools, the built-in
 // session tools and the configured MCP servers of each client session.
 type Server struct {
-	*node.Node
+	Core
 	*edge.Guard
 	opts      Options
 	instances instances   // MCP servers of client sessions
@@ -45,9 +47,24 @@ type Server struct {
 	mcpFast atomic.Int64
 }
 
+// Core is what MCP asks of the node (*node.Node).
+type Core interface {
+	Audit() *audit.Log
+	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
+	Later(done func())
+	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Quitting() context.Context
+	RecordFile(client string, s *node.Session, op, path string, size int64, err error)
+	ReserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error)
+	Run(ctx context.Context, j node.RunRequest) (*result.Result, func(), error)
+	StartProcess(ctx context.Context, t *config.Tool, c *node.Caller, client string) (*node.Process, error)
+}
+
+var _ Core = (*node.Node)(nil)
+
 // New returns the MCP edge of n, guarded by g.
-func New(n *node.Node, g *edge.Guard, opts Options) *Server {
-	return &Server{Node: n, Guard: g, opts: opts}
+func New(n Core, g *edge.Guard, opts Options) *Server {
+	return &Server{Core: n, Guard: g, opts: opts}
 }
 
 // Handler serves MCP's streamable HTTP transport (mounted at /mcp).
