@@ -204,3 +204,68 @@ func TestCoreAuthorizes(t *testing.T) {
 	}
 	done()
 }
+
+// TestSessionEndWaitsForAll: every caller of a session's End, the first
+// and the others at once (the reaper, a DELETE, an E2B kill, shutdown
+// all end sessions through it), returns only once the sandbox is gone
+// from the host and the end recorded, and the end is recorded once. A
+// call in flight (entered) holds the end, so the callers overlap for as
+// long as the test holds it.
+func TestSessionEndWaitsForAll(t *testing.T) {
+	n := newNode(t, "tools:\n  sh: {}\n")
+	s, err := n.OpenSession(t.Context(), n.Config().Tools["sh"], "test", Local, time.Minute, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroups := func() []string {
+		var found []string
+		for _, pat := range []string{"/sys/fs/cgroup/*" + testCgroup + "/" + s.Sandbox().ID(), "/sys/fs/cgroup" + testCgroup + "/" + s.Sandbox().ID()} {
+			m, _ := filepath.Glob(pat)
+			found = append(found, m...)
+		}
+		return found
+	}
+	if len(cgroups()) == 0 {
+		t.Fatalf("sandbox %s has no cgroup to watch: the test would prove nothing", s.Sandbox().ID())
+	}
+	if !s.Enter() {
+		t.Fatal("a new session refused a call")
+	}
+	type answer struct {
+		who     string
+		err     error
+		cgroups []string
+		ended   int
+	}
+	answers := make(chan answer, 3)
+	for _, who := range []string{"idle timeout", "deleted", "killed"} {
+		go func() {
+			err := s.End(context.WithoutCancel(t.Context()), who)
+			evs, _ := n.Audit().Query(context.WithoutCancel(t.Context()), audit.Query{Kind: audit.KindSessionEnded, Session: s.ID()})
+			answers <- answer{who, err, cgroups(), len(evs)}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case a := <-answers:
+		t.Fatalf("End (%s) returned %v while a call was in flight", a.who, a.err)
+	default:
+	}
+	s.Leave()
+	for range 3 {
+		select {
+		case a := <-answers:
+			if a.err != nil || len(a.cgroups) > 0 || a.ended != 1 {
+				t.Errorf("End (%s) returned %v with cgroups %v and %d session.ended records, want none left and 1", a.who, a.err, a.cgroups, a.ended)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("an End never returned")
+		}
+	}
+	// Ending an ended session returns at once, even for a caller gone.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.End(ctx, "late"); err != nil {
+		t.Errorf("End of an ended session: %v", err)
+	}
+}

@@ -335,7 +335,12 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 			release()
 			e := scope.event(audit.KindSessionEnded)
 			e.Detail = audit.Detail(map[string]string{"reason": reason})
-			n.audit.Record(e)
+			// Durable before End returns: whoever ended the session
+			// (a DELETE's caller, an E2B kill's, shutdown) finds its end
+			// in the log, not in the log's queue.
+			if err := n.audit.Append(context.Background(), e); err != nil {
+				n.opts.Logger.Error("audit: a session's end could not be recorded", "session", scope.session, "err", err)
+			}
 		}}
 	n.sessions.mu.Lock()
 	closed := n.sessions.closed
