@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/apierr"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -20,9 +21,10 @@ import (
 // with a status of its own choosing. The message is the error's text,
 // so an error handed to them is written for the caller.
 //
-// The native mapping is the daemon's (internal/edge, StatusOf) for the
-// classes, which the front may not link (it links the node): a caller
-// sees the same answer for the same refusal from a node or a front.
+// The native API's answers of the classes are the daemon's (package
+// apierr, which internal/edge uses too; the front may not link edge,
+// which links the node): a caller sees the same answer for the same
+// refusal from a node or a front.
 
 // The front's own kinds of error, each in a class but answered apart
 // from the class's usual answer.
@@ -77,29 +79,16 @@ var apiKinds = []struct {
 	{errNodeFailed, apiAnswer{http.StatusBadGateway, api.CodeUnavailable}},
 }
 
-// apiClasses are the native API's answers of the error classes: the
-// daemon's (internal/edge).
-var apiClasses = map[error]apiAnswer{
-	errdefs.ErrInvalid:     {http.StatusBadRequest, api.CodeInvalid},
-	errdefs.ErrNotFound:    {http.StatusNotFound, api.CodeNotFound},
-	errdefs.ErrDenied:      {http.StatusForbidden, api.CodeForbidden},
-	errdefs.ErrConflict:    {http.StatusConflict, api.CodeEnded},
-	errdefs.ErrLimit:       {http.StatusRequestEntityTooLarge, api.CodeTooLarge},
-	errdefs.ErrUnavailable: {http.StatusServiceUnavailable, api.CodeUnavailable},
-}
-
 // apiStatusOf is the HTTP status and API code of err: its kind's, else
-// its class's, else 500 internal (the front's own failure).
+// its class's (apierr, the daemon's answers), else 500 internal (the
+// front's own failure).
 func apiStatusOf(err error) (int, string) {
 	for _, k := range apiKinds {
 		if errors.Is(err, k.err) {
 			return k.status, k.code
 		}
 	}
-	if a, ok := apiClasses[errdefs.Class(err)]; ok {
-		return a.status, a.code
-	}
-	return http.StatusInternalServerError, api.CodeInternal
+	return apierr.StatusOf(err)
 }
 
 // writeErr answers err on the native API: its status and code
