@@ -316,3 +316,15 @@ func TestKernelPackagesAreLeaves(t *testing.T) {
 		t.Fatalf("no package under %s", kernel)
 	}
 }
+
+// TestAPIErrIsLeaf keeps apierr, the native API's answers to the error
+// classes, linking the wire types and errdefs only: the front, which
+// may not link a node, shares it with the node's edges.
+func TestAPIErrIsLeaf(t *testing.T) {
+	allowed := []string{module + "/api", module + "/internal/errdefs"}
+	for _, d := range depsOf(t, module+"/internal/apierr") {
+		if !isStd(d) && !slices.Contains(allowed, d) {
+			t.Errorf("internal/apierr links %s: only the standard library and %v may be linked there", rel(d), rels(allowed))
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/apierr"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/sandbox"
@@ -58,31 +59,16 @@ var errorKinds = []struct {
 	{node.ErrDiskFull, answer{http.StatusInsufficientStorage, api.CodeTooLarge}},
 }
 
-// classAnswers are the answers of the error classes.
-var classAnswers = map[error]answer{
-	errdefs.ErrInvalid:  {http.StatusBadRequest, api.CodeInvalid},
-	errdefs.ErrNotFound: {http.StatusNotFound, api.CodeNotFound},
-	errdefs.ErrDenied:   {http.StatusForbidden, api.CodeForbidden},
-	// The one conflict the API has is a call on a session that has
-	// ended, so the class's code is ended; another kind of conflict
-	// would get a code of its own in errorKinds.
-	errdefs.ErrConflict:    {http.StatusConflict, api.CodeEnded},
-	errdefs.ErrLimit:       {http.StatusRequestEntityTooLarge, api.CodeTooLarge},
-	errdefs.ErrUnavailable: {http.StatusServiceUnavailable, api.CodeUnavailable},
-}
-
 // StatusOf is the HTTP status and API code of err: its kind's, else its
-// class's, else 500 internal (the daemon's own failure).
+// class's (apierr, the answers a cluster's front gives too), else 500
+// internal (the daemon's own failure).
 func StatusOf(err error) (int, string) {
 	for _, k := range errorKinds {
 		if errors.Is(err, k.err) {
 			return k.status, k.code
 		}
 	}
-	if a, ok := classAnswers[errdefs.Class(err)]; ok {
-		return a.status, a.code
-	}
-	return http.StatusInternalServerError, api.CodeInternal
+	return apierr.StatusOf(err)
 }
 
 // WriteErr answers err: its status and code (StatusOf), its text as the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // maxAuditWait bounds a follow's wait, as a node's.
@@ -31,20 +32,20 @@ func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	cur, err := parseCursor(q.Get("after"))
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		writeErr(w, err)
 		return
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
-			writeErr(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("limit %q: want 1 to 1000", v))
+			writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "limit %q: want 1 to 1000", v))
 			return
 		}
 	}
 	var wait time.Duration
 	if v := q.Get("wait"); v != "" {
 		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > maxAuditWait {
-			writeErr(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("wait %q: want a duration up to %v", v, maxAuditWait))
+			writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "wait %q: want a duration up to %v", v, maxAuditWait))
 			return
 		}
 	}
@@ -53,9 +54,9 @@ func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 	q.Del("wait")
 	deadline := time.Now().Add(wait)
 	for {
-		page, status, err := f.auditOnce(r, q, cur, limit, tail)
+		page, err := f.auditOnce(r, q, cur, limit, tail)
 		if err != nil {
-			writeErr(w, status, api.CodeInvalid, err.Error())
+			writeErr(w, err)
 			return
 		}
 		if len(page.Events) > 0 || wait == 0 || time.Now().After(deadline) || r.Context().Err() != nil {
@@ -74,13 +75,13 @@ func (f *Front) audit(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// auditOnce reads one merged page.
-func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, limit int, tail bool) (api.ClusterAuditPage, int, error) {
+// auditOnce reads one merged page; the error is a node's refusal of the
+// query (ErrInvalid: the caller's error).
+func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, limit int, tail bool) (api.ClusterAuditPage, error) {
 	type answer struct {
 		node string
 		page api.AuditPage
 		err  error
-		bad  bool // the node refused the query: the caller's error
 	}
 	nodes := f.view.Nodes()
 	answers := make([]answer, len(nodes))
@@ -96,7 +97,7 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 				nq.Set("after", strconv.FormatInt(id, 10))
 			}
 			nq.Set("limit", strconv.Itoa(limit))
-			a.page, a.bad, a.err = f.nodeAudit(r, n, nq)
+			a.page, a.err = f.nodeAudit(r, n, nq)
 			answers[i] = a
 		})
 	}
@@ -104,8 +105,8 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 	out := api.ClusterAuditPage{Events: []api.AuditEvent{}}
 	var pages [][]api.AuditEvent
 	for _, a := range answers {
-		if a.bad {
-			return out, http.StatusBadRequest, a.err
+		if errdefs.IsInvalid(a.err) {
+			return out, a.err
 		}
 		if a.err != nil {
 			f.logger.Warn("front: a node's audit log could not be read", "node", a.node, "err", a.err)
@@ -136,7 +137,7 @@ func (f *Front) auditOnce(r *http.Request, q url.Values, cur map[string]int64, l
 		}
 	}
 	out.Next = formatCursor(next)
-	return out, 0, nil
+	return out, nil
 }
 
 // byTime orders merged events: by time, then node and id.
@@ -183,31 +184,35 @@ func mergePages(pages [][]api.AuditEvent, limit int, tail bool) []api.AuditEvent
 	return out
 }
 
-// nodeAudit reads one node's page; bad when the node refused the query
-// itself (400).
-func (f *Front) nodeAudit(r *http.Request, n cluster.Node, q url.Values) (api.AuditPage, bool, error) {
+// nodeAudit reads one node's page; an ErrInvalid when the node refused
+// the query itself (400).
+func (f *Front) nodeAudit(r *http.Request, n cluster.Node, q url.Values) (api.AuditPage, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(n.Endpoint, "/")+"/v1/audit?"+q.Encode(), nil)
 	if err != nil {
-		return api.AuditPage{}, false, err
+		return api.AuditPage{}, err
 	}
 	req.Header.Set("Authorization", r.Header.Get("Authorization"))
 	resp, err := f.hc.Do(req)
 	if err != nil {
-		return api.AuditPage{}, false, err
+		return api.AuditPage{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		var e api.Error
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return api.AuditPage{}, resp.StatusCode == http.StatusBadRequest, fmt.Errorf("node %s: %d %s", n.Name, resp.StatusCode, e.Message)
+		err := fmt.Errorf("node %s: %d %s", n.Name, resp.StatusCode, e.Message)
+		if resp.StatusCode == http.StatusBadRequest {
+			err = errdefs.Errorf(errdefs.ErrInvalid, "%w", err)
+		}
+		return api.AuditPage{}, err
 	}
 	var p api.AuditPage
 	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return api.AuditPage{}, false, fmt.Errorf("node %s: %w", n.Name, err)
+		return api.AuditPage{}, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	return p, false, nil
+	return p, nil
 }
 
 // The cursor is "node:id,node:id…", base64url: opaque to callers.
@@ -232,7 +237,7 @@ func parseCursor(s string) (map[string]int64, error) {
 	if s == "" {
 		return m, nil
 	}
-	bad := fmt.Errorf("after %q is not a cursor a front gave", s)
+	bad := errdefs.Errorf(errdefs.ErrInvalid, "after %q is not a cursor a front gave", s)
 	if len(s) > 64<<10 {
 		return nil, bad
 	}

@@ -3,15 +3,16 @@ package front
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/netlimit"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/cluster"
-	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/netlimit"
 )
 
 // The E2B-compatible API of a cluster (docs/e2b.md, docs/cluster.md): a
@@ -51,7 +52,7 @@ func (f *Front) E2BHandler() http.Handler {
 func (f *Front) e2bKey(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get("X-API-KEY"); v == "" || f.tokens.Match(v) == nil {
-			e2b.WriteAPIError(w, http.StatusUnauthorized, "a valid API key is required (X-API-KEY: an airlock token)")
+			writeE2BErr(w, errdefs.New(errUnauthenticated, "a valid API key is required (X-API-KEY: an airlock token)"))
 			return
 		}
 		netlimit.Vouch(r.Context())
@@ -70,10 +71,12 @@ func (f *Front) e2bNodes() []cluster.Node {
 	return out
 }
 
+// e2bCreate places a new sandbox as a session is (sendPlaced): its
+// template is the tool, and only nodes serving the E2B API are given it.
 func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxE2BBody+1))
 	if err != nil || len(body) > maxE2BBody {
-		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the request body could not be read, or is over %d MiB", maxE2BBody>>20))
+		writeE2BErr(w, errdefs.Errorf(errdefs.ErrInvalid, "the request body could not be read, or is over %d MiB", maxE2BBody>>20))
 		return
 	}
 	var req struct {
@@ -82,83 +85,68 @@ func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	if json.Unmarshal(body, &req) != nil || req.TemplateID == "" {
 		req.TemplateID = "" // the node explains the body's fault
 	}
-	tried := map[string]bool{}
-	for {
-		var n cluster.Node
-		var ok bool
-		if req.TemplateID != "" {
-			n, ok = f.view.Place(req.TemplateID, tried)
-		} else {
-			for _, c := range f.view.Nodes() {
-				if !tried[c.Name] {
-					n, ok = c, true
-					break
-				}
-			}
-		}
-		if !ok {
-			e2b.WriteAPIError(w, http.StatusServiceUnavailable, fmt.Sprintf("no live node serves template %q", req.TemplateID))
-			return
-		}
-		tried[n.Name] = true
-		if n.E2B == "" {
-			continue
-		}
-		resp, err := f.forwardTo(r, n.E2B, body)
-		if err != nil {
-			if notSent(err) && r.Context().Err() == nil {
-				f.view.MarkDown(n.Name, downFor)
-				continue
-			}
-			e2b.WriteAPIError(w, http.StatusBadGateway, fmt.Sprintf("node %s failed the call", n.Name))
-			return
-		}
-		relay(w, resp, n.Name)
-		return
-	}
-}
-
-// e2bNodeOf is the live node that serves sandbox id's E2B API; it
-// answers the error itself (in the form answer writes) when there is
-// none.
-func (f *Front) e2bNodeOf(id string, answer func(status int, code, msg string)) (cluster.Node, bool) {
-	name := cluster.NodeOfID(id)
-	if name == "" {
-		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %q not found", id))
-		return cluster.Node{}, false
-	}
-	n, live := f.view.Get(name)
-	if n.Name == "" || !live || n.E2B == "" {
-		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %s ended: its node %s is gone", id, name))
-		return cluster.Node{}, false
-	}
-	return n, true
-}
-
-// e2bPass passes r to n's E2B API; a node that cannot be reached is
-// answered as gone.
-func (f *Front) e2bPass(w http.ResponseWriter, r *http.Request, n cluster.Node, id string, answer func(status int, code, msg string)) {
-	resp, err := f.forwardTo(r, n.E2B, nil)
+	resp, n, err := f.sendPlaced(r, req.TemplateID, body, func(n cluster.Node) string { return n.E2B })
 	if err != nil {
-		if r.Context().Err() != nil {
+		var none *noNode
+		if errors.As(err, &none) {
+			// Unlike a run's tool, a template no node has is not told
+			// from one no live node serves: both are 503.
+			writeE2BErr(w, errdefs.Errorf(errdefs.ErrUnavailable, "no live node serves template %q", req.TemplateID))
 			return
 		}
-		if notSent(err) || unreachable(n.E2B) {
-			f.view.MarkDown(n.Name, downFor)
-			answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("sandbox %s ended: its node %s is gone", id, n.Name))
-			return
-		}
-		answer(http.StatusBadGateway, e2b.CodeUnavailable, fmt.Sprintf("node %s failed the call", n.Name))
+		writeE2BErr(w, errdefs.Errorf(errNodeFailed, "node %s failed the call", n.Name))
 		return
 	}
 	relay(w, resp, n.Name)
 }
 
+// e2bNodeOf is the live node that serves sandbox id's E2B API; an error
+// (not found, or its node gone) when there is none.
+func (f *Front) e2bNodeOf(id string) (cluster.Node, error) {
+	name := cluster.NodeOfID(id)
+	if name == "" {
+		return cluster.Node{}, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found", id)
+	}
+	n, live := f.view.Get(name)
+	if n.Name == "" || !live || n.E2B == "" {
+		return cluster.Node{}, errdefs.Errorf(errNodeGone, "sandbox %s ended: its node %s is gone", id, name)
+	}
+	return n, nil
+}
+
+// e2bPass passes r to the E2B API of sandbox id's node; the error when
+// it has none, or could not answer.
+func (f *Front) e2bPass(w http.ResponseWriter, r *http.Request, id string) error {
+	n, err := f.e2bNodeOf(id)
+	if err != nil {
+		return err
+	}
+	resp, err := f.forwardTo(r, n.E2B, nil)
+	if err != nil {
+		return f.e2bSendErr(r, n, id, err)
+	}
+	relay(w, resp, n.Name)
+	return nil
+}
+
+// e2bSendErr is the error of a call on sandbox id that its node n
+// failed (err): the sandbox ended when nothing answers there (the node
+// is marked down), else the node failed the call; nil when the caller
+// went away (no one to answer).
+func (f *Front) e2bSendErr(r *http.Request, n cluster.Node, id string, err error) error {
+	if r.Context().Err() != nil {
+		return nil
+	}
+	if notSent(err) || unreachable(n.E2B) {
+		f.view.MarkDown(n.Name, downFor)
+		return errdefs.Errorf(errNodeGone, "sandbox %s ended: its node %s is gone", id, n.Name)
+	}
+	return errdefs.Errorf(errNodeFailed, "node %s failed the call", n.Name)
+}
+
 func (f *Front) e2bByID(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	answer := func(status int, _, msg string) { e2b.WriteAPIError(w, status, msg) }
-	if n, ok := f.e2bNodeOf(id, answer); ok {
-		f.e2bPass(w, r, n, id, answer)
+	if err := f.e2bPass(w, r, r.PathValue("id")); err != nil {
+		writeE2BErr(w, err)
 	}
 }
 
@@ -169,7 +157,7 @@ func (f *Front) e2bByID(w http.ResponseWriter, r *http.Request) {
 func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
 	node, inner, err := parseListCursor(r.URL.Query().Get("nextToken"))
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
+		writeE2BErr(w, err)
 		return
 	}
 	nodes := f.e2bNodes()
@@ -187,14 +175,14 @@ func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
 		out.URL.RawQuery = q.Encode()
 		resp, err := f.forwardTo(out, n.E2B, []byte{})
 		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadGateway, fmt.Sprintf("node %s could not be asked for its sandboxes", n.Name))
+			writeE2BErr(w, errdefs.Errorf(errNodeFailed, "node %s could not be asked for its sandboxes", n.Name))
 			return
 		}
 		var items []json.RawMessage
 		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&items)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || err != nil {
-			e2b.WriteAPIError(w, resp.StatusCode, fmt.Sprintf("node %s refused the list", n.Name))
+			writeE2BErr(w, &nodeStatus{status: resp.StatusCode, msg: fmt.Sprintf("node %s refused the list", n.Name)})
 			return
 		}
 		next := ""
@@ -234,7 +222,7 @@ func parseListCursor(s string) (node, inner string, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	node, inner, ok := strings.Cut(string(b), "\x00")
 	if err != nil || !ok || node == "" || len(s) > 1024 {
-		return "", "", fmt.Errorf("nextToken %q is not one a front gave", s)
+		return "", "", errdefs.Errorf(errdefs.ErrInvalid, "nextToken %q is not one a front gave", s)
 	}
 	return node, inner, nil
 }
@@ -246,14 +234,13 @@ func parseListCursor(s string) (node, inner string, err error) {
 // probe: 204.
 func (f *Front) e2bHealth(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("E2b-Sandbox-Id")
-	gone := func(_ int, _, msg string) { e2b.WriteAPIError(w, http.StatusBadGateway, msg) }
 	if id == "" {
 		// A probe of the listener, not of a sandbox: the front is up.
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if n, ok := f.e2bNodeOf(id, gone); ok {
-		f.e2bPass(w, r, n, id, gone)
+	if err := f.e2bPass(w, r, id); err != nil {
+		writeE2BErr(w, errdefs.Errorf(errNotRunning, "%w", err))
 	}
 }
 
@@ -261,31 +248,11 @@ func (f *Front) e2bHealth(w http.ResponseWriter, r *http.Request) {
 // E2b-Sandbox-Id.
 func (f *Front) e2bEnvd(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("E2b-Sandbox-Id")
-	answer := connectAnswer(w, r)
 	if id == "" {
-		answer(http.StatusNotFound, e2b.CodeNotFound, fmt.Sprintf("no such endpoint %s %s (a sandbox's calls carry E2b-Sandbox-Id)", r.Method, r.URL.Path))
+		writeConnectErr(w, r, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s %s (a sandbox's calls carry E2b-Sandbox-Id)", r.Method, r.URL.Path))
 		return
 	}
-	if n, ok := f.e2bNodeOf(id, answer); ok {
-		f.e2bPass(w, r, n, id, answer)
-	}
-}
-
-// connectAnswer answers an error as a Connect call expects it: the
-// end of a stream for a streaming call, a JSON error for a unary one.
-func connectAnswer(w http.ResponseWriter, r *http.Request) func(status int, code, msg string) {
-	return func(status int, code, msg string) {
-		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
-			end, _ := json.Marshal(e2b.EndStream{Error: e2b.Errorf(code, "%s", msg)})
-			w.Header().Set("Content-Type", "application/connect+json")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(e2b.AppendEnvelope(nil, e2b.FlagEndStream, end))
-			return
-		}
-		if r.Header.Get("Connect-Protocol-Version") != "" {
-			e2b.WriteUnaryError(w, e2b.Errorf(code, "%s", msg))
-			return
-		}
-		e2b.WriteAPIError(w, status, msg)
+	if err := f.e2bPass(w, r, id); err != nil {
+		writeConnectErr(w, r, err)
 	}
 }

@@ -1,7 +1,6 @@
 package front
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -9,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // A file call (GET or POST /files) through a cluster's front. Its bytes
@@ -39,43 +38,37 @@ var signatureForm = regexp.MustCompile(`^v1_[A-Za-z0-9+/]{43}$`)
 // E2b-Sandbox-Id header, or, for a signed URL, found by asking the
 // nodes in turn until one accepts the signature.
 func (f *Front) e2bFiles(w http.ResponseWriter, r *http.Request) {
-	answer := func(status int, _, msg string) { e2b.WriteAPIError(w, status, msg) }
+	if err := f.e2bFile(w, r); err != nil {
+		writeE2BErr(w, err)
+	}
+}
+
+// e2bFile is e2bFiles; the error when no node answered.
+func (f *Front) e2bFile(w http.ResponseWriter, r *http.Request) error {
 	id := r.Header.Get("E2b-Sandbox-Id")
-	if status, msg := checkFileCall(r, id); status != 0 {
-		answer(status, "", msg)
-		return
+	if err := checkFileCall(r, id); err != nil {
+		return err
 	}
 	if r.Method == http.MethodPost {
 		select {
 		case f.uploads <- struct{}{}:
 			defer func() { <-f.uploads }()
 		default:
-			w.Header().Set("Retry-After", "1")
-			answer(http.StatusServiceUnavailable, "", fmt.Sprintf("%d uploads are passing through this front already; try again", maxUploads))
-			return
+			return &retryLater{errdefs.Errorf(errdefs.ErrUnavailable, "%d uploads are passing through this front already; try again", maxUploads), 1}
 		}
 	}
 	body := &offered{r: r.Body}
 	if id != "" {
-		n, ok := f.e2bNodeOf(id, answer)
-		if !ok {
-			return
+		n, err := f.e2bNodeOf(id)
+		if err != nil {
+			return err
 		}
 		resp, err := f.forwardFile(r, n.E2B, body)
 		if err != nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			if notSent(err) || unreachable(n.E2B) {
-				f.view.MarkDown(n.Name, downFor)
-				answer(http.StatusNotFound, "", fmt.Sprintf("sandbox %s ended: its node %s is gone", id, n.Name))
-				return
-			}
-			answer(http.StatusBadGateway, "", fmt.Sprintf("node %s failed the call", n.Name))
-			return
+			return f.e2bSendErr(r, n, id, err)
 		}
 		relay(w, resp, n.Name)
-		return
+		return nil
 	}
 	var last *http.Response
 	lastNode := ""
@@ -95,45 +88,44 @@ func (f *Front) e2bFiles(w http.ResponseWriter, r *http.Request) {
 			// its answer is the answer (the bytes it took cannot be
 			// offered to another).
 			if err != nil {
-				answer(http.StatusBadGateway, "", fmt.Sprintf("node %s failed the call", n.Name))
-				return
+				return errdefs.Errorf(errNodeFailed, "node %s failed the call", n.Name)
 			}
 			break
 		}
 	}
 	if last != nil {
 		relay(w, last, lastNode)
-		return
+		return nil
 	}
-	answer(http.StatusNotFound, "", "no live node accepts the URL's signature")
+	return errdefs.New(errdefs.ErrNotFound, "no live node accepts the URL's signature")
 }
 
 // checkFileCall refuses a file call that no node could accept, before
-// anything of its body is read: a status and a message, or 0.
-func checkFileCall(r *http.Request, id string) (int, string) {
+// anything of its body is read.
+func checkFileCall(r *http.Request, id string) error {
 	q := r.URL.Query()
 	if id != "" {
 		if r.Header.Get("X-Access-Token") == "" {
-			return http.StatusNotFound, fmt.Sprintf("sandbox %q not found, or the access token is not its (X-Access-Token is required)", shorten(id))
+			return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found, or the access token is not its (X-Access-Token is required)", shorten(id))
 		}
-		return 0, ""
+		return nil
 	}
 	if !q.Has("signature") {
-		return http.StatusBadRequest, "a file call carries E2b-Sandbox-Id and X-Access-Token, or is a signed URL"
+		return errdefs.New(errdefs.ErrInvalid, "a file call carries E2b-Sandbox-Id and X-Access-Token, or is a signed URL")
 	}
 	if !signatureForm.MatchString(q.Get("signature")) {
-		return http.StatusNotFound, "no sandbox signed this URL for this path and operation"
+		return errdefs.New(errdefs.ErrNotFound, "no sandbox signed this URL for this path and operation")
 	}
 	if v := q.Get("signature_expiration"); v != "" {
 		exp, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || exp <= 0 {
-			return http.StatusBadRequest, fmt.Sprintf("signature_expiration %q is not a time in Unix seconds", shorten(v))
+			return errdefs.Errorf(errdefs.ErrInvalid, "signature_expiration %q is not a time in Unix seconds", shorten(v))
 		}
 		if time.Now().Unix() > exp {
-			return http.StatusNotFound, "the signed URL has expired"
+			return errdefs.New(errdefs.ErrNotFound, "the signed URL has expired")
 		}
 	}
-	return 0, ""
+	return nil
 }
 
 // shorten cuts a caller's string for an answer.

@@ -22,9 +22,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/tokens"
@@ -84,13 +84,13 @@ func (f *Front) Handler() http.Handler {
 	mux.HandleFunc("/v1/sessions/{id}", f.routed)
 	mux.HandleFunc("/v1/sessions/{id}/{rest...}", f.routed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("%s %s is not served by a cluster's front (docs/cluster.md lists what is)", r.Method, r.URL.Path))
+		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "%s %s is not served by a cluster's front (docs/cluster.md lists what is)", r.Method, r.URL.Path))
 	})
 	// Health alone needs no token: a probe of the pod's.
 	outer := http.NewServeMux()
 	outer.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if len(f.view.Nodes()) == 0 {
-			writeErr(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no node is live")
+			writeErr(w, errNoNodeLive)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -107,7 +107,7 @@ func (f *Front) auth(h http.Handler) http.Handler {
 		t := f.tokens.Bearer(r)
 		if t == nil {
 			w.Header().Set("WWW-Authenticate", tokens.Challenge(r))
-			writeErr(w, http.StatusUnauthorized, api.CodeUnauthorized, tokens.ChallengeMessage(r))
+			writeErr(w, errdefs.Errorf(errUnauthenticated, "%s", tokens.ChallengeMessage(r)))
 			return
 		}
 		netlimit.Vouch(r.Context())
@@ -115,25 +115,19 @@ func (f *Front) auth(h http.Handler) http.Handler {
 	})
 }
 
-func writeErr(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(api.Error{Code: code, Message: msg})
-}
+// errNoNodeLive: the cluster has no live node at all.
+var errNoNodeLive = errdefs.New(errdefs.ErrUnavailable, "no node is live")
 
 // placed serves a new run or session: the body names the tool, the
-// tool's best node (cluster.View.Place) gets it. A node that cannot be
-// reached is marked down and the next is tried: nothing reached it, so
-// nothing ran. Once a node has the request, its answer is the answer,
-// whatever it is: a run that may have started is never sent twice.
+// tool's best node gets it (sendPlaced).
 func (f *Front) placed(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, api.CodeInvalid, "reading the request: "+err.Error())
+		writeErr(w, errdefs.Errorf(errdefs.ErrInvalid, "reading the request: %s", err))
 		return
 	}
 	if len(body) > MaxBody {
-		writeErr(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the request is over %d MiB", MaxBody>>20))
+		writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "the request is over %d MiB", MaxBody>>20))
 		return
 	}
 	var req struct {
@@ -145,58 +139,104 @@ func (f *Front) placed(w http.ResponseWriter, r *http.Request) {
 		req.Tool = ""
 	}
 	if t := r.Context().Value(tokenKey{}).(*config.Token); req.Tool != "" && !t.AllowsTool(req.Tool) {
-		writeErr(w, http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("token:%s may not use tool %q", t.Name, req.Tool))
+		writeErr(w, errdefs.Errorf(errdefs.ErrDenied, "token:%s may not use tool %q", t.Name, req.Tool))
 		return
 	}
+	if isUpgrade(r) {
+		// A terminal: the connection is the node's from the first node
+		// placed on, reached or not (the proxy marks it down).
+		n, err := f.placeNode(req.Tool, nil)
+		if err != nil {
+			writeErr(w, f.toolNotPlaced(req.Tool, err))
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		f.upgrade(w, r, n)
+		return
+	}
+	resp, n, err := f.sendPlaced(r, req.Tool, body, func(n cluster.Node) string { return n.Endpoint })
+	if err != nil {
+		var none *noNode
+		if errors.As(err, &none) {
+			writeErr(w, f.toolNotPlaced(req.Tool, err))
+			return
+		}
+		f.gone(w, r, n.Name, err)
+		return
+	}
+	relay(w, resp, n.Name)
+}
+
+// toolNotPlaced is the native API's error for a new run or session of
+// tool that no node could be given (err, a *noNode): not found when no
+// node of the cluster has the tool, else unavailable.
+func (f *Front) toolNotPlaced(tool string, err error) error {
+	var none *noNode
+	errors.As(err, &none)
+	if none.tried == 0 && !f.view.Serves(tool) {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no node of the cluster has tool %q", tool)
+	}
+	msg := fmt.Sprintf("no live node serves tool %q", tool)
+	if none.tried > 0 {
+		msg += fmt.Sprintf(" (%d could not be reached)", none.tried)
+	}
+	return errdefs.Errorf(errdefs.ErrUnavailable, "%s", msg)
+}
+
+// noNode is placement's failure: no live node is left to give a new call
+// to, tried of them having been passed over or not reached.
+type noNode struct{ tried int }
+
+func (e *noNode) Error() string        { return fmt.Sprintf("no live node (%d tried)", e.tried) }
+func (e *noNode) Is(target error) bool { return target == errdefs.ErrUnavailable }
+
+// sendPlaced is the front's placement loop, for a new run or session
+// (the native API) and a new sandbox (the E2B API): it sends r with body
+// to the best node for tool (placeNode), at the node's endpoint(n) (a
+// node whose endpoint is "" is passed over). A node that cannot be
+// reached is marked down and the next is tried: nothing reached it, so
+// nothing ran. Once a node has the request, its answer is the answer,
+// whatever it is: a call that may have started is never sent twice.
+// The error is a *noNode when no node is left, else the send's failure
+// on the node returned.
+func (f *Front) sendPlaced(r *http.Request, tool string, body []byte, endpoint func(cluster.Node) string) (*http.Response, cluster.Node, error) {
 	tried := map[string]bool{}
 	for {
-		n, ok := f.place(req.Tool, tried)
-		if !ok && len(tried) == 0 && !f.view.Serves(req.Tool) {
-			writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no node of the cluster has tool %q", req.Tool))
-			return
-		}
-		if !ok {
-			msg := fmt.Sprintf("no live node serves tool %q", req.Tool)
-			if len(tried) > 0 {
-				msg += fmt.Sprintf(" (%d could not be reached)", len(tried))
-			}
-			writeErr(w, http.StatusServiceUnavailable, api.CodeUnavailable, msg)
-			return
+		n, err := f.placeNode(tool, tried)
+		if err != nil {
+			return nil, cluster.Node{}, err
 		}
 		tried[n.Name] = true
-		if isUpgrade(r) {
-			// A terminal: the connection is the node's from here.
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-			f.upgrade(w, r, n)
-			return
+		base := endpoint(n)
+		if base == "" {
+			continue
 		}
-		resp, err := f.forward(r, n, body)
-		if err != nil {
-			if notSent(err) && r.Context().Err() == nil {
-				f.logger.Warn("front: a node could not be reached; placing elsewhere", "node", n.Name, "err", err)
-				f.view.MarkDown(n.Name, downFor)
-				continue
-			}
-			f.gone(w, r, n.Name, err)
-			return
+		resp, err := f.forwardTo(r, base, body)
+		if err != nil && notSent(err) && r.Context().Err() == nil {
+			f.logger.Warn("front: a node could not be reached; placing elsewhere", "node", n.Name, "err", err)
+			f.view.MarkDown(n.Name, downFor)
+			continue
 		}
-		relay(w, resp, n.Name)
-		return
+		return resp, n, err
 	}
 }
 
-// place is View.Place, or any live node when the tool is not known (the
-// node answers the error).
-func (f *Front) place(tool string, skip map[string]bool) (cluster.Node, bool) {
+// placeNode is View.Place, or any live node when the tool is not known
+// (the node answers the error), skipping those in skip; a *noNode when
+// there is none.
+func (f *Front) placeNode(tool string, skip map[string]bool) (cluster.Node, error) {
 	if tool != "" {
-		return f.view.Place(tool, skip)
+		if n, ok := f.view.Place(tool, skip); ok {
+			return n, nil
+		}
+		return cluster.Node{}, &noNode{tried: len(skip)}
 	}
 	for _, n := range f.view.Nodes() {
 		if !skip[n.Name] {
-			return n, true
+			return n, nil
 		}
 	}
-	return cluster.Node{}, false
+	return cluster.Node{}, &noNode{tried: len(skip)}
 }
 
 // routed serves a call on a session: to its node, named by its id.
@@ -204,12 +244,12 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	name := cluster.NodeOfID(id)
 	if name == "" {
-		writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no session %q: a cluster's session ids name their node", id))
+		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no session %q: a cluster's session ids name their node", id))
 		return
 	}
 	n, live := f.view.Get(name)
 	if n.Name == "" || !live {
-		writeErr(w, http.StatusServiceUnavailable, api.CodeEnded, fmt.Sprintf("session %s ended: its node %s is gone", id, name))
+		writeErr(w, errdefs.Errorf(errNodeGone, "session %s ended: its node %s is gone", id, name))
 		return
 	}
 	if isUpgrade(r) {
@@ -225,7 +265,7 @@ func (f *Front) routed(w http.ResponseWriter, r *http.Request) {
 			// Nothing answers there: the node died before its lease
 			// says so, and its sessions with it.
 			f.view.MarkDown(name, downFor)
-			writeErr(w, http.StatusServiceUnavailable, api.CodeEnded, fmt.Sprintf("session %s ended: its node %s is gone", id, name))
+			writeErr(w, errdefs.Errorf(errNodeGone, "session %s ended: its node %s is gone", id, name))
 			return
 		}
 		f.gone(w, r, name, err)
@@ -261,7 +301,7 @@ func (f *Front) gone(w http.ResponseWriter, r *http.Request, node string, err er
 		return // the caller went away
 	}
 	f.logger.Warn("front: a node failed a call", "node", node, "err", err)
-	writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s failed the call: %v", node, errors.Unwrap(err)))
+	writeErr(w, errdefs.Errorf(errNodeFailed, "node %s failed the call: %v", node, errors.Unwrap(err)))
 }
 
 // notSent tells a failure to reach the node (dial) from one after the
@@ -334,7 +374,7 @@ func isUpgrade(r *http.Request) bool {
 func (f *Front) upgrade(w http.ResponseWriter, r *http.Request, n cluster.Node) {
 	target, err := url.Parse(n.Endpoint)
 	if err != nil {
-		writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s: a bad endpoint", n.Name))
+		writeErr(w, errdefs.Errorf(errNodeFailed, "node %s: a bad endpoint", n.Name))
 		return
 	}
 	rp := &httputil.ReverseProxy{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // The calls a front answers from every node at once: lists, each item
@@ -71,7 +72,7 @@ func (f *Front) mergedList(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err := readOK(resp, &items); err != nil {
-			writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s: %v", nodes[i].Name, err))
+			writeErr(w, errdefs.Errorf(errNodeFailed, "node %s: %v", nodes[i].Name, err))
 			return
 		}
 		for _, it := range items {
@@ -99,7 +100,7 @@ func (f *Front) mergedPS(w http.ResponseWriter, r *http.Request) {
 			Sessions []json.RawMessage `json:"sessions"`
 		}
 		if err := readOK(resp, &a); err != nil {
-			writeErr(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("node %s: %v", nodes[i].Name, err))
+			writeErr(w, errdefs.Errorf(errNodeFailed, "node %s: %v", nodes[i].Name, err))
 			return
 		}
 		for _, it := range a.Runs {
@@ -137,7 +138,7 @@ func (f *Front) killRun(w http.ResponseWriter, r *http.Request) {
 		resp.Body.Close()
 	}
 	if found == nil {
-		writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no run %q in flight on any live node", r.PathValue("id")))
+		writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no run %q in flight on any live node", r.PathValue("id")))
 		return
 	}
 	relay(w, found, node)

@@ -1,14 +1,13 @@
 package front
 
 import (
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 
-	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/cluster"
+	"github.com/airlockhq/airlock/internal/errdefs"
 )
 
 // mcpSession is the MCP Streamable HTTP transport's session header.
@@ -26,7 +25,7 @@ func (f *Front) mcp(w http.ResponseWriter, r *http.Request) {
 	if sid == "" {
 		nodes := f.view.Nodes()
 		if len(nodes) == 0 {
-			writeErr(w, http.StatusServiceUnavailable, api.CodeUnavailable, "no node is live")
+			writeErr(w, errNoNodeLive)
 			return
 		}
 		n = nodes[rand.IntN(len(nodes))]
@@ -39,7 +38,7 @@ func (f *Front) mcp(w http.ResponseWriter, r *http.Request) {
 		if !ok || n.Name == "" || !live {
 			// Not found: the client starts a new session, as the
 			// transport says.
-			writeErr(w, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("MCP session %q: no such session on a live node", sid))
+			writeErr(w, errdefs.Errorf(errdefs.ErrNotFound, "MCP session %q: no such session on a live node", sid))
 			return
 		}
 		r.Header.Set(mcpSession, inner)
@@ -48,7 +47,7 @@ func (f *Front) mcp(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		var err error
 		if body, err = io.ReadAll(io.LimitReader(r.Body, MaxBody+1)); err != nil || len(body) > MaxBody {
-			writeErr(w, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("an MCP message over %d MiB, or unreadable", MaxBody>>20))
+			writeErr(w, errdefs.Errorf(errdefs.ErrLimit, "an MCP message over %d MiB, or unreadable", MaxBody>>20))
 			return
 		}
 	}
