@@ -1,20 +1,23 @@
 // Package daemon is `airlock serve` (run by airlockd): the long-lived
-// process of a node, which keeps a warm pool of sandboxes per tool and
-// serves them to callers through its edges: the native HTTP API on a unix
-// socket (trusted by its file permissions) and, with server.tcp, on TCP
-// with bearer tokens; MCP over streamable HTTP at /mcp (and, embedded
-// without a listener, over stdio for `airlock mcp`); and, with server.e2b,
-// the E2B-compatible API on a listener of its own. With a cluster section
-// it is a node of a cluster, keeping its lease (internal/cluster).
+// process of a node. It is wiring only: from a config it builds the node
+// (internal/node, the core: the runtime, the warm pools, the audit log,
+// the image store, runs and sessions), the guard the HTTP edges share
+// (internal/edge), and the three protocol edges over the node: the native
+// HTTP API (internal/httpapi) on a unix socket (trusted by its file
+// permissions) and, with server.tcp, on TCP with bearer tokens; MCP
+// (internal/mcpedge) at /mcp on those listeners and, embedded without a
+// listener, over stdio for `airlock mcp`; and, with server.e2b, the E2B
+// API (internal/e2bserver) on a listener of its own. It opens the
+// listeners (here and in listen.go), keeps the node's lease when the
+// config has a cluster section (cluster.go, internal/cluster), and stops
+// it all in order (Shutdown). No lifecycle, protocol or error mapping
+// lives here: see docs/architecture.md, "The daemon: one core, thin
+// edges".
 //
-// It is the one wiring point of the daemon: it builds the runtime, the
-// pools, the audit log, the image store, the egress gateway and broker
-// bindings (through internal/runner/attach) and the listeners from a
-// config. Only internal/cli/daemoncmd (airlockd's commands) imports it,
-// and bench, which measures a whole daemon; internal/deptest keeps every
-// package below the edges off it, and airlock's own program too. Today the protocol handlers live here too;
-// docs/decisions/0024-daemon-one-core-thin-edges.md moves them into edges
-// over one core, leaving this package only the wiring.
+// Only internal/cli/daemoncmd (airlockd's commands) imports it, and
+// bench, which measures a whole daemon; internal/deptest keeps every
+// package below the edges, the protocol edges themselves and airlock's
+// own program off it.
 package daemon
 
 import (
