@@ -23,7 +23,7 @@ type caller = node.Caller
 
 // Local is every request on the unix socket, and the daemon's own
 // callers on the host (the stdio MCP server). It is fully trusted: every
-// tool, every session, the whole audit log. A listener gets it Only by
+// tool, every session, the whole audit log. A listener gets it only by
 // saying so, with WithCaller(Local, ...).
 var Local = node.Local
 
@@ -33,8 +33,8 @@ type callerKey struct{}
 // listener wrapper said: there is no default. A missing caller used to
 // be taken for Local, so a listener wired without authentication would
 // have handed root-socket rights (every tool, every session, the whole
-// audit log) to whoever could reach it. requireCaller refuses such a
-// request before any handler runs, and d.hold refuses a run or session
+// audit log) to whoever could reach it. RequireCaller refuses such a
+// request before any handler runs, and the node refuses a run or session
 // without a caller, wherever it comes from.
 func CallerOf(ctx context.Context) *caller {
 	c, _ := ctx.Value(callerKey{}).(*caller)
@@ -42,7 +42,7 @@ func CallerOf(ctx context.Context) *caller {
 }
 
 // RequireCaller refuses, with 401, a request that no listener wrapper
-// (WithCaller, requireToken) gave a caller: it fails closed, where the
+// (WithCaller, RequireToken) gave a caller: it fails closed, where the
 // API used to take such a request for the local socket's.
 func (g *Guard) RequireCaller(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +62,7 @@ func (g *Guard) RequireCaller(h http.Handler) http.Handler {
 
 // WithCaller serves h with every request made by c: how a listener says
 // whom it trusts its requests to be from (the unix socket: Local; the
-// TCP listener: a token's caller, after requireToken checked it).
+// TCP listener: a token's caller, after RequireToken checked it).
 func WithCaller(c *caller, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, As(r, c))

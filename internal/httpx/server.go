@@ -3,7 +3,7 @@
 // on each part of a request a caller could withhold: its header block,
 // its body, the wait for the next request; and on the header's size), the
 // stall-bounded writer of a streamed answer (Stream), and the decoding of
-// a caller's JSON with errors written for the caller (DecodeJSON,
+// a caller's JSON with errors written for the caller (JSONBody.Decode,
 // DescribeJSON). The daemon's edges, the front, the egress gateway and
 // the broker build their servers here.
 package httpx
