@@ -1,0 +1,302 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// Equivalence tests. Each fast path of the node is a second path that must
+// stay equivalent to the general one: these run the same calls through
+// both and compare what comes out, the answer, the error and the audit
+// records, with what differs by nature (ids, times, durations, resource
+// usage) normalised away. Anything else that differs fails the test.
+
+// noisy are the members of an answer or an audit detail that differ
+// between two runs of the same command whatever path they take.
+var noisy = map[string]bool{
+	"time": true, "duration_ms": true, "usage": true, "evidence": true,
+	"sandbox_id": true, "run_id": true,
+	// A breach's observed value (how far past the ceiling the sampler
+	// found the command) varies from run to run; the ceiling does not.
+	"observed": true,
+}
+
+// observedText is a breach's observed value where a sentence tells it.
+var observedText = regexp.MustCompile(`observed [0-9]+`)
+
+// normalizer renders answers and audit events for comparison: each id it
+// was told of, and each tool name, becomes a placeholder, and the noisy
+// members go.
+type normalizer map[string]string
+
+// value normalises a decoded JSON value.
+func (n normalizer) value(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			if !noisy[k] {
+				out[k] = n.value(x)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = n.value(x)
+		}
+		return out
+	case string:
+		if p, ok := n[v]; ok {
+			return p
+		}
+		for id, p := range n {
+			if strings.HasPrefix(p, "<id") {
+				v = strings.ReplaceAll(v, id, p)
+			}
+		}
+		return observedText.ReplaceAllString(v, "observed N")
+	}
+	return v
+}
+
+// json normalises the JSON encoding of v.
+func (n normalizer) json(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x any
+	if err := json.Unmarshal(b, &x); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(n.value(x)) // maps encode with sorted keys
+	return string(b)
+}
+
+// events renders evs, each normalised, sorted: the order in which the
+// log's writer commits a call's records (the destroy after the answer, or
+// before it) is not what is compared.
+func (n normalizer) events(t *testing.T, evs []api.AuditEvent) []string {
+	t.Helper()
+	out := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		for _, id := range []string{ev.Sandbox, ev.Run, ev.Session} {
+			if _, ok := n[id]; id != "" && !ok {
+				n[id] = fmt.Sprintf("<id%d>", len(n))
+			}
+		}
+		var detail any
+		if len(ev.Detail) > 0 {
+			if err := json.Unmarshal(ev.Detail, &detail); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, n.json(t, map[string]any{
+			"kind": ev.Kind, "tool": ev.Tool, "sandbox": ev.Sandbox, "session": ev.Session, "run": ev.Run,
+			"client": ev.Client, "decision": ev.Decision, "detail": detail,
+		}))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// auditCursor is the id of the newest event in the audit log.
+func auditCursor(t *testing.T, c *client.Client) int64 {
+	t.Helper()
+	page, err := c.Audit(t.Context(), client.AuditQuery{Tail: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) == 0 {
+		return 0
+	}
+	return page.Events[len(page.Events)-1].ID
+}
+
+// has reports whether evs holds an event of kind (of sandbox sb, when
+// set) whose detail contains each of in.
+func has(evs []api.AuditEvent, kind, sb string, in ...string) bool {
+	return slices.ContainsFunc(evs, func(ev api.AuditEvent) bool {
+		if ev.Kind != kind || sb != "" && ev.Sandbox != sb {
+			return false
+		}
+		for _, s := range in {
+			if !strings.Contains(string(ev.Detail), s) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitWarm waits until each of tools' pools holds its warm sandboxes, so
+// that the next call's claim is warm whatever path it takes, and the
+// pool's refill of the last call is recorded before the next begins.
+func waitWarm(t *testing.T, d *Daemon, tools ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, tool := range tools {
+		for p := d.Pool(tool); p.Stats().Idle < p.Stats().Warm; {
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %s never refilled: %+v", tool, p.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// diff fails the test when a and b, the renderings of what two paths
+// gave, differ.
+func diff(t *testing.T, what, nameA, nameB string, a, b []string) {
+	t.Helper()
+	if slices.Equal(a, b) {
+		return
+	}
+	t.Errorf("%s differ:\n%s:\n  %s\n%s:\n  %s", what, nameA, strings.Join(a, "\n  "), nameB, strings.Join(b, "\n  "))
+}
+
+const equivMCPConfig = `
+server:
+  tcp: %s
+  tokens:
+    - {name: agent, secret: agent, tools: [echo, fail, nap, plain]}
+secrets:
+  agent: {env: TEST_EQUIV_TOKEN}
+tools:
+  echo:
+    command: [echo, "{word}", "{more}"]
+    pool: {warm: 1}
+    inputs:
+      word: {required: true}
+      more: {max_length: 10}
+  fail:
+    command: [sh, -c, "echo failing >&2; exit 3"]
+  nap:
+    command: [sleep, "{seconds}"]
+    limits: {time: 300ms}
+    inputs:
+      seconds: {type: integer, minimum: 0, maximum: 60, required: true}
+  plain: {}
+  other:
+    command: [echo, other]
+`
+
+// TestMCPFastPathEquivalent runs each call of an MCP client through the
+// tools/call fast path and through the SDK's server (the fast path turned
+// off for the call, on the same session), and compares the answers, the
+// errors and the audit records each leaves: the mcp.call record, the
+// run's, its sandbox's claim and end, and the request's. Calls that run,
+// fail, breach a limit, or are refused (bad arguments, an unknown tool, a
+// tool without a command, a tool outside the caller's token) are all
+// compared; the fast path must have answered the calls it takes (a
+// configured tool the token may use) and no other.
+func TestMCPFastPathEquivalent(t *testing.T) {
+	const token = "equiv-agent-0123456789abcdef"
+	t.Setenv("TEST_EQUIV_TOKEN", token)
+	addr := freePort(t)
+	d, sock := serveConfig(t, fmt.Sprintf(equivMCPConfig, addr), nil)
+	local := client.New(sock)
+	hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "equiv", Version: "1"}, nil).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	// The client has said it finished initializing once it lists tools.
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The requests so far (initialize, initialized, tools/list) are
+	// recorded once answered: in the log before the first call's window.
+	waitAudit(t, local, client.AuditQuery{Kind: "api.request", Client: "token:agent"}, func(evs []api.AuditEvent) bool {
+		return len(slices.DeleteFunc(evs, func(ev api.AuditEvent) bool { return !strings.Contains(string(ev.Detail), `"POST"`) })) >= 3
+	})
+	t.Cleanup(func() { d.mcp.SetFastPath(true) })
+
+	calls := []struct {
+		name, tool string
+		args       map[string]any
+		fast       bool // the fast path takes it
+	}{
+		{"a call that runs", "echo", map[string]any{"word": "hi", "more": "there"}, true},
+		{"a refused argument", "echo", map[string]any{"word": "--x"}, true},
+		{"a missing argument", "echo", map[string]any{}, true},
+		{"an argument the tool has not", "echo", map[string]any{"word": "x", "rm": "-rf"}, true},
+		{"an argument of the wrong type", "nap", map[string]any{"seconds": "five"}, true},
+		{"a command that fails", "fail", nil, true},
+		{"a command that breaches its time", "nap", map[string]any{"seconds": 5}, true},
+		{"an unknown tool", "nope", nil, false},
+		{"a tool without a command", "plain", nil, false},
+		{"a tool outside the token", "other", nil, false},
+	}
+	// one makes the call through the fast path, or not, and returns its
+	// rendered answer (or error) and audit records.
+	one := func(t *testing.T, tool string, args map[string]any, fast, wantFast bool) (answer, records []string) {
+		t.Helper()
+		waitWarm(t, d, "echo")
+		after := auditCursor(t, local)
+		d.mcp.SetFastPath(fast)
+		before := d.mcp.FastCalls()
+		r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		if took := d.mcp.FastCalls() != before; took != (fast && wantFast) {
+			t.Errorf("%s (fast path on: %v): the fast path answered: %v", tool, fast, took)
+		}
+		var sb string
+		n := normalizer{}
+		if err != nil {
+			answer = []string{"error: " + err.Error()}
+		} else {
+			var res struct {
+				SandboxID string `json:"sandbox_id"`
+			}
+			b, _ := json.Marshal(r.StructuredContent)
+			_ = json.Unmarshal(b, &res)
+			if sb = res.SandboxID; sb != "" {
+				n[sb] = "<id-sandbox>"
+			}
+			answer = []string{n.json(t, r)}
+		}
+		evs := waitAudit(t, local, client.AuditQuery{After: after}, func(evs []api.AuditEvent) bool {
+			return has(evs, "mcp.call", "") && has(evs, "api.request", "", `"POST"`, `"/mcp"`) &&
+				(sb == "" || has(evs, "sandbox.destroyed", sb))
+		})
+		// Only the call's own: not the pool's refill, nor the test's own
+		// reads of the log.
+		evs = slices.DeleteFunc(evs, func(ev api.AuditEvent) bool {
+			return ev.Sandbox != "" && ev.Sandbox != sb ||
+				ev.Kind == "api.request" && !strings.Contains(string(ev.Detail), `"/mcp"`)
+		})
+		return answer, n.events(t, evs)
+	}
+	start := time.Now()
+	for _, c := range calls {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			fastAnswer, fastRecords := one(t, c.tool, c.args, true, c.fast)
+			sdkAnswer, sdkRecords := one(t, c.tool, c.args, false, c.fast)
+			diff(t, "answers", "fast path", "SDK", fastAnswer, sdkAnswer)
+			diff(t, "audit records", "fast path", "SDK", fastRecords, sdkRecords)
+			if len(fastRecords) == 0 {
+				t.Error("no audit records")
+			}
+		})
+	}
+	t.Logf("%d calls each way in %v", len(calls), time.Since(start).Round(time.Millisecond))
+}
