@@ -3,7 +3,9 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -299,4 +301,96 @@ func TestMCPFastPathEquivalent(t *testing.T) {
 		})
 	}
 	t.Logf("%d calls each way in %v", len(calls), time.Since(start).Round(time.Millisecond))
+}
+
+// TestPrebindEquivalent runs the same commands, one reaching an allowed
+// destination and one a refused one, in a tool whose sandboxes the pool
+// binds while it builds them (prebound) and in the same tool bound at the
+// claim (one with a broker service, which is never bound ahead; the
+// service is not used), both claimed warm, and compares the results (the
+// egress decisions among them) and the audit records of each run. The
+// tool's name is normalised, as are ids and times.
+func TestPrebindEquivalent(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s\n", r.Host)
+	}))
+	t.Cleanup(up.Close)
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	t.Setenv("EQUIV_TEST_SECRET", "s3cret")
+	egress := fmt.Sprintf(`
+    egress:
+      - host: plain.test
+        ports: [%d]
+        addresses: [127.0.0.1]
+        private: true`, port)
+	d, sock := serveConfig(t, `
+tools:
+  prebound:
+    pool: {warm: 1}`+egress+`
+  atclaim:
+    pool: {warm: 1}
+    services: [api]`+egress+`
+services:
+  api:
+    upstream: https://api.example
+    credential: {secret: k}
+    operations: [GET /]
+secrets:
+  k: {env: EQUIV_TEST_SECRET}
+`, nil)
+	c := client.New(sock)
+	// one runs argv in tool and returns its rendered result and records.
+	one := func(t *testing.T, tool string, argv []string) (answer, records []string) {
+		t.Helper()
+		waitWarm(t, d, tool)
+		ahead := d.Prebound()
+		after := auditCursor(t, c)
+		r, err := c.Run(t.Context(), api.RunRequest{Tool: tool, Argv: argv})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		if got, want := slices.Contains(ahead, r.SandboxID), tool == "prebound"; got != want {
+			t.Fatalf("%s: sandbox bound ahead %v, want %v", tool, got, want)
+		}
+		n := normalizer{tool: "<tool>", r.SandboxID: "<id-sandbox>"}
+		evs := waitAudit(t, c, client.AuditQuery{After: after}, func(evs []api.AuditEvent) bool {
+			return has(evs, "sandbox.destroyed", r.SandboxID) && has(evs, "api.request", "", `"/v1/runs"`)
+		})
+		evs = slices.DeleteFunc(evs, func(ev api.AuditEvent) bool {
+			return ev.Sandbox != "" && ev.Sandbox != r.SandboxID ||
+				ev.Kind == "api.request" && !strings.Contains(string(ev.Detail), `"/v1/runs"`)
+		})
+		return []string{n.json(t, r)}, n.events(t, evs)
+	}
+	start := time.Now()
+	cmds := []struct {
+		name string
+		argv []string
+		// want is in the result of both: the egress decision made.
+		want string
+	}{
+		{"an allowed destination", []string{"curl", "-sS", fmt.Sprintf("http://plain.test:%d/", port)}, `"allow":true`},
+		{"a refused destination", []string{"curl", "-sS", "http://evil.test/"}, `"allow":false`},
+		// Past the proxy: the name resolved by the sandbox's DNS, the
+		// connection taken by the transparent gateway.
+		{"an allowed destination, direct", []string{"curl", "-sS", "--noproxy", "*", fmt.Sprintf("http://plain.test:%d/", port)}, `"kind":"transparent"`},
+		{"a refused destination, direct", []string{"sh", "-c", "curl -sS --noproxy '*' --max-time 2 http://evil.test/; echo exit $?"}, `"kind":"dns"`},
+	}
+	for _, tc := range cmds {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			preAnswer, preRecords := one(t, "prebound", tc.argv)
+			claimAnswer, claimRecords := one(t, "atclaim", tc.argv)
+			diff(t, "results", "bound ahead", "bound at the claim", preAnswer, claimAnswer)
+			diff(t, "audit records", "bound ahead", "bound at the claim", preRecords, claimRecords)
+			if !strings.Contains(preAnswer[0], tc.want) || !has2(preRecords, `"kind":"egress"`) && !has2(preRecords, `"kind":"dns"`) {
+				t.Errorf("no egress decision %s: %s\n%s", tc.want, preAnswer[0], strings.Join(preRecords, "\n"))
+			}
+		})
+	}
+	t.Logf("%d commands each way in %v", len(cmds), time.Since(start).Round(time.Millisecond))
+}
+
+// has2 reports whether one of lines contains s.
+func has2(lines []string, s string) bool {
+	return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, s) })
 }
