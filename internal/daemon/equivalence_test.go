@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/result"
 )
 
 // Equivalence tests. Each fast path of the node is a second path that must
@@ -393,4 +395,177 @@ secrets:
 // has2 reports whether one of lines contains s.
 func has2(lines []string, s string) bool {
 	return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, s) })
+}
+
+// TestRunExecEquivalent runs the same commands as runs (POST /v1/runs,
+// whose audit records are queued and written after the answer) and as
+// execs in a session (POST /v1/sessions/{id}/exec, whose records are each
+// acknowledged before going on), and compares the results and the records
+// each run leaves; and it makes the same refusals both ways (an unknown
+// tool, a tool outside the caller's token, bad arguments) and compares
+// the errors, neither leaving a run's record.
+//
+// What legitimately differs is normalised:
+//   - an exec's records carry its session's id; a run's, none;
+//   - a run's run.started has no sandbox: it is queued before the claim,
+//     whose work it overlaps; an exec's names its session's sandbox;
+//   - a run's sandbox is claimed (sandbox.claimed, under the run), and
+//     created and destroyed, for it alone; a session's sandbox lifecycle
+//     (its claim, session.created and session.ended) is the session's,
+//     recorded outside any exec: sandbox and session events are left out;
+//   - a run's egress decisions are recorded under the run; a session's
+//     binding lives as long as the session and records its decisions
+//     under the session, not under the exec that made them: the run is
+//     left out of egress, dns and broker events.
+func TestRunExecEquivalent(t *testing.T) {
+	const token = "equiv-agent-0123456789abcdef"
+	t.Setenv("TEST_EQUIV_TOKEN", token)
+	addr := freePort(t)
+	d, sock := serveConfig(t, `
+server:
+  tcp: `+addr+`
+  tokens:
+    - {name: agent, secret: agent, tools: [sh]}
+secrets:
+  agent: {env: TEST_EQUIV_TOKEN}
+tools:
+  sh:
+    pool: {warm: 1}
+    limits: {time: 500ms}
+    env: {GREETING: hello}
+  other: {}
+`, nil)
+	c, agent := client.New(sock), client.NewTCP(addr, token)
+	ctx := t.Context()
+	// records waits for run's records and returns them rendered.
+	records := func(t *testing.T, after int64, run, session string) []string {
+		t.Helper()
+		evs := waitAudit(t, c, client.AuditQuery{After: after}, func(evs []api.AuditEvent) bool {
+			return slices.ContainsFunc(evs, func(ev api.AuditEvent) bool { return ev.Kind == "run.finished" && ev.Run == run })
+		})
+		var mine []api.AuditEvent
+		for _, ev := range evs {
+			switch {
+			case strings.HasPrefix(ev.Kind, "sandbox.") || strings.HasPrefix(ev.Kind, "session."):
+			case ev.Kind == "egress" || ev.Kind == "dns" || ev.Kind == "broker":
+				if ev.Run == run || session != "" && ev.Session == session {
+					ev.Run, ev.Session = "", ""
+					mine = append(mine, ev)
+				}
+			case ev.Run == run:
+				if ev.Kind == "run.started" {
+					ev.Sandbox = ""
+				}
+				ev.Session = ""
+				mine = append(mine, ev)
+			}
+		}
+		return normalizer{}.events(t, mine)
+	}
+	open := func(t *testing.T) string {
+		t.Helper()
+		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.DeleteSession(ctx, s.ID) })
+		return s.ID
+	}
+	start := time.Now()
+	cmds := []struct {
+		name string
+		req  api.ExecRequest
+		want result.Outcome
+	}{
+		{"a command that prints", api.ExecRequest{Argv: []string{"sh", "-c", `read x; echo "$GREETING $FOO $x from $(pwd)"; echo err >&2`},
+			Env: api.Env{"FOO=bar"}, Workdir: "/tmp", Stdin: "world\n"}, result.Exited},
+		{"a command that fails", api.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}, result.Exited},
+		{"a refused destination", api.ExecRequest{Argv: []string{"curl", "-sS", "http://evil.test/"}}, result.Exited},
+		{"a command that breaches its time", api.ExecRequest{Argv: []string{"sleep", "5"}}, result.LimitExceeded},
+	}
+	for _, tc := range cmds {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			waitWarm(t, d, "sh")
+			after := auditCursor(t, c)
+			run, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: tc.req.Argv, Env: tc.req.Env, Workdir: tc.req.Workdir, Stdin: tc.req.Stdin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runRecords := records(t, after, run.RunID, "")
+
+			waitWarm(t, d, "sh")
+			session := open(t)
+			after = auditCursor(t, c)
+			exec, err := c.Exec(ctx, session, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			execRecords := records(t, after, exec.RunID, session)
+
+			if run.Outcome != tc.want {
+				t.Errorf("outcome %s, want %s", run.Outcome, tc.want)
+			}
+			n := normalizer{run.SandboxID: "<id-sandbox>", exec.SandboxID: "<id-sandbox>"}
+			diff(t, "results", "run", "session exec", []string{n.json(t, run)}, []string{n.json(t, exec)})
+			diff(t, "audit records", "run", "session exec", runRecords, execRecords)
+		})
+	}
+
+	// The same refusals both ways: the same error, and no run recorded.
+	session := open(t)
+	refusals := []struct {
+		name      string
+		run       func() error
+		execution func() error
+	}{
+		{"an unknown tool",
+			func() error { _, err := c.Run(ctx, api.RunRequest{Tool: "nope", Argv: []string{"true"}}); return err },
+			func() error { _, err := c.CreateSession(ctx, api.SessionRequest{Tool: "nope"}); return err }},
+		{"a tool outside the token",
+			func() error {
+				_, err := agent.Run(ctx, api.RunRequest{Tool: "other", Argv: []string{"true"}})
+				return err
+			},
+			func() error { _, err := agent.CreateSession(ctx, api.SessionRequest{Tool: "other"}); return err }},
+		{"a relative workdir",
+			func() error {
+				_, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"pwd"}, Workdir: "tmp"})
+				return err
+			},
+			func() error {
+				_, err := c.Exec(ctx, session, api.ExecRequest{Argv: []string{"pwd"}, Workdir: "tmp"})
+				return err
+			}},
+		{"an empty command",
+			func() error { _, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{""}}); return err },
+			func() error { _, err := c.Exec(ctx, session, api.ExecRequest{Argv: []string{""}}); return err }},
+	}
+	// refused makes the call and returns its error and the runs it
+	// recorded: none is wanted. A run's start is queued before anything
+	// of it happens, and a query waits for what is queued, so a run the
+	// refusal let through would be found at once.
+	refused := func(t *testing.T, call func() error) []string {
+		t.Helper()
+		after := auditCursor(t, c)
+		err := call()
+		var ce *client.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("not an API error: %v", err)
+		}
+		page, aerr := c.Audit(ctx, client.AuditQuery{After: after, Kind: "run"})
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		return append([]string{fmt.Sprintf("%d %s %s", ce.Status, ce.Code, ce.Message)}, normalizer{}.events(t, page.Events)...)
+	}
+	for _, tc := range refusals {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			r, e := refused(t, tc.run), refused(t, tc.execution)
+			diff(t, "refusals", "run", "session", r, e)
+			if len(r) != 1 {
+				t.Errorf("a refused run was recorded: %v", r[1:])
+			}
+		})
+	}
+	t.Logf("%d commands and %d refusals each way in %v", len(cmds), len(refusals), time.Since(start).Round(time.Millisecond))
 }
