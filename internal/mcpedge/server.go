@@ -45,6 +45,8 @@ type Server struct {
 	// mcpFast counts the tools/call requests answered by the fast path
 	// (see fast.go).
 	mcpFast atomic.Int64
+	// fastOff sends every request to the SDK (SetFastPath).
+	fastOff atomic.Bool
 }
 
 // Core is what MCP asks of the node (*node.Node).
@@ -78,6 +80,14 @@ func (d *Server) Running() int { return d.instances.count() }
 
 // FastCalls counts the tools/call requests the fast path answered.
 func (d *Server) FastCalls() int64 { return d.mcpFast.Load() }
+
+// SetFastPath turns the fast path of tools/call (see fast.go) on, as it
+// is from the start, or off: every request then goes to the SDK. It is
+// for tests, which run the same calls through both paths and check that
+// they give the same answers and the same audit records; the fast path is
+// a second path that must stay equivalent to the SDK's. A session keeps
+// its state (initialized, its protocol version) either way.
+func (d *Server) SetFastPath(on bool) { d.fastOff.Store(!on) }
 
 // destroyLater runs done (a run's destroy) after the answer: MCP handlers
 // cannot act after their answer is written, so the sandbox goes in the
@@ -274,7 +284,7 @@ func (d *Server) mcpHandler() http.Handler {
 				return
 			}
 			if whole {
-				if call, ok := parseFastCall(r.Header, body); ok {
+				if call, ok := parseFastCall(r.Header, body); ok && !d.fastOff.Load() {
 					if th := owners.fastHandler(id, call.name, r.Header.Get(mcpVersionHeader)); th != nil {
 						d.serveFastCall(w, r, th, call)
 						return
