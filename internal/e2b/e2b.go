@@ -100,16 +100,17 @@ func WriteAPIError(w http.ResponseWriter, status int, msg string) {
 
 // Connect error codes (the JSON names of Connect's codes).
 const (
-	CodeInvalidArgument  = "invalid_argument"
-	CodeNotFound         = "not_found"
-	CodeUnauthenticated  = "unauthenticated"
-	CodePermissionDenied = "permission_denied"
-	CodeResourceExhaust  = "resource_exhausted"
-	CodeUnimplemented    = "unimplemented"
-	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
-	CodeAlreadyExists    = "already_exists"
-	CodeDeadlineExceeded = "deadline_exceeded"
+	CodeInvalidArgument    = "invalid_argument"
+	CodeNotFound           = "not_found"
+	CodeUnauthenticated    = "unauthenticated"
+	CodePermissionDenied   = "permission_denied"
+	CodeResourceExhaust    = "resource_exhausted"
+	CodeUnimplemented      = "unimplemented"
+	CodeUnavailable        = "unavailable"
+	CodeInternal           = "internal"
+	CodeAlreadyExists      = "already_exists"
+	CodeDeadlineExceeded   = "deadline_exceeded"
+	CodeFailedPrecondition = "failed_precondition"
 )
 
 // connectStatus is the HTTP status of each Connect code in a unary
@@ -117,6 +118,7 @@ const (
 var connectStatus = map[string]int{
 	CodeInvalidArgument: 400, CodeUnauthenticated: 401, CodePermissionDenied: 403, CodeNotFound: 404,
 	CodeAlreadyExists: 409, CodeResourceExhaust: 429, CodeDeadlineExceeded: 504, CodeUnimplemented: 501, CodeUnavailable: 503, CodeInternal: 500,
+	CodeFailedPrecondition: 400,
 }
 
 // RPCError is a Connect error.

@@ -16,19 +16,23 @@ func TestDecodeDescribes(t *testing.T) {
 		{`{"timeout":1} {}`, `more than one value`},
 		{`{"timeout":`, `the JSON ends before its value does`},
 	} {
-		w := httptest.NewRecorder()
 		var cr struct {
 			Timeout *int `json:"timeout"`
 		}
-		if e2bDecode(w, httptest.NewRequest("POST", "/sandboxes", bytes.NewReader([]byte(tc.body))), &cr) ||
-			w.Code != 400 || !strings.Contains(w.Body.String(), tc.want) || strings.Contains(w.Body.String(), "Go ") || strings.Contains(w.Body.String(), "*int") {
+		err := e2bDecode(httptest.NewRequest("POST", "/sandboxes", bytes.NewReader([]byte(tc.body))), &cr)
+		if err == nil {
+			t.Errorf("%s: decoded, want a refusal", tc.body)
+			continue
+		}
+		w := httptest.NewRecorder()
+		writeAPIError(w, err)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), tc.want) || strings.Contains(w.Body.String(), "Go ") || strings.Contains(w.Body.String(), "*int") {
 			t.Errorf("%s: %d %s, want 400 saying %s", tc.body, w.Code, w.Body, tc.want)
 		}
 	}
 	// An empty body is no fields.
-	w := httptest.NewRecorder()
 	var cr struct{ Timeout *int }
-	if !e2bDecode(w, httptest.NewRequest("POST", "/sandboxes", strings.NewReader(" \n")), &cr) || cr.Timeout != nil {
-		t.Errorf("empty body: %d %s", w.Code, w.Body)
+	if err := e2bDecode(httptest.NewRequest("POST", "/sandboxes", strings.NewReader(" \n")), &cr); err != nil || cr.Timeout != nil {
+		t.Errorf("empty body: %v", err)
 	}
 }

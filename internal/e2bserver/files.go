@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/e2b"
-	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
@@ -31,12 +30,12 @@ import (
 // reachable through the files API.
 func e2bPath(p string) (string, error) {
 	if p == "" {
-		return "", errors.New("path is required")
+		return "", errdefs.New(errdefs.ErrInvalid, "path is required")
 	}
 	if path.IsAbs(p) {
 		rel, ok := strings.CutPrefix(path.Clean(p), sandbox.HomeDir+"/")
 		if !ok {
-			return "", fmt.Errorf("path %q is outside %s: the files API reaches the workspace only", node.Shorten(p), sandbox.HomeDir)
+			return "", errdefs.Errorf(errdefs.ErrInvalid, "path %q is outside %s: the files API reaches the workspace only", node.Shorten(p), sandbox.HomeDir)
 		}
 		p = rel
 	}
@@ -50,7 +49,7 @@ func e2bPath(p string) (string, error) {
 func checkRel(p string) error {
 	for _, e := range strings.Split(p, "/") {
 		if e == "" || e == "." || e == ".." || strings.ContainsRune(e, 0) {
-			return fmt.Errorf("path %q: empty, \".\" and \"..\" elements are refused", node.Shorten(p))
+			return errdefs.Errorf(errdefs.ErrInvalid, "path %q: empty, \".\" and \"..\" elements are refused", node.Shorten(p))
 		}
 	}
 	return nil
@@ -60,7 +59,7 @@ func checkRel(p string) error {
 // E2b-Sandbox-Id and access token, or, for a signed download or upload
 // URL (which carries neither), by the signature, made with one sandbox's
 // token over the path, the operation (op), the user and the expiry.
-func (d *Server) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op string) *e2bSandbox {
+func (d *Server) e2bFileSandbox(r *http.Request, op string) (*e2bSandbox, error) {
 	var sb *e2bSandbox
 	var err error
 	if r.Header.Get("E2b-Sandbox-Id") == "" && r.URL.Query().Has("signature") {
@@ -69,19 +68,13 @@ func (d *Server) e2bFileSandbox(w http.ResponseWriter, r *http.Request, op strin
 		sb, err = d.e2bEnvd(r)
 	}
 	if err != nil {
-		status := http.StatusNotFound
-		var re *e2b.RPCError
-		if errors.As(err, &re) && re.Code == e2b.CodeInvalidArgument {
-			status = http.StatusBadRequest
-		}
-		e2b.WriteAPIError(w, status, err.Error())
-		return nil
+		// Worded as envd's Connect error: its code, then why.
+		return nil, fmt.Errorf("%s: %w", rpcCode(err), err)
 	}
 	if !sb.s.Enter() {
-		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
-		return nil
+		return nil, errEnded
 	}
-	return sb
+	return sb, nil
 }
 
 // e2bSigned finds the sandbox whose token signed the request's URL.
@@ -91,16 +84,16 @@ func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	if v := q.Get("signature_expiration"); v != "" {
 		var err error
 		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signature_expiration %q is not a time in Unix seconds", node.Shorten(v))
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "signature_expiration %q is not a time in Unix seconds", node.Shorten(v))
 		}
 		if time.Now().Unix() > exp {
-			return nil, e2b.Errorf(e2b.CodeNotFound, "the signed URL has expired")
+			return nil, errdefs.New(errdefs.ErrNotFound, "the signed URL has expired")
 		}
 	}
 	// The signed string's fields are not delimited: refused unless they
 	// can be told apart (e2b.CheckSigned says why).
 	if err := e2b.CheckSigned(q.Get("path"), q.Get("username")); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "%v", err)
 	}
 	sig := []byte(q.Get("signature"))
 	d.e2b.mu.Lock()
@@ -118,37 +111,30 @@ func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	}
 	if found == nil || found.s.View().State != "active" {
 		d.Counts().Unauthorized.Add(1)
-		return nil, e2b.Errorf(e2b.CodeNotFound, "no sandbox signed this URL for this path and operation")
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox signed this URL for this path and operation")
 	}
 	return found, nil
 }
 
-// e2bFileError answers a files call's failure as envd would.
-func e2bFileError(w http.ResponseWriter, err error) {
-	status, _ := edge.StatusOf(node.FileError(err))
-	e2b.WriteAPIError(w, status, node.FileError(err).Error())
-}
-
-func (d *Server) e2bReadFile(w http.ResponseWriter, r *http.Request) {
-	sb := d.e2bFileSandbox(w, r, "read")
-	if sb == nil {
-		return
+func (d *Server) e2bReadFile(w http.ResponseWriter, r *http.Request) error {
+	sb, err := d.e2bFileSandbox(r, "read")
+	if err != nil {
+		return err
 	}
 	defer sb.s.Leave()
 	rel, err := e2bPath(r.URL.Query().Get("path"))
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-		return
+		return err
 	}
 	f, size, err := sb.s.OpenFile(rel)
 	if err != nil {
-		e2bFileError(w, err)
-		return
+		return node.FileError(err)
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	_, _ = io.Copy(w, io.LimitReader(f, size))
+	return nil
 }
 
 // e2bFSPath is e2bPath for the filesystem calls, where the workspace
@@ -160,23 +146,26 @@ func e2bFSPath(p string) (string, error) {
 	return e2bPath(p)
 }
 
-// e2bFSError is a file operation's failure as envd's Connect code.
+// e2bFSError is a file operation's failure on p as envd words it, in
+// the class (or kind) its Connect code comes from (rpcCode): what the
+// caller sees names p, never a host path.
 func e2bFSError(p string, err error) error {
+	p = node.Shorten(p)
 	switch {
 	case errors.Is(err, inroot.ErrNotFound):
-		return e2b.Errorf(e2b.CodeNotFound, "%s: no such file or directory", node.Shorten(p))
+		return errdefs.Errorf(errdefs.ErrNotFound, "%s: no such file or directory", p)
 	case errors.Is(err, inroot.ErrExists):
-		return e2b.Errorf(e2b.CodeAlreadyExists, "%s: %v", node.Shorten(p), err)
+		return errdefs.Errorf(inroot.ErrExists, "%s: %v", p, err)
 	case errors.Is(err, inroot.ErrPath):
-		return e2b.Errorf(e2b.CodeInvalidArgument, "%s: %v", node.Shorten(p), err)
+		return errdefs.Errorf(errdefs.ErrInvalid, "%s: %v", p, err)
 	case errors.Is(err, inroot.ErrTooMany), errors.Is(err, inroot.ErrNoSpace), errors.Is(err, errdefs.ErrLimit):
-		return e2b.Errorf(e2b.CodeResourceExhaust, "%s: %v", node.Shorten(p), err)
+		return errdefs.Errorf(errdefs.ErrLimit, "%s: %v", p, err)
 	case errors.Is(err, os.ErrPermission):
-		return e2b.Errorf(e2b.CodePermissionDenied, "%s: permission denied", node.Shorten(p))
+		return errdefs.Errorf(errdefs.ErrDenied, "%s: permission denied", p)
 	case errors.Is(err, node.ErrGone):
-		return e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+		return errEnded
 	}
-	return e2b.Errorf(e2b.CodeInternal, "%s: the file operation failed", node.Shorten(p))
+	return fmt.Errorf("%s: the file operation failed", p)
 }
 
 // entryInfo is an inroot.Entry as envd describes a file.
@@ -241,10 +230,10 @@ func e2bFS[T any](d *Server, fn func(sb *e2bSandbox, req *T) (any, error)) http.
 	return d.e2bUnary(func(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 		var req T
 		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
 		}
 		if !sb.s.Enter() {
-			return nil, e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+			return nil, errEnded
 		}
 		defer sb.s.Leave()
 		return fn(sb, &req)
@@ -259,7 +248,7 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /filesystem.Filesystem/Stat", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		rel, err := e2bFSPath(req.Path)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+			return nil, err
 		}
 		var e inroot.Entry
 		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
@@ -271,14 +260,14 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /filesystem.Filesystem/ListDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		rel, err := e2bFSPath(req.Path)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+			return nil, err
 		}
 		depth := 1
 		if req.Depth != nil {
 			depth = *req.Depth
 		}
 		if depth < 1 || depth > 64 {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "depth %d: want 1 to 64", depth)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "depth %d: want 1 to 64", depth)
 		}
 		var es []inroot.Entry
 		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
@@ -294,7 +283,7 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /filesystem.Filesystem/MakeDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		rel, err := e2bFSPath(req.Path)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+			return nil, err
 		}
 		if rel == "" {
 			// The workspace itself (a framework makes sure of it first).
@@ -319,7 +308,7 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /filesystem.Filesystem/Remove", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		rel, err := e2bPath(req.Path)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "%v", err)
+			return nil, err
 		}
 		if err := sb.s.InWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
 			return nil, e2bFSError(req.Path, err)
@@ -334,11 +323,11 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
 		from, err := e2bPath(req.Source)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "source: %v", err)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "source: %v", err)
 		}
 		to, err := e2bPath(req.Destination)
 		if err != nil {
-			return nil, e2b.Errorf(e2b.CodeInvalidArgument, "destination: %v", err)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "destination: %v", err)
 		}
 		var e inroot.Entry
 		err = sb.s.InWorkspace(func(ws *os.File, _ int) error {

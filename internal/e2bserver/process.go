@@ -3,7 +3,6 @@ package e2bserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/edge"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
@@ -94,11 +94,11 @@ func (d *Server) e2bProcList(r *http.Request, sb *e2bSandbox, _ []byte) (any, er
 func (d *Server) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req e2b.SignalRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
 	}
 	sig, ok := e2b.Signals[req.Signal]
 	if !ok {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", node.Shorten(req.Signal))
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "signal %q: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", node.Shorten(req.Signal))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -114,13 +114,13 @@ func (d *Server) e2bSignal(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 // procOf finds the process a request selects.
 func (sb *e2bSandbox) procOf(sel e2b.Selector) (*e2bProc, error) {
 	if sel.PID == nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process.pid is required (tags are not supported)")
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process.pid is required (tags are not supported)")
 	}
 	sb.mu.Lock()
 	p := sb.procs[*sel.PID]
 	sb.mu.Unlock()
 	if p == nil {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d not found", *sel.PID)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "process %d not found", *sel.PID)
 	}
 	return p, nil
 }
@@ -134,7 +134,7 @@ func (d *Server) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 		} `json:"input"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -143,17 +143,17 @@ func (d *Server) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 	in := req.Input.Stdin
 	switch {
 	case req.Input.PTY != nil && p.resize == nil:
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has no pty: send stdin", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d has no pty: send stdin", p.pid)
 	case req.Input.PTY != nil:
 		in = req.Input.PTY
 	case p.resize != nil:
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has a pty: send pty input", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d has a pty: send pty input", p.pid)
 	case p.stdin == nil:
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d was not started with stdin", p.pid)
 	}
 	// Blocks while the command does not read, at most until it ends.
 	if _, err := p.stdin.Write(in); err != nil {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "process %d: its input is closed", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "process %d: its input is closed", p.pid)
 	}
 	return struct{}{}, nil
 }
@@ -164,7 +164,7 @@ const maxPTYSide = 1000
 // ptySize checks a pty size of the API.
 func ptySize(rows, cols uint32) (sandbox.WinSize, error) {
 	if rows == 0 || cols == 0 || rows > maxPTYSide || cols > maxPTYSide {
-		return sandbox.WinSize{}, e2b.Errorf(e2b.CodeInvalidArgument, "pty size of %d rows and %d cols: each must be 1 to %d", rows, cols, maxPTYSide)
+		return sandbox.WinSize{}, errdefs.Errorf(errdefs.ErrInvalid, "pty size of %d rows and %d cols: each must be 1 to %d", rows, cols, maxPTYSide)
 	}
 	return sandbox.WinSize{Rows: uint16(rows), Cols: uint16(cols)}, nil
 }
@@ -181,7 +181,7 @@ func (d *Server) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 		} `json:"pty"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
@@ -191,7 +191,7 @@ func (d *Server) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 	case req.PTY == nil:
 		return struct{}{}, nil // nothing to change
 	case p.resize == nil:
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d has no pty to resize", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d has no pty to resize", p.pid)
 	}
 	size, err := ptySize(req.PTY.Size.Rows, req.PTY.Size.Cols)
 	if err != nil {
@@ -216,14 +216,14 @@ func (d *Server) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (an
 		Process e2b.Selector `json:"process"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "request: %s", httpx.DescribeJSON(err))
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
 	}
 	p, err := sb.procOf(req.Process)
 	if err != nil {
 		return nil, err
 	}
 	if p.stdin == nil {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "process %d was not started with stdin", p.pid)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d was not started with stdin", p.pid)
 	}
 	p.stdin.Close()
 	return struct{}{}, nil
@@ -237,7 +237,7 @@ func connectTimeout(r *http.Request) (time.Duration, error) {
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms < 0 || len(v) > 10 {
-		return 0, e2b.Errorf(e2b.CodeInvalidArgument, "Connect-Timeout-Ms %q is not a number of milliseconds", node.Shorten(v))
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "Connect-Timeout-Ms %q is not a number of milliseconds", node.Shorten(v))
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -264,7 +264,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case req.Process == nil || req.Process.Cmd == "":
-		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "process.cmd is required"))
+		st.end(errdefs.Errorf(errdefs.ErrInvalid, "process.cmd is required"))
 		return
 	}
 	var tty *sandbox.WinSize
@@ -279,7 +279,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	env := append([]string(nil), sb.env...)
 	for k, v := range req.Process.Envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "envs: %q is not a variable name", node.Shorten(k)))
+			st.end(errdefs.Errorf(errdefs.ErrInvalid, "envs: %q is not a variable name", node.Shorten(k)))
 			return
 		}
 		env = append(env, k+"="+v)
@@ -288,7 +288,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	if req.Process.Cwd != nil {
 		dir = *req.Process.Cwd
 		if !path.IsAbs(dir) {
-			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "cwd %q is not an absolute path", node.Shorten(dir)))
+			st.end(errdefs.Errorf(errdefs.ErrInvalid, "cwd %q is not an absolute path", node.Shorten(dir)))
 			return
 		}
 	}
@@ -298,7 +298,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sb.s.Enter() {
-		st.end(e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended", sb.s.ID()))
+		st.end(errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID()))
 		return
 	}
 	defer sb.s.Leave()
@@ -353,12 +353,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	stop()
 	detach()
 	if err != nil {
-		status, _ := edge.StatusOf(err)
-		code := e2b.CodeInternal
-		if status == http.StatusServiceUnavailable {
-			code = e2b.CodeUnavailable
-		}
-		p.endErr = e2b.Errorf(code, "%v", err)
+		p.endErr = err
 	} else {
 		p.end = endEvent(res)
 	}
@@ -484,11 +479,7 @@ func (s *e2bStream) end(err error, last ...e2b.ProcessEvent) {
 	}
 	var es e2b.EndStream
 	if err != nil {
-		var re *e2b.RPCError
-		if !errors.As(err, &re) {
-			re = e2b.Errorf(e2b.CodeInternal, "%v", err)
-		}
-		es.Error = re
+		es.Error = rpcError(err)
 	}
 	s.write(e2b.FlagEndStream, es, true)
 }

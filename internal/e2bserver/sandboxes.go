@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -19,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -26,76 +25,64 @@ import (
 
 // The E2B lifecycle calls: create, connect, get, list, timeout, kill.
 
-func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	var raw map[string]json.RawMessage
-	if !e2bDecode(w, r, &raw) {
-		return
+	if err := e2bDecode(r, &raw); err != nil {
+		return err
 	}
 	for k, why := range e2bRefused {
 		if v, ok := raw[k]; ok && string(v) != "null" && string(v) != "false" && string(v) != "{}" {
-			e2b.WriteAPIError(w, http.StatusBadRequest, k+": "+why)
-			return
+			return errdefs.New(errdefs.ErrInvalid, k+": "+why)
 		}
 	}
 	if n, ok := raw["network"]; ok && string(n) != "null" {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(n, &fields); err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, "network: not an object")
-			return
+			return errdefs.New(errdefs.ErrInvalid, "network: not an object")
 		}
 		for k := range fields {
 			if k != "allowOut" && k != "denyOut" {
-				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k)))
-				return
+				return errdefs.Errorf(errdefs.ErrInvalid, "network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k))
 			}
 		}
 	}
 	b, _ := json.Marshal(raw)
 	var req e2b.CreateRequest
 	if err := json.Unmarshal(b, &req); err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
-		return
+		return errdefs.New(errdefs.ErrInvalid, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
 	}
 
 	if req.TemplateID == "" {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "templateID names the airlock tool to run; it is required")
-		return
+		return errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
 	}
 	t, ok := d.opts.Config.Tools[req.TemplateID]
 	if !ok {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no template %q: templates are airlock's tools (%s)", node.Shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", ")))
-		return
+		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools (%s)", node.Shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", "))
 	}
 	if !c.Allows(t.Name) {
 		d.Counts().Forbidden.Add(1)
-		e2b.WriteAPIError(w, http.StatusForbidden, fmt.Sprintf("%s may not use template %q", c.Name, t.Name))
-		return
+		return errdefs.Errorf(errdefs.ErrDenied, "%s may not use template %q", c.Name, t.Name)
 	}
 	life, err := e2bTimeout(req.Timeout, e2bDefaultTimeout)
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-		return
+		return err
 	}
 	var env []string
 	for k, v := range req.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: %q is not a variable name", node.Shorten(k)))
-			return
+			return errdefs.Errorf(errdefs.ErrInvalid, "envVars: %q is not a variable name", node.Shorten(k))
 		}
 		env = append(env, k+"="+v)
 	}
 	narrowed, err := d.e2bNarrow(t.Name, &req)
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-		return
+		return err
 	}
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
 	s, err := d.OpenSession(r.Context(), t, edge.ClientOf(r), c, node.MaxLife, life, narrowed)
 	if err != nil {
-		status, _ := edge.StatusOf(err)
-		e2b.WriteAPIError(w, status, err.Error())
-		return
+		return err
 	}
 	var tok [24]byte
 	rand.Read(tok[:])
@@ -114,6 +101,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	d.e2b.m[s.ID()] = sb
 	d.e2b.mu.Unlock()
 	d.e2bAnswer(w, http.StatusCreated, sb)
+	return nil
 }
 
 // e2bNarrow is the policy of a sandbox whose create narrowed the tool's
@@ -132,14 +120,15 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 		return &pol, nil
 	}
 	if len(req.Network.DenyOut) > 0 {
-		return nil, errors.New("network.denyOut is not supported: name what the sandbox may reach in network.allowOut, within the tool's egress")
+		return nil, errdefs.New(errdefs.ErrInvalid, "network.denyOut is not supported: name what the sandbox may reach in network.allowOut, within the tool's egress")
 	}
 	if len(req.Network.AllowOut) > 256 {
-		return nil, errors.New("network.allowOut: at most 256 destinations")
+		return nil, errdefs.New(errdefs.ErrInvalid, "network.allowOut: at most 256 destinations")
 	}
 	eg, err := policy.Narrow(pol.Egress, req.Network.AllowOut)
 	if err != nil {
-		return nil, fmt.Errorf("network.allowOut: %w", err)
+		// Whatever policy's class, a destination refused is a bad request.
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "network.allowOut: %v", err)
 	}
 	pol.Egress = eg
 	return &pol, nil
@@ -162,12 +151,13 @@ func (d *Server) e2bFind(id string, c *node.Caller) *e2bSandbox {
 	return sb
 }
 
-func (d *Server) e2bLookup(w http.ResponseWriter, r *http.Request, c *node.Caller) *e2bSandbox {
+// e2bLookup is e2bFind of the call's {id}, or its refusal.
+func (d *Server) e2bLookup(r *http.Request, c *node.Caller) (*e2bSandbox, error) {
 	sb := d.e2bFind(r.PathValue("id"), c)
 	if sb == nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", node.Shorten(r.PathValue("id"))))
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found", node.Shorten(r.PathValue("id")))
 	}
-	return sb
+	return sb, nil
 }
 
 func (sb *e2bSandbox) detail() e2b.Detail {
@@ -178,27 +168,28 @@ func (sb *e2bSandbox) detail() e2b.Detail {
 		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata}
 }
 
-func (d *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) {
-	if sb := d.e2bLookup(w, r, c); sb != nil {
-		edge.WriteJSON(w, http.StatusOK, sb.detail())
+func (d *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	sb, err := d.e2bLookup(r, c)
+	if err != nil {
+		return err
 	}
+	edge.WriteJSON(w, http.StatusOK, sb.detail())
+	return nil
 }
 
-func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	// metadata=k%3Dv&... as the SDK sends it: encoded twice over.
 	want := map[string]string{}
 	if m := r.URL.Query().Get("metadata"); m != "" {
 		q, err := url.ParseQuery(m)
 		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
-			return
+			return errdefs.Errorf(errdefs.ErrInvalid, "metadata: %v", err)
 		}
 		for k, vs := range q {
 			k2, err1 := url.QueryUnescape(k)
 			v2, err2 := url.QueryUnescape(vs[0])
 			if err1 != nil || err2 != nil {
-				e2b.WriteAPIError(w, http.StatusBadRequest, "metadata: not URL-encoded")
-				return
+				return errdefs.New(errdefs.ErrInvalid, "metadata: not URL-encoded")
 			}
 			want[k2] = v2
 		}
@@ -207,20 +198,18 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > e2bListMax {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1 to %d", node.Shorten(v), e2bListMax))
-			return
+			return errdefs.Errorf(errdefs.ErrInvalid, "limit %q: want 1 to %d", node.Shorten(v), e2bListMax)
 		}
 		limit = n
 	}
 	after, err := parseListToken(r.URL.Query().Get("nextToken"))
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-		return
+		return err
 	}
 	out := []e2b.Detail{}
 	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
 		edge.WriteJSON(w, http.StatusOK, out)
-		return
+		return nil
 	}
 	// Oldest first, by creation and then id: a page goes on after the
 	// last one of the one before, whatever ended in between.
@@ -253,22 +242,24 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 		last = s
 	}
 	edge.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) {
-	sb := d.e2bLookup(w, r, c)
-	if sb == nil {
-		return
+func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	sb, err := d.e2bLookup(r, c)
+	if err != nil {
+		return err
 	}
 	// As DELETE /v1/sessions/{id}: answered once the sandbox is gone
 	// and the end recorded, or not at all if the caller went away.
 	if sb.s.End(r.Context(), "deleted") != nil {
-		return
+		return nil
 	}
 	if err := d.Audit().Append(r.Context()); err != nil {
 		d.opts.Logger.Error("audit: a session's end could not be recorded", "session", sb.s.ID(), "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // setLife ends the sandbox life from now.
@@ -276,46 +267,45 @@ func (sb *e2bSandbox) setLife(life time.Duration) {
 	sb.s.SetLife(life)
 }
 
-func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	var req e2b.TimeoutRequest
-	if !e2bDecode(w, r, &req) {
-		return
+	if err := e2bDecode(r, &req); err != nil {
+		return err
 	}
-	sb := d.e2bLookup(w, r, c)
-	if sb == nil {
-		return
+	sb, err := d.e2bLookup(r, c)
+	if err != nil {
+		return err
 	}
 	if req.Timeout == nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, "timeout (seconds) is required")
-		return
+		return errdefs.New(errdefs.ErrInvalid, "timeout (seconds) is required")
 	}
 	life, err := e2bTimeout(req.Timeout, 0)
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-		return
+		return err
 	}
 	sb.setLife(life)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	var req e2b.TimeoutRequest
-	if !e2bDecode(w, r, &req) {
-		return
+	if err := e2bDecode(r, &req); err != nil {
+		return err
 	}
-	sb := d.e2bLookup(w, r, c)
-	if sb == nil {
-		return
+	sb, err := d.e2bLookup(r, c)
+	if err != nil {
+		return err
 	}
 	if req.Timeout != nil {
 		life, err := e2bTimeout(req.Timeout, 0)
 		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-			return
+			return err
 		}
 		sb.setLife(life)
 	}
 	d.e2bAnswer(w, http.StatusOK, sb)
+	return nil
 }
 
 // e2bListMax is the most sandboxes one page of GET /v2/sandboxes holds
@@ -337,7 +327,7 @@ func parseListToken(tok string) (*listCursor, error) {
 	if tok == "" {
 		return nil, nil
 	}
-	bad := fmt.Errorf("nextToken %q is not one this airlock gave", node.Shorten(tok))
+	bad := errdefs.Errorf(errdefs.ErrInvalid, "nextToken %q is not one this airlock gave", node.Shorten(tok))
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil || len(tok) > 128 {
 		return nil, bad
@@ -366,7 +356,7 @@ type e2bMetric struct {
 // use against their ceilings, and the CPU used since the reading before
 // (or since the sandbox's start) as a share of its CPUs. A start or end
 // that leaves now out gives no reading.
-func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Caller) {
+func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	var bounds [2]int64
 	for i, k := range []string{"start", "end"} {
 		v := r.URL.Query().Get(k)
@@ -375,24 +365,22 @@ func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Call
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a Unix time in seconds", k, node.Shorten(v)))
-			return
+			return errdefs.Errorf(errdefs.ErrInvalid, "%s %q: want a Unix time in seconds", k, node.Shorten(v))
 		}
 		bounds[i] = n
 	}
-	sb := d.e2bLookup(w, r, c)
-	if sb == nil {
-		return
+	sb, err := d.e2bLookup(r, c)
+	if err != nil {
+		return err
 	}
 	now := time.Now()
 	if bounds[0] > now.Unix() || bounds[1] != 0 && bounds[1] < now.Unix() {
 		edge.WriteJSON(w, http.StatusOK, []e2bMetric{})
-		return
+		return nil
 	}
 	smp, err := sb.s.Sandbox().Sample()
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q has ended", sb.s.ID()))
-		return
+		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
 	}
 	cpus := max(1, int(sb.limits.CPUMilli+999)/1000)
 	sb.mu.Lock()
@@ -410,4 +398,5 @@ func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Call
 		Timestamp: now.UTC().Format(time.RFC3339Nano), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
 		MemUsed: smp.MemoryBytes, MemTotal: sb.limits.Memory, DiskUsed: smp.DiskBytes, DiskTotal: sb.limits.Disk,
 	}})
+	return nil
 }

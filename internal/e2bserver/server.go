@@ -2,7 +2,6 @@ package e2bserver
 
 import (
 	"crypto/subtle"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,14 +102,16 @@ func (d *Server) SessionOf(id string) *node.Session {
 
 func (d *Server) e2bRoutes() http.Handler {
 	mux := http.NewServeMux()
-	api := func(h func(http.ResponseWriter, *http.Request, *node.Caller)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			c := d.e2bCaller(w, r)
+	// api serves a control-plane call: the caller of its API key, then
+	// h, whose error is answered here (writeAPIError).
+	api := func(h func(http.ResponseWriter, *http.Request, *node.Caller) error) http.HandlerFunc {
+		return answer(func(w http.ResponseWriter, r *http.Request) error {
+			c, err := d.e2bCaller(w, r)
 			if c == nil {
-				return
+				return err
 			}
-			h(w, edge.As(r, c), c)
-		}
+			return h(w, edge.As(r, c), c)
+		})
 	}
 	mux.HandleFunc("POST /v2/sandboxes", api(d.e2bCreate))
 	mux.HandleFunc("GET /v2/sandboxes", api(d.e2bList))
@@ -124,10 +125,10 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
-	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) {
-		e2b.WriteAPIError(w, http.StatusNotImplemented, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
+	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+		return errdefs.New(errUnsupported, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
 	}))
-	mux.HandleFunc("GET /health", d.e2bHealth)
+	mux.HandleFunc("GET /health", answer(d.e2bHealth))
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
@@ -136,49 +137,59 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /process.Process/CloseStdin", d.e2bUnary(d.e2bCloseStdin))
 	mux.HandleFunc("POST /process.Process/Update", d.e2bUnary(d.e2bUpdate))
 	d.e2bFSRoutes(mux)
-	mux.HandleFunc("GET /files", d.e2bReadFile)
-	mux.HandleFunc("POST /files", d.e2bWriteFile)
+	mux.HandleFunc("GET /files", answer(d.e2bReadFile))
+	mux.HandleFunc("POST /files", answer(d.e2bWriteFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, ".") && r.Header.Get("Connect-Protocol-Version") != "" {
-			e2b.WriteUnaryError(w, e2b.Errorf(e2b.CodeUnimplemented, "%s is not served by airlock (docs/e2b.md lists what is)", path.Clean(r.URL.Path)))
+			e2b.WriteUnaryError(w, rpcError(errdefs.Errorf(errUnsupported, "%s is not served by airlock (docs/e2b.md lists what is)", path.Clean(r.URL.Path))))
 			return
 		}
-		e2b.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s", r.Method, path.Clean("/"+r.URL.Path)))
+		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s %s", r.Method, path.Clean("/"+r.URL.Path)))
 	})
 	return d.Counted(edge.Recoverer(mux))
 }
 
-// e2bCaller checks the API key; it answers 401 itself when there is no
-// valid one.
-func (d *Server) e2bCaller(w http.ResponseWriter, r *http.Request) *node.Caller {
+// answer serves a call whose error, if it returns one, is answered as
+// the control plane's (writeAPIError). A handler that has begun its
+// answer returns nil.
+func answer(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeAPIError(w, err)
+		}
+	}
+}
+
+// e2bCaller is the caller of the request's API key, or errNoAPIKey when
+// there is no valid one; neither when the edge's guard has answered the
+// failure itself (slowing a client that keeps failing).
+func (d *Server) e2bCaller(w http.ResponseWriter, r *http.Request) (*node.Caller, error) {
 	if v := r.Header.Get("X-API-KEY"); v != "" {
 		if t := d.Tokens().Match(v); t != nil {
 			netlimit.Vouch(r.Context())
-			return node.TokenCaller(t)
+			return node.TokenCaller(t), nil
 		}
 	}
 	d.Counts().Unauthorized.Add(1)
 	if d.SlowFailures(w, r) {
-		return nil
+		return nil, nil
 	}
-	e2b.WriteAPIError(w, http.StatusUnauthorized, "a valid API key is required (X-API-KEY: an airlock token)")
-	return nil
+	return nil, errNoAPIKey
 }
 
 // e2bDecode reads a control-plane body (at most 1 MiB) into v.
-func e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
+func e2bDecode(r *http.Request, v any) error {
 	err := httpx.JSONBody{Max: maxBody, AllowUnknown: true, AllowEmpty: true}.Decode(r.Body, v)
 	switch {
 	case err == nil:
-		return true
+		return nil
 	case errdefs.IsLimit(err):
-		e2b.WriteAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxBody>>10))
+		return errdefs.Errorf(errdefs.ErrLimit, "the body is over %d KiB", maxBody>>10)
 	case errdefs.IsInvalid(err):
-		e2b.WriteAPIError(w, http.StatusBadRequest, "the body is not valid JSON of this call: "+err.Error())
+		return errdefs.Errorf(errdefs.ErrInvalid, "the body is not valid JSON of this call: %v", err)
 	default:
-		e2b.WriteAPIError(w, http.StatusBadRequest, "read the body: "+err.Error())
+		return errdefs.Errorf(errdefs.ErrInvalid, "read the body: %v", err)
 	}
-	return false
 }
 
 // e2bTimeout reads a timeout in seconds: absent is def, and it may not be
@@ -189,7 +200,7 @@ func e2bTimeout(secs *int, def time.Duration) (time.Duration, error) {
 	}
 	// Checked before the multiplication, which could overflow into range.
 	if *secs < 1 || *secs > int(node.MaxLife/time.Second) {
-		return 0, fmt.Errorf("timeout %d s: want 1 to %d seconds", *secs, int(node.MaxLife.Seconds()))
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "timeout %d s: want 1 to %d seconds", *secs, int(node.MaxLife.Seconds()))
 	}
 	return time.Duration(*secs) * time.Second, nil
 }
@@ -209,7 +220,7 @@ var e2bRefused = map[string]string{
 func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if id == "" {
-		return nil, e2b.Errorf(e2b.CodeInvalidArgument, "E2b-Sandbox-Id is required")
+		return nil, errdefs.New(errdefs.ErrInvalid, "E2b-Sandbox-Id is required")
 	}
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
@@ -218,35 +229,39 @@ func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 		d.Counts().Unauthorized.Add(1)
 		// One answer for no sandbox and a wrong token: neither says
 		// which sandboxes exist.
-		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q not found, or the access token is not its", node.Shorten(id))
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
 	if sb.s.View().State != "active" {
-		return nil, e2b.Errorf(e2b.CodeNotFound, "sandbox %q has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
 	}
 	return sb, nil
 }
 
-// e2bUnary serves a unary Connect call of a sandbox.
+// e2bUnary serves a unary Connect call of a sandbox; h's error is
+// answered here (rpcError).
 func (d *Server) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sb, err := d.e2bEnvd(r)
+		v, err := d.e2bUnaryCall(r, h)
 		if err != nil {
-			e2b.WriteUnaryError(w, err)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, e2b.MaxMessage+1))
-		if err != nil || len(body) > e2b.MaxMessage {
-			e2b.WriteUnaryError(w, e2b.Errorf(e2b.CodeResourceExhaust, "request over %d KiB", e2b.MaxMessage>>10))
-			return
-		}
-		v, err := h(r, sb, body)
-		if err != nil {
-			e2b.WriteUnaryError(w, err)
+			e2b.WriteUnaryError(w, rpcError(err))
 			return
 		}
 		e2b.WriteUnary(w, v)
 	}
+}
+
+// e2bUnaryCall is a unary call's answer: its sandbox, its body, h's.
+func (d *Server) e2bUnaryCall(r *http.Request, h func(r *http.Request, sb *e2bSandbox, body []byte) (any, error)) (any, error) {
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, e2b.MaxMessage+1))
+	if err != nil || len(body) > e2b.MaxMessage {
+		return nil, errdefs.Errorf(errdefs.ErrLimit, "request over %d KiB", e2b.MaxMessage>>10)
+	}
+	return h(r, sb, body)
 }
 
 // e2bHealth answers envd's health check, which the SDK's isRunning asks:
@@ -256,18 +271,19 @@ func (d *Server) e2bUnary(h func(r *http.Request, sb *e2bSandbox, body []byte) (
 // another's token look the same, so the answer never tells which ids
 // exist. A check that names no sandbox (a load balancer's probe of the
 // listener) is answered 204: the listener is up.
-func (d *Server) e2bHealth(w http.ResponseWriter, r *http.Request) {
+func (d *Server) e2bHealth(w http.ResponseWriter, r *http.Request) error {
 	if r.Header.Get("E2b-Sandbox-Id") == "" {
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
 	sb, err := d.e2bEnvd(r)
 	if err == nil && !sb.s.Alive() {
-		err = e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended")
+		err = errEnded
 	}
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusBadGateway, err.Error())
-		return
+		// Worded as envd's Connect error: its code, then why.
+		return errdefs.Errorf(errNotRunning, "%s: %v", rpcCode(err), err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

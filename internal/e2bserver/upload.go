@@ -25,11 +25,9 @@ import (
 // The E2B upload: POST /files, one file (octet-stream, perhaps gzip) or
 // several (multipart, each part named by its filename).
 
-// Why an upload's body stopped short.
-var (
-	errUploadStalled = errors.New("the upload stalled")
-	errUploadEnded   = errors.New("the sandbox ended during the upload")
-)
+// errUploadEnded is why an upload's body stopped short when its sandbox
+// ended; errUploadStalled (errors.go) when its client stopped sending.
+var errUploadEnded = errdefs.New(errdefs.ErrNotFound, "the sandbox ended during the upload")
 
 // uploadBody is an upload's body, cut when its sandbox ends; each wait
 // for its next bytes is bounded by the server (httpx, at the
@@ -125,10 +123,10 @@ func partFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
-	sb := d.e2bFileSandbox(w, r, "write")
-	if sb == nil {
-		return
+func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
+	sb, err := d.e2bFileSandbox(r, "write")
+	if err != nil {
+		return err
 	}
 	defer sb.s.Leave()
 	body := &uploadBody{r: http.MaxBytesReader(w, r.Body, maxUpload), raw: r.Body, rc: http.NewResponseController(w)}
@@ -147,8 +145,7 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 	// another sandbox's.
 	ws, err := sb.s.Sandbox().OpenWorkspace()
 	if err != nil {
-		e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
-		return
+		return errEnded
 	}
 	defer ws.Close()
 	gone := func() bool {
@@ -159,35 +156,28 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			return !sb.s.Alive()
 		}
 	}
-	// bodyFailed answers a body that stopped short, if it did.
-	bodyFailed := func() bool {
-		switch body.failed() {
+	// bodyFailed is why the body stopped short, if it did, else err.
+	bodyFailed := func(err error) error {
+		switch why := body.failed(); why {
 		case errUploadStalled:
-			e2b.WriteAPIError(w, http.StatusRequestTimeout, fmt.Sprintf("the upload stalled: nothing came for %v", d.opts.StallTimeout))
+			return errdefs.Errorf(errUploadStalled, "the upload stalled: nothing came for %v", d.opts.StallTimeout)
 		case errUploadEnded:
-			e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox ended during the upload")
-		default:
-			return false
+			return why
 		}
-		return true
+		return err
 	}
-	put := func(p string, r io.Reader) (e2b.WrittenFile, bool) {
+	put := func(p string, r io.Reader) (e2b.WrittenFile, error) {
 		rel, err := e2bPath(p)
 		if err != nil {
-			e2b.WriteAPIError(w, http.StatusBadRequest, err.Error())
-			return e2b.WrittenFile{}, false
+			return e2b.WrittenFile{}, err
 		}
 		if gone() {
-			e2b.WriteAPIError(w, http.StatusNotFound, "the sandbox has ended")
-			return e2b.WrittenFile{}, false
+			return e2b.WrittenFile{}, errEnded
 		}
 		if _, err := sb.s.WriteIn(ws, rel, r); err != nil {
-			if !bodyFailed() {
-				e2bFileError(w, err)
-			}
-			return e2b.WrittenFile{}, false
+			return e2b.WrittenFile{}, bodyFailed(node.FileError(err))
 		}
-		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, true
+		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, nil
 	}
 	var in io.Reader = body
 	switch enc := r.Header.Get("Content-Encoding"); enc {
@@ -198,16 +188,12 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 		// under writeFile's cap, or parts skipped unwritten.
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			if !bodyFailed() {
-				e2b.WriteAPIError(w, http.StatusBadRequest, "the gzip body: "+err.Error())
-			}
-			return
+			return bodyFailed(errdefs.Errorf(errdefs.ErrInvalid, "the gzip body: %v", err))
 		}
 		defer zr.Close()
 		in = &inflated{r: zr, left: maxUpload}
 	default:
-		e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: only gzip is supported", node.Shorten(enc)))
-		return
+		return errdefs.Errorf(errdefs.ErrInvalid, "Content-Encoding %q: only gzip is supported", node.Shorten(enc))
 	}
 	var out []e2b.WrittenFile
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -218,18 +204,14 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			// Each part costs a write through the workspace: a body of
 			// empty parts should not make a million.
 			if parts == MaxParts {
-				e2b.WriteAPIError(w, http.StatusBadRequest, fmt.Sprintf("the multipart body has over %d parts", MaxParts))
-				return
+				return errdefs.Errorf(errdefs.ErrInvalid, "the multipart body has over %d parts", MaxParts)
 			}
 			part, err := mr.NextPart()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
-				if !bodyFailed() {
-					e2b.WriteAPIError(w, http.StatusBadRequest, "the multipart body: "+err.Error())
-				}
-				return
+				return bodyFailed(errdefs.Errorf(errdefs.ErrInvalid, "the multipart body: %v", err))
 			}
 			if part.FormName() != "file" {
 				continue
@@ -241,22 +223,22 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) {
 			if p == "" && !r.URL.Query().Has("signature") {
 				p = partFileName(part)
 			}
-			wf, ok := put(p, part)
-			if !ok {
-				return
+			wf, err := put(p, part)
+			if err != nil {
+				return err
 			}
 			out = append(out, wf)
 		}
 	default:
-		wf, ok := put(r.URL.Query().Get("path"), in)
-		if !ok {
-			return
+		wf, err := put(r.URL.Query().Get("path"), in)
+		if err != nil {
+			return err
 		}
 		out = append(out, wf)
 	}
 	if len(out) == 0 {
-		e2b.WriteAPIError(w, http.StatusBadRequest, `no file in the body (a multipart field "file", or the bytes themselves)`)
-		return
+		return errdefs.New(errdefs.ErrInvalid, `no file in the body (a multipart field "file", or the bytes themselves)`)
 	}
 	edge.WriteJSON(w, http.StatusOK, out)
+	return nil
 }

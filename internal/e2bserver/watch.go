@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/dirwatch"
 	"github.com/airlockhq/airlock/internal/node"
@@ -54,12 +55,12 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.IncludeEntry {
-		st.end(e2b.Errorf(e2b.CodeUnimplemented, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion))
+		st.end(errdefs.Errorf(errUnsupported, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion))
 		return
 	}
 	rel, err := e2bFSPath(req.Path)
 	if err != nil {
-		st.end(e2b.Errorf(e2b.CodeInvalidArgument, "%v", err))
+		st.end(err)
 		return
 	}
 	life, err := connectTimeout(r)
@@ -112,16 +113,16 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		case err := <-errc:
 			switch {
 			case errors.Is(err, dirwatch.ErrGone):
-				st.end(e2b.Errorf(e2b.CodeNotFound, "%s: the watched directory was removed", node.Shorten(req.Path)))
+				st.end(errdefs.Errorf(errdefs.ErrNotFound, "%s: the watched directory was removed", node.Shorten(req.Path)))
 			default:
 				st.end(e2bFSError(req.Path, err))
 			}
 			return
 		case <-sb.s.Ending():
-			st.end(e2b.Errorf(e2b.CodeNotFound, "the sandbox has ended"))
+			st.end(errEnded)
 			return
 		case <-deadline:
-			st.end(e2b.Errorf(e2b.CodeDeadlineExceeded, "the watch's timeout of %v passed", life))
+			st.end(errdefs.Errorf(errTimedOut, "the watch's timeout of %v passed", life))
 			return
 		case <-ka.C:
 			st.write(0, map[string]any{"keepalive": struct{}{}}, true)
@@ -140,9 +141,9 @@ func (d *Server) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
 	defer sb.mu.Unlock()
 	switch {
 	case sb.watches >= MaxWatchesPerSandbox:
-		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "a sandbox may have %d directory watches at once; stop one first", MaxWatchesPerSandbox)
+		return nil, errdefs.Errorf(errdefs.ErrLimit, "a sandbox may have %d directory watches at once; stop one first", MaxWatchesPerSandbox)
 	case d.e2b.watches >= maxWatches:
-		return nil, e2b.Errorf(e2b.CodeResourceExhaust, "this airlock serves %d directory watches at once, all in use; try again later", maxWatches)
+		return nil, errdefs.Errorf(errBusy, "this airlock serves %d directory watches at once, all in use; try again later", maxWatches)
 	}
 	sb.watches++
 	d.e2b.watches++
