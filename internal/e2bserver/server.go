@@ -1,6 +1,13 @@
+// Package e2bserver is the node's E2B-compatible edge (docs/e2b.md): an
+// E2B sandbox is a session of the node, its template a tool, its API key
+// a token. Both the control plane and the sandbox-side ("envd") calls
+// are served on one listener, server.e2b. It translates E2B's wire
+// formats (REST with {code, message} errors; Connect for envd's process
+// and filesystem services) to the node's lifecycles.
 package e2bserver
 
 import (
+	"context"
 	"crypto/subtle"
 	"io"
 	"log/slog"
@@ -10,23 +17,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/result"
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/sandbox"
 )
-
-// Package e2bserver is the node's E2B-compatible edge (docs/e2b.md): an
-// E2B sandbox is a session of the node, its template a tool, its API key
-// a token. Both the control plane and the sandbox-side ("envd") calls
-// are served on one listener, server.e2b. It translates E2B's wire
-// formats (REST with {code, message} errors; Connect for envd's process
-// and filesystem services) to the node's lifecycles.
 
 // e2bDefaultTimeout is a sandbox's life when create names none, as E2B's.
 const e2bDefaultTimeout = 300 * time.Second
@@ -70,7 +73,7 @@ type Options struct {
 
 // Server serves the E2B API of a node.
 type Server struct {
-	*node.Node
+	Core
 	*edge.Guard
 	opts Options
 	e2b  e2bTable
@@ -82,9 +85,21 @@ const maxBody = 1 << 20
 // maxFile bounds one file written into or read out of a workspace.
 const maxFile = node.MaxFile
 
+// Core is what the E2B API asks of the node (*node.Node).
+type Core interface {
+	Audit() *audit.Log
+	Counts() *node.Counters
+	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
+	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Plan(tool string) attach.Plan
+	SessionsOf(c *node.Caller) []*node.Session
+}
+
+var _ Core = (*node.Node)(nil)
+
 // New returns the E2B edge of n, guarded by g.
-func New(n *node.Node, g *edge.Guard, opts Options) *Server {
-	return &Server{Node: n, Guard: g, opts: opts}
+func New(n Core, g *edge.Guard, opts Options) *Server {
+	return &Server{Core: n, Guard: g, opts: opts}
 }
 
 // Handler is the edge's handler of every request.
