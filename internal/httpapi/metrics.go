@@ -5,20 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 )
-
-// counters are the daemon's own counts, besides each pool's.
-type counters struct {
-	runs         atomic.Int64 // runs answered
-	failures     atomic.Int64 // runs that could not get a sandbox
-	requests     atomic.Int64 // API requests
-	unauthorized atomic.Int64 // refused for want of a valid token
-	forbidden    atomic.Int64 // refused for a tool outside the token's scope
-	// auditRefusals counts runs and sessions refused because the audit
-	// log could not be written.
-	auditRefusals atomic.Int64
-}
 
 // getMetrics serves the Prometheus text format (version 0.0.4).
 func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
