@@ -32,9 +32,6 @@ func (c *Caller) Allows(tool string) bool {
 	return c != nil && (c.Token == nil || c.Token.AllowsTool(tool))
 }
 
-// IsLocal reports whether c is the local socket's caller.
-func (c *Caller) IsLocal() bool { return c == Local }
-
 // Sees reports whether c may see what owner (a Caller's Name) started:
 // the local socket sees all, a token its own.
 func (c *Caller) Sees(owner string) bool {

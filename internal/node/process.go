@@ -23,7 +23,6 @@ type Process struct {
 	Stdout io.ReadCloser
 
 	sb     *sandbox.Sandbox
-	stdinR *io.PipeReader
 	stderr *tailWriter
 	done   chan struct{} // closed once the command has ended
 	stop   sync.Once
@@ -55,7 +54,7 @@ func (n *Node) StartProcess(ctx context.Context, t *config.Tool, c *Caller, clie
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	p := &Process{Stdin: inW, Stdout: outR, sb: sb, stdinR: inR, stderr: &tailWriter{max: 2048}, done: make(chan struct{})}
+	p := &Process{Stdin: inW, Stdout: outR, sb: sb, stderr: &tailWriter{max: 2048}, done: make(chan struct{})}
 	dropLive := n.live.add(&liveRun{id: scope.run, kind: "server", tool: t.Name, client: client, owner: c.Name, sb: sb, started: time.Now(), kill: func(string) { p.Stop() }})
 	go func() {
 		defer dropLive()
