@@ -61,6 +61,9 @@ const (
 	// KindCapped: a sandbox made more decisions than are recorded for
 	// one sandbox; the rest are not in the log.
 	KindCapped = "audit.capped"
+	// KindCode: code run in a session's code interpreter (E2B's
+	// runCode); its detail has the code (bounded) and how it ended.
+	KindCode = "session.code"
 )
 
 // Kinds are every kind of event, in the order above.

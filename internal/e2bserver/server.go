@@ -51,6 +51,11 @@ type e2bSandbox struct {
 	// CPU milliseconds.
 	metricAt  time.Time
 	metricCPU int64
+
+	// kernelMu guards kernel, the code interpreter's kernel of the
+	// default context (interpreter.go), started on first use.
+	kernelMu sync.Mutex
+	kernel   *e2bKernel
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -92,6 +97,7 @@ type Core interface {
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Plan(tool string) attach.Plan
+	RecordCode(client string, s *node.Session, code string, count int, errName string, took time.Duration, err error)
 	SessionsOf(c *node.Caller) []*node.Session
 }
 
@@ -152,6 +158,7 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /process.Process/CloseStdin", d.e2bUnary(d.e2bCloseStdin))
 	mux.HandleFunc("POST /process.Process/Update", d.e2bUnary(d.e2bUpdate))
 	d.e2bFSRoutes(mux)
+	mux.HandleFunc("POST /execute", d.e2bExecute)
 	mux.HandleFunc("GET /files", answer(d.e2bReadFile))
 	mux.HandleFunc("POST /files", answer(d.e2bWriteFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -47,7 +47,14 @@ for target, name in ((1, "stdout"), (2, "stderr")):
 
 from ipykernel.inprocess.manager import InProcessKernelManager  # noqa: E402
 
-km = InProcessKernelManager()
+from traitlets.config import Config  # noqa: E402
+
+# No history file: each kernel's history is its own, in memory (a file
+# shared by a context's successive kernels could be left locked by one
+# killed mid-write).
+config = Config()
+config.HistoryManager.hist_file = ":memory:"
+km = InProcessKernelManager(config=config)
 km.start_kernel()
 kernel = km.kernel
 send = kernel.session.send

@@ -45,6 +45,8 @@ const (
 	MaxLine = 8 << 20
 	// MaxOutput bounds what one execution may say in all.
 	MaxOutput = 64 << 20
+	// maxStartOutput bounds what a kernel may say before it is ready.
+	maxStartOutput = 1 << 20
 )
 
 // Event is one thing an execution says, in the order it says it.
@@ -89,14 +91,24 @@ type Kernel struct {
 // bridge's "ready", as long as ctx lets it.
 func New(ctx context.Context, in io.Writer, out io.Reader, interrupt func()) (*Kernel, error) {
 	k := &Kernel{in: in, out: bufio.NewReaderSize(out, 64<<10), interrupt: interrupt}
-	msg, err := k.next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if msg.Type != "ready" {
+	said := 0
+	for {
+		msg, err := k.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		switch msg.Type {
+		case "ready":
+			return k, nil
+		case "stdout", "stderr":
+			// Python's and IPython's own warnings as they start: not
+			// an execution's, and not the caller's.
+			if said += len(msg.Text); said <= maxStartOutput {
+				continue
+			}
+		}
 		return nil, fmt.Errorf("%w: it said %q before it was ready", ErrBroken, msg.Type)
 	}
-	return k, nil
 }
 
 // wire is a line of the bridge, as it is allowed to be.

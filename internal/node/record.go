@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/result"
@@ -246,6 +247,26 @@ func (n *Node) RecordFile(client string, s *Session, op, path string, size int64
 	detail := map[string]any{"op": op, "path": Shorten(path), "bytes": size}
 	if err != nil {
 		e.Decision, detail["error"] = audit.Deny, err.Error()
+	}
+	e.Detail = audit.Detail(detail)
+	n.audit.Record(e)
+}
+
+// maxAuditCode bounds the code a session.code event keeps.
+const maxAuditCode = 4096
+
+// RecordCode records code run in a session's code interpreter: the code
+// (bounded), its execution's number, the error it ended with (its name;
+// "" for none) and how long it took. err, when set, is why the
+// execution did not end normally (interrupted, the kernel broken).
+func (n *Node) RecordCode(client string, s *Session, code string, count int, errName string, took time.Duration, err error) {
+	e := audit.Event{Kind: audit.KindCode, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: client, Decision: audit.Allow}
+	if len(code) > maxAuditCode {
+		code = code[:maxAuditCode] + "..."
+	}
+	detail := map[string]any{"code": code, "execution_count": count, "error": errName, "duration_ms": took.Milliseconds()}
+	if err != nil {
+		detail["ended"] = err.Error()
 	}
 	e.Detail = audit.Detail(detail)
 	n.audit.Record(e)

@@ -1,0 +1,289 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/interp"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+)
+
+// needKernel skips a test of the code interpreter on a host whose
+// Python has no ipykernel: the sandboxes of a host-image tool run the
+// host's. The test script installs it, so CI never skips.
+func needKernel(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(interp.Python, "-c", "import ipykernel").Run(); err != nil {
+		t.Skipf("%s has no ipykernel (apt-get install python3-ipykernel): %v", interp.Python, err)
+	}
+}
+
+// execute sends runCode's request (as the E2B SDKs do: the sandbox's id,
+// port 49999 and its access token in headers) and returns the answer's
+// lines.
+func execute(t *testing.T, base string, sb e2b.Sandbox, body string) (int, []map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/execute", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, []map[string]any{{"body": string(b)}}
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("a line that is not JSON: %q", sc.Text())
+		}
+		lines = append(lines, m)
+	}
+	return 200, lines
+}
+
+// lineKinds is the lines' types, with the text of output and results.
+func lineKinds(lines []map[string]any) string {
+	var out []string
+	for _, l := range lines {
+		s, _ := l["type"].(string)
+		switch s {
+		case "stdout", "stderr", "result":
+			if l["timestamp"] == nil && s != "result" {
+				s += "(no timestamp)"
+			}
+			s += "=" + strings.TrimSpace(str(l["text"]))
+		case "error":
+			s += "=" + str(l["name"])
+		case "number_of_executions":
+			s += "=" + jsonText(l["execution_count"])
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func jsonText(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestInterpreter: E2B's runCode (POST /execute on port 49999) runs in a
+// real IPython kernel inside the sandbox, as the sandbox's user: the
+// answer's lines in E2B's order, state kept between calls, an error by
+// name, per-call env that does not last, and what the default context
+// cannot serve refused by name. Another key's sandbox, or a wrong access
+// token, finds nothing.
+func TestInterpreter(t *testing.T) {
+	needKernel(t)
+	d, base := serveE2BDaemon(t, "", nil)
+	sb := e2bCreate(t, base)
+	for _, tt := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"code":"x = 21\nimport os\nprint(os.getuid())"}`, 200, "number_of_executions=1 stdout=1000 end_of_execution"},
+		{`{"code":"x * 2","context_id":null,"language":null,"env_vars":null}`, 200, "number_of_executions=2 result=42 end_of_execution"},
+		{`{"code":"display('shown'); 1/0"}`, 200, "number_of_executions=3 result='shown' error=ZeroDivisionError end_of_execution"},
+		{`{"code":"os.environ['ONCE']","env_vars":{"ONCE":"yes"}}`, 200, "number_of_executions=4 result='yes' end_of_execution"},
+		{`{"code":"'ONCE' in os.environ"}`, 200, "number_of_executions=5 result=False end_of_execution"},
+		{`{"code":"1","language":"js"}`, 400, ""},
+		{`{"code":"1","context_id":"c1","language":"python"}`, 400, ""},
+		{`{"code":"1","context_id":"c1"}`, 404, ""},
+	} {
+		status, lines := execute(t, base, sb, tt.body)
+		if status != tt.status || (tt.want != "" && lineKinds(lines) != tt.want) {
+			t.Errorf("%s: %d %s, want %d %s", tt.body, status, lineKinds(lines), tt.status, tt.want)
+		}
+	}
+	// Each execution is in the audit log, the code and how it ended;
+	// the refused requests ran nothing.
+	if err := d.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := d.Audit().Query(t.Context(), audit.Query{Kind: audit.KindCode, Session: sb.SandboxID})
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("session.code events: %d %v, want the 5 executions", len(evs), err)
+	}
+	var third struct {
+		Code  string `json:"code"`
+		Count int    `json:"execution_count"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(evs[2].Detail, &third); err != nil || third.Count != 3 || third.Error != "ZeroDivisionError" || !strings.Contains(third.Code, "1/0") {
+		t.Errorf("the third execution's record: %s %v", evs[2].Detail, err)
+	}
+	// A wrong token finds no sandbox.
+	wrong := sb
+	wrong.EnvdAccessToken = "not-its-token"
+	if status, _ := execute(t, base, wrong, `{"code":"1"}`); status != 404 {
+		t.Errorf("a wrong access token: %d, want 404", status)
+	}
+}
+
+// TestInterpreterInterrupted: an execution whose client goes away is
+// interrupted; the context, its state kept, runs the next one.
+func TestInterpreterInterrupted(t *testing.T) {
+	needKernel(t)
+	base := serveE2B(t, "")
+	sb := e2bCreate(t, base)
+	if _, lines := execute(t, base, sb, `{"code":"kept = 7"}`); lineKinds(lines) != "number_of_executions=1 end_of_execution" {
+		t.Fatalf("first: %s", lineKinds(lines))
+	}
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import time\nwhile True: time.sleep(0.05)"}`))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	client := &http.Client{Timeout: time.Second}
+	if resp, err := client.Do(req); err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatal("an endless execution ended")
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, lines := execute(t, base, sb, `{"code":"kept * 6"}`)
+		if strings.Contains(lineKinds(lines), "result=42") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the context after its client went away: %s", lineKinds(lines))
+		}
+	}
+}
+
+// e2bInterpreterSDK is the official @e2b/code-interpreter SDK's entry
+// point, which scripts/test installs pinned (2.8.0) beside e2b's.
+func e2bInterpreterSDK(t *testing.T) string {
+	t.Helper()
+	e2bSDK(t) // the same directory, and node
+	p := filepath.Join(os.Getenv("AIRLOCK_TEST_E2B_MODULES"), "@e2b", "code-interpreter", "dist", "index.mjs")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("AIRLOCK_TEST_E2B_MODULES is set, but @e2b/code-interpreter is not there: %v", err)
+	}
+	return p
+}
+
+// TestInterpreterSDK drives the code interpreter with the official
+// @e2b/code-interpreter SDK, unchanged, as a code-running agent would:
+// its default template, print and the main result, state across calls,
+// output callbacks with timestamps, an exception's name, value and
+// traceback, a display, per-call env that does not last, a language
+// airlock does not serve, a timeout that interrupts (the context then
+// still usable), and the sandbox gone after its kill.
+func TestInterpreterSDK(t *testing.T) {
+	needKernel(t)
+	sdk := e2bInterpreterSDK(t)
+	isolatednet.Require(t)
+	base := serveE2B(t, "  code-interpreter-v1: {}\n")
+	cmd := exec.Command("node", "testdata/e2b_interpreter.mjs")
+	cmd.Env = append(os.Environ(), "E2B_CI_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	steps := scriptSteps(outb)
+	t.Logf("the SDK said:\n%s", outb)
+	if err != nil || steps["fatal"] != nil {
+		t.Fatalf("the SDK's script: %v\n%s\n%s", err, outb, stderr.String())
+	}
+	want := map[string]string{
+		"created":      `true`,
+		"print":        `{"stdout":["hi\n"],"results":0,"count":1}`,
+		"main":         `{"text":"42","main":true,"error":null}`,
+		"callbacks":    `[["stdout","out\n","number"],["stderr","err\n","number"]]`,
+		"error":        `{"name":"ZeroDivisionError","value":"division by zero","traceback":true,"results":["'shown'"]}`,
+		"env":          `"'yes'"`,
+		"envgone":      `"False"`,
+		"timeout":      `"TimeoutError"`,
+		"aftertimeout": `"21"`,
+		"afterkill":    `"NotFoundError"`,
+	}
+	for k, w := range want {
+		if string(steps[k]) != w {
+			t.Errorf("%s: got %s, want %s", k, steps[k], w)
+		}
+	}
+	// The SDK says only the status of a 400 (the answer's text, which
+	// names the language, is checked in TestInterpreter).
+	var lang struct{ Name, Message string }
+	if err := json.Unmarshal(steps["language"], &lang); err != nil || lang.Name != "SandboxError" || !strings.HasPrefix(lang.Message, "400") {
+		t.Errorf("a language airlock does not serve: %s", steps["language"])
+	}
+}
+
+// TestInterpreterHostileKernel: code that forges the kernel's protocol
+// (it can reach the bridge's descriptors from inside) breaks only its own
+// kernel: the execution ends with a KernelError, the host and the sandbox
+// go on, and the next execution gets a fresh kernel. Code that floods its
+// output meets the sandbox's output ceiling: the sandbox is destroyed,
+// the execution ends with the limit by name, and later calls find
+// nothing.
+func TestInterpreterHostileKernel(t *testing.T) {
+	needKernel(t)
+	base := serveE2B(t, "")
+	sb := e2bCreate(t, base)
+	forge := func(line string) string {
+		return "import os\nfor fd in range(3, 64):\n    try: os.write(fd, " + line + ")\n    except OSError: pass"
+	}
+	for _, tt := range []struct{ name, code string }{
+		{"a forged line", forge(`b'{"type":"exec","cmd":"rm -rf /"}\n'`)},
+		{"a line past the bound", forge(`b'{"type":"stdout","text":"' + b'x' * (9 << 20)`)},
+	} {
+		t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+			if _, lines := execute(t, base, sb, `{"code":"kept = 1"}`); !strings.HasSuffix(lineKinds(lines), "end_of_execution") {
+				t.Fatalf("before: %s", lineKinds(lines))
+			}
+			body, _ := json.Marshal(map[string]string{"code": tt.code})
+			status, lines := execute(t, base, sb, string(body))
+			if k := lineKinds(lines); status != 200 || !strings.Contains(k, "error=KernelError") || !strings.HasSuffix(k, "end_of_execution") {
+				t.Errorf("the hostile execution: %d %.300s", status, k)
+			}
+			for _, l := range lines {
+				switch l["type"] {
+				case "number_of_executions", "stdout", "stderr", "result", "error", "keepalive", "end_of_execution":
+				default:
+					t.Errorf("a line the kernel forged reached the client: %v", l)
+				}
+			}
+			// A fresh kernel: the state went with the broken one.
+			if _, lines := execute(t, base, sb, `{"code":"'kept' in dir()"}`); !strings.Contains(lineKinds(lines), "result=False") {
+				t.Errorf("after: %s", lineKinds(lines))
+			}
+		})
+	}
+	t.Run("a_flood", func(t *testing.T) {
+		sb := e2bCreate(t, base)
+		status, lines := execute(t, base, sb, `{"code":"import sys\nfor _ in range(80): sys.stdout.write('y' * (1 << 20)); sys.stdout.flush()"}`)
+		last := ""
+		for _, l := range lines {
+			if l["type"] == "error" {
+				last = str(l["name"]) + ": " + str(l["value"])
+			}
+		}
+		if status != 200 || !strings.HasPrefix(last, "LimitExceeded") || !strings.Contains(last, "output") {
+			t.Errorf("a flood: %d, its error %q", status, last)
+		}
+		if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 404 {
+			t.Errorf("a call after the breach: %d, want 404", status)
+		}
+	})
+}

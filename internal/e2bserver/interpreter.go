@@ -1,0 +1,335 @@
+package e2bserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/edge"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/interp"
+	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// The code interpreter (docs/e2b.md; decision 0026): E2B's
+// @e2b/code-interpreter and e2b-code-interpreter SDKs send runCode to the
+// sandbox's port 49999 (E2b-Sandbox-Port), POST /execute, and read its
+// answer as JSON lines. Each sandbox's default context is a real IPython
+// kernel (internal/interp) run in the sandbox as a command of its
+// session, started on first use; its output is translated here, line by
+// line, and nothing it says is trusted.
+
+const (
+	// kernelStart bounds a kernel's start, to its bridge's "ready".
+	kernelStart = 60 * time.Second
+	// silenceKeepalive: an execution that says nothing for this long
+	// sends a keepalive line, as E2B's server does.
+	silenceKeepalive = 5 * time.Second
+)
+
+// e2bKernel is a sandbox's running kernel.
+type e2bKernel struct {
+	k      *interp.Kernel
+	signal chan unix.Signal
+	// stdin and stdout are the host's ends of the command's pipes.
+	stdin  *io.PipeWriter
+	stdout *io.PipeReader
+	done   chan struct{} // closed once its command has ended
+	// end is how its command ended, once done is closed (nil: airlock's
+	// own failure, as Exec said).
+	end *result.Result
+}
+
+// dead reports whether the kernel's command has ended.
+func (kp *e2bKernel) dead() bool {
+	select {
+	case <-kp.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends the kernel's command. Its pipes close too: the command's
+// output, no longer read, must not hold its exec (and the session's end,
+// which waits for it) on a write that would never finish.
+func (kp *e2bKernel) kill() {
+	select {
+	case kp.signal <- unix.SIGKILL:
+	default:
+	}
+	_ = kp.stdout.CloseWithError(interp.ErrBroken)
+	_ = kp.stdin.Close()
+}
+
+// kernelOf returns sb's default context's kernel, starting it on first
+// use (or after the last one ended): the bridge as a command of the
+// session, which lives until the session ends or the kernel breaks.
+func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox) (*e2bKernel, error) {
+	sb.kernelMu.Lock()
+	defer sb.kernelMu.Unlock()
+	if kp := sb.kernel; kp != nil && !kp.dead() {
+		return kp, nil
+	}
+	if !sb.s.Enter() {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	kp := &e2bKernel{signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{})}
+	x := sandbox.ExecRequest{
+		Argv:   interp.Argv(),
+		Env:    append(interp.Env(), sb.env...),
+		Dir:    node.Workdir("", sb.s.Tool()),
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: io.Discard,
+		Signal: kp.signal,
+	}
+	client := edge.ClientOf(r)
+	go func() {
+		defer sb.s.Leave()
+		// Not the request's context: the kernel outlives its first call.
+		res, _ := d.Exec(context.WithoutCancel(r.Context()), sb.s, client, x)
+		kp.end = res
+		_ = outW.CloseWithError(io.EOF)
+		_ = inR.Close()
+		close(kp.done)
+	}()
+	ctx, cancel := context.WithTimeout(r.Context(), kernelStart)
+	defer cancel()
+	k, err := interp.New(ctx, inW, outR, func() {
+		select {
+		case kp.signal <- unix.SIGINT:
+		default:
+		}
+	})
+	if err != nil {
+		kp.kill()
+		<-kp.done
+		if !sb.s.Alive() {
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
+		}
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the sandbox's Python kernel did not start (the tool's image needs python3 with ipykernel: docs/e2b.md)")
+	}
+	kp.k = k
+	sb.kernel = kp
+	return kp, nil
+}
+
+// executeRequest is POST /execute's body. The JS SDK leaves absent
+// fields out, the Python SDK sends them as null: both are taken.
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID *string           `json:"context_id"`
+	Language  *string           `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+// e2bExecute is POST /execute: code run in the sandbox's default
+// context, its output as JSON lines in E2B's order.
+func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var req executeRequest
+	if err := e2bDecode(r, &req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if err := checkExecute(req); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	kp, err := d.kernelOf(r, sb)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &executeStream{out: httpx.NewStream(w, d.opts.StallTimeout), last: time.Now()}
+	// The execution ends with its client: a client gone, or one that
+	// stopped reading, interrupts it; the context keeps its state.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	out.failed = cancel
+	stop := out.keepalive()
+	defer stop()
+	start := time.Now()
+	err = kp.k.Execute(ctx, req.Code, req.EnvVars, out.event)
+	if errors.Is(err, interp.ErrBroken) {
+		out.event(kernelEnd(kp))
+	}
+	out.mu.Lock()
+	count, errName := out.count, out.errName
+	out.mu.Unlock()
+	d.RecordCode(edge.ClientOf(r), sb.s, req.Code, count, errName, time.Since(start), err)
+	out.line(map[string]any{"type": "end_of_execution"})
+	out.out.End()
+}
+
+// checkExecute refuses what the default context cannot serve.
+func checkExecute(req executeRequest) error {
+	if req.ContextID != nil && req.Language != nil {
+		return errdefs.New(errdefs.ErrInvalid, "context_id and language cannot both be given")
+	}
+	if req.ContextID != nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "Context %s not found", node.Shorten(*req.ContextID))
+	}
+	if req.Language != nil {
+		lang := strings.ToLower(*req.Language)
+		switch lang {
+		case "", "python":
+			return nil
+		case "js":
+			lang = "javascript"
+		case "ts":
+			lang = "typescript"
+		}
+		return errdefs.Errorf(errdefs.ErrInvalid, "language %q is not served: airlock's code interpreter runs Python", node.Shorten(lang))
+	}
+	return nil
+}
+
+// executeStream writes an execution's lines.
+type executeStream struct {
+	mu   sync.Mutex // guards out, last, gone, count and errName
+	out  *httpx.Stream
+	last time.Time
+	gone bool
+	// count is the execution's number; errName its first error's name,
+	// the one E2B sends.
+	count   int
+	errName string
+	failed  context.CancelCauseFunc
+}
+
+// line writes one line, unless the client is gone.
+func (s *executeStream) line(v map[string]any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return
+	}
+	s.last = time.Now()
+	if err := s.out.Send(append(b, '\n')); err != nil {
+		s.gone = true
+		if s.failed != nil {
+			s.failed(fmt.Errorf("the client's stream broke: %w", err))
+		}
+	}
+}
+
+// keepalive sends a keepalive line after each silence of
+// silenceKeepalive, until stop.
+func (s *executeStream) keepalive() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(silenceKeepalive / 5)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.mu.Lock()
+				quiet := time.Since(s.last) >= silenceKeepalive
+				s.mu.Unlock()
+				if quiet {
+					s.line(map[string]any{"type": "keepalive"})
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// resultKeys are E2B's names of a result's forms, by MIME type; other
+// forms go in its "extra".
+var resultKeys = map[string]string{
+	"text/plain":             "text",
+	"text/html":              "html",
+	"text/markdown":          "markdown",
+	"image/svg+xml":          "svg",
+	"image/png":              "png",
+	"image/jpeg":             "jpeg",
+	"application/pdf":        "pdf",
+	"text/latex":             "latex",
+	"application/json":       "json",
+	"application/javascript": "javascript",
+}
+
+// event writes one of the kernel's events as E2B's line.
+func (s *executeStream) event(ev interp.Event) {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	switch ev.Type {
+	case "count":
+		s.mu.Lock()
+		s.count = ev.Count
+		s.mu.Unlock()
+		s.line(map[string]any{"type": "number_of_executions", "execution_count": ev.Count})
+	case "stdout", "stderr":
+		s.line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": now})
+	case "result":
+		line := map[string]any{"type": "result", "is_main_result": ev.Main}
+		extra := map[string]json.RawMessage{}
+		for mime, v := range ev.Data {
+			if k, ok := resultKeys[mime]; ok {
+				line[k] = v
+			} else {
+				extra[mime] = v
+			}
+		}
+		if len(extra) > 0 {
+			line["extra"] = extra
+		}
+		s.line(line)
+	case "error":
+		s.mu.Lock()
+		first := s.errName == ""
+		if first {
+			s.errName = ev.Name
+			if s.errName == "" {
+				s.errName = "Error"
+			}
+		}
+		s.mu.Unlock()
+		if first {
+			s.line(map[string]any{"type": "error", "name": ev.Name, "value": ev.Value, "traceback": ev.Traceback})
+		}
+	}
+}
+
+// kernelEnd is the error an execution ends with when its kernel broke:
+// the limit its sandbox breached, by name, when that ended it (the
+// sandbox is then gone, and later calls find nothing); else the kernel
+// is ended, and the next call starts another, its state gone.
+func kernelEnd(kp *e2bKernel) interp.Event {
+	kp.kill()
+	select {
+	case <-kp.done:
+	case <-time.After(5 * time.Second):
+	}
+	if kp.dead() && kp.end != nil && kp.end.Outcome == result.LimitExceeded && kp.end.Limit != nil {
+		return interp.Event{Type: "error", Name: "LimitExceeded", Value: "the sandbox breached its " + kp.end.Limit.String() + " and was destroyed"}
+	}
+	return interp.Event{Type: "error", Name: "KernelError", Value: "the kernel broke its protocol and was ended; its state is lost"}
+}
