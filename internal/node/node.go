@@ -297,8 +297,8 @@ func (n *Node) Quit() { n.quitNow() }
 func (n *Node) Quitting() context.Context { return n.quit }
 
 // Stop ends every session (their sandboxes destroyed), waits for the
-// sandboxes being destroyed after their answer, closes the pools and the
-// runtime. What holds sandboxes of its own on the node (an edge's MCP
+// sandboxes being destroyed after their answer, closes the pools, sweeps
+// what dead airlock processes left, and closes the runtime. What holds sandboxes of its own on the node (an edge's MCP
 // servers) is stopped first, by its owner.
 func (n *Node) Stop(ctx context.Context) error {
 	n.quitNow()
@@ -309,6 +309,15 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.destroying.Wait()
 	err := n.closePools(ctx)
 	n.prebinds.Wait()
+	// A predecessor's leftover whose lock was still held when this node
+	// started (a process of the killed daemon still dying) was skipped
+	// by the start's sweep: it is swept now, so that a stop leaves
+	// nothing of a dead airlock process behind either.
+	if c, serr := n.rt.Sweep(ctx); serr != nil {
+		n.opts.Logger.Warn("sweep leftovers at stop", "err", serr)
+	} else if c > 0 {
+		n.opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", c)
+	}
 	n.rt.Close()
 	return err
 }
