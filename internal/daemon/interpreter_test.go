@@ -189,7 +189,9 @@ func e2bInterpreterSDK(t *testing.T) string {
 // output callbacks with timestamps, an exception's name, value and
 // traceback, a display, per-call env that does not last, a language
 // airlock does not serve, a timeout that interrupts (the context then
-// still usable), and the sandbox gone after its kill.
+// still usable), contexts (one with its own directory and state, bash by
+// language, the list, restart, remove), and the sandbox gone after its
+// kill.
 func TestInterpreterSDK(t *testing.T) {
 	needKernel(t)
 	sdk := e2bInterpreterSDK(t)
@@ -214,6 +216,13 @@ func TestInterpreterSDK(t *testing.T) {
 		"env":          `"'yes'"`,
 		"envgone":      `"False"`,
 		"timeout":      `"TimeoutError"`,
+		"context":      `{"language":"python","cwd":"/tmp"}`,
+		"incontext":    `"('/tmp', False)"`,
+		"bash":         `{"stdout":["42\n"],"error":null}`,
+		"bashstate":    `{"stdout":["6\n"],"error":"ExitCode"}`,
+		"list":         `[["python",false],["python",true],["bash",false]]`,
+		"restarted":    `"NameError"`,
+		"removed":      `["NotFoundError",true]`,
 		"aftertimeout": `"21"`,
 		"afterkill":    `"NotFoundError"`,
 	}
@@ -286,4 +295,137 @@ func TestInterpreterHostileKernel(t *testing.T) {
 			t.Errorf("a call after the breach: %d, want 404", status)
 		}
 	})
+}
+
+// interpCall sends a code interpreter call as the SDK does (the
+// sandbox's id and port 49999), with the traffic access token the SDK
+// sends on every such call, and returns its status and body.
+func interpCall(t *testing.T, base string, sb e2b.Sandbox, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	if sb.TrafficAccessToken != nil {
+		req.Header.Set("E2B-Traffic-Access-Token", *sb.TrafficAccessToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// TestInterpreterContexts: E2B's /contexts on the wire. Contexts made,
+// listed in order (the default Python one first), each with its own
+// state and working directory; a bash context that keeps its shell's
+// state; restart (state gone, the id kept) and delete (then not found);
+// what cannot be served refused by name, and nothing made for it; a
+// context of one sandbox not found through another's; no token, no
+// sandbox.
+func TestInterpreterContexts(t *testing.T) {
+	needKernel(t)
+	base := serveE2B(t, "")
+	sb := e2bCreate(t, base)
+	if sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == "" {
+		t.Fatal("create gave no trafficAccessToken, which the SDK sends on the interpreter's calls")
+	}
+	if status, body := interpCall(t, base, sb, "GET", "/health", ""); status != 200 || body != `"OK"` {
+		t.Errorf("health: %d %s", status, body)
+	}
+	var ctxs []struct{ ID, Language, CWD string }
+	status, body := interpCall(t, base, sb, "GET", "/contexts", "")
+	if err := json.Unmarshal([]byte(body), &ctxs); status != 200 || err != nil || len(ctxs) != 1 || ctxs[0].Language != "python" {
+		t.Fatalf("the first list: %d %s", status, body)
+	}
+	def := ctxs[0]
+	// A context of its own, in /tmp: its own state and directory.
+	var tmp struct{ ID, Language, CWD string }
+	status, body = interpCall(t, base, sb, "POST", "/contexts", `{"language":"Python","cwd":"/tmp"}`)
+	if err := json.Unmarshal([]byte(body), &tmp); status != 200 || err != nil || tmp.Language != "python" || tmp.CWD != "/tmp" || tmp.ID == def.ID {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	run := func(body string) string {
+		t.Helper()
+		_, lines := execute(t, base, sb, body)
+		return lineKinds(lines)
+	}
+	if got := run(`{"code":"x = 'default'"}`); got != "number_of_executions=1 end_of_execution" {
+		t.Errorf("default: %s", got)
+	}
+	if got := run(`{"code":"import os; os.getcwd(), 'x' in dir()","context_id":"` + tmp.ID + `"}`); got != "number_of_executions=1 result=('/tmp', False) end_of_execution" {
+		t.Errorf("the /tmp context: %s", got)
+	}
+	if got := run(`{"code":"x","context_id":"` + def.ID + `"}`); got != "number_of_executions=2 result='default' end_of_execution" {
+		t.Errorf("the default context by id: %s", got)
+	}
+	// bash, by language: its default context, its shell's state kept.
+	if got := run(`{"code":"cd /tmp; y=5; echo $USER_SET","language":"bash","env_vars":{"USER_SET":"once"}}`); got != "number_of_executions=1 stdout=once end_of_execution" {
+		t.Errorf("bash: %s", got)
+	}
+	if got := run(`{"code":"echo $PWD $y ${USER_SET-unset}; exit_code_here() { return 3; }; exit_code_here","language":"BASH"}`); got != "number_of_executions=2 stdout=/tmp 5 unset error=ExitCode end_of_execution" {
+		t.Errorf("bash again: %s", got)
+	}
+	status, body = interpCall(t, base, sb, "GET", "/contexts", "")
+	if err := json.Unmarshal([]byte(body), &ctxs); err != nil || len(ctxs) != 3 || ctxs[0].ID != def.ID || ctxs[1].ID != tmp.ID || ctxs[2].Language != "bash" {
+		t.Errorf("the list: %d %s", status, body)
+	}
+	// Restart: the state gone, the id and directory kept.
+	if status, body := interpCall(t, base, sb, "POST", "/contexts/"+tmp.ID+"/restart", ""); status != 200 {
+		t.Errorf("restart: %d %s", status, body)
+	}
+	if got := run(`{"code":"y = 1\nos.getcwd()","context_id":"` + tmp.ID + `"}`); got != "number_of_executions=1 error=NameError end_of_execution" {
+		t.Errorf("after restart: %s", got)
+	}
+	// Delete: then not found, and not listed.
+	if status, body := interpCall(t, base, sb, "DELETE", "/contexts/"+tmp.ID, ""); status != 200 {
+		t.Errorf("delete: %d %s", status, body)
+	}
+	status, body = interpCall(t, base, sb, "POST", "/execute", `{"code":"1","context_id":"`+tmp.ID+`"}`)
+	if status != 404 || body != "Context "+tmp.ID+" not found" {
+		t.Errorf("a deleted context: %d %s", status, body)
+	}
+	for _, tt := range []struct {
+		method, path, body string
+		status             int
+		says               string
+	}{
+		{"POST", "/contexts/" + tmp.ID + "/restart", "", 404, "not found"},
+		{"DELETE", "/contexts/" + tmp.ID, "", 404, "not found"},
+		{"POST", "/contexts", `{"language":"js"}`, 400, `language "javascript" is not served`},
+		{"POST", "/contexts", `{"language":"r"}`, 400, `language "r" is not served`},
+		{"POST", "/contexts", `{"cwd":"tmp"}`, 400, "absolute"},
+		{"POST", "/contexts", `{"cwd":"/no/such/dir"}`, 400, "/no/such/dir: No such file or directory"},
+		{"POST", "/contexts", `{"language":"bash","cwd":"/no/such/dir"}`, 400, "/no/such/dir: No such file or directory"},
+		{"POST", "/execute", `{"code":"1","env_vars":{"A=B":"x"}}`, 400, "not a variable name"},
+		{"POST", "/execute", `{"code":"1","context_id":"x","language":"python"}`, 400, "Only one of context_id or language"},
+	} {
+		status, body := interpCall(t, base, sb, tt.method, tt.path, tt.body)
+		if status != tt.status || !strings.Contains(body, tt.says) {
+			t.Errorf("%s %s %s: %d %s, want %d saying %q", tt.method, tt.path, tt.body, status, body, tt.status, tt.says)
+		}
+	}
+	status, body = interpCall(t, base, sb, "GET", "/contexts", "")
+	if err := json.Unmarshal([]byte(body), &ctxs); err != nil || len(ctxs) != 2 {
+		t.Errorf("the list after the refusals: %d %s, want the default python and bash contexts", status, body)
+	}
+	// Another sandbox's context is not found through this one, nor
+	// this one's through a token that is not its.
+	other := e2bCreate(t, base)
+	if status, _ := interpCall(t, base, other, "POST", "/execute", `{"code":"x","context_id":"`+def.ID+`"}`); status != 404 {
+		t.Errorf("another sandbox's context: %d", status)
+	}
+	wrong := sb
+	wrong.TrafficAccessToken = other.TrafficAccessToken
+	for _, path := range []string{"/contexts", "/health"} {
+		if status, _ := interpCall(t, base, wrong, "GET", path, ""); status != 404 {
+			t.Errorf("GET %s with another sandbox's token: %d", path, status)
+		}
+	}
+	wrong.TrafficAccessToken = nil
+	if status, _ := interpCall(t, base, wrong, "POST", "/contexts", `{}`); status != 404 {
+		t.Errorf("a context made without a token: %d", status)
+	}
 }

@@ -45,7 +45,7 @@ func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *n
 	return nil, f.open(t, c, life)
 }
 func (f *fakeCore) Plan(string) attach.Plan                                                     { return attach.Plan{} }
-func (f *fakeCore) RecordCode(string, *node.Session, string, int, string, time.Duration, error) {}
+func (f *fakeCore) RecordCode(string, *node.Session, node.Code) {}
 func (f *fakeCore) SessionsOf(*node.Caller) []*node.Session                                     { return nil }
 
 const testKey = "e2b-test-key-0123456789"

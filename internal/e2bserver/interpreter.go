@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,10 +27,10 @@ import (
 // The code interpreter (docs/e2b.md; decision 0026): E2B's
 // @e2b/code-interpreter and e2b-code-interpreter SDKs send runCode to the
 // sandbox's port 49999 (E2b-Sandbox-Port), POST /execute, and read its
-// answer as JSON lines. Each sandbox's default context is a real IPython
-// kernel (internal/interp) run in the sandbox as a command of its
-// session, started on first use; its output is translated here, line by
-// line, and nothing it says is trusted.
+// answer as JSON lines. Each context (contexts.go) is a real kernel
+// (internal/interp: IPython for Python, a bash that keeps its state) run
+// in the sandbox as a command of its session; its output is translated
+// here, line by line, and nothing it says is trusted.
 
 const (
 	// kernelStart bounds a kernel's start, to its bridge's "ready".
@@ -38,7 +40,7 @@ const (
 	silenceKeepalive = 5 * time.Second
 )
 
-// e2bKernel is a sandbox's running kernel.
+// e2bKernel is a context's running kernel.
 type e2bKernel struct {
 	k      *interp.Kernel
 	signal chan unix.Signal
@@ -49,6 +51,9 @@ type e2bKernel struct {
 	// end is how its command ended, once done is closed (nil: airlock's
 	// own failure, as Exec said).
 	end *result.Result
+	// why, when set before kill, is why the kernel was ended on purpose
+	// (a restart, a delete), which an execution in flight is told.
+	why atomic.Pointer[interp.Event]
 }
 
 // dead reports whether the kernel's command has ended.
@@ -73,15 +78,21 @@ func (kp *e2bKernel) kill() {
 	_ = kp.stdin.Close()
 }
 
-// kernelOf returns sb's default context's kernel, starting it on first
-// use (or after the last one ended): the bridge as a command of the
-// session, which lives until the session ends or the kernel breaks.
-func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox) (*e2bKernel, error) {
-	sb.kernelMu.Lock()
-	defer sb.kernelMu.Unlock()
-	if kp := sb.kernel; kp != nil && !kp.dead() {
-		return kp, nil
+// endFor ends the kernel on purpose, an execution in flight told why,
+// and waits (a while) for its command to end.
+func (kp *e2bKernel) endFor(why interp.Event) {
+	kp.why.Store(&why)
+	kp.kill()
+	select {
+	case <-kp.done:
+	case <-time.After(5 * time.Second):
 	}
+}
+
+// startKernel starts c's kernel in sb: the bridge as a command of the
+// session, which lives until the session ends, the kernel breaks, or the
+// context is restarted or deleted. ctx bounds the start only.
+func (d *Server) startKernel(ctx context.Context, client string, sb *e2bSandbox, c *e2bContext) (*e2bKernel, error) {
 	if !sb.s.Enter() {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
 	}
@@ -89,7 +100,7 @@ func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox) (*e2bKernel, error) {
 	outR, outW := io.Pipe()
 	kp := &e2bKernel{signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{})}
 	x := sandbox.ExecRequest{
-		Argv:   interp.Argv(),
+		Argv:   interp.Argv(c.language, c.cwd),
 		Env:    append(interp.Env(), sb.env...),
 		Dir:    node.Workdir("", sb.s.Tool()),
 		Stdin:  inR,
@@ -97,17 +108,16 @@ func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox) (*e2bKernel, error) {
 		Stderr: io.Discard,
 		Signal: kp.signal,
 	}
-	client := edge.ClientOf(r)
 	go func() {
 		defer sb.s.Leave()
 		// Not the request's context: the kernel outlives its first call.
-		res, _ := d.Exec(context.WithoutCancel(r.Context()), sb.s, client, x)
+		res, _ := d.Exec(context.WithoutCancel(ctx), sb.s, client, x)
 		kp.end = res
 		_ = outW.CloseWithError(io.EOF)
 		_ = inR.Close()
 		close(kp.done)
 	}()
-	ctx, cancel := context.WithTimeout(r.Context(), kernelStart)
+	ctx, cancel := context.WithTimeout(ctx, kernelStart)
 	defer cancel()
 	k, err := interp.New(ctx, inW, outR, func() {
 		select {
@@ -118,13 +128,15 @@ func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox) (*e2bKernel, error) {
 	if err != nil {
 		kp.kill()
 		<-kp.done
-		if !sb.s.Alive() {
+		switch {
+		case !sb.s.Alive():
 			return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
+		case errors.Is(err, interp.ErrStart):
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "the %s context did not start: %v", c.language, err)
 		}
-		return nil, errdefs.New(errdefs.ErrUnavailable, "the sandbox's Python kernel did not start (the tool's image needs python3 with ipykernel: docs/e2b.md)")
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's %s kernel did not start (the tool's image needs python3 with ipykernel, and bash for bash: docs/e2b.md)", c.language)
 	}
 	kp.k = k
-	sb.kernel = kp
 	return kp, nil
 }
 
@@ -137,26 +149,31 @@ type executeRequest struct {
 	EnvVars   map[string]string `json:"env_vars"`
 }
 
-// e2bExecute is POST /execute: code run in the sandbox's default
-// context, its output as JSON lines in E2B's order.
+// e2bExecute is POST /execute: code run in a context (the one named, the
+// default one of the language named, else the default Python one), its
+// output as JSON lines in E2B's order.
 func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
-	sb, err := d.e2bEnvd(r)
+	sb, err := d.e2bInterpreter(r)
 	if err != nil {
-		writeAPIError(w, err)
+		writeInterpError(w, err)
 		return
 	}
 	var req executeRequest
 	if err := e2bDecode(r, &req); err != nil {
-		writeAPIError(w, err)
+		writeInterpError(w, err)
 		return
 	}
-	if err := checkExecute(req); err != nil {
-		writeAPIError(w, err)
-		return
+	c, err := sb.contextOf(req)
+	if err == nil {
+		err = checkEnv(req.EnvVars)
 	}
-	kp, err := d.kernelOf(r, sb)
 	if err != nil {
-		writeAPIError(w, err)
+		writeInterpError(w, err)
+		return
+	}
+	kp, err := d.kernelOf(r, sb, c)
+	if err != nil {
+		writeInterpError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -177,30 +194,25 @@ func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 	out.mu.Lock()
 	count, errName := out.count, out.errName
 	out.mu.Unlock()
-	d.RecordCode(edge.ClientOf(r), sb.s, req.Code, count, errName, time.Since(start), err)
+	d.RecordCode(edge.ClientOf(r), sb.s, node.Code{Code: req.Code, Language: c.language, Context: c.id,
+		Count: count, ErrName: errName, Took: time.Since(start), Err: err})
 	out.line(map[string]any{"type": "end_of_execution"})
 	out.out.End()
 }
 
-// checkExecute refuses what the default context cannot serve.
-func checkExecute(req executeRequest) error {
-	if req.ContextID != nil && req.Language != nil {
-		return errdefs.New(errdefs.ErrInvalid, "context_id and language cannot both be given")
-	}
-	if req.ContextID != nil {
-		return errdefs.Errorf(errdefs.ErrNotFound, "Context %s not found", node.Shorten(*req.ContextID))
-	}
-	if req.Language != nil {
-		lang := strings.ToLower(*req.Language)
-		switch lang {
-		case "", "python":
-			return nil
-		case "js":
-			lang = "javascript"
-		case "ts":
-			lang = "typescript"
+// envName is what a per-call variable's name may be: one every language
+// takes (bash's rule).
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkEnv refuses per-call variables no language could set.
+func checkEnv(env map[string]string) error {
+	for k, v := range env {
+		if !envName.MatchString(k) {
+			return errdefs.Errorf(errdefs.ErrInvalid, "env_vars: %q is not a variable name (letters, digits and _, not first a digit)", node.Shorten(k))
 		}
-		return errdefs.Errorf(errdefs.ErrInvalid, "language %q is not served: airlock's code interpreter runs Python", node.Shorten(lang))
+		if strings.ContainsRune(v, 0) {
+			return errdefs.Errorf(errdefs.ErrInvalid, "env_vars: %s's value holds a NUL byte", k)
+		}
 	}
 	return nil
 }
@@ -323,6 +335,9 @@ func (s *executeStream) event(ev interp.Event) {
 // sandbox is then gone, and later calls find nothing); else the kernel
 // is ended, and the next call starts another, its state gone.
 func kernelEnd(kp *e2bKernel) interp.Event {
+	if why := kp.why.Load(); why != nil {
+		return *why
+	}
 	kp.kill()
 	select {
 	case <-kp.done:

@@ -84,9 +84,10 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	if err != nil {
 		return err
 	}
-	var tok [24]byte
+	var tok, traffic [24]byte
 	rand.Read(tok[:])
-	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), metadata: req.Metadata, env: env, limits: d.Plan(t.Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
+	rand.Read(traffic[:])
+	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), traffic: hex.EncodeToString(traffic[:]), metadata: req.Metadata, env: env, limits: d.Plan(t.Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
 	d.e2b.mu.Lock()
 	if d.e2b.m == nil {
 		d.e2b.m = map[string]*e2bSandbox{}
@@ -136,7 +137,7 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 
 func (d *Server) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
 	edge.WriteJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
-		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token})
+		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token, TrafficAccessToken: &sb.traffic})
 }
 
 // e2bFind is the caller's live E2B sandbox id, or nil: another key's, an

@@ -52,10 +52,15 @@ type e2bSandbox struct {
 	metricAt  time.Time
 	metricCPU int64
 
-	// kernelMu guards kernel, the code interpreter's kernel of the
-	// default context (interpreter.go), started on first use.
-	kernelMu sync.Mutex
-	kernel   *e2bKernel
+	// traffic is the trafficAccessToken: the credential of the code
+	// interpreter's calls, which the SDK sends on each of them.
+	traffic string
+	// ctxMu guards contexts and defaults: the code interpreter's
+	// contexts (contexts.go) in the order they were made, and the
+	// default one of each language.
+	ctxMu    sync.Mutex
+	contexts []*e2bContext
+	defaults map[string]*e2bContext
 }
 
 // e2bTable holds the daemon's E2B sandboxes by id (the session's).
@@ -97,7 +102,7 @@ type Core interface {
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Plan(tool string) attach.Plan
-	RecordCode(client string, s *node.Session, code string, count int, errName string, took time.Duration, err error)
+	RecordCode(client string, s *node.Session, c node.Code)
 	SessionsOf(c *node.Caller) []*node.Session
 }
 
@@ -149,7 +154,13 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 		return errdefs.New(errUnsupported, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
 	}))
-	mux.HandleFunc("GET /health", answer(d.e2bHealth))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
+			interpAnswer(d.e2bInterpreterHealth)(w, r)
+			return
+		}
+		answer(d.e2bHealth)(w, r)
+	})
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
@@ -159,6 +170,10 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /process.Process/Update", d.e2bUnary(d.e2bUpdate))
 	d.e2bFSRoutes(mux)
 	mux.HandleFunc("POST /execute", d.e2bExecute)
+	mux.HandleFunc("POST /contexts", interpAnswer(d.e2bCreateContext))
+	mux.HandleFunc("GET /contexts", interpAnswer(d.e2bListContexts))
+	mux.HandleFunc("POST /contexts/{id}/restart", interpAnswer(d.e2bRestartContext))
+	mux.HandleFunc("DELETE /contexts/{id}", interpAnswer(d.e2bDeleteContext))
 	mux.HandleFunc("GET /files", answer(d.e2bReadFile))
 	mux.HandleFunc("POST /files", answer(d.e2bWriteFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

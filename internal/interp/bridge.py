@@ -1,24 +1,36 @@
-# The code interpreter's bridge: a real IPython kernel (ipykernel's
-# in-process kernel) driven over a line protocol. It runs inside the
-# sandbox, as the sandbox's user, under the sandbox's ceilings; the host
-# trusts nothing it says (internal/interp reads it bounded and checked).
+# The code interpreter's bridge: one context's kernel, driven over a line
+# protocol. For Python it is a real IPython kernel (ipykernel's in-process
+# kernel); for bash, a bash that keeps its state between executions. It
+# runs inside the sandbox, as the sandbox's user, under the sandbox's
+# ceilings; the host trusts nothing it says (internal/interp reads it
+# bounded and checked).
 #
+# Arguments: the language ("python" or "bash") and the working directory.
 # Requests, one JSON object per line on stdin:
 #   {"code": "...", "env": {"NAME": "value"}}
 # Answers, one JSON object per line on stdout (the descriptor the
 # command was started with; see below):
+#   {"type": "ready"}                             once, when it can serve
 #   {"type": "count", "n": N}                    the execution's number
 #   {"type": "stdout" | "stderr", "text": "..."}  output, as it comes
 #   {"type": "result", "main": bool, "data": {mime: value}}
 #   {"type": "error", "name": ..., "value": ..., "traceback": ...}
 #   {"type": "end"}                               always last
+# An error before "ready" says why the kernel could not start (a working
+# directory that is not one).
 # The answers keep the command's stdout; descriptors 1 and 2 become pipes
 # the bridge reads itself, so that output written below Python (a
 # subprocess, os.write) arrives as output too, and never as an answer.
+import fcntl
 import json
 import os
+import select
+import signal
+import struct
 import sys
+import termios
 import threading
+import time
 
 proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
 lock = threading.Lock()
@@ -30,74 +42,187 @@ def emit(msg):
         proto.flush()
 
 
-def pump(fd, name):
-    with os.fdopen(fd, "rb", buffering=0) as f:
+class Pump:
+    """Reads one of the descriptors the code writes to, and says it."""
+
+    def __init__(self, fd, name):
+        self.fd, self.name, self.lock = fd, name, threading.Lock()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
         while True:
-            b = f.read(65536)
-            if not b:
-                return
-            emit({"type": name, "text": b.decode("utf-8", "replace")})
+            select.select([self.fd], [], [])
+            with self.lock:
+                b = os.read(self.fd, 65536)
+                if not b:
+                    return
+                emit({"type": self.name, "text": b.decode("utf-8", "replace")})
+
+    def pending(self):
+        with self.lock:
+            return struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
+pumps = []
 for target, name in ((1, "stdout"), (2, "stderr")):
     r, w = os.pipe()
     os.dup2(w, target)
     os.close(w)
-    threading.Thread(target=pump, args=(r, name), daemon=True).start()
-
-from ipykernel.inprocess.manager import InProcessKernelManager  # noqa: E402
-
-from traitlets.config import Config  # noqa: E402
-
-# No history file: each kernel's history is its own, in memory (a file
-# shared by a context's successive kernels could be left locked by one
-# killed mid-write).
-config = Config()
-config.HistoryManager.hist_file = ":memory:"
-km = InProcessKernelManager(config=config)
-km.start_kernel()
-kernel = km.kernel
-send = kernel.session.send
+    pumps.append(Pump(r, name))
 
 
-def forward(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
-    """Each message the kernel publishes, as it publishes it."""
-    out = send(stream, msg_or_type, content, parent, *args, **kwargs)
-    m = out if isinstance(out, dict) else {}
-    t, c = m.get("msg_type") or m.get("header", {}).get("msg_type"), m.get("content", {})
-    if t == "execute_input":
-        emit({"type": "count", "n": c.get("execution_count")})
-    elif t == "stream":
-        emit({"type": c.get("name", "stdout"), "text": c.get("text", "")})
-    elif t in ("execute_result", "display_data"):
-        emit({"type": "result", "main": t == "execute_result", "data": c.get("data", {})})
-    elif t == "error":
-        emit({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
-              "traceback": "\n".join(c.get("traceback", []))})
-    return out
+def drain():
+    """Waits until what the execution wrote has been said, so that its
+    output comes before its end (output of a process it left running
+    comes when it comes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + 2
+    while any(p.pending() for p in pumps) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
-kernel.session.send = forward
-kc = km.client()
-kc.start_channels()
-emit({"type": "ready"})
-for line in sys.stdin:
-    try:
+language, cwd = (sys.argv[1:] + ["python", ""])[:2]
+try:
+    if cwd:
+        os.chdir(cwd)
+except OSError as e:
+    emit({"type": "error", "name": "WorkingDirectory", "value": "%s: %s" % (cwd, e.strerror), "traceback": ""})
+    sys.exit(1)
+
+
+def requests():
+    for line in sys.stdin:
         req = json.loads(line)
-        env = req.get("env") or {}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update({str(k): str(v) for k, v in env.items()})
+        yield req.get("code", ""), {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+
+
+def python_main():
+    from ipykernel.inprocess.manager import InProcessKernelManager
+    from traitlets.config import Config
+
+    # No history file: each kernel's history is its own, in memory (a file
+    # shared by a context's successive kernels could be left locked by one
+    # killed mid-write).
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    km = InProcessKernelManager(config=config)
+    km.start_kernel()
+    kernel = km.kernel
+    send = kernel.session.send
+
+    def forward(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
+        """Each message the kernel publishes, as it publishes it."""
+        out = send(stream, msg_or_type, content, parent, *args, **kwargs)
+        m = out if isinstance(out, dict) else {}
+        t, c = m.get("msg_type") or m.get("header", {}).get("msg_type"), m.get("content", {})
+        if t == "execute_input":
+            emit({"type": "count", "n": c.get("execution_count")})
+        elif t == "stream":
+            emit({"type": c.get("name", "stdout"), "text": c.get("text", "")})
+        elif t in ("execute_result", "display_data"):
+            emit({"type": "result", "main": t == "execute_result", "data": c.get("data", {})})
+        elif t == "error":
+            emit({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                  "traceback": "\n".join(c.get("traceback", []))})
+        return out
+
+    kernel.session.send = forward
+    kc = km.client()
+    kc.start_channels()
+    emit({"type": "ready"})
+    for code, env in requests():
         try:
-            kc.execute(req.get("code", ""))
-            kc.get_shell_msg(timeout=None)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except KeyboardInterrupt:
-        emit({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""})
-    emit({"type": "end"})
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                kc.execute(code)
+                kc.get_shell_msg(timeout=None)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            drain()
+        except KeyboardInterrupt:
+            emit({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""})
+        emit({"type": "end"})
+
+
+def bash_main():
+    import shlex
+    import subprocess
+    import tempfile
+
+    # An interrupt reaches the command's whole process group: the shell,
+    # what it runs, and this bridge, which lets it pass (a handler, not
+    # SIG_IGN, which the shell would inherit and could not trap).
+    signal.signal(signal.SIGINT, lambda *_: None)
+    cells = tempfile.mkdtemp(prefix=".airlock-bash-")
+    status_r, status_w = os.pipe()
+
+    def start():
+        # Interactive-free: no profile, no rc, no job control. Between
+        # executions an interrupt is caught, and does not end the shell.
+        sh = subprocess.Popen(["/bin/bash", "--noprofile", "--norc"], stdin=subprocess.PIPE,
+                              stdout=1, stderr=2, pass_fds=(status_w,))
+        sh.stdin.write(b"trap : INT\n")
+        sh.stdin.flush()
+        return sh
+
+    sh = start()
+    count = 0
+    emit({"type": "ready"})
+    for code, env in requests():
+        count += 1
+        emit({"type": "count", "n": count})
+        cell = os.path.join(cells, "cell")
+        with open(cell, "w") as f:
+            f.write(code + "\n")
+        # The execution's env is set for it and put back after, as it was.
+        before, after = [], []
+        for i, (k, v) in enumerate(env.items()):
+            before.append('if [ -n "${%s+x}" ]; then __airlock_had%d=1 __airlock_was%d=$%s; else __airlock_had%d=; fi; export %s=%s'
+                          % (k, i, i, k, i, k, shlex.quote(v)))
+            after.append('if [ -n "$__airlock_had%d" ]; then %s=$__airlock_was%d; else unset %s; fi; unset __airlock_had%d __airlock_was%d'
+                         % (i, k, i, k, i, i))
+        script = "\n".join(before + [
+            "trap 'return 130 2>/dev/null' INT",
+            ". %s </dev/null" % shlex.quote(cell),
+            "__airlock_status=$?",
+            "trap : INT",
+        ] + after + ["printf '%%d\\n' $__airlock_status >&%d" % status_w, ""])
+        try:
+            sh.stdin.write(script.encode())
+            sh.stdin.flush()
+        except BrokenPipeError:
+            pass
+        status = None
+        while status is None:
+            ready, _, _ = select.select([status_r], [], [], 0.1)
+            if ready:
+                status = int(os.read(status_r, 64).split(b"\n")[0] or b"0")
+            elif sh.poll() is not None:
+                break
+        drain()
+        if status is None:
+            emit({"type": "error", "name": "ShellExited",
+                  "value": "the shell exited with status %d; a new one has started, its state is lost" % sh.returncode,
+                  "traceback": ""})
+            sh = start()
+        elif status == 130:
+            emit({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""})
+        elif status != 0:
+            emit({"type": "error", "name": "ExitCode", "value": str(status), "traceback": ""})
+        try:
+            os.remove(cell)
+        except OSError:
+            pass
+        emit({"type": "end"})
+
+
+if language == "bash":
+    bash_main()
+else:
+    python_main()

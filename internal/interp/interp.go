@@ -31,8 +31,16 @@ var bridge string
 // Python is the interpreter the bridge runs with in the sandbox.
 const Python = "/usr/bin/python3"
 
-// Argv is the command that starts a kernel in a sandbox.
-func Argv() []string { return []string{Python, "-Xfrozen_modules=off", "-c", bridge} }
+// Languages are the languages a context may have, by the name E2B's
+// clients give them.
+var Languages = []string{"python", "bash"}
+
+// Argv is the command that starts a kernel of language (one of
+// Languages) in a sandbox, its working directory cwd ("" keeps the
+// command's).
+func Argv(language, cwd string) []string {
+	return []string{Python, "-Xfrozen_modules=off", "-c", bridge, language, cwd}
+}
 
 // Env is what the bridge's command needs in its environment.
 func Env() []string { return []string{"PYDEVD_DISABLE_FILE_VALIDATION=1", "PYTHONUNBUFFERED=1"} }
@@ -64,6 +72,10 @@ type Event struct {
 	// Name, Value and Traceback are the error's (Type "error").
 	Name, Value, Traceback string
 }
+
+// ErrStart is the failure of a kernel that could not start, as it said
+// (a working directory that is not one).
+var ErrStart = errors.New("the kernel could not start")
 
 // ErrBroken is the failure of a kernel that said what the protocol does
 // not allow (malformed, too long, too much) or stopped saying anything:
@@ -100,6 +112,8 @@ func New(ctx context.Context, in io.Writer, out io.Reader, interrupt func()) (*K
 		switch msg.Type {
 		case "ready":
 			return k, nil
+		case "error":
+			return nil, fmt.Errorf("%w: %s", ErrStart, shorten(valid(msg.Value)))
 		case "stdout", "stderr":
 			// Python's and IPython's own warnings as they start: not
 			// an execution's, and not the caller's.
@@ -265,8 +279,8 @@ func valid(s string) string {
 }
 
 func shorten(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
+	if len(s) > 256 {
+		return strings.ToValidUTF8(s[:256], "") + "..."
 	}
 	return s
 }

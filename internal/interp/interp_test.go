@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,15 +19,26 @@ import (
 // in sandboxes).
 func startBridge(t *testing.T) *Kernel {
 	t.Helper()
+	k, err := startLanguage(t, "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// startLanguage runs the real bridge for a context of language in cwd.
+func startLanguage(t *testing.T, language, cwd string) (*Kernel, error) {
+	t.Helper()
 	if err := exec.Command(Python, "-c", "import ipykernel").Run(); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s has no ipykernel (the test script installs python3-ipykernel): %v", Python, err)
 		}
 		t.Skipf("%s has no ipykernel (apt-get install python3-ipykernel): %v", Python, err)
 	}
-	argv := Argv()
+	argv := Argv(language, cwd)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), Env()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +57,8 @@ func startBridge(t *testing.T) *Kernel {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	k, err := New(ctx, in, pr, func() { _ = cmd.Process.Signal(os.Interrupt) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	// The sandbox signals the command's process group; so does this.
+	return New(ctx, in, pr, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) })
 }
 
 // run executes code and returns what it said, each event in a line.
@@ -62,6 +71,12 @@ func run(t *testing.T, k *Kernel, code string, env map[string]string) ([]string,
 		switch ev.Type {
 		case "count":
 		case "stdout", "stderr":
+			// Output comes in chunks as it is read: adjacent ones are
+			// joined.
+			if n := len(said); n > 0 && strings.HasPrefix(said[n-1], ev.Type+": ") {
+				said[n-1] += ev.Text
+				break
+			}
 			said = append(said, ev.Type+": "+ev.Text)
 		case "result":
 			var text string
@@ -96,6 +111,9 @@ func TestBridge(t *testing.T) {
 		{"display('shown'); 1/0", nil, []string{"result display: 'shown'", "error: ZeroDivisionError: division by zero"}},
 		{"os.environ.get('ONCE')", map[string]string{"ONCE": "yes"}, []string{"result main: 'yes'"}},
 		{"os.environ.get('ONCE') is None", nil, []string{"result main: True"}},
+		// Output from below Python comes before the execution's end.
+		{"import subprocess; subprocess.run('for i in 1 2 3; do echo $i; sleep 0.01; done', shell=True); None", nil, []string{"stdout: 1\n2\n3\n"}},
+		{"None", nil, nil},
 	} {
 		got, err := run(t, k, tt.code, tt.env)
 		if err != nil || strings.Join(got, "|") != strings.Join(tt.want, "|") {
@@ -196,5 +214,62 @@ func TestBridgeInterrupt(t *testing.T) {
 	}
 	if got, err := run(t, k, "kept * 6", nil); err != nil || strings.Join(got, "") != "result main: 42" {
 		t.Errorf("after the interrupt: %q %v", got, err)
+	}
+}
+
+// TestBridgeBash drives the bridge's bash: state (variables, the working
+// directory, functions) kept between executions, output and errors as
+// they come, a failing status as an error, per-call environment put back
+// as it was, a shell that exits replaced, and an interrupt that ends the
+// execution but not the shell.
+func TestBridgeBash(t *testing.T) {
+	dir := t.TempDir()
+	k, err := startLanguage(t, "bash", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		code string
+		env  map[string]string
+		want []string
+	}{
+		{"pwd", nil, []string{"stdout: " + dir + "\n"}},
+		{"x=5; declare -i y=6; f() { echo called $1; }; mkdir sub && cd sub", nil, nil},
+		{"echo $x $y; f it; basename $PWD", nil, []string{"stdout: 5 6\ncalled it\nsub\n"}},
+		{"echo oops >&2; false", nil, []string{"stderr: oops\n", "error: ExitCode: 1"}},
+		{"echo \"$ONCE $x\"", map[string]string{"ONCE": "it's $once", "x": "shadow"}, []string{"stdout: it's $once shadow\n"}},
+		{"echo \"${ONCE-unset} $x\"", nil, []string{"stdout: unset 5\n"}},
+		{"read -r line; echo \"[$line]\"", nil, []string{"stdout: []\n"}},
+		{"exit 3", nil, []string{"error: ShellExited: the shell exited with status 3; a new one has started, its state is lost"}},
+		{"echo ${x-gone}", nil, []string{"stdout: gone\n"}},
+	} {
+		got, err := run(t, k, tt.code, tt.env)
+		if err != nil || strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("%s: %q %v, want %q", tt.code, got, err, tt.want)
+		}
+	}
+	if _, err := run(t, k, "kept=7", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	var said []string
+	err = k.Execute(ctx, "sleep 30; echo not reached", nil, func(ev Event) { said = append(said, ev.Type+":"+ev.Name+ev.Text) })
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Join(said, " ") != "count: error:KeyboardInterrupt" {
+		t.Fatalf("an interrupted execution: %v, said %q", err, said)
+	}
+	if got, err := run(t, k, "echo $kept", nil); err != nil || strings.Join(got, "") != "stdout: 7\n" {
+		t.Errorf("after the interrupt: %q %v", got, err)
+	}
+}
+
+// TestBridgeStartError: a context whose working directory is not one
+// does not start, and says why.
+func TestBridgeStartError(t *testing.T) {
+	for _, language := range Languages {
+		_, err := startLanguage(t, language, "/no/such/dir")
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "/no/such/dir: No such file or directory") {
+			t.Errorf("%s: %v, want ErrStart naming the directory", language, err)
+		}
 	}
 }

@@ -255,18 +255,33 @@ func (n *Node) RecordFile(client string, s *Session, op, path string, size int64
 // maxAuditCode bounds the code a session.code event keeps.
 const maxAuditCode = 4096
 
-// RecordCode records code run in a session's code interpreter: the code
-// (bounded), its execution's number, the error it ended with (its name;
-// "" for none) and how long it took. err, when set, is why the
-// execution did not end normally (interrupted, the kernel broken).
-func (n *Node) RecordCode(client string, s *Session, code string, count int, errName string, took time.Duration, err error) {
+// Code is one execution of a session's code interpreter, as recorded.
+type Code struct {
+	// Code is what ran (kept up to 4 KiB); Language and Context the
+	// context it ran in.
+	Code, Language, Context string
+	// Count is the execution's number in its context.
+	Count int
+	// ErrName is the name of the error it ended with, "" for none.
+	ErrName string
+	// Took is how long it ran.
+	Took time.Duration
+	// Err, when set, is why it did not end normally (interrupted, the
+	// kernel broken).
+	Err error
+}
+
+// RecordCode records code run in a session's code interpreter.
+func (n *Node) RecordCode(client string, s *Session, c Code) {
 	e := audit.Event{Kind: audit.KindCode, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: client, Decision: audit.Allow}
+	code := c.Code
 	if len(code) > maxAuditCode {
 		code = code[:maxAuditCode] + "..."
 	}
-	detail := map[string]any{"code": code, "execution_count": count, "error": errName, "duration_ms": took.Milliseconds()}
-	if err != nil {
-		detail["ended"] = err.Error()
+	detail := map[string]any{"code": code, "language": c.Language, "context": c.Context, "execution_count": c.Count,
+		"error": c.ErrName, "duration_ms": c.Took.Milliseconds()}
+	if c.Err != nil {
+		detail["ended"] = c.Err.Error()
 	}
 	e.Detail = audit.Detail(detail)
 	n.audit.Record(e)

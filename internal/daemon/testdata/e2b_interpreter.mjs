@@ -24,6 +24,23 @@ try {
   out('env', ex.results[0]?.text);
   ex = await sbx.runCode('"ONCE" in os.environ');
   out('envgone', ex.results[0]?.text);
+  // Contexts: one in /tmp with its own state, bash by language, the
+  // list, restart and remove.
+  const ctx = await sbx.createCodeContext({ cwd: '/tmp' });
+  out('context', { language: ctx.language, cwd: ctx.cwd });
+  ex = await sbx.runCode('import os\nos.getcwd(), "x" in dir()', { context: ctx });
+  out('incontext', ex.results[0]?.text);
+  ex = await sbx.runCode('n=6; echo $((n*7))', { language: 'bash' });
+  out('bash', { stdout: ex.logs.stdout, error: ex.error ?? null });
+  ex = await sbx.runCode('echo $n; false', { language: 'bash' });
+  out('bashstate', { stdout: ex.logs.stdout, error: ex.error?.name });
+  out('list', (await sbx.listCodeContexts()).map((c) => [c.language, c.cwd === '/tmp']));
+  await sbx.runCode('y = 1', { context: ctx });
+  await sbx.restartCodeContext(ctx);
+  ex = await sbx.runCode('y', { context: ctx });
+  out('restarted', ex.error?.name);
+  await sbx.removeCodeContext(ctx.id);
+  try { await sbx.runCode('1', { context: ctx }); out('removed', 'no error'); } catch (e) { out('removed', [errOf(e).name, errOf(e).message === `Context ${ctx.id} not found`]); }
   try { await sbx.runCode('1', { language: 'r' }); out('language', 'no error'); } catch (e) { out('language', errOf(e)); }
   try { await sbx.runCode('while True: pass', { timeoutMs: 1000 }); out('timeout', 'no error'); } catch (e) { out('timeout', errOf(e).name); }
   let after = null;
