@@ -44,9 +44,9 @@ func (f *fakeCore) Exec(context.Context, *node.Session, string, sandbox.ExecRequ
 func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
 	return nil, f.open(t, c, life)
 }
-func (f *fakeCore) Plan(string) attach.Plan                                                     { return attach.Plan{} }
+func (f *fakeCore) Plan(string) attach.Plan                     { return attach.Plan{} }
 func (f *fakeCore) RecordCode(string, *node.Session, node.Code) {}
-func (f *fakeCore) SessionsOf(*node.Caller) []*node.Session                                     { return nil }
+func (f *fakeCore) SessionsOf(*node.Caller) []*node.Session     { return nil }
 
 const testKey = "e2b-test-key-0123456789"
 
