@@ -190,8 +190,9 @@ func e2bInterpreterSDK(t *testing.T) string {
 // traceback, a display, per-call env that does not last, a language
 // airlock does not serve, a timeout that interrupts (the context then
 // still usable), contexts (one with its own directory and state, bash by
-// language, the list, restart, remove), and the sandbox gone after its
-// kill.
+// language, the list, restart, remove), a figure as PNG, a DataFrame, the
+// sandbox gone after its kill, and a kernel that breaches the sandbox's
+// memory named (and its sandbox gone).
 func TestInterpreterSDK(t *testing.T) {
 	needKernel(t)
 	sdk := e2bInterpreterSDK(t)
@@ -223,6 +224,10 @@ func TestInterpreterSDK(t *testing.T) {
 		"list":         `[["python",false],["python",true],["bash",false]]`,
 		"restarted":    `"NameError"`,
 		"removed":      `["NotFoundError",true]`,
+		"png":          `[[true,"iVBORw0K"]]`,
+		"dataframe":    `{"data":{"a":[1,2],"b":["x","y"]},"html":true}`,
+		"memory":       `{"name":"LimitExceeded","memory":true}`,
+		"aftermemory":  `"NotFoundError"`,
 		"aftertimeout": `"21"`,
 		"afterkill":    `"NotFoundError"`,
 	}

@@ -287,6 +287,9 @@ var resultKeys = map[string]string{
 	"text/latex":             "latex",
 	"application/json":       "json",
 	"application/javascript": "javascript",
+	// E2B's own forms (the bridge's formatters).
+	"e2b/data":  "data",
+	"e2b/chart": "chart",
 }
 
 // event writes one of the kernel's events as E2B's line.

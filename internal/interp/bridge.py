@@ -97,7 +97,58 @@ def requests():
         yield req.get("code", ""), {str(k): str(v) for k, v in (req.get("env") or {}).items()}
 
 
+def add_formatters(shell):
+    """E2B's result forms beyond Jupyter's: a DataFrame's columns as
+    "e2b/data", a matplotlib figure's chart as "e2b/chart" (where E2B's
+    own extraction, the e2b_charts package, is installed)."""
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            # Only a DataFrame, and only once pandas is imported: a
+            # plain value never pays for pandas' import.
+            pandas = sys.modules.get("pandas")
+            if pandas is None or not isinstance(obj, pandas.DataFrame):
+                return super().__call__(obj)
+            cols = obj.to_dict(orient="list")
+            for k, v in cols.items():
+                cols[k] = [x.isoformat() if isinstance(x, pandas.Timestamp) else x for x in v]
+            return json.loads(pandas.io.json.dumps(cols, default_handler=str))
+
+    class ChartFormatter(BaseFormatter):
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            if sys.modules.get("matplotlib") is None:
+                return super().__call__(obj)
+            from matplotlib.figure import Figure
+            if not isinstance(obj, Figure):
+                return super().__call__(obj)
+            try:
+                from e2b_charts import chart_figure_to_dict
+                return chart_figure_to_dict(obj)
+            except Exception:
+                return None
+
+    f = shell.display_formatter
+    f.formatters["e2b/data"] = DataFormatter(parent=f)
+    f.formatters["e2b/chart"] = ChartFormatter(parent=f)
+
+
 def python_main():
+    # Debian's matplotlib reads its defaults from /etc/matplotlibrc, which
+    # a sandbox of the host's image does not see (it sees /usr): the
+    # same file under /usr then, unless something else names one.
+    debian_rc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+    if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") and os.path.exists(debian_rc):
+        os.environ["MATPLOTLIBRC"] = debian_rc
     from ipykernel.inprocess.manager import InProcessKernelManager
     from traitlets.config import Config
 
@@ -106,10 +157,14 @@ def python_main():
     # killed mid-write).
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
+    # As E2B's kernels: plain tracebacks, sequences shown whole.
+    config.InteractiveShell.colors = "NoColor"
+    config.PlainTextFormatter.max_seq_length = 0
     km = InProcessKernelManager(config=config)
     km.start_kernel()
     kernel = km.kernel
     send = kernel.session.send
+    add_formatters(kernel.shell)
 
     def forward(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
         """Each message the kernel publishes, as it publishes it."""

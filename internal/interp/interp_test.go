@@ -2,7 +2,9 @@ package interp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -270,6 +272,61 @@ func TestBridgeStartError(t *testing.T) {
 		_, err := startLanguage(t, language, "/no/such/dir")
 		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "/no/such/dir: No such file or directory") {
 			t.Errorf("%s: %v, want ErrStart naming the directory", language, err)
+		}
+	}
+}
+
+// TestBridgeRich: the forms E2B's clients read. A matplotlib figure
+// comes back as a PNG; a DataFrame as HTML and as its columns
+// ("e2b/data"); tracebacks are plain text. Skipped where the host's
+// Python lacks pandas or matplotlib (the test script installs both).
+func TestBridgeRich(t *testing.T) {
+	if err := exec.Command(Python, "-c", "import pandas, matplotlib, matplotlib_inline").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s lacks pandas or matplotlib (the test script installs python3-pandas and python3-matplotlib): %v", Python, err)
+		}
+		t.Skipf("%s lacks pandas or matplotlib: %v", Python, err)
+	}
+	k := startBridge(t)
+	var got []Event
+	on := func(ev Event) { got = append(got, ev) }
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	code := "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('t')\nplt.show()"
+	if err := k.Execute(ctx, code, nil, on); err != nil {
+		t.Fatal(err)
+	}
+	var png string
+	for _, ev := range got {
+		if ev.Type == "result" && ev.Data["image/png"] != nil {
+			_ = json.Unmarshal(ev.Data["image/png"], &png)
+		}
+	}
+	if b, err := base64.StdEncoding.DecodeString(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("a figure: no PNG result (%v): %v", err, got)
+	}
+	got = nil
+	if err := k.Execute(ctx, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})", nil, on); err != nil {
+		t.Fatal(err)
+	}
+	var main Event
+	for _, ev := range got {
+		if ev.Type == "result" && ev.Main {
+			main = ev
+		}
+	}
+	var cols bytes.Buffer
+	_ = json.Compact(&cols, main.Data["e2b/data"])
+	if cols.String() != `{"a":[1,2],"b":["x","y"]}` || !bytes.Contains(main.Data["text/html"], []byte("<table")) {
+		t.Errorf("a DataFrame: %s", main.Data)
+	}
+	got = nil
+	if err := k.Execute(ctx, "def f():\n    raise ValueError('v')\nf()", nil, on); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range got {
+		if ev.Type == "error" && (strings.Contains(ev.Traceback, "\x1b[") || !strings.Contains(ev.Traceback, "ValueError")) {
+			t.Errorf("a traceback with colour codes, or without its error: %q", ev.Traceback)
 		}
 	}
 }

@@ -49,8 +49,20 @@ try {
     if (after !== '21') await new Promise((r) => setTimeout(r, 200));
   }
   out('aftertimeout', after);
+  // Rich results: a matplotlib figure as a PNG, a DataFrame as HTML and
+  // its columns.
+  ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.show()');
+  out('png', ex.results.map((r) => [r.formats().includes('png'), (r.png ?? '').slice(0, 8)]));
+  ex = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})');
+  out('dataframe', { data: ex.results[0]?.data, html: (ex.results[0]?.html ?? '').includes('<table') });
   await sbx.kill();
   try { await sbx.runCode('1'); out('afterkill', 'no error'); } catch (e) { out('afterkill', errOf(e).name); }
+  // A kernel that breaches the sandbox's memory: the execution ends
+  // naming the limit, and the sandbox is gone.
+  const big = await Sandbox.create({ timeoutMs: 120000 });
+  ex = await big.runCode('blocks = []\nwhile True: blocks.append(bytearray(64 << 20))');
+  out('memory', { name: ex.error?.name, memory: (ex.error?.value ?? '').includes('memory') });
+  try { await big.runCode('1'); out('aftermemory', 'no error'); } catch (e) { out('aftermemory', errOf(e).name); }
 } catch (e) {
   out('fatal', { ...errOf(e), stack: String(e.stack) });
 }
