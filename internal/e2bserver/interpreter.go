@@ -95,7 +95,7 @@ func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	err = kp.Execute(ctx, req.Code, req.EnvVars, out.event)
 	if errors.Is(err, interp.ErrBroken) {
-		out.event(kernelEnd(kp))
+		out.event(kernelEnd(kp, sb.s))
 	}
 	out.mu.Lock()
 	count, errName := out.count, out.errName
@@ -242,9 +242,11 @@ func (s *executeStream) event(ev interp.Event) {
 // kernelEnd is the error an execution ends with when its kernel broke:
 // why it was ended, when that was on purpose (a restart, a delete); the
 // limit its sandbox breached, by name, when that ended it (the sandbox
-// is then gone, and later calls find nothing); else the kernel is ended,
-// and the next call starts another, its state gone.
-func kernelEnd(k *node.Kernel) interp.Event {
+// is then gone, and later calls find nothing); the sandbox's end when it
+// was killed or timed out under the execution, which is not the kernel's
+// doing; else the kernel is ended, and the next call starts another, its
+// state gone.
+func kernelEnd(k *node.Kernel, s *node.Session) interp.Event {
 	if why := k.Why(); why != nil {
 		return *why
 	}
@@ -255,6 +257,12 @@ func kernelEnd(k *node.Kernel) interp.Event {
 	}
 	if end := k.End(); k.Dead() && end != nil && end.Outcome == result.LimitExceeded && end.Limit != nil {
 		return interp.Event{Type: "error", Name: "LimitExceeded", Value: "the sandbox breached its " + end.Limit.String() + " and was destroyed"}
+	}
+	// The session is marked ended before its sandbox is killed, so a
+	// kernel that a kill (E2B's kill, the sandbox's timeout) took down
+	// finds it so.
+	if v := s.View(); v.State != "active" {
+		return interp.Event{Type: "error", Name: "SandboxEnded", Value: "the sandbox ended (" + v.EndReason + ") during the execution"}
 	}
 	return interp.Event{Type: "error", Name: "KernelError", Value: "the kernel broke its protocol and was ended; its state is lost"}
 }
