@@ -1,6 +1,8 @@
 # The code interpreter's bridge: one context's kernel, driven over a line
-# protocol. For Python it is a real IPython kernel (ipykernel's in-process
-# kernel); for bash, a bash that keeps its state between executions. It
+# protocol. For Python it is IPython's shell, the engine of IPython's
+# Jupyter kernel (state, magics, "!" commands, rich display), speaking
+# this protocol instead of Jupyter's messages; for bash, a bash that keeps
+# its state between executions. It
 # runs inside the sandbox, as the sandbox's user, under the sandbox's
 # ceilings; the host trusts nothing it says (internal/interp reads it
 # bounded and checked).
@@ -35,6 +37,14 @@ import time
 
 proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
 lock = threading.Lock()
+# The requests keep the command's stdin on a descriptor of the bridge's
+# own; descriptor 0 becomes /dev/null, so that neither the code nor a
+# process it starts can read the protocol (input() sees end of file).
+requests_in = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="replace")
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
+sys.stdin = open(os.devnull, "r")
 
 
 def emit(msg):
@@ -73,11 +83,9 @@ for target, name in ((1, "stdout"), (2, "stderr")):
 
 
 def drain():
-    """Waits until what the execution wrote has been said, so that its
-    output comes before its end (output of a process it left running
-    comes when it comes)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    """Waits until what the execution wrote to descriptors 1 and 2 has
+    been said, so that its output comes before its end (output of a
+    process it left running comes when it comes)."""
     deadline = time.monotonic() + 2
     while any(p.pending() for p in pumps) and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -93,8 +101,16 @@ except OSError as e:
 
 
 def requests(setenv):
-    """The executions asked for; a setenv request is served here."""
-    for line in sys.stdin:
+    """The executions asked for; a setenv request is served here. An
+    interrupt that comes while none runs (its execution ended as it was
+    sent) is let pass."""
+    while True:
+        try:
+            line = requests_in.readline()
+        except KeyboardInterrupt:
+            continue
+        if not line:
+            return
         req = json.loads(line)
         if "setenv" in req:
             setenv({str(k): str(v) for k, v in (req.get("setenv") or {}).items()})
@@ -148,6 +164,61 @@ def add_formatters(shell):
     f.formatters["e2b/chart"] = ChartFormatter(parent=f)
 
 
+class Output:
+    """sys.stdout or sys.stderr of the code: what it writes is said as
+    output line by line, as it comes (and whatever is left when the code
+    flushes, displays a result, or ends)."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, name, fd):
+        self.name, self.fd, self.buf, self.lock = name, fd, [], threading.Lock()
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        if not text:
+            return 0
+        with self.lock:
+            self.buf.append(text)
+            if "\n" in text:
+                self._flush()
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def _flush(self):
+        if self.buf:
+            text, self.buf = "".join(self.buf), []
+            emit({"type": self.name, "text": text})
+
+    def flush(self):
+        with self.lock:
+            self._flush()
+
+    def fileno(self):
+        return self.fd
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    @property
+    def closed(self):
+        return False
+
+
 def python_main():
     # Debian's matplotlib reads its defaults from /etc/matplotlibrc, which
     # a sandbox of the host's image does not see (it sees /usr): the
@@ -155,58 +226,83 @@ def python_main():
     debian_rc = "/usr/share/matplotlib/mpl-data/matplotlibrc"
     if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") and os.path.exists(debian_rc):
         os.environ["MATPLOTLIBRC"] = debian_rc
-    from ipykernel.inprocess.manager import InProcessKernelManager
+
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
-    # No history file: each kernel's history is its own, in memory (a file
-    # shared by a context's successive kernels could be left locked by one
-    # killed mid-write).
+    out, err = Output("stdout", 1), Output("stderr", 2)
+    sys.stdout, sys.stderr = out, err
+
+    def flush():
+        """What the code wrote, said before what comes next (a result,
+        an error, the end): Python's own, then that of the processes it
+        ran."""
+        out.flush()
+        err.flush()
+        drain()
+
+    class Hook(DisplayHook):
+        """The last expression's value: the execution's main result."""
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            flush()
+            emit({"type": "result", "main": True, "data": format_dict})
+
+        def finish_displayhook(self):
+            pass
+
+    class Publisher(DisplayPublisher):
+        """display(): a further result."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            flush()
+            emit({"type": "result", "main": False, "data": data})
+
+        def clear_output(self, wait=False):
+            pass
+
+    class Shell(InteractiveShell):
+        """IPython's shell, the engine of its Jupyter kernel, speaking
+        this bridge's protocol instead of Jupyter's messages."""
+
+        def _showtraceback(self, etype, evalue, stb):
+            flush()
+            emit({"type": "error", "name": etype.__name__ if etype else "", "value": str(evalue),
+                  "traceback": "\n".join(stb)})
+
+    # As E2B's kernels: plain tracebacks, sequences shown whole, no
+    # history file (each kernel's history is its own, in memory).
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
-    # As E2B's kernels: plain tracebacks, sequences shown whole.
     config.InteractiveShell.colors = "NoColor"
+    config.InteractiveShell.xmode = "Context"
     config.PlainTextFormatter.max_seq_length = 0
-    km = InProcessKernelManager(config=config)
-    km.start_kernel()
-    kernel = km.kernel
-    send = kernel.session.send
-    add_formatters(kernel.shell)
-
-    def forward(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
-        """Each message the kernel publishes, as it publishes it."""
-        out = send(stream, msg_or_type, content, parent, *args, **kwargs)
-        m = out if isinstance(out, dict) else {}
-        t, c = m.get("msg_type") or m.get("header", {}).get("msg_type"), m.get("content", {})
-        if t == "execute_input":
-            emit({"type": "count", "n": c.get("execution_count")})
-        elif t == "stream":
-            emit({"type": c.get("name", "stdout"), "text": c.get("text", "")})
-        elif t in ("execute_result", "display_data"):
-            emit({"type": "result", "main": t == "execute_result", "data": c.get("data", {})})
-        elif t == "error":
-            emit({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
-                  "traceback": "\n".join(c.get("traceback", []))})
-        return out
-
-    kernel.session.send = forward
-    kc = km.client()
-    kc.start_channels()
+    shell = Shell.instance(config=config, displayhook_class=Hook, display_pub_class=Publisher)
+    # IPython's own displayhook class keeps sys.displayhook; its shell
+    # sets it around each execution.
+    add_formatters(shell)
     emit({"type": "ready"})
     for code, env in requests(os.environ.update):
         try:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
             try:
-                kc.execute(code)
-                kc.get_shell_msg(timeout=None)
+                emit({"type": "count", "n": shell.execution_count})
+                shell.run_cell(code, store_history=True)
             finally:
                 for k, v in saved.items():
                     if v is None:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-            drain()
+            flush()
         except KeyboardInterrupt:
+            flush()
             emit({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""})
         emit({"type": "end"})
 
