@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -58,6 +59,14 @@ type ExecRequest struct {
 	// sessions). By default the sandbox is killed when the command ends,
 	// so that nothing it started outlives it.
 	KeepAlive bool
+	// Resident marks a command that serves its sandbox's session for as
+	// long as the session lasts, doing work in units of its own (a code
+	// interpreter's kernel, each execution a unit): the ceilings of one
+	// command (time, output, CPU time) do not apply to it as a whole,
+	// and whoever runs it bounds each unit by them (internal/node). The
+	// sandbox's own ceilings (memory, processes, disk, descriptors) hold
+	// as for any command.
+	Resident bool
 }
 
 // WinSize is a terminal's size in characters; 0 is unknown.
@@ -65,8 +74,10 @@ type WinSize struct{ Rows, Cols uint16 }
 
 const (
 	defaultSampleEvery = 250 * time.Millisecond
-	// checkEvery is how often ceilings are checked while a command runs.
-	checkEvery = 10 * time.Millisecond
+	// checkEvery is how often ceilings are checked while a command runs;
+	// residentCheckEvery while a resident one does.
+	checkEvery         = 10 * time.Millisecond
+	residentCheckEvery = 100 * time.Millisecond
 	// evidenceKept is how many samples the result carries.
 	evidenceKept = 8
 	// drainGrace is how long output from background processes may keep
@@ -366,6 +377,9 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 		x.base.nanos = n
 	}
 	x.out = &outputCounter{x: x, limit: s.ceilings().Output}
+	if x.req.Resident {
+		x.out.limit = math.MaxInt64
+	}
 	var wg sync.WaitGroup
 	// pumping counts the pumps still reading; wg waits for them.
 	var pumping atomic.Int32
@@ -405,6 +419,9 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 
 	timer := time.NewTimer(s.ceilings().Time - time.Since(x.began))
 	defer timer.Stop()
+	if x.req.Resident {
+		timer.Stop()
+	}
 	var exit *initproto.Message
 	var runErr error
 wait:

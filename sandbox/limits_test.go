@@ -279,3 +279,33 @@ func TestLowestPids(t *testing.T) {
 		t.Fatalf("a pipeline at pids %d: got %s %+v", sbspec.MinPids, r.Outcome, r.Limit)
 	}
 }
+
+// TestResident: a resident command (a code interpreter's kernel) is not
+// bound as a whole by the ceilings of one command, which its runner
+// applies to each unit of its work: it outlives the time ceiling, says
+// more than the output ceiling in all, and spends more CPU time than the
+// budget; the sandbox's own ceilings still hold for it (a memory breach
+// is one, named).
+func TestResident(t *testing.T) {
+	rt := testRuntime(t)
+	l := DefaultLimits()
+	l.Time, l.Output, l.CPUTime, l.Memory = 300*time.Millisecond, 1000, 100*time.Millisecond, 32<<20
+	sb, err := rt.Create(t.Context(), Spec{Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	var out strings.Builder
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "head -c 5000 /dev/zero; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 0.5"},
+		Stdout: &out, KeepAlive: true, Resident: true})
+	if r.Outcome != result.Exited || r.ExitCode != 0 || out.Len() != 5000 {
+		t.Fatalf("a resident command past the time, output and CPU ceilings: %s %+v %q, %d bytes", r.Outcome, r.Limit, r.Error, out.Len())
+	}
+	if r.Usage.WallMillis < 300 || r.Usage.CPUMillis < 100 {
+		t.Errorf("it did not pass the ceilings it should outlive: %+v", r.Usage)
+	}
+	r = sb.Exec(t.Context(), ExecRequest{Argv: withProg("balloon", "200"), Stdin: strings.NewReader(string(testProg(t))), KeepAlive: true, Resident: true})
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory {
+		t.Fatalf("a resident command's memory breach: %s %+v %q", r.Outcome, r.Limit, r.Error)
+	}
+}

@@ -20,7 +20,15 @@ import (
 // checks at once, then every checkEvery; samples are due every
 // SampleEvery from the command's start.
 func (x *execution) monitor(ctx context.Context) {
-	check := time.NewTicker(checkEvery)
+	every := checkEvery
+	if x.req.Resident {
+		// A resident command waits, mostly, for its next unit of work,
+		// and lives as long as its session: checked ten times less often.
+		// A breach that ends it (an OOM kill) is still named at once, by
+		// the last look after its end.
+		every = residentCheckEvery
+	}
+	check := time.NewTicker(every)
 	defer check.Stop()
 	nextSample := x.start.Add(x.req.SampleEvery)
 	nextSockets := x.start.Add(socketsEvery)
@@ -79,7 +87,7 @@ func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok boo
 		case c.PidsMaxEvents > 0:
 			x.setBreach(&result.Limit{Name: result.LimitPids, Ceiling: l.Pids, Observed: max(c.PidsPeak, c.Pids, l.Pids), Unit: result.UnitCount})
 			return true
-		case l.CPUTime > 0 && c.CPUUsageNanos-x.base.nanos >= l.CPUTime.Nanoseconds():
+		case l.CPUTime > 0 && !x.req.Resident && c.CPUUsageNanos-x.base.nanos >= l.CPUTime.Nanoseconds():
 			x.setBreach(&result.Limit{Name: result.LimitCPU, Ceiling: l.CPUTime.Milliseconds(), Observed: (c.CPUUsageNanos - x.base.nanos) / 1e6, Unit: result.UnitMillis})
 			return true
 		}

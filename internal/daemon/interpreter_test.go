@@ -286,6 +286,32 @@ func TestInterpreterHostileKernel(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a_chatty_thread", func(t *testing.T) {
+		// Output nobody reads between executions (a thread that keeps
+		// printing) holds neither the kernel's next execution nor the
+		// sandbox's end.
+		sb := e2bCreate(t, base)
+		code := `import threading, time
+def chat():
+    while True: print('x' * 4096)
+threading.Thread(target=chat, daemon=True).start()`
+		body, _ := json.Marshal(map[string]string{"code": code})
+		if status, _ := execute(t, base, sb, string(body)); status != 200 {
+			t.Fatalf("start the thread: %d", status)
+		}
+		time.Sleep(500 * time.Millisecond)
+		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.SandboxID, nil)
+		req.Header.Set("X-API-KEY", e2bKey)
+		start := time.Now()
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("the kill: %v after %v", err, time.Since(start))
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 204 || time.Since(start) > 10*time.Second {
+			t.Errorf("the kill: %d after %v", resp.StatusCode, time.Since(start))
+		}
+	})
 	t.Run("a_flood", func(t *testing.T) {
 		sb := e2bCreate(t, base)
 		status, lines := execute(t, base, sb, `{"code":"import sys\nfor _ in range(80): sys.stdout.write('y' * (1 << 20)); sys.stdout.flush()"}`)
@@ -519,5 +545,63 @@ func TestInterpreterPrestart(t *testing.T) {
 			t.Fatalf("the pool's next sandbox has no kernels: %v", bridges(t, d.Prebound()))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestInterpreterCeilings: a kernel lives as long as its sandbox, and the
+// ceilings of one command bound each of its executions: executions whose
+// output adds up past the output ceiling, spread over a time past the
+// time ceiling, all run; one execution past the output ceiling, or past
+// the time ceiling, destroys the sandbox and is told which limit (later
+// calls find nothing).
+func TestInterpreterCeilings(t *testing.T) {
+	needKernel(t)
+	base := serveE2B(t, "  short: {limits: {time: 3s, output: 1MiB}}\n")
+	create := func() e2b.Sandbox {
+		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"short"}`))
+		req.Header.Set("X-API-KEY", e2bKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var sb e2b.Sandbox
+		if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("create: %d %v", resp.StatusCode, err)
+		}
+		return sb
+	}
+	sb := create()
+	start := time.Now()
+	for i := range 4 {
+		_, lines := execute(t, base, sb, `{"code":"import time\nprint('x' * (600 << 10))\ntime.sleep(0.8)"}`)
+		if k := lineKinds(lines); strings.Contains(k, "error") || !strings.HasSuffix(k, "end_of_execution") {
+			t.Fatalf("execution %d (%v in): %.200s", i, time.Since(start), k)
+		}
+	}
+	if time.Since(start) < 3*time.Second {
+		t.Fatalf("the executions took %v, less than the time ceiling they should outlive", time.Since(start))
+	}
+	for _, tt := range []struct{ name, code, limit string }{
+		{"output", `print('y' * (2 << 20))`, "output"},
+		{"time", `import time\ntime.sleep(30)`, "time"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := create()
+			started := time.Now()
+			_, lines := execute(t, base, sb, `{"code":"`+tt.code+`"}`)
+			var last string
+			for _, l := range lines {
+				if l["type"] == "error" {
+					last = str(l["name"]) + ": " + str(l["value"])
+				}
+			}
+			if !strings.HasPrefix(last, "LimitExceeded") || !strings.Contains(last, tt.limit) || time.Since(started) > 20*time.Second {
+				t.Errorf("an execution past the %s ceiling: %q after %v", tt.limit, last, time.Since(started))
+			}
+			if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 404 {
+				t.Errorf("a call after the breach: %d, want 404", status)
+			}
+		})
 	}
 }

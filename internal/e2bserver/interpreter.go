@@ -94,7 +94,11 @@ func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	start := time.Now()
 	err = kp.Execute(ctx, req.Code, req.EnvVars, out.event)
-	if errors.Is(err, interp.ErrBroken) {
+	var breach *node.LimitError
+	switch {
+	case errors.As(err, &breach):
+		out.event(interp.Event{Type: "error", Name: "LimitExceeded", Value: breach.Error()})
+	case errors.Is(err, interp.ErrBroken):
 		out.event(kernelEnd(kp, sb.s))
 	}
 	out.mu.Lock()

@@ -91,8 +91,17 @@ var ErrBroken = errors.New("the kernel broke its protocol")
 // tests.
 var InterruptGrace = 10 * time.Second
 
+// ErrOutput is the failure of an execution that said more than its
+// kernel's MaxOutput allows (it is also ErrBroken: the kernel is given up).
+var ErrOutput = errors.New("the execution's output is over its bound")
+
 // Kernel is one running kernel: one execution at a time.
 type Kernel struct {
+	// MaxOutput bounds what one execution may say in all (its output,
+	// results and error); MaxOutput (the constant) when 0. Set before
+	// the first execution.
+	MaxOutput int64
+
 	mu     sync.Mutex // held for an execution
 	in     io.Writer
 	out    *bufio.Reader
@@ -234,15 +243,19 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 		k.broken = fmt.Errorf("%w: %w", ErrBroken, err)
 		return k.broken
 	}
-	said := 0
+	bound := k.MaxOutput
+	if bound <= 0 {
+		bound = MaxOutput
+	}
+	var said int64
 	for {
 		w, err := k.next(rctx)
 		if err != nil {
 			k.broken = err
 			return err
 		}
-		if said += len(w.Text) + len(w.Traceback) + len(w.Value) + dataLen(w.Data); said > MaxOutput {
-			k.broken = fmt.Errorf("%w: an execution said over %d bytes", ErrBroken, MaxOutput)
+		if said += int64(len(w.Text) + len(w.Traceback) + len(w.Value) + dataLen(w.Data)); said > bound {
+			k.broken = &OutputError{Bound: bound, Said: said}
 			return k.broken
 		}
 		switch w.Type {
@@ -265,6 +278,16 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 		}
 	}
 }
+
+// OutputError is an execution's output over its kernel's bound: ErrOutput
+// and ErrBroken both.
+type OutputError struct{ Bound, Said int64 }
+
+func (e *OutputError) Error() string {
+	return fmt.Sprintf("%v: an execution said over %d bytes", ErrBroken, e.Bound)
+}
+
+func (e *OutputError) Is(target error) bool { return target == ErrOutput || target == ErrBroken }
 
 // SetEnv sets env in the kernel from now on, for every later execution
 // (what a sandbox's creator asked for, given to a kernel started before

@@ -47,6 +47,67 @@ type Kernel struct {
 	// why, when set before kill, is why the kernel was ended on purpose
 	// (a restart, a delete), which an execution in flight is told.
 	why atomic.Pointer[interp.Event]
+	// s is the session whose kernel it is, once it has one; limits are
+	// its tool's ceilings, which bound each execution (Execute).
+	s      atomic.Pointer[Session]
+	limits sandbox.Limits
+}
+
+// LimitError is an execution that breached a ceiling of one command: its
+// sandbox is destroyed and its session ended. Limit names the ceiling.
+type LimitError struct{ Limit result.Limit }
+
+func (e *LimitError) Error() string {
+	return "the sandbox breached its " + e.Limit.String() + " and was destroyed"
+}
+
+// Execute runs code in the kernel (interp.Kernel.Execute) as one unit of
+// its work, under the ceilings of one command (the kernel's command is
+// resident, not bound by them as a whole): what it says in all (output,
+// results, its error) by the output ceiling, how long it runs by the time
+// ceiling. A breach destroys the sandbox, as any command's would (its
+// session ends with the limit), and Execute returns a *LimitError.
+func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string, on func(interp.Event)) error {
+	var breach atomic.Pointer[result.Limit]
+	start := time.Now()
+	timer := time.AfterFunc(k.limits.Time, func() {
+		breach.CompareAndSwap(nil, &result.Limit{Name: result.LimitTime, Ceiling: k.limits.Time.Milliseconds(), Observed: time.Since(start).Milliseconds(), Unit: result.UnitMillis})
+		k.breached(result.LimitTime)
+	})
+	err := k.Kernel.Execute(ctx, code, env, on)
+	timer.Stop()
+	var over *interp.OutputError
+	if errors.As(err, &over) {
+		breach.CompareAndSwap(nil, &result.Limit{Name: result.LimitOutput, Ceiling: over.Bound, Observed: over.Said, Unit: result.UnitBytes})
+		k.breached(result.LimitOutput)
+	}
+	if l := breach.Load(); l != nil {
+		return &LimitError{Limit: *l}
+	}
+	return err
+}
+
+// endWith kills the kernel when s starts to end: its output, which
+// nobody reads between executions (a thread of the code that keeps
+// printing), must not hold its command, which the session's end waits
+// for.
+func (k *Kernel) endWith(s *Session) {
+	select {
+	case <-s.ending:
+		k.Kill()
+	case <-k.done:
+	}
+}
+
+// breached destroys the kernel's sandbox for a breach of limit: its
+// session ends with it, and returns once it has. The kernel is killed
+// first, its pipes closed: output nobody reads any more must not hold
+// its command, which the session's end waits for.
+func (k *Kernel) breached(limit string) {
+	k.Kill()
+	if s := k.s.Load(); s != nil {
+		_ = s.End(context.Background(), "limit: "+limit)
+	}
 }
 
 // ErrKernel is the failure of a kernel that would not start for a reason
@@ -99,11 +160,12 @@ func (k *Kernel) EndFor(why interp.Event) {
 // launch starts a kernel of language in cwd with exec, which runs the
 // command x (filled in here) and returns how it ended, and waits for it
 // to be ready, as long as ctx and kernelStart let it.
-func launch(ctx context.Context, language, cwd string, x sandbox.ExecRequest, exec func(sandbox.ExecRequest) *result.Result) (*Kernel, error) {
+func launch(ctx context.Context, language, cwd string, limits sandbox.Limits, x sandbox.ExecRequest, exec func(sandbox.ExecRequest) *result.Result) (*Kernel, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	k := &Kernel{Language: language, signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{})}
+	k := &Kernel{Language: language, signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{}), limits: limits}
 	x.Argv = interp.Argv(language, cwd)
+	x.KeepAlive, x.Resident = true, true
 	x.Env = append(interp.Env(), x.Env...)
 	x.Stdin, x.Stdout, x.Stderr, x.Signal = inR, outW, io.Discard, k.signal
 	go func() {
@@ -125,6 +187,7 @@ func launch(ctx context.Context, language, cwd string, x sandbox.ExecRequest, ex
 		<-k.done
 		return nil, err
 	}
+	kk.MaxOutput = limits.Output
 	k.Kernel = kk
 	return k, nil
 }
@@ -140,7 +203,7 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 		return nil, ErrGone
 	}
 	x := sandbox.ExecRequest{Env: env, Dir: Workdir("", s.tool)}
-	k, err := launch(ctx, language, cwd, x, func(x sandbox.ExecRequest) *result.Result {
+	k, err := launch(ctx, language, cwd, n.plans[s.tool.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result {
 		defer s.Leave()
 		// Not the request's context: the kernel outlives its start.
 		res, _ := n.Exec(context.WithoutCancel(ctx), s, client, x)
@@ -148,6 +211,8 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 	})
 	switch {
 	case err == nil:
+		k.s.Store(s)
+		go k.endWith(s)
 		return k, nil
 	case !s.Alive():
 		return nil, ErrGone
@@ -169,8 +234,8 @@ func (n *Node) prestart(t *config.Tool) func(context.Context, *sandbox.Sandbox) 
 	return func(ctx context.Context, sb *sandbox.Sandbox) error {
 		var ks []*Kernel
 		for _, language := range t.Pool.Kernels {
-			x := sandbox.ExecRequest{Env: t.Env, Dir: Workdir("", t), KeepAlive: true, SampleEvery: 250 * time.Millisecond}
-			k, err := launch(ctx, language, "", x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
+			x := sandbox.ExecRequest{Env: t.Env, Dir: Workdir("", t), SampleEvery: 250 * time.Millisecond}
+			k, err := launch(ctx, language, "", n.plans[t.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
 			if err != nil {
 				for _, k := range ks {
 					k.Kill()
@@ -222,6 +287,8 @@ func (n *Node) claimKernels(ctx context.Context, s *Session) {
 				continue
 			}
 		}
+		k.s.Store(s)
+		go k.endWith(s)
 		go func() {
 			<-k.done
 			if k.end != nil && k.Why() == nil {
