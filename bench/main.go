@@ -45,7 +45,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, e2b or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, e2b, interp or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
@@ -102,7 +102,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "cluster" {
+	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "cluster" {
 		if err := peers(n, tput); err != nil {
 			return err
 		}
@@ -133,12 +133,17 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 			return err
 		}
 	}
+	if want("interp") {
+		if err := interpBench(min(n, 200)); err != nil {
+			return err
+		}
+	}
 	if want("cluster") {
 		if err := clusterBench(min(n, 300), tput); err != nil {
 			return err
 		}
 	}
-	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "cluster" {
+	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "cluster" {
 		return nil
 	}
 	ctx := context.Background()

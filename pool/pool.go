@@ -49,6 +49,12 @@ type Config struct {
 	// YieldMax bounds how long a refill waits for the run it would
 	// otherwise slow down (see replenish); 0 means 50ms.
 	YieldMax time.Duration
+	// Prepare, when set, readies each sandbox the refill builds before
+	// it is put in the pool (a code interpreter's kernel started ahead
+	// of demand): what a claim then finds warm. A sandbox it fails for
+	// is destroyed, counted as a failed create. Claims that miss never
+	// wait for it.
+	Prepare func(ctx context.Context, sb *sandbox.Sandbox) error
 }
 
 // Stats are a pool's counters since it was made. The daemon serves them
@@ -213,6 +219,12 @@ func (p *Pool) replenish() {
 		if p.need() {
 			p.yield()
 			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
+			if err == nil && p.cfg.Prepare != nil {
+				if err = p.cfg.Prepare(p.ctx, sb); err != nil {
+					p.destroy(sb)
+					err = fmt.Errorf("prepare: %w", err)
+				}
+			}
 			if err != nil {
 				if p.ctx.Err() != nil {
 					return

@@ -1,9 +1,13 @@
 package pool
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -368,4 +372,68 @@ func TestAtCapacity(t *testing.T) {
 		t.Fatalf("stats %+v after an eviction", st)
 	}
 	waitIdle(t, p, 2)
+}
+
+// TestPrepare: the refill readies each sandbox before a claim can find
+// it (what Prepare did is there when it is claimed warm); a sandbox whose
+// preparation fails is destroyed, never handed out, and counted as a
+// failed create; a claim that misses is not prepared.
+func TestPrepare(t *testing.T) {
+	rt := runtimeFor(t)
+	var fail atomic.Bool
+	var prepared, seen sync.Map
+	p := New(rt, Config{Name: "t", Spec: spec(), Warm: 1, RetryMin: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+		Prepare: func(ctx context.Context, sb *sandbox.Sandbox) error {
+			// A command that keeps its sandbox, as a kernel's does.
+			seen.Store(sb.ID(), true)
+			if fail.Load() {
+				return errors.New("no")
+			}
+			r := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo ready > /tmp/prepared"}, KeepAlive: true})
+			if r.Outcome != result.Exited || r.ExitCode != 0 {
+				return fmt.Errorf("prepare: %+v", r)
+			}
+			prepared.Store(sb.ID(), true)
+			return nil
+		}})
+	defer closePool(t, p)
+	waitIdle(t, p, 1)
+	// From here every preparation fails: the refill after this claim's.
+	fail.Store(true)
+	sb, warm, err := p.Claim(t.Context())
+	if err != nil || !warm {
+		t.Fatalf("claim: warm %v, %v", warm, err)
+	}
+	if _, ok := prepared.Load(sb.ID()); !ok {
+		t.Error("a warm sandbox that was not prepared")
+	}
+	var out bytes.Buffer
+	if r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/cat", "/tmp/prepared"}, Stdout: &out}); r.ExitCode != 0 || out.String() != "ready\n" {
+		t.Errorf("what Prepare did: %q %+v", out.String(), r)
+	}
+	_ = sb.Destroy(t.Context())
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().CreateFailures < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("failed preparations were not counted: %+v", p.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := p.Stats(); st.Idle != 0 {
+		t.Errorf("a sandbox whose preparation failed is in the pool: %+v", st)
+	}
+	miss, warm, err := p.Claim(t.Context())
+	if err != nil || warm {
+		t.Fatalf("a claim with the pool empty: warm %v, %v", warm, err)
+	}
+	if _, ok := prepared.Load(miss.ID()); ok {
+		t.Error("a miss was prepared")
+	}
+	_ = miss.Destroy(t.Context())
+	closePool(t, p)
+	for _, id := range cgroups(t) {
+		if _, ok := seen.Load(id); ok {
+			t.Errorf("sandbox %s, prepared, is left after the pool's close", id)
+		}
+	}
 }

@@ -101,6 +101,10 @@ type Tool struct {
 	Network Network
 	// Pool says how many sandboxes of the tool the daemon keeps warm.
 	Pool Pool
+	// E2BTemplates are further names E2B clients may create the tool's
+	// sandboxes by (templateID): "code-interpreter-v1", "base". Unique
+	// across the tools, and never another tool's name.
+	E2BTemplates []string
 	// Services names the services, defined in Config.Services, whose
 	// operations the tool's sandboxes may call through the credential
 	// broker; in file order, without duplicates.
@@ -161,7 +165,32 @@ func (l Limits) Apply(base sbspec.Limits) sbspec.Limits {
 // (0, the default, creates each on demand).
 type Pool struct {
 	Warm int
+	// Kernels are the code interpreter's kernels (languages: "python",
+	// "bash") each pooled sandbox starts before it is claimed, so that an
+	// E2B sandbox's first runCode finds its context running. In file
+	// order, without duplicates.
+	Kernels []string
 }
+
+// E2BTemplate is the tool E2B clients create by templateID name: the
+// tool of that name, or the one that lists it in e2b_templates; nil for
+// none.
+func (c *Config) E2BTemplate(name string) *Tool {
+	if t, ok := c.Tools[name]; ok {
+		return t
+	}
+	for _, n := range c.Order {
+		if slices.Contains(c.Tools[n].E2BTemplates, name) {
+			return c.Tools[n]
+		}
+	}
+	return nil
+}
+
+// KernelLanguages are the languages pool.kernels may name: those the code
+// interpreter serves (internal/interp.Languages; a test keeps the two
+// the same).
+var KernelLanguages = []string{"python", "bash"}
 
 // Network holds the egress caps of one sandbox.
 type Network struct {

@@ -427,3 +427,24 @@ func TestNetworkLookups(t *testing.T) {
 		t.Errorf("wildcard_names 5000: %v", err)
 	}
 }
+
+// TestE2BTemplates: a tool is found by its own name and by each of its
+// e2b_templates; its pool's kernels are kept in order.
+func TestE2BTemplates(t *testing.T) {
+	c, err := Parse("a.yaml", []byte("tools:\n  py:\n    e2b_templates: [code-interpreter-v1, base]\n    pool: {warm: 1, kernels: [python, bash]}\n  sh: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"py": "py", "code-interpreter-v1": "py", "base": "py", "sh": "sh", "other": ""} {
+		got := ""
+		if tl := c.E2BTemplate(name); tl != nil {
+			got = tl.Name
+		}
+		if got != want {
+			t.Errorf("E2BTemplate(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if k := c.Tools["py"].Pool.Kernels; strings.Join(k, ",") != "python,bash" {
+		t.Errorf("kernels %v", k)
+	}
+}

@@ -74,7 +74,14 @@ func TestParseInvalid(t *testing.T) {
 		{"name too long", "tools:\n  " + strings.Repeat("a", 65) + ": {}\n", 2, 3, "tools." + strings.Repeat("a", 65), "invalid tool name"},
 
 		// Tool settings.
-		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, egress, env, image, inputs, limits, mounts, network, pool, rootfs, services, stdin, user, workdir)`},
+		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, e2b_templates, egress, env, image, inputs, limits, mounts, network, pool, rootfs, services, stdin, user, workdir)`},
+		{"e2b template invalid", tool("    e2b_templates: [ok, -x]"), 3, 25, "tools.t.e2b_templates[1]", `invalid template name "-x"`},
+		{"e2b template twice", tool("    e2b_templates: [a, a]"), 3, 24, "tools.t.e2b_templates[1]", `template name "a" is listed twice`},
+		{"e2b template is a tool", lines("tools:", "  t: {e2b_templates: [u]}", "  u: {}"), 2, 0, "tools.t.e2b_templates", `"u" is the name of tool "u" (line 3)`},
+		{"e2b template of two tools", lines("tools:", "  t: {e2b_templates: [base]}", "  u: {e2b_templates: [base]}"), 3, 0, "tools.u.e2b_templates", `"base" is also a template name of tool "t"`},
+		{"kernel unknown", tool("    pool: {warm: 1, kernels: [python, r]}"), 3, 39, "tools.t.pool.kernels[1]", `unknown kernel language "r": want one of python, bash`},
+		{"kernel twice", tool("    pool: {warm: 1, kernels: [bash, bash]}"), 3, 37, "tools.t.pool.kernels[1]", `kernel language "bash" is listed twice`},
+		{"kernels without warm", tool("    pool: {kernels: [python]}"), 2, 0, "tools.t.pool.kernels", "set pool.warm to 1 or more"},
 		{"description list", tool("    description: [a]"), 3, 18, "tools.t.description", "expected a string, got a list"},
 		{"description null", tool("    description:"), 3, 17, "tools.t.description", `expected a string, got nothing (write "" for an empty string)`},
 		{"description nul", tool(`    description: "a\0b"`), 3, 18, "tools.t.description", "contains a NUL byte"},

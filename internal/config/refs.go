@@ -44,6 +44,22 @@ func (p *parser) checkRefs(c *Config) error {
 			return p.errAt(r.node, r.at, "undefined secret %s (%s)", quote(r.name), defined("secrets", slices.Collect(maps.Keys(c.Secrets))))
 		}
 	}
+	byTemplate := map[string]string{}
+	for _, name := range c.Order {
+		t := c.Tools[name]
+		for _, tpl := range t.E2BTemplates {
+			if other, ok := c.Tools[tpl]; ok && other != t {
+				return p.errLine(t.Line, join(join("tools", name), "e2b_templates"), "%s is the name of tool %s (line %d): a template name names one tool", quote(tpl), quote(tpl), other.Line)
+			}
+			if other, ok := byTemplate[tpl]; ok {
+				return p.errLine(t.Line, join(join("tools", name), "e2b_templates"), "%s is also a template name of tool %s: a template name names one tool", quote(tpl), quote(other))
+			}
+			byTemplate[tpl] = name
+		}
+		if len(t.Pool.Kernels) > 0 && t.Pool.Warm == 0 {
+			return p.errLine(t.Line, join(join(join("tools", name), "pool"), "kernels"), "kernels are started in pooled sandboxes: set pool.warm to 1 or more")
+		}
+	}
 	for _, name := range c.MCPServerOrder {
 		if t, ok := c.Tools[name]; ok {
 			return p.errLine(c.MCPServers[name].Line, join("mcp_servers", name), "%s is also a tool (line %d); token scopes name both, so the names must differ", quote(name), t.Line)

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,9 +18,9 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"audit", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
-	toolKeys    = []string{"command", "description", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "workdir"}
+	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "workdir"}
 	mountKeys   = []string{"source", "target"}
-	poolKeys    = []string{"warm"}
+	poolKeys    = []string{"kernels", "warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "opaque", "ports", "private"}
 	networkKeys = []string{"bytes", "connections", "dns_rate", "host_lookups", "wildcard_names"}
@@ -124,6 +125,8 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 			t.Network, err = p.network(f.val, sub)
 		case "pool":
 			t.Pool, err = p.pool(f.val, sub)
+		case "e2b_templates":
+			t.E2BTemplates, err = p.names(f.val, sub, "template name", validToolName, nil)
 		}
 		if err != nil {
 			return nil, err
@@ -332,15 +335,47 @@ func (p *parser) pool(n *yaml.Node, at string) (Pool, error) {
 		return pl, err
 	}
 	for _, f := range fs {
-		if f.name == "warm" {
+		switch f.name {
+		case "warm":
 			var v int64
 			if v, err = p.integer(f.val, join(at, f.name), 0, MaxWarm); err != nil {
 				return pl, err
 			}
 			pl.Warm = int(v)
+		case "kernels":
+			if pl.Kernels, err = p.names(f.val, join(at, f.name), "kernel language", nil, KernelLanguages); err != nil {
+				return pl, err
+			}
 		}
 	}
 	return pl, nil
+}
+
+// names parses a list of distinct names, each valid (when valid is set)
+// or one of allowed (when that is).
+func (p *parser) names(n *yaml.Node, at, what string, valid func(string) bool, allowed []string) ([]string, error) {
+	items, err := p.list(n, at)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, it := range items {
+		sub := index(at, i)
+		s, err := p.str(it, sub)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case valid != nil && !valid(s):
+			return nil, p.errAt(it, sub, "invalid %s %s: use 1-64 letters, digits, '_' and '-', starting with a letter or digit", what, quote(s))
+		case allowed != nil && !slices.Contains(allowed, s):
+			return nil, p.errAt(it, sub, "unknown %s %s: want one of %s", what, quote(s), strings.Join(allowed, ", "))
+		case slices.Contains(out, s):
+			return nil, p.errAt(it, sub, "%s %s is listed twice", what, quote(s))
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func (p *parser) network(n *yaml.Node, at string) (Network, error) {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +441,90 @@ func TestInterpreterContexts(t *testing.T) {
 	wrong.TrafficAccessToken = nil
 	if status, _ := interpCall(t, base, wrong, "POST", "/contexts", `{}`); status != 404 {
 		t.Errorf("a context made without a token: %d", status)
+	}
+}
+
+// bridges are the host pids of the kernels' bridges running now in the
+// sandboxes of ids, with their pids in their sandboxes.
+func bridges(t *testing.T, ids []string) map[int]string {
+	t.Helper()
+	found := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte("-Xfrozen_modules=off\x00-c\x00")) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(cg, []byte(id)) }) {
+			continue
+		}
+		status, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		for _, l := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "NSpid:" {
+				found[pid] = f[len(f)-1]
+			}
+		}
+	}
+	return found
+}
+
+// TestInterpreterPrestart: a tool whose pool names kernels starts them
+// in each pooled sandbox before its claim (the bridges run, from the
+// host's view, before any create), and the sandbox a create claims has
+// them as its default contexts: the first runCode runs in the kernel
+// that was already running (its pid), as its first execution, with the
+// create's envVars; bash likewise. The tool is also offered under E2B
+// template names.
+func TestInterpreterPrestart(t *testing.T) {
+	needKernel(t)
+	d, base := serveE2BDaemon(t, "  ci:\n    e2b_templates: [code-interpreter-v1, base]\n    pool: {warm: 1, kernels: [python, bash]}\n", nil)
+	deadline := time.Now().Add(60 * time.Second)
+	for d.Pool("ci").Stats().Idle < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %+v", d.Pool("ci").Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := bridges(t, d.Prebound())
+	if len(before) != 2 {
+		t.Fatalf("%d bridges run before the claim, want the pooled sandbox's python and bash: %v", len(before), before)
+	}
+	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"code-interpreter-v1","envVars":{"FROM_CREATE":"yes"}}`))
+	req.Header.Set("X-API-KEY", e2bKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb e2b.Sandbox
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	nspids := map[string]bool{}
+	for _, p := range before {
+		nspids[p] = true
+	}
+	_, lines := execute(t, base, sb, `{"code":"import os\nprint(os.getpid(), os.environ.get('FROM_CREATE'))"}`)
+	// "number_of_executions=1 stdout=PID yes end_of_execution"
+	got := strings.Fields(lineKinds(lines))
+	if len(got) != 4 || got[0] != "number_of_executions=1" || !nspids[strings.TrimPrefix(got[1], "stdout=")] || got[2] != "yes" {
+		t.Errorf("the first runCode: %s, want the kernel that ran before the claim (pids %v) and the create's envVars", got, before)
+	}
+	_, lines = execute(t, base, sb, `{"code":"echo $FROM_CREATE; echo $PPID","language":"bash"}`)
+	if got := lineKinds(lines); !strings.HasPrefix(got, "number_of_executions=1 stdout=yes") {
+		t.Errorf("bash: %s", got)
+	}
+	// The claim's sandbox is replaced, its kernels started anew.
+	deadline = time.Now().Add(60 * time.Second)
+	for d.Pool("ci").Stats().Idle < 1 || len(bridges(t, d.Prebound())) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's next sandbox has no kernels: %v", bridges(t, d.Prebound()))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"fmt"
@@ -39,7 +40,7 @@ type e2bContext struct {
 	// mu guards kernel and deleted; it is held while the kernel starts,
 	// so a context's kernel starts once.
 	mu      sync.Mutex
-	kernel  *e2bKernel
+	kernel  *node.Kernel
 	deleted bool
 }
 
@@ -113,6 +114,32 @@ func (sb *e2bSandbox) newContext(language, cwd string, def bool) (*e2bContext, e
 	return c, nil
 }
 
+// adoptKernels makes the kernels sb's sandbox started before its claim
+// (the tool's pool.kernels) its default contexts, given the create's
+// envVars: the first runCode finds its context running.
+func (sb *e2bSandbox) adoptKernels(ctx context.Context, envVars map[string]string) {
+	for _, l := range interp.Languages {
+		k := sb.s.TakeKernel(l)
+		if k == nil {
+			continue
+		}
+		if len(envVars) > 0 {
+			if err := k.SetEnv(ctx, envVars); err != nil {
+				k.Kill()
+				continue
+			}
+		}
+		sb.ctxMu.Lock()
+		c, err := sb.newContext(l, "", true)
+		sb.ctxMu.Unlock()
+		if err != nil {
+			k.Kill()
+			continue
+		}
+		c.kernel = k
+	}
+}
+
 // defaultContext is sb's default context of language, made if it has
 // none.
 func (sb *e2bSandbox) defaultContext(language string) (*e2bContext, error) {
@@ -163,13 +190,13 @@ func (sb *e2bSandbox) contextOf(req executeRequest) (*e2bContext, error) {
 
 // kernelOf is c's running kernel, started if it has none (on first use,
 // or after the last one broke or its sandbox's limit ended it).
-func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox, c *e2bContext) (*e2bKernel, error) {
+func (d *Server) kernelOf(r *http.Request, sb *e2bSandbox, c *e2bContext) (*node.Kernel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.deleted {
 		return nil, errNoContext(c.id)
 	}
-	if kp := c.kernel; kp != nil && !kp.dead() {
+	if kp := c.kernel; kp != nil && !kp.Dead() {
 		return kp, nil
 	}
 	kp, err := d.startKernel(r.Context(), edge.ClientOf(r), sb, c)
@@ -254,7 +281,7 @@ func (d *Server) e2bRestartContext(w http.ResponseWriter, r *http.Request) error
 	}
 	c.mu.Lock()
 	if kp := c.kernel; kp != nil {
-		kp.endFor(interp.Event{Type: "error", Name: "ContextRestarting", Value: "Context was restarted"})
+		kp.EndFor(interp.Event{Type: "error", Name: "ContextRestarting", Value: "Context was restarted"})
 		c.kernel = nil
 	}
 	c.mu.Unlock()
@@ -294,7 +321,7 @@ func (sb *e2bSandbox) dropContext(c *e2bContext) {
 	defer c.mu.Unlock()
 	c.deleted = true
 	if kp := c.kernel; kp != nil {
-		kp.endFor(interp.Event{Type: "error", Name: "ContextDeleted", Value: "Context was deleted"})
+		kp.EndFor(interp.Event{Type: "error", Name: "ContextDeleted", Value: "Context was deleted"})
 		c.kernel = nil
 	}
 }

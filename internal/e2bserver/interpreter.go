@@ -5,15 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -21,7 +17,6 @@ import (
 	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/result"
-	"github.com/airlockhq/airlock/sandbox"
 )
 
 // The code interpreter (docs/e2b.md; decision 0026): E2B's
@@ -32,112 +27,23 @@ import (
 // in the sandbox as a command of its session; its output is translated
 // here, line by line, and nothing it says is trusted.
 
-const (
-	// kernelStart bounds a kernel's start, to its bridge's "ready".
-	kernelStart = 60 * time.Second
-	// silenceKeepalive: an execution that says nothing for this long
-	// sends a keepalive line, as E2B's server does.
-	silenceKeepalive = 5 * time.Second
-)
+// silenceKeepalive: an execution that says nothing for this long sends
+// a keepalive line, as E2B's server does.
+const silenceKeepalive = 5 * time.Second
 
-// e2bKernel is a context's running kernel.
-type e2bKernel struct {
-	k      *interp.Kernel
-	signal chan unix.Signal
-	// stdin and stdout are the host's ends of the command's pipes.
-	stdin  *io.PipeWriter
-	stdout *io.PipeReader
-	done   chan struct{} // closed once its command has ended
-	// end is how its command ended, once done is closed (nil: airlock's
-	// own failure, as Exec said).
-	end *result.Result
-	// why, when set before kill, is why the kernel was ended on purpose
-	// (a restart, a delete), which an execution in flight is told.
-	why atomic.Pointer[interp.Event]
-}
-
-// dead reports whether the kernel's command has ended.
-func (kp *e2bKernel) dead() bool {
-	select {
-	case <-kp.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill ends the kernel's command. Its pipes close too: the command's
-// output, no longer read, must not hold its exec (and the session's end,
-// which waits for it) on a write that would never finish.
-func (kp *e2bKernel) kill() {
-	select {
-	case kp.signal <- unix.SIGKILL:
-	default:
-	}
-	_ = kp.stdout.CloseWithError(interp.ErrBroken)
-	_ = kp.stdin.Close()
-}
-
-// endFor ends the kernel on purpose, an execution in flight told why,
-// and waits (a while) for its command to end.
-func (kp *e2bKernel) endFor(why interp.Event) {
-	kp.why.Store(&why)
-	kp.kill()
-	select {
-	case <-kp.done:
-	case <-time.After(5 * time.Second):
-	}
-}
-
-// startKernel starts c's kernel in sb: the bridge as a command of the
-// session, which lives until the session ends, the kernel breaks, or the
-// context is restarted or deleted. ctx bounds the start only.
-func (d *Server) startKernel(ctx context.Context, client string, sb *e2bSandbox, c *e2bContext) (*e2bKernel, error) {
-	if !sb.s.Enter() {
+// startKernel starts c's kernel in sb (node.StartKernel: a run of the
+// session), its errors as the interpreter answers them.
+func (d *Server) startKernel(ctx context.Context, client string, sb *e2bSandbox, c *e2bContext) (*node.Kernel, error) {
+	k, err := d.StartKernel(ctx, sb.s, client, c.language, c.cwd, sb.env)
+	switch {
+	case err == nil:
+		return k, nil
+	case errors.Is(err, node.ErrGone):
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
+	case errors.Is(err, interp.ErrStart):
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "the %s context did not start: %v", c.language, err)
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	kp := &e2bKernel{signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{})}
-	x := sandbox.ExecRequest{
-		Argv:   interp.Argv(c.language, c.cwd),
-		Env:    append(interp.Env(), sb.env...),
-		Dir:    node.Workdir("", sb.s.Tool()),
-		Stdin:  inR,
-		Stdout: outW,
-		Stderr: io.Discard,
-		Signal: kp.signal,
-	}
-	go func() {
-		defer sb.s.Leave()
-		// Not the request's context: the kernel outlives its first call.
-		res, _ := d.Exec(context.WithoutCancel(ctx), sb.s, client, x)
-		kp.end = res
-		_ = outW.CloseWithError(io.EOF)
-		_ = inR.Close()
-		close(kp.done)
-	}()
-	ctx, cancel := context.WithTimeout(ctx, kernelStart)
-	defer cancel()
-	k, err := interp.New(ctx, inW, outR, func() {
-		select {
-		case kp.signal <- unix.SIGINT:
-		default:
-		}
-	})
-	if err != nil {
-		kp.kill()
-		<-kp.done
-		switch {
-		case !sb.s.Alive():
-			return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
-		case errors.Is(err, interp.ErrStart):
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "the %s context did not start: %v", c.language, err)
-		}
-		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's %s kernel did not start (the tool's image needs python3 with ipykernel, and bash for bash: docs/e2b.md)", c.language)
-	}
-	kp.k = k
-	return kp, nil
+	return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's %s kernel did not start (the tool's image needs python3 with ipykernel, and bash for bash: docs/e2b.md)", c.language)
 }
 
 // executeRequest is POST /execute's body. The JS SDK leaves absent
@@ -187,9 +93,9 @@ func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 	stop := out.keepalive()
 	defer stop()
 	start := time.Now()
-	err = kp.k.Execute(ctx, req.Code, req.EnvVars, out.event)
+	err = kp.Execute(ctx, req.Code, req.EnvVars, out.event)
 	if errors.Is(err, interp.ErrBroken) {
-		out.event(kernelEnd(kp))
+		out.event(kernelEnd(kp, sb.s))
 	}
 	out.mu.Lock()
 	count, errName := out.count, out.errName
@@ -334,20 +240,29 @@ func (s *executeStream) event(ev interp.Event) {
 }
 
 // kernelEnd is the error an execution ends with when its kernel broke:
-// the limit its sandbox breached, by name, when that ended it (the
-// sandbox is then gone, and later calls find nothing); else the kernel
-// is ended, and the next call starts another, its state gone.
-func kernelEnd(kp *e2bKernel) interp.Event {
-	if why := kp.why.Load(); why != nil {
+// why it was ended, when that was on purpose (a restart, a delete); the
+// limit its sandbox breached, by name, when that ended it (the sandbox
+// is then gone, and later calls find nothing); the sandbox's end when it
+// was killed or timed out under the execution, which is not the kernel's
+// doing; else the kernel is ended, and the next call starts another, its
+// state gone.
+func kernelEnd(k *node.Kernel, s *node.Session) interp.Event {
+	if why := k.Why(); why != nil {
 		return *why
 	}
-	kp.kill()
+	k.Kill()
 	select {
-	case <-kp.done:
+	case <-k.Done():
 	case <-time.After(5 * time.Second):
 	}
-	if kp.dead() && kp.end != nil && kp.end.Outcome == result.LimitExceeded && kp.end.Limit != nil {
-		return interp.Event{Type: "error", Name: "LimitExceeded", Value: "the sandbox breached its " + kp.end.Limit.String() + " and was destroyed"}
+	if end := k.End(); k.Dead() && end != nil && end.Outcome == result.LimitExceeded && end.Limit != nil {
+		return interp.Event{Type: "error", Name: "LimitExceeded", Value: "the sandbox breached its " + end.Limit.String() + " and was destroyed"}
+	}
+	// The session is marked ended before its sandbox is killed, so a
+	// kernel that a kill (E2B's kill, the sandbox's timeout) took down
+	// finds it so.
+	if v := s.View(); v.State != "active" {
+		return interp.Event{Type: "error", Name: "SandboxEnded", Value: "the sandbox ended (" + v.EndReason + ") during the execution"}
 	}
 	return interp.Event{Type: "error", Name: "KernelError", Value: "the kernel broke its protocol and was ended; its state is lost"}
 }

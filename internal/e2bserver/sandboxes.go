@@ -55,9 +55,9 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	if req.TemplateID == "" {
 		return errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
 	}
-	t, ok := d.opts.Config.Tools[req.TemplateID]
-	if !ok {
-		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools (%s)", node.Shorten(req.TemplateID), strings.Join(d.opts.Config.Order, ", "))
+	t := d.opts.Config.E2BTemplate(req.TemplateID)
+	if t == nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools, by name or by a name in their e2b_templates (%s)", node.Shorten(req.TemplateID), strings.Join(d.templateNames(), ", "))
 	}
 	if !c.Allows(t.Name) {
 		d.Counts().Forbidden.Add(1)
@@ -88,6 +88,9 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	rand.Read(tok[:])
 	rand.Read(traffic[:])
 	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), traffic: hex.EncodeToString(traffic[:]), metadata: req.Metadata, env: env, limits: d.Plan(t.Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
+	// Before any call can find it: its default contexts are those whose
+	// kernels started ahead.
+	sb.adoptKernels(r.Context(), req.EnvVars)
 	d.e2b.mu.Lock()
 	if d.e2b.m == nil {
 		d.e2b.m = map[string]*e2bSandbox{}
@@ -103,6 +106,17 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	d.e2b.mu.Unlock()
 	d.e2bAnswer(w, http.StatusCreated, sb)
 	return nil
+}
+
+// templateNames are the names E2B clients may create sandboxes by: each
+// tool's, then its e2b_templates.
+func (d *Server) templateNames() []string {
+	var names []string
+	for _, n := range d.opts.Config.Order {
+		names = append(names, n)
+		names = append(names, d.opts.Config.Tools[n].E2BTemplates...)
+	}
+	return names
 }
 
 // e2bNarrow is the policy of a sandbox whose create narrowed the tool's

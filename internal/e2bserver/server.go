@@ -104,6 +104,7 @@ type Core interface {
 	Plan(tool string) attach.Plan
 	RecordCode(client string, s *node.Session, c node.Code)
 	SessionsOf(c *node.Caller) []*node.Session
+	StartKernel(ctx context.Context, s *node.Session, client, language, cwd string, env []string) (*node.Kernel, error)
 }
 
 var _ Core = (*node.Node)(nil)

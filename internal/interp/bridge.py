@@ -7,7 +7,8 @@
 #
 # Arguments: the language ("python" or "bash") and the working directory.
 # Requests, one JSON object per line on stdin:
-#   {"code": "...", "env": {"NAME": "value"}}
+#   {"code": "...", "env": {"NAME": "value"}}   an execution, env for it
+#   {"setenv": {"NAME": "value"}}               env from now on; "end"
 # Answers, one JSON object per line on stdout (the descriptor the
 # command was started with; see below):
 #   {"type": "ready"}                             once, when it can serve
@@ -91,9 +92,14 @@ except OSError as e:
     sys.exit(1)
 
 
-def requests():
+def requests(setenv):
+    """The executions asked for; a setenv request is served here."""
     for line in sys.stdin:
         req = json.loads(line)
+        if "setenv" in req:
+            setenv({str(k): str(v) for k, v in (req.get("setenv") or {}).items()})
+            emit({"type": "end"})
+            continue
         yield req.get("code", ""), {str(k): str(v) for k, v in (req.get("env") or {}).items()}
 
 
@@ -186,7 +192,7 @@ def python_main():
     kc = km.client()
     kc.start_channels()
     emit({"type": "ready"})
-    for code, env in requests():
+    for code, env in requests(os.environ.update):
         try:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
@@ -228,8 +234,27 @@ def bash_main():
 
     sh = start()
     count = 0
+
+    def run(script):
+        """Runs script in the shell; its status, or None if the shell
+        exited."""
+        try:
+            sh.stdin.write(script.encode())
+            sh.stdin.flush()
+        except BrokenPipeError:
+            pass
+        while True:
+            ready, _, _ = select.select([status_r], [], [], 0.1)
+            if ready:
+                return int(os.read(status_r, 64).split(b"\n")[0] or b"0")
+            if sh.poll() is not None:
+                return None
+
+    def setenv(env):
+        run("".join("export %s=%s\n" % (k, shlex.quote(v)) for k, v in env.items()) + "printf '0\\n' >&%d\n" % status_w)
+
     emit({"type": "ready"})
-    for code, env in requests():
+    for code, env in requests(setenv):
         count += 1
         emit({"type": "count", "n": count})
         cell = os.path.join(cells, "cell")
@@ -248,18 +273,7 @@ def bash_main():
             "__airlock_status=$?",
             "trap : INT",
         ] + after + ["printf '%%d\\n' $__airlock_status >&%d" % status_w, ""])
-        try:
-            sh.stdin.write(script.encode())
-            sh.stdin.flush()
-        except BrokenPipeError:
-            pass
-        status = None
-        while status is None:
-            ready, _, _ = select.select([status_r], [], [], 0.1)
-            if ready:
-                status = int(os.read(status_r, 64).split(b"\n")[0] or b"0")
-            elif sh.poll() is not None:
-                break
+        status = run(script)
         drain()
         if status is None:
             emit({"type": "error", "name": "ShellExited",

@@ -266,6 +266,45 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	}
 }
 
+// SetEnv sets env in the kernel from now on, for every later execution
+// (what a sandbox's creator asked for, given to a kernel started before
+// it). It waits for the kernel to say it is done, as long as ctx lets it;
+// a kernel that says anything else is broken.
+func (k *Kernel) SetEnv(ctx context.Context, env map[string]string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.broken != nil {
+		return k.broken
+	}
+	req, err := json.Marshal(map[string]any{"setenv": env})
+	if err != nil {
+		return err
+	}
+	if _, err := k.in.Write(append(req, '\n')); err != nil {
+		k.broken = fmt.Errorf("%w: %w", ErrBroken, err)
+		return k.broken
+	}
+	said := 0
+	for {
+		w, err := k.next(ctx)
+		if err != nil {
+			k.broken = err
+			return err
+		}
+		switch w.Type {
+		case "end":
+			return nil
+		case "stdout", "stderr":
+			// Output of a process an earlier execution left running.
+			if said += len(w.Text); said <= MaxOutput {
+				continue
+			}
+		}
+		k.broken = fmt.Errorf("%w: it said %q to a setenv", ErrBroken, w.Type)
+		return k.broken
+	}
+}
+
 func dataLen(d map[string]json.RawMessage) int {
 	n := 0
 	for k, v := range d {

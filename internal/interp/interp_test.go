@@ -330,3 +330,25 @@ func TestBridgeRich(t *testing.T) {
 		}
 	}
 }
+
+// TestSetEnv: variables set in a running kernel hold for every later
+// execution, in both languages, and reach the processes it starts.
+func TestSetEnv(t *testing.T) {
+	for _, language := range Languages {
+		t.Run(language, func(t *testing.T) {
+			k, err := startLanguage(t, language, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := k.SetEnv(t.Context(), map[string]string{"GIVEN": "it's $set"}); err != nil {
+				t.Fatal(err)
+			}
+			code := map[string]string{"python": "import subprocess; print(subprocess.run(['sh', '-c', 'echo \"$GIVEN\"'], capture_output=True, text=True).stdout, end='')", "bash": "sh -c 'echo \"$GIVEN\"'"}[language]
+			for range 2 {
+				if got, err := run(t, k, code, nil); err != nil || strings.Join(got, "") != "stdout: it's $set\n" {
+					t.Errorf("%q %v", got, err)
+				}
+			}
+		})
+	}
+}

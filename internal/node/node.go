@@ -84,6 +84,9 @@ type Node struct {
 	// goroutines that close those of sandboxes that die unclaimed.
 	prebound sync.Map
 	prebinds sync.WaitGroup
+	// kernels holds, by sandbox id, the code interpreter's kernels
+	// started in pooled sandboxes before their claim (see kernel.go).
+	kernels sync.Map
 	// claimedBy holds, by sandbox id, the audit client of the run,
 	// session or MCP server that claimed it, until it is destroyed: its
 	// sandbox.destroyed event is that client's.
@@ -241,7 +244,7 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	for _, t := range opts.Config.Profiles() {
 		spec := plans[t.Name].Spec
 		spec.OnStart = n.prebind(t)
-		n.pools[t.Name] = pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger})
+		n.pools[t.Name] = pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger, Prepare: n.prestart(t)})
 	}
 	return n, nil
 }

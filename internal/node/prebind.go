@@ -15,8 +15,10 @@ import (
 // binding at the claim was a tenth of a millisecond of every warm run. The
 // policy is the tool's own and the same for every caller; what differs per
 // caller, the recording of its decisions, is set at the claim
-// (runner.Binding.SetRecorders). Nothing runs in a pooled sandbox before it
-// is claimed, so the gateway has nothing to record before then.
+// (runner.Binding.SetRecorders). No caller's code runs in a pooled sandbox
+// before it is claimed (a code interpreter's kernel started ahead, see
+// kernel.go, only waits for its first execution), so the gateway has
+// nothing to record before then.
 //
 // Tools with broker services are bound at the claim as before: the broker
 // reads its secrets when it attaches, and a sandbox may wait in the pool

@@ -52,7 +52,8 @@ type Session struct {
 	expires time.Time
 	onEnd   func(reason string) // records the end
 
-	// mu guards lastUsed, running, ended, endReason and endedAt. A call
+	// mu guards lastUsed, running, ended, endReason, endedAt and
+	// kernels. A call
 	// is added to wg under it, once ended is checked, so that end's wait
 	// counts every call. It is taken after sessions.mu (see reap).
 	mu        sync.Mutex
@@ -61,7 +62,10 @@ type Session struct {
 	ended     bool
 	endReason string
 	endedAt   time.Time
-	wg        sync.WaitGroup // execs and file calls in flight
+	// kernels are the code interpreter's kernels started before the
+	// claim (kernel.go), until an edge takes them.
+	kernels []*Kernel
+	wg      sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
 	ending chan struct{}
@@ -352,6 +356,7 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 		_ = s.End(context.WithoutCancel(ctx), "shutdown")
 		return nil, ErrShutdown
 	}
+	n.claimKernels(ctx, s)
 	return s, nil
 }
 

@@ -133,6 +133,10 @@ func (b *Binding) Broker(ev result.BrokerEvent) {
 	}
 }
 
+// Env is what the binding adds to every command's environment (the
+// egress gateway's and the broker's variables).
+func (b *Binding) Env() []string { return b.env }
+
 // Exec runs one command in the bound sandbox. Its result holds the egress
 // and broker decisions made while it ran (with concurrent execs, each gets
 // every decision of their common time). x.Env goes after the proxy and

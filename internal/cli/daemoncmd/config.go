@@ -230,7 +230,14 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 	for _, s := range p.Policy.Services {
 		fmt.Fprintf(c.w, "  service:    %s → %s, %d operation(s), secret %s\n", s.Name, s.Upstream, len(s.Operations), s.Credential.Secret)
 	}
-	fmt.Fprintf(c.w, "  pool:       %d warm\n", t.Pool.Warm)
+	pool := fmt.Sprintf("%d warm", t.Pool.Warm)
+	if len(t.Pool.Kernels) > 0 {
+		pool += ", kernels started ahead: " + strings.Join(t.Pool.Kernels, ", ")
+	}
+	fmt.Fprintf(c.w, "  pool:       %s\n", pool)
+	if len(t.E2BTemplates) > 0 {
+		fmt.Fprintf(c.w, "  e2b:        also template %s\n", strings.Join(t.E2BTemplates, ", "))
+	}
 }
 
 // commandText is a tool's command template as the file wrote it.
