@@ -84,7 +84,14 @@ tools:
 // e2bCreate creates a sandbox of tool sh through the E2B API at base.
 func e2bCreate(t *testing.T, base string) e2b.Sandbox {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"sh"}`))
+	return e2bCreateOf(t, base, "sh")
+}
+
+// e2bCreateOf creates a sandbox of the tool named template.
+func e2bCreateOf(t *testing.T, base, template string) e2b.Sandbox {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"templateID": template})
+	req, _ := http.NewRequest("POST", base+"/v2/sandboxes", bytes.NewReader(body))
 	req.Header.Set("X-API-KEY", e2bKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

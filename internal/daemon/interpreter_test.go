@@ -199,7 +199,14 @@ func TestInterpreterSDK(t *testing.T) {
 	needKernel(t)
 	sdk := e2bInterpreterSDK(t)
 	isolatednet.Require(t)
-	base := serveE2B(t, "  code-interpreter-v1: {}\n")
+	runInterpreterSDK(t, sdk, serveE2B(t, "  code-interpreter-v1: {}\n"))
+}
+
+// runInterpreterSDK runs testdata/e2b_interpreter.mjs with the SDK at sdk
+// against the E2B API at base, whose tool code-interpreter-v1 the SDK's
+// sandboxes are, and checks what it says.
+func runInterpreterSDK(t *testing.T, sdk, base string) {
+	t.Helper()
 	cmd := exec.Command("node", "testdata/e2b_interpreter.mjs")
 	cmd.Env = append(os.Environ(), "E2B_CI_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey)
 	var stderr bytes.Buffer
