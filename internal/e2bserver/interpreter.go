@@ -43,7 +43,7 @@ func (d *Server) startKernel(ctx context.Context, client string, sb *e2bSandbox,
 	case errors.Is(err, interp.ErrStart):
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "the %s context did not start: %v", c.language, err)
 	}
-	return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's %s kernel did not start (the tool's image needs python3 with ipykernel, and bash for bash: docs/e2b.md)", c.language)
+	return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's %s kernel did not start (the tool's image needs python3 with IPython, and bash for bash: docs/e2b.md)", c.language)
 }
 
 // executeRequest is POST /execute's body. The JS SDK leaves absent

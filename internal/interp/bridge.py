@@ -227,6 +227,12 @@ def python_main():
     if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") and os.path.exists(debian_rc):
         os.environ["MATPLOTLIBRC"] = debian_rc
 
+    # Figures come back as results (PNG), as in a notebook, where the
+    # inline backend is installed and nothing else is asked for.
+    import importlib.util
+    if "MPLBACKEND" not in os.environ and importlib.util.find_spec("matplotlib_inline") is not None:
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell

@@ -44,9 +44,7 @@ func Argv(language, cwd string) []string {
 
 // Env is what the bridge's command needs in its environment.
 func Env() []string {
-	return []string{"PYDEVD_DISABLE_FILE_VALIDATION=1", "PYTHONUNBUFFERED=1",
-		// Figures come back as results (PNG), as in a notebook.
-		"MPLBACKEND=module://matplotlib_inline.backend_inline"}
+	return []string{"PYDEVD_DISABLE_FILE_VALIDATION=1", "PYTHONUNBUFFERED=1"}
 }
 
 // Bounds on what a bridge may say.

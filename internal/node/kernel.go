@@ -220,7 +220,7 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 		return nil, err
 	}
 	n.opts.Logger.Warn("a kernel did not start", "session", s.id, "language", language, "err", err)
-	return nil, fmt.Errorf("%w: %s (the tool's image needs python3 with ipykernel, and bash for bash)", ErrKernel, language)
+	return nil, fmt.Errorf("%w: %s (the tool's image needs python3 with IPython, and bash for bash)", ErrKernel, language)
 }
 
 // prestart returns the pool's Prepare of a tool whose pool names
