@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,10 @@ type Sandbox struct {
 	// the readings bound them (v2): its share of the host's TCP memory;
 	// 0 for none.
 	allSockets int64
+
+	// rootRW says the root is writable (an image's, with an upper
+	// layer on the disk tmpfs): OpenDir opens "/" too.
+	rootRW bool
 
 	pid     int
 	pidfd   *os.File      // init's pidfd; init is the spawner's child
@@ -252,6 +257,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		dead:    make(chan struct{}),
 		scratch: -1,
 		booked:  true,
+		rootRW:  spec.Image != nil && spec.Image.Writable,
 	}
 	if rt.cg.Version() == cgroup.V2 {
 		// v1 holds a sandbox's socket buffers to its share itself
@@ -647,25 +653,49 @@ func (s *Sandbox) Destroyed() <-chan struct{} { return s.gone }
 // path was opened, so the number was still its own. A descriptor
 // opened while init lived stays that sandbox's workspace (or nothing
 // anyone else can see, once it is gone).
-func (s *Sandbox) OpenWorkspace() (*os.File, error) {
+func (s *Sandbox) OpenWorkspace() (*os.File, error) { return s.OpenDir(HomeDir) }
+
+// ScratchDirs are the sandbox's own writable directories, each a mount of
+// its disk tmpfs that nothing of the image's or the host's lies below:
+// the directories OpenDir opens, and "/" of a sandbox whose root is
+// writable (WritableRoot).
+var ScratchDirs = []string{HomeDir, "/tmp"}
+
+// WritableRoot reports whether the sandbox's root is writable (an image
+// with an upper layer on its disk tmpfs).
+func (s *Sandbox) WritableRoot() bool { return s.rootRW }
+
+// OpenDir is OpenWorkspace for dir, one of ScratchDirs, or "/" when the
+// root is writable. Below "/", the other mounts (the workspace, /tmp,
+// /proc, /dev) are not reached from it: inroot does not cross mounts.
+func (s *Sandbox) OpenDir(dir string) (*os.File, error) {
+	if !slices.Contains(ScratchDirs, dir) && (dir != "/" || !s.rootRW) {
+		return nil, fmt.Errorf("sandbox %s: open %s: not one of its own directories (%s)", s.id, dir, strings.Join(ScratchDirs, ", "))
+	}
 	s.mu.Lock()
 	if s.killed || s.pidfd == nil {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
+		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, dir, ErrDead)
 	}
 	s.execs.Add(1)
 	pidfd := s.pidfd
 	s.mu.Unlock()
 	defer s.execs.Done()
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, HomeDir), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	in := dir
+	if dir == "/" {
+		// The root itself: its final element "." (root is a link,
+		// which O_NOFOLLOW would open as one).
+		in = "/."
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, in), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, err)
+		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, dir, err)
 	}
 	if !initLives(pidfd) {
 		unix.Close(fd)
-		return nil, fmt.Errorf("sandbox %s: open workspace: %w", s.id, ErrDead)
+		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, dir, ErrDead)
 	}
-	return os.NewFile(uintptr(fd), HomeDir), nil
+	return os.NewFile(uintptr(fd), dir), nil
 }
 
 // initLives says whether init has not been reaped yet: a signal 0 through

@@ -29,7 +29,10 @@ import (
 func holding(t *testing.T, l *Limits, args ...string) (report, *Sandbox) {
 	t.Helper()
 	if l == nil {
-		l = limits(func(*Limits) {})
+		// The command holds what it took until the test ends: its time
+		// is the test's, up to the wait for its report below (an
+		// emulated guest took over 20 s to fill the inotify bound).
+		l = limits(func(l *Limits) { l.Time = 3 * time.Minute })
 	}
 	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: *l})
 	if err != nil {

@@ -34,6 +34,7 @@ func e2bPython(t *testing.T) string {
 // cases are pytest's (testdata/py): what one fails is in its output.
 func TestInterpreterPythonSDK(t *testing.T) {
 	needKernel(t)
+	clientsNotRaced(t)
 	py := e2bPython(t)
 	isolatednet.Require(t)
 	base := serveE2B(t, "  code-interpreter-v1: {}\n")

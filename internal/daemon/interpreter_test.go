@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,29 @@ func needKernel(t *testing.T) {
 	t.Helper()
 	if err := exec.Command(interp.Python, "-c", "import ipykernel").Run(); err != nil {
 		t.Skipf("%s has no ipykernel (apt-get install python3-ipykernel): %v", interp.Python, err)
+	}
+}
+
+// hostOnly skips a test of the code interpreter's behaviour in the
+// cgroup-v2 guest: what it tests is no cgroup's (contexts, ceilings the
+// host applies per execution, kernels started ahead, the files API), the
+// guest runs TestInterpreter for the kernel in a v2 sandbox, and each
+// kernel's start costs the emulated guest seconds.
+func hostOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("AIRLOCK_TEST_VM") != "" {
+		t.Skip("the host's run covers this; the guest runs TestInterpreter")
+	}
+}
+
+// clientsNotRaced skips a test whose point is a real client's view (an
+// SDK's whole script) under -short, the race detector's run: the plain
+// run drives the same server paths with it, and the other tests race
+// them.
+func clientsNotRaced(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a real client's whole run; the plain run covers it, -short skips it")
 	}
 }
 
@@ -146,6 +170,7 @@ func TestInterpreter(t *testing.T) {
 // interrupted; the context, its state kept, runs the next one.
 func TestInterpreterInterrupted(t *testing.T) {
 	needKernel(t)
+	hostOnly(t)
 	base := serveE2B(t, "")
 	sb := e2bCreate(t, base)
 	if _, lines := execute(t, base, sb, `{"code":"kept = 7"}`); lineKinds(lines) != "number_of_executions=1 end_of_execution" {
@@ -197,6 +222,7 @@ func e2bInterpreterSDK(t *testing.T) string {
 // memory named (and its sandbox gone).
 func TestInterpreterSDK(t *testing.T) {
 	needKernel(t)
+	clientsNotRaced(t)
 	sdk := e2bInterpreterSDK(t)
 	isolatednet.Require(t)
 	runInterpreterSDK(t, sdk, serveE2B(t, "  code-interpreter-v1: {}\n"))
@@ -262,6 +288,7 @@ func runInterpreterSDK(t *testing.T, sdk, base string) {
 // nothing.
 func TestInterpreterHostileKernel(t *testing.T) {
 	needKernel(t)
+	hostOnly(t)
 	base := serveE2B(t, "")
 	sb := e2bCreate(t, base)
 	forge := func(line string) string {
@@ -367,6 +394,7 @@ func interpCall(t *testing.T, base string, sb e2b.Sandbox, method, path, body st
 // sandbox.
 func TestInterpreterContexts(t *testing.T) {
 	needKernel(t)
+	hostOnly(t)
 	base := serveE2B(t, "")
 	sb := e2bCreate(t, base)
 	if sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == "" {
@@ -508,6 +536,7 @@ func bridges(t *testing.T, ids []string) map[int]string {
 // template names.
 func TestInterpreterPrestart(t *testing.T) {
 	needKernel(t)
+	hostOnly(t)
 	d, base := serveE2BDaemon(t, "  ci:\n    e2b_templates: [code-interpreter-v1, base]\n    pool: {warm: 1, kernels: [python, bash]}\n", nil)
 	deadline := time.Now().Add(60 * time.Second)
 	for d.Pool("ci").Stats().Idle < 1 {
@@ -563,6 +592,7 @@ func TestInterpreterPrestart(t *testing.T) {
 // calls find nothing).
 func TestInterpreterCeilings(t *testing.T) {
 	needKernel(t)
+	hostOnly(t)
 	base := serveE2B(t, "  short: {limits: {time: 3s, output: 1MiB}}\n")
 	create := func() e2b.Sandbox {
 		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"short"}`))
@@ -610,5 +640,50 @@ func TestInterpreterCeilings(t *testing.T) {
 				t.Errorf("a call after the breach: %d, want 404", status)
 			}
 		})
+	}
+}
+
+// TestE2BFilesBeyondWorkspace: the files API reaches the sandbox's own
+// writable directories, /tmp as well as the workspace, each resolved
+// inside itself, and nothing else: what it writes in /tmp the code reads
+// there, what the code writes there it reads; a symlink the code plants
+// in /tmp is not followed out, and paths into the image, /proc or /dev,
+// or out of /tmp by "..", are refused.
+func TestE2BFilesBeyondWorkspace(t *testing.T) {
+	needKernel(t)
+	hostOnly(t)
+	base := serveE2B(t, "")
+	sb := e2bCreate(t, base)
+	call := func(method, p string, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+"/files?path="+url.QueryEscape(p), strings.NewReader(body))
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := call("POST", "/tmp/in/a.txt", "from the host"); status != 200 || !strings.Contains(body, `"/tmp/in/a.txt"`) {
+		t.Fatalf("write /tmp/in/a.txt: %d %s", status, body)
+	}
+	code := `import os\nprint(open('/tmp/in/a.txt').read(), os.stat('/tmp/in/a.txt').st_uid)\nopen('/tmp/out.txt', 'w').write('from the code')\nos.symlink('/etc/hostname', '/tmp/link')`
+	if _, lines := execute(t, base, sb, `{"code":"`+code+`"}`); lineKinds(lines) != "number_of_executions=1 stdout=from the host 1000 end_of_execution" {
+		t.Errorf("the code's view: %s", lineKinds(lines))
+	}
+	if status, body := call("GET", "/tmp/out.txt", ""); status != 200 || body != "from the code" {
+		t.Errorf("read /tmp/out.txt: %d %q", status, body)
+	}
+	for _, p := range []string{"/tmp/link", "/etc/hostname", "/proc/1/environ", "/dev/null", "/tmp/../etc/passwd", "/tmpx/a", "/tmp"} {
+		if status, body := call("GET", p, ""); status == 200 {
+			t.Errorf("read %s: %d %q, want a refusal", p, status, body)
+		}
+	}
+	if status, _ := call("POST", "/usr/x", "no"); status == 200 {
+		t.Error("a write into the image was taken")
 	}
 }

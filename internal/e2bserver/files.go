@@ -25,24 +25,73 @@ import (
 
 // The E2B file calls: /files and the filesystem.Filesystem service.
 
-// e2bPath is an E2B file path as a path of the workspace: absolute ones
-// under it, relative ones from it. Nothing else of the sandbox's is
+// e2bLoc is a path the files API reaches: below one of the sandbox's own
+// writable directories (sandbox.ScratchDirs: the workspace, /tmp; and "/"
+// when its root is writable), resolved inside it without crossing into
+// another mount; rel "" is the directory itself.
+type e2bLoc struct{ dir, rel string }
+
+// String is the path as the sandbox sees it.
+func (l e2bLoc) String() string {
+	switch {
+	case l.rel == "":
+		return l.dir
+	case l.dir == "/":
+		return "/" + l.rel
+	}
+	return l.dir + "/" + l.rel
+}
+
+// path is an E2B file path as a path below one of the sandbox's own
+// directories (fsPath), which may not be the directory itself.
+func (sb *e2bSandbox) path(p string) (e2bLoc, error) {
+	l, err := sb.fsPath(p)
+	if err == nil && l.rel == "" {
+		err = errdefs.Errorf(errdefs.ErrInvalid, "path %q is a directory the files API cannot replace", node.Shorten(p))
+	}
+	return l, err
+}
+
+// fsPath is an E2B file path as a path below one of the sandbox's own
+// directories: an absolute one under one of them, a relative one from
+// the tool's working directory (E2B's are from the user's home).
+// Nothing else of the sandbox's (a read-only image, /proc, /dev) is
 // reachable through the files API.
-func e2bPath(p string) (string, error) {
+func (sb *e2bSandbox) fsPath(p string) (e2bLoc, error) {
 	if p == "" {
-		return "", errdefs.New(errdefs.ErrInvalid, "path is required")
+		return e2bLoc{}, errdefs.New(errdefs.ErrInvalid, "path is required")
 	}
-	if path.IsAbs(p) {
-		rel, ok := strings.CutPrefix(path.Clean(p), sandbox.HomeDir+"/")
-		if !ok {
-			return "", errdefs.Errorf(errdefs.ErrInvalid, "path %q is outside %s: the files API reaches the workspace only", node.Shorten(p), sandbox.HomeDir)
+	c := p
+	if !path.IsAbs(p) {
+		if p != "." {
+			if err := checkRel(p); err != nil {
+				return e2bLoc{}, err
+			}
 		}
-		p = rel
+		c = path.Join(node.Workdir("", sb.s.Tool()), p)
 	}
-	if err := checkRel(p); err != nil {
-		return "", err
+	c = path.Clean(c)
+	for _, dir := range sandbox.ScratchDirs {
+		if c == dir {
+			return e2bLoc{dir: dir}, nil
+		}
+		if rel, ok := strings.CutPrefix(c, dir+"/"); ok {
+			if err := checkRel(rel); err != nil {
+				return e2bLoc{}, err
+			}
+			return e2bLoc{dir: dir, rel: rel}, nil
+		}
 	}
-	return p, nil
+	if sb.s.Sandbox().WritableRoot() {
+		if c == "/" {
+			return e2bLoc{dir: "/"}, nil
+		}
+		if err := checkRel(c[1:]); err != nil {
+			return e2bLoc{}, err
+		}
+		return e2bLoc{dir: "/", rel: c[1:]}, nil
+	}
+	return e2bLoc{}, errdefs.Errorf(errdefs.ErrInvalid, "path %q is outside %s: the files API reaches the sandbox's own directories only (and its whole root when the tool's is writable)", node.Shorten(p), strings.Join(sandbox.ScratchDirs, " and "))
 }
 
 // checkRel refuses a relative path with empty, "." or ".." elements.
@@ -122,11 +171,11 @@ func (d *Server) e2bReadFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer sb.s.Leave()
-	rel, err := e2bPath(r.URL.Query().Get("path"))
+	loc, err := sb.path(r.URL.Query().Get("path"))
 	if err != nil {
 		return err
 	}
-	f, size, err := sb.s.OpenFile(rel)
+	f, size, err := sb.s.OpenFileIn(loc.dir, loc.rel)
 	if err != nil {
 		return node.FileError(err)
 	}
@@ -135,15 +184,6 @@ func (d *Server) e2bReadFile(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	_, _ = io.Copy(w, io.LimitReader(f, size))
 	return nil
-}
-
-// e2bFSPath is e2bPath for the filesystem calls, where the workspace
-// itself ("" below it) may be named too.
-func e2bFSPath(p string) (string, error) {
-	if c := path.Clean(p); c == sandbox.HomeDir || p == "." {
-		return "", nil
-	}
-	return e2bPath(p)
 }
 
 // e2bFSError is a file operation's failure on p as envd words it, in
@@ -169,7 +209,7 @@ func e2bFSError(p string, err error) error {
 }
 
 // entryInfo is an inroot.Entry as envd describes a file.
-func (sb *e2bSandbox) entryInfo(e inroot.Entry) e2b.EntryInfo {
+func (sb *e2bSandbox) entryInfo(dir string, e inroot.Entry) e2b.EntryInfo {
 	typ := "FILE_TYPE_UNSPECIFIED"
 	switch {
 	case e.IsRegular():
@@ -191,10 +231,7 @@ func (sb *e2bSandbox) entryInfo(e inroot.Entry) e2b.EntryInfo {
 		}
 		return "nobody"
 	}
-	p := sandbox.HomeDir
-	if e.Rel != "" {
-		p += "/" + e.Rel
-	}
+	p := e2bLoc{dir: dir, rel: e.Rel}.String()
 	info := e2b.EntryInfo{Name: path.Base(p), Type: typ, Path: p, Size: strconv.FormatInt(e.Size, 10),
 		Mode: e.Mode & 0o7777, Permissions: fileModeString(e.Mode), Owner: name(e.UID), Group: name(e.GID),
 		ModifiedTime: e.ModTime.UTC().Format(time.RFC3339Nano)}
@@ -246,19 +283,19 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		Depth *int   `json:"depth,omitempty"`
 	}
 	mux.HandleFunc("POST /filesystem.Filesystem/Stat", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
-		rel, err := e2bFSPath(req.Path)
+		loc, err := sb.fsPath(req.Path)
 		if err != nil {
 			return nil, err
 		}
 		var e inroot.Entry
-		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, rel); return err })
+		err = sb.s.InDir(loc.dir, func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, loc.rel); return err })
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(e)}, nil
+		return map[string]any{"entry": sb.entryInfo(loc.dir, e)}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/ListDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
-		rel, err := e2bFSPath(req.Path)
+		loc, err := sb.fsPath(req.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -270,47 +307,48 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "depth %d: want 1 to 64", depth)
 		}
 		var es []inroot.Entry
-		err = sb.s.InWorkspace(func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, rel, depth); return err })
+		err = sb.s.InDir(loc.dir, func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, loc.rel, depth); return err })
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
 		out := make([]e2b.EntryInfo, 0, len(es))
 		for _, e := range es {
-			out = append(out, sb.entryInfo(e))
+			out = append(out, sb.entryInfo(loc.dir, e))
 		}
 		return map[string]any{"entries": out}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/MakeDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
-		rel, err := e2bFSPath(req.Path)
+		loc, err := sb.fsPath(req.Path)
 		if err != nil {
 			return nil, err
 		}
-		if rel == "" {
-			// The workspace itself (a framework makes sure of it first).
+		if loc.rel == "" {
+			// One of the directories itself (a framework makes sure of
+			// it first).
 			return nil, e2bFSError(req.Path, fmt.Errorf("%w: a directory", inroot.ErrExists))
 		}
 		var e inroot.Entry
-		err = sb.s.InWorkspace(func(ws *os.File, uid int) error {
-			made, err := inroot.Mkdir(ws, rel, uid, uid)
+		err = sb.s.InDir(loc.dir, func(ws *os.File, uid int) error {
+			made, err := inroot.Mkdir(ws, loc.rel, uid, uid)
 			if err == nil && !made {
 				return fmt.Errorf("%w: a directory", inroot.ErrExists)
 			}
 			if err == nil {
-				e, err = inroot.Stat(ws, rel)
+				e, err = inroot.Stat(ws, loc.rel)
 			}
 			return err
 		})
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(e)}, nil
+		return map[string]any{"entry": sb.entryInfo(loc.dir, e)}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/Remove", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
-		rel, err := e2bPath(req.Path)
+		loc, err := sb.path(req.Path)
 		if err != nil {
 			return nil, err
 		}
-		if err := sb.s.InWorkspace(func(ws *os.File, _ int) error { return inroot.Remove(ws, rel) }); err != nil {
+		if err := sb.s.InDir(loc.dir, func(ws *os.File, _ int) error { return inroot.Remove(ws, loc.rel) }); err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
 		return struct{}{}, nil
@@ -321,26 +359,30 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("POST /filesystem.Filesystem/WatchDir", d.e2bWatchDir)
 	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
-		from, err := e2bPath(req.Source)
+		from, err := sb.path(req.Source)
 		if err != nil {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "source: %v", err)
 		}
-		to, err := e2bPath(req.Destination)
+		to, err := sb.path(req.Destination)
 		if err != nil {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "destination: %v", err)
 		}
+		if from.dir != to.dir {
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "%s and %s are in different directories of the sandbox (%s and %s): a move stays within one",
+				node.Shorten(req.Source), node.Shorten(req.Destination), from.dir, to.dir)
+		}
 		var e inroot.Entry
-		err = sb.s.InWorkspace(func(ws *os.File, _ int) error {
-			if err := inroot.Rename(ws, from, to); err != nil {
+		err = sb.s.InDir(from.dir, func(ws *os.File, _ int) error {
+			if err := inroot.Rename(ws, from.rel, to.rel); err != nil {
 				return err
 			}
 			var err error
-			e, err = inroot.Stat(ws, to)
+			e, err = inroot.Stat(ws, to.rel)
 			return err
 		})
 		if err != nil {
 			return nil, e2bFSError(req.Source, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(e)}, nil
+		return map[string]any{"entry": sb.entryInfo(to.dir, e)}, nil
 	}))
 }

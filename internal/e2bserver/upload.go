@@ -139,15 +139,30 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
 		case <-done:
 		}
 	}()
-	// The workspace is opened once for the whole call, while its init
-	// lives (sandbox.OpenWorkspace): a part that comes after the sandbox
-	// ended is never written through a path that could by then name
-	// another sandbox's.
-	ws, err := sb.s.Sandbox().OpenWorkspace()
-	if err != nil {
-		return errEnded
+	// Each directory written into is opened once for the whole call,
+	// while its init lives (sandbox.OpenDir), the workspace at once: a
+	// part that comes after the sandbox ended is never written through a
+	// path that could by then name another sandbox's.
+	dirs := map[string]*os.File{}
+	defer func() {
+		for _, f := range dirs {
+			f.Close()
+		}
+	}()
+	open := func(dir string) (*os.File, error) {
+		if f := dirs[dir]; f != nil {
+			return f, nil
+		}
+		f, err := sb.s.Sandbox().OpenDir(dir)
+		if err != nil {
+			return nil, errEnded
+		}
+		dirs[dir] = f
+		return f, nil
 	}
-	defer ws.Close()
+	if _, err := open(sandbox.HomeDir); err != nil {
+		return err
+	}
 	gone := func() bool {
 		select {
 		case <-sb.s.Ending():
@@ -167,17 +182,21 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	put := func(p string, r io.Reader) (e2b.WrittenFile, error) {
-		rel, err := e2bPath(p)
+		loc, err := sb.path(p)
 		if err != nil {
 			return e2b.WrittenFile{}, err
 		}
 		if gone() {
 			return e2b.WrittenFile{}, errEnded
 		}
-		if _, err := sb.s.WriteIn(ws, rel, r); err != nil {
+		ws, err := open(loc.dir)
+		if err != nil {
+			return e2b.WrittenFile{}, err
+		}
+		if _, err := sb.s.WriteIn(ws, loc.rel, r); err != nil {
 			return e2b.WrittenFile{}, bodyFailed(node.FileError(err))
 		}
-		return e2b.WrittenFile{Name: path.Base(rel), Type: "file", Path: sandbox.HomeDir + "/" + rel}, nil
+		return e2b.WrittenFile{Name: path.Base(loc.rel), Type: "file", Path: loc.String()}, nil
 	}
 	var in io.Reader = body
 	switch enc := r.Header.Get("Content-Encoding"); enc {

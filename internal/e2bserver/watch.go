@@ -58,7 +58,7 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		st.end(errdefs.Errorf(errUnsupported, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion))
 		return
 	}
-	rel, err := e2bFSPath(req.Path)
+	loc, err := sb.fsPath(req.Path)
 	if err != nil {
 		st.end(err)
 		return
@@ -74,7 +74,7 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	wt, err := sb.watch(rel, req.Recursive)
+	wt, err := sb.watch(loc, req.Recursive)
 	if err != nil {
 		st.end(e2bFSError(req.Path, err))
 		return
@@ -158,16 +158,16 @@ func (d *Server) e2bWatchSlot(sb *e2bSandbox) (release func(), err error) {
 }
 
 // watch starts watching rel below the workspace, as the sandbox's user.
-func (sb *e2bSandbox) watch(rel string, recursive bool) (*dirwatch.Watcher, error) {
+func (sb *e2bSandbox) watch(loc e2bLoc, recursive bool) (*dirwatch.Watcher, error) {
 	if !sb.s.Enter() {
 		return nil, node.ErrGone
 	}
 	defer sb.s.Leave()
-	ws, err := sb.s.Sandbox().OpenWorkspace()
+	ws, err := sb.s.Sandbox().OpenDir(loc.dir)
 	if err != nil {
 		return nil, node.ErrGone
 	}
 	defer ws.Close()
 	id := sb.s.Sandbox().UserHostID()
-	return dirwatch.Watch(ws, rel, dirwatch.Options{Recursive: recursive, UID: id, GID: id})
+	return dirwatch.Watch(ws, loc.rel, dirwatch.Options{Recursive: recursive, UID: id, GID: id})
 }

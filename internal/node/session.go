@@ -406,8 +406,9 @@ func (s *Session) WriteFile(rel string, r io.Reader) (int64, error) {
 	return s.WriteIn(ws, rel, r)
 }
 
-// WriteIn is WriteFile into a workspace already open (see
-// sandbox.OpenWorkspace), for a call that writes several files.
+// WriteIn is WriteFile into a directory already open (the workspace or
+// another of the sandbox's own: sandbox.OpenDir), for a call that writes
+// several files.
 func (s *Session) WriteIn(ws *os.File, rel string, r io.Reader) (int64, error) {
 	id := s.sb.UserHostID()
 	var n int64
@@ -422,7 +423,13 @@ func (s *Session) WriteIn(ws *os.File, rel string, r io.Reader) (int64, error) {
 // OpenFile opens a regular file of the session's workspace for reading,
 // as the sandbox's user, confined to the workspace, and checks its size.
 func (s *Session) OpenFile(rel string) (*os.File, int64, error) {
-	ws, err := s.sb.OpenWorkspace()
+	return s.OpenFileIn(sandbox.HomeDir, rel)
+}
+
+// OpenFileIn is OpenFile of a file below dir, one of the sandbox's own
+// directories (sandbox.ScratchDirs), confined to it.
+func (s *Session) OpenFileIn(dir, rel string) (*os.File, int64, error) {
+	ws, err := s.sb.OpenDir(dir)
 	if err != nil {
 		return nil, 0, ErrGone
 	}
@@ -528,7 +535,13 @@ func Shorten(s string) string {
 // (uid), confined to the workspace (see WriteFile). The caller has
 // entered the session.
 func (s *Session) InWorkspace(fn func(ws *os.File, uid int) error) error {
-	ws, err := s.sb.OpenWorkspace()
+	return s.InDir(sandbox.HomeDir, fn)
+}
+
+// InDir is InWorkspace for dir, one of the sandbox's own directories
+// (sandbox.ScratchDirs), confined to it.
+func (s *Session) InDir(dir string, fn func(root *os.File, uid int) error) error {
+	ws, err := s.sb.OpenDir(dir)
 	if err != nil {
 		return ErrGone
 	}
