@@ -587,13 +587,13 @@ func TestInterpreterPrestart(t *testing.T) {
 // TestInterpreterCeilings: a kernel lives as long as its sandbox, and the
 // ceilings of one command bound each of its executions: executions whose
 // output adds up past the output ceiling, spread over a time past the
-// time ceiling, all run; one execution past the output ceiling, or past
-// the time ceiling, destroys the sandbox and is told which limit (later
-// calls find nothing).
+// time ceiling, all run; one execution past the output ceiling, the time
+// ceiling or the CPU-time budget destroys the sandbox and is told which
+// limit (later calls find nothing).
 func TestInterpreterCeilings(t *testing.T) {
 	needKernel(t)
 	hostOnly(t)
-	base := serveE2B(t, "  short: {limits: {time: 3s, output: 1MiB}}\n")
+	base := serveE2B(t, "  short: {limits: {time: 3s, output: 1MiB, cpu_time: 1s}}\n")
 	create := func() e2b.Sandbox {
 		req, _ := http.NewRequest("POST", base+"/v2/sandboxes", strings.NewReader(`{"templateID":"short"}`))
 		req.Header.Set("X-API-KEY", e2bKey)
@@ -622,6 +622,7 @@ func TestInterpreterCeilings(t *testing.T) {
 	for _, tt := range []struct{ name, code, limit string }{
 		{"output", `print('y' * (2 << 20))`, "output"},
 		{"time", `import time\ntime.sleep(30)`, "time"},
+		{"cpu", `while True: pass`, "cpu"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := create()

@@ -51,6 +51,8 @@ type Kernel struct {
 	// its tool's ceilings, which bound each execution (Execute).
 	s      atomic.Pointer[Session]
 	limits sandbox.Limits
+	// sb is the sandbox it runs in, whose CPU time bounds an execution.
+	sb *sandbox.Sandbox
 }
 
 // LimitError is an execution that breached a ceiling of one command: its
@@ -65,8 +67,10 @@ func (e *LimitError) Error() string {
 // its work, under the ceilings of one command (the kernel's command is
 // resident, not bound by them as a whole): what it says in all (output,
 // results, its error) by the output ceiling, how long it runs by the time
-// ceiling. A breach destroys the sandbox, as any command's would (its
-// session ends with the limit), and Execute returns a *LimitError.
+// ceiling, the CPU time the sandbox spends meanwhile by the CPU-time
+// budget (checked every cpuCheckEvery). A breach destroys the sandbox, as
+// any command's would (its session ends with the limit), and Execute
+// returns a *LimitError.
 func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string, on func(interp.Event)) error {
 	var breach atomic.Pointer[result.Limit]
 	start := time.Now()
@@ -74,8 +78,10 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 		breach.CompareAndSwap(nil, &result.Limit{Name: result.LimitTime, Ceiling: k.limits.Time.Milliseconds(), Observed: time.Since(start).Milliseconds(), Unit: result.UnitMillis})
 		k.breached(result.LimitTime)
 	})
+	stopCPU := k.watchCPU(&breach)
 	err := k.Kernel.Execute(ctx, code, env, on)
 	timer.Stop()
+	stopCPU()
 	var over *interp.OutputError
 	if errors.As(err, &over) {
 		breach.CompareAndSwap(nil, &result.Limit{Name: result.LimitOutput, Ceiling: over.Bound, Observed: over.Said, Unit: result.UnitBytes})
@@ -97,6 +103,45 @@ func (k *Kernel) endWith(s *Session) {
 		k.Kill()
 	case <-k.done:
 	}
+}
+
+// cpuCheckEvery is how often an execution's CPU time is checked against
+// the budget.
+const cpuCheckEvery = 50 * time.Millisecond
+
+// watchCPU checks, while an execution runs, the sandbox's CPU time since
+// it began against the CPU-time budget, and breaches it when spent; stop
+// ends the watch. No budget, no watch.
+func (k *Kernel) watchCPU(breach *atomic.Pointer[result.Limit]) (stop func()) {
+	if k.limits.CPUTime <= 0 || k.sb == nil {
+		return func() {}
+	}
+	base, err := k.sb.Sample()
+	if err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(cpuCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			smp, err := k.sb.Sample()
+			if err != nil {
+				return
+			}
+			if used := smp.CPUMillis - base.CPUMillis; used >= k.limits.CPUTime.Milliseconds() {
+				breach.CompareAndSwap(nil, &result.Limit{Name: result.LimitCPU, Ceiling: k.limits.CPUTime.Milliseconds(), Observed: used, Unit: result.UnitMillis})
+				k.breached(result.LimitCPU)
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // breached destroys the kernel's sandbox for a breach of limit: its
@@ -160,10 +205,10 @@ func (k *Kernel) EndFor(why interp.Event) {
 // launch starts a kernel of language in cwd with exec, which runs the
 // command x (filled in here) and returns how it ended, and waits for it
 // to be ready, as long as ctx and kernelStart let it.
-func launch(ctx context.Context, language, cwd string, limits sandbox.Limits, x sandbox.ExecRequest, exec func(sandbox.ExecRequest) *result.Result) (*Kernel, error) {
+func launch(ctx context.Context, sb *sandbox.Sandbox, language, cwd string, limits sandbox.Limits, x sandbox.ExecRequest, exec func(sandbox.ExecRequest) *result.Result) (*Kernel, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	k := &Kernel{Language: language, signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{}), limits: limits}
+	k := &Kernel{Language: language, signal: make(chan unix.Signal, 1), stdin: inW, stdout: outR, done: make(chan struct{}), limits: limits, sb: sb}
 	x.Argv = interp.Argv(language, cwd)
 	x.KeepAlive, x.Resident = true, true
 	x.Env = append(interp.Env(), x.Env...)
@@ -203,7 +248,7 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 		return nil, ErrGone
 	}
 	x := sandbox.ExecRequest{Env: env, Dir: Workdir("", s.tool)}
-	k, err := launch(ctx, language, cwd, n.plans[s.tool.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result {
+	k, err := launch(ctx, s.sb, language, cwd, n.plans[s.tool.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result {
 		defer s.Leave()
 		// Not the request's context: the kernel outlives its start.
 		res, _ := n.Exec(context.WithoutCancel(ctx), s, client, x)
@@ -235,7 +280,7 @@ func (n *Node) prestart(t *config.Tool) func(context.Context, *sandbox.Sandbox) 
 		var ks []*Kernel
 		for _, language := range t.Pool.Kernels {
 			x := sandbox.ExecRequest{Env: t.Env, Dir: Workdir("", t), SampleEvery: 250 * time.Millisecond}
-			k, err := launch(ctx, language, "", n.plans[t.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
+			k, err := launch(ctx, sb, language, "", n.plans[t.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
 			if err != nil {
 				for _, k := range ks {
 					k.Kill()
