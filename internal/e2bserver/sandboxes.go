@@ -221,20 +221,28 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	if err != nil {
 		return err
 	}
+	f, err := d.listFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	out := []e2b.Detail{}
 	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
 		edge.WriteJSON(w, http.StatusOK, out)
 		return nil
 	}
-	// Oldest first, by creation and then id: a page goes on after the
-	// last one of the one before, whatever ended in between.
+	// By creation and then id, newest first unless asked otherwise: a
+	// page goes on after the last one of the one before, whatever ended
+	// in between.
 	ss := d.SessionsOf(c)
 	slices.SortFunc(ss, func(a, b *node.Session) int {
-		return cmp.Or(cmp.Compare(a.Created().UnixNano(), b.Created().UnixNano()), strings.Compare(a.ID(), b.ID()))
+		return f.dir * cmp.Or(cmp.Compare(a.Created().UnixNano(), b.Created().UnixNano()), strings.Compare(a.ID(), b.ID()))
 	})
 	var last *node.Session
 	for _, s := range ss {
-		if n := s.Created().UnixNano(); after != nil && (n < after.created || n == after.created && s.ID() <= after.id) {
+		if after != nil && f.dir*cmp.Or(cmp.Compare(s.Created().UnixNano(), after.created), strings.Compare(s.ID(), after.id)) <= 0 {
+			continue
+		}
+		if f.none || s.Created().Before(f.since) || f.tool != "" && s.Tool().Name != f.tool {
 			continue
 		}
 		sb := d.e2bFind(s.ID(), c)
@@ -260,6 +268,41 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	return nil
 }
 
+// listFilter is what GET /v2/sandboxes selects beside metadata and state,
+// and its order.
+type listFilter struct {
+	dir   int       // 1 oldest first ("asc"), -1 newest first ("desc", E2B's default)
+	since time.Time // startedAfter: created at or after it
+	tool  string    // template: the tool, by its name or one of its e2b_templates
+	none  bool      // template names no tool: nothing matches
+}
+
+func (d *Server) listFilter(q url.Values) (listFilter, error) {
+	f := listFilter{dir: -1}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		f.dir = 1
+	default:
+		return f, errdefs.Errorf(errdefs.ErrInvalid, "order %q: want asc or desc", node.Shorten(o))
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, errdefs.Errorf(errdefs.ErrInvalid, "startedAfter %q is not an RFC 3339 time", node.Shorten(v))
+		}
+		f.since = t
+	}
+	if v := q.Get("template"); v != "" {
+		if t := d.opts.Config.E2BTemplate(v); t != nil {
+			f.tool = t.Name
+		} else {
+			f.none = true
+		}
+	}
+	return f, nil
+}
+
 func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	sb, err := d.e2bLookup(r, c)
 	if err != nil {
@@ -275,11 +318,6 @@ func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// setLife ends the sandbox life from now.
-func (sb *e2bSandbox) setLife(life time.Duration) {
-	sb.s.SetLife(life)
 }
 
 func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
@@ -298,7 +336,7 @@ func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.C
 	if err != nil {
 		return err
 	}
-	sb.setLife(life)
+	sb.s.SetLife(life)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -317,7 +355,9 @@ func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Call
 		if err != nil {
 			return err
 		}
-		sb.setLife(life)
+		// As E2B's: connecting may lengthen a sandbox's life, never
+		// shorten it (setTimeout does either).
+		sb.s.ExtendLife(life)
 	}
 	d.e2bAnswer(w, http.StatusOK, sb)
 	return nil
