@@ -42,7 +42,9 @@ func e2bSDK(t *testing.T) string {
 	return p
 }
 
-const e2bKey = "e2b-key-0123456789abcdef"
+// e2bKey is the agent's API key, of the form some SDKs (JS 2.39) insist on:
+// e2b_ and hex.
+const e2bKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 
 // serveE2B starts a daemon with the E2B API on a loopback port and
 // returns its base URL.

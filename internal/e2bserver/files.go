@@ -363,6 +363,9 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		Destination string `json:"destination"`
 	}
 	mux.HandleFunc("POST /filesystem.Filesystem/WatchDir", d.e2bWatchDir)
+	mux.HandleFunc("POST /filesystem.Filesystem/CreateWatcher", d.e2bUnary(d.e2bCreateWatcher))
+	mux.HandleFunc("POST /filesystem.Filesystem/GetWatcherEvents", d.e2bUnary(d.e2bWatcherEvents))
+	mux.HandleFunc("POST /filesystem.Filesystem/RemoveWatcher", d.e2bUnary(d.e2bRemoveWatcher))
 	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
 		from, err := sb.path(req.Source)
 		if err != nil {

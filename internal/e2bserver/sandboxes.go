@@ -31,7 +31,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 		return err
 	}
 	for k, why := range e2bRefused {
-		if v, ok := raw[k]; ok && string(v) != "null" && string(v) != "false" && string(v) != "{}" {
+		if v, ok := raw[k]; ok && asks(v) {
 			return errdefs.New(errdefs.ErrInvalid, k+": "+why)
 		}
 	}
@@ -117,6 +117,24 @@ func (d *Server) templateNames() []string {
 		names = append(names, d.opts.Config.Tools[n].E2BTemplates...)
 	}
 	return names
+}
+
+// asks says whether a create option's value asks for something: not
+// null, false, an empty object or list, or {"enabled": false} (what the
+// JS SDK before 2.50 sends as autoResume when nothing was asked).
+func asks(v json.RawMessage) bool {
+	switch strings.TrimSpace(string(v)) {
+	case "null", "false", "{}", "[]":
+		return false
+	}
+	var off struct {
+		Enabled *bool `json:"enabled"`
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(v, &fields) == nil && len(fields) == 1 && json.Unmarshal(v, &off) == nil && off.Enabled != nil && !*off.Enabled {
+		return false
+	}
+	return true
 }
 
 // e2bNarrow is the policy of a sandbox whose create narrowed the tool's
@@ -397,13 +415,19 @@ func parseListToken(tok string) (*listCursor, error) {
 
 // e2bMetric is one reading of GET /sandboxes/{id}/metrics.
 type e2bMetric struct {
-	Timestamp  string  `json:"timestamp"`
-	CPUCount   int     `json:"cpuCount"`
-	CPUUsedPct float64 `json:"cpuUsedPct"`
-	MemUsed    int64   `json:"memUsed"`
-	MemTotal   int64   `json:"memTotal"`
-	DiskUsed   int64   `json:"diskUsed"`
-	DiskTotal  int64   `json:"diskTotal"`
+	Timestamp string `json:"timestamp"`
+	// TimestampUnix is the same time in Unix seconds, which the Python
+	// SDK requires.
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	// MemCache is the page cache's share of MemUsed, which the Python
+	// SDK requires: 0, airlock's memory reading is the cgroup's charge.
+	MemCache  int64 `json:"memCache"`
+	DiskUsed  int64 `json:"diskUsed"`
+	DiskTotal int64 `json:"diskTotal"`
 }
 
 // e2bMetrics answers with one reading taken now, from the host (E2B keeps
@@ -450,7 +474,7 @@ func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Call
 		pct = min(100, float64(smp.CPUMillis-cpuBefore)*100/float64(wall*int64(cpus)))
 	}
 	edge.WriteJSON(w, http.StatusOK, []e2bMetric{{
-		Timestamp: now.UTC().Format(time.RFC3339Nano), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
+		Timestamp: now.UTC().Format(time.RFC3339Nano), TimestampUnix: now.Unix(), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
 		MemUsed: smp.MemoryBytes, MemTotal: sb.limits.Memory, DiskUsed: smp.DiskBytes, DiskTotal: sb.limits.Disk,
 	}})
 	return nil
