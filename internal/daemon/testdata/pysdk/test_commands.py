@@ -6,7 +6,7 @@ and kill, stdin, connecting to a running command, listing them.
 import time
 
 import pytest
-from e2b import CommandExitException, TimeoutException
+from e2b import CommandExitException, SandboxException, TimeoutException
 
 from conftest import differs_for
 
@@ -147,3 +147,41 @@ def test_disconnect_then_connect(client, sbx):
     # The command runs on; connecting again sees its end.
     r = sbx.commands.connect(h.pid).wait()
     assert r.stdout == "done\n"
+
+
+def test_stream_input(request, client, sbx):
+    differs_for(
+        request,
+        True,
+        "commands.stream_input: the SDK streams the input with process.Process/StreamInput (a client stream), "
+        "which E2B's envd serves and airlock does not (unimplemented)",
+        raises=SandboxException,
+    )
+    cat = sbx.commands.run("cat", background=True, stdin=True)
+    try:
+        if client.is_async:
+            # The async client's is a handle that sends in order, made
+            # on a running loop.
+            async def feed(commands):
+                inp = commands.stream_input(cat.pid)
+                await inp.send(b"one ")
+                await inp.send(b"two\n")
+                await inp.close()
+
+            client.loop.run_until_complete(feed(sbx._obj.commands))
+        else:
+            sbx.commands.stream_input(cat.pid, [b"one ", b"two\n"])
+        sbx.commands.close_stdin(cat.pid)
+        assert cat.wait().stdout == "one two\n"
+    finally:
+        sbx.commands.kill(cat.pid)
+
+
+def test_user_root(request, sbx):
+    differs_for(
+        request,
+        True,
+        "commands.run(user='root'): E2B's envd runs the command as the user the SDK names (its Authorization "
+        "header, 'root:'); airlock runs every command as the sandbox's own user and does not read it",
+    )
+    assert sbx.commands.run("id -un", user="root").stdout == "root\n"

@@ -16,6 +16,7 @@ from e2b import (
     SandboxException,
     SandboxQuery,
     SandboxState,
+    TimeoutException,
 )
 
 from conftest import differs_for
@@ -186,6 +187,23 @@ def test_kill(client):
     with pytest.raises(NotFoundException):
         client.connect(s.sandbox_id)
     assert s.sandbox_id not in [i.sandbox_id for i in client.list().next_items()]
+
+
+def test_killed_under_a_command(request, client):
+    differs_for(
+        request,
+        True,
+        "a sandbox killed under a running command: on E2B the command's stream is cut with the sandbox, and "
+        "the SDK, finding the sandbox gone (its health check), raises a TimeoutException "
+        "(SandboxNotRunningException); airlock ends the stream with an end event, exit -1 and an empty error, "
+        "a CommandExitException",
+        raises=CommandExitException,
+    )
+    s = client.create()
+    h = s.commands.run("sleep 30", background=True)
+    s.kill()
+    with pytest.raises(TimeoutException):
+        h.wait()
 
 
 def test_memory_breach(client):
