@@ -85,6 +85,7 @@ def test_pty_kill_and_connect(client, sbx):
     with pytest.raises(CommandExitException) as e:
         again.wait(h)
     assert e.value.exit_code == -1
+    assert client.until(lambda: term.pid not in [p.pid for p in sbx.commands.list()])
     assert sbx.pty.kill(term.pid) is False
 
 
