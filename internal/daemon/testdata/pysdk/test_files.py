@@ -1,0 +1,318 @@
+"""Files through E2B's Python SDK, both clients: read and write as text,
+bytes and streams, several files at once, the filesystem calls (list with
+depth, exists, make_dir, rename, remove, get_info), a recursive watch,
+and the signed download and upload URLs.
+"""
+
+import io
+import time
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+from e2b import (
+    FileType,
+    InvalidArgumentException,
+    NotFoundException,
+    SandboxException,
+    TemplateException,
+)
+from e2b.exceptions import FileNotFoundException
+from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+from conftest import differs_for
+
+
+def collect(client, stream):
+    """The bytes of a stream read (format="stream"), of either client."""
+    if not client.is_async:
+        return b"".join(stream)
+
+    async def drain():
+        return b"".join([c async for c in stream])
+
+    return client.loop.run_until_complete(drain())
+
+
+def test_text_and_bytes(client, sbx):
+    info = sbx.files.write("/workspace/a.txt", "hello file")
+    assert (info.name, info.path, info.type) == ("a.txt", "/workspace/a.txt", FileType.FILE)
+    assert sbx.files.read("/workspace/a.txt") == "hello file"
+    sbx.files.write("/workspace/b.bin", bytes(range(256)))
+    got = sbx.files.read("/workspace/b.bin", format="bytes")
+    assert isinstance(got, bytearray) and bytes(got) == bytes(range(256))
+    assert collect(client, sbx.files.read("/workspace/b.bin", format="stream")) == bytes(range(256))
+    # What the files API wrote, a command reads.
+    assert sbx.commands.run("cat /workspace/a.txt").stdout == "hello file"
+    # An overwrite replaces the whole file.
+    sbx.files.write("/workspace/a.txt", "hello")
+    assert sbx.files.read("/workspace/a.txt") == "hello"
+    sbx.files.write("/workspace/a.txt", "hello file")
+
+
+def test_file_like_objects(client, sbx):
+    # A file-like object is streamed (an octet-stream upload).
+    sbx.files.write("/workspace/bio.bin", io.BytesIO(b"\x00binary\xff" * 1000))
+    assert bytes(sbx.files.read("/workspace/bio.bin", format="bytes")) == b"\x00binary\xff" * 1000
+    sbx.files.write("/workspace/sio.txt", io.StringIO("text stream é"))
+    assert sbx.files.read("/workspace/sio.txt") == "text stream é"
+    # A multipart upload of a file-like object.
+    sbx.files.write("/workspace/mp.txt", io.BytesIO(b"multipart"), use_octet_stream=False)
+    assert sbx.files.read("/workspace/mp.txt") == "multipart"
+
+
+def test_iterable_chunks(client, sbx):
+    if client.is_async:
+
+        async def chunks():
+            for c in (b"one ", b"two ", b"three"):
+                yield c
+
+        data = chunks()
+    else:
+        data = iter([b"one ", b"two ", b"three"])
+    sbx.files.write("/workspace/chunks.txt", data)
+    assert sbx.files.read("/workspace/chunks.txt") == "one two three"
+
+
+def test_gzip(sbx):
+    sbx.files.write("/workspace/gz.txt", "zipped" * 1000, gzip=True)
+    assert sbx.files.read("/workspace/gz.txt") == "zipped" * 1000
+    assert sbx.files.read("/workspace/gz.txt", gzip=True) == "zipped" * 1000
+
+
+def test_write_files(sbx):
+    infos = sbx.files.write_files(
+        [
+            WriteEntry(path="/workspace/d/a/f.txt", data="A"),
+            WriteEntry(path="sub/g.txt", data=b"G"),
+            WriteEntry(path="/tmp/t.txt", data=io.BytesIO(b"T")),
+        ]
+    )
+    assert [i.path for i in infos] == ["/workspace/d/a/f.txt", "/workspace/sub/g.txt", "/tmp/t.txt"]
+    assert sbx.commands.run("cat /workspace/d/a/f.txt /workspace/sub/g.txt /tmp/t.txt").stdout == "AGT"
+    for p in ("../x.txt", "/etc/y.txt", "sub/../../z.txt"):
+        with pytest.raises(InvalidArgumentException):
+            sbx.files.write_files([WriteEntry(path=p, data="no")])
+    r = sbx.commands.run("ls /x.txt /etc/y.txt /z.txt /workspace/x.txt /workspace/z.txt 2>&1 || true")
+    assert r.stdout.count("No such file") == 5, r.stdout
+
+
+def test_read_errors(sbx):
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("/workspace/none")
+    # A directory is not a file.
+    sbx.files.make_dir("/workspace/adir")
+    with pytest.raises(SandboxException):
+        sbx.files.read("/workspace/adir")
+
+
+def test_read_outside(request, sbx):
+    differs_for(
+        request,
+        True,
+        "E2B's files API reaches the whole filesystem as the user (/etc/passwd is readable); airlock's "
+        "reaches only the sandbox's writable directories (/workspace, /tmp, a writable root) and refuses "
+        "the rest with invalid_argument 'outside /workspace and /tmp'",
+        raises=InvalidArgumentException,
+    )
+    assert "root:" in sbx.files.read("/etc/passwd")
+
+
+def test_exists_make_dir_rename(sbx):
+    sbx.files.write("/workspace/m.txt", "move me")
+    assert sbx.files.exists("/workspace/m.txt") is True
+    assert sbx.files.exists("/workspace/none") is False
+    assert sbx.files.make_dir("/workspace/dir/sub") is True
+    assert sbx.files.make_dir("/workspace/dir/sub") is False
+    assert sbx.files.make_dir("/workspace") is False
+    moved = sbx.files.rename("/workspace/m.txt", "/workspace/dir/m.txt")
+    assert (moved.name, moved.path, moved.type) == ("m.txt", "/workspace/dir/m.txt", FileType.FILE)
+    assert sbx.files.exists("/workspace/m.txt") is False
+    assert sbx.files.read("/workspace/dir/m.txt") == "move me"
+    with pytest.raises(NotFoundException):
+        sbx.files.rename("/workspace/none", "/workspace/none2")
+
+
+def test_get_info(sbx):
+    sbx.files.write("/workspace/info.txt", "0123456789")
+    sbx.commands.run("chmod 640 /workspace/info.txt")
+    fi = sbx.files.get_info("/workspace/info.txt")
+    assert (fi.name, fi.type, fi.size, fi.path) == ("info.txt", FileType.FILE, 10, "/workspace/info.txt")
+    assert (fi.owner, fi.group, fi.permissions, fi.mode) == ("sandbox", "sandbox", "-rw-r-----", 0o640)
+    assert abs((datetime.now(timezone.utc) - fi.modified_time).total_seconds()) < 60
+    assert fi.symlink_target is None
+    d = sbx.files.get_info("/workspace/dir")
+    assert (d.name, d.type) == ("dir", FileType.DIR)
+    with pytest.raises(FileNotFoundException):
+        sbx.files.get_info("/workspace/none")
+
+
+def test_remove(sbx):
+    sbx.files.write("/workspace/rm/x.txt", "x")
+    sbx.files.remove("/workspace/rm/x.txt")
+    assert sbx.files.exists("/workspace/rm/x.txt") is False
+    sbx.files.write("/workspace/rm/y/z.txt", "z")
+    sbx.files.remove("/workspace/rm")
+    assert sbx.files.exists("/workspace/rm") is False
+
+
+def test_remove_missing(request, sbx):
+    differs_for(
+        request,
+        True,
+        "removing a missing path: E2B's envd calls os.RemoveAll and answers nothing; airlock answers "
+        "not_found (the SDK's FileNotFoundException)",
+        raises=FileNotFoundException,
+    )
+    sbx.files.remove("/workspace/never-there")
+
+
+@pytest.fixture(scope="module")
+def tree(sbx):
+    sbx.commands.run("mkdir -p /workspace/tree/b/y /workspace/tree/a/x && touch /workspace/tree/c.txt /workspace/tree/a/x/f.txt /workspace/tree/a/e.txt /workspace/tree/b/y/g.txt")
+    return "/workspace/tree"
+
+
+def test_list(sbx, tree):
+    got = {(e.name, e.type, e.path) for e in sbx.files.list(tree)}
+    assert got == {("a", FileType.DIR, tree + "/a"), ("b", FileType.DIR, tree + "/b"), ("c.txt", FileType.FILE, tree + "/c.txt")}
+    assert sorted(e.path for e in sbx.files.list(tree, depth=2)) == [
+        tree + p for p in ["/a", "/a/e.txt", "/a/x", "/b", "/b/y", "/c.txt"]
+    ]
+    assert len(sbx.files.list(tree, depth=3)) == 8
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.list(tree, depth=0)
+    with pytest.raises(FileNotFoundException):
+        sbx.files.list("/workspace/none")
+
+
+def test_list_order(request, sbx, tree):
+    differs_for(
+        request,
+        True,
+        "list(depth): E2B's envd walks with filepath.WalkDir, in lexical order, each directory followed "
+        "by what is below it; airlock walks depth first too, but each directory in its own (readdir) order, unsorted",
+    )
+    assert [e.path[len(tree) :] for e in sbx.files.list(tree, depth=3)] == [
+        "/a", "/a/e.txt", "/a/x", "/a/x/f.txt", "/b", "/b/y", "/b/y/g.txt", "/c.txt"
+    ]
+
+
+def test_symlink(request, sbx):
+    sbx.commands.run("ln -sfn /etc /workspace/evil && ln -sfn dir /workspace/rel")
+    # A link the sandbox planted is never followed out of its directories
+    # (airlock's rule, documented; E2B's envd follows it).
+    with pytest.raises(InvalidArgumentException, match="symlink"):
+        sbx.files.list("/workspace/evil")
+    with pytest.raises(InvalidArgumentException, match="symlink"):
+        sbx.files.get_info("/workspace/evil/passwd")
+    with pytest.raises(InvalidArgumentException, match="symlink"):
+        sbx.files.read("/workspace/evil/passwd")
+
+
+def test_symlink_target(request, sbx):
+    differs_for(
+        request,
+        True,
+        "get_info of a symlink: E2B's envd gives symlink_target as the resolved absolute path "
+        "(filepath.EvalSymlinks) and the type and mode of its target; airlock gives the link's raw text ('dir'), "
+        "type symlink and the link's own mode (0777)",
+    )
+    sbx.commands.run("ln -sfn dir /workspace/rel")
+    fi = sbx.files.get_info("/workspace/rel")
+    assert (fi.symlink_target, fi.type, fi.mode) == ("/workspace/dir", FileType.DIR, 0o755)
+
+
+def test_metadata_refused_by_the_sdk(request, sbx):
+    differs_for(
+        request,
+        True,
+        "file metadata: the SDK asks for envd 0.6.2 and airlock answers envdVersion 0.5.7 "
+        "(internal/e2b/e2b.go EnvdVersion), so the SDK refuses with TemplateException before any call",
+        raises=TemplateException,
+    )
+    sbx.files.write("/workspace/meta.txt", "m", metadata={"k": "v"})
+
+
+def test_urls(client, sbx):
+    sbx.files.write("/workspace/url.txt", "hello url")
+    url = sbx.download_url("/workspace/url.txt")
+    assert "signature=" in url
+    r = httpx.get(url)
+    assert (r.status_code, r.text) == (200, "hello url")
+    r = httpx.get(sbx.download_url("/workspace/url.txt", use_signature_expiration=60))
+    assert (r.status_code, r.text) == (200, "hello url")
+    up = sbx.upload_url("/workspace/up.txt")
+    r = httpx.post(up, files={"file": ("up.txt", b"uploaded")})
+    assert r.status_code == 200, r.text
+    assert sbx.files.read("/workspace/up.txt") == "uploaded"
+    # A URL is for its operation and path alone.
+    assert httpx.get(up).status_code != 200
+    r = httpx.post(url, files={"file": ("url.txt", b"overwritten")})
+    assert r.status_code != 200
+    assert sbx.files.read("/workspace/url.txt") == "hello url"
+
+
+def test_expired_url(request, sbx):
+    differs_for(
+        request,
+        True,
+        "an expired signed URL: E2B's envd answers 401 'signature is already expired'; airlock answers "
+        "404, as for any signature it cannot match to a sandbox",
+    )
+    url = sbx.download_url("/workspace/url.txt", use_signature_expiration=-10)
+    r = httpx.get(url)
+    assert r.status_code == 401 and "expired" in r.text
+
+
+def test_watch(request, client, sbx):
+    differs_for(
+        request,
+        not client.is_async,
+        "the sync client's watch_dir polls: filesystem.Filesystem/CreateWatcher, GetWatcherEvents and "
+        "RemoveWatcher, which airlock does not serve (unimplemented; it serves the streaming WatchDir, "
+        "which the async client and the JS SDK use)",
+        raises=SandboxException,
+    )
+    sbx.files.make_dir("/workspace/w")
+    seen = []
+    cmd = "cd /workspace/w && echo x > f.txt && mkdir d && sleep 0.3 && echo y > d/g.txt && mv f.txt h.txt && rm h.txt"
+    if client.is_async:
+        wh = sbx.files.watch_dir("/workspace/w", lambda e: seen.append(f"{e.type.value}:{e.name}"), recursive=True)
+        sbx.commands.run(cmd)
+        client.until(lambda: "remove:h.txt" in seen)
+        wh.stop()
+    else:
+        wh = sbx.files.watch_dir("/workspace/w", recursive=True)
+        sbx.commands.run(cmd)
+        deadline = time.monotonic() + 5
+        while "remove:h.txt" not in seen and time.monotonic() < deadline:
+            seen += [f"{e.type.value}:{e.name}" for e in wh.get_new_events()]
+            time.sleep(0.05)
+        wh.stop()
+    seen = [e for i, e in enumerate(seen) if i == 0 or e != seen[i - 1]]
+    assert seen == ["create:f.txt", "write:f.txt", "create:d", "create:d/g.txt", "write:d/g.txt", "rename:f.txt", "create:h.txt", "remove:h.txt"]
+
+
+def test_watch_refused(client, sbx):
+    if not client.is_async:
+        pytest.skip("the sync client's watch is not served (test_watch)")
+    with pytest.raises(InvalidArgumentException, match="symlink"):
+        sbx.files.watch_dir("/workspace/evil", lambda e: None)
+    with pytest.raises(FileNotFoundException):
+        sbx.files.watch_dir("/workspace/none", lambda e: None)
+
+
+def test_watch_include_entry(request, client, sbx):
+    differs_for(
+        request,
+        True,
+        "watch events with their entry: the SDK asks for envd 0.6.3 and airlock answers 0.5.7, so the SDK "
+        "refuses include_entry with TemplateException (airlock does not serve it either: docs/e2b.md)",
+        raises=TemplateException,
+    )
+    if client.is_async:
+        sbx.files.watch_dir("/workspace", lambda e: None, include_entry=True).stop()
+    else:
+        sbx.files.watch_dir("/workspace", include_entry=True).stop()
