@@ -392,8 +392,10 @@ func TestE2BAttacks(t *testing.T) {
 }
 
 // TestE2BEgressNarrowing: a sandbox's create may narrow its tool's egress
-// (network.allowOut, allow_internet_access false), never widen it. Two
-// names reach one upstream on loopback; the tool allows both.
+// as E2B's network options do (denyOut all traffic with allowOut naming
+// the exceptions, denyOut all traffic alone, allow_internet_access
+// false), never widen it; allowOut alone takes nothing away, as on E2B.
+// Two names reach one upstream on loopback; the tool allows both.
 func TestE2BEgressNarrowing(t *testing.T) {
 	isolatednet.Require(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -449,7 +451,9 @@ func TestE2BEgressNarrowing(t *testing.T) {
 		a, b       bool // reached
 	}{
 		{"the tool's egress", `{"templateID":"net"}`, true, true},
-		{"narrowed to a.test", fmt.Sprintf(`{"templateID":"net","network":{"allowOut":["a.test:%d"]}}`, port), true, false},
+		{"narrowed to a.test", fmt.Sprintf(`{"templateID":"net","network":{"denyOut":["0.0.0.0/0"],"allowOut":["a.test:%d"]}}`, port), true, false},
+		{"allowOut alone", fmt.Sprintf(`{"templateID":"net","network":{"allowOut":["a.test:%d"]}}`, port), true, true},
+		{"all traffic denied", `{"templateID":"net","network":{"denyOut":["0.0.0.0/0"]}}`, false, false},
 		{"no internet", `{"templateID":"net","allow_internet_access":false}`, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -464,10 +468,11 @@ func TestE2BEgressNarrowing(t *testing.T) {
 		})
 	}
 	for _, tc := range []struct{ name, body, want string }{
-		{"a destination the tool does not allow", `{"templateID":"net","network":{"allowOut":["c.test"]}}`, "not within the tool's egress"},
+		{"a destination the tool does not allow", `{"templateID":"net","network":{"denyOut":["0.0.0.0/0"],"allowOut":["c.test"]}}`, "not within the tool's egress"},
 		{"a wider port", `{"templateID":"net","network":{"allowOut":["a.test:1"]}}`, "not within the tool's egress"},
 		{"everything", `{"templateID":"net","network":{"allowOut":["0.0.0.0/0"]}}`, "network.allowOut"},
-		{"denyOut", `{"templateID":"net","network":{"denyOut":["b.test"]}}`, "denyOut is not supported"},
+		{"a wider allowOut alone", `{"templateID":"net","network":{"allowOut":["c.test"]}}`, "not within the tool's egress"},
+		{"denyOut of one destination", `{"templateID":"net","network":{"denyOut":["b.test"]}}`, "only all traffic (0.0.0.0/0) may be denied"},
 		{"other network options", `{"templateID":"net","network":{"allowPublicTraffic":true}}`, "allowPublicTraffic is not supported"},
 	} {
 		if status, _, body := create(tc.body); status != 400 || !strings.Contains(body, tc.want) {

@@ -43,6 +43,9 @@ type CreateRequest struct {
 	Secure              *bool          `json:"secure,omitempty"`
 }
 
+// AllTraffic is the SDKs' ALL_TRAFFIC: every IPv4 destination.
+const AllTraffic = "0.0.0.0/0"
+
 // Network is the create request's network section.
 type Network struct {
 	AllowOut []string `json:"allowOut,omitempty"`

@@ -3,6 +3,7 @@ package e2bserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -141,22 +142,101 @@ func (d *Server) e2bInput(r *http.Request, sb *e2bSandbox, body []byte) (any, er
 	if err != nil {
 		return nil, err
 	}
-	in := req.Input.Stdin
-	switch {
-	case req.Input.PTY != nil && p.resize == nil:
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d has no pty: send stdin", p.pid)
-	case req.Input.PTY != nil:
-		in = req.Input.PTY
-	case p.resize != nil:
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d has a pty: send pty input", p.pid)
-	case p.stdin == nil:
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "process %d was not started with stdin", p.pid)
-	}
-	// Blocks while the command does not read, at most until it ends.
-	if _, err := p.stdin.Write(in); err != nil {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "process %d: its input is closed", p.pid)
+	if err := p.input(req.Input.Stdin, req.Input.PTY); err != nil {
+		return nil, err
 	}
 	return struct{}{}, nil
+}
+
+// input gives the command stdin bytes, or a pty's typed ones (pty not
+// nil). It blocks while the command does not read, at most until it ends.
+func (p *e2bProc) input(stdin, pty []byte) error {
+	in := stdin
+	switch {
+	case pty != nil && p.resize == nil:
+		return errdefs.Errorf(errdefs.ErrInvalid, "process %d has no pty: send stdin", p.pid)
+	case pty != nil:
+		in = pty
+	case p.resize != nil:
+		return errdefs.Errorf(errdefs.ErrInvalid, "process %d has a pty: send pty input", p.pid)
+	case p.stdin == nil:
+		return errdefs.Errorf(errdefs.ErrInvalid, "process %d was not started with stdin", p.pid)
+	}
+	if _, err := p.stdin.Write(in); err != nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "process %d: its input is closed", p.pid)
+	}
+	return nil
+}
+
+// e2bStreamInput is process.Process/StreamInput, a client stream: a
+// start naming the process, then its input, message by message, given to
+// the command as it comes; answered once the client's stream has ended
+// (or at the first message refused). Each wait for the next message is
+// bounded by the server's stall timeout, as an upload's.
+func (d *Server) e2bStreamInput(w http.ResponseWriter, r *http.Request) {
+	st := &e2bStream{w: w, out: httpx.NewStream(w, d.opts.StallTimeout)}
+	sb, err := d.e2bEnvd(r)
+	if err != nil {
+		st.end(err)
+		return
+	}
+	var p *e2bProc
+	for {
+		flags, msg, err := e2b.ReadEnvelope(r.Body, e2b.MaxMessage)
+		switch {
+		case errors.Is(err, io.EOF):
+			st.write(0, struct{}{}, false)
+			st.end(nil)
+			return
+		case errors.Is(err, e2b.ErrTooLarge):
+			st.end(e2b.Errorf(e2b.CodeResourceExhaust, "a message %v", err))
+			return
+		case err != nil:
+			st.end(e2b.Errorf(e2b.CodeInvalidArgument, "the input stream: %v", err))
+			return
+		case flags&e2b.FlagCompressed != 0:
+			st.end(e2b.Errorf(e2b.CodeUnimplemented, "compressed messages are not supported"))
+			return
+		case flags&e2b.FlagEndStream != 0:
+			st.write(0, struct{}{}, false)
+			st.end(nil)
+			return
+		}
+		var ev struct {
+			Start *struct {
+				Process e2b.Selector `json:"process"`
+			} `json:"start"`
+			Data *struct {
+				Input struct {
+					Stdin []byte `json:"stdin"`
+					PTY   []byte `json:"pty"`
+				} `json:"input"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(msg, &ev); err != nil {
+			st.end(errdefs.Errorf(errdefs.ErrInvalid, "a message: %s", httpx.DescribeJSON(err)))
+			return
+		}
+		switch {
+		case ev.Start != nil && p == nil:
+			if p, err = sb.procOf(ev.Start.Process); err != nil {
+				st.end(err)
+				return
+			}
+		case ev.Start != nil:
+			st.end(errdefs.New(errdefs.ErrInvalid, "a second start: the stream's process is named once"))
+			return
+		case ev.Data != nil && p == nil:
+			st.end(errdefs.New(errdefs.ErrInvalid, "input before the start that names its process"))
+			return
+		case ev.Data != nil:
+			if err := p.input(ev.Data.Input.Stdin, ev.Data.Input.PTY); err != nil {
+				st.end(err)
+				return
+			}
+		}
+		// Anything else is a keepalive.
+	}
 }
 
 // maxPTYSide bounds a pty's rows and columns.

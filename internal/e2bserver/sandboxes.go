@@ -138,10 +138,15 @@ func asks(v json.RawMessage) bool {
 }
 
 // e2bNarrow is the policy of a sandbox whose create narrowed the tool's
-// egress, or nil when it did not: allow_internet_access false takes every
-// destination and the broker's services away; network.allowOut keeps the
-// destinations named, each of which must lie within the tool's (a wider
-// one is refused, never applied: the operator's config is the ceiling).
+// egress, or nil when it did not. As E2B's: allow_internet_access false,
+// or network.denyOut [ALL_TRAFFIC] alone, takes every destination (and
+// the broker's services) away; denyOut [ALL_TRAFFIC] with allowOut keeps
+// the destinations allowOut names, each of which must lie within the
+// tool's; allowOut alone takes nothing away (on E2B it makes exceptions
+// to denyOut), but an entry beyond the tool's egress is still refused,
+// never applied: the operator's config is the ceiling. A denyOut of
+// anything but all traffic is refused: the tool's egress denies
+// everything it does not name already.
 func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy, error) {
 	noNet := req.AllowInternetAccess != nil && !*req.AllowInternetAccess
 	if req.Network == nil && !noNet {
@@ -152,8 +157,12 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 		pol.Egress, pol.Services = nil, nil
 		return &pol, nil
 	}
-	if len(req.Network.DenyOut) > 0 {
-		return nil, errdefs.New(errdefs.ErrInvalid, "network.denyOut is not supported: name what the sandbox may reach in network.allowOut, within the tool's egress")
+	denyAll := false
+	for _, e := range req.Network.DenyOut {
+		if e != e2b.AllTraffic {
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "network.denyOut: %q: only all traffic (%s) may be denied: the tool's egress denies whatever it does not name; name what the sandbox may reach in network.allowOut", node.Shorten(e), e2b.AllTraffic)
+		}
+		denyAll = true
 	}
 	if len(req.Network.AllowOut) > 256 {
 		return nil, errdefs.New(errdefs.ErrInvalid, "network.allowOut: at most 256 destinations")
@@ -162,6 +171,13 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 	if err != nil {
 		// Whatever policy's class, a destination refused is a bad request.
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "network.allowOut: %v", err)
+	}
+	if !denyAll {
+		return nil, nil
+	}
+	if len(req.Network.AllowOut) == 0 {
+		pol.Egress, pol.Services = nil, nil
+		return &pol, nil
 	}
 	pol.Egress = eg
 	return &pol, nil

@@ -174,6 +174,7 @@ func (d *Server) e2bRoutes() http.Handler {
 	})
 	mux.HandleFunc("POST /process.Process/Start", d.e2bStart)
 	mux.HandleFunc("POST /process.Process/Connect", d.e2bProcConnect)
+	mux.HandleFunc("POST /process.Process/StreamInput", d.e2bStreamInput)
 	mux.HandleFunc("POST /process.Process/List", d.e2bUnary(d.e2bProcList))
 	mux.HandleFunc("POST /process.Process/SendSignal", d.e2bUnary(d.e2bSignal))
 	mux.HandleFunc("POST /process.Process/SendInput", d.e2bUnary(d.e2bInput))

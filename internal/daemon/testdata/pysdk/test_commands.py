@@ -140,14 +140,7 @@ def test_disconnect_then_connect(client, sbx):
     assert r.stdout == "done\n"
 
 
-def test_stream_input(request, client, sbx):
-    differs_for(
-        request,
-        True,
-        "commands.stream_input: the SDK streams the input with process.Process/StreamInput (a client stream), "
-        "which E2B's envd serves and airlock does not (unimplemented)",
-        raises=SandboxException,
-    )
+def test_stream_input(client, sbx):
     cat = sbx.commands.run("cat", background=True, stdin=True)
     try:
         if client.is_async:

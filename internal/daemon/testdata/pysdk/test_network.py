@@ -7,9 +7,8 @@ AIRLOCK_TEST_NET_PORT; a create may narrow that, never widen it.
 import os
 
 import pytest
-from e2b import ALL_TRAFFIC, InvalidArgumentException, SandboxException
+from e2b import ALL_TRAFFIC, SandboxException
 
-from conftest import differs_for
 
 PORT = os.environ.get("AIRLOCK_TEST_NET_PORT", "")
 
@@ -38,31 +37,23 @@ def test_no_internet(client):
 
 
 def test_narrowed(client):
-    # airlock's form: allow_out alone narrows to what it names (a port
-    # given, or 443).
-    assert reached(client, network={"allow_out": [f"a.test:{PORT}"]}) == ["a.test"]
-
-
-def test_narrowed_as_e2b_documents(request, client):
-    differs_for(
-        request,
-        True,
-        "E2B's documented narrowing is deny_out [ALL_TRAFFIC] with allow_out naming the exceptions "
-        "(allow_out takes precedence); airlock refuses any deny_out (400 'network.denyOut is not supported')",
-        raises=SandboxException,
-    )
+    # E2B's documented form: all traffic denied, allow_out the exceptions.
     assert reached(client, network={"deny_out": [ALL_TRAFFIC], "allow_out": [f"a.test:{PORT}"]}) == ["a.test"]
+    assert reached(client, network={"deny_out": [ALL_TRAFFIC]}) == []
 
 
-def test_allow_out_alone(request, client):
-    differs_for(
-        request,
-        True,
-        "allow_out without deny_out: on E2B allow_out makes exceptions to deny_out, and alone takes nothing "
-        "away (all egress is allowed unless denied; E2B's docs say a domain filter needs the rest denied with "
-        "deny_out); airlock narrows the sandbox's egress to what allow_out names",
-    )
+def test_allow_out_alone(client):
+    # On E2B allow_out makes exceptions to deny_out: alone it takes nothing
+    # away (the tool's egress stays the ceiling).
     assert reached(client, network={"allow_out": [f"a.test:{PORT}"]}) == ["a.test", "b.test"]
+
+
+def test_deny_one_refused(client):
+    # The tool's egress denies whatever it does not name already; denying
+    # one destination is refused by name rather than half applied.
+    with pytest.raises(SandboxException, match="only all traffic") as e:
+        client.create("net", network={"deny_out": ["b.test"]})
+    assert e.value.status_code == 400
 
 
 def test_wider_refused(client):
