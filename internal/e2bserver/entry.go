@@ -18,9 +18,15 @@ import (
 // symlinks may take in all (a listing of 100,000 links, each a chain of
 // 255, is not the host's to walk), and the bytes of the sandbox's
 // /etc/passwd and /etc/group read to name owners.
+// A file's metadata is read up to maxFileMeta bytes of names and values
+// (envd's uploads set at most e2b.MaxMetadataTotal; code inside may set
+// more), and a call's up to maxCallMeta: past either, the entries are
+// described without it.
 const (
 	maxResolveSteps = 100_000
 	maxIDFile       = 1 << 20
+	maxFileMeta     = 16 << 10
+	maxCallMeta     = 4 << 20
 )
 
 // overflowID is the id a file of an id outside the sandbox's range shows
@@ -37,6 +43,8 @@ type describer struct {
 	// /etc/group, read on first need (loaded).
 	users, groups map[uint32]string
 	loaded        bool
+	// metaLeft is what is left of maxCallMeta.
+	metaLeft int
 }
 
 // inDir is Session.InDir with a describer for what fn finds.
@@ -46,7 +54,7 @@ func (sb *e2bSandbox) inDir(dir string, fn func(ws *os.File, uid int, d *describ
 		return node.ErrGone
 	}
 	defer root.Close()
-	d := &describer{sb: sb, root: root, res: inroot.NewResolver(root, maxResolveSteps)}
+	d := &describer{sb: sb, root: root, res: inroot.NewResolver(root, maxResolveSteps), metaLeft: maxCallMeta}
 	return sb.s.InDir(dir, func(ws *os.File, uid int) error { return fn(ws, uid, d) })
 }
 
@@ -85,8 +93,20 @@ func (d *describer) entry(ws *os.File, dir string, e inroot.Entry) e2b.EntryInfo
 		}
 		info.SymlinkTarget = &target
 	}
-	info.Metadata, _ = inroot.Xattrs(ws, e.Rel, e2b.MetadataXattrPrefix)
+	info.Metadata = d.metadata(ws, e.Rel)
 	return info
+}
+
+// metadata is the metadata of rel below ws, within the bounds.
+func (d *describer) metadata(ws *os.File, rel string) map[string]string {
+	m, err := inroot.Xattrs(ws, rel, e2b.MetadataXattrPrefix, min(maxFileMeta, d.metaLeft))
+	if err != nil {
+		return nil
+	}
+	for k, v := range m {
+		d.metaLeft -= len(e2b.MetadataXattrPrefix) + len(k) + len(v)
+	}
+	return m
 }
 
 // sandboxID is a host uid or gid of the sandbox's files as the sandbox

@@ -23,9 +23,9 @@ const (
 // itself) whose names begin with prefix, prefix cut, leaving out any that
 // is not valid UTF-8; nil when there are none or the file system keeps
 // none. Only a regular file's or a directory's are read, never through a
-// symlink. A file with more attributes than the bounds is read as having
-// none.
-func Xattrs(dir *os.File, rel, prefix string) (map[string]string, error) {
+// symlink. Their names and values may come to max bytes in all, else
+// ErrTooLarge (a sandbox may set many, and large ones, on its files).
+func Xattrs(dir *os.File, rel, prefix string, max int) (map[string]string, error) {
 	name := "."
 	if rel != "" {
 		parts, err := Split(rel)
@@ -49,10 +49,10 @@ func Xattrs(dir *os.File, rel, prefix string) (map[string]string, error) {
 	// The *xattr calls take no O_PATH descriptor; its /proc/self/fd link
 	// is the file itself (a magic link: no path is walked again), and
 	// opening the file to read would block on a FIFO swapped in.
-	return readXattrs(fmt.Sprintf("/proc/self/fd/%d", fd), prefix, unix.Listxattr, unix.Getxattr)
+	return readXattrs(fmt.Sprintf("/proc/self/fd/%d", fd), prefix, max, unix.Listxattr, unix.Getxattr)
 }
 
-func readXattrs[T any](f T, prefix string, list func(T, []byte) (int, error), get func(T, string, []byte) (int, error)) (map[string]string, error) {
+func readXattrs[T any](f T, prefix string, max int, list func(T, []byte) (int, error), get func(T, string, []byte) (int, error)) (map[string]string, error) {
 	buf := make([]byte, maxXattrList)
 	n, err := list(f, buf)
 	if err != nil {
@@ -62,15 +62,24 @@ func readXattrs[T any](f T, prefix string, list func(T, []byte) (int, error), ge
 		return nil, mapErr(err)
 	}
 	var out map[string]string
-	val := make([]byte, maxXattrValue)
+	val := make([]byte, min(maxXattrValue, max+1))
 	for _, name := range strings.Split(string(buf[:n]), "\x00") {
 		key, ok := strings.CutPrefix(name, prefix)
 		if !ok || key == "" || !utf8.ValidString(key) {
 			continue
 		}
+		if max -= len(name); max < 0 {
+			return nil, ErrTooLarge
+		}
 		m, err := get(f, name, val)
+		if errors.Is(err, unix.ERANGE) {
+			return nil, ErrTooLarge
+		}
 		if err != nil || !utf8.Valid(val[:m]) {
-			continue // gone meanwhile, too long, or not text
+			continue // gone meanwhile, or not text
+		}
+		if max -= m; max < 0 {
+			return nil, ErrTooLarge
 		}
 		if out == nil {
 			out = map[string]string{}
@@ -110,5 +119,8 @@ func SetXattrs(f *os.File, prefix string, kv map[string]string) (map[string]stri
 			return nil, mapErr(err)
 		}
 	}
-	return readXattrs(fd, prefix, unix.Flistxattr, unix.Fgetxattr)
+	// As envd, a read-back that fails (code inside adding attributes
+	// meanwhile) leaves the answer without them, the write done.
+	kept, _ := readXattrs(fd, prefix, maxXattrValue, unix.Flistxattr, unix.Fgetxattr)
+	return kept, nil
 }

@@ -53,13 +53,20 @@ func TestXattrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	if got, err := Xattrs(ws, "f", "user.e2b."); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := Xattrs(ws, "f", "user.e2b.", 100); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("Xattrs = %v, %v; want %v", got, err, want)
+	}
+	// "user.e2b.a" and "1", "user.e2b.b" and "": 21 bytes.
+	if got, err := Xattrs(ws, "f", "user.e2b.", 20); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Xattrs over its bound = %v, %v; want ErrTooLarge", got, err)
+	}
+	if got, err := Xattrs(ws, "f", "user.e2b.", 21); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Xattrs at its bound = %v, %v; want %v", got, err, want)
 	}
 	if err := unix.Setxattr(root, "user.e2b.d", []byte("dir"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := Xattrs(ws, "", "user.e2b."); err != nil || got["d"] != "dir" {
+	if got, err := Xattrs(ws, "", "user.e2b.", 100); err != nil || got["d"] != "dir" {
 		t.Errorf("Xattrs of the directory = %v, %v", got, err)
 	}
 	if err := os.Symlink("f", filepath.Join(root, "l")); err != nil {
@@ -69,11 +76,11 @@ func TestXattrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"l", "p"} {
-		if got, err := Xattrs(ws, n, "user.e2b."); err != nil || got != nil {
+		if got, err := Xattrs(ws, n, "user.e2b.", 100); err != nil || got != nil {
 			t.Errorf("Xattrs(%s) = %v, %v; want nothing read", n, got, err)
 		}
 	}
-	if _, err := Xattrs(ws, "l/x", "user.e2b."); !errors.Is(err, ErrPath) {
+	if _, err := Xattrs(ws, "l/x", "user.e2b.", 100); !errors.Is(err, ErrPath) {
 		t.Errorf("through a symlink: %v, want ErrPath", err)
 	}
 }
