@@ -183,8 +183,8 @@ func TestE2BUploadStalledBetweenParts(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if resp, err := http.ReadResponse(br, nil); err == nil {
 			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusNotFound {
-				t.Errorf("the upload of a killed sandbox: %s %s, want 404", resp.Status, b)
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Errorf("the upload of a killed sandbox: %s %s, want 502 (E2B's answer for a sandbox that is gone)", resp.Status, b)
 			}
 		}
 	})

@@ -42,7 +42,9 @@ func e2bSDK(t *testing.T) string {
 	return p
 }
 
-const e2bKey = "e2b-key-0123456789abcdef"
+// e2bKey is the agent's API key, of the form some SDKs (JS 2.39) insist on:
+// e2b_ and hex.
+const e2bKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 
 // serveE2B starts a daemon with the E2B API on a loopback port and
 // returns its base URL.
@@ -145,31 +147,36 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("the SDK's script: %v\n%s\n%s", err, outb, stderr.String())
 	}
 	want := map[string]string{
-		"run":        `{"stdout":"hi there\n/tmp\n","stderr":"err\n","exitCode":0}`,
-		"callbacks":  `"1\n2\n3\n"`,
-		"listed":     `true`,
-		"killed":     `true`,
-		"read":       `"hello file"`,
-		"download":   `"hello file"`,
-		"upload":     `[200,"uploaded"]`,
-		"gzip":       `6000`,
-		"cat":        `"hello file"`,
-		"settimeout": `"ok"`,
-		"connect":    `"hello file"`,
-		"kill":       `true`,
-		"exists":     `[true,false]`,
-		"stdin":      `"typed in\nend\n"`,
-		"reconnect":  `{"seen":"got one\nlater\n","exitCode":0}`,
-		"makedir":    `[true,false,false]`,
-		"ls":         `["a.txt:file","sub:dir"]`,
-		"stat":       `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
-		"removed":    `false`,
-		"killagain":  `false`,
-		"watch":      `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
-		"watchexit":  `["NotFoundError"]`,
-		"pages":      `[["b1"],["b2"]]`,
-		"metrics":    `{"mem":true,"cpu":true,"cpuCount":1,"disk":true,"when":true}`,
-		"pty":        `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
+		"run":          `{"stdout":"hi there\n/tmp\n","stderr":"err\n","exitCode":0}`,
+		"callbacks":    `"1\n2\n3\n"`,
+		"listed":       `true`,
+		"killed":       `true`,
+		"read":         `"hello file"`,
+		"download":     `"hello file"`,
+		"upload":       `[200,"uploaded"]`,
+		"gzip":         `6000`,
+		"cat":          `"hello file"`,
+		"settimeout":   `"ok"`,
+		"connect":      `"hello file"`,
+		"kill":         `true`,
+		"exists":       `[true,false]`,
+		"stdin":        `"typed in\nend\n"`,
+		"reconnect":    `{"seen":"got one\nlater\n","exitCode":0}`,
+		"makedir":      `[true,false,false]`,
+		"ls":           `["a.txt:file","sub:dir"]`,
+		"stat":         `{"name":"a.txt","type":"file","size":10,"path":"/workspace/dir/a.txt","owner":"sandbox","permissions":"-rw-r--r--"}`,
+		"removed":      `false`,
+		"killagain":    `false`,
+		"watch":        `["create:f.txt","write:f.txt","create:d","create:d/g.txt","write:d/g.txt","rename:f.txt","create:h.txt","remove:h.txt"]`,
+		"watchexit":    `["TimeoutError"]`,
+		"pages":        `[["b2"],["b1"]]`,
+		"ascpages":     `[["b1"],["b2"]]`,
+		"filters":      `{"after":["b2"],"sh":["b2","b1"],"small":[],"none":[]}`,
+		"connectkeeps": `true`,
+		"expired":      `[401,{"code":401,"message":"signature is already expired"}]`,
+		"badsig":       `[401,{"code":401,"message":"invalid signature"}]`,
+		"metrics":      `{"mem":true,"cpu":true,"cpuCount":1,"disk":true,"when":true}`,
+		"pty":          `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
 		// envd's EntryInfo (at 0.6.4): the group named as the sandbox
 		// names it, the permission bits alone in mode, a protobuf
 		// timestamp, and no metadata unless some was set.
@@ -222,9 +229,10 @@ func TestE2BSDK(t *testing.T) {
 	check("bgwait", "CommandExitError", "signal: SIGKILL", &minus1)
 	check("outside", "InvalidArgumentError", "outside /workspace", nil)
 	check("missing", "FileNotFoundError", "no such file", nil)
-	check("after", "NotFoundError", "", nil)
+	check("after", "SandboxNotFoundError", "not running", nil)
+	check("killedwait", "TimeoutError", "was not found", nil)
 	check("breach", "CommandExitError", "limit exceeded: memory", &minus1)
-	check("afterbreach", "NotFoundError", "", nil)
+	check("afterbreach", "SandboxNotFoundError", "not running", nil)
 	check("evil", "InvalidArgumentError", "symlink", nil)
 	check("evilstat", "InvalidArgumentError", "symlink", nil)
 	check("ptyzero", "InvalidArgumentError", "24 rows and 0 cols", nil)
@@ -324,9 +332,9 @@ func TestE2BAttacks(t *testing.T) {
 		msg             []byte
 		want            string
 	}{
-		{"another sandbox's token", sb.SandboxID, other.EnvdAccessToken, echo, `"code":"not_found"`},
-		{"no token", sb.SandboxID, "", echo, `"code":"not_found"`},
-		{"no such sandbox", "s_nosuch", sb.EnvdAccessToken, echo, `"code":"not_found"`},
+		{"another sandbox's token", sb.SandboxID, other.EnvdAccessToken, echo, `"code":"unavailable"`},
+		{"no token", sb.SandboxID, "", echo, `"code":"unavailable"`},
+		{"no such sandbox", "s_nosuch", sb.EnvdAccessToken, echo, `"code":"unavailable"`},
 		{"oversized message", sb.SandboxID, sb.EnvdAccessToken, append([]byte{0, 0x7f, 0xff, 0xff, 0xff}, make([]byte, 64)...), `"code":"resource_exhausted"`},
 		{"cut-short message", sb.SandboxID, sb.EnvdAccessToken, echo[:10], `"code":"invalid_argument"`},
 		{"compressed message", sb.SandboxID, sb.EnvdAccessToken, append([]byte{1}, echo[1:]...), `"code":"unimplemented"`},
@@ -339,7 +347,7 @@ func TestE2BAttacks(t *testing.T) {
 		})
 	}
 	// Files of a sandbox with another's token.
-	if status, b := do("GET", "/files?path=/workspace/x", "", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": other.EnvdAccessToken}, nil); status != 404 {
+	if status, b := do("GET", "/files?path=/workspace/x", "", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": other.EnvdAccessToken}, nil); status != 502 {
 		t.Errorf("a file with another sandbox's token: %d %s", status, b)
 	}
 	// Signed URLs: bound to the sandbox whose token signed them, the
@@ -530,7 +538,7 @@ func TestE2BWatchBounds(t *testing.T) {
 	} else {
 		body.Close()
 	}
-	if first, body := watch(sb.SandboxID, other.EnvdAccessToken, "/workspace"); !strings.Contains(first, `"code":"not_found"`) {
+	if first, body := watch(sb.SandboxID, other.EnvdAccessToken, "/workspace"); !strings.Contains(first, `"code":"unavailable"`) {
 		t.Errorf("a watch with another sandbox's token: %s", first)
 	} else {
 		body.Close()

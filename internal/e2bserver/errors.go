@@ -38,13 +38,22 @@ var (
 	errNotRunning = errdefs.New(errdefs.ErrNotFound, "the sandbox is not running")
 	// errTimedOut: a stream's Connect-Timeout-Ms passed.
 	errTimedOut = errdefs.New(errdefs.ErrUnavailable, "the call's timeout passed")
+	// errBadSignature, errSignatureExpired: a signed URL no live
+	// sandbox's token signed for its path and operation, or one past its
+	// expiry; worded as envd's.
+	errBadSignature     = errdefs.New(errdefs.ErrDenied, "invalid signature")
+	errSignatureExpired = errdefs.New(errdefs.ErrDenied, "signature is already expired")
 	// errBusy: what the node shares among all sandboxes (its directory
 	// watches) is all in use; try again later.
 	errBusy = errdefs.New(errdefs.ErrUnavailable, "all in use")
 )
 
-// errEnded answers a call on a sandbox that has ended.
-var errEnded = errdefs.New(errdefs.ErrNotFound, "the sandbox has ended")
+// errEnded answers a sandbox's call (envd's side) when the sandbox has
+// ended, or is not there at all: 502 and Connect's unavailable, as
+// E2B's proxy answers for a sandbox it does not find, with its words
+// ("was not found"), which the SDKs read as the sandbox no longer
+// running (their TimeoutError, SandboxNotRunningException).
+var errEnded = errdefs.New(errdefs.ErrNotFound, "the sandbox was not found: it has ended")
 
 // apiKinds are the control-plane errors answered apart from their class,
 // with the statuses E2B's API gives them; tried in order before
@@ -56,9 +65,12 @@ var apiKinds = []struct {
 	{errNoAPIKey, http.StatusUnauthorized},
 	{errUnsupported, http.StatusNotImplemented},
 	{errUploadStalled, http.StatusRequestTimeout},
+	{errBadSignature, http.StatusUnauthorized},
+	{errSignatureExpired, http.StatusUnauthorized},
 	// E2B's proxy answers 502 for a sandbox that is gone; the SDK's
 	// isRunning reads it as not running.
 	{errNotRunning, http.StatusBadGateway},
+	{errEnded, http.StatusBadGateway},
 }
 
 // apiStatus is the HTTP status of a control-plane call's error: its
@@ -96,6 +108,7 @@ var rpcKinds = []struct {
 	{errUnsupported, e2b.CodeUnimplemented},
 	{errTimedOut, e2b.CodeDeadlineExceeded},
 	{errBusy, e2b.CodeResourceExhaust},
+	{errEnded, e2b.CodeUnavailable},
 	// A caller's spent share: Connect's 429.
 	{node.ErrTooMany, e2b.CodeResourceExhaust},
 	{inroot.ErrExists, e2b.CodeAlreadyExists},

@@ -40,11 +40,13 @@ func TestAnswers(t *testing.T) {
 		{"no API key", errNoAPIKey, 401, e2b.CodePermissionDenied},
 		{"pause", errdefs.New(errUnsupported, "airlock does not pause sandboxes"), 501, e2b.CodeUnimplemented},
 		{"upload stalled", errdefs.Errorf(errUploadStalled, "the upload stalled: nothing came for %v", "30s"), 408, e2b.CodeInvalidArgument},
-		{"upload ended", errUploadEnded, 404, e2b.CodeNotFound},
-		{"not running", errdefs.Errorf(errNotRunning, "%s: %v", e2b.CodeNotFound, errEnded), 502, e2b.CodeNotFound},
+		{"upload ended", errUploadEnded, 502, e2b.CodeUnavailable},
+		{"not running", errdefs.Errorf(errNotRunning, "%s: %v", e2b.CodeUnavailable, errEnded), 502, e2b.CodeNotFound},
+		{"signature", errBadSignature, 401, e2b.CodePermissionDenied},
+		{"signature expired", errSignatureExpired, 401, e2b.CodePermissionDenied},
 		{"watch timeout", errdefs.Errorf(errTimedOut, "the watch's timeout of %v passed", "1s"), 503, e2b.CodeDeadlineExceeded},
 		{"watches all in use", errdefs.Errorf(errBusy, "this airlock serves %d directory watches at once", 48), 503, e2b.CodeResourceExhaust},
-		{"ended", errEnded, 404, e2b.CodeNotFound},
+		{"ended", errEnded, 502, e2b.CodeUnavailable},
 		{"body over 1 MiB", errdefs.Errorf(errdefs.ErrLimit, "the body is over %d KiB", 1024), 413, e2b.CodeResourceExhaust},
 		// A files call's envd error keeps its class under its code.
 		{"files: no sandbox", fmt.Errorf("%s: %w", e2b.CodeNotFound, errdefs.New(errdefs.ErrNotFound, "sandbox \"x\" not found")), 404, e2b.CodeNotFound},
@@ -70,7 +72,7 @@ func TestAnswers(t *testing.T) {
 		{"fs: too many", e2bFSError("a", inroot.ErrTooMany), 413, e2b.CodeResourceExhaust},
 		{"fs: no space", e2bFSError("a", inroot.ErrNoSpace), 413, e2b.CodeResourceExhaust},
 		{"fs: permission", e2bFSError("a", os.ErrPermission), 403, e2b.CodePermissionDenied},
-		{"fs: gone", e2bFSError("a", node.ErrGone), 404, e2b.CodeNotFound},
+		{"fs: gone", e2bFSError("a", node.ErrGone), 502, e2b.CodeUnavailable},
 		{"fs: other", e2bFSError("a", errors.New("openat2 /var/lib/x: EIO")), 500, e2b.CodeInternal},
 	}
 	for _, tc := range tests {
@@ -96,7 +98,7 @@ func TestFSErrorWords(t *testing.T) {
 		{inroot.ErrNotFound, "a/b: no such file or directory"},
 		{fmt.Errorf("%w: a directory", inroot.ErrExists), "a/b: already exists: a directory"},
 		{os.ErrPermission, "a/b: permission denied"},
-		{node.ErrGone, "the sandbox has ended"},
+		{node.ErrGone, "the sandbox was not found: it has ended"},
 		{errors.New("openat2 /var/lib/x: EIO"), "a/b: the file operation failed"},
 	} {
 		if got := e2bFSError("a/b", tc.err).Error(); got != tc.want {

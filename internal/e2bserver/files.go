@@ -110,11 +110,11 @@ func (d *Server) e2bFileSandbox(r *http.Request, op string) (*e2bSandbox, error)
 	var sb *e2bSandbox
 	var err error
 	if r.Header.Get("E2b-Sandbox-Id") == "" && r.URL.Query().Has("signature") {
-		sb, err = d.e2bSigned(r, op)
-	} else {
-		sb, err = d.e2bEnvd(r)
-	}
-	if err != nil {
+		// Answered as envd answers a signature: 401 and why, alone.
+		if sb, err = d.e2bSigned(r, op); err != nil {
+			return nil, err
+		}
+	} else if sb, err = d.e2bEnvd(r); err != nil {
 		// Worded as envd's Connect error: its code, then why.
 		return nil, fmt.Errorf("%s: %w", rpcCode(err), err)
 	}
@@ -124,7 +124,9 @@ func (d *Server) e2bFileSandbox(r *http.Request, op string) (*e2bSandbox, error)
 	return sb, nil
 }
 
-// e2bSigned finds the sandbox whose token signed the request's URL.
+// e2bSigned finds the sandbox whose token signed the request's URL. The
+// signature is checked before the expiry, so that a forger never learns
+// whether the expiry was what failed.
 func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	q := r.URL.Query()
 	var exp int64
@@ -132,9 +134,6 @@ func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 		var err error
 		if exp, err = strconv.ParseInt(v, 10, 64); err != nil || exp <= 0 {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "signature_expiration %q is not a time in Unix seconds", node.Shorten(v))
-		}
-		if time.Now().Unix() > exp {
-			return nil, errdefs.New(errdefs.ErrNotFound, "the signed URL has expired")
 		}
 	}
 	// The signed string's fields are not delimited: refused unless they
@@ -156,9 +155,15 @@ func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 			found = sb
 		}
 	}
-	if found == nil || found.s.View().State != "active" {
+	if found == nil {
 		d.Counts().Unauthorized.Add(1)
-		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox signed this URL for this path and operation")
+		return nil, errBadSignature
+	}
+	if exp != 0 && time.Now().Unix() > exp {
+		return nil, errSignatureExpired
+	}
+	if found.s.View().State != "active" {
+		return nil, errEnded
 	}
 	return found, nil
 }
@@ -323,6 +328,9 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		Destination string `json:"destination"`
 	}
 	mux.HandleFunc("POST /filesystem.Filesystem/WatchDir", d.e2bWatchDir)
+	mux.HandleFunc("POST /filesystem.Filesystem/CreateWatcher", d.e2bUnary(d.e2bCreateWatcher))
+	mux.HandleFunc("POST /filesystem.Filesystem/GetWatcherEvents", d.e2bUnary(d.e2bWatcherEvents))
+	mux.HandleFunc("POST /filesystem.Filesystem/RemoveWatcher", d.e2bUnary(d.e2bRemoveWatcher))
 	mux.HandleFunc("POST /filesystem.Filesystem/Move", e2bFS(d, func(sb *e2bSandbox, req *moveReq) (any, error) {
 		from, err := sb.path(req.Source)
 		if err != nil {

@@ -352,9 +352,15 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, edge.ClientOf(r), x)
 	stop()
 	detach()
-	if err != nil {
+	switch {
+	case err != nil:
 		p.endErr = err
-	} else {
+	case res.Outcome != result.LimitExceeded && ending(sb.s):
+		// Killed with its sandbox (a kill, its timeout): as E2B's,
+		// where the connection to the sandbox goes with it, this is
+		// not the command's end but the sandbox's.
+		p.endErr = errdefs.Errorf(errEnded, "sandbox %q was not found: it ended while the command ran (%s)", sb.s.ID(), sb.s.View().EndReason)
+	default:
 		p.end = endEvent(res)
 	}
 	close(p.done)
@@ -395,6 +401,16 @@ func (d *Server) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
 	case <-p.done:
 		p.finish(st)
 	default: // the client went away first
+	}
+}
+
+// ending says whether s has started to end.
+func ending(s *node.Session) bool {
+	select {
+	case <-s.Ending():
+		return true
+	default:
+		return false
 	}
 }
 

@@ -31,7 +31,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 		return err
 	}
 	for k, why := range e2bRefused {
-		if v, ok := raw[k]; ok && string(v) != "null" && string(v) != "false" && string(v) != "{}" {
+		if v, ok := raw[k]; ok && asks(v) {
 			return errdefs.New(errdefs.ErrInvalid, k+": "+why)
 		}
 	}
@@ -117,6 +117,24 @@ func (d *Server) templateNames() []string {
 		names = append(names, d.opts.Config.Tools[n].E2BTemplates...)
 	}
 	return names
+}
+
+// asks says whether a create option's value asks for something: not
+// null, false, an empty object or list, or {"enabled": false} (what the
+// JS SDK before 2.50 sends as autoResume when nothing was asked).
+func asks(v json.RawMessage) bool {
+	switch strings.TrimSpace(string(v)) {
+	case "null", "false", "{}", "[]":
+		return false
+	}
+	var off struct {
+		Enabled *bool `json:"enabled"`
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(v, &fields) == nil && len(fields) == 1 && json.Unmarshal(v, &off) == nil && off.Enabled != nil && !*off.Enabled {
+		return false
+	}
+	return true
 }
 
 // e2bNarrow is the policy of a sandbox whose create narrowed the tool's
@@ -221,20 +239,28 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	if err != nil {
 		return err
 	}
+	f, err := d.listFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	out := []e2b.Detail{}
 	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
 		edge.WriteJSON(w, http.StatusOK, out)
 		return nil
 	}
-	// Oldest first, by creation and then id: a page goes on after the
-	// last one of the one before, whatever ended in between.
+	// By creation and then id, newest first unless asked otherwise: a
+	// page goes on after the last one of the one before, whatever ended
+	// in between.
 	ss := d.SessionsOf(c)
 	slices.SortFunc(ss, func(a, b *node.Session) int {
-		return cmp.Or(cmp.Compare(a.Created().UnixNano(), b.Created().UnixNano()), strings.Compare(a.ID(), b.ID()))
+		return f.dir * cmp.Or(cmp.Compare(a.Created().UnixNano(), b.Created().UnixNano()), strings.Compare(a.ID(), b.ID()))
 	})
 	var last *node.Session
 	for _, s := range ss {
-		if n := s.Created().UnixNano(); after != nil && (n < after.created || n == after.created && s.ID() <= after.id) {
+		if after != nil && f.dir*cmp.Or(cmp.Compare(s.Created().UnixNano(), after.created), strings.Compare(s.ID(), after.id)) <= 0 {
+			continue
+		}
+		if f.none || s.Created().Before(f.since) || f.tool != "" && s.Tool().Name != f.tool {
 			continue
 		}
 		sb := d.e2bFind(s.ID(), c)
@@ -260,6 +286,41 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	return nil
 }
 
+// listFilter is what GET /v2/sandboxes selects beside metadata and state,
+// and its order.
+type listFilter struct {
+	dir   int       // 1 oldest first ("asc"), -1 newest first ("desc", E2B's default)
+	since time.Time // startedAfter: created at or after it
+	tool  string    // template: the tool, by its name or one of its e2b_templates
+	none  bool      // template names no tool: nothing matches
+}
+
+func (d *Server) listFilter(q url.Values) (listFilter, error) {
+	f := listFilter{dir: -1}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		f.dir = 1
+	default:
+		return f, errdefs.Errorf(errdefs.ErrInvalid, "order %q: want asc or desc", node.Shorten(o))
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, errdefs.Errorf(errdefs.ErrInvalid, "startedAfter %q is not an RFC 3339 time", node.Shorten(v))
+		}
+		f.since = t
+	}
+	if v := q.Get("template"); v != "" {
+		if t := d.opts.Config.E2BTemplate(v); t != nil {
+			f.tool = t.Name
+		} else {
+			f.none = true
+		}
+	}
+	return f, nil
+}
+
 func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	sb, err := d.e2bLookup(r, c)
 	if err != nil {
@@ -275,11 +336,6 @@ func (d *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *node.Caller)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-// setLife ends the sandbox life from now.
-func (sb *e2bSandbox) setLife(life time.Duration) {
-	sb.s.SetLife(life)
 }
 
 func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
@@ -298,7 +354,7 @@ func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.C
 	if err != nil {
 		return err
 	}
-	sb.setLife(life)
+	sb.s.SetLife(life)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -317,7 +373,9 @@ func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Call
 		if err != nil {
 			return err
 		}
-		sb.setLife(life)
+		// As E2B's: connecting may lengthen a sandbox's life, never
+		// shorten it (setTimeout does either).
+		sb.s.ExtendLife(life)
 	}
 	d.e2bAnswer(w, http.StatusOK, sb)
 	return nil
@@ -357,13 +415,19 @@ func parseListToken(tok string) (*listCursor, error) {
 
 // e2bMetric is one reading of GET /sandboxes/{id}/metrics.
 type e2bMetric struct {
-	Timestamp  string  `json:"timestamp"`
-	CPUCount   int     `json:"cpuCount"`
-	CPUUsedPct float64 `json:"cpuUsedPct"`
-	MemUsed    int64   `json:"memUsed"`
-	MemTotal   int64   `json:"memTotal"`
-	DiskUsed   int64   `json:"diskUsed"`
-	DiskTotal  int64   `json:"diskTotal"`
+	Timestamp string `json:"timestamp"`
+	// TimestampUnix is the same time in Unix seconds, which the Python
+	// SDK requires.
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	// MemCache is the page cache's share of MemUsed, which the Python
+	// SDK requires: 0, airlock's memory reading is the cgroup's charge.
+	MemCache  int64 `json:"memCache"`
+	DiskUsed  int64 `json:"diskUsed"`
+	DiskTotal int64 `json:"diskTotal"`
 }
 
 // e2bMetrics answers with one reading taken now, from the host (E2B keeps
@@ -410,7 +474,7 @@ func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Call
 		pct = min(100, float64(smp.CPUMillis-cpuBefore)*100/float64(wall*int64(cpus)))
 	}
 	edge.WriteJSON(w, http.StatusOK, []e2bMetric{{
-		Timestamp: now.UTC().Format(time.RFC3339Nano), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
+		Timestamp: now.UTC().Format(time.RFC3339Nano), TimestampUnix: now.Unix(), CPUCount: cpus, CPUUsedPct: math.Round(pct*100) / 100,
 		MemUsed: smp.MemoryBytes, MemTotal: sb.limits.Memory, DiskUsed: smp.DiskBytes, DiskTotal: sb.limits.Disk,
 	}})
 	return nil

@@ -46,7 +46,9 @@ type e2bSandbox struct {
 	mu      sync.Mutex
 	procs   map[uint32]*e2bProc
 	nextPID uint32
-	watches int // WatchDir streams open
+	watches int // WatchDir streams and watchers open
+	// watchers are the polled watches (watcher.go), by id.
+	watchers map[string]*e2bWatcher
 	// metricAt and metricCPU are the last metrics reading's time and
 	// CPU milliseconds.
 	metricAt  time.Time
@@ -152,9 +154,17 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
-	mux.HandleFunc("POST /sandboxes/{id}/pause", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
-		return errdefs.New(errUnsupported, "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)")
-	}))
+	// What airlock does not do is refused by name, never a bare 404.
+	for route, why := range map[string]string{
+		"POST /sandboxes/{id}/pause":     "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)",
+		"POST /sandboxes/{id}/resume":    "airlock does not pause or resume sandboxes: a sandbox is used and destroyed (docs/e2b.md)",
+		"POST /sandboxes/{id}/snapshots": "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
+		"GET /snapshots":                 "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
+	} {
+		mux.HandleFunc(route, api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+			return errdefs.New(errUnsupported, why)
+		}))
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
 			interpAnswer(d.e2bInterpreterHealth)(w, r)
@@ -267,11 +277,11 @@ func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 		d.Counts().Unauthorized.Add(1)
 		// One answer for no sandbox and a wrong token: neither says
 		// which sandboxes exist.
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found, or the access token is not its", node.Shorten(id))
+		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
 	if sb.s.View().State != "active" {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
+		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
 	}
 	return sb, nil
 }

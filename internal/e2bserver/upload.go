@@ -27,7 +27,7 @@ import (
 
 // errUploadEnded is why an upload's body stopped short when its sandbox
 // ended; errUploadStalled (errors.go) when its client stopped sending.
-var errUploadEnded = errdefs.New(errdefs.ErrNotFound, "the sandbox ended during the upload")
+var errUploadEnded = errdefs.Errorf(errEnded, "the sandbox was not found: it ended during the upload")
 
 // uploadBody is an upload's body, cut when its sandbox ends; each wait
 // for its next bytes is bounded by the server (httpx, at the

@@ -525,6 +525,16 @@ func (s *Session) SetLife(life time.Duration) {
 	s.mu.Unlock()
 }
 
+// ExtendLife makes the session end life from now at the latest, unless
+// it would end later already: it never shortens the session's life.
+func (s *Session) ExtendLife(life time.Duration) {
+	s.mu.Lock()
+	if t := time.Now().Add(life); t.After(s.expires) {
+		s.expires = t
+	}
+	s.mu.Unlock()
+}
+
 // Ending is closed when the session starts to end: for what waits on the
 // sandbox without being a call (a watch of its files).
 func (s *Session) Ending() <-chan struct{} { return s.ending }

@@ -32,6 +32,14 @@ try {
   await sbx.files.write('/workspace/a.txt', 'hello file');
   out('read', await sbx.files.read('/workspace/a.txt'));
   out('download', await (await fetch(await sbx.downloadUrl('/workspace/a.txt'))).text());
+  {
+    const res = await fetch(await sbx.downloadUrl('/workspace/a.txt', { useSignatureExpiration: -10000 }));
+    out('expired', [res.status, await res.json()]);
+    const bad = new URL(await sbx.downloadUrl('/workspace/a.txt'));
+    bad.searchParams.set('signature', 'v1_' + 'A'.repeat(43));
+    const res2 = await fetch(bad);
+    out('badsig', [res2.status, await res2.json()]);
+  }
   const fd = new FormData();
   fd.append('file', new Blob(['uploaded']), 'up.txt');
   const up = await fetch(await sbx.uploadUrl('/workspace/up.txt'), { method: 'POST', body: fd });
@@ -57,6 +65,21 @@ try {
   const pages = [];
   while (pager.hasNext) pages.push((await pager.nextItems()).map((i) => i.sandboxId === b1.sandboxId ? 'b1' : i.sandboxId === b2.sandboxId ? 'b2' : i.sandboxId));
   out('pages', pages);
+  const ascPager = Sandbox.list({ query: { metadata: { team: 'b' } }, limit: 1, order: 'asc' });
+  const ascPages = [];
+  while (ascPager.hasNext) ascPages.push((await ascPager.nextItems()).map((i) => i.sandboxId === b1.sandboxId ? 'b1' : i.sandboxId === b2.sandboxId ? 'b2' : i.sandboxId));
+  out('ascpages', ascPages);
+  const b1Start = (await b1.getInfo()).startedAt;
+  const named = async (query) => (await Sandbox.list({ query: { metadata: { team: 'b' }, ...query } }).nextItems()).map((i) => i.sandboxId === b1.sandboxId ? 'b1' : i.sandboxId === b2.sandboxId ? 'b2' : i.sandboxId);
+  out('filters', {
+    after: await named({ startedAfter: new Date(b1Start.getTime() + 1) }),
+    sh: await named({ template: 'sh' }),
+    small: await named({ template: 'small' }),
+    none: await named({ template: 'nosuchtool' }),
+  });
+  const endBefore = (await sbx.getInfo()).endAt;
+  await Sandbox.connect(sbx.sandboxId, { timeoutMs: 1000 });
+  out('connectkeeps', (await sbx.getInfo()).endAt.getTime() >= endBefore.getTime());
   await b1.kill();
   await b2.kill();
   const again = await Sandbox.connect(sbx.sandboxId);
@@ -123,7 +146,10 @@ try {
   try { await sbx.files.watchDir('/workspace/none', () => {}); out('watchnone', 'watched'); } catch (e) { out('watchnone', errOf(e)); }
   const exits = [];
   await sbx.files.watchDir('/workspace', () => {}, { timeoutMs: 0, onExit: (err) => exits.push(err ? err.constructor.name : 'none') });
+  const inflight = await sbx.commands.run('sleep 60', { background: true });
+  const inflightEnd = inflight.wait().then(() => 'finished', (e) => errOf(e));
   out('kill', await sbx.kill());
+  out('killedwait', await inflightEnd);
   for (let i = 0; i < 100 && exits.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
   out('watchexit', exits);
   out('killagain', await Sandbox.kill(sbx.sandboxId));
