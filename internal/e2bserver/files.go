@@ -118,6 +118,10 @@ func (d *Server) e2bFileSandbox(r *http.Request, op string) (*e2bSandbox, error)
 		// Worded as envd's Connect error: its code, then why.
 		return nil, fmt.Errorf("%s: %w", rpcCode(err), err)
 	}
+	// The SDKs name the user of a files call in the query.
+	if err := checkUser(r.URL.Query().Get("username")); err != nil {
+		return nil, err
+	}
 	if !sb.s.Enter() {
 		return nil, errEnded
 	}

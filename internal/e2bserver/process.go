@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -313,8 +314,10 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 		delete(sb.procs, p.pid)
 		sb.mu.Unlock()
 	}()
+	var timedOut atomic.Bool
 	if life > 0 {
 		t := time.AfterFunc(life, func() {
+			timedOut.Store(true)
 			select {
 			case p.signal <- unix.SIGKILL:
 			default:
@@ -355,6 +358,10 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		p.endErr = err
+	case res.Outcome == result.Signaled && res.Signal == int(unix.SIGKILL) && timedOut.Load():
+		// As envd: the call's deadline passed, which ends the stream
+		// (the SDKs' TimeoutError), and the command with it.
+		p.endErr = errdefs.Errorf(errTimedOut, "the command's timeout of %v passed: it was killed", life)
 	case res.Outcome != result.LimitExceeded && ending(sb.s):
 		// Killed with its sandbox (a kill, its timeout): as E2B's,
 		// where the connection to the sandbox goes with it, this is

@@ -283,7 +283,35 @@ func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 	if sb.s.View().State != "active" {
 		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
 	}
+	if u, ok := basicUser(r); ok {
+		if err := checkUser(u); err != nil {
+			return nil, err
+		}
+	}
 	return sb, nil
+}
+
+// basicUser is the user an envd call names (Authorization: Basic, the
+// user and an empty password), as the SDKs send it when asked to run as
+// someone.
+func basicUser(r *http.Request) (string, bool) {
+	u, _, ok := r.BasicAuth()
+	return u, ok
+}
+
+// checkUser refuses a call made as a user other than the sandbox's. A
+// sandbox's commands and file calls all run as its one user, uid 1000
+// (docs/decisions/0001), named "user" as E2B's is, or "sandbox"; there is
+// no root to run as, and asking for it is refused rather than run as
+// someone else.
+func checkUser(u string) error {
+	switch u {
+	case "", "user", "sandbox":
+		return nil
+	case "root":
+		return errdefs.New(errdefs.ErrDenied, `user "root": airlock runs every command and file call as the sandbox's user (uid 1000), never as root; install what a tool needs in its image (docs/e2b.md)`)
+	}
+	return errdefs.Errorf(errdefs.ErrInvalid, `user %q: a sandbox has one user, "user" (uid 1000)`, node.Shorten(u))
 }
 
 // e2bUnary serves a unary Connect call of a sandbox; h's error is
