@@ -672,6 +672,18 @@ func (s *Sandbox) OpenDir(dir string) (*os.File, error) {
 	if !slices.Contains(ScratchDirs, dir) && (dir != "/" || !s.rootRW) {
 		return nil, fmt.Errorf("sandbox %s: open %s: not one of its own directories (%s)", s.id, dir, strings.Join(ScratchDirs, ", "))
 	}
+	return s.openIn(dir)
+}
+
+// OpenRoot opens the sandbox's root directory (O_PATH), writable or not,
+// to look things up in it: the host's file calls write only below
+// OpenDir's directories, but describing a file reads what the sandbox
+// itself could (its /etc/passwd, where a symlink leads). Each lookup
+// below it must stay inside it (inroot's RESOLVE_IN_ROOT calls).
+func (s *Sandbox) OpenRoot() (*os.File, error) { return s.openIn("/") }
+
+// openIn opens dir of the sandbox (O_PATH) while its init lives.
+func (s *Sandbox) openIn(dir string) (*os.File, error) {
 	s.mu.Lock()
 	if s.killed || s.pidfd == nil {
 		s.mu.Unlock()

@@ -177,6 +177,27 @@ func TestE2BSDK(t *testing.T) {
 		"badsig":       `[401,{"code":401,"message":"invalid signature"}]`,
 		"metrics":      `{"mem":true,"cpu":true,"cpuCount":1,"disk":true,"when":true}`,
 		"pty":          `{"first":true,"size":true,"tty":true,"resized":true,"exit":5}`,
+		// envd's EntryInfo (at 0.6.4): the group named as the sandbox
+		// names it, the permission bits alone in mode, a protobuf
+		// timestamp, and no metadata unless some was set.
+		"statmore": `{"group":"sandbox","mode":420,"link":null,"metadata":null,"recent":true}`,
+		// X-Metadata-* headers kept as user.e2b.* attributes (lowercased
+		// keys), seen in every answer, by the code inside, kept by a
+		// rename and replaced by an upload without any, as envd does.
+		"metadata": `{"write":{"owner":"ann","team-id":"7"},"info":{"owner":"ann","team-id":"7"},"rename":{"owner":"ann","team-id":"7"},"list":{"owner":"ann","team-id":"7"},"inside":"ann\n","overwritten":null,"after":null}`,
+		// A symlink is described by what it resolves to, resolved inside
+		// the sandbox ("up" climbs no higher than its root); one that
+		// resolves to nothing (missing, a loop, or into /proc, which is
+		// never looked into) by its own path and no type, as envd
+		// describes one it cannot resolve.
+		"links": `{"ln":["file","/workspace/dir/a.txt",420,"Lrwxrwxrwx"],"lndir":["dir","/workspace/dir",493,"Lrwxrwxrwx"],"dangling":[null,"/workspace/dangling",0,"Lrwxrwxrwx"],"lnln":["file","/workspace/dir/a.txt",420,"Lrwxrwxrwx"],"pw":["file","/etc/passwd",420,"Lrwxrwxrwx"],"pr":[null,"/workspace/pr",0,"Lrwxrwxrwx"],"up":["file","/etc/group",420,"Lrwxrwxrwx"],"loop1":[null,"/workspace/loop1",0,"Lrwxrwxrwx"]}`,
+		// filepath.WalkDir's order: by name, each directory followed by
+		// what is below it.
+		"sorted":        `["B","a","b","b/a","b/z","c","c/d"]`,
+		"removemissing": `"ok"`,
+		// includeEntry: the entry of each create, write and chmod, none
+		// for a remove.
+		"watchentry": `["create:f.txt:file /workspace/w2/f.txt -rw-r--r--","write:f.txt:file /workspace/w2/f.txt -rw-r--r--","chmod:f.txt:file /workspace/w2/f.txt -rw-------","remove:f.txt:-"]`,
 	}
 	for k, w := range want {
 		if string(steps[k]) != w {

@@ -21,10 +21,16 @@ import (
 	"github.com/airlockhq/airlock/internal/httpx"
 )
 
-// EnvdVersion is the envd version airlock answers with. The SDK gates
-// features on it: 0.4.0 and later send no user unless one is asked for,
-// 0.5.2 has CloseStdin, 0.5.7 octet-stream uploads.
-const EnvdVersion = "0.5.7"
+// EnvdVersion is the envd version airlock answers with. The SDKs (npm
+// `e2b` 2.51.0, Python `e2b` 2.63.0) gate features on it: 0.1.4
+// recursive watches, 0.3.0 a command without stdin, 0.4.0 and later
+// send no user unless one is asked for, 0.5.2 has CloseStdin, 0.5.7
+// octet-stream uploads, 0.6.2 file metadata (X-Metadata-* headers kept
+// as user.e2b.* extended attributes), 0.6.3 watch events with their
+// entry (includeEntry), 0.6.4 watches on network mounts
+// (allowNetworkMounts, moot in a sandbox that has none). No SDK gates
+// anything later, so nothing is claimed beyond the last gate served.
+const EnvdVersion = "0.6.4"
 
 // EnvdPort is the port the SDK names in E2b-Sandbox-Port.
 const EnvdPort = "49983"
@@ -307,20 +313,27 @@ type WrittenFile struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
 	Path string `json:"path"`
+	// Metadata is the file's metadata as kept (FileMetadata), if any.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // EntryInfo describes a file, as the filesystem calls answer.
 type EntryInfo struct {
-	Name          string  `json:"name"`
-	Type          string  `json:"type"`
-	Path          string  `json:"path"`
-	Size          string  `json:"size"` // an int64, as protobuf's JSON writes one
-	Mode          uint32  `json:"mode"`
-	Permissions   string  `json:"permissions"`
-	Owner         string  `json:"owner"`
-	Group         string  `json:"group"`
-	ModifiedTime  string  `json:"modifiedTime"`
+	Name         string `json:"name"`
+	Type         string `json:"type"`
+	Path         string `json:"path"`
+	Size         string `json:"size"` // an int64, as protobuf's JSON writes one
+	Mode         uint32 `json:"mode"`
+	Permissions  string `json:"permissions"`
+	Owner        string `json:"owner"`
+	Group        string `json:"group"`
+	ModifiedTime string `json:"modifiedTime,omitempty"` // Timestamp
+	// SymlinkTarget is, for a symlink, the path it resolves to with
+	// every link followed (envd's filepath.EvalSymlinks), or the link's
+	// own path when it resolves to nothing.
 	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
+	// Metadata is the file's user metadata (FileMetadata), if any.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // ErrAmbiguous refuses a signed URL whose path or user holds a ':'.

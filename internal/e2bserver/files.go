@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
@@ -217,59 +215,6 @@ func e2bFSError(p string, err error) error {
 	return fmt.Errorf("%s: the file operation failed", p)
 }
 
-// entryInfo is an inroot.Entry as envd describes a file.
-func (sb *e2bSandbox) entryInfo(dir string, e inroot.Entry) e2b.EntryInfo {
-	typ := "FILE_TYPE_UNSPECIFIED"
-	switch {
-	case e.IsRegular():
-		typ = "FILE_TYPE_FILE"
-	case e.IsDir():
-		typ = "FILE_TYPE_DIRECTORY"
-	case e.IsSymlink():
-		typ = "FILE_TYPE_SYMLINK"
-	}
-	name := func(id uint32) string {
-		base := sb.s.Sandbox().HostIDBase()
-		switch {
-		case id == uint32(sb.s.Sandbox().UserHostID()):
-			return "sandbox"
-		case id == base:
-			return "root"
-		case id > base && id-base < 65536:
-			return strconv.Itoa(int(id - base))
-		}
-		return "nobody"
-	}
-	p := e2bLoc{dir: dir, rel: e.Rel}.String()
-	info := e2b.EntryInfo{Name: path.Base(p), Type: typ, Path: p, Size: strconv.FormatInt(e.Size, 10),
-		Mode: e.Mode & 0o7777, Permissions: fileModeString(e.Mode), Owner: name(e.UID), Group: name(e.GID),
-		ModifiedTime: e.ModTime.UTC().Format(time.RFC3339Nano)}
-	if e.IsSymlink() {
-		t := e.Target
-		info.SymlinkTarget = &t
-	}
-	return info
-}
-
-// fileModeString is ls's rendering of st_mode ("-rw-r--r--").
-func fileModeString(m uint32) string {
-	b := []byte("?rwxrwxrwx")
-	switch m & unix.S_IFMT {
-	case unix.S_IFREG:
-		b[0] = '-'
-	case unix.S_IFDIR:
-		b[0] = 'd'
-	case unix.S_IFLNK:
-		b[0] = 'l'
-	}
-	for i := 0; i < 9; i++ {
-		if m&(1<<(8-i)) == 0 {
-			b[i+1] = '-'
-		}
-	}
-	return string(b)
-}
-
 // e2bFS serves a filesystem call: the request's JSON into req, fn's
 // answer, inside the session's workspace as its user.
 func e2bFS[T any](d *Server, fn func(sb *e2bSandbox, req *T) (any, error)) http.HandlerFunc {
@@ -296,12 +241,18 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		if err != nil {
 			return nil, err
 		}
-		var e inroot.Entry
-		err = sb.s.InDir(loc.dir, func(ws *os.File, _ int) (err error) { e, err = inroot.Stat(ws, loc.rel); return err })
+		var info e2b.EntryInfo
+		err = sb.inDir(loc.dir, func(ws *os.File, _ int, d *describer) error {
+			e, err := inroot.Stat(ws, loc.rel)
+			if err == nil {
+				info = d.entry(ws, loc.dir, e)
+			}
+			return err
+		})
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(loc.dir, e)}, nil
+		return map[string]any{"entry": info}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/ListDir", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		loc, err := sb.fsPath(req.Path)
@@ -315,14 +266,20 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		if depth < 1 || depth > 64 {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "depth %d: want 1 to 64", depth)
 		}
-		var es []inroot.Entry
-		err = sb.s.InDir(loc.dir, func(ws *os.File, _ int) (err error) { es, err = inroot.ReadDir(ws, loc.rel, depth); return err })
+		var out []e2b.EntryInfo
+		err = sb.inDir(loc.dir, func(ws *os.File, _ int, d *describer) error {
+			es, err := inroot.ReadDir(ws, loc.rel, depth)
+			if err != nil {
+				return err
+			}
+			out = make([]e2b.EntryInfo, 0, len(es))
+			for _, e := range es {
+				out = append(out, d.entry(ws, loc.dir, e))
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
-		}
-		out := make([]e2b.EntryInfo, 0, len(es))
-		for _, e := range es {
-			out = append(out, sb.entryInfo(loc.dir, e))
 		}
 		return map[string]any{"entries": out}, nil
 	}))
@@ -336,28 +293,36 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 			// it first).
 			return nil, e2bFSError(req.Path, fmt.Errorf("%w: a directory", inroot.ErrExists))
 		}
-		var e inroot.Entry
-		err = sb.s.InDir(loc.dir, func(ws *os.File, uid int) error {
+		var info e2b.EntryInfo
+		err = sb.inDir(loc.dir, func(ws *os.File, uid int, d *describer) error {
 			made, err := inroot.Mkdir(ws, loc.rel, uid, uid)
 			if err == nil && !made {
 				return fmt.Errorf("%w: a directory", inroot.ErrExists)
 			}
+			if err != nil {
+				return err
+			}
+			e, err := inroot.Stat(ws, loc.rel)
 			if err == nil {
-				e, err = inroot.Stat(ws, loc.rel)
+				info = d.entry(ws, loc.dir, e)
 			}
 			return err
 		})
 		if err != nil {
 			return nil, e2bFSError(req.Path, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(loc.dir, e)}, nil
+		return map[string]any{"entry": info}, nil
 	}))
 	mux.HandleFunc("POST /filesystem.Filesystem/Remove", e2bFS(d, func(sb *e2bSandbox, req *pathReq) (any, error) {
 		loc, err := sb.path(req.Path)
 		if err != nil {
 			return nil, err
 		}
-		if err := sb.s.InDir(loc.dir, func(ws *os.File, _ int) error { return inroot.Remove(ws, loc.rel) }); err != nil {
+		// Nothing there is no error: envd removes with os.RemoveAll, which
+		// answers nil for a path that does not exist (a missing parent
+		// too); a symlink in the way is still refused.
+		err = sb.s.InDir(loc.dir, func(ws *os.File, _ int) error { return inroot.Remove(ws, loc.rel) })
+		if err != nil && !errors.Is(err, inroot.ErrNotFound) {
 			return nil, e2bFSError(req.Path, err)
 		}
 		return struct{}{}, nil
@@ -383,18 +348,20 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "%s and %s are in different directories of the sandbox (%s and %s): a move stays within one",
 				node.Shorten(req.Source), node.Shorten(req.Destination), from.dir, to.dir)
 		}
-		var e inroot.Entry
-		err = sb.s.InDir(from.dir, func(ws *os.File, _ int) error {
+		var info e2b.EntryInfo
+		err = sb.inDir(from.dir, func(ws *os.File, _ int, d *describer) error {
 			if err := inroot.Rename(ws, from.rel, to.rel); err != nil {
 				return err
 			}
-			var err error
-			e, err = inroot.Stat(ws, to.rel)
+			e, err := inroot.Stat(ws, to.rel)
+			if err == nil {
+				info = d.entry(ws, to.dir, e)
+			}
 			return err
 		})
 		if err != nil {
 			return nil, e2bFSError(req.Source, err)
 		}
-		return map[string]any{"entry": sb.entryInfo(to.dir, e)}, nil
+		return map[string]any{"entry": info}, nil
 	}))
 }

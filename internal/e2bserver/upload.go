@@ -181,6 +181,10 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
+	meta, err := e2b.FileMetadata(r.Header)
+	if err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalid, "invalid metadata: %v", err)
+	}
 	put := func(p string, r io.Reader) (e2b.WrittenFile, error) {
 		loc, err := sb.path(p)
 		if err != nil {
@@ -193,10 +197,18 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return e2b.WrittenFile{}, err
 		}
-		if _, err := sb.s.WriteIn(ws, loc.rel, r); err != nil {
+		// The file's metadata is replaced, as envd replaces it: an
+		// upload without any clears what an earlier one set (a
+		// truncated file keeps its attributes).
+		var kept map[string]string
+		setMeta := func(f *os.File) (err error) {
+			kept, err = inroot.SetXattrs(f, e2b.MetadataXattrPrefix, meta)
+			return err
+		}
+		if _, err := sb.s.WriteInThen(ws, loc.rel, r, setMeta); err != nil {
 			return e2b.WrittenFile{}, bodyFailed(node.FileError(err))
 		}
-		return e2b.WrittenFile{Name: path.Base(loc.rel), Type: "file", Path: loc.String()}, nil
+		return e2b.WrittenFile{Name: path.Base(loc.rel), Type: "file", Path: loc.String(), Metadata: kept}, nil
 	}
 	var in io.Reader = body
 	switch enc := r.Header.Get("Content-Encoding"); enc {

@@ -3,12 +3,14 @@ package e2bserver
 import (
 	"errors"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/linux/dirwatch"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/node"
 )
 
@@ -32,10 +34,50 @@ var watchEventType = map[dirwatch.Op]string{
 }
 
 type watchRequest struct {
-	Path               string `json:"path"`
-	Recursive          bool   `json:"recursive"`
-	IncludeEntry       bool   `json:"includeEntry"`
-	AllowNetworkMounts bool   `json:"allowNetworkMounts"`
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+	// IncludeEntry asks for each event's entry (eventEntry).
+	IncludeEntry bool `json:"includeEntry"`
+	// AllowNetworkMounts lets envd watch an NFS, SMB or FUSE mount,
+	// which it refuses otherwise; a sandbox has none, so it changes
+	// nothing.
+	AllowNetworkMounts bool `json:"allowNetworkMounts"`
+}
+
+// watchEvent is envd's FilesystemEvent.
+type watchEvent struct {
+	Name  string         `json:"name"`
+	Type  string         `json:"type"`
+	Entry *e2b.EntryInfo `json:"entry,omitempty"`
+}
+
+// eventEntry is the entry of ev, below the watched loc, as envd attaches
+// it: to a create, write or chmod only (after a remove or rename the name
+// no longer names the entry, and describing what took its place would
+// mislead), and only when it can still be described (nil if it is gone
+// meanwhile), found as any file call finds it.
+func (sb *e2bSandbox) eventEntry(loc e2bLoc, ev dirwatch.Event) *e2b.EntryInfo {
+	if ev.Op != dirwatch.Create && ev.Op != dirwatch.Write && ev.Op != dirwatch.Chmod {
+		return nil
+	}
+	if checkRel(ev.Name) != nil || !sb.s.Enter() {
+		return nil
+	}
+	defer sb.s.Leave()
+	rel := ev.Name
+	if loc.rel != "" {
+		rel = loc.rel + "/" + ev.Name
+	}
+	var info *e2b.EntryInfo
+	_ = sb.inDir(loc.dir, func(ws *os.File, _ int, d *describer) error {
+		e, err := inroot.Stat(ws, rel)
+		if err == nil {
+			i := d.entry(ws, loc.dir, e)
+			info = &i
+		}
+		return err
+	})
+	return info
 }
 
 // e2bWatchDir serves filesystem.Filesystem/WatchDir: a stream that says
@@ -52,10 +94,6 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 	var req watchRequest
 	if err := e2b.ReadRequest(r.Body, &req); err != nil {
 		st.end(err)
-		return
-	}
-	if req.IncludeEntry {
-		st.end(errdefs.Errorf(errUnsupported, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion))
 		return
 	}
 	loc, err := sb.fsPath(req.Path)
@@ -109,7 +147,11 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case ev := <-events:
-			st.write(0, map[string]any{"filesystem": map[string]string{"name": ev.Name, "type": watchEventType[ev.Op]}}, true)
+			fe := watchEvent{Name: ev.Name, Type: watchEventType[ev.Op]}
+			if req.IncludeEntry {
+				fe.Entry = sb.eventEntry(loc, ev)
+			}
+			st.write(0, map[string]any{"filesystem": fe}, true)
 		case err := <-errc:
 			switch {
 			case errors.Is(err, dirwatch.ErrGone):

@@ -34,9 +34,13 @@ const (
 type e2bWatcher struct {
 	path string // as the client named it, for its errors
 	wt   *dirwatch.Watcher
+	// loc is the directory watched; with entry, each event carries its
+	// entry (eventEntry).
+	loc   e2bLoc
+	entry bool
 
 	mu     sync.Mutex // guards the fields below
-	events []map[string]string
+	events []watchEvent
 	bytes  int
 	err    error // why it stopped watching, once it has
 	closed bool
@@ -85,14 +89,20 @@ func (w *e2bWatcher) read(sb *e2bSandbox, release func()) {
 			}
 			return
 		}
+		fe := watchEvent{Name: ev.Name, Type: watchEventType[ev.Op]}
+		n := len(ev.Name)
+		if w.entry {
+			fe.Entry = sb.eventEntry(w.loc, ev)
+			n += entryBytes(fe.Entry)
+		}
 		w.mu.Lock()
-		if len(w.events) >= maxWatcherEvents || w.bytes+len(ev.Name) > maxWatcherBytes {
+		if len(w.events) >= maxWatcherEvents || w.bytes+n > maxWatcherBytes {
 			w.mu.Unlock()
 			w.fail(errdefs.Errorf(errdefs.ErrLimit, "%s: more than %d changes came before they were taken; the watcher was stopped rather than drop them", node.Shorten(w.path), maxWatcherEvents))
 			return
 		}
-		w.events = append(w.events, map[string]string{"name": ev.Name, "type": watchEventType[ev.Op]})
-		w.bytes += len(ev.Name)
+		w.events = append(w.events, fe)
+		w.bytes += n
 		w.mu.Unlock()
 	}
 }
@@ -101,9 +111,6 @@ func (d *Server) e2bCreateWatcher(r *http.Request, sb *e2bSandbox, body []byte) 
 	var req watchRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "request: %s", httpx.DescribeJSON(err))
-	}
-	if req.IncludeEntry {
-		return nil, errdefs.Errorf(errUnsupported, "includeEntry is not served: airlock answers as envd %s", e2b.EnvdVersion)
 	}
 	loc, err := sb.fsPath(req.Path)
 	if err != nil {
@@ -121,7 +128,7 @@ func (d *Server) e2bCreateWatcher(r *http.Request, sb *e2bSandbox, body []byte) 
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	w := &e2bWatcher{path: req.Path, wt: wt}
+	w := &e2bWatcher{path: req.Path, wt: wt, loc: loc, entry: req.IncludeEntry}
 	sb.mu.Lock()
 	if sb.watchers == nil {
 		sb.watchers = map[string]*e2bWatcher{}
@@ -168,7 +175,7 @@ func (d *Server) e2bWatcherEvents(r *http.Request, sb *e2bSandbox, body []byte) 
 		return nil, why
 	}
 	if evs == nil {
-		evs = []map[string]string{}
+		evs = []watchEvent{}
 	}
 	return map[string]any{"events": evs}, nil
 }
@@ -183,4 +190,20 @@ func (d *Server) e2bRemoveWatcher(r *http.Request, sb *e2bSandbox, body []byte) 
 	sb.mu.Unlock()
 	w.close()
 	return struct{}{}, nil
+}
+
+// entryBytes is about what e takes held in memory: its strings, and the
+// rest at most a few hundred bytes.
+func entryBytes(e *e2b.EntryInfo) int {
+	if e == nil {
+		return 0
+	}
+	n := 256 + len(e.Name) + len(e.Path) + len(e.Owner) + len(e.Group)
+	if e.SymlinkTarget != nil {
+		n += len(*e.SymlinkTarget)
+	}
+	for k, v := range e.Metadata {
+		n += len(k) + len(v)
+	}
+	return n
 }

@@ -410,11 +410,17 @@ func (s *Session) WriteFile(rel string, r io.Reader) (int64, error) {
 // another of the sandbox's own: sandbox.OpenDir), for a call that writes
 // several files.
 func (s *Session) WriteIn(ws *os.File, rel string, r io.Reader) (int64, error) {
+	return s.WriteInThen(ws, rel, r, nil)
+}
+
+// WriteInThen is WriteIn, then calls then with the file written, still
+// open, as the sandbox's user (inroot.WriteFileThen).
+func (s *Session) WriteInThen(ws *os.File, rel string, r io.Reader, then func(*os.File) error) (int64, error) {
 	id := s.sb.UserHostID()
 	var n int64
 	err := inroot.AsUser(id, id, func() error {
 		var err error
-		n, err = inroot.WriteFile(ws, rel, r, MaxFile, id, id)
+		n, err = inroot.WriteFileThen(ws, rel, r, MaxFile, id, id, then)
 		return err
 	})
 	return n, err

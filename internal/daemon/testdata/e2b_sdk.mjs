@@ -90,6 +90,26 @@ try {
   out('ls', (await sbx.files.list('/workspace/dir')).map((e) => `${e.name}:${e.type}`).sort());
   const fi = await sbx.files.getInfo('/workspace/dir/a.txt');
   out('stat', { name: fi.name, type: fi.type, size: fi.size, path: fi.path, owner: fi.owner, permissions: fi.permissions });
+  out('statmore', { group: fi.group, mode: fi.mode, link: fi.symlinkTarget ?? null, metadata: fi.metadata ?? null, recent: fi.modifiedTime instanceof Date && Math.abs(fi.modifiedTime - Date.now()) < 60000 });
+  const mw = await sbx.files.write('/workspace/dir/m.txt', 'meta', { metadata: { Owner: 'ann', 'team-id': '7' } });
+  const mi = await sbx.files.getInfo('/workspace/dir/m.txt');
+  const mr = await sbx.files.rename('/workspace/dir/m.txt', '/workspace/dir/m2.txt');
+  const ml = (await sbx.files.list('/workspace/dir')).find((e) => e.name === 'm2.txt');
+  const inside = (await sbx.commands.run(`python3 -c "import os; print(os.getxattr('/workspace/dir/m2.txt', 'user.e2b.owner').decode())"`)).stdout;
+  const mo = await sbx.files.write('/workspace/dir/m2.txt', 'again');
+  out('metadata', { write: mw.metadata, info: mi.metadata, rename: mr.metadata, list: ml.metadata, inside, overwritten: mo.metadata ?? null, after: (await sbx.files.getInfo('/workspace/dir/m2.txt')).metadata ?? null });
+  await sbx.commands.run('cd /workspace && ln -s dir/a.txt ln && ln -s /workspace/dir lndir && ln -s nowhere dangling && ln -s ln lnln && ln -s /etc/passwd pw && ln -s /proc/self/cwd pr && ln -s ../../../../etc/group up && ln -s loop2 loop1 && ln -s loop1 loop2');
+  const links = {};
+  for (const n of ['ln', 'lndir', 'dangling', 'lnln', 'pw', 'pr', 'up', 'loop1']) {
+    const e = await sbx.files.getInfo(`/workspace/${n}`);
+    links[n] = [e.type ?? null, e.symlinkTarget, e.mode, e.permissions];
+  }
+  out('links', links);
+  await sbx.commands.run('mkdir -p /workspace/srt/b/a /workspace/srt/c && touch /workspace/srt/b/z /workspace/srt/a /workspace/srt/B /workspace/srt/c/d');
+  out('sorted', (await sbx.files.list('/workspace/srt', { depth: 3 })).map((e) => e.path.slice('/workspace/srt/'.length)));
+  await sbx.files.remove('/workspace/none');
+  await sbx.files.remove('/workspace/none/at/all');
+  out('removemissing', 'ok');
   await sbx.files.remove('/workspace/dir');
   out('removed', await sbx.files.exists('/workspace/dir'));
   await sbx.commands.run('ln -s /etc /workspace/evil');
@@ -115,6 +135,13 @@ try {
   for (let i = 0; i < 100 && !watched.includes('remove:h.txt'); i++) await new Promise((r) => setTimeout(r, 50));
   await wh.stop();
   out('watch', watched.filter((e, i) => e !== watched[i - 1]));
+  await sbx.files.makeDir('/workspace/w2');
+  const withEntry = [];
+  const we = await sbx.files.watchDir('/workspace/w2', (e) => withEntry.push(`${e.type}:${e.name}:${e.entry ? `${e.entry.type} ${e.entry.path} ${e.entry.permissions}` : '-'}`), { includeEntry: true, allowNetworkMounts: true });
+  await sbx.commands.run('cd /workspace/w2 && echo x > f.txt && sleep 0.3 && chmod 600 f.txt && sleep 0.3 && rm f.txt');
+  for (let i = 0; i < 100 && !withEntry.some((e) => e.startsWith('remove:')); i++) await new Promise((r) => setTimeout(r, 50));
+  await we.stop();
+  out('watchentry', withEntry.filter((e, i) => e !== withEntry[i - 1]));
   try { await sbx.files.watchDir('/workspace/evil', () => {}); out('watchevil', 'watched'); } catch (e) { out('watchevil', errOf(e)); }
   try { await sbx.files.watchDir('/workspace/none', () => {}); out('watchnone', 'watched'); } catch (e) { out('watchnone', errOf(e)); }
   const exits = [];

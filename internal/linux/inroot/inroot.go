@@ -116,6 +116,13 @@ func Open(dir *os.File, rel string) (*os.File, error) {
 // creates to uid:gid. At most max bytes are written (ErrTooLarge beyond,
 // and the file is removed). It returns the bytes written.
 func WriteFile(dir *os.File, rel string, r io.Reader, max int64, uid, gid int) (int64, error) {
+	return WriteFileThen(dir, rel, r, max, uid, gid, nil)
+}
+
+// WriteFileThen is WriteFile, then calls then (if not nil) with the file
+// written, still open: what it sets is set on that file, whatever the
+// name is given to meanwhile.
+func WriteFileThen(dir *os.File, rel string, r io.Reader, max int64, uid, gid int, then func(*os.File) error) (int64, error) {
 	parts, err := Split(rel)
 	if err != nil {
 		return 0, err
@@ -164,6 +171,11 @@ func WriteFile(dir *os.File, rel string, r io.Reader, max int64, uid, gid int) (
 			return 0, err
 		}
 		return 0, mapErr(err)
+	}
+	if then != nil {
+		if err := then(f); err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +140,9 @@ func readDir(dir *os.File, rel string, depth int, out *[]Entry) error {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return mapErr(err)
 	}
+	// In order of name, each directory followed by what is below it, as
+	// envd's walk (filepath.WalkDir) lists them.
+	slices.Sort(names)
 	for _, n := range names {
 		if len(*out) >= MaxEntries {
 			return ErrTooMany

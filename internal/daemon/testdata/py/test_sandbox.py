@@ -43,3 +43,27 @@ def test_files_and_commands(sbx):
     with pytest.raises(CommandExitException) as e:
         sbx.commands.run("echo no >&2; exit 3")
     assert e.value.exit_code == 3 and e.value.stderr == "no\n"
+
+
+def test_file_entries(sbx):
+    # envd 0.6.4's descriptions, which the SDK gates on the version
+    # airlock answers with: metadata kept as user.e2b.* attributes.
+    w = sbx.files.write("/workspace/m.txt", "meta", metadata={"Owner": "ann"})
+    assert w.metadata == {"owner": "ann"}
+    i = sbx.files.get_info("/workspace/m.txt")
+    assert (i.type.value, i.size, i.mode, i.permissions, i.owner, i.group, i.metadata) == (
+        "file", 4, 0o644, "-rw-r--r--", "sandbox", "sandbox", {"owner": "ann"})
+    assert i.modified_time.year >= 2025 and i.symlink_target is None
+    # A symlink is described by what it resolves to.
+    sbx.commands.run("cd /workspace && mkdir -p ld && ln -sf m.txt lm && ln -sfn ld ll && ln -sf gone lg")
+    got = {n: sbx.files.get_info(f"/workspace/{n}") for n in ("lm", "ll", "lg")}
+    assert [(e.type and e.type.value, e.symlink_target, e.permissions) for e in got.values()] == [
+        ("file", "/workspace/m.txt", "Lrwxrwxrwx"),
+        ("dir", "/workspace/ld", "Lrwxrwxrwx"),
+        (None, "/workspace/lg", "Lrwxrwxrwx"),
+    ]
+    # envd's order, and removing what is not there answers quietly.
+    sbx.commands.run("mkdir -p /workspace/s/b && touch /workspace/s/c /workspace/s/b/a /workspace/s/a")
+    assert [e.path for e in sbx.files.list("/workspace/s", depth=2)] == [
+        "/workspace/s/a", "/workspace/s/b", "/workspace/s/b/a", "/workspace/s/c"]
+    sbx.files.remove("/workspace/not-there")

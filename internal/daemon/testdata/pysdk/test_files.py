@@ -15,7 +15,6 @@ from e2b import (
     InvalidArgumentException,
     NotFoundException,
     SandboxException,
-    TemplateException,
 )
 from e2b.exceptions import FileNotFoundException
 from e2b.sandbox.filesystem.filesystem import WriteEntry
@@ -157,15 +156,10 @@ def test_remove(sbx):
     assert sbx.files.exists("/workspace/rm") is False
 
 
-def test_remove_missing(request, sbx):
-    differs_for(
-        request,
-        True,
-        "removing a missing path: E2B's envd calls os.RemoveAll and answers nothing; airlock answers "
-        "not_found (the SDK's FileNotFoundException)",
-        raises=FileNotFoundException,
-    )
+def test_remove_missing(sbx):
+    # envd calls os.RemoveAll, which answers nothing for a missing path.
     sbx.files.remove("/workspace/never-there")
+    sbx.files.remove("/workspace/never/there")
 
 
 @pytest.fixture(scope="module")
@@ -187,13 +181,9 @@ def test_list(sbx, tree):
         sbx.files.list("/workspace/none")
 
 
-def test_list_order(request, sbx, tree):
-    differs_for(
-        request,
-        True,
-        "list(depth): E2B's envd walks with filepath.WalkDir, in lexical order, each directory followed "
-        "by what is below it; airlock walks depth first too, but each directory in its own (readdir) order, unsorted",
-    )
+def test_list_order(sbx, tree):
+    # envd walks with filepath.WalkDir: by name, each directory followed
+    # by what is below it.
     assert [e.path[len(tree) :] for e in sbx.files.list(tree, depth=3)] == [
         "/a", "/a/e.txt", "/a/x", "/a/x/f.txt", "/b", "/b/y", "/b/y/g.txt", "/c.txt"
     ]
@@ -211,28 +201,26 @@ def test_symlink(request, sbx):
         sbx.files.read("/workspace/evil/passwd")
 
 
-def test_symlink_target(request, sbx):
-    differs_for(
-        request,
-        True,
-        "get_info of a symlink: E2B's envd gives symlink_target as the resolved absolute path "
-        "(filepath.EvalSymlinks) and the type and mode of its target; airlock gives the link's raw text ('dir'), "
-        "type symlink and the link's own mode (0777)",
-    )
-    sbx.commands.run("ln -sfn dir /workspace/rel")
+def test_symlink_target(sbx):
+    # envd gives symlink_target as the resolved absolute path
+    # (filepath.EvalSymlinks), and the type and mode of its target; a link
+    # that resolves to nothing, its own path and no type.
+    sbx.commands.run("ln -sfn dir /workspace/rel && ln -sfn nowhere /workspace/dangling")
     fi = sbx.files.get_info("/workspace/rel")
-    assert (fi.symlink_target, fi.type, fi.mode) == ("/workspace/dir", FileType.DIR, 0o755)
+    assert (fi.symlink_target, fi.type, fi.mode, fi.permissions) == ("/workspace/dir", FileType.DIR, 0o755, "Lrwxrwxrwx")
+    fi = sbx.files.get_info("/workspace/dangling")
+    assert (fi.symlink_target, fi.type, fi.mode) == ("/workspace/dangling", None, 0)
 
 
-def test_metadata_refused_by_the_sdk(request, sbx):
-    differs_for(
-        request,
-        True,
-        "file metadata: the SDK asks for envd 0.6.2 and airlock answers envdVersion 0.5.7 "
-        "(internal/e2b/e2b.go EnvdVersion), so the SDK refuses with TemplateException before any call",
-        raises=TemplateException,
-    )
-    sbx.files.write("/workspace/meta.txt", "m", metadata={"k": "v"})
+def test_metadata(sbx):
+    # Kept as the file's user.e2b.* attributes, keys lowercased, replaced
+    # by the next upload.
+    w = sbx.files.write("/workspace/meta.txt", "m", metadata={"K": "v"})
+    assert w.metadata == {"k": "v"}
+    assert sbx.files.get_info("/workspace/meta.txt").metadata == {"k": "v"}
+    assert [e.metadata for e in sbx.files.list("/workspace") if e.name == "meta.txt"] == [{"k": "v"}]
+    assert sbx.files.write("/workspace/meta.txt", "again").metadata is None
+    assert sbx.files.get_info("/workspace/meta.txt").metadata is None
 
 
 def test_urls(client, sbx):
@@ -293,15 +281,32 @@ def test_watch_refused(client, sbx):
         watch("/workspace/none")
 
 
-def test_watch_include_entry(request, client, sbx):
-    differs_for(
-        request,
-        True,
-        "watch events with their entry: the SDK asks for envd 0.6.3 and airlock answers 0.5.7, so the SDK "
-        "refuses include_entry with TemplateException (airlock does not serve it either: docs/e2b.md)",
-        raises=TemplateException,
-    )
+def test_watch_include_entry(client, sbx):
+    # The entry of each create, write and chmod; none for a remove.
+    sbx.files.make_dir("/workspace/we")
+    seen = []
+
+    def show(e):
+        return f"{e.type.value}:{e.name}:" + (f"{e.entry.type.value} {e.entry.path} {e.entry.permissions}" if e.entry else "-")
+
+    cmd = "cd /workspace/we && echo x > f.txt && sleep 0.3 && chmod 600 f.txt && sleep 0.3 && rm f.txt"
     if client.is_async:
-        sbx.files.watch_dir("/workspace", lambda e: None, include_entry=True).stop()
+        wh = sbx.files.watch_dir("/workspace/we", lambda e: seen.append(show(e)), include_entry=True, allow_network_mounts=True)
+        sbx.commands.run(cmd)
+        client.until(lambda: any(e.startswith("remove:") for e in seen))
+        wh.stop()
     else:
-        sbx.files.watch_dir("/workspace", include_entry=True).stop()
+        wh = sbx.files.watch_dir("/workspace/we", include_entry=True, allow_network_mounts=True)
+        sbx.commands.run(cmd)
+        deadline = time.monotonic() + 5
+        while not any(e.startswith("remove:") for e in seen) and time.monotonic() < deadline:
+            seen += [show(e) for e in wh.get_new_events()]
+            time.sleep(0.05)
+        wh.stop()
+    seen = [e for i, e in enumerate(seen) if i == 0 or e != seen[i - 1]]
+    assert seen == [
+        "create:f.txt:file /workspace/we/f.txt -rw-r--r--",
+        "write:f.txt:file /workspace/we/f.txt -rw-r--r--",
+        "chmod:f.txt:file /workspace/we/f.txt -rw-------",
+        "remove:f.txt:-",
+    ]

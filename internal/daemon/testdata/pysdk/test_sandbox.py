@@ -51,7 +51,7 @@ def test_created(client, sbx):
     now = datetime.now(timezone.utc)
     assert near(info.started_at, now, 30)
     assert near(info.end_at, info.started_at + timedelta(seconds=120), 2)
-    assert info.envd_version == "0.5.7"
+    assert info.envd_version == "0.6.4"
 
 
 def test_set_timeout(sbx):
