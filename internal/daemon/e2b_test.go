@@ -227,7 +227,7 @@ func TestE2BSDK(t *testing.T) {
 		t.Errorf("the command's timeout took %d ms", e.Ms)
 	}
 	check("bgwait", "CommandExitError", "signal: SIGKILL", &minus1)
-	check("outside", "InvalidArgumentError", "outside /workspace", nil)
+	check("outsidewrite", "SandboxError", "read-only", nil)
 	check("missing", "FileNotFoundError", "no such file", nil)
 	check("after", "SandboxNotFoundError", "not running", nil)
 	check("killedwait", "TimeoutError", "was not found", nil)

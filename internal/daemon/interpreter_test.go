@@ -644,12 +644,14 @@ func TestInterpreterCeilings(t *testing.T) {
 	}
 }
 
-// TestE2BFilesBeyondWorkspace: the files API reaches the sandbox's own
+// TestE2BFilesBeyondWorkspace: the files API writes the sandbox's own
 // writable directories, /tmp as well as the workspace, each resolved
-// inside itself, and nothing else: what it writes in /tmp the code reads
-// there, what the code writes there it reads; a symlink the code plants
-// in /tmp is not followed out, and paths into the image, /proc or /dev,
-// or out of /tmp by "..", are refused.
+// inside itself, and reads the rest of its read-only root as the sandbox
+// can: what it writes in /tmp the code reads there, what the code writes
+// there it reads; the image's /etc/hostname is read; a symlink the code
+// plants in /tmp is not followed, paths into /proc or /dev (other mounts)
+// are refused, and a write into the read-only root is refused by name
+// (the root is mounted read-only besides).
 func TestE2BFilesBeyondWorkspace(t *testing.T) {
 	needKernel(t)
 	hostOnly(t)
@@ -679,12 +681,22 @@ func TestE2BFilesBeyondWorkspace(t *testing.T) {
 	if status, body := call("GET", "/tmp/out.txt", ""); status != 200 || body != "from the code" {
 		t.Errorf("read /tmp/out.txt: %d %q", status, body)
 	}
-	for _, p := range []string{"/tmp/link", "/etc/hostname", "/proc/1/environ", "/dev/null", "/tmp/../etc/passwd", "/tmpx/a", "/tmp"} {
+	for _, p := range []string{"/etc/hostname", "/tmp/../etc/hostname"} {
+		if status, body := call("GET", p, ""); status != 200 || body != "sandbox\n" {
+			t.Errorf("read %s: %d %q, want the sandbox's own", p, status, body)
+		}
+	}
+	for _, p := range []string{"/tmp/link", "/proc/1/environ", "/proc/self/environ", "/dev/null", "/tmpx/a", "/tmp"} {
 		if status, body := call("GET", p, ""); status == 200 {
 			t.Errorf("read %s: %d %q, want a refusal", p, status, body)
 		}
 	}
-	if status, _ := call("POST", "/usr/x", "no"); status == 200 {
-		t.Error("a write into the image was taken")
+	for _, p := range []string{"/usr/x", "/etc/x", "/x"} {
+		if status, body := call("POST", p, "no"); status != 403 || !strings.Contains(body, "read-only") {
+			t.Errorf("write %s: %d %s, want 403 naming the read-only root", p, status, body)
+		}
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is on the host (%v)", p, err)
+		}
 	}
 }

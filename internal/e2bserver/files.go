@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"cmp"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -27,7 +28,21 @@ import (
 // writable directories (sandbox.ScratchDirs: the workspace, /tmp; and "/"
 // when its root is writable), resolved inside it without crossing into
 // another mount; rel "" is the directory itself.
-type e2bLoc struct{ dir, rel string }
+type e2bLoc struct {
+	dir, rel string
+	// ro: below the sandbox's read-only root, which the files API reads
+	// (as the sandbox can) and never writes.
+	ro bool
+}
+
+// writable refuses a write (an upload, a new directory, a move, a
+// removal, a watch) to a path below a read-only root.
+func (l e2bLoc) writable() error {
+	if l.ro {
+		return errdefs.Errorf(errdefs.ErrDenied, "%s: the sandbox's root is read-only (its tool's is not `rootfs: writable`): files are written, moved, removed and watched below %s", l, strings.Join(sandbox.ScratchDirs, " and "))
+	}
+	return nil
+}
 
 // String is the path as the sandbox sees it.
 func (l e2bLoc) String() string {
@@ -51,10 +66,12 @@ func (sb *e2bSandbox) path(p string) (e2bLoc, error) {
 }
 
 // fsPath is an E2B file path as a path below one of the sandbox's own
-// directories: an absolute one under one of them, a relative one from
-// the tool's working directory (E2B's are from the user's home).
-// Nothing else of the sandbox's (a read-only image, /proc, /dev) is
-// reachable through the files API.
+// directories (an absolute one under one of them, a relative one from
+// the tool's working directory, as E2B's are from the user's home), or
+// below its root: writable when the tool's root is, else read-only
+// (loc.ro: read, listed and described, never written). Another mount
+// below the root (/proc, /dev) is never reached: inroot does not cross
+// mounts.
 func (sb *e2bSandbox) fsPath(p string) (e2bLoc, error) {
 	if p == "" {
 		return e2bLoc{}, errdefs.New(errdefs.ErrInvalid, "path is required")
@@ -80,16 +97,14 @@ func (sb *e2bSandbox) fsPath(p string) (e2bLoc, error) {
 			return e2bLoc{dir: dir, rel: rel}, nil
 		}
 	}
-	if sb.s.Sandbox().WritableRoot() {
-		if c == "/" {
-			return e2bLoc{dir: "/"}, nil
-		}
-		if err := checkRel(c[1:]); err != nil {
-			return e2bLoc{}, err
-		}
-		return e2bLoc{dir: "/", rel: c[1:]}, nil
+	ro := !sb.s.Sandbox().WritableRoot()
+	if c == "/" {
+		return e2bLoc{dir: "/", ro: ro}, nil
 	}
-	return e2bLoc{}, errdefs.Errorf(errdefs.ErrInvalid, "path %q is outside %s: the files API reaches the sandbox's own directories only (and its whole root when the tool's is writable)", node.Shorten(p), strings.Join(sandbox.ScratchDirs, " and "))
+	if err := checkRel(c[1:]); err != nil {
+		return e2bLoc{}, err
+	}
+	return e2bLoc{dir: "/", rel: c[1:], ro: ro}, nil
 }
 
 // checkRel refuses a relative path with empty, "." or ".." elements.
@@ -288,6 +303,9 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		if err != nil {
 			return nil, err
 		}
+		if err := loc.writable(); err != nil {
+			return nil, err
+		}
 		if loc.rel == "" {
 			// One of the directories itself (a framework makes sure of
 			// it first).
@@ -318,6 +336,9 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		if err != nil {
 			return nil, err
 		}
+		if err := loc.writable(); err != nil {
+			return nil, err
+		}
 		// Nothing there is no error: envd removes with os.RemoveAll, which
 		// answers nil for a path that does not exist (a missing parent
 		// too); a symlink in the way is still refused.
@@ -343,6 +364,9 @@ func (d *Server) e2bFSRoutes(mux *http.ServeMux) {
 		to, err := sb.path(req.Destination)
 		if err != nil {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "destination: %v", err)
+		}
+		if err := cmp.Or(from.writable(), to.writable()); err != nil {
+			return nil, err
 		}
 		if from.dir != to.dir {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "%s and %s are in different directories of the sandbox (%s and %s): a move stays within one",

@@ -190,6 +190,9 @@ func (d *Server) e2bWriteFile(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return e2b.WrittenFile{}, err
 		}
+		if err := loc.writable(); err != nil {
+			return e2b.WrittenFile{}, err
+		}
 		if gone() {
 			return e2b.WrittenFile{}, errEnded
 		}

@@ -101,6 +101,10 @@ func (d *Server) e2bWatchDir(w http.ResponseWriter, r *http.Request) {
 		st.end(err)
 		return
 	}
+	if err := loc.writable(); err != nil {
+		st.end(err)
+		return
+	}
 	life, err := connectTimeout(r)
 	if err != nil {
 		st.end(err)

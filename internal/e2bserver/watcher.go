@@ -116,6 +116,9 @@ func (d *Server) e2bCreateWatcher(r *http.Request, sb *e2bSandbox, body []byte) 
 	if err != nil {
 		return nil, err
 	}
+	if err := loc.writable(); err != nil {
+		return nil, err
+	}
 	release, err := d.e2bWatchSlot(sb)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -267,5 +269,43 @@ func TestSessionEndWaitsForAll(t *testing.T) {
 	cancel()
 	if err := s.End(ctx, "late"); err != nil {
 		t.Errorf("End of an ended session: %v", err)
+	}
+}
+
+// TestReadOnlyRootRefusesWrites: a file call's view of a read-only root
+// (InDir "/", which the E2B files API reads) cannot write, even with no
+// check above it: the root is mounted read-only for whoever comes
+// through it. Its files are read as the sandbox reads them.
+func TestReadOnlyRootRefusesWrites(t *testing.T) {
+	n := newNode(t, "tools:\n  sh: {}\n")
+	s, err := n.OpenSession(t.Context(), n.Config().Tools["sh"], "test", Local, time.Minute, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Enter() {
+		t.Fatal("a new session refused a call")
+	}
+	defer s.Leave()
+	f, _, err := s.OpenFileIn("/", "etc/hostname")
+	if err != nil {
+		t.Fatalf("read the root's etc/hostname: %v", err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "sandbox\n" {
+		t.Errorf("etc/hostname: %q, want the sandbox's own", b)
+	}
+	for _, rel := range []string{"x.txt", "etc/x.txt", "var/tmp/x.txt"} {
+		err := s.InDir("/", func(root *os.File, uid int) error {
+			_, err := inroot.WriteFile(root, rel, strings.NewReader("no"), 10, uid, uid)
+			return err
+		})
+		if err == nil {
+			t.Errorf("a write of /%s through the read-only root was taken", rel)
+		}
+		t.Logf("/%s: %v", rel, err)
+		if _, err := os.Lstat("/" + rel); !os.IsNotExist(err) {
+			t.Errorf("/%s is on the host (%v)", rel, err)
+		}
 	}
 }

@@ -435,7 +435,7 @@ func (s *Session) OpenFile(rel string) (*os.File, int64, error) {
 // OpenFileIn is OpenFile of a file below dir, one of the sandbox's own
 // directories (sandbox.ScratchDirs), confined to it.
 func (s *Session) OpenFileIn(dir, rel string) (*os.File, int64, error) {
-	ws, err := s.sb.OpenDir(dir)
+	ws, err := s.openDir(dir)
 	if err != nil {
 		return nil, 0, ErrGone
 	}
@@ -557,13 +557,25 @@ func (s *Session) InWorkspace(fn func(ws *os.File, uid int) error) error {
 // InDir is InWorkspace for dir, one of the sandbox's own directories
 // (sandbox.ScratchDirs), confined to it.
 func (s *Session) InDir(dir string, fn func(root *os.File, uid int) error) error {
-	ws, err := s.sb.OpenDir(dir)
+	ws, err := s.openDir(dir)
 	if err != nil {
 		return ErrGone
 	}
 	defer ws.Close()
 	id := s.sb.UserHostID()
 	return inroot.AsUser(id, id, func() error { return fn(ws, id) })
+}
+
+// openDir opens dir of the sandbox for a file call: one of its own
+// directories (sandbox.OpenDir), or its root when that is read-only, for
+// reading what the sandbox itself can read: the root is mounted
+// read-only (MOUNT_ATTR_RDONLY), so no write goes through it whoever
+// tries, and inroot never crosses from it into another mount.
+func (s *Session) openDir(dir string) (*os.File, error) {
+	if dir == "/" && !s.sb.WritableRoot() {
+		return s.sb.OpenRoot()
+	}
+	return s.sb.OpenDir(dir)
 }
 
 // Alive reports whether the session's sandbox is still there.

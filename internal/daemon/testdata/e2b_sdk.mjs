@@ -47,7 +47,8 @@ try {
   await sbx.files.write('/workspace/z.txt', 'zipped'.repeat(1000), { gzip: true });
   out('gzip', (await sbx.files.read('/workspace/z.txt')).length);
   out('cat', (await sbx.commands.run('cat /workspace/a.txt')).stdout);
-  try { await sbx.files.read('/etc/passwd'); out('outside', 'read'); } catch (e) { out('outside', errOf(e)); }
+  try { out('outside', (await sbx.files.read('/etc/passwd')).includes('root:')); } catch (e) { out('outside', errOf(e)); }
+  try { await sbx.files.write('/etc/new.txt', 'no'); out('outsidewrite', 'written'); } catch (e) { out('outsidewrite', errOf(e)); }
   try { await sbx.files.read('/workspace/none'); out('missing', 'read'); } catch (e) { out('missing', errOf(e)); }
   const info = await sbx.getInfo();
   out('info', { id: info.sandboxId, templateId: info.templateId, metadata: info.metadata, state: info.state });

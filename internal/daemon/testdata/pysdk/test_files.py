@@ -90,9 +90,11 @@ def test_write_files(sbx):
     )
     assert [i.path for i in infos] == ["/workspace/d/a/f.txt", "/workspace/sub/g.txt", "/tmp/t.txt"]
     assert sbx.commands.run("cat /workspace/d/a/f.txt /workspace/sub/g.txt /tmp/t.txt").stdout == "AGT"
-    for p in ("../x.txt", "/etc/y.txt", "sub/../../z.txt"):
+    for p in ("../x.txt", "sub/../../z.txt"):
         with pytest.raises(InvalidArgumentException):
             sbx.files.write_files([WriteEntry(path=p, data="no")])
+    with pytest.raises(SandboxException, match="read-only"):
+        sbx.files.write_files([WriteEntry(path="/etc/y.txt", data="no")])
     r = sbx.commands.run("ls /x.txt /etc/y.txt /z.txt /workspace/x.txt /workspace/z.txt 2>&1 || true")
     assert r.stdout.count("No such file") == 5, r.stdout
 
@@ -106,16 +108,22 @@ def test_read_errors(sbx):
         sbx.files.read("/workspace/adir")
 
 
-def test_read_outside(request, sbx):
-    differs_for(
-        request,
-        True,
-        "E2B's files API reaches the whole filesystem as the user (/etc/passwd is readable); airlock's "
-        "reaches only the sandbox's writable directories (/workspace, /tmp, a writable root) and refuses "
-        "the rest with invalid_argument 'outside /workspace and /tmp'",
-        raises=InvalidArgumentException,
-    )
+def test_read_outside(sbx):
+    # As E2B's, the files API reads the whole filesystem as the user; a
+    # read-only root (a tool's without rootfs: writable) is read, listed
+    # and described, never written.
     assert "root:" in sbx.files.read("/etc/passwd")
+    assert "passwd" in [e.name for e in sbx.files.list("/etc")]
+    assert sbx.files.get_info("/etc/passwd").type.value == "file"
+    for write in (
+        lambda: sbx.files.write("/etc/new.txt", "no"),
+        lambda: sbx.files.make_dir("/etc/newdir"),
+        lambda: sbx.files.remove("/etc/passwd"),
+        lambda: sbx.files.rename("/etc/passwd", "/etc/passwd2"),
+    ):
+        with pytest.raises(SandboxException, match="read-only"):
+            write()
+    assert sbx.files.exists("/etc/new.txt") is False
 
 
 def test_exists_make_dir_rename(sbx):
