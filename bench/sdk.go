@@ -167,6 +167,7 @@ type sdkPoolRecord struct {
 // Python, against airlock's native session API, on one daemon serving
 // both, and reports what the warm pool did in each burst.
 func sdkBench(n, warm int) error {
+	n, warm = max(n, 1), max(warm, 0)
 	fmt.Printf("\n## ComputeSDK's method: create → first command, one at a time and %d at once\n\n", sdkBurst)
 	fmt.Printf("Create → first command (`python3 -V`) finished, through the official E2B SDKs against airlock's E2B API and through airlock's native session API (`POST /v1/sessions` → `POST …/exec` with `fetch` from Node), one daemon in the benchmark's process serving both on loopback, the tool `%s` with `pool: {warm: %d}` and `limits: %s`. One at a time: %d each, the paths interleaved, the pool let refill before each (so every create is a warm claim). %d at once: one client process each, JS `Promise.all` and Python `AsyncSandbox` with `asyncio.gather` of %d create + run, each timed on its own; the pool full before each burst. Teardown not timed.\n",
 		sdkTool, warm, sdkLimits, n, sdkBurst, sdkBurst)
