@@ -14,7 +14,10 @@
 //   - egress: a request through the sandbox's proxy vs direct, bulk
 //     throughput, and many connections held at once;
 //   - broker: a brokered call vs a direct one to the same upstream;
-//   - daemon: warm and cold runs through the API, and sustained runs.
+//   - daemon: warm and cold runs through the API, and sustained runs;
+//   - sdk: ComputeSDK's method (create → first command, one at a time
+//     and 100 at once) through the official E2B SDKs against the native
+//     API, and what the warm pool did.
 //
 // It needs root. Run it with `go run ./bench`.
 package main
@@ -45,13 +48,15 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, e2b, interp or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, e2b, interp, sdk or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
 	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
 	imageN := flag.Int("image-n", 300, "start-latency runs per case in the image comparison")
 	importMB := flag.Int("import-mb", 500, "size in MiB of the image whose import is timed")
+	sdkN := flag.Int("sdk-n", 20, "create → first command runs per path, one at a time, in the sdk section")
+	sdkWarm := flag.Int("sdk-warm", 10, "the warm pool's target in the sdk section")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -63,7 +68,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB})
+	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm})
 	if progAirlock != "" {
 		os.RemoveAll(filepath.Dir(progAirlock))
 	}
@@ -94,7 +99,11 @@ type egressArgs struct {
 	conns int
 }
 
-func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs) error {
+// sdkArgs size the sdk section: runs one at a time per path, and the
+// warm pool's target.
+type sdkArgs struct{ n, warm int }
+
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -102,7 +111,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "cluster" {
+	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" {
 		if err := peers(n, tput); err != nil {
 			return err
 		}
@@ -138,12 +147,17 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 			return err
 		}
 	}
+	if want("sdk") {
+		if err := sdkBench(sa.n, sa.warm); err != nil {
+			return err
+		}
+	}
 	if want("cluster") {
 		if err := clusterBench(min(n, 300), tput); err != nil {
 			return err
 		}
 	}
-	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "cluster" {
+	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "sdk" || only == "cluster" {
 		return nil
 	}
 	ctx := context.Background()
