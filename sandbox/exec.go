@@ -12,10 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/result"
-	"golang.org/x/sys/unix"
 )
 
 // ExecRequest is one command to run in a sandbox.
@@ -658,6 +659,44 @@ func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
 			return
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				o.rest(f, kind, live, buf)
+			}
+			return
+		}
+	}
+}
+
+// maxRest bounds what rest reads: more than a pipe can hold (1 MiB at
+// most, /proc/sys/fs/pipe-max-size's default).
+const maxRest = 2 << 20
+
+// rest reads what f holds already once drain's deadline has passed. The
+// poller checks a deadline before it reads, so without this, output the
+// command wrote before it ended, which the pump had not got to yet (a
+// loaded host), would be dropped, and the command seen to print nothing.
+// Each read is non-blocking: what a background process writes later is
+// not waited for.
+func (o *outputCounter) rest(f *os.File, kind string, live io.Writer, buf []byte) {
+	if f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	for total := 0; total < maxRest; {
+		var n int
+		var rerr error
+		if rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			return true // never wait for more
+		}) != nil || rerr != nil || n <= 0 {
+			return
+		}
+		total += n
+		if !o.deliver(kind, buf[:n], live) {
+			f.Close()
 			return
 		}
 	}
