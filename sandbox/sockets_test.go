@@ -1,6 +1,9 @@
 package sandbox
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // TestSocketShare: a sandbox's socket buffer ceiling is the part of the
 // sandboxes' socket ceiling that its memory ceiling is of the budget, so
@@ -33,5 +36,34 @@ func TestSocketShare(t *testing.T) {
 	}
 	if sum > 800*mib {
 		t.Errorf("16 sandboxes of a sixteenth of the budget share %d bytes of %d", sum, 800*mib)
+	}
+}
+
+// TestSockstatInUse reads the TCP count of a sockstat file, and says when
+// it cannot (the caller then reads the sockets themselves).
+func TestSockstatInUse(t *testing.T) {
+	const v4 = "sockets: used 10\nTCP: inuse 3 orphan 0 tw 1 alloc 2 mem 443\nUDP: inuse 0 mem 0\n"
+	const v6 = "TCP6: inuse 0\nUDP6: inuse 0\n"
+	for _, tc := range []struct {
+		name, text, prefix string
+		n                  int64
+		ok                 bool
+	}{
+		{"v4", v4, "TCP: inuse ", 3, true},
+		{"v6", v6, "TCP6: inuse ", 0, true},
+		{"v6 at the end of the file", "TCP6: inuse 7", "TCP6: inuse ", 7, true},
+		{"no such line", v4, "TCP6: inuse ", 0, false},
+		{"not a number", "TCP: inuse many\n", "TCP: inuse ", 0, false},
+		{"negative", "TCP: inuse -1\n", "TCP: inuse ", 0, false},
+		{"empty", "", "TCP: inuse ", 0, false},
+	} {
+		n, ok := sockstatInUse([]byte(tc.text), tc.prefix)
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, n, ok, tc.n, tc.ok)
+		}
+	}
+	// This process's own namespace reads.
+	if _, ok := tcpInUse(os.Getpid()); !ok {
+		t.Error("this process's sockstat could not be read")
 	}
 }
