@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	serverKeys   = []string{"capacity", "e2b", "socket", "socket_group", "tcp", "tokens"}
+	serverKeys   = []string{"capacity", "e2b", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
 	tokenKeys    = []string{"auditor", "concurrency", "name", "secret", "tools"}
 	capacityKeys = []string{"memory", "output", "pids", "sandboxes"}
 )
@@ -28,11 +28,19 @@ type Server struct {
 	// E2B, if set, is an address to serve the E2B-compatible API on
 	// (docs/e2b.md); its API keys are the tokens.
 	E2B netip.AddrPort
+	// E2BTLS, if set, makes the E2B API's listener answer TLS (and
+	// HTTP/2, which the SDKs negotiate over it) with this certificate.
+	E2BTLS *TLSFiles
 	// Tokens are the bearer tokens accepted on TCP, and the API keys of
 	// the E2B API.
 	Tokens []Token
 	// Capacity bounds what the node's live sandboxes reserve together.
 	Capacity Capacity
+}
+
+// TLSFiles name a listener's certificate chain and key, PEM files.
+type TLSFiles struct {
+	Cert, Key string
 }
 
 // Capacity is the node's budget: how many sandboxes may be live at once
@@ -113,6 +121,8 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 					err = p.errAt(f.val, sub, "%s is not IP:PORT (e.g. 127.0.0.1:7401)", quote(s))
 				}
 			}
+		case "e2b_tls":
+			c.Server.E2BTLS, err = p.tlsFiles(f.val, sub)
 		case "tokens":
 			c.Server.Tokens, err = p.tokens(f.val, sub)
 		case "capacity":
@@ -128,10 +138,36 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 	if c.Server.E2B.IsValid() && len(c.Server.Tokens) == 0 {
 		return p.errAt(n, at, "e2b is set but no tokens are: the E2B API's keys are the tokens")
 	}
+	if c.Server.E2BTLS != nil && !c.Server.E2B.IsValid() {
+		return p.errAt(n, at, "e2b_tls is set but e2b is not: it is the E2B API listener's certificate")
+	}
 	if c.Server.E2B.IsValid() && c.Server.E2B == c.Server.TCP {
 		return p.errAt(n, at, "e2b and tcp are the same address; give the E2B API a port of its own")
 	}
 	return nil
+}
+
+func (p *parser) tlsFiles(n *yaml.Node, at string) (*TLSFiles, error) {
+	fs, err := p.fields(n, at, "a mapping with cert and key (PEM files)", []string{"cert", "key"})
+	if err != nil {
+		return nil, err
+	}
+	t := &TLSFiles{}
+	for _, f := range fs {
+		switch f.name {
+		case "cert":
+			t.Cert, err = p.absPath(f.val, join(at, f.name))
+		case "key":
+			t.Key, err = p.absPath(f.val, join(at, f.name))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if t.Cert == "" || t.Key == "" {
+		return nil, p.errAt(n, at, "both cert and key are required")
+	}
+	return t, nil
 }
 
 func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {

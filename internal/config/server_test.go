@@ -38,6 +38,9 @@ tools:
 	if s.Capacity != (Capacity{Sandboxes: 40, Memory: 16 << 30, Pids: 20000, Output: 64 << 20}) {
 		t.Fatalf("capacity %+v", s.Capacity)
 	}
+	if c, err := Parse("a.yaml", []byte("server: {e2b: 0.0.0.0:7401, e2b_tls: {cert: /etc/airlock/e2b.pem, key: /etc/airlock/e2b.key}, tokens: [{name: a, secret: s, tools: ['*']}]}\nsecrets: {s: {env: S}}")); err != nil || *c.Server.E2BTLS != (TLSFiles{Cert: "/etc/airlock/e2b.pem", Key: "/etc/airlock/e2b.key"}) {
+		t.Fatalf("e2b_tls: %+v %v", c, err)
+	}
 	if c, err := Parse("a.yaml", []byte("server: {capacity: {memory: 75%}}")); err != nil || c.Server.Capacity != (Capacity{MemoryShare: 75}) {
 		t.Fatalf("capacity as a share: %+v %v", c, err)
 	}
@@ -51,6 +54,10 @@ tools:
 		{"server: {e2b: localhost:7401}", "not IP:PORT"},
 		{"server: {e2b: 127.0.0.1:0}", "not IP:PORT"},
 		{"server: {tcp: 127.0.0.1:7400, e2b: 127.0.0.1:7400, tokens: [{name: a, secret: s, tools: [x]}]}", "same address"},
+		{"server: {e2b_tls: {cert: /c.pem, key: /k.pem}}", "e2b is not"},
+		{"server: {e2b: 127.0.0.1:7401, e2b_tls: {cert: /c.pem}, tokens: [{name: a, secret: s, tools: [x]}]}", "both cert and key"},
+		{"server: {e2b: 127.0.0.1:7401, e2b_tls: {cert: c.pem, key: /k.pem}, tokens: [{name: a, secret: s, tools: [x]}]}", "absolute"},
+		{"server: {e2b: 127.0.0.1:7401, e2b_tls: {cert: /c.pem, key: /k.pem, ca: /x}, tokens: [{name: a, secret: s, tools: [x]}]}", "ca"},
 		{"server: {tokens: [{name: a, secret: nope, tools: [t]}]}\ntools: {t: {}}", `undefined secret "nope"`},
 		{"server: {tokens: [{name: a, secret: s, tools: [nope]}]}\nsecrets: {s: {env: X}}", `undefined tool or MCP server "nope"`},
 		{"server: {tokens: [{name: a, secret: s}]}\nsecrets: {s: {env: X}}", "needs tools"},

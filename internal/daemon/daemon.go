@@ -22,6 +22,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/certfile"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/edge"
@@ -237,6 +239,20 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
 		d.e2b = e2bserver.New(d.Node, d.Guard, e2bserver.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger})
 		d.e2bsrv = httpx.New(d.Audited(edge.CheckHost(addr, d.e2b.Handler())), serverOpts)
+		if t := opts.Config.Server.E2BTLS; t != nil {
+			src, err := certfile.Load(t.Cert, t.Key, opts.Logger)
+			if err != nil {
+				d.ln.Close()
+				if d.tcp != nil {
+					d.tcp.Close()
+				}
+				d.e2bl.Close()
+				return nil, fmt.Errorf("server.e2b_tls: %w", err)
+			}
+			// TLS 1.2 at least; HTTP/2 as well as HTTP/1.1, which
+			// ServeTLS offers (the SDKs negotiate HTTP/2 over TLS).
+			d.e2bsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: src.GetCertificate}
+		}
 	}
 	return d, nil
 }
@@ -362,7 +378,13 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go func() { errc <- d.tsrv.Serve(d.tcp) }()
 	}
 	if d.e2bsrv != nil {
-		go func() { errc <- d.e2bsrv.Serve(d.e2bl) }()
+		go func() {
+			if d.e2bsrv.TLSConfig != nil {
+				errc <- d.e2bsrv.ServeTLS(d.e2bl, "", "")
+				return
+			}
+			errc <- d.e2bsrv.Serve(d.e2bl)
+		}()
 	}
 	// Every listener opened, so an operator sees where the daemon
 	// answers (and that a TCP listener is open at all).
@@ -373,7 +395,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.opts.Logger.Info("listening", "tcp", d.tcp.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
 	}
 	if d.e2bl != nil {
-		d.opts.Logger.Info("listening", "e2b", d.e2bl.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
+		d.opts.Logger.Info("listening", "e2b", d.e2bl.Addr().String(), "tls", d.e2bsrv.TLSConfig != nil, "tokens", len(d.opts.Config.Server.Tokens))
 	}
 	if len(d.opts.Config.Order) == 0 && len(d.opts.Config.MCPServerOrder) == 0 {
 		d.opts.Logger.Warn("no tools are configured: every run and session names a tool, so none can start (see docs/config.md)", "config", d.opts.Config.Path)

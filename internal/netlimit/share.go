@@ -2,6 +2,7 @@ package netlimit
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/netip"
 	"sync"
@@ -38,6 +39,10 @@ type connKey struct{}
 // WithConn returns ctx carrying c, the connection a request came on, for
 // Vouch (an http.Server's ConnContext).
 func WithConn(ctx context.Context, c net.Conn) context.Context {
+	// A TLS listener's connection wraps the one the listener counted.
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	return context.WithValue(ctx, connKey{}, c)
 }
 
