@@ -64,6 +64,9 @@ const (
 	// KindCode: code run in a session's code interpreter (E2B's
 	// runCode); its detail has the code (bounded) and how it ended.
 	KindCode = "session.code"
+	// KindPort: a request from outside to a server in a session's
+	// sandbox (the E2B API's sandbox ports).
+	KindPort = "session.port"
 )
 
 // Kinds are every kind of event, in the order above.

@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	serverKeys   = []string{"capacity", "e2b", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
+	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
 	tokenKeys    = []string{"auditor", "concurrency", "name", "secret", "tools"}
 	capacityKeys = []string{"memory", "output", "pids", "sandboxes"}
 )
@@ -31,6 +31,10 @@ type Server struct {
 	// E2BTLS, if set, makes the E2B API's listener answer TLS (and
 	// HTTP/2, which the SDKs negotiate over it) with this certificate.
 	E2BTLS *TLSFiles
+	// E2BDomain, if set, is the domain of the sandboxes' ports: the E2B
+	// listener serves a sandbox's port P at the host P-ID.E2BDomain (as
+	// E2B's getHost names it), for a name that resolves to it.
+	E2BDomain string
 	// Tokens are the bearer tokens accepted on TCP, and the API keys of
 	// the E2B API.
 	Tokens []Token
@@ -121,6 +125,10 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 					err = p.errAt(f.val, sub, "%s is not IP:PORT (e.g. 127.0.0.1:7401)", quote(s))
 				}
 			}
+		case "e2b_domain":
+			if c.Server.E2BDomain, err = p.str(f.val, sub); err == nil && !validDomain(c.Server.E2BDomain) {
+				err = p.errAt(f.val, sub, "%s is not a domain name (lower-case labels of letters, digits and hyphens, e.g. sandbox.example.com)", quote(c.Server.E2BDomain))
+			}
 		case "e2b_tls":
 			c.Server.E2BTLS, err = p.tlsFiles(f.val, sub)
 		case "tokens":
@@ -138,6 +146,9 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 	if c.Server.E2B.IsValid() && len(c.Server.Tokens) == 0 {
 		return p.errAt(n, at, "e2b is set but no tokens are: the E2B API's keys are the tokens")
 	}
+	if c.Server.E2BDomain != "" && !c.Server.E2B.IsValid() {
+		return p.errAt(n, at, "e2b_domain is set but e2b is not: it is the domain of the E2B listener's sandbox ports")
+	}
 	if c.Server.E2BTLS != nil && !c.Server.E2B.IsValid() {
 		return p.errAt(n, at, "e2b_tls is set but e2b is not: it is the E2B API listener's certificate")
 	}
@@ -145,6 +156,26 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 		return p.errAt(n, at, "e2b and tcp are the same address; give the E2B API a port of its own")
 	}
 	return nil
+}
+
+// validDomain reports whether s is a DNS name of at least two labels, in
+// lower case: letters, digits and inner hyphens.
+func validDomain(s string) bool {
+	labels := strings.Split(s, ".")
+	if len(s) > 253 || len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (p *parser) tlsFiles(n *yaml.Node, at string) (*TLSFiles, error) {

@@ -237,8 +237,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s (server.e2b): %w", addr, err)
 		}
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
-		d.e2b = e2bserver.New(d.Node, d.Guard, e2bserver.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger})
-		d.e2bsrv = httpx.New(d.Audited(edge.CheckHost(addr, d.e2b.Handler())), serverOpts)
+		domain := opts.Config.Server.E2BDomain
+		d.e2b = e2bserver.New(d.Node, d.Guard, e2bserver.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger, Domain: domain})
+		d.e2bsrv = httpx.New(d.Audited(edge.CheckHostOr(addr, domain, d.e2b.Handler())), serverOpts)
 		if t := opts.Config.Server.E2BTLS; t != nil {
 			src, err := certfile.Load(t.Cert, t.Key, opts.Logger)
 			if err != nil {

@@ -135,7 +135,8 @@ func scriptSteps(out []byte) map[string]json.RawMessage {
 func TestE2BSDK(t *testing.T) {
 	sdk := e2bSDK(t)
 	isolatednet.Require(t)
-	base := serveE2B(t, "")
+	// A domain for the sandboxes' ports: getHost names them under it.
+	base := serveE2BWith(t, "", func(o *Options) { o.Config.Server.E2BDomain = "sandbox.test" })
 	cmd := exec.Command("node", "testdata/e2b_sdk.mjs")
 	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey)
 	var stderr bytes.Buffer
@@ -250,6 +251,9 @@ func TestE2BSDK(t *testing.T) {
 	_ = json.Unmarshal(steps["created"], &created)
 	if json.Unmarshal(steps["info"], &info) != nil || info.ID != created || info.TemplateID != "sh" || info.Metadata["team"] != "a" || info.State != "running" {
 		t.Errorf("info: %s", steps["info"])
+	}
+	if string(steps["gethost"]) != `"8000-`+created+`.sandbox.test"` {
+		t.Errorf("getHost(8000): %s, want the port under the daemon's domain", steps["gethost"])
 	}
 	if string(steps["list"]) != `["`+created+`"]` {
 		t.Errorf("list by metadata: %s, want [%q]", steps["list"], created)
@@ -494,7 +498,8 @@ func TestE2BEgressNarrowing(t *testing.T) {
 		{"everything", `{"templateID":"net","network":{"allowOut":["0.0.0.0/0"]}}`, "network.allowOut"},
 		{"a wider allowOut alone", `{"templateID":"net","network":{"allowOut":["c.test"]}}`, "not within the tool's egress"},
 		{"denyOut of one destination", `{"templateID":"net","network":{"denyOut":["b.test"]}}`, "only all traffic (0.0.0.0/0) may be denied"},
-		{"other network options", `{"templateID":"net","network":{"allowPublicTraffic":true}}`, "allowPublicTraffic is not supported"},
+		{"public ports", `{"templateID":"net","network":{"allowPublicTraffic":true}}`, "never public"},
+		{"other network options", `{"templateID":"net","network":{"rules":{}}}`, "rules is not supported"},
 	} {
 		if status, _, body := create(tc.body); status != 400 || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want 400 with %q", tc.name, status, body, tc.want)

@@ -46,6 +46,7 @@ func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *n
 }
 func (f *fakeCore) Plan(string) attach.Plan                     { return attach.Plan{} }
 func (f *fakeCore) RecordCode(string, *node.Session, node.Code) {}
+func (f *fakeCore) RecordPort(string, *node.Session, node.Port) {}
 func (f *fakeCore) SessionsOf(*node.Caller) []*node.Session     { return nil }
 func (f *fakeCore) StartKernel(context.Context, *node.Session, string, string, string, []string) (*node.Kernel, error) {
 	return nil, node.ErrGone

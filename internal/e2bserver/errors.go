@@ -71,6 +71,9 @@ var apiKinds = []struct {
 	// isRunning reads it as not running.
 	{errNotRunning, http.StatusBadGateway},
 	{errEnded, http.StatusBadGateway},
+	// As E2B's proxy: a running sandbox's port nothing listens on.
+	{errPortClosed, http.StatusBadGateway},
+	{errNoTraffic, http.StatusForbidden},
 }
 
 // apiStatus is the HTTP status of a control-plane call's error: its

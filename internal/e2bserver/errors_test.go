@@ -43,6 +43,8 @@ func TestAnswers(t *testing.T) {
 		{"upload ended", errUploadEnded, 502, e2b.CodeUnavailable},
 		{"not running", errdefs.Errorf(errNotRunning, "%s: %v", e2b.CodeUnavailable, errEnded), 502, e2b.CodeNotFound},
 		{"signature", errBadSignature, 401, e2b.CodePermissionDenied},
+		{"port not open", errdefs.Errorf(errPortClosed, "the sandbox %q is running but port is not open (port %d)", "x", 8000), 502, e2b.CodeUnavailable},
+		{"no traffic token", errNoTraffic, 403, e2b.CodePermissionDenied},
 		{"signature expired", errSignatureExpired, 401, e2b.CodePermissionDenied},
 		{"watch timeout", errdefs.Errorf(errTimedOut, "the watch's timeout of %v passed", "1s"), 503, e2b.CodeDeadlineExceeded},
 		{"watches all in use", errdefs.Errorf(errBusy, "this airlock serves %d directory watches at once", 48), 503, e2b.CodeResourceExhaust},

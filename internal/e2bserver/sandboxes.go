@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -30,9 +31,11 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	if err := e2bDecode(r, &raw); err != nil {
 		return err
 	}
-	for k, why := range e2bRefused {
+	// In order, so that a request with several is refused for the same
+	// one every time.
+	for _, k := range slices.Sorted(maps.Keys(e2bRefused)) {
 		if v, ok := raw[k]; ok && asks(v) {
-			return errdefs.New(errdefs.ErrInvalid, k+": "+why)
+			return errdefs.New(errdefs.ErrInvalid, k+": "+e2bRefused[k])
 		}
 	}
 	if n, ok := raw["network"]; ok && string(n) != "null" {
@@ -40,8 +43,15 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 		if err := json.Unmarshal(n, &fields); err != nil {
 			return errdefs.New(errdefs.ErrInvalid, "network: not an object")
 		}
-		for k := range fields {
-			if k != "allowOut" && k != "denyOut" {
+		for _, k := range slices.Sorted(maps.Keys(fields)) {
+			switch {
+			case k == "allowOut" || k == "denyOut":
+			case k == "allowPublicTraffic" && string(fields[k]) == "false":
+				// What airlock does for every sandbox: its ports
+				// need its traffic access token.
+			case k == "allowPublicTraffic":
+				return errdefs.New(errdefs.ErrInvalid, "network.allowPublicTraffic: a sandbox's ports are never public: each request needs its traffic access token (docs/e2b.md)")
+			default:
 				return errdefs.Errorf(errdefs.ErrInvalid, "network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k))
 			}
 		}
@@ -184,8 +194,13 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 }
 
 func (d *Server) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
-	edge.WriteJSON(w, status, e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
-		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token, TrafficAccessToken: &sb.traffic})
+	a := e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
+		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token, TrafficAccessToken: &sb.traffic}
+	if d.opts.Domain != "" {
+		// getHost(port) names the sandbox's ports under it.
+		a.Domain = &d.opts.Domain
+	}
+	edge.WriteJSON(w, status, a)
 }
 
 // e2bFind is the caller's live E2B sandbox id, or nil: another key's, an

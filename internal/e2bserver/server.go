@@ -15,6 +15,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
@@ -49,6 +50,8 @@ type e2bSandbox struct {
 	watches int // WatchDir streams and watchers open
 	// watchers are the polled watches (watcher.go), by id.
 	watchers map[string]*e2bWatcher
+	// portRequests counts the requests to its ports in flight (ports.go).
+	portRequests atomic.Int64
 	// metricAt and metricCPU are the last metrics reading's time and
 	// CPU milliseconds.
 	metricAt  time.Time
@@ -81,6 +84,9 @@ type Options struct {
 	StallTimeout time.Duration
 	// Logger receives the edge's log.
 	Logger *slog.Logger
+	// Domain, if set, is the domain of the sandboxes' ports
+	// (server.e2b_domain; ports.go).
+	Domain string
 }
 
 // Server serves the E2B API of a node.
@@ -105,6 +111,7 @@ type Core interface {
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Plan(tool string) attach.Plan
 	RecordCode(client string, s *node.Session, c node.Code)
+	RecordPort(client string, s *node.Session, p node.Port)
 	SessionsOf(c *node.Caller) []*node.Session
 	StartKernel(ctx context.Context, s *node.Session, client, language, cwd string, env []string) (*node.Kernel, error)
 }
@@ -117,7 +124,7 @@ func New(n Core, g *edge.Guard, opts Options) *Server {
 }
 
 // Handler is the edge's handler of every request.
-func (d *Server) Handler() http.Handler { return d.e2bRoutes() }
+func (d *Server) Handler() http.Handler { return d.routePorts(d.e2bRoutes()) }
 
 // SessionOf is the session of E2B sandbox id, nil when there is none.
 func (d *Server) SessionOf(id string) *node.Session {

@@ -118,6 +118,15 @@ func (g *Guard) ForbidTool(w http.ResponseWriter, r *http.Request, tool string) 
 // page's host, not this listener. Listeners on other addresses are meant
 // to sit behind a reverse proxy, which sets the host it serves.
 func CheckHost(addr netip.AddrPort, h http.Handler) http.Handler {
+	return CheckHostOr(addr, "", h)
+}
+
+// CheckHostOr is CheckHost that also takes the hosts just below domain
+// (X.domain, with any port) when domain is not empty: the E2B
+// listener's sandbox ports, each of which needs its sandbox's own token
+// besides. A page of such a host may call that host, and nothing else
+// here.
+func CheckHostOr(addr netip.AddrPort, domain string, h http.Handler) http.Handler {
 	if !addr.Addr().IsLoopback() {
 		return h
 	}
@@ -129,17 +138,33 @@ func CheckHost(addr netip.AddrPort, h http.Handler) http.Handler {
 		addr.String():       true,
 		net.JoinHostPort(addr.Addr().String(), port): true,
 	}
+	below := func(host string) bool {
+		if domain == "" {
+			return false
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		sub, ok := strings.CutSuffix(host, "."+domain)
+		return ok && sub != "" && !strings.Contains(sub, ".")
+	}
+	originOK := func(origin, host string) bool {
+		u, err := url.Parse(origin)
+		if err != nil {
+			return false
+		}
+		oh := strings.ToLower(u.Host)
+		return allowed[oh] || below(oh) && oh == host
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowed[strings.ToLower(r.Host)] {
+		host := strings.ToLower(r.Host)
+		if !allowed[host] && !below(host) {
 			WriteErr(w, errdefs.New(ErrMisdirected, "this listener answers Only to its own loopback address (Host header)"))
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" {
-			u, err := url.Parse(o)
-			if err != nil || !allowed[strings.ToLower(u.Host)] {
-				WriteErr(w, errdefs.New(errdefs.ErrDenied, "cross-origin requests are refused"))
-				return
-			}
+		if o := r.Header.Get("Origin"); o != "" && !originOK(o, host) {
+			WriteErr(w, errdefs.New(errdefs.ErrDenied, "cross-origin requests are refused"))
+			return
 		}
 		h.ServeHTTP(w, r)
 	})

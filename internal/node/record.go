@@ -286,3 +286,22 @@ func (n *Node) RecordCode(client string, s *Session, c Code) {
 	e.Detail = audit.Detail(detail)
 	n.audit.Record(e)
 }
+
+// Port is one request to a server in a session's sandbox (the E2B API's
+// sandbox ports), as recorded.
+type Port struct {
+	Port         int
+	Method, Path string
+	Status       int
+	Bytes        int64
+	Took         time.Duration
+}
+
+// RecordPort records a request from outside to a port of a session's
+// sandbox.
+func (n *Node) RecordPort(client string, s *Session, p Port) {
+	e := audit.Event{Kind: audit.KindPort, Tool: s.tool.Name, Sandbox: s.sb.ID(), Session: s.id, Client: client, Decision: audit.Allow}
+	e.Detail = audit.Detail(map[string]any{"port": p.Port, "method": Shorten(p.Method), "path": Shorten(p.Path),
+		"status": p.Status, "bytes": p.Bytes, "duration_ms": p.Took.Milliseconds()})
+	n.audit.Record(e)
+}

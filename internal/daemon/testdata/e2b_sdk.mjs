@@ -7,6 +7,7 @@ const errOf = (e) => ({ name: e.constructor.name, exitCode: e.exitCode, message:
 try {
   const sbx = await Sandbox.create('sh', { envs: { GREETING: 'hi' }, metadata: { team: 'a' }, timeoutMs: 120000 });
   out('created', sbx.sandboxId);
+  out('gethost', sbx.getHost(8000));
   let r = await sbx.commands.run('echo "$GREETING $EXTRA"; pwd; echo err >&2', { envs: { EXTRA: 'there' }, cwd: '/tmp' });
   out('run', { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode });
   const chunks = [];
