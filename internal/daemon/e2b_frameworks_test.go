@@ -35,8 +35,9 @@ func pyAgents(t *testing.T) string {
 // E2B integrations, installed pinned, against the daemon: the OpenAI
 // Agents SDK's E2B sandbox client, langchain-e2b's Deep Agents backend
 // and Agno's E2BTools. Only each agent's model is scripted (no model
-// service is reachable from a test); the framework creates the sandbox,
-// runs a command or code in it through the E2B SDK, and ends it. The
+// service is reachable from a test); the framework creates the sandbox
+// (langchain-e2b's backend is given one the test creates), runs a
+// command or code in it through the E2B SDK, and ends it. The
 // cases are pytest's (testdata/pyframeworks): what one fails is in its
 // output. The frameworks create sandboxes of E2B's two default
 // templates, base (the e2b SDK's) and code-interpreter-v1 (the code
@@ -44,26 +45,23 @@ func pyAgents(t *testing.T) string {
 func TestE2BPythonFrameworks(t *testing.T) {
 	needKernel(t)
 	clientsNotRaced(t)
-	py := e2bPython(t)
-	if err := exec.Command(py, "-c", "import langchain_e2b, agno.tools.e2b").Run(); err != nil {
-		t.Fatalf("AIRLOCK_TEST_PY=%s cannot import langchain-e2b and agno: %v", py, err)
-	}
-	agents := pyAgents(t)
 	isolatednet.Require(t)
 	base := serveE2B(t, "  code-interpreter-v1: {}\n  shell: {e2b_templates: [base]}\n")
 	for _, c := range []struct {
-		name, py string
-		files    []string
+		name  string
+		py    func(*testing.T) string
+		files []string
 	}{
-		{"openai-agents", agents, []string{"testdata/pyframeworks/test_openai_agents.py"}},
-		{"langchain-agno", py, []string{"testdata/pyframeworks/test_langchain_e2b.py", "testdata/pyframeworks/test_agno.py"}},
+		{"openai-agents", pyAgents, []string{"testdata/pyframeworks/test_openai_agents.py"}},
+		{"langchain-agno", pyFrameworks, []string{"testdata/pyframeworks/test_langchain_e2b.py", "testdata/pyframeworks/test_agno.py"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			py := c.py(t)
 			// No cache and no bytecode: pytest writes nothing into the
 			// module; HOME is the test's, for what a framework keeps
 			// there.
 			args := append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-rxXs"}, c.files...)
-			cmd := exec.CommandContext(t.Context(), c.py, args...)
+			cmd := exec.CommandContext(t.Context(), py, args...)
 			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "HOME="+t.TempDir(),
 				"E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey)
 			cmd.WaitDelay = 5 * time.Second
@@ -85,4 +83,15 @@ func TestE2BPythonFrameworks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pyFrameworks is AIRLOCK_TEST_PY (e2bPython), which holds langchain-e2b
+// and Agno beside the E2B SDKs.
+func pyFrameworks(t *testing.T) string {
+	t.Helper()
+	py := e2bPython(t)
+	if err := exec.Command(py, "-c", "import langchain_e2b, agno.tools.e2b").Run(); err != nil {
+		t.Fatalf("AIRLOCK_TEST_PY=%s cannot import langchain-e2b and agno: %v", py, err)
+	}
+	return py
 }
