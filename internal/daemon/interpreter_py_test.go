@@ -10,7 +10,8 @@ import (
 )
 
 // e2bPython is the Python of the virtualenv that holds E2B's Python SDKs
-// and smolagents (AIRLOCK_TEST_PY, which the test script sets). Unset,
+// and the agent frameworks that run on them: smolagents, langchain-e2b
+// and Agno (AIRLOCK_TEST_PY, which the test script sets). Unset,
 // the test skips, except in CI, where the script always makes it.
 func e2bPython(t *testing.T) string {
 	t.Helper()
