@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -57,6 +58,21 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 `
 
+// upgradeServer is a server a sandbox runs that takes a connection over
+// (as a WebSocket's is): it answers 101 and echoes what comes after,
+// upper-cased.
+const upgradeServer = `import socketserver, sys
+class H(socketserver.StreamRequestHandler):
+    def handle(self):
+        while self.rfile.readline() not in (b"\r\n", b""): pass
+        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); self.wfile.flush()
+        while True:
+            b = self.request.recv(1024)
+            if not b: return
+            self.request.sendall(b.upper())
+socketserver.TCPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+`
+
 // TestE2BPorts: with server.e2b_domain, a sandbox's port P is served at
 // P-ID.DOMAIN (E2B's getHost), to the request that carries the
 // sandbox's traffic access token, which never reaches the sandbox; the
@@ -77,13 +93,6 @@ func TestE2BPorts(t *testing.T) {
 	hostSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hostHits.Add(1) }))
 	t.Cleanup(hostSrv.Close)
 	hostPort := hostSrv.Listener.Addr().(*net.TCPAddr).Port
-	for _, sb := range []struct {
-		s    e2b.Sandbox
-		name string
-	}{{a, "a"}, {b, "b"}} {
-		code := strings.ReplaceAll(echoServer, "'", `'"'"'`)
-		e2bRun(t, base, sb.s, fmt.Sprintf(`printf '%%s' '%s' > /tmp/echo.py; nohup python3 /tmp/echo.py 8000 %s >/dev/null 2>&1 & for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000))' 2>/dev/null && break; sleep 0.05; done`, code, sb.name))
-	}
 	getPath := func(host, path string, hdr map[string]string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", base+path, nil)
@@ -100,6 +109,14 @@ func TestE2BPorts(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	get := func(host string, hdr map[string]string) (int, string) { return getPath(host, "/some/path?q=1", hdr) }
+	startServer := func(sb e2b.Sandbox, code, args string, port int) {
+		t.Helper()
+		code = strings.ReplaceAll(code, "'", `'"'"'`)
+		e2bRun(t, base, sb, fmt.Sprintf(`printf '%%s' '%s' > /tmp/s%d.py; nohup python3 /tmp/s%d.py %d %s >/dev/null 2>&1 & for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", %d))' 2>/dev/null && break; sleep 0.05; done`, code, port, port, port, args, port))
+	}
+	startServer(a, echoServer, "a", 8000)
+	startServer(b, echoServer, "b", 8000)
+	startServer(a, upgradeServer, "", 8002)
 	tok := func(sb e2b.Sandbox) map[string]string {
 		return map[string]string{"E2b-Traffic-Access-Token": *sb.TrafficAccessToken, "X-Access-Token": sb.EnvdAccessToken, "X-Api-Key": e2bKey}
 	}
@@ -140,6 +157,26 @@ func TestE2BPorts(t *testing.T) {
 	} {
 		if status, body := get(tc.host, tc.hdr); status != tc.status || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.name, status, body, tc.status, tc.want)
+		}
+	}
+	// A connection taken over (a WebSocket's upgrade): both ways, live.
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\nE2b-Traffic-Access-Token: %s\r\n\r\n", host(8002, a), *a.TrafficAccessToken)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	for _, m := range []string{"first", "second"} {
+		fmt.Fprint(c, m)
+		buf := make([]byte, len(m))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != strings.ToUpper(m) {
+			t.Fatalf("through the upgraded connection: %q %v", buf, err)
 		}
 	}
 	if n := hostHits.Load(); n != 0 {
