@@ -17,7 +17,7 @@ import (
 
 // matrixFeatures are the compatibility matrix's columns, in the probes'
 // order (testdata/e2b_matrix.mjs and .py).
-var matrixFeatures = []string{"lifecycle", "commands", "files", "watch", "pty", "interpreter", "pause", "snapshots", "network", "metrics"}
+var matrixFeatures = []string{"lifecycle", "commands", "files", "watch", "pty", "ports", "interpreter", "pause", "snapshots", "network", "metrics"}
 
 // matrixSDK is one SDK the matrix probes: its language and version, and
 // the command that runs its probe.
@@ -49,7 +49,7 @@ func TestE2BMatrix(t *testing.T) {
 	hostOnly(t)
 	needKernel(t)
 	sdks, pinned := matrixSDKs(t)
-	base := serveE2B(t, "  code-interpreter-v1: {}\n")
+	base := serveE2BWith(t, "  code-interpreter-v1: {}\n", func(o *Options) { o.Config.Server.E2BDomain = "sandbox.test" })
 	got := map[string]map[string]matrixCell{}
 	for _, sdk := range sdks {
 		row := sdk.lang + " " + sdk.version

@@ -7,6 +7,7 @@
 // "untested" or "fails" (anything else: a difference to fix).
 // TestE2BMatrix runs it and writes or checks the matrix of docs/e2b.md.
 const { Sandbox } = await import(process.env.E2B_SDK);
+const http = await import('node:http');
 const out = (k, v) => console.log(JSON.stringify({ k, v }));
 
 class Check extends Error {}
@@ -85,6 +86,21 @@ try {
     await sbx.pty.sendInput(p.pid, new TextEncoder().encode('stty size; exit 4\n'));
     const r = await p.wait().catch((e) => e);
     check(data.includes('24 80') && r.exitCode === 4, `pty said ${JSON.stringify(data.slice(-80))}`);
+  });
+  await probe('ports', async () => {
+    await sbx.commands.run('python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp >/dev/null 2>&1', { background: true });
+    await sbx.commands.run('for i in $(seq 100); do python3 -c "import socket; socket.create_connection((\'127.0.0.1\', 8000))" 2>/dev/null && exit 0; sleep 0.05; done; exit 1');
+    const api = new URL(process.env.E2B_API_URL);
+    const [status, body] = await new Promise((resolve, reject) => {
+      const req = http.request({ host: api.hostname, port: api.port, path: '/', headers: { Host: sbx.getHost(8000), 'e2b-traffic-access-token': sbx.trafficAccessToken } }, (res) => {
+        let b = '';
+        res.on('data', (d) => { b += d; });
+        res.on('end', () => resolve([res.statusCode, b]));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    check(status === 200 && body.includes('Directory listing'), `getHost(8000) answered ${status}`);
   });
   await probe('interpreter', async () => {
     if (!process.env.E2B_INTERPRETER_SDK) throw new Untested('not with this SDK');

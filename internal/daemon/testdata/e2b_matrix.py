@@ -129,6 +129,19 @@ def pty():
     check("24 80" in text and code == 4, f"pty said {text[-80:]!r}")
 
 
+def ports():
+    sbx.commands.run("python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp >/dev/null 2>&1", background=True)
+    sbx.commands.run(
+        "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8000))\" 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
+    )
+    req = urllib.request.Request(
+        os.environ["E2B_API_URL"] + "/",
+        headers={"Host": sbx.get_host(8000), "e2b-traffic-access-token": sbx.traffic_access_token},
+    )
+    with urllib.request.urlopen(req) as resp:
+        check(resp.status == 200 and b"Directory listing" in resp.read(), "get_host(8000)")
+
+
 def interpreter():
     if os.environ.get("E2B_INTERPRETER") != "1":
         raise Untested("not with this SDK")
@@ -170,6 +183,7 @@ try:
         ("files", files),
         ("watch", watch),
         ("pty", pty),
+        ("ports", ports),
         ("interpreter", interpreter),
         ("pause", pause),
         ("snapshots", snapshots),
