@@ -161,8 +161,8 @@ func TestInterpreter(t *testing.T) {
 	// A wrong token finds no sandbox.
 	wrong := sb
 	wrong.EnvdAccessToken = "not-its-token"
-	if status, _ := execute(t, base, wrong, `{"code":"1"}`); status != 404 {
-		t.Errorf("a wrong access token: %d, want 404", status)
+	if status, _ := execute(t, base, wrong, `{"code":"1"}`); status != 502 {
+		t.Errorf("a wrong access token: %d, want 502 (E2B's proxy's answer for a sandbox it does not find)", status)
 	}
 }
 
@@ -262,9 +262,9 @@ func runInterpreterSDK(t *testing.T, sdk, base string) {
 		"png":          `[[true,"iVBORw0K"]]`,
 		"dataframe":    `{"data":{"a":[1,2],"b":["x","y"]},"html":true}`,
 		"memory":       `{"name":"LimitExceeded","memory":true}`,
-		"aftermemory":  `"NotFoundError"`,
+		"aftermemory":  `"TimeoutError"`,
 		"aftertimeout": `"21"`,
-		"afterkill":    `"NotFoundError"`,
+		"afterkill":    `"TimeoutError"`,
 	}
 	for k, w := range want {
 		if string(steps[k]) != w {
@@ -358,8 +358,8 @@ threading.Thread(target=chat, daemon=True).start()`
 		if status != 200 || !strings.HasPrefix(last, "LimitExceeded") || !strings.Contains(last, "output") {
 			t.Errorf("a flood: %d, its error %q", status, last)
 		}
-		if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 404 {
-			t.Errorf("a call after the breach: %d, want 404", status)
+		if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 502 {
+			t.Errorf("a call after the breach: %d, want 502", status)
 		}
 	})
 }
@@ -488,12 +488,12 @@ func TestInterpreterContexts(t *testing.T) {
 	wrong := sb
 	wrong.TrafficAccessToken = other.TrafficAccessToken
 	for _, path := range []string{"/contexts", "/health"} {
-		if status, _ := interpCall(t, base, wrong, "GET", path, ""); status != 404 {
+		if status, _ := interpCall(t, base, wrong, "GET", path, ""); status != 502 {
 			t.Errorf("GET %s with another sandbox's token: %d", path, status)
 		}
 	}
 	wrong.TrafficAccessToken = nil
-	if status, _ := interpCall(t, base, wrong, "POST", "/contexts", `{}`); status != 404 {
+	if status, _ := interpCall(t, base, wrong, "POST", "/contexts", `{}`); status != 502 {
 		t.Errorf("a context made without a token: %d", status)
 	}
 }
@@ -637,8 +637,8 @@ func TestInterpreterCeilings(t *testing.T) {
 			if !strings.HasPrefix(last, "LimitExceeded") || !strings.Contains(last, tt.limit) || time.Since(started) > 20*time.Second {
 				t.Errorf("an execution past the %s ceiling: %q after %v", tt.limit, last, time.Since(started))
 			}
-			if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 404 {
-				t.Errorf("a call after the breach: %d, want 404", status)
+			if status, _ := execute(t, base, sb, `{"code":"1"}`); status != 502 {
+				t.Errorf("a call after the breach: %d, want 502", status)
 			}
 		})
 	}

@@ -344,11 +344,11 @@ func (d *Server) e2bInterpreter(r *http.Request) (*e2bSandbox, error) {
 			subtle.ConstantTimeCompare([]byte(r.Header.Get("E2B-Traffic-Access-Token")), []byte(sb.traffic)) == 1)
 	if !ok {
 		d.Counts().Unauthorized.Add(1)
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q not found, or the access token is not its", node.Shorten(id))
+		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
 	if sb.s.View().State != "active" {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
+		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
 	}
 	return sb, nil
 }

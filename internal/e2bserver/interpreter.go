@@ -39,7 +39,7 @@ func (d *Server) startKernel(ctx context.Context, client string, sb *e2bSandbox,
 	case err == nil:
 		return k, nil
 	case errors.Is(err, node.ErrGone):
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
+		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended", sb.s.ID())
 	case errors.Is(err, interp.ErrStart):
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "the %s context did not start: %v", c.language, err)
 	}

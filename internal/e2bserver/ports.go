@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -157,7 +159,7 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := sb.s.Sandbox().DialPort(ctx, port)
+				c, err := dialPort(ctx, sb.s.Sandbox(), port)
 				if err != nil {
 					dialErr = err
 				}
@@ -171,7 +173,7 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			switch {
-			case errors.Is(dialErr, sandbox.ErrPortClosed):
+			case errors.Is(dialErr, unix.ECONNREFUSED):
 				writeAPIError(w, errdefs.Errorf(errPortClosed, "the sandbox %q is running but port is not open (port %d)", node.Shorten(id), port))
 			case errors.Is(dialErr, sandbox.ErrDead), sb.s.View().State != "active":
 				writeAPIError(w, errdefs.Errorf(errEnded, "sandbox %q was not found", node.Shorten(id)))
@@ -184,6 +186,27 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 	d.RecordPort(edge.ClientOf(r), sb.s, node.Port{Port: port, Method: r.Method, Path: r.URL.Path,
 		Status: rec.status(), Bytes: rec.bytes.Load(), Took: time.Since(began)})
 	return nil
+}
+
+// dialPortTimeout bounds a connect to a sandbox's port: inside one
+// namespace on loopback, one that does not answer at once is a listener
+// whose backlog is full.
+const dialPortTimeout = 5 * time.Second
+
+// dialPort connects to port on the sandbox's own loopback (127.0.0.1
+// inside its network namespace), as a process of the sandbox would: what
+// its servers listen on there, or on all addresses, and nothing else —
+// not the host's ports, another sandbox's, or the egress gateway's (on
+// other loopback addresses).
+func dialPort(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
+	var c net.Conn
+	err := sb.InNetNS(func() error {
+		d := net.Dialer{Timeout: dialPortTimeout}
+		var err error
+		c, err = d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		return err
+	})
+	return c, err
 }
 
 // portWriter is the proxied answer's writer, counting what it writes.

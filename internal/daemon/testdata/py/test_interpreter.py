@@ -133,7 +133,8 @@ def test_killed_during(create):
         kill.join()
     assert ex.logs.stdout == ["start\n"]
     assert (ex.error.name, ex.error.value) == ("SandboxEnded", "the sandbox ended (deleted) during the execution")
-    with pytest.raises(NotFoundException):
+    # E2B's proxy's answer for a sandbox it does not find (502).
+    with pytest.raises(TimeoutException, match="was not found"):
         s.run_code("1")
 
 
@@ -147,5 +148,5 @@ def test_killed(create):
     s = create(timeout=120)
     assert s.run_code("1 + 1").text == "2"
     s.kill()
-    with pytest.raises(NotFoundException):
+    with pytest.raises(TimeoutException, match="was not found"):
         s.run_code("1")
