@@ -378,9 +378,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.tsrv != nil {
 		go func() { errc <- d.tsrv.Serve(d.tcp) }()
 	}
+	// Whether the E2B listener answers TLS, read from the config: Serve
+	// itself sets the server's TLSConfig (for HTTP/2) as it starts.
+	e2bTLS := d.opts.Config.Server.E2BTLS != nil
 	if d.e2bsrv != nil {
 		go func() {
-			if d.e2bsrv.TLSConfig != nil {
+			if e2bTLS {
 				errc <- d.e2bsrv.ServeTLS(d.e2bl, "", "")
 				return
 			}
@@ -396,7 +399,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.opts.Logger.Info("listening", "tcp", d.tcp.Addr().String(), "tokens", len(d.opts.Config.Server.Tokens))
 	}
 	if d.e2bl != nil {
-		d.opts.Logger.Info("listening", "e2b", d.e2bl.Addr().String(), "tls", d.e2bsrv.TLSConfig != nil, "tokens", len(d.opts.Config.Server.Tokens))
+		d.opts.Logger.Info("listening", "e2b", d.e2bl.Addr().String(), "tls", e2bTLS, "tokens", len(d.opts.Config.Server.Tokens))
 	}
 	if len(d.opts.Config.Order) == 0 && len(d.opts.Config.MCPServerOrder) == 0 {
 		d.opts.Logger.Warn("no tools are configured: every run and session names a tool, so none can start (see docs/config.md)", "config", d.opts.Config.Path)

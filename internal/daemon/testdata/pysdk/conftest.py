@@ -98,15 +98,6 @@ class Client:
             self.loop.close()
 
 
-def differs_for(request, cond, reason, raises=AssertionError):
-    """Marks the running case xfail (strict) where cond holds: airlock
-    answers otherwise than E2B's cloud would, as reason says, and the case,
-    which asserts E2B's answer, fails with raises (any other failure is
-    still a failure)."""
-    if cond:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason, raises=raises))
-
-
 @pytest.fixture(scope="module", params=["sync", "async"])
 def client(request):
     c = Client(request.param)

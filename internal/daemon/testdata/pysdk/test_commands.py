@@ -8,7 +8,6 @@ import time
 import pytest
 from e2b import CommandExitException, SandboxException, TimeoutException
 
-from conftest import differs_for
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def test_exit_code(sbx):
     assert "exit status 3" in e.value.error
 
 
-def test_timeout(request, client, sbx):
+def test_timeout(client, sbx):
     began = time.monotonic()
     with pytest.raises(TimeoutException):
         sbx.commands.run("sleep 30", timeout=0.5)

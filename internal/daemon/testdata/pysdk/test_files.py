@@ -19,7 +19,6 @@ from e2b import (
 from e2b.exceptions import FileNotFoundException
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 
-from conftest import differs_for
 
 
 def collect(client, stream):
@@ -197,7 +196,7 @@ def test_list_order(sbx, tree):
     ]
 
 
-def test_symlink(request, sbx):
+def test_symlink(sbx):
     sbx.commands.run("ln -sfn /etc /workspace/evil && ln -sfn dir /workspace/rel")
     # A link the sandbox planted is never followed out of its directories
     # (airlock's rule, documented; E2B's envd follows it).
@@ -250,13 +249,13 @@ def test_urls(client, sbx):
     assert sbx.files.read("/workspace/url.txt") == "hello url"
 
 
-def test_expired_url(request, sbx):
+def test_expired_url(sbx):
     url = sbx.download_url("/workspace/url.txt", use_signature_expiration=-10)
     r = httpx.get(url)
     assert r.status_code == 401 and "expired" in r.text
 
 
-def test_watch(request, client, sbx):
+def test_watch(client, sbx):
     sbx.files.make_dir("/workspace/w")
     seen = []
     cmd = "cd /workspace/w && echo x > f.txt && mkdir d && sleep 0.3 && echo y > d/g.txt && mv f.txt h.txt && rm h.txt"

@@ -19,7 +19,6 @@ from e2b import (
     SandboxState,
 )
 
-from conftest import differs_for
 
 TEAM = "t-" + uuid.uuid4().hex[:8]
 
@@ -61,7 +60,7 @@ def test_set_timeout(sbx):
     assert near(sbx.get_info().end_at, datetime.now(timezone.utc) + timedelta(seconds=120), 5)
 
 
-def test_metrics(request, sbx):
+def test_metrics(sbx):
     sbx.get_metrics()
     sbx.commands.run("i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
     [m] = sbx.get_metrics()
@@ -115,18 +114,18 @@ def test_list_pages(client, pair):
     assert pages(client, meta, order="asc") == [[b1], [b2]]
 
 
-def test_list_newest_first(request, client, pair):
+def test_list_newest_first(client, pair):
     meta, b1, b2 = pair
     assert pages(client, meta) == [[b2], [b1]]
     assert pages(client, meta, order="desc") == [[b2], [b1]]
 
 
-def test_list_by_template(request, client, pair):
+def test_list_by_template(client, pair):
     meta, b1, b2 = pair
     assert client.list(query=SandboxQuery(metadata=meta, template="small")).next_items() == []
 
 
-def test_list_started_after(request, client, pair):
+def test_list_started_after(client, pair):
     meta, b1, b2 = pair
     later = datetime.now(timezone.utc) + timedelta(hours=1)
     assert client.list(query=SandboxQuery(metadata=meta, started_after=later)).next_items() == []
@@ -143,7 +142,7 @@ def test_connect(client, sbx):
     assert near(sbx.get_info().end_at, datetime.now(timezone.utc) + timedelta(seconds=200), 5)
 
 
-def test_connect_does_not_shorten(request, client):
+def test_connect_does_not_shorten(client):
     s = client.create(timeout=120)
     try:
         client.connect(s.sandbox_id, timeout=5)
