@@ -253,6 +253,6 @@ func (f *Front) e2bEnvd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := f.e2bPass(w, r, id); err != nil {
-		writeConnectErr(w, r, err)
+		writeConnectErr(w, r, sandboxSide(id, err))
 	}
 }

@@ -39,6 +39,9 @@ var signatureForm = regexp.MustCompile(`^v1_[A-Za-z0-9+/]{43}$`)
 // nodes in turn until one accepts the signature.
 func (f *Front) e2bFiles(w http.ResponseWriter, r *http.Request) {
 	if err := f.e2bFile(w, r); err != nil {
+		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+			err = sandboxSide(id, err)
+		}
 		writeE2BErr(w, err)
 	}
 }
@@ -75,10 +78,17 @@ func (f *Front) e2bFile(w http.ResponseWriter, r *http.Request) error {
 	for _, n := range f.e2bNodes() {
 		resp, err := f.forwardFile(r, n.E2B, body)
 		if err == nil {
-			if last != nil {
-				last.Body.Close()
+			// A node whose sandboxes did not sign the URL answers 401;
+			// the answer is the node's that did, whatever it says, else
+			// a 401.
+			if last == nil || last.StatusCode == http.StatusUnauthorized || resp.StatusCode/100 == 2 {
+				if last != nil {
+					last.Body.Close()
+				}
+				last, lastNode = resp, n.Name
+			} else {
+				resp.Body.Close()
 			}
-			last, lastNode = resp, n.Name
 			if resp.StatusCode/100 == 2 {
 				break
 			}
@@ -97,7 +107,7 @@ func (f *Front) e2bFile(w http.ResponseWriter, r *http.Request) error {
 		relay(w, last, lastNode)
 		return nil
 	}
-	return errdefs.New(errdefs.ErrNotFound, "no live node accepts the URL's signature")
+	return errdefs.New(errSignature, "invalid signature")
 }
 
 // checkFileCall refuses a file call that no node could accept, before
@@ -114,7 +124,7 @@ func checkFileCall(r *http.Request, id string) error {
 		return errdefs.New(errdefs.ErrInvalid, "a file call carries E2b-Sandbox-Id and X-Access-Token, or is a signed URL")
 	}
 	if !signatureForm.MatchString(q.Get("signature")) {
-		return errdefs.New(errdefs.ErrNotFound, "no sandbox signed this URL for this path and operation")
+		return errdefs.New(errSignature, "invalid signature")
 	}
 	if v := q.Get("signature_expiration"); v != "" {
 		exp, err := strconv.ParseInt(v, 10, 64)
@@ -122,7 +132,7 @@ func checkFileCall(r *http.Request, id string) error {
 			return errdefs.Errorf(errdefs.ErrInvalid, "signature_expiration %q is not a time in Unix seconds", shorten(v))
 		}
 		if time.Now().Unix() > exp {
-			return errdefs.New(errdefs.ErrNotFound, "the signed URL has expired")
+			return errdefs.New(errSignature, "signature is already expired")
 		}
 	}
 	return nil

@@ -40,7 +40,23 @@ var (
 	// errNotRunning: envd's health check of a sandbox the front cannot
 	// reach: the SDK reads any 502 as "not running".
 	errNotRunning = errdefs.New(errdefs.ErrUnavailable, "the sandbox is not running")
+	// errGone: a sandbox-side call (commands, files) on a sandbox no
+	// live node holds: what E2B's proxy answers for a sandbox it does not
+	// find, 502 "was not found", as a node answers for one that ended.
+	errGone = errdefs.New(errdefs.ErrUnavailable, "the sandbox was not found")
+	// errSignature: a signed URL that no node's sandbox signed, or one
+	// past its expiry: 401, as envd answers.
+	errSignature = errdefs.New(errdefs.ErrDenied, "invalid signature")
 )
+
+// sandboxSide is err of a sandbox-side call as E2B answers it: a sandbox
+// that is not there, or whose node is gone, is errGone.
+func sandboxSide(id string, err error) error {
+	if errors.Is(err, errNodeGone) || errdefs.Class(err) == errdefs.ErrNotFound {
+		return errdefs.Errorf(errGone, "sandbox %q was not found (%v)", shorten(id), err)
+	}
+	return err
+}
 
 // nodeStatus is a node's refusal passed on with the node's own status.
 type nodeStatus struct {
@@ -117,6 +133,8 @@ var e2bKinds = []struct {
 }{
 	// First: a health check's failure is 502 whatever its cause.
 	{errNotRunning, e2bAnswer{http.StatusBadGateway, e2b.CodeUnavailable}},
+	{errGone, e2bAnswer{http.StatusBadGateway, e2b.CodeUnavailable}},
+	{errSignature, e2bAnswer{http.StatusUnauthorized, e2b.CodeUnauthenticated}},
 	{errUnauthenticated, e2bAnswer{http.StatusUnauthorized, e2b.CodeUnauthenticated}},
 	// The SDK tells a sandbox that has ended by 404.
 	{errNodeGone, e2bAnswer{http.StatusNotFound, e2b.CodeNotFound}},

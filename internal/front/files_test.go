@@ -41,8 +41,13 @@ func startFakeNode(t *testing.T, name string) *fakeNode {
 		q := r.URL.Query()
 		ok := r.Header.Get("E2b-Sandbox-Id") == n.id && r.Header.Get("X-Access-Token") == n.token ||
 			q.Has("signature") && q.Get("signature") == e2b.Signature(q.Get("path"), "write", q.Get("username"), n.token, 0)
-		if !ok {
-			e2b.WriteAPIError(w, http.StatusNotFound, "no such sandbox")
+		switch {
+		case !ok && q.Has("signature"):
+			// As a node: a signature none of its sandboxes made.
+			e2b.WriteAPIError(w, http.StatusUnauthorized, "invalid signature")
+			return
+		case !ok:
+			e2b.WriteAPIError(w, http.StatusBadGateway, "sandbox was not found, or the access token is not its")
 			return
 		}
 		k, err := io.Copy(io.Discard, r.Body)
@@ -113,9 +118,9 @@ func TestFilesRefusedUnread(t *testing.T) {
 		want                  int
 	}{
 		{"no credential", "/files?path=a", "", http.StatusBadRequest},
-		{"a forged signature", "/files?path=a&signature=v1_" + strings.Repeat("A", 43), "", http.StatusNotFound},
-		{"a sandbox id without its token", "/files?path=a", "E2b-Sandbox-Id: " + a.id + "\r\n", http.StatusNotFound},
-		{"another sandbox's token", "/files?path=a", "E2b-Sandbox-Id: " + a.id + "\r\nX-Access-Token: " + b.token + "\r\n", http.StatusNotFound},
+		{"a forged signature", "/files?path=a&signature=v1_" + strings.Repeat("A", 43), "", http.StatusUnauthorized},
+		{"a sandbox id without its token", "/files?path=a", "E2b-Sandbox-Id: " + a.id + "\r\n", http.StatusBadGateway},
+		{"another sandbox's token", "/files?path=a", "E2b-Sandbox-Id: " + a.id + "\r\nX-Access-Token: " + b.token + "\r\n", http.StatusBadGateway},
 	}
 	runtime.GC()
 	var ms runtime.MemStats

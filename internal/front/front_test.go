@@ -374,7 +374,7 @@ func TestCluster(t *testing.T) {
 			}
 			for k, want := range map[string]string{
 				"run": `"hi from airlock-init\n"`, "bg": `"bg\n"`, "read": `"via the front"`, "download": `"via the front"`, "upload": `[200,3145728]`,
-				"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"NotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
+				"list": `["` + id + `"]`, "info": `"sh"`, "kill": `true`, "after": `"SandboxNotFoundError"`, "pages": `[2,true]`, "wrongkey": `"AuthenticationError"`,
 				"alive": `true`, "dead": `false`, "connect": `"via the front"`,
 			} {
 				if steps[k] != want {
