@@ -51,6 +51,8 @@ var ErrNotFound = errors.New("timerslack: the runtime's monitor thread was not f
 const (
 	attempts  = 400
 	sightings = 4
+	// searches bounds findMonitor's searches.
+	searches = 4
 )
 
 // SetMonitor sets the timer slack of the Go runtime's monitor thread of
@@ -98,18 +100,23 @@ func Get(tid int) (time.Duration, error) {
 }
 
 // findMonitor looks for the monitor; when it is not found, it runs a
-// garbage collection and looks again. A monitor that found every processor
-// idle sleeps on a futex, not in nanosleep, until something wakes it, and
-// a goroutine that merely runs does not: starting the world after a
-// collection does, and the monitor then sleeps in nanosleep again for as
-// long as a processor is busy (this search's).
+// garbage collection and looks again, searches times at most. A monitor
+// that found every processor idle sleeps on a futex, not in nanosleep,
+// until something wakes it, and a goroutine that merely runs does not:
+// starting the world after a collection does, and the monitor then sleeps
+// in nanosleep again for as long as a processor is busy (this search's).
+// On a loaded host other threads are seen in nanosleep beside it more
+// often, and one search may not find it alone four times in a row.
 func findMonitor() (int, error) {
-	tid, err := searchMonitor()
-	if !errors.Is(err, ErrNotFound) {
-		return tid, err
+	var tid int
+	var err error
+	for range searches {
+		if tid, err = searchMonitor(); !errors.Is(err, ErrNotFound) {
+			return tid, err
+		}
+		runtime.GC()
 	}
-	runtime.GC()
-	return searchMonitor()
+	return tid, err
 }
 
 func searchMonitor() (int, error) {
