@@ -145,7 +145,9 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 
 	began := time.Now()
 	rec := &portWriter{ResponseWriter: w}
-	var dialErr error
+	// Why the dial failed, for the answer: set by the transport's dial,
+	// which may end after the request did (hence atomic).
+	var dialErr atomic.Pointer[error]
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "127.0.0.1:"+strconv.Itoa(port)
@@ -161,7 +163,7 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				c, err := dialPort(ctx, sb.s.Sandbox(), port)
 				if err != nil {
-					dialErr = err
+					dialErr.Store(&err)
 				}
 				return c, err
 			},
@@ -172,10 +174,13 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 		},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if de := dialErr.Load(); de != nil {
+				err = *de
+			}
 			switch {
-			case errors.Is(dialErr, unix.ECONNREFUSED):
+			case errors.Is(err, unix.ECONNREFUSED):
 				writeAPIError(w, errdefs.Errorf(errPortClosed, "the sandbox %q is running but port is not open (port %d)", node.Shorten(id), port))
-			case errors.Is(dialErr, sandbox.ErrDead), sb.s.View().State != "active":
+			case errors.Is(err, sandbox.ErrDead), sb.s.View().State != "active":
 				writeAPIError(w, errdefs.Errorf(errEnded, "sandbox %q was not found", node.Shorten(id)))
 			default:
 				writeAPIError(w, errdefs.Errorf(errdefs.ErrUnavailable, "the sandbox's port %d did not answer", port))
