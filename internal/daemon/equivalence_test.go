@@ -455,7 +455,7 @@ secrets:
 tools:
   sh:
     pool: {warm: 1}
-    limits: {time: 500ms}
+    limits: {time: 2s}
     env: {GREETING: hello}
   other: {}
 `, nil)
