@@ -44,11 +44,15 @@ func ReadParentCeiling(cgroupParent string) (ParentCeiling, error) {
 	return ParentCeiling{Memory: c.MemoryBytes, MemoryAt: c.MemoryAt, Pids: c.Pids, PidsAt: c.PidsAt}, err
 }
 
-// Usage is what the live sandboxes reserve now.
+// Usage is what the live sandboxes reserve now. Paused sandboxes are
+// live: they count in Sandboxes, Memory and Pids, and Paused and
+// PausedMemory say how much of that they are.
 type Usage struct {
-	Sandboxes int   `json:"sandboxes"`
-	Memory    int64 `json:"memory_bytes"`
-	Pids      int64 `json:"pids"`
+	Sandboxes    int   `json:"sandboxes"`
+	Memory       int64 `json:"memory_bytes"`
+	Pids         int64 `json:"pids"`
+	Paused       int   `json:"paused"`
+	PausedMemory int64 `json:"paused_memory_bytes"`
 }
 
 // ErrCapacity is wrapped by the error of a Start or Create refused because
@@ -103,6 +107,22 @@ func (g *ledger) give(l Limits) {
 	g.u.Sandboxes--
 	g.u.Memory -= l.Memory
 	g.u.Pids -= l.Pids
+}
+
+// pause notes that a sandbox holding l is paused: it stays booked.
+func (g *ledger) pause(l Limits) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.u.Paused++
+	g.u.PausedMemory += l.Memory
+}
+
+// unpause undoes pause.
+func (g *ledger) unpause(l Limits) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.u.Paused--
+	g.u.PausedMemory -= l.Memory
 }
 
 func (g *ledger) usage() Usage {

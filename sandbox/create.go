@@ -127,11 +127,15 @@ type Sandbox struct {
 	ready    sync.Once
 	readyErr error
 
+	// pauseMu is held by Pause and Resume, one at a time.
+	pauseMu sync.Mutex
+
 	// destroy runs Destroy once; destroyE is its error.
 	destroy  sync.Once
 	destroyE error
 
-	// mu guards waiters, nextID and killed, and dead is closed under it.
+	// mu guards waiters, nextID, killed, frozen and pauses, and dead is
+	// closed under it.
 	// An exec is added to execs under it, once killed is checked, so
 	// that Destroy's wait counts every exec that started.
 	mu sync.Mutex
@@ -142,6 +146,10 @@ type Sandbox struct {
 	dead chan struct{}
 	// killed is set once init has been sent SIGKILL: no exec may start.
 	killed bool
+	// frozen says the sandbox is paused (pause.go), since when and for
+	// how long before in pauses.
+	frozen bool
+	pauses pauseClock
 	// execs counts the execs in flight; Destroy waits for them.
 	execs sync.WaitGroup
 	// running counts the commands whose monitor runs, and watchOnce

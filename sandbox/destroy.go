@@ -72,6 +72,7 @@ func closeFile(f *os.File) {
 func (s *Sandbox) kill() {
 	s.mu.Lock()
 	s.killed = true
+	frozen := s.frozen
 	s.mu.Unlock()
 	if s.pidfd != nil {
 		// The pidfd names this init even if its pid were reused.
@@ -80,6 +81,12 @@ func (s *Sandbox) kill() {
 				_ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0)
 			})
 		}
+	}
+	if frozen {
+		// A paused sandbox is thawed once killed: its processes then
+		// die of the SIGKILL pending, running nothing else (a v1
+		// frozen task would not die at all).
+		_ = s.group.Thaw()
 	}
 }
 
@@ -167,6 +174,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	// cgroup alone.
 	errs = append(errs, s.lock.release())
 	s.lock = nil
+	s.unfreeze()
 	if s.booked {
 		s.rt.ledger.give(s.limits)
 		s.booked = false

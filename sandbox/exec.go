@@ -116,6 +116,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	// bounds the whole attempt, the wait for the setup included: a setup
 	// that outlasts it is a breach of it, and the sandbox is destroyed.
 	x.began = time.Now()
+	x.pausedBefore = s.pausedFor()
 	wctx, cancel := context.WithTimeoutCause(ctx, s.ceilings().Time, errSetupTime)
 	err = s.awaitStart(wctx)
 	cancel()
@@ -180,6 +181,9 @@ type execution struct {
 	// the time ceiling counts from began (a setup still running is part
 	// of the attempt), the command's wall time from start.
 	began, start time.Time
+	// pausedBefore is how long the sandbox had been paused when the
+	// command began: the time ceiling leaves out pauses after it.
+	pausedBefore time.Duration
 
 	// The host's ends of the command's stdin, stdout and stderr; or
 	// for a command with a terminal, none of them and pty, the terminal's
@@ -209,15 +213,19 @@ type cpuBase struct{ nanos int64 }
 
 func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 	s.mu.Lock()
-	killed := s.killed
-	if !killed {
+	killed, frozen := s.killed, s.frozen
+	if !killed && !frozen {
 		// Counted under mu: once Destroy has set killed, it waits for
 		// every exec counted before.
 		s.execs.Add(1)
 	}
 	s.mu.Unlock()
-	if killed {
+	switch {
+	case killed:
 		return nil, ErrDead
+	case frozen:
+		// Init is frozen: the command would wait, unseen, for a resume.
+		return nil, ErrPaused
 	}
 	defer func() {
 		if err != nil {
@@ -460,7 +468,14 @@ wait:
 		case <-x.breached:
 			break wait
 		case <-timer.C:
-			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.ceilings().Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis})
+			// The ceiling counts the time the sandbox ran: a pause
+			// since began moves the deadline on by its length.
+			ran := time.Since(x.began) - (s.pausedFor() - x.pausedBefore)
+			if left := s.ceilings().Time - ran; left > 0 {
+				timer.Reset(left)
+				continue
+			}
+			x.setBreach(&result.Limit{Name: result.LimitTime, Ceiling: s.ceilings().Time.Milliseconds(), Observed: ran.Milliseconds(), Unit: result.UnitMillis})
 		case <-ctx.Done():
 			runErr = context.Cause(ctx)
 			s.kill()

@@ -1,0 +1,119 @@
+package sandbox
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+// TestPauseResume pauses a sandbox with a command spinning in it and one
+// waiting out most of its time ceiling: paused, it takes no CPU (the
+// kernel's accounting, read from the host), refuses new commands and
+// counts as paused in the ledger; resumed, the same processes go on, and
+// the time spent paused does not count against the ceiling. A sandbox
+// destroyed while paused leaves nothing behind.
+func TestPauseResume(t *testing.T) {
+	rt := testRuntime(t)
+	spec := Spec{Limits: DefaultLimits()}
+	spec.Limits.Time = 2 * time.Second
+	sb, err := rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := traceOf(t, sb)
+	before := rt.Usage()
+
+	spun := make(chan *result.Result, 1)
+	go func() {
+		spun <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "while :; do :; done"}, Resident: true})
+	}()
+	timed := make(chan *result.Result, 1)
+	go func() {
+		timed <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1.4; echo woke"}, Capture: true, KeepAlive: true})
+	}()
+	cpu := func() time.Duration {
+		n, err := sb.group.CPUUsage()
+		if err != nil {
+			t.Fatalf("CPUUsage: %v", err)
+		}
+		return time.Duration(n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); cpu() < 50*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the spinner never ran")
+		}
+	}
+
+	if err := sb.Pause(t.Context()); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if !sb.Paused() {
+		t.Error("Paused() = false after Pause")
+	}
+	if err := sb.Pause(t.Context()); err != nil {
+		t.Errorf("a second Pause: %v", err)
+	}
+	u := rt.Usage()
+	if u.Paused != before.Paused+1 || u.PausedMemory != before.PausedMemory+spec.Limits.Memory {
+		t.Errorf("Usage() paused = %d, %d; want %d, %d", u.Paused, u.PausedMemory, before.Paused+1, before.PausedMemory+spec.Limits.Memory)
+	}
+	r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/true"}})
+	if r.Outcome != result.Error {
+		t.Errorf("Exec while paused: outcome %s, want an error", r.Outcome)
+	}
+	at := cpu()
+	// Longer than the time ceiling: paused time must not count.
+	time.Sleep(2500 * time.Millisecond)
+	if d := cpu() - at; d > 5*time.Millisecond {
+		t.Errorf("a paused sandbox used %v of CPU in 2.5s; want none", d)
+	}
+
+	if err := sb.Resume(); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if sb.Paused() {
+		t.Error("Paused() = true after Resume")
+	}
+	if u := rt.Usage(); u.Paused != before.Paused {
+		t.Errorf("Usage().Paused = %d after Resume, want %d", u.Paused, before.Paused)
+	}
+	select {
+	case r := <-timed:
+		if r.Outcome != result.Exited || r.ExitCode != 0 || string(r.Stdout) != "woke\n" {
+			t.Errorf("the command paused past its time ceiling: %s (limit %+v, error %q, stdout %q); want exit 0, \"woke\"", r.Outcome, r.Limit, r.Error, r.Stdout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the paused command never finished after Resume")
+	}
+	at = cpu()
+	for deadline := time.Now().Add(5 * time.Second); cpu()-at < 50*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			select {
+			case r := <-spun:
+				t.Fatalf("the spinner ended: %s %+v %q", r.Outcome, r.Limit, r.Error)
+			default:
+			}
+			t.Fatalf("the spinner did not run again after Resume (frozen: %v)", sb.Paused())
+		}
+	}
+
+	// Destroyed while paused: killed, thawed, gone.
+	if err := sb.Pause(t.Context()); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Errorf("Destroy of a paused sandbox: %v", err)
+	}
+	trace.assertGone(t)
+	if r := <-spun; r.Outcome == result.Exited {
+		t.Errorf("the spinner exited by itself: %+v", r)
+	}
+	if u := rt.Usage(); u.Paused != before.Paused || u.PausedMemory != before.PausedMemory || u.Sandboxes != before.Sandboxes-1 {
+		t.Errorf("Usage() after Destroy = %+v; want one sandbox fewer than %+v, none more paused", u, before)
+	}
+	if err := sb.Pause(t.Context()); !errors.Is(err, ErrDead) {
+		t.Errorf("Pause of a destroyed sandbox = %v, want ErrDead", err)
+	}
+}
