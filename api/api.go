@@ -163,6 +163,14 @@ type SessionRequest struct {
 	MaxLifetime string `json:"max_lifetime,omitempty"`
 }
 
+// ResumeRequest is the optional body of POST /v1/sessions/{id}/resume.
+type ResumeRequest struct {
+	// MaxLifetime, if set, is the least lifetime the resumed session
+	// has from now ("30m"); without it, it has what it had left when
+	// paused.
+	MaxLifetime string `json:"max_lifetime,omitempty"`
+}
+
 // Session describes a session (POST /v1/sessions, GET /v1/sessions/{id}).
 type Session struct {
 	ID        string `json:"id"`
@@ -171,10 +179,14 @@ type Session struct {
 	// Node is the cluster node it is on, in a front's lists; empty in a
 	// daemon's own.
 	Node string `json:"node,omitempty"`
-	// State is active or ended; EndReason says why it ended (deleted,
-	// idle timeout, max lifetime, limit: NAME, sandbox died, shutdown).
+	// State is active, paused or ended; EndReason says why it ended
+	// (deleted, idle timeout, max lifetime, paused too long, limit:
+	// NAME, sandbox died, shutdown).
 	State     string `json:"state"`
 	EndReason string `json:"end_reason,omitempty"`
+	// PausedAt is when a paused session was paused; its Expires then
+	// moves with the clock, since its lifetime stands still.
+	PausedAt string `json:"paused_at,omitempty"`
 	Created   string `json:"created"`
 	LastUsed  string `json:"last_used"`
 	Expires   string `json:"expires"`
@@ -195,6 +207,7 @@ type ExecRequest struct {
 // Session states.
 const (
 	SessionActive = "active"
+	SessionPaused = "paused"
 	SessionEnded  = "ended"
 )
 

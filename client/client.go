@@ -451,6 +451,32 @@ func (c *Client) GetFile(ctx context.Context, id, path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
+// PauseSession pauses a session: its processes frozen, its clocks
+// stopped, until ResumeSession.
+func (c *Client) PauseSession(ctx context.Context, id string) (*api.Session, error) {
+	return c.sessionPost(ctx, "/v1/sessions/"+url.PathEscape(id)+"/pause", nil)
+}
+
+// ResumeSession resumes a paused session; req may be nil.
+func (c *Client) ResumeSession(ctx context.Context, id string, req *api.ResumeRequest) (*api.Session, error) {
+	var body any
+	if req != nil {
+		body = req
+	}
+	return c.sessionPost(ctx, "/v1/sessions/"+url.PathEscape(id)+"/resume", body)
+}
+
+// sessionPost posts body to path and decodes the session it answers.
+func (c *Client) sessionPost(ctx context.Context, path string, body any) (*api.Session, error) {
+	resp, err := c.do(ctx, http.MethodPost, path, body, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var s api.Session
+	return &s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
 // DeleteSession ends a session and destroys its sandbox.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/sessions/"+url.PathEscape(id), nil)

@@ -67,6 +67,10 @@ const (
 	// KindPort: a request from outside to a server in a session's
 	// sandbox (the E2B API's sandbox ports).
 	KindPort = "session.port"
+	// KindSessionPaused and KindSessionResumed: a session paused (its
+	// sandbox frozen) and resumed, with who asked and why.
+	KindSessionPaused  = "session.paused"
+	KindSessionResumed = "session.resumed"
 )
 
 // Kinds are every kind of event, in the order above.

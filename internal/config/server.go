@@ -5,14 +5,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
 var (
 	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
-	tokenKeys    = []string{"auditor", "concurrency", "name", "secret", "tools"}
-	capacityKeys = []string{"memory", "output", "pids", "sandboxes"}
+	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "tools"}
+	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes"}
 )
 
 // Server configures `airlock serve`'s listeners.
@@ -42,6 +43,10 @@ type Server struct {
 	Capacity Capacity
 }
 
+// MaxPausedFor is the longest capacity.paused_for: a paused session
+// holds its memory, and no node should promise it for longer.
+const MaxPausedFor = 30 * 24 * time.Hour
+
 // TLSFiles name a listener's certificate chain and key, PEM files.
 type TLSFiles struct {
 	Cert, Key string
@@ -62,6 +67,12 @@ type Capacity struct {
 	// take it whole (not streamed): each such run reserves its output
 	// ceiling of it. 0 is the default.
 	Output int64
+	// Paused bounds the sessions paused at once on the node (each still
+	// holds its sandbox and memory); 0 is the default, 64.
+	Paused int
+	// PausedFor is how long a session may stay paused before it ends;
+	// 0 is the default, 24h.
+	PausedFor time.Duration
 }
 
 // Token is one bearer token: its value is a secret, read at start, and
@@ -74,6 +85,9 @@ type Token struct {
 	// calls) plus the sessions and MCP servers it holds open; 0 is no
 	// bound of its own (the node's capacity still applies).
 	Concurrency int
+	// Paused bounds the sessions of the token paused at once; 0 is no
+	// bound of its own (the node's, capacity.paused, still applies).
+	Paused int
 	// Auditor lets the token read every caller's audit events of the
 	// tools it may use; any other token reads only the events it caused
 	// itself (its runs, sessions, requests and refusals), since another
@@ -209,7 +223,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency and auditor", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused and auditor", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -231,6 +245,10 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				var n int64
 				n, err = p.integer(f.val, fsub, 1, 1<<20)
 				t.Concurrency = int(n)
+			case "paused":
+				var n int64
+				n, err = p.integer(f.val, fsub, 1, 1<<20)
+				t.Paused = int(n)
 			case "tools":
 				if t.Tools, err = p.distinct(f.val, fsub, nil); err == nil {
 					items, _ := p.list(f.val, fsub)
@@ -268,7 +286,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 // (a size).
 func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 	var c Capacity
-	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids and output", capacityKeys)
+	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids, output, paused and paused_for", capacityKeys)
 	if err != nil {
 		return c, err
 	}
@@ -279,6 +297,18 @@ func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 			var v int64
 			v, err = p.integer(f.val, sub, 1, 1<<20)
 			c.Sandboxes = int(v)
+		case "paused":
+			var v int64
+			v, err = p.integer(f.val, sub, 1, 1<<20)
+			c.Paused = int(v)
+		case "paused_for":
+			var d *time.Duration
+			if d, err = p.duration(f.val, sub, false); err == nil {
+				if *d < time.Minute || *d > MaxPausedFor {
+					err = p.errAt(f.val, sub, "%s: want a duration from 1m to %s", quote(d.String()), MaxPausedFor)
+				}
+				c.PausedFor = *d
+			}
 		case "pids":
 			var v *int64
 			if v, err = p.count(f.val, sub); err == nil {

@@ -179,6 +179,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	no := node.Options{Config: opts.Config, Sandbox: opts.Sandbox, MaxSessions: opts.MaxSessions, CaptureWait: opts.CaptureWait,
+		MaxPaused: opts.Config.Server.Capacity.Paused, PausedFor: opts.Config.Server.Capacity.PausedFor,
 		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger}
 	if !opts.Embedded {
 		no.ExportAudit = os.Stdout

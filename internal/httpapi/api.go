@@ -76,6 +76,8 @@ type Core interface {
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	Kill(ctx context.Context, c *node.Caller, id, client string) error
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Pause(ctx context.Context, s *node.Session, client, reason string) error
+	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
 	Plan(tool string) attach.Plan
 	PoolStats(tool string) (pool.Stats, bool)
 	Quitting() context.Context

@@ -61,6 +61,12 @@ func (f *fakeCore) Kill(context.Context, *node.Caller, string, string) error {
 func (f *fakeCore) OpenSession(context.Context, *config.Tool, string, *node.Caller, time.Duration, time.Duration, *attach.Policy) (*node.Session, error) {
 	return nil, node.ErrShutdown
 }
+func (f *fakeCore) Pause(context.Context, *node.Session, string, string) error {
+	return errors.New("not in this fake")
+}
+func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.Duration) (bool, error) {
+	return false, errors.New("not in this fake")
+}
 func (f *fakeCore) Plan(string) attach.Plan { return attach.Plan{} }
 func (f *fakeCore) PoolStats(tool string) (pool.Stats, bool) {
 	_, ok := f.cfg.Tools[tool]

@@ -47,6 +47,8 @@ func (d *Server) sessionRoutes(mux *http.ServeMux) {
 		http.MethodDelete: d.deleteSession,
 	}))
 	mux.HandleFunc("/v1/sessions/{id}/exec", edge.Only(http.MethodPost, d.postExec))
+	mux.HandleFunc("/v1/sessions/{id}/pause", edge.Only(http.MethodPost, d.postPause))
+	mux.HandleFunc("/v1/sessions/{id}/resume", edge.Only(http.MethodPost, d.postResume))
 	mux.HandleFunc("/v1/sessions/{id}/files/{path...}", methods(map[string]http.HandlerFunc{
 		http.MethodGet: d.getFile,
 		http.MethodPut: d.putFile,
@@ -113,14 +115,60 @@ func (d *Server) lookup(w http.ResponseWriter, r *http.Request) *node.Session {
 	return s
 }
 
-// enterOrEnded registers a call in s, or answers that it has ended.
+// enterOrEnded registers a call in s, or answers that it has ended or is
+// paused.
 func enterOrEnded(w http.ResponseWriter, s *node.Session) bool {
 	if s.Enter() {
 		return true
 	}
-	v := s.View()
-	edge.WriteErr(w, errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", v.ID, v.EndReason))
+	err := s.EnterError()
+	if err == nil {
+		// Resumed in between: one more try, then the answer.
+		if s.Enter() {
+			return true
+		}
+		err = errdefs.Errorf(errdefs.ErrConflict, "session %s is pausing or ending", s.ID())
+	}
+	edge.WriteErr(w, err)
 	return false
+}
+
+// postPause pauses a session: its processes frozen, its clocks stopped
+// (docs/api.md). The answer is the paused session.
+func (d *Server) postPause(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil {
+		return
+	}
+	if err := d.Pause(r.Context(), s, edge.ClientOf(r), node.PauseAsked); err != nil {
+		edge.WriteErr(w, err)
+		return
+	}
+	edge.WriteJSON(w, http.StatusOK, s.View())
+}
+
+// postResume resumes a paused session; a body's max_lifetime, if
+// given, is the least lifetime it has from now. Resuming a session that
+// is not paused changes nothing.
+func (d *Server) postResume(w http.ResponseWriter, r *http.Request) {
+	s := d.lookup(w, r)
+	if s == nil {
+		return
+	}
+	var req api.ResumeRequest
+	if r.ContentLength != 0 && !decodeBody(w, r, &req) {
+		return
+	}
+	life, err := node.ParseBound(req.MaxLifetime, 0, node.MaxLife, "max_lifetime")
+	if err != nil {
+		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
+		return
+	}
+	if _, err := d.Resume(r.Context(), s, edge.ClientOf(r), node.PauseAsked, life); err != nil {
+		edge.WriteErr(w, err)
+		return
+	}
+	edge.WriteJSON(w, http.StatusOK, s.View())
 }
 
 // listSessions answers the sessions the caller may see (a token, its

@@ -39,6 +39,12 @@ type Options struct {
 	// MaxSessions bounds the sessions and MCP servers open at once (each
 	// holds a sandbox and a uid range); 0 means 256.
 	MaxSessions int
+	// MaxPaused bounds the sessions paused at once (each still holds
+	// its sandbox and memory); 0 means DefaultMaxPaused.
+	MaxPaused int
+	// PausedFor is how long a session may stay paused before it ends;
+	// 0 means DefaultPausedFor.
+	PausedFor time.Duration
 	// CaptureWait is how long a run whose output is captured waits for
 	// room in the captured-output budget (server.capacity.output) before
 	// it is refused; 0 means 30s.
@@ -69,6 +75,7 @@ type Node struct {
 
 	counts Counters
 	holds  holds
+	paused pausedHolds
 	// capture bounds the output held for callers that take it whole
 	// (see capture.go).
 	capture  *captureBudget
@@ -158,6 +165,12 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = 256
+	}
+	if opts.MaxPaused <= 0 {
+		opts.MaxPaused = DefaultMaxPaused
+	}
+	if opts.PausedFor <= 0 {
+		opts.PausedFor = DefaultPausedFor
 	}
 	if opts.CaptureWait <= 0 {
 		opts.CaptureWait = DefaultCaptureWait

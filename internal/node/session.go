@@ -51,9 +51,16 @@ type Session struct {
 	idle    time.Duration
 	expires time.Time
 	onEnd   func(reason string) // records the end
+	// scope is the session's audit scope; token its owner's token (nil
+	// for the local socket), whose ceiling of paused sessions applies.
+	scope runScope
+	token *config.Token
+	// pauseMu is held by Pause and Resume, one at a time; taken before
+	// mu.
+	pauseMu sync.Mutex
 
-	// mu guards lastUsed, running, ended, endReason, endedAt and
-	// kernels. A call
+	// mu guards lastUsed, running, ended, endReason, endedAt, kernels,
+	// the pause's fields and lifecycle. A call
 	// is added to wg under it, once ended is checked, so that end's wait
 	// counts every call. It is taken after sessions.mu (see reap).
 	mu        sync.Mutex
@@ -65,6 +72,16 @@ type Session struct {
 	// kernels are the code interpreter's kernels started before the
 	// claim (kernel.go), until an edge takes them.
 	kernels []*Kernel
+	// paused says the session is paused (pause.go): since pausedAt,
+	// with lifeLeft of its lifetime left; unpause gives back its place
+	// among the paused sessions. lifecycle says what its timeout does.
+	paused    bool
+	pausedAt  time.Time
+	lifeLeft  time.Duration
+	unpause   func()
+	lifecycle Lifecycle
+	// timingOut says the reaper is pausing it on timeout already.
+	timingOut bool
 	wg      sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
@@ -106,17 +123,24 @@ func (s *Session) View() api.Session {
 		Expires:  s.expires.UTC().Format(time.RFC3339Nano),
 		Running:  s.running,
 	}
-	if s.ended {
+	switch {
+	case s.ended:
 		v.State, v.EndReason = api.SessionEnded, s.endReason
+	case s.paused:
+		v.State, v.PausedAt = api.SessionPaused, s.pausedAt.UTC().Format(time.RFC3339Nano)
+		// The lifetime stands still while paused: its end is as far
+		// from now as it was from the pause.
+		v.Expires = time.Now().Add(s.lifeLeft).UTC().Format(time.RFC3339Nano)
 	}
 	return v
 }
 
-// Enter registers a call in the session; false when it has ended.
+// Enter registers a call in the session; false when it has ended or is
+// paused (EnterError says which).
 func (s *Session) Enter() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended {
+	if s.ended || s.paused {
 		return false
 	}
 	s.running++
@@ -147,11 +171,18 @@ func (s *Session) Leave() {
 func (s *Session) End(ctx context.Context, reason string) error {
 	s.mu.Lock()
 	first := !s.ended
+	var unpause func()
 	if first {
 		s.ended, s.endReason, s.endedAt = true, reason, time.Now()
 		close(s.ending)
+		// An ended session is not paused: its place among the paused
+		// is given back (its sandbox is thawed as it is killed).
+		unpause, s.unpause, s.paused = s.unpause, nil, false
 	}
 	s.mu.Unlock()
+	if unpause != nil {
+		unpause()
+	}
 	if first {
 		go s.finish(context.WithoutCancel(ctx), reason)
 	}
@@ -227,7 +258,7 @@ func (n *Node) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			n.sessions.mu.Lock()
-			var end []*Session
+			var end, pause []*Session
 			var why []string
 			for id, s := range n.sessions.m {
 				s.mu.Lock()
@@ -235,18 +266,35 @@ func (n *Node) reap(ctx context.Context) {
 				case s.ended && now.Sub(s.endedAt) > endedKept:
 					delete(n.sessions.m, id)
 				case s.ended:
+				case !alive(s.sb):
+					end, why = append(end, s), append(why, "sandbox died")
+				case s.paused && now.Sub(s.pausedAt) > n.opts.PausedFor:
+					end, why = append(end, s), append(why, "paused too long")
+				case s.paused:
+					// Its lifetime and idle timeout stand still.
+				case now.After(s.expires) && s.lifecycle.PauseOnTimeout:
+					if !s.timingOut {
+						s.timingOut = true
+						pause = append(pause, s)
+					}
 				case now.After(s.expires):
 					end, why = append(end, s), append(why, "max lifetime")
 				case s.running == 0 && now.Sub(s.lastUsed) > s.idle:
 					end, why = append(end, s), append(why, "idle timeout")
-				case !alive(s.sb):
-					end, why = append(end, s), append(why, "sandbox died")
 				}
 				s.mu.Unlock()
 			}
 			n.sessions.mu.Unlock()
 			for i, s := range end {
 				go s.End(ctx, why[i])
+			}
+			for _, s := range pause {
+				go func() {
+					n.pauseOnTimeout(ctx, s)
+					s.mu.Lock()
+					s.timingOut = false
+					s.mu.Unlock()
+				}()
 			}
 		}
 	}
@@ -335,6 +383,7 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 	}
 	now := time.Now()
 	s := &Session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
+		scope: *scope, token: c.Token,
 		onEnd: func(reason string) {
 			release()
 			e := scope.event(audit.KindSessionEnded)
@@ -511,17 +560,26 @@ func (s *Session) Sandbox() *sandbox.Sandbox { return s.sb }
 // Created is when the session was opened.
 func (s *Session) Created() time.Time { return s.created }
 
-// Expires is when the session ends at the latest.
+// Expires is when the session ends at the latest; for a paused session,
+// whose lifetime stands still, as far from now as it was from the pause.
 func (s *Session) Expires() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.paused {
+		return time.Now().Add(s.lifeLeft)
+	}
 	return s.expires
 }
 
-// SetLife makes the session end life from now at the latest.
+// SetLife makes the session end life from now at the latest (for a
+// paused session: life after it resumes).
 func (s *Session) SetLife(life time.Duration) {
 	s.mu.Lock()
-	s.expires = time.Now().Add(life)
+	if s.paused {
+		s.lifeLeft = life
+	} else {
+		s.expires = time.Now().Add(life)
+	}
 	s.mu.Unlock()
 }
 
@@ -529,7 +587,9 @@ func (s *Session) SetLife(life time.Duration) {
 // it would end later already: it never shortens the session's life.
 func (s *Session) ExtendLife(life time.Duration) {
 	s.mu.Lock()
-	if t := time.Now().Add(life); t.After(s.expires) {
+	if s.paused {
+		s.lifeLeft = max(s.lifeLeft, life)
+	} else if t := time.Now().Add(life); t.After(s.expires) {
 		s.expires = t
 	}
 	s.mu.Unlock()

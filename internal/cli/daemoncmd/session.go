@@ -44,14 +44,16 @@ var sessionUsage = map[string]string{
 	"ls":     "ls",
 	"show":   "show ID",
 	"rm":     "rm ID",
+	"pause":  "pause ID",
+	"resume": "resume [--max-lifetime D] ID",
 	"exec":   "exec [-t] ID -- CMD [ARG...]",
 	"cp":     "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
 }
 
-// sessionCmd is `airlock session create|ls|exec|cp|rm|show`.
+// sessionCmd is `airlock session create|ls|exec|cp|rm|show|pause|resume`.
 func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdio.Stderr, "Usage: airlock session create|ls|exec|cp|show|rm ...; airlock session SUBCOMMAND -h for each")
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock session create|ls|exec|cp|show|rm|pause|resume ...; airlock session SUBCOMMAND -h for each")
 		if len(args) == 0 {
 			return &cli.ExitError{Code: cli.ExitUsage}
 		}
@@ -60,7 +62,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	sub, rest := args[0], args[1:]
 	synopsis, ok := sessionUsage[sub]
 	if !ok {
-		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm)", sub)
+		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm, pause, resume)", sub)
 	}
 	name := "airlock session " + sub
 	fs, tgt, asJSON := daemonFlags(name, stdio)
@@ -74,6 +76,9 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		tool = fs.String("tool", "", "tool of the session (required)")
 		idle = fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m")
 		life = fs.String("max-lifetime", "", "end the session this long after it began, e.g. 1h")
+	}
+	if sub == "resume" {
+		life = fs.String("max-lifetime", "", "the least lifetime the session has from now, e.g. 30m (default: what it had left when paused)")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stdio.Stderr, "Usage: %s [flags] %s\n\nFlags:\n", "airlock session", synopsis)
@@ -140,6 +145,24 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			return bad("want one session ID, got %d arguments", len(pos))
 		}
 		return c.DeleteSession(ctx, pos[0])
+	case "pause", "resume":
+		if len(pos) != 1 {
+			return bad("want one session ID, got %d arguments", len(pos))
+		}
+		var s *api.Session
+		if sub == "pause" {
+			s, err = c.PauseSession(ctx, pos[0])
+		} else {
+			s, err = c.ResumeSession(ctx, pos[0], &api.ResumeRequest{MaxLifetime: *life})
+		}
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdio.Stdout, s)
+		}
+		fmt.Fprintf(stdio.Stdout, "%s %s, expires %s\n", termtext.String(s.ID), termtext.String(s.State), termtext.String(s.Expires))
+		return nil
 	case "exec":
 		if len(pos) > 1 && pos[1] == "--" {
 			pos = append(pos[:1], pos[2:]...)

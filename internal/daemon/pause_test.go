@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+)
+
+// sandboxCPU reads the CPU time a sandbox's cgroup has used, from the
+// host (v1 cpuacct.usage or v2 cpu.stat).
+func sandboxCPU(t *testing.T, id string) time.Duration {
+	t.Helper()
+	for _, dir := range sandboxCgroups(id) {
+		if b, err := os.ReadFile(filepath.Join(dir, "cpuacct.usage")); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return time.Duration(n)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					return time.Duration(n) * time.Microsecond
+				}
+			}
+		}
+	}
+	t.Fatalf("no CPU accounting found for sandbox %s", id)
+	return 0
+}
+
+// TestSessionPauseResume pauses a session with a process spinning in it,
+// over the native API: paused, the kernel's accounting (read from the
+// host) shows it takes no CPU, its calls are refused as paused, and a
+// second paused session is past the node's ceiling of one; resumed, the
+// same process runs on. A session ended while paused leaves no cgroup,
+// and the pause and the resume are in the audit log with who asked.
+func TestSessionPauseResume(t *testing.T) {
+	_, sock := serveConfig(t, testConfig+"server:\n  capacity: {paused: 1}\n", nil)
+	c := client.New(sock)
+	ctx := t.Context()
+	s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", `sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $! > spinner`}})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("start the spinner: %+v %v", r, err)
+	}
+	waitCPU := func(from time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); sandboxCPU(t, s.SandboxID)-from < 50*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the spinner does not run")
+			}
+		}
+	}
+	waitCPU(0)
+
+	p, err := c.PauseSession(ctx, s.ID)
+	if err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if p.State != api.SessionPaused || p.PausedAt == "" {
+		t.Errorf("paused session %+v; want state paused with paused_at", p)
+	}
+	var ce *client.Error
+	if _, err := c.PauseSession(ctx, s.ID); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Errorf("a second pause: %v; want 409", err)
+	}
+	if _, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"true"}}); !errors.As(err, &ce) || ce.Status != 409 || !strings.Contains(err.Error(), "paused") {
+		t.Errorf("exec while paused: %v; want 409 saying it is paused", err)
+	}
+	if _, err := c.GetFile(ctx, s.ID, "spinner"); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Errorf("a file read while paused: %v; want 409", err)
+	}
+	at := sandboxCPU(t, s.SandboxID)
+	time.Sleep(500 * time.Millisecond)
+	if d := sandboxCPU(t, s.SandboxID) - at; d > 5*time.Millisecond {
+		t.Errorf("a paused session's sandbox used %v of CPU in 500ms; want none", d)
+	}
+
+	other, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PauseSession(ctx, other.ID); !errors.As(err, &ce) || ce.Status != 429 || !strings.Contains(err.Error(), "server.capacity.paused") {
+		t.Errorf("a pause past capacity.paused: %v; want 429 naming the ceiling", err)
+	}
+	if o, err := c.Session(ctx, other.ID); err != nil || o.State != api.SessionActive {
+		t.Errorf("the refused session: %+v %v; want it active, unchanged", o, err)
+	}
+
+	resumed, err := c.ResumeSession(ctx, s.ID, nil)
+	if err != nil || resumed.State != api.SessionActive {
+		t.Fatalf("resume: %+v %v", resumed, err)
+	}
+	waitCPU(sandboxCPU(t, s.SandboxID))
+	r, err = c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", `kill -0 "$(cat spinner)" && echo alive`}})
+	if err != nil || string(r.Stdout) != "alive\n" {
+		t.Fatalf("the spinner after resume: %+v %v", r, err)
+	}
+	if _, err := c.ResumeSession(ctx, s.ID, nil); err != nil {
+		t.Errorf("resuming a running session: %v; want nothing done", err)
+	}
+	// Its place among the paused is free again.
+	if _, err := c.PauseSession(ctx, other.ID); err != nil {
+		t.Errorf("pause once the first resumed: %v", err)
+	}
+
+	// Ended while paused: nothing of it is left.
+	if _, err := c.PauseSession(ctx, s.ID); !errors.As(err, &ce) || ce.Status != 429 {
+		t.Errorf("pause past the ceiling again: %v; want 429", err)
+	}
+	if err := c.DeleteSession(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if left := sandboxCgroups(other.SandboxID); len(left) > 0 {
+		t.Errorf("a session ended while paused left its cgroups: %v", left)
+	}
+	if _, err := c.PauseSession(ctx, s.ID); err != nil {
+		t.Errorf("pause once the paused one ended: %v", err)
+	}
+	if err := c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	page, err := c.Audit(ctx, client.AuditQuery{Session: s.ID, Kind: "session"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range page.Events {
+		if strings.HasPrefix(e.Kind, "session.paused") || strings.HasPrefix(e.Kind, "session.resumed") {
+			kinds = append(kinds, e.Kind)
+			if e.Client == "" || !strings.Contains(string(e.Detail), `"reason":"asked"`) {
+				t.Errorf("%s event %+v: want who asked and the reason", e.Kind, e)
+			}
+		}
+	}
+	if got, want := strings.Join(kinds, ","), "session.paused,session.resumed,session.paused"; got != want {
+		t.Errorf("audit: %s; want %s", got, want)
+	}
+}
