@@ -187,9 +187,9 @@ type Session struct {
 	// PausedAt is when a paused session was paused; its Expires then
 	// moves with the clock, since its lifetime stands still.
 	PausedAt string `json:"paused_at,omitempty"`
-	Created   string `json:"created"`
-	LastUsed  string `json:"last_used"`
-	Expires   string `json:"expires"`
+	Created  string `json:"created"`
+	LastUsed string `json:"last_used"`
+	Expires  string `json:"expires"`
 	// Running counts execs in progress.
 	Running int `json:"running"`
 }

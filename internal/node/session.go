@@ -82,7 +82,7 @@ type Session struct {
 	lifecycle Lifecycle
 	// timingOut says the reaper is pausing it on timeout already.
 	timingOut bool
-	wg      sync.WaitGroup // execs and file calls in flight
+	wg        sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
 	ending chan struct{}
