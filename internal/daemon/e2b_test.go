@@ -404,7 +404,10 @@ func TestE2BAttacks(t *testing.T) {
 		t.Errorf("the owner's info after the attacks: %d %s", status, b)
 	}
 	for _, c := range []struct{ name, body, want string }{
-		{"refused option", `{"templateID":"sh","autoPause":true}`, "pausing is not supported"},
+		{"refused option", `{"templateID":"sh","volumeMounts":[{"name":"v","path":"/data"}]}`, "volumeMounts"},
+		{"a pause that keeps files only", `{"templateID":"sh","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory: false"},
+		{"resume on traffic without a pause on timeout", `{"templateID":"sh","autoResume":{"enabled":true}}`, "autoResume"},
+		{"autoPause not a boolean", `{"templateID":"sh","autoPause":"yes"}`, `\"autoPause\": want true or false`},
 		{"wider network", `{"templateID":"sh","network":{"allowOut":["0.0.0.0/0"]}}`, "network.allowOut"},
 		{"timeout too long", `{"templateID":"sh","timeout":999999}`, "timeout 999999 s"},
 		{"timeout that overflows into range", `{"templateID":"sh","timeout":18446744075}`, "timeout 18446744075 s"},

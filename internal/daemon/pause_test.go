@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 )
 
 // sandboxCPU reads the CPU time a sandbox's cgroup has used, from the
@@ -146,5 +149,55 @@ func TestSessionPauseResume(t *testing.T) {
 	}
 	if got, want := strings.Join(kinds, ","), "session.paused,session.resumed,session.paused"; got != want {
 		t.Errorf("audit: %s; want %s", got, want)
+	}
+}
+
+// TestE2BPauseJS pauses and resumes sandboxes through E2B's JavaScript
+// SDK (testdata/e2b_pause.mjs): pause then connect (the same process,
+// its count kept in memory, and the files), a second pause answered
+// false, another key refused, the paused state listed; auto-pause on
+// timeout, then a resume on traffic (autoResume) or on connect.
+func TestE2BPauseJS(t *testing.T) {
+	sdk := e2bSDK(t)
+	isolatednet.Require(t)
+	base := serveE2B(t, "")
+	cmd := exec.Command("node", "testdata/e2b_pause.mjs")
+	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey, "OTHER_KEY=other-0123456789abcdef")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	steps := scriptSteps(outb)
+	if err != nil || steps["fatal"] != nil {
+		t.Fatalf("the SDK's script: %v\n%s\n%s", err, outb, stderr.String())
+	}
+	want := map[string]string{
+		"pause":        `true`,
+		"pausedstate":  `"paused"`,
+		"pauseagain":   `false`,
+		"whilepaused":  `"SandboxNotFoundError"`,
+		"otherkey":     `"SandboxNotFoundError"`,
+		"listpaused":   `["this"]`,
+		"resumedstate": `"running"`,
+		"sameprocess":  `true`,
+		"files":        `"files survive a pause"`,
+		"lifecycle":    `{"onTimeout":"pause","autoResume":true}`,
+		"autopaused":   `true`,
+		"autoresumed":  `"running"`,
+		"autosame":     `true`,
+		"keptpaused":   `true`,
+		"noautoresume": `"SandboxNotFoundError"`,
+		"keptconnect":  `"up\n"`,
+		"stillrunning": `"running"`,
+	}
+	for k, v := range want {
+		if got := string(steps[k]); got != v {
+			t.Errorf("%s: got %s, want %s", k, got, v)
+		}
+	}
+	if m := string(steps["memoryless"]); !strings.Contains(m, "keeps only the files") {
+		t.Errorf("a pause without memory: %s; want it refused, saying why", m)
+	}
+	if t.Failed() {
+		t.Logf("the SDK said:\n%s\n%s", outb, stderr.String())
 	}
 }

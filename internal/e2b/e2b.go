@@ -85,6 +85,14 @@ type Detail struct {
 	MemoryMB    int64             `json:"memoryMB"`
 	DiskSizeMB  int64             `json:"diskSizeMB"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	Lifecycle   *Lifecycle        `json:"lifecycle,omitempty"`
+}
+
+// Lifecycle is what a sandbox does on timeout ("kill" or "pause") and
+// whether traffic resumes it once paused.
+type Lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 // TimeoutRequest is the body of POST /sandboxes/{id}/timeout and of

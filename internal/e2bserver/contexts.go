@@ -347,8 +347,8 @@ func (d *Server) e2bInterpreter(r *http.Request) (*e2bSandbox, error) {
 		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
-	if sb.s.View().State != "active" {
-		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
+	if err := d.awake(r, sb); err != nil {
+		return nil, err
 	}
 	return sb, nil
 }

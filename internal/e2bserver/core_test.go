@@ -3,6 +3,7 @@ package e2bserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -40,6 +41,12 @@ func (f *fakeCore) Authorize(c *node.Caller, tool string) error {
 }
 func (f *fakeCore) Exec(context.Context, *node.Session, string, sandbox.ExecRequest) (*result.Result, error) {
 	return nil, node.ErrGone
+}
+func (f *fakeCore) Pause(context.Context, *node.Session, string, string) error {
+	return errors.New("not in this fake")
+}
+func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.Duration) (bool, error) {
+	return false, errors.New("not in this fake")
 }
 func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
 	return nil, f.open(t, c, life)

@@ -181,8 +181,8 @@ func (d *Server) e2bSigned(r *http.Request, op string) (*e2bSandbox, error) {
 	if exp != 0 && time.Now().Unix() > exp {
 		return nil, errSignatureExpired
 	}
-	if found.s.View().State != "active" {
-		return nil, errEnded
+	if err := d.awake(r, found); err != nil {
+		return nil, err
 	}
 	return found, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -117,7 +118,7 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
-	if sb == nil || sb.s.View().State != "active" {
+	if sb == nil || sb.s.View().State == api.SessionEnded {
 		return errdefs.Errorf(errEnded, "sandbox %q was not found", node.Shorten(id))
 	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get(trafficHeader)), []byte(sb.traffic)) != 1 {
@@ -125,6 +126,11 @@ func (d *Server) servePort(w http.ResponseWriter, r *http.Request, port int, id 
 		return errNoTraffic
 	}
 	netlimit.Vouch(r.Context())
+	// A paused sandbox's kernel would take the connection and hold it
+	// unanswered: it is resumed first, or the request refused.
+	if err := d.awake(r, sb); err != nil {
+		return err
+	}
 	if sb.portRequests.Add(1) > maxPortRequests {
 		sb.portRequests.Add(-1)
 		return errdefs.Errorf(node.ErrTooMany, "sandbox %q has %d requests to its ports in flight; try again later", node.Shorten(id), maxPortRequests)

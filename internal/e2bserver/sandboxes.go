@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -90,10 +91,15 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	}
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
+	lc, err := lifecycle(raw)
+	if err != nil {
+		return err
+	}
 	s, err := d.OpenSession(r.Context(), t, edge.ClientOf(r), c, node.MaxLife, life, narrowed)
 	if err != nil {
 		return err
 	}
+	s.SetLifecycle(lc)
 	var tok, traffic [24]byte
 	rand.Read(tok[:])
 	rand.Read(traffic[:])
@@ -108,7 +114,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	// The sandboxes that have ended leave the table: their sessions
 	// answer for a while longer, these never again.
 	for id, old := range d.e2b.m {
-		if old.s.View().State != "active" {
+		if old.s.View().State == api.SessionEnded {
 			delete(d.e2b.m, id)
 		}
 	}
@@ -209,7 +215,7 @@ func (d *Server) e2bFind(id string, c *node.Caller) *e2bSandbox {
 	d.e2b.mu.Lock()
 	sb := d.e2b.m[id]
 	d.e2b.mu.Unlock()
-	if sb == nil || (c != nil && c.Name != sb.s.Owner()) || sb.s.View().State != "active" {
+	if sb == nil || (c != nil && c.Name != sb.s.Owner()) || sb.s.View().State == api.SessionEnded {
 		return nil
 	}
 	return sb
@@ -227,9 +233,13 @@ func (d *Server) e2bLookup(r *http.Request, c *node.Caller) (*e2bSandbox, error)
 func (sb *e2bSandbox) detail() e2b.Detail {
 	v := sb.s.View()
 	l := sb.limits
+	state := "running"
+	if v.State == api.SessionPaused {
+		state = "paused"
+	}
 	return e2b.Detail{SandboxID: v.ID, TemplateID: v.Tool, Alias: v.Tool, ClientID: "airlock", StartedAt: v.Created, EndAt: v.Expires,
-		EnvdVersion: e2b.EnvdVersion, State: "running", CPUCount: max(1, int(l.CPUMilli+999)/1000), MemoryMB: l.Memory >> 20,
-		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata}
+		EnvdVersion: e2b.EnvdVersion, State: state, CPUCount: max(1, int(l.CPUMilli+999)/1000), MemoryMB: l.Memory >> 20,
+		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata, Lifecycle: e2bLifecycle(sb.s.Lifecycle())}
 }
 
 func (d *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
@@ -275,9 +285,9 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 		return err
 	}
 	out := []e2b.Detail{}
-	if st := r.URL.Query().Get("state"); st != "" && !strings.Contains(st, "running") {
-		edge.WriteJSON(w, http.StatusOK, out)
-		return nil
+	states, err := listStates(r.URL.Query()["state"])
+	if err != nil {
+		return err
 	}
 	// By creation and then id, newest first unless asked otherwise: a
 	// page goes on after the last one of the one before, whatever ended
@@ -298,7 +308,8 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 		if sb == nil {
 			continue
 		}
-		match := true
+		d := sb.detail()
+		match := states[d.State]
 		for k, v := range want {
 			match = match && sb.metadata[k] == v
 		}
@@ -310,11 +321,31 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 			w.Header().Set("X-Next-Token", listToken(last))
 			break
 		}
-		out = append(out, sb.detail())
+		out = append(out, d)
 		last = s
 	}
 	edge.WriteJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// listStates reads a list's state filter, as the SDKs send it: repeated
+// (JS), or comma-separated (Python); none is both states.
+func listStates(vs []string) (map[string]bool, error) {
+	states := map[string]bool{}
+	for _, v := range vs {
+		for st := range strings.SplitSeq(v, ",") {
+			switch st {
+			case "running", "paused":
+				states[st] = true
+			default:
+				return nil, errdefs.Errorf(errdefs.ErrInvalid, "state %q: want running or paused", node.Shorten(st))
+			}
+		}
+	}
+	if len(states) == 0 {
+		states["running"], states["paused"] = true, true
+	}
+	return states, nil
 }
 
 // listFilter is what GET /v2/sandboxes selects beside metadata and state,
@@ -390,8 +421,10 @@ func (d *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *node.C
 	return nil
 }
 
+// e2bConnect answers a sandbox's credentials: 200 for a running one,
+// 201 for a paused one, which it resumes.
 func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
-	var req e2b.TimeoutRequest
+	var req connectRequest
 	if err := e2bDecode(r, &req); err != nil {
 		return err
 	}
@@ -399,16 +432,24 @@ func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Call
 	if err != nil {
 		return err
 	}
-	if req.Timeout != nil {
-		life, err := e2bTimeout(req.Timeout, 0)
-		if err != nil {
-			return err
-		}
+	life, err := connectLife(req)
+	if err != nil {
+		return err
+	}
+	resumed, err := d.Resume(r.Context(), sb.s, edge.ClientOf(r), node.PauseAsked, max(life, e2bDefaultTimeout))
+	if err != nil {
+		return err
+	}
+	if life > 0 {
 		// As E2B's: connecting may lengthen a sandbox's life, never
 		// shorten it (setTimeout does either).
 		sb.s.ExtendLife(life)
 	}
-	d.e2bAnswer(w, http.StatusOK, sb)
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	d.e2bAnswer(w, status, sb)
 	return nil
 }
 

@@ -109,6 +109,8 @@ type Core interface {
 	Counts() *node.Counters
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Pause(ctx context.Context, s *node.Session, client, reason string) error
+	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
 	Plan(tool string) attach.Plan
 	RecordCode(client string, s *node.Session, c node.Code)
 	RecordPort(client string, s *node.Session, p node.Port)
@@ -161,10 +163,10 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", api(d.e2bMetrics))
 	mux.HandleFunc("DELETE /sandboxes/{id}", api(d.e2bKill))
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", api(d.e2bPause))
+	mux.HandleFunc("POST /sandboxes/{id}/resume", api(d.e2bResume))
 	// What airlock does not do is refused by name, never a bare 404.
 	for route, why := range map[string]string{
-		"POST /sandboxes/{id}/pause":     "airlock does not pause sandboxes: a sandbox is used and destroyed (docs/e2b.md)",
-		"POST /sandboxes/{id}/resume":    "airlock does not pause or resume sandboxes: a sandbox is used and destroyed (docs/e2b.md)",
 		"POST /sandboxes/{id}/snapshots": "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
 		"GET /snapshots":                 "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
 	} {
@@ -265,8 +267,6 @@ func e2bTimeout(secs *int, def time.Duration) (time.Duration, error) {
 // rather than ignored.
 var e2bRefused = map[string]string{
 	"mcp":          "an MCP gateway in the sandbox is not supported; configure MCP servers in airlock (docs/mcp.md)",
-	"autoPause":    "pausing is not supported: a sandbox is used and destroyed",
-	"autoResume":   "pausing is not supported: a sandbox is used and destroyed",
 	"volumeMounts": "volumes are not supported; use the files API",
 	"iam":          "identity tokens are not supported; airlock's credential broker attaches credentials at the edge (docs/config.md, services)",
 }
@@ -288,8 +288,8 @@ func (d *Server) e2bEnvd(r *http.Request) (*e2bSandbox, error) {
 		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found, or the access token is not its", node.Shorten(id))
 	}
 	netlimit.Vouch(r.Context())
-	if sb.s.View().State != "active" {
-		return nil, errdefs.Errorf(errEnded, "sandbox %q was not found: it has ended (%s)", node.Shorten(id), sb.s.View().EndReason)
+	if err := d.awake(r, sb); err != nil {
+		return nil, err
 	}
 	if u, ok := basicUser(r); ok {
 		if err := checkUser(u); err != nil {

@@ -115,7 +115,12 @@ try {
     }
   });
   await probe('pause', async () => {
+    await sbx.commands.run('sh -c "sleep 600" >/dev/null 2>&1 & echo $! > /tmp/paused');
     await (sbx.pause ? sbx.pause() : sbx.betaPause());
+    check((await sbx.getInfo()).state === 'paused', 'getInfo of a paused sandbox');
+    const again = await Sandbox.connect(sbx.sandboxId);
+    const r = await again.commands.run('kill -0 "$(cat /tmp/paused)" && echo alive');
+    check(r.stdout === 'alive\n', 'connect resumes it, its process alive');
   });
   await probe('snapshots', async () => {
     await sbx.createSnapshot();

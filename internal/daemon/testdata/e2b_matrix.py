@@ -156,7 +156,12 @@ def interpreter():
 
 
 def pause():
+    sbx.commands.run('sh -c "sleep 600" >/dev/null 2>&1 & echo $! > /tmp/paused')
     (sbx.pause if hasattr(sbx, "pause") else sbx.beta_pause)()
+    check(sbx.get_info().state.value == "paused", "get_info of a paused sandbox")
+    again = Sandbox.connect(sbx.sandbox_id)
+    r = again.commands.run('kill -0 "$(cat /tmp/paused)" && echo alive')
+    check(r.stdout == "alive\n", "connect resumes it, its process alive")
 
 
 def snapshots():
