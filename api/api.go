@@ -154,13 +154,61 @@ const NDJSON = "application/x-ndjson"
 
 // SessionRequest is the body of POST /v1/sessions.
 type SessionRequest struct {
+	// Tool is the session's tool; with Snapshot it may be left out (it
+	// is the snapshot's), or must be the snapshot's.
 	Tool string `json:"tool"`
+	// Snapshot, if set, names a snapshot (its id or name) whose files
+	// the session's fresh sandbox starts with.
+	Snapshot string `json:"snapshot,omitempty"`
 	// IdleTimeout ends the session after this long without an exec or
 	// file call ("10m"); default 10m, at most MaxLifetime.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
 	// MaxLifetime ends the session this long after it began ("1h");
 	// default 1h, at most 24h.
 	MaxLifetime string `json:"max_lifetime,omitempty"`
+}
+
+// SnapshotRequest is the optional body of POST
+// /v1/sessions/{id}/snapshots.
+type SnapshotRequest struct {
+	// Name, if set, names the snapshot among its owner's (1 to 64
+	// letters, digits, - _ .).
+	Name string `json:"name,omitempty"`
+}
+
+// Snapshot describes a snapshot: a session's files (its workspace and
+// /tmp) captured as an immutable archive, from which fresh sessions of
+// its tool start (POST /v1/sessions with snapshot).
+type Snapshot struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	// Digest is the SHA-256 of its archive.
+	Digest string `json:"digest"`
+	Tool   string `json:"tool"`
+	// Source is the session it was taken of.
+	Source string `json:"source"`
+	// Size is the bytes of its files; Files how many entries it holds;
+	// Skipped what it could not (FIFOs, sockets, devices).
+	Size    int64  `json:"size_bytes"`
+	Files   int    `json:"files"`
+	Skipped int    `json:"skipped,omitempty"`
+	Created string `json:"created"`
+}
+
+// ForkRequest is the body of POST /v1/sessions/{id}/fork.
+type ForkRequest struct {
+	// Count is how many sessions to make, 1 to 100 (default 1).
+	Count int `json:"count,omitempty"`
+	// MaxLifetime is each new session's ("1h" default, as a new
+	// session's).
+	MaxLifetime string `json:"max_lifetime,omitempty"`
+}
+
+// Forked is one outcome of a fork: the new session, or why it was not
+// made.
+type Forked struct {
+	Session *Session `json:"session,omitempty"`
+	Error   *Error   `json:"error,omitempty"`
 }
 
 // ResumeRequest is the optional body of POST /v1/sessions/{id}/resume.

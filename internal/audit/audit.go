@@ -71,6 +71,15 @@ const (
 	// sandbox frozen) and resumed, with who asked and why.
 	KindSessionPaused  = "session.paused"
 	KindSessionResumed = "session.resumed"
+	// KindSessionForked: a session forked into new ones (each of which
+	// records its own session.created and snapshot.restored).
+	KindSessionForked = "session.forked"
+	// KindSnapshotCreated, KindSnapshotRestored, KindSnapshotDeleted: a
+	// session's files captured as a snapshot, one restored into a new
+	// session, one deleted.
+	KindSnapshotCreated  = "snapshot.created"
+	KindSnapshotRestored = "snapshot.restored"
+	KindSnapshotDeleted  = "snapshot.deleted"
 )
 
 // Kinds are every kind of event, in the order above.

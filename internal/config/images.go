@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "store"}
+	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "snapshots", "store"}
 	registryKeys = []string{"insecure", "secret", "username"}
 )
 
@@ -19,11 +19,17 @@ var (
 // not link).
 const DefaultImageStore = "/var/lib/airlock/images"
 
+// DefaultSnapshots is the snapshots' directory unless the file names one.
+const DefaultSnapshots = "/var/lib/airlock/snapshots"
+
 // Images configures the image store; the runtime takes it as the store's
 // options (see attach.StoreOptions).
 type Images struct {
 	// Store is the store's directory.
 	Store string
+	// Snapshots is the directory of the sessions' snapshots; empty is
+	// DefaultSnapshots.
+	Snapshots string
 	// MaxSize and MaxEntries cap what one import may unpack; 0 takes the
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
@@ -61,6 +67,8 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 		switch f.name {
 		case "store":
 			c.Images.Store, err = p.absPath(f.val, sub)
+		case "snapshots":
+			c.Images.Snapshots, err = p.absPath(f.val, sub)
 		case "max_size":
 			c.Images.MaxSize, err = p.positiveSize(f.val, sub)
 		case "max_pull":

@@ -12,8 +12,8 @@ import (
 
 var (
 	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
-	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "tools"}
-	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes"}
+	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "snapshots", "tools"}
+	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes", "snapshot_bytes", "snapshots"}
 )
 
 // Server configures `airlock serve`'s listeners.
@@ -73,6 +73,10 @@ type Capacity struct {
 	// PausedFor is how long a session may stay paused before it ends;
 	// 0 is the default, 24h.
 	PausedFor time.Duration
+	// Snapshots bounds the snapshots the node keeps, and SnapshotBytes
+	// the bytes of their files; 0 is the default (256, 20GiB).
+	Snapshots     int
+	SnapshotBytes int64
 }
 
 // Token is one bearer token: its value is a secret, read at start, and
@@ -88,6 +92,9 @@ type Token struct {
 	// Paused bounds the sessions of the token paused at once; 0 is no
 	// bound of its own (the node's, capacity.paused, still applies).
 	Paused int
+	// Snapshots bounds the snapshots of the token; 0 is no bound of its
+	// own (the node's, capacity.snapshots, still applies).
+	Snapshots int
 	// Auditor lets the token read every caller's audit events of the
 	// tools it may use; any other token reads only the events it caused
 	// itself (its runs, sessions, requests and refusals), since another
@@ -223,7 +230,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused and auditor", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused, snapshots and auditor", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -249,6 +256,10 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				var n int64
 				n, err = p.integer(f.val, fsub, 1, 1<<20)
 				t.Paused = int(n)
+			case "snapshots":
+				var n int64
+				n, err = p.integer(f.val, fsub, 1, 1<<20)
+				t.Snapshots = int(n)
 			case "tools":
 				if t.Tools, err = p.distinct(f.val, fsub, nil); err == nil {
 					items, _ := p.list(f.val, fsub)
@@ -286,7 +297,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 // (a size).
 func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 	var c Capacity
-	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids, output, paused and paused_for", capacityKeys)
+	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids, output, paused, paused_for, snapshots and snapshot_bytes", capacityKeys)
 	if err != nil {
 		return c, err
 	}
@@ -301,6 +312,12 @@ func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 			var v int64
 			v, err = p.integer(f.val, sub, 1, 1<<20)
 			c.Paused = int(v)
+		case "snapshots":
+			var v int64
+			v, err = p.integer(f.val, sub, 1, 1<<20)
+			c.Snapshots = int(v)
+		case "snapshot_bytes":
+			c.SnapshotBytes, err = p.positiveSize(f.val, sub)
 		case "paused_for":
 			var d *time.Duration
 			if d, err = p.duration(f.val, sub, false); err == nil {

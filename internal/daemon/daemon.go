@@ -81,6 +81,8 @@ type Options struct {
 	AuditPath string
 	// ImageStore, if set, overrides the config's image store directory.
 	ImageStore string
+	// SnapshotStore, if set, overrides the config's snapshot directory.
+	SnapshotStore string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
 	// IdleTimeout closes a keep-alive connection that sends no request
@@ -180,6 +182,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	no := node.Options{Config: opts.Config, Sandbox: opts.Sandbox, MaxSessions: opts.MaxSessions, CaptureWait: opts.CaptureWait,
 		MaxPaused: opts.Config.Server.Capacity.Paused, PausedFor: opts.Config.Server.Capacity.PausedFor,
+		SnapshotStore: opts.SnapshotStore, MaxSnapshots: opts.Config.Server.Capacity.Snapshots, SnapshotBytes: opts.Config.Server.Capacity.SnapshotBytes,
 		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger}
 	if !opts.Embedded {
 		no.ExportAudit = os.Stdout

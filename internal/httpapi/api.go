@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -77,6 +78,12 @@ type Core interface {
 	Kill(ctx context.Context, c *node.Caller, id, client string) error
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
+	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
+	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
+	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)
+	DeleteSnapshot(c *node.Caller, idOrName, client string) error
+	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	Fork(ctx context.Context, s *node.Session, c *node.Caller, client string, count int, life time.Duration) ([]node.Forked, error)
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
 	Plan(tool string) attach.Plan
 	PoolStats(tool string) (pool.Stats, bool)
@@ -125,6 +132,7 @@ func (d *Server) routes() http.Handler {
 		mux.Handle("/mcp", d.opts.MCP)
 	}
 	d.sessionRoutes(mux)
+	d.snapshotRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))

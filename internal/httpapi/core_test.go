@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -66,6 +67,20 @@ func (f *fakeCore) Pause(context.Context, *node.Session, string, string) error {
 }
 func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.Duration) (bool, error) {
 	return false, errors.New("not in this fake")
+}
+func (f *fakeCore) Snapshot(context.Context, *node.Session, *node.Caller, string, string) (snapshot.Meta, error) {
+	return snapshot.Meta{}, errors.New("not in this fake")
+}
+func (f *fakeCore) Snapshots(*node.Caller) ([]snapshot.Meta, error) { return nil, nil }
+func (f *fakeCore) FindSnapshot(*node.Caller, string) (snapshot.Meta, error) {
+	return snapshot.Meta{}, snapshot.ErrNotFound
+}
+func (f *fakeCore) DeleteSnapshot(*node.Caller, string, string) error { return snapshot.ErrNotFound }
+func (f *fakeCore) OpenFromSnapshot(context.Context, snapshot.Meta, string, *node.Caller, time.Duration, time.Duration, *attach.Policy) (*node.Session, error) {
+	return nil, node.ErrShutdown
+}
+func (f *fakeCore) Fork(context.Context, *node.Session, *node.Caller, string, int, time.Duration) ([]node.Forked, error) {
+	return nil, errors.New("not in this fake")
 }
 func (f *fakeCore) Plan(string) attach.Plan { return attach.Plan{} }
 func (f *fakeCore) PoolStats(tool string) (pool.Stats, bool) {

@@ -74,11 +74,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 	var req api.SessionRequest
-	if !decodeBody(w, r, &req) || d.ForbidTool(w, r, req.Tool) {
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Snapshot == "" && d.ForbidTool(w, r, req.Tool) {
 		return
 	}
 	t, ok := d.opts.Config.Tools[req.Tool]
-	if !ok {
+	if !ok && req.Snapshot == "" {
 		edge.WriteErr(w, d.noTool(req.Tool))
 		return
 	}
@@ -86,6 +89,10 @@ func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var idle time.Duration
 		if idle, err = node.ParseBound(req.IdleTimeout, min(node.DefaultIdle, life), life, "idle_timeout"); err == nil {
+			if req.Snapshot != "" {
+				d.openFromSnapshot(w, r, req, idle, life)
+				return
+			}
 			d.openSession(w, r, t.Name, idle, life)
 			return
 		}

@@ -45,6 +45,14 @@ type Options struct {
 	// PausedFor is how long a session may stay paused before it ends;
 	// 0 means DefaultPausedFor.
 	PausedFor time.Duration
+	// SnapshotStore, if set, overrides the config's snapshot directory
+	// (images.snapshots).
+	SnapshotStore string
+	// MaxSnapshots and SnapshotBytes bound the snapshots the node keeps
+	// and the bytes of their files; 0 means DefaultMaxSnapshots and
+	// DefaultSnapshotBytes.
+	MaxSnapshots  int
+	SnapshotBytes int64
 	// CaptureWait is how long a run whose output is captured waits for
 	// room in the captured-output budget (server.capacity.output) before
 	// it is refused; 0 means 30s.
@@ -76,6 +84,7 @@ type Node struct {
 	counts Counters
 	holds  holds
 	paused pausedHolds
+	snaps  snapshots
 	// capture bounds the output held for callers that take it whole
 	// (see capture.go).
 	capture  *captureBudget
@@ -171,6 +180,12 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if opts.PausedFor <= 0 {
 		opts.PausedFor = DefaultPausedFor
+	}
+	if opts.MaxSnapshots <= 0 {
+		opts.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if opts.SnapshotBytes <= 0 {
+		opts.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if opts.CaptureWait <= 0 {
 		opts.CaptureWait = DefaultCaptureWait

@@ -55,6 +55,9 @@ type Session struct {
 	// for the local socket), whose ceiling of paused sessions applies.
 	scope runScope
 	token *config.Token
+	// narrowed is the policy its opener narrowed the tool's to, if any:
+	// its forks' too.
+	narrowed *attach.Policy
 	// pauseMu is held by Pause and Resume, one at a time; taken before
 	// mu.
 	pauseMu sync.Mutex
@@ -383,7 +386,7 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 	}
 	now := time.Now()
 	s := &Session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
-		scope: *scope, token: c.Token,
+		scope: *scope, token: c.Token, narrowed: narrowed,
 		onEnd: func(reason string) {
 			release()
 			e := scope.event(audit.KindSessionEnded)

@@ -259,3 +259,49 @@ func Rename(dir *os.File, from, to string) error {
 	defer unix.Close(pt)
 	return mapErr(unix.Renameat(pf, fname, pt, tname))
 }
+
+// Symlink makes rel below dir a symlink holding target, as given: it is
+// text, never resolved here, and a sandbox's own symlinks lead wherever
+// they like inside it (every call of this package refuses to follow
+// them). rel's directories must exist and not be symlinks.
+func Symlink(dir *os.File, rel, target string) error {
+	if target == "" || len(target) > MaxPath || strings.ContainsRune(target, 0) {
+		return fmt.Errorf("%w: a symlink's target must be 1 to %d bytes without NUL", ErrPath, MaxPath)
+	}
+	p, name, err := parent(dir, rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(p)
+	return mapErr(unix.Symlinkat(target, p, name))
+}
+
+// Chmod sets the permission bits (and the sticky bit) of rel below dir,
+// a directory or a regular file: never a symlink, never what one points
+// at.
+func Chmod(dir *os.File, rel string, perm uint32) error {
+	name := "."
+	if rel != "" {
+		parts, err := Split(rel)
+		if err != nil {
+			return err
+		}
+		name = strings.Join(parts, "/")
+	}
+	fd, err := openAt(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return mapErr(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return mapErr(err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		return ErrNotRegular
+	}
+	// An O_PATH descriptor takes no fchmod; its /proc/self/fd path
+	// names that very file, whatever its name is now. No set-id bits:
+	// nothing here grants them.
+	return mapErr(unix.Fchmodat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), perm&0o1777, 0))
+}

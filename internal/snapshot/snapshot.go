@@ -1,0 +1,457 @@
+// Package snapshot keeps sessions' snapshots: the files of a sandbox's own
+// directories (its workspace and /tmp) captured as one tar archive, named
+// by its SHA-256 and never changed once written, from which fresh
+// sandboxes are filled (docs/decisions/0028). A snapshot is data a new
+// sandbox starts from, never an environment handed on: the sandbox it is
+// restored into is a fresh one of the pool, with its own uid range,
+// network namespace and ceilings. Nothing but the sandbox's files is in
+// it: no credential ever entered the sandbox to be captured.
+package snapshot
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/linux/inroot"
+)
+
+// Meta describes one snapshot.
+type Meta struct {
+	// ID names it (the node's "snap_" ids); Name is the one its owner
+	// gave it, if any, unique among the owner's.
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	// Digest is the SHA-256 of its archive, which the store keeps once
+	// however many snapshots hold the same files.
+	Digest string `json:"digest"`
+	// Owner is the caller that took it (a node.Caller's Name): only it
+	// (and the local socket) sees it.
+	Owner string `json:"owner"`
+	// Tool is the tool of the session it was taken of, and the tool of
+	// every sandbox made from it; Source is that session.
+	Tool   string `json:"tool"`
+	Source string `json:"source"`
+	// Size is the bytes of its files, Files how many entries it holds;
+	// Skipped counts what it could not hold (FIFOs, sockets, devices).
+	Size    int64     `json:"size"`
+	Files   int       `json:"files"`
+	Skipped int       `json:"skipped,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Dir is one of a sandbox's own directories, opened (inroot confines
+// every walk to it), under the name it has in an archive.
+type Dir struct {
+	Name string
+	F    *os.File
+}
+
+// Errors of the store.
+var (
+	ErrNotFound = errdefs.New(errdefs.ErrNotFound, "no such snapshot")
+	ErrNameUsed = errdefs.New(errdefs.ErrConflict, "a snapshot of that name exists")
+)
+
+// Store keeps snapshots in a directory of the host (mode 0700): each
+// snapshot's Meta as ID.json, each archive once as sha256-HEX.tar.
+type Store struct {
+	dir string
+
+	mu sync.Mutex // guards byID
+	// byID holds every snapshot, loaded at Open.
+	byID map[string]*Meta
+}
+
+// Open opens (making it if need be) the store in dir, and reads what it
+// holds. An archive no snapshot names any more, and a half-written one
+// (a capture cut short by a crash), are removed.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	st := &Store{dir: dir, byID: map[string]*Meta{}}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	used := map[string]bool{}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		var m Meta
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil || m.ID != id || !validDigest(m.Digest) {
+			return nil, fmt.Errorf("snapshot store: %s is not a snapshot's record: remove it, or the store", filepath.Join(dir, e.Name()))
+		}
+		if _, err := os.Stat(st.archive(m.Digest)); err != nil {
+			return nil, fmt.Errorf("snapshot store: snapshot %s's archive is missing (%v)", id, err)
+		}
+		st.byID[id] = &m
+		used[m.Digest] = true
+	}
+	for _, e := range ents {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, ".tmp-"):
+			os.Remove(filepath.Join(dir, n))
+		case strings.HasSuffix(n, ".tar") && !used[strings.TrimSuffix(n, ".tar")]:
+			os.Remove(filepath.Join(dir, n))
+		}
+	}
+	return st, nil
+}
+
+func validDigest(d string) bool {
+	h, ok := strings.CutPrefix(d, "sha256-")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
+}
+
+func (st *Store) archive(digest string) string { return filepath.Join(st.dir, digest+".tar") }
+
+// List returns the snapshots sees(owner) accepts, oldest first.
+func (st *Store) List(sees func(owner string) bool) []Meta {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []Meta
+	for _, m := range st.byID {
+		if sees(m.Owner) {
+			out = append(out, *m)
+		}
+	}
+	slices.SortFunc(out, func(a, b Meta) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// Find returns the snapshot of id, or of name among those sees accepts.
+// One sees does not accept does not exist for the caller.
+func (st *Store) Find(idOrName string, sees func(owner string) bool) (Meta, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if m := st.byID[idOrName]; m != nil && sees(m.Owner) {
+		return *m, nil
+	}
+	for _, m := range st.byID {
+		if m.Name != "" && m.Name == idOrName && sees(m.Owner) {
+			return *m, nil
+		}
+	}
+	return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, shorten(idOrName))
+}
+
+// Delete removes snapshot id, and its archive once no other snapshot
+// holds it.
+func (st *Store) Delete(id string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	m := st.byID[id]
+	if m == nil {
+		return fmt.Errorf("%w: %q", ErrNotFound, shorten(id))
+	}
+	if err := os.Remove(filepath.Join(st.dir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	delete(st.byID, id)
+	for _, o := range st.byID {
+		if o.Digest == m.Digest {
+			return nil
+		}
+	}
+	return os.Remove(st.archive(m.Digest))
+}
+
+// Usage is what the snapshots of sees's owners hold: how many, and the
+// bytes of their archives (each counted once per snapshot).
+func (st *Store) Usage(sees func(owner string) bool) (count int, bytes int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, m := range st.byID {
+		if sees(m.Owner) {
+			count++
+			bytes += m.Size
+		}
+	}
+	return count, bytes
+}
+
+// Capture archives dirs (read as uid:gid, who owns them: never with the
+// host's powers) into the store as snapshot m, which must have its ID,
+// Owner, Tool, Source and Created set; Name, if set, must be unused among
+// its owner's. It returns m with its digest and sizes. The sandbox should
+// be paused, so that what is captured is one moment of it.
+func (st *Store) Capture(dirs []Dir, uid, gid int, m Meta) (Meta, error) {
+	if m.Name != "" {
+		if err := st.nameFree(m.Name, m.Owner); err != nil {
+			return m, err
+		}
+	}
+	tmp, err := os.CreateTemp(st.dir, ".tmp-")
+	if err != nil {
+		return m, err
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	h := sha256.New()
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.MultiWriter(tmp, h), pr)
+		pr.CloseWithError(err)
+		copied <- err
+	}()
+	// Read as the sandbox's user, written as the daemon: the archive
+	// goes through the pipe.
+	err = inroot.AsUser(uid, gid, func() error {
+		tw := tar.NewWriter(pw)
+		if err := writeDirs(tw, dirs, &m); err != nil {
+			return err
+		}
+		return tw.Close()
+	})
+	pw.CloseWithError(err)
+	if cerr := <-copied; err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err != nil {
+		return m, fmt.Errorf("capture: %w", err)
+	}
+	m.Digest = "sha256-" + hex.EncodeToString(h.Sum(nil))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if m.Name != "" {
+		if err := st.nameFreeLocked(m.Name, m.Owner); err != nil {
+			return m, err
+		}
+	}
+	if _, err := os.Stat(st.archive(m.Digest)); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(tmp.Name(), st.archive(m.Digest)); err != nil {
+			return m, err
+		}
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := writeFileSync(filepath.Join(st.dir, m.ID+".json"), b); err != nil {
+		return m, err
+	}
+	st.byID[m.ID] = &m
+	return m, nil
+}
+
+func (st *Store) nameFree(name, owner string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.nameFreeLocked(name, owner)
+}
+
+func (st *Store) nameFreeLocked(name, owner string) error {
+	for _, o := range st.byID {
+		if o.Name == name && o.Owner == owner {
+			return fmt.Errorf("%w: %q is snapshot %s", ErrNameUsed, shorten(name), o.ID)
+		}
+	}
+	return nil
+}
+
+// writeFileSync writes b to path through a temporary file, so that a
+// crash leaves the whole record or none.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// writeDirs writes each of dirs' entries to tw, directories before what
+// they hold, in order of name.
+func writeDirs(tw *tar.Writer, dirs []Dir, m *Meta) error {
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.Name + "/", Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		ents, err := inroot.ReadDir(d.F, "", maxDepth)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+		for _, e := range ents {
+			hdr := &tar.Header{Name: d.Name + "/" + e.Rel, Mode: int64(e.Mode & 0o1777), ModTime: e.ModTime, Format: tar.FormatPAX}
+			switch {
+			case e.IsDir():
+				hdr.Typeflag, hdr.Name = tar.TypeDir, hdr.Name+"/"
+			case e.IsSymlink():
+				hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.Target
+			case e.IsRegular():
+				hdr.Typeflag = tar.TypeReg
+			default:
+				m.Skipped++
+				continue
+			}
+			if hdr.Typeflag != tar.TypeReg {
+				if err := tw.WriteHeader(hdr); err != nil {
+					return err
+				}
+				m.Files++
+				continue
+			}
+			if err := writeFile(tw, d, e.Rel, hdr); err != nil {
+				return err
+			}
+			m.Files++
+			m.Size += hdr.Size
+		}
+	}
+	return nil
+}
+
+// maxDepth bounds how deep a capture walks (inroot.ReadDir bounds how
+// many entries).
+const maxDepth = 256
+
+func writeFile(tw *tar.Writer, d Dir, rel string, hdr *tar.Header) error {
+	f, err := inroot.Open(d.F, rel)
+	if errors.Is(err, inroot.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", d.Name, rel, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	hdr.Size = fi.Size()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	// Exactly the size announced: a file that grew meanwhile is cut,
+	// one that shrank is an error (the sandbox should be paused).
+	if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
+		return fmt.Errorf("%s/%s changed while it was captured: %w", d.Name, rel, err)
+	}
+	return nil
+}
+
+// Restore writes snapshot m's files into dirs (the fresh sandbox's own
+// directories, by the names Capture gave them), as uid:gid; the
+// sandbox's disk ceiling bounds them (inroot.ErrNoSpace past it).
+func (st *Store) Restore(m Meta, dirs []Dir, uid, gid int) error {
+	f, err := os.Open(st.archive(m.Digest))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", m.ID, err)
+	}
+	defer f.Close()
+	byName := map[string]*os.File{}
+	for _, d := range dirs {
+		byName[d.Name] = d.F
+	}
+	return inroot.AsUser(uid, gid, func() error { return restore(tar.NewReader(f), byName, uid, gid) })
+}
+
+func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
+	// Directories get their modes last, deepest first: one the archive
+	// has read-only still takes what it holds.
+	type dirMode struct {
+		dir  *os.File
+		rel  string
+		perm uint32
+	}
+	var modes []dirMode
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		top, rel, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
+		dir := dirs[top]
+		if dir == nil {
+			return fmt.Errorf("the archive holds %q, outside the sandbox's directories", shorten(hdr.Name))
+		}
+		if rel == "" {
+			continue // the directory itself
+		}
+		perm := uint32(hdr.Mode) & 0o1777
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			_, err = inroot.Mkdir(dir, rel, uid, gid)
+			modes = append(modes, dirMode{dir, rel, perm})
+		case tar.TypeSymlink:
+			err = inroot.Symlink(dir, rel, hdr.Linkname)
+		case tar.TypeReg:
+			_, err = inroot.WriteFileThen(dir, rel, tr, hdr.Size, uid, gid, func(f *os.File) error {
+				if err := f.Chmod(os.FileMode(perm & 0o777)); err != nil {
+					return err
+				}
+				t := unix.NsecToTimeval(hdr.ModTime.UnixNano())
+				return unix.Futimes(int(f.Fd()), []unix.Timeval{t, t})
+			})
+		default:
+			return fmt.Errorf("the archive holds %q of a type snapshots never hold", shorten(hdr.Name))
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", shorten(hdr.Name), err)
+		}
+	}
+	for _, d := range slices.Backward(modes) {
+		if err := inroot.Chmod(d.dir, d.rel, d.perm); err != nil {
+			return fmt.Errorf("%s: %w", shorten(d.rel), err)
+		}
+	}
+	return nil
+}
+
+func shorten(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
