@@ -23,37 +23,11 @@ func daemonBench(n int, tput time.Duration) error {
 	// The cold tool's ceilings are small enough that the 100 sessions
 	// held below fit the node's default capacity (80 % of the memory,
 	// half of pid_max, summed over the sandboxes' ceilings).
-	cfg, err := config.Parse("bench.yaml", []byte("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {limits: {memory: 128MiB, pids: 64}}\n"))
+	c, sock, stop, err := startDaemon("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {limits: {memory: 128MiB, pids: 64}}\n")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench-daemon")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "airlock.sock")
-	_, initPath, err := programs()
-	if err != nil {
-		return err
-	}
-	d, err := daemon.New(context.Background(), daemon.Options{
-		Config:    cfg,
-		Socket:    sock,
-		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
-		AuditPath: filepath.Join(dir, "audit.db"),
-	})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	c := client.New(sock)
+	defer stop()
 	run := func(tool string) error {
 		r, err := c.Run(context.Background(), api.RunRequest{Tool: tool, Argv: []string{"/bin/true"}})
 		if err != nil {
@@ -122,6 +96,43 @@ func daemonBench(n int, tput time.Duration) error {
 	measured.sustained, measured.sustainedBwrap = sust, bwPar
 	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, bwPar, sust/bwPar)
 	return sessionsHeld(c, 100)
+}
+
+// startDaemon runs a daemon of the configuration yaml in this process,
+// on a private unix socket, and returns a Go client of it, the socket,
+// and the function that stops it and removes its files.
+func startDaemon(yaml string) (c *client.Client, sock string, stop func(), err error) {
+	cfg, err := config.Parse("bench.yaml", []byte(yaml))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	_, initPath, err := programs()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "airlock-bench-daemon")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	sock = filepath.Join(dir, "airlock.sock")
+	d, err := daemon.New(context.Background(), daemon.Options{
+		Config:    cfg,
+		Socket:    sock,
+		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
+		AuditPath: filepath.Join(dir, "audit.db"),
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	return client.New(sock), sock, func() {
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	}, nil
 }
 
 // sessionsHeld opens k sessions (of the tool without a pool, so the warm
