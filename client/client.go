@@ -477,6 +477,51 @@ func (c *Client) sessionPost(ctx context.Context, path string, body any) (*api.S
 	return &s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// Snapshot captures a session's files (its workspace and /tmp) as a
+// snapshot, named name if it is not empty.
+func (c *Client) Snapshot(ctx context.Context, id, name string) (*api.Snapshot, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/snapshots", api.SnapshotRequest{Name: name}, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var m api.Snapshot
+	return &m, json.NewDecoder(resp.Body).Decode(&m)
+}
+
+// Snapshots lists the snapshots the caller may see, oldest first.
+func (c *Client) Snapshots(ctx context.Context) ([]api.Snapshot, error) {
+	var out []api.Snapshot
+	return out, c.getJSON(ctx, "/v1/snapshots", &out)
+}
+
+// GetSnapshot describes a snapshot, by id or name.
+func (c *Client) GetSnapshot(ctx context.Context, idOrName string) (*api.Snapshot, error) {
+	var m api.Snapshot
+	return &m, c.getJSON(ctx, "/v1/snapshots/"+url.PathEscape(idOrName), &m)
+}
+
+// DeleteSnapshot deletes a snapshot, by id or name.
+func (c *Client) DeleteSnapshot(ctx context.Context, idOrName string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/snapshots/"+url.PathEscape(idOrName), nil)
+	if err != nil {
+		return err
+	}
+	return c.send(req)
+}
+
+// Fork makes req.Count fresh sessions from a session's files as they
+// are now; each entry is a session or why it was not made.
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) ([]api.Forked, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fork", req, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []api.Forked
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
 // DeleteSession ends a session and destroys its sandbox.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/sessions/"+url.PathEscape(id), nil)

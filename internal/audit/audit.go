@@ -87,6 +87,8 @@ var Kinds = []string{
 	KindDaemonStarted, KindDaemonStopped, KindSandboxCreated, KindSandboxClaimed, KindSandboxDestroyed,
 	KindSandboxSwept, KindRunStarted, KindRunFinished, KindLimit, KindEgress, KindDNS, KindBroker,
 	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindKilled, KindCapped,
+	KindCode, KindPort, KindSessionPaused, KindSessionResumed, KindSessionForked,
+	KindSnapshotCreated, KindSnapshotRestored, KindSnapshotDeleted,
 }
 
 // KnownKind reports whether a kind filter can match anything: a kind, or
