@@ -29,6 +29,10 @@ type Spec struct {
 	Label string
 	// Mounts are host paths bound read-only into the sandbox.
 	Mounts []Mount
+	// Volumes are host directories (the roots of volumes' file
+	// systems) attached writable into the sandbox, their owners shifted
+	// onto its ids (volumes.go).
+	Volumes []Volume
 	// Image, when set, is the root file system; nil is the embedded
 	// default, the host's own system directories.
 	Image *Image
@@ -105,6 +109,10 @@ type Sandbox struct {
 	group   *cgroup.Group
 	netns   *os.File
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
+	// volumes are the attached volumes, for statfs (volumes.go).
+	volumes []volumeFD
+	// volumeSpec is what to open them from, once init is ready.
+	volumeSpec []Volume
 	// booked says the sandbox holds its ceilings in the runtime's
 	// ledger, until its teardown gives them back.
 	booked bool
@@ -223,6 +231,9 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := checkVolumes(spec.Volumes, spec.Mounts); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err := spec.Image.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -266,6 +277,8 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		scratch: -1,
 		booked:  true,
 		rootRW:  spec.Image != nil && spec.Image.Writable,
+		// The volumes' own slice: the caller's spec is not the sandbox's.
+		volumeSpec: slices.Clone(spec.Volumes),
 	}
 	if rt.cg.Version() == cgroup.V2 {
 		// v1 holds a sandbox's socket buffers to its share itself
@@ -330,6 +343,14 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		defer m.Close()
 		progFiles = []int{int(m.Fd())}
 	}
+	for _, v := range spec.Volumes {
+		m, err := s.mountVolume(v)
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		progFiles = append(progFiles, int(m.Fd()))
+	}
 	if err := s.start(initEnd, logW, prog, progFiles); err != nil {
 		return nil, err
 	}
@@ -392,6 +413,9 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
 	s.scratch = fd
+	if err := s.openVolumes(s.volumeSpec); err != nil {
+		return err
+	}
 	go s.readLoop()
 	return nil
 }
@@ -553,6 +577,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []sbinit.Bind, b hostBase
 		DiskBytes:  l.Disk,
 		DiskInodes: l.inodes(),
 		Binds:      append(slices.Clip(b.image.binds), mounts...),
+		Volumes:    volumeTargets(spec.Volumes),
 		Symlinks:   b.image.symlinks,
 		Files:      etcFiles(spec.Hostname, spec.User),
 		Devices:    b.image.devices,

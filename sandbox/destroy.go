@@ -148,6 +148,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		_ = unix.Close(s.scratch)
 		s.scratch = -1
 	}
+	s.closeVolumes()
 	if s.group != nil && !s.group.TryDelete() {
 		// Init's death normally leaves the cgroup empty, and the first
 		// try removes it (the kernel refuses while a task is left, so

@@ -102,6 +102,10 @@ func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok boo
 			return true
 		}
 	}
+	if l := s.fullVolume(); l != nil {
+		x.setBreach(l)
+		return true
+	}
 	if fds {
 		if n := x.fdHolder(); n > 0 {
 			x.setBreach(&result.Limit{Name: result.LimitFDs, Ceiling: l.FDs, Observed: n, Unit: result.UnitCount})

@@ -77,6 +77,10 @@ func setupKey(c *sbinit.Setup) string {
 		field(x.Target)
 		flag(x.File)
 	}
+	num(int64(len(c.Volumes)))
+	for _, v := range c.Volumes {
+		field(v)
+	}
 	num(int64(len(c.Symlinks)))
 	for _, x := range c.Symlinks {
 		field(x.Target)

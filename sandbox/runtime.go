@@ -192,6 +192,9 @@ type Runtime struct {
 	scratchDir string
 	lockDir    string
 	imageNS    imageNS
+	// volumeNS holds the user namespaces that shift volumes (ids from
+	// 0 on disk) onto each id range.
+	volumeNS imageNS
 	// sweepOnce, for a OneShot runtime, starts its sweep (sweepSoon);
 	// sweeping counts a sweep running.
 	sweepOnce *sync.Once
@@ -499,6 +502,7 @@ func (rt *Runtime) Close() error {
 		rt.groups.close()
 	}
 	rt.imageNS.close()
+	rt.volumeNS.close()
 	if rt.hostNet != nil {
 		rt.hostNet.Close()
 	}

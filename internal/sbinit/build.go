@@ -60,6 +60,7 @@ func Program(c *Setup) (*forkexec.Prog, error) {
 	if c.Image != nil {
 		b.p.NFiles = 1 // the image's mount
 	}
+	b.p.NFiles += len(c.Volumes) // the volumes' mounts
 	b.slot = b.p.FirstSave()
 	b.build(c)
 	if b.err != nil {
@@ -342,6 +343,16 @@ func (b *builder) build(c *Setup) {
 	for _, bd := range c.Binds {
 		b.bindReadOnly(bd.Source, filepath.Join(root, bd.Target), bd.File)
 	}
+	first := int8(0)
+	if c.Image != nil {
+		first = 1
+	}
+	for i, v := range c.Volumes {
+		dst := filepath.Join(root, v)
+		b.makeTarget(dst, false)
+		b.sys("attach the volume at "+v, unix.SYS_MOVE_MOUNT, slotArg(first+int8(i)), b.empty, atFDCWD, b.str(dst), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
+		b.covered(dst)
+	}
 	b.dev(root, scratch, c.Devices)
 	b.proc(root, scratch)
 	for _, d := range []string{"workspace", "tmp"} {
@@ -398,6 +409,9 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 	}
 	for _, bd := range c.Binds {
 		b.makeTarget(filepath.Join(gen, bd.Target), bd.File)
+	}
+	for _, v := range c.Volumes {
+		b.makeTarget(filepath.Join(gen, v), false)
 	}
 	b.writeFiles(gen, c.Files)
 	opts := "lowerdir=" + gen + ":" + img
@@ -595,7 +609,7 @@ func (b *builder) landlock(c *Setup) {
 	if rs.ABI == 0 {
 		return // no Landlock on this kernel
 	}
-	rw := []string{"/workspace", "/tmp", "/dev/shm"}
+	rw := append([]string{"/workspace", "/tmp", "/dev/shm"}, c.Volumes...)
 	if c.Image != nil && c.Image.Writable {
 		// The root's upper layer is the sandbox's own, on its disk
 		// tmpfs; /dev and /proc keep their read-only mounts.

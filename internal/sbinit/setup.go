@@ -32,7 +32,11 @@ type Setup struct {
 	DiskBytes  int64
 	DiskInodes int64
 	Binds      []Bind
-	Symlinks   []Symlink
+	// Volumes are where writable volumes are attached: the program takes
+	// a descriptor for each, a detached idmapped mount the host made,
+	// after the image's (if any). Commands may write below them.
+	Volumes  []string
+	Symlinks []Symlink
 	Files      []File
 	// Devices are host device nodes bound into /dev (null, zero, ...).
 	Devices []string
@@ -112,6 +116,11 @@ func validate(c *Setup) error {
 	for _, b := range c.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || strings.Contains(b.Target, "..") {
 			return fmt.Errorf("invalid bind %q -> %q", b.Source, b.Target)
+		}
+	}
+	for _, v := range c.Volumes {
+		if !filepath.IsAbs(v) || v == "/" || strings.Contains(v, "..") {
+			return fmt.Errorf("invalid volume target %q", v)
 		}
 	}
 	for _, s := range c.Symlinks {

@@ -117,21 +117,32 @@ type Mount struct {
 // reservedTargets are the paths a mount may not cover or land inside.
 var reservedTargets = []string{"/proc", "/dev", "/sys", "/etc", "/tmp", "/workspace", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/var", "/root", "/home"}
 
+// CheckTarget reports why a mount or a volume cannot be at target
+// inside a sandbox, or nil: it must be absolute and clean, and not in or
+// over what airlock builds.
+func CheckTarget(target string) error {
+	if !path.IsAbs(target) || path.Clean(target) != target || len(target) > 4095 || strings.ContainsRune(target, 0) {
+		return fmt.Errorf("mount target %q: want an absolute, clean path", target)
+	}
+	if target == "/" {
+		return fmt.Errorf("mount target %q: the root is airlock's", target)
+	}
+	for _, r := range reservedTargets {
+		if target == r || strings.HasPrefix(target, r+"/") || strings.HasPrefix(r, target+"/") {
+			return fmt.Errorf("mount target %q: %s is built by airlock; choose another place, like /srv or /opt", target, r)
+		}
+	}
+	return nil
+}
+
 // Check reports why m cannot be mounted, or nil. It looks at the host
 // path too: it must exist and not be a symlink.
 func (m Mount) Check() error {
-	for _, p := range []struct{ what, p string }{{"source", m.Source}, {"target", m.Target}} {
-		if !path.IsAbs(p.p) || path.Clean(p.p) != p.p || len(p.p) > 4095 || strings.ContainsRune(p.p, 0) {
-			return fmt.Errorf("mount %s %q: want an absolute, clean path", p.what, p.p)
-		}
+	if !path.IsAbs(m.Source) || path.Clean(m.Source) != m.Source || len(m.Source) > 4095 || strings.ContainsRune(m.Source, 0) {
+		return fmt.Errorf("mount source %q: want an absolute, clean path", m.Source)
 	}
-	if m.Target == "/" {
-		return fmt.Errorf("mount target %q: the root is airlock's", m.Target)
-	}
-	for _, r := range reservedTargets {
-		if m.Target == r || strings.HasPrefix(m.Target, r+"/") || strings.HasPrefix(r, m.Target+"/") {
-			return fmt.Errorf("mount target %q: %s is built by airlock; choose another place, like /srv or /opt", m.Target, r)
-		}
+	if err := CheckTarget(m.Target); err != nil {
+		return err
 	}
 	fi, err := os.Lstat(m.Source)
 	if err != nil {

@@ -100,12 +100,22 @@ func forkHolder(parent uintptr) (uintptr, syscall.Errno) {
 // shifted by the user namespace userns (from UserNS). The caller attaches it
 // with move_mount(2) and closes the descriptor.
 func Mount(dir string, userns *os.File) (*os.File, error) {
+	return mount(dir, userns, unix.MOUNT_ATTR_RDONLY)
+}
+
+// MountWritable is Mount, writable: for a directory that is the
+// sandbox's own to change (a volume). It is still nosuid and nodev.
+func MountWritable(dir string, userns *os.File) (*os.File, error) {
+	return mount(dir, userns, 0)
+}
+
+func mount(dir string, userns *os.File, extra uint64) (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("idmap: open_tree %s: %w", dir, err)
 	}
 	attr := unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | extra | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(userns.Fd()),
 	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
