@@ -37,7 +37,7 @@ type Setup struct {
 	// after the image's (if any). Commands may write below them.
 	Volumes  []string
 	Symlinks []Symlink
-	Files      []File
+	Files    []File
 	// Devices are host device nodes bound into /dev (null, zero, ...).
 	Devices []string
 	Rlimits []Rlimit
