@@ -160,6 +160,11 @@ type SessionRequest struct {
 	// Snapshot, if set, names a snapshot (its id or name) whose files
 	// the session's fresh sandbox starts with.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Volumes are the caller's volumes to attach, writable, each at its
+	// path (at most 8; not in or over what airlock builds: /workspace,
+	// /tmp, /etc, /usr, ...). A session with volumes gets a sandbox made
+	// for it.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// IdleTimeout ends the session after this long without an exec or
 	// file call ("10m"); default 10m, at most MaxLifetime.
 	IdleTimeout string `json:"idle_timeout,omitempty"`
@@ -192,6 +197,29 @@ type Snapshot struct {
 	Size    int64  `json:"size_bytes"`
 	Files   int    `json:"files"`
 	Skipped int    `json:"skipped,omitempty"`
+	Created string `json:"created"`
+}
+
+// VolumeMount attaches a volume (its id or name) at Path.
+type VolumeMount struct {
+	Volume string `json:"volume"`
+	Path   string `json:"path"`
+}
+
+// VolumeRequest is the body of POST /v1/volumes.
+type VolumeRequest struct {
+	// Name names it among its owner's volumes.
+	Name string `json:"name"`
+	// Size is its size ("1GiB"; default 1GiB, 16MiB to 1TiB).
+	Size string `json:"size,omitempty"`
+}
+
+// Volume describes a volume: a named, size-bounded file system that
+// outlives sessions, its owner's only.
+type Volume struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Size    int64  `json:"size_bytes"`
 	Created string `json:"created"`
 }
 

@@ -522,6 +522,32 @@ func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) ([]ap
 	return out, json.NewDecoder(resp.Body).Decode(&out)
 }
 
+// CreateVolume makes a volume of the caller's.
+func (c *Client) CreateVolume(ctx context.Context, req api.VolumeRequest) (*api.Volume, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/volumes", req, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var v api.Volume
+	return &v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// Volumes lists the volumes the caller may see, oldest first.
+func (c *Client) Volumes(ctx context.Context) ([]api.Volume, error) {
+	var out []api.Volume
+	return out, c.getJSON(ctx, "/v1/volumes", &out)
+}
+
+// DeleteVolume deletes a volume (by id or name) and everything in it.
+func (c *Client) DeleteVolume(ctx context.Context, idOrName string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/volumes/"+url.PathEscape(idOrName), nil)
+	if err != nil {
+		return err
+	}
+	return c.send(req)
+}
+
 // DeleteSession ends a session and destroys its sandbox.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/sessions/"+url.PathEscape(id), nil)

@@ -80,6 +80,11 @@ const (
 	KindSnapshotCreated  = "snapshot.created"
 	KindSnapshotRestored = "snapshot.restored"
 	KindSnapshotDeleted  = "snapshot.deleted"
+	// KindVolumeCreated, KindVolumeAttached, KindVolumeDeleted: a volume
+	// made, attached to a session's sandbox, deleted.
+	KindVolumeCreated  = "volume.created"
+	KindVolumeAttached = "volume.attached"
+	KindVolumeDeleted  = "volume.deleted"
 )
 
 // Kinds are every kind of event, in the order above.
@@ -89,6 +94,7 @@ var Kinds = []string{
 	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindKilled, KindCapped,
 	KindCode, KindPort, KindSessionPaused, KindSessionResumed, KindSessionForked,
 	KindSnapshotCreated, KindSnapshotRestored, KindSnapshotDeleted,
+	KindVolumeCreated, KindVolumeAttached, KindVolumeDeleted,
 }
 
 // KnownKind reports whether a kind filter can match anything: a kind, or

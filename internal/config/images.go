@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "snapshots", "store"}
+	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "snapshots", "store", "volumes"}
 	registryKeys = []string{"insecure", "secret", "username"}
 )
 
@@ -22,6 +22,9 @@ const DefaultImageStore = "/var/lib/airlock/images"
 // DefaultSnapshots is the snapshots' directory unless the file names one.
 const DefaultSnapshots = "/var/lib/airlock/snapshots"
 
+// DefaultVolumes is the volumes' directory unless the file names one.
+const DefaultVolumes = "/var/lib/airlock/volumes"
+
 // Images configures the image store; the runtime takes it as the store's
 // options (see attach.StoreOptions).
 type Images struct {
@@ -30,6 +33,8 @@ type Images struct {
 	// Snapshots is the directory of the sessions' snapshots; empty is
 	// DefaultSnapshots.
 	Snapshots string
+	// Volumes is the directory of the volumes; empty is DefaultVolumes.
+	Volumes string
 	// MaxSize and MaxEntries cap what one import may unpack; 0 takes the
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
@@ -69,6 +74,8 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 			c.Images.Store, err = p.absPath(f.val, sub)
 		case "snapshots":
 			c.Images.Snapshots, err = p.absPath(f.val, sub)
+		case "volumes":
+			c.Images.Volumes, err = p.absPath(f.val, sub)
 		case "max_size":
 			c.Images.MaxSize, err = p.positiveSize(f.val, sub)
 		case "max_pull":

@@ -95,7 +95,7 @@ func TestParseInvalid(t *testing.T) {
 		{"images max_size zero", "images:\n  max_size: \"0\"\n", 2, 13, "images.max_size", `must be more than zero`},
 		{"images max_entries zero", "images:\n  max_entries: 0\n", 2, 16, "images.max_entries", ``},
 		{"images max_pull zero", "images:\n  max_pull: 0\n", 2, 13, "images.max_pull", `must be more than zero`},
-		{"images unknown key", "images:\n  dir: /x\n", 2, 3, "images.dir", `unknown field "dir" (allowed: max_entries, max_pull, max_size, registries, snapshots, store)`},
+		{"images unknown key", "images:\n  dir: /x\n", 2, 3, "images.dir", `unknown field "dir" (allowed: max_entries, max_pull, max_size, registries, snapshots, store, volumes)`},
 		{"image bad digest", tool("    image: sha256:abc"), 3, 12, "tools.t.image", `digest "sha256:abc"`},
 		{"workdir relative", tool("    workdir: work"), 3, 14, "tools.t.workdir", `"work" is not an absolute path`},
 		{"workdir dotdot", tool("    workdir: /a/../b"), 3, 14, "tools.t.workdir", `"/a/../b" is not a clean path`},

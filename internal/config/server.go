@@ -12,8 +12,8 @@ import (
 
 var (
 	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
-	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "snapshots", "tools"}
-	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes", "snapshot_bytes", "snapshots"}
+	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "snapshots", "tools", "volumes"}
+	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes", "snapshot_bytes", "snapshots", "volume_bytes", "volumes"}
 )
 
 // Server configures `airlock serve`'s listeners.
@@ -77,6 +77,10 @@ type Capacity struct {
 	// the bytes of their files; 0 is the default (256, 20GiB).
 	Snapshots     int
 	SnapshotBytes int64
+	// Volumes bounds the volumes the node keeps, and VolumeBytes the sum
+	// of their sizes; 0 is the default (64, 64GiB).
+	Volumes     int
+	VolumeBytes int64
 }
 
 // Token is one bearer token: its value is a secret, read at start, and
@@ -95,6 +99,9 @@ type Token struct {
 	// Snapshots bounds the snapshots of the token; 0 is no bound of its
 	// own (the node's, capacity.snapshots, still applies).
 	Snapshots int
+	// Volumes bounds the volumes of the token; 0 is no bound of its own
+	// (the node's, capacity.volumes, still applies).
+	Volumes int
 	// Auditor lets the token read every caller's audit events of the
 	// tools it may use; any other token reads only the events it caused
 	// itself (its runs, sessions, requests and refusals), since another
@@ -230,7 +237,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused, snapshots and auditor", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused, snapshots, volumes and auditor", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -260,6 +267,10 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				var n int64
 				n, err = p.integer(f.val, fsub, 1, 1<<20)
 				t.Snapshots = int(n)
+			case "volumes":
+				var n int64
+				n, err = p.integer(f.val, fsub, 1, 1<<20)
+				t.Volumes = int(n)
 			case "tools":
 				if t.Tools, err = p.distinct(f.val, fsub, nil); err == nil {
 					items, _ := p.list(f.val, fsub)
@@ -297,7 +308,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 // (a size).
 func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 	var c Capacity
-	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids, output, paused, paused_for, snapshots and snapshot_bytes", capacityKeys)
+	fs, err := p.fields(n, at, "a mapping of sandboxes, memory, pids, output, paused, paused_for, snapshots, snapshot_bytes, volumes and volume_bytes", capacityKeys)
 	if err != nil {
 		return c, err
 	}
@@ -318,6 +329,12 @@ func (p *parser) capacity(n *yaml.Node, at string) (Capacity, error) {
 			c.Snapshots = int(v)
 		case "snapshot_bytes":
 			c.SnapshotBytes, err = p.positiveSize(f.val, sub)
+		case "volumes":
+			var v int64
+			v, err = p.integer(f.val, sub, 1, 1<<20)
+			c.Volumes = int(v)
+		case "volume_bytes":
+			c.VolumeBytes, err = p.positiveSize(f.val, sub)
 		case "paused_for":
 			var d *time.Duration
 			if d, err = p.duration(f.val, sub, false); err == nil {

@@ -83,6 +83,8 @@ type Options struct {
 	ImageStore string
 	// SnapshotStore, if set, overrides the config's snapshot directory.
 	SnapshotStore string
+	// VolumeStore, if set, overrides the config's volume directory.
+	VolumeStore string
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
 	// IdleTimeout closes a keep-alive connection that sends no request
@@ -183,6 +185,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	no := node.Options{Config: opts.Config, Sandbox: opts.Sandbox, MaxSessions: opts.MaxSessions, CaptureWait: opts.CaptureWait,
 		MaxPaused: opts.Config.Server.Capacity.Paused, PausedFor: opts.Config.Server.Capacity.PausedFor,
 		SnapshotStore: opts.SnapshotStore, MaxSnapshots: opts.Config.Server.Capacity.Snapshots, SnapshotBytes: opts.Config.Server.Capacity.SnapshotBytes,
+		VolumeStore: opts.VolumeStore, MaxVolumes: opts.Config.Server.Capacity.Volumes, VolumeBytes: opts.Config.Server.Capacity.VolumeBytes,
 		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger}
 	if !opts.Embedded {
 		no.ExportAudit = os.Stdout

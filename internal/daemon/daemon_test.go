@@ -285,7 +285,8 @@ func serveConfig(t *testing.T, text string, adjust func(*Options)) (*Daemon, str
 		t.Fatal(err)
 	}
 	opts := Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t), SnapshotStore: filepath.Join(t.TempDir(), "snapshots"),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)},
+		VolumeStore: filepath.Join(t.TempDir(), "volumes"),
+		Sandbox:     sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)},
 		// Over 5s: http.Server.Shutdown waits up to 5s for a connection
 		// that has connected but not yet sent its request (an MCP
 		// client reopening its event stream as shutdown begins).

@@ -29,6 +29,7 @@ import (
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -77,6 +78,11 @@ type Core interface {
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	Kill(ctx context.Context, c *node.Caller, id, client string) error
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
+	CreateVolume(ctx context.Context, c *node.Caller, client, name string, size int64) (volume.Meta, error)
+	Volumes(c *node.Caller) ([]volume.Meta, error)
+	FindVolume(c *node.Caller, idOrName string) (volume.Meta, error)
+	DeleteVolume(c *node.Caller, idOrName, client string) error
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
@@ -133,6 +139,7 @@ func (d *Server) routes() http.Handler {
 	}
 	d.sessionRoutes(mux)
 	d.snapshotRoutes(mux)
+	d.volumeRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))

@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/tokens"
+	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -82,7 +83,18 @@ func (f *fakeCore) OpenFromSnapshot(context.Context, snapshot.Meta, string, *nod
 func (f *fakeCore) Fork(context.Context, *node.Session, *node.Caller, string, int, time.Duration) ([]node.Forked, error) {
 	return nil, errors.New("not in this fake")
 }
-func (f *fakeCore) Plan(string) attach.Plan { return attach.Plan{} }
+func (f *fakeCore) OpenSessionWith(context.Context, *config.Tool, string, *node.Caller, time.Duration, time.Duration, *attach.Policy, []node.VolumeMount) (*node.Session, error) {
+	return nil, node.ErrShutdown
+}
+func (f *fakeCore) CreateVolume(context.Context, *node.Caller, string, string, int64) (volume.Meta, error) {
+	return volume.Meta{}, errors.New("not in this fake")
+}
+func (f *fakeCore) Volumes(*node.Caller) ([]volume.Meta, error) { return nil, nil }
+func (f *fakeCore) FindVolume(*node.Caller, string) (volume.Meta, error) {
+	return volume.Meta{}, volume.ErrNotFound
+}
+func (f *fakeCore) DeleteVolume(*node.Caller, string, string) error { return volume.ErrNotFound }
+func (f *fakeCore) Plan(string) attach.Plan                         { return attach.Plan{} }
 func (f *fakeCore) PoolStats(tool string) (pool.Stats, bool) {
 	_, ok := f.cfg.Tools[tool]
 	return pool.Stats{Name: tool}, ok

@@ -90,18 +90,22 @@ func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 		var idle time.Duration
 		if idle, err = node.ParseBound(req.IdleTimeout, min(node.DefaultIdle, life), life, "idle_timeout"); err == nil {
 			if req.Snapshot != "" {
+				if len(req.Volumes) > 0 {
+					edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "a session from a snapshot takes no volumes yet; attach them to a session of the tool"))
+					return
+				}
 				d.openFromSnapshot(w, r, req, idle, life)
 				return
 			}
-			d.openSession(w, r, t.Name, idle, life)
+			d.openSession(w, r, t.Name, idle, life, volumeMounts(req.Volumes))
 			return
 		}
 	}
 	edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 }
 
-func (d *Server) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration) {
-	s, err := d.OpenSession(r.Context(), d.opts.Config.Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil)
+func (d *Server) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration, mounts []node.VolumeMount) {
+	s, err := d.OpenSessionWith(r.Context(), d.opts.Config.Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil, mounts)
 	if err != nil {
 		if r.Context().Err() == nil {
 			edge.WriteErr(w, err)

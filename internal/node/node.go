@@ -53,6 +53,14 @@ type Options struct {
 	// DefaultSnapshotBytes.
 	MaxSnapshots  int
 	SnapshotBytes int64
+	// VolumeStore, if set, overrides the config's volume directory
+	// (images.volumes).
+	VolumeStore string
+	// MaxVolumes and VolumeBytes bound the volumes the node keeps and
+	// the sum of their sizes; 0 means DefaultMaxVolumes and
+	// DefaultVolumeBytes.
+	MaxVolumes  int
+	VolumeBytes int64
 	// CaptureWait is how long a run whose output is captured waits for
 	// room in the captured-output budget (server.capacity.output) before
 	// it is refused; 0 means 30s.
@@ -85,6 +93,7 @@ type Node struct {
 	holds  holds
 	paused pausedHolds
 	snaps  snapshots
+	vols   volumes
 	// capture bounds the output held for callers that take it whole
 	// (see capture.go).
 	capture  *captureBudget
@@ -186,6 +195,12 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if opts.SnapshotBytes <= 0 {
 		opts.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if opts.MaxVolumes <= 0 {
+		opts.MaxVolumes = DefaultMaxVolumes
+	}
+	if opts.VolumeBytes <= 0 {
+		opts.VolumeBytes = DefaultVolumeBytes
 	}
 	if opts.CaptureWait <= 0 {
 		opts.CaptureWait = DefaultCaptureWait
@@ -350,6 +365,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", c)
 	}
 	n.rt.Close()
+	n.closeVolumes()
 	return err
 }
 

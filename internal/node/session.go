@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -358,12 +359,33 @@ func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, 
 // is one of the daemon's MaxSessions and of c's token's concurrency
 // until it ends.
 func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy) (*Session, error) {
+	return n.OpenSessionWith(ctx, t, client, c, idle, life, narrowed, nil)
+}
+
+// OpenSessionWith is OpenSession with volumes of c's attached where
+// mounts say, in a sandbox made for the session; each volume is in use
+// (it cannot be deleted) until the session ends.
+func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount) (*Session, error) {
 	if err := n.Authorize(c, t.Name); err != nil {
 		return nil, err
 	}
-	release, err := n.hold(c, true)
+	var vols []sandbox.Volume
+	var attached []volume.Meta
+	releaseVols := func() {}
+	if len(mounts) > 0 {
+		var err error
+		if vols, attached, releaseVols, err = n.attachVolumes(c, mounts); err != nil {
+			return nil, err
+		}
+	}
+	releaseHold, err := n.hold(c, true)
 	if err != nil {
+		releaseVols()
 		return nil, err
+	}
+	release := func() {
+		releaseHold()
+		releaseVols()
 	}
 	owner := c.Name
 	scope := &runScope{tool: t.Name, session: n.newSessionID(), client: client}
@@ -380,9 +402,21 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 		n.audit.Record(e)
 		return nil, err
 	}
-	sb, bind, err := n.claimBound(ctx, t, scope, narrowed)
+	var sb *sandbox.Sandbox
+	var bind *runner.Binding
+	if len(vols) > 0 {
+		sb, bind, err = n.createBound(ctx, t, scope, narrowed, vols)
+	} else {
+		sb, bind, err = n.claimBound(ctx, t, scope, narrowed)
+	}
 	if err != nil {
 		return fail(err)
+	}
+	for i, m := range attached {
+		e := scope.event(audit.KindVolumeAttached)
+		e.Client = client
+		e.Detail = audit.Detail(map[string]string{"volume": m.ID, "name": m.Name, "path": vols[i].Target})
+		n.audit.Record(e)
 	}
 	now := time.Now()
 	s := &Session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
