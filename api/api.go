@@ -245,6 +245,10 @@ type ResumeRequest struct {
 	// has from now ("30m"); without it, it has what it had left when
 	// paused.
 	MaxLifetime string `json:"max_lifetime,omitempty"`
+	// Files resumes a session whose processes did not survive a restart
+	// of the daemon (processes_lost) from its files, in a fresh
+	// sandbox; without it such a resume is refused.
+	Files bool `json:"files,omitempty"`
 }
 
 // Session describes a session (POST /v1/sessions, GET /v1/sessions/{id}).
@@ -263,6 +267,10 @@ type Session struct {
 	// PausedAt is when a paused session was paused; its Expires then
 	// moves with the clock, since its lifetime stands still.
 	PausedAt string `json:"paused_at,omitempty"`
+	// ProcessesLost says a paused session came back from a restart of
+	// the daemon with its files alone: its processes are gone, and it
+	// resumes from its files only when asked to (ResumeRequest.Files).
+	ProcessesLost bool `json:"processes_lost,omitempty"`
 	Created  string `json:"created"`
 	LastUsed string `json:"last_used"`
 	Expires  string `json:"expires"`

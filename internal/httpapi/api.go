@@ -91,6 +91,7 @@ type Core interface {
 	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Fork(ctx context.Context, s *node.Session, c *node.Caller, client string, count int, life time.Duration) ([]node.Forked, error)
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
+	ResumeFromFiles(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, bool, error)
 	Plan(tool string) attach.Plan
 	PoolStats(tool string) (pool.Stats, bool)
 	Quitting() context.Context

@@ -69,6 +69,9 @@ func (f *fakeCore) Pause(context.Context, *node.Session, string, string) error {
 func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.Duration) (bool, error) {
 	return false, errors.New("not in this fake")
 }
+func (f *fakeCore) ResumeFromFiles(context.Context, *node.Session, string, string, time.Duration) (bool, bool, error) {
+	return false, false, errors.New("not in this fake")
+}
 func (f *fakeCore) Snapshot(context.Context, *node.Session, *node.Caller, string, string) (snapshot.Meta, error) {
 	return snapshot.Meta{}, errors.New("not in this fake")
 }

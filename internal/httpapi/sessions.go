@@ -175,7 +175,12 @@ func (d *Server) postResume(w http.ResponseWriter, r *http.Request) {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrInvalid, "%w", err))
 		return
 	}
-	if _, err := d.Resume(r.Context(), s, edge.ClientOf(r), node.PauseAsked, life); err != nil {
+	if req.Files {
+		_, _, err = d.ResumeFromFiles(r.Context(), s, edge.ClientOf(r), node.PauseAsked, life)
+	} else {
+		_, err = d.Resume(r.Context(), s, edge.ClientOf(r), node.PauseAsked, life)
+	}
+	if err != nil {
 		edge.WriteErr(w, err)
 		return
 	}

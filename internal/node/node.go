@@ -94,6 +94,10 @@ type Node struct {
 	paused pausedHolds
 	snaps  snapshots
 	vols   volumes
+	kept   kept
+	// keeping counts the pauses whose files are being kept; Stop waits
+	// for them, so that a pause just before a stop survives it.
+	keeping sync.WaitGroup
 	// capture bounds the output held for callers that take it whole
 	// (see capture.go).
 	capture  *captureBudget
@@ -289,6 +293,8 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 		spec.OnStart = n.prebind(t)
 		n.pools[t.Name] = pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger, Prepare: n.prestart(t)})
 	}
+	// The sessions a previous daemon left paused come back, dormant.
+	n.loadDormant(ctx)
 	return n, nil
 }
 
@@ -351,6 +357,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.reapStop != nil {
 		n.reapStop()
 	}
+	n.keeping.Wait()
 	n.endAll(ctx)
 	n.destroying.Wait()
 	err := n.closePools(ctx)

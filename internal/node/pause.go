@@ -182,7 +182,16 @@ func (n *Node) Pause(ctx context.Context, s *Session, client, reason string) err
 	s.mu.Lock()
 	left := max(0, s.expires.Sub(now))
 	s.paused, s.pausedAt, s.lifeLeft, s.unpause = true, now, left, release
+	s.pauseGen++
+	gen := s.pauseGen
 	s.mu.Unlock()
+	// Its files are kept in the background, for a restart of the
+	// daemon (dormant.go): the pause does not wait for them.
+	n.keeping.Add(1)
+	go func() {
+		defer n.keeping.Done()
+		n.keepFiles(s, gen)
+	}()
 	e := s.scope.event(audit.KindSessionPaused)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"reason": reason, "life_left": left.Round(time.Second).String()})
@@ -198,12 +207,14 @@ func (n *Node) Resume(ctx context.Context, s *Session, client, reason string, li
 	s.pauseMu.Lock()
 	defer s.pauseMu.Unlock()
 	s.mu.Lock()
-	ended, paused := s.ended, s.paused
+	ended, paused, dormant := s.ended, s.paused, s.dormant
 	s.mu.Unlock()
-	if ended {
+	switch {
+	case ended:
 		return false, s.EnterError()
-	}
-	if !paused {
+	case dormant:
+		return false, dormantError(s)
+	case !paused:
 		return false, nil
 	}
 	if err := s.sb.Resume(); err != nil {
@@ -221,6 +232,7 @@ func (n *Node) Resume(ctx context.Context, s *Session, client, reason string, li
 	s.paused, s.unpause = false, nil
 	s.mu.Unlock()
 	release()
+	n.dropKept(s)
 	e := s.scope.event(audit.KindSessionResumed)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"reason": reason, "paused_for": pausedFor.Round(time.Millisecond).String()})

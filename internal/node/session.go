@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -86,7 +88,16 @@ type Session struct {
 	lifecycle Lifecycle
 	// timingOut says the reaper is pausing it on timeout already.
 	timingOut bool
-	wg        sync.WaitGroup // execs and file calls in flight
+	// pauseGen counts its pauses; kept is the archive of its files a
+	// pause kept (dormant.go), until it runs again or ends; dormant
+	// says it came back from a restart of the daemon with them alone,
+	// and has no sandbox (sb and bind nil) until resumed from them.
+	pauseGen uint64
+	kept     *snapshot.Meta
+	dormant  bool
+	// edge is what its opening edge keeps across a restart.
+	edge json.RawMessage
+	wg   sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
 	ending chan struct{}
@@ -120,13 +131,17 @@ func (s *Session) View() api.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := api.Session{
-		ID: s.id, Tool: s.tool.Name, SandboxID: s.sb.ID(),
+		ID: s.id, Tool: s.tool.Name,
 		State:    api.SessionActive,
 		Created:  s.created.UTC().Format(time.RFC3339Nano),
 		LastUsed: s.lastUsed.UTC().Format(time.RFC3339Nano),
 		Expires:  s.expires.UTC().Format(time.RFC3339Nano),
 		Running:  s.running,
 	}
+	if s.sb != nil {
+		v.SandboxID = s.sb.ID()
+	}
+	v.ProcessesLost = s.dormant
 	switch {
 	case s.ended:
 		v.State, v.EndReason = api.SessionEnded, s.endReason
@@ -207,15 +222,42 @@ func (s *Session) End(ctx context.Context, reason string) error {
 // it closes done last.
 func (s *Session) finish(ctx context.Context, reason string) {
 	defer close(s.done)
-	// Destroy kills init first; running execs then return.
-	go func() {
-		_ = s.sb.Destroy(ctx)
-	}()
-	s.wg.Wait()
-	_ = s.bind.Close(ctx)
-	_ = s.sb.Destroy(ctx)
+	s.mu.Lock()
+	sb, bind := s.sb, s.bind
+	s.mu.Unlock()
+	if sb == nil {
+		// Dormant: nothing runs; its kept files go with it.
+		s.wg.Wait()
+	} else {
+		// Destroy kills init first; running execs then return.
+		go func() {
+			_ = sb.Destroy(ctx)
+		}()
+		s.wg.Wait()
+		_ = bind.Close(ctx)
+		_ = sb.Destroy(ctx)
+	}
 	if s.onEnd != nil {
 		s.onEnd(reason)
+	}
+}
+
+// sessionEnd is s's onEnd: release gives back what it held; its kept
+// pause, if any, is dropped; its end is recorded.
+func (n *Node) sessionEnd(s *Session, release func()) func(reason string) {
+	return func(reason string) {
+		release()
+		s.pauseMu.Lock()
+		n.dropKept(s)
+		s.pauseMu.Unlock()
+		e := s.scope.event(audit.KindSessionEnded)
+		e.Detail = audit.Detail(map[string]string{"reason": reason})
+		// Durable before End returns: whoever ended the session (a
+		// DELETE's caller, an E2B kill's, shutdown) finds its end in
+		// the log, not in the log's queue.
+		if err := n.audit.Append(context.Background(), e); err != nil {
+			n.opts.Logger.Error("audit: a session's end could not be recorded", "session", s.id, "err", err)
+		}
 	}
 }
 
@@ -270,6 +312,9 @@ func (n *Node) reap(ctx context.Context) {
 				case s.ended && now.Sub(s.endedAt) > endedKept:
 					delete(n.sessions.m, id)
 				case s.ended:
+				case s.dormant && now.Sub(s.pausedAt) > n.opts.PausedFor:
+					end, why = append(end, s), append(why, "paused too long")
+				case s.dormant:
 				case !alive(s.sb):
 					end, why = append(end, s), append(why, "sandbox died")
 				case s.paused && now.Sub(s.pausedAt) > n.opts.PausedFor:
@@ -318,6 +363,9 @@ func (n *Node) endAll(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if n.suspend(ctx, s) {
+				return
+			}
 			// Not cut by ctx: the runtime and the audit log close
 			// next, and must not close under a destroy or its record.
 			// The destroy is bounded (sandbox.Destroy's own timeouts).
@@ -421,17 +469,8 @@ func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client strin
 	now := time.Now()
 	s := &Session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
 		scope: *scope, token: c.Token, narrowed: narrowed,
-		onEnd: func(reason string) {
-			release()
-			e := scope.event(audit.KindSessionEnded)
-			e.Detail = audit.Detail(map[string]string{"reason": reason})
-			// Durable before End returns: whoever ended the session
-			// (a DELETE's caller, an E2B kill's, shutdown) finds its end
-			// in the log, not in the log's queue.
-			if err := n.audit.Append(context.Background(), e); err != nil {
-				n.opts.Logger.Error("audit: a session's end could not be recorded", "session", scope.session, "err", err)
-			}
-		}}
+	}
+	s.onEnd = n.sessionEnd(s, release)
 	n.sessions.mu.Lock()
 	closed := n.sessions.closed
 	if !closed {
@@ -592,7 +631,11 @@ func (s *Session) Owner() string { return s.owner }
 func (s *Session) Tool() *config.Tool { return s.tool }
 
 // Sandbox is the session's sandbox, its own for its life.
-func (s *Session) Sandbox() *sandbox.Sandbox { return s.sb }
+func (s *Session) Sandbox() *sandbox.Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sb
+}
 
 // Created is when the session was opened.
 func (s *Session) Created() time.Time { return s.created }
@@ -676,7 +719,10 @@ func (s *Session) openDir(dir string) (*os.File, error) {
 }
 
 // Alive reports whether the session's sandbox is still there.
-func (s *Session) Alive() bool { return alive(s.sb) }
+func (s *Session) Alive() bool {
+	sb := s.Sandbox()
+	return sb != nil && alive(sb)
+}
 
 // FileError is the error a file call answers for err, whatever the edge:
 // inroot's errors, in their classes, with messages that name no host

@@ -108,6 +108,9 @@ func (n *Node) Snapshot(ctx context.Context, s *Session, c *Caller, client, name
 			return snapshot.Meta{}, err
 		}
 	}
+	if s.Dormant() {
+		return snapshot.Meta{}, dormantError(s)
+	}
 	if s.sb.WritableRoot() {
 		return snapshot.Meta{}, errdefs.Errorf(errdefs.ErrInvalid, "session %s's tool has a writable root (rootfs: writable), whose changes a snapshot does not hold yet; snapshots are of tools with a read-only root", s.id)
 	}
@@ -312,6 +315,9 @@ type Forked struct {
 func (n *Node) Fork(ctx context.Context, s *Session, c *Caller, client string, count int, life time.Duration) ([]Forked, error) {
 	if count < 1 || count > MaxFork {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "a fork makes 1 to %d sandboxes, not %d", MaxFork, count)
+	}
+	if s.Dormant() {
+		return nil, dormantError(s)
 	}
 	if s.sb.WritableRoot() {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "session %s's tool has a writable root (rootfs: writable), whose changes a fork does not carry yet", s.id)

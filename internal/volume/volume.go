@@ -205,7 +205,7 @@ func (m *Manager) Create(ctx context.Context, meta Meta) (Meta, error) {
 }
 
 func (m *Manager) make(ctx context.Context, meta Meta) error {
-	mkfs, err := exec.LookPath("mkfs.ext4")
+	mkfs, err := findMkfs()
 	if err != nil {
 		return errdefs.New(errdefs.ErrUnavailable, "volumes need mkfs.ext4 (Debian's e2fsprogs) on the host, and it is not there")
 	}
@@ -321,6 +321,20 @@ func (m *Manager) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// findMkfs finds mkfs.ext4 on PATH, or where Debian puts it: a daemon's
+// PATH often lacks the sbin directories.
+func findMkfs() (string, error) {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
 }
 
 // isMountPoint reports whether dir is mounted on (its device differs
