@@ -270,10 +270,10 @@ type Session struct {
 	// ProcessesLost says a paused session came back from a restart of
 	// the daemon with its files alone: its processes are gone, and it
 	// resumes from its files only when asked to (ResumeRequest.Files).
-	ProcessesLost bool `json:"processes_lost,omitempty"`
-	Created  string `json:"created"`
-	LastUsed string `json:"last_used"`
-	Expires  string `json:"expires"`
+	ProcessesLost bool   `json:"processes_lost,omitempty"`
+	Created       string `json:"created"`
+	LastUsed      string `json:"last_used"`
+	Expires       string `json:"expires"`
 	// Running counts execs in progress.
 	Running int `json:"running"`
 }
