@@ -73,7 +73,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -233,6 +233,9 @@ Usage:
   airlock serve [flags]                    serve the API on a unix socket, with warm pools
   airlock front [flags]                    serve a cluster's API: place work on its nodes (docs/cluster.md)
   airlock session create|ls|exec|cp|show|rm  work in a session of the daemon
+  airlock session pause|resume|snapshot|fork  pause a session, keep its files as a snapshot, fork it
+  airlock snapshot ls|show|rm              list and delete snapshots
+  airlock volume create|ls|rm              named volumes that outlive sessions
   airlock pool ls                          show the daemon's pools
   airlock ps                               list the daemon's runs, MCP servers and sessions in flight
   airlock kill ID...                       end a run, MCP server or session; recorded in the audit log

@@ -40,20 +40,22 @@ func printJSON(w io.Writer, v any) error {
 
 // sessionUsage is each session subcommand's synopsis.
 var sessionUsage = map[string]string{
-	"create": "create --tool NAME [--idle-timeout D] [--max-lifetime D]",
+	"create": "create (--tool NAME | --snapshot ID) [--volume NAME:/PATH]... [--idle-timeout D] [--max-lifetime D]",
 	"ls":     "ls",
 	"show":   "show ID",
 	"rm":     "rm ID",
 	"pause":  "pause ID",
-	"resume": "resume [--max-lifetime D] ID",
+	"resume":   "resume [--max-lifetime D] [--files] ID",
+	"snapshot": "snapshot [--name NAME] ID",
+	"fork":     "fork [-n COUNT] [--max-lifetime D] ID",
 	"exec":   "exec [-t] ID -- CMD [ARG...]",
 	"cp":     "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
 }
 
-// sessionCmd is `airlock session create|ls|exec|cp|rm|show|pause|resume`.
+// sessionCmd is `airlock session create|ls|exec|cp|rm|show|pause|resume|snapshot|fork`.
 func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdio.Stderr, "Usage: airlock session create|ls|exec|cp|show|rm|pause|resume ...; airlock session SUBCOMMAND -h for each")
+		fmt.Fprintln(stdio.Stderr, "Usage: airlock session create|ls|exec|cp|show|rm|pause|resume|snapshot|fork ...; airlock session SUBCOMMAND -h for each")
 		if len(args) == 0 {
 			return &cli.ExitError{Code: cli.ExitUsage}
 		}
@@ -62,12 +64,14 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	sub, rest := args[0], args[1:]
 	synopsis, ok := sessionUsage[sub]
 	if !ok {
-		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm, pause, resume)", sub)
+		return cli.UsageError(stdio.Stderr, "airlock session", "unknown subcommand %q (create, ls, exec, cp, show, rm, pause, resume, snapshot, fork)", sub)
 	}
 	name := "airlock session " + sub
 	fs, tgt, asJSON := daemonFlags(name, stdio)
-	var tool, idle, life *string
-	var tty *bool
+	var tool, idle, life, snap, snapName *string
+	var tty, files *bool
+	var count *int
+	var vols volumeFlags
 	if sub == "exec" {
 		tty = fs.Bool("t", false, "give the command a terminal of its own in the sandbox, for an interactive shell (needs a terminal on stdin)")
 		fs.BoolVar(tty, "tty", false, "same as -t")
@@ -76,9 +80,19 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		tool = fs.String("tool", "", "tool of the session (required)")
 		idle = fs.String("idle-timeout", "", "end the session after this long unused, e.g. 10m")
 		life = fs.String("max-lifetime", "", "end the session this long after it began, e.g. 1h")
+		snap = fs.String("snapshot", "", "start from a snapshot's files (its id or name); its tool is the session's")
+		fs.Var(&vols, "volume", "attach a volume of yours, NAME:/PATH (repeatable)")
 	}
 	if sub == "resume" {
 		life = fs.String("max-lifetime", "", "the least lifetime the session has from now, e.g. 30m (default: what it had left when paused)")
+		files = fs.Bool("files", false, "resume a session whose processes did not survive a restart of the daemon from its files, in a fresh sandbox")
+	}
+	if sub == "snapshot" {
+		snapName = fs.String("name", "", "name the snapshot (letters, digits, - _ .)")
+	}
+	if sub == "fork" {
+		count = fs.Int("n", 1, "how many sessions to make (1 to 100)")
+		life = fs.String("max-lifetime", "", "each new session's lifetime, e.g. 1h")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stdio.Stderr, "Usage: %s [flags] %s\n\nFlags:\n", "airlock session", synopsis)
@@ -95,13 +109,13 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	pos := fs.Args()
 	switch sub {
 	case "create":
-		if *tool == "" {
-			return bad("--tool is required")
+		if *tool == "" && *snap == "" {
+			return bad("--tool or --snapshot is required")
 		}
 		if len(pos) != 0 {
 			return bad("unexpected argument %q", pos[0])
 		}
-		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: *tool, IdleTimeout: *idle, MaxLifetime: *life})
+		s, err := c.CreateSession(ctx, api.SessionRequest{Tool: *tool, Snapshot: *snap, Volumes: vols, IdleTimeout: *idle, MaxLifetime: *life})
 		if err != nil {
 			return err
 		}
@@ -153,7 +167,7 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		if sub == "pause" {
 			s, err = c.PauseSession(ctx, pos[0])
 		} else {
-			s, err = c.ResumeSession(ctx, pos[0], &api.ResumeRequest{MaxLifetime: *life})
+			s, err = c.ResumeSession(ctx, pos[0], &api.ResumeRequest{MaxLifetime: *life, Files: *files})
 		}
 		if err != nil {
 			return err
@@ -162,6 +176,43 @@ func sessionCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			return printJSON(stdio.Stdout, s)
 		}
 		fmt.Fprintf(stdio.Stdout, "%s %s, expires %s\n", termtext.String(s.ID), termtext.String(s.State), termtext.String(s.Expires))
+		return nil
+	case "snapshot":
+		if len(pos) != 1 {
+			return bad("want one session ID, got %d arguments", len(pos))
+		}
+		m, err := c.Snapshot(ctx, pos[0], *snapName)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdio.Stdout, m)
+		}
+		fmt.Fprintln(stdio.Stdout, termtext.String(m.ID))
+		return nil
+	case "fork":
+		if len(pos) != 1 {
+			return bad("want one session ID, got %d arguments", len(pos))
+		}
+		fs, err := c.Fork(ctx, pos[0], api.ForkRequest{Count: *count, MaxLifetime: *life})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdio.Stdout, fs)
+		}
+		failed := 0
+		for _, f := range fs {
+			if f.Session != nil {
+				fmt.Fprintln(stdio.Stdout, termtext.String(f.Session.ID))
+			} else if f.Error != nil {
+				failed++
+				fmt.Fprintf(stdio.Stderr, "airlock session fork: one fork failed: %s\n", termtext.String(f.Error.Message))
+			}
+		}
+		if failed > 0 {
+			return &cli.ExitError{Code: 1}
+		}
 		return nil
 	case "exec":
 		if len(pos) > 1 && pos[1] == "--" {
