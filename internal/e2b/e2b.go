@@ -101,6 +101,36 @@ type TimeoutRequest struct {
 	Timeout *int `json:"timeout,omitempty"` // seconds
 }
 
+// SnapshotRequest is the body of POST /sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	Name string `json:"name,omitempty"`
+	// Memory true asks for the processes and memory too (E2B's default
+	// when it is left out, a "full" snapshot).
+	Memory *bool `json:"memory,omitempty"`
+}
+
+// SnapshotInfo is the answer of POST /sandboxes/{id}/snapshots, and one
+// element of GET /snapshots: the id create takes as its templateID, and
+// the snapshot's names.
+type SnapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+// ForkRequest is the body of POST /sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count   *int `json:"count,omitempty"`
+	Timeout *int `json:"timeout,omitempty"` // seconds
+}
+
+// ForkResult is one fork's outcome in the answer of POST
+// /sandboxes/{id}/fork: the sandbox, as create answers it, or the error
+// that kept it from starting.
+type ForkResult struct {
+	Sandbox *Sandbox  `json:"sandbox,omitempty"`
+	Error   *APIError `json:"error,omitempty"`
+}
+
 // APIError is the control plane's error body: the SDK reads code (the
 // HTTP status again) to tell a missing sandbox from other failures.
 type APIError struct {

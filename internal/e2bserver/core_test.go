@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -26,6 +27,10 @@ import (
 type fakeCore struct {
 	counts node.Counters
 	open   func(t *config.Tool, c *node.Caller, life time.Duration) error
+	// snaps are the node's snapshots; a session asked of one is
+	// openSnap's answer.
+	snaps    []snapshot.Meta
+	openSnap func(m snapshot.Meta, c *node.Caller, life time.Duration) error
 }
 
 var _ Core = (*fakeCore)(nil)
@@ -50,6 +55,36 @@ func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.D
 }
 func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
 	return nil, f.open(t, c, life)
+}
+func (f *fakeCore) Fork(context.Context, *node.Session, *node.Caller, string, int, time.Duration) ([]node.Forked, error) {
+	return nil, node.ErrGone
+}
+func (f *fakeCore) Snapshot(context.Context, *node.Session, *node.Caller, string, string) (snapshot.Meta, error) {
+	return snapshot.Meta{}, node.ErrGone
+}
+func (f *fakeCore) Snapshots(c *node.Caller) ([]snapshot.Meta, error) {
+	var out []snapshot.Meta
+	for _, m := range f.snaps {
+		if c.Sees(m.Owner) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+func (f *fakeCore) FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error) {
+	for _, m := range f.snaps {
+		if c.Sees(m.Owner) && (m.ID == idOrName || m.Name == idOrName) {
+			return m, nil
+		}
+	}
+	return snapshot.Meta{}, snapshot.ErrNotFound
+}
+func (f *fakeCore) DeleteSnapshot(c *node.Caller, idOrName, _ string) error {
+	_, err := f.FindSnapshot(c, idOrName)
+	return err
+}
+func (f *fakeCore) OpenFromSnapshot(_ context.Context, m snapshot.Meta, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
+	return nil, f.openSnap(m, c, life)
 }
 func (f *fakeCore) Plan(string) attach.Plan                     { return attach.Plan{} }
 func (f *fakeCore) RecordCode(string, *node.Session, node.Code) {}
@@ -145,5 +180,97 @@ func TestCreateProtocol(t *testing.T) {
 	}
 	if asked.tool != "sh" || asked.who != "token:ci" || asked.life != time.Minute {
 		t.Errorf("the core was asked for %+v", asked)
+	}
+}
+
+// TestSnapshotProtocol drives create from a snapshot, the snapshots'
+// list and their delete through the edge over a fake node: a key finds
+// its own snapshots by id or name and never another's (whose id is
+// answered as a template that is not there), tools keep precedence over
+// a snapshot of the same name, and a snapshot of a tool outside the
+// key's scope is refused as the tool is.
+func TestSnapshotProtocol(t *testing.T) {
+	var asked []string
+	f, base := serveFake(t, func(tool *config.Tool, c *node.Caller, life time.Duration) error {
+		asked = append(asked, "tool "+tool.Name)
+		return &node.Refusal{Kind: sandbox.ErrCapacity, Msg: "at capacity"}
+	})
+	f.openSnap = func(m snapshot.Meta, c *node.Caller, life time.Duration) error {
+		asked = append(asked, "snapshot "+m.ID+" as "+c.Name)
+		return &node.Refusal{Kind: sandbox.ErrCapacity, Msg: "at capacity"}
+	}
+	now := time.Now()
+	f.snaps = []snapshot.Meta{
+		{ID: "snap_1", Name: "mine", Owner: "token:ci", Tool: "sh", Source: "s_a", Created: now},
+		{ID: "snap_2", Owner: "token:ci", Tool: "sh", Source: "s_b", Created: now.Add(time.Second)},
+		{ID: "snap_3", Name: "sh", Owner: "token:ci", Tool: "sh", Created: now.Add(2 * time.Second)},
+		{ID: "snap_4", Owner: "token:ci", Tool: "other", Created: now.Add(3 * time.Second)},
+		{ID: "snap_x", Name: "theirs", Owner: "token:someone", Tool: "sh", Created: now},
+	}
+	do := func(method, path, body string) (int, http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+		req.Header.Set("X-API-KEY", testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	for _, tt := range []struct {
+		name, template string
+		status         int
+		says, asked    string
+	}{
+		{"by name", "mine", 503, "at capacity", "snapshot snap_1 as token:ci"},
+		{"by id", "snap_2", 503, "at capacity", "snapshot snap_2 as token:ci"},
+		{"a tool's name first", "sh", 503, "at capacity", "tool sh"},
+		{"another key's id", "snap_x", 404, `no template "snap_x"`, ""},
+		{"another key's name", "theirs", 404, `no template "theirs"`, ""},
+		{"of a tool out of scope", "snap_4", 403, `may not use template "other"`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			asked = nil
+			status, _, b := do("POST", "/v2/sandboxes", `{"templateID":"`+tt.template+`"}`)
+			// The message is in the JSON body: its quotes escaped.
+			if status != tt.status || !strings.Contains(b, strings.ReplaceAll(tt.says, `"`, `\"`)) {
+				t.Errorf("got %d %s, want %d saying %q", status, b, tt.status, tt.says)
+			}
+			if got := strings.Join(asked, ","); got != tt.asked {
+				t.Errorf("the core was asked %q, want %q", got, tt.asked)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name, query, want string
+		next              bool
+	}{
+		{"all of the key's", "", `[{"snapshotID":"mine","names":["mine"]},{"snapshotID":"snap_2","names":[]},{"snapshotID":"sh","names":["sh"]},{"snapshotID":"snap_4","names":[]}]`, false},
+		{"by name", "?name=mine", `[{"snapshotID":"mine","names":["mine"]}]`, false},
+		{"by id", "?name=snap_2", `[{"snapshotID":"snap_2","names":[]}]`, false},
+		{"another's name", "?name=theirs", `[]`, false},
+		{"by sandbox", "?sandboxID=s_b", `[{"snapshotID":"snap_2","names":[]}]`, false},
+		{"a page", "?limit=1", `[{"snapshotID":"mine","names":["mine"]}]`, true},
+	} {
+		t.Run("list "+tt.name, func(t *testing.T) {
+			status, h, b := do("GET", "/snapshots"+tt.query, "")
+			if status != 200 || strings.TrimSpace(b) != tt.want || (h.Get("X-Next-Token") != "") != tt.next {
+				t.Errorf("got %d %s (next %q), want %s", status, b, h.Get("X-Next-Token"), tt.want)
+			}
+		})
+	}
+	_, h, _ := do("GET", "/snapshots?limit=2", "")
+	if status, _, b := do("GET", "/snapshots?limit=2&nextToken="+h.Get("X-Next-Token"), ""); status != 200 || strings.TrimSpace(b) != `[{"snapshotID":"sh","names":["sh"]},{"snapshotID":"snap_4","names":[]}]` {
+		t.Errorf("the second page: %d %s", status, b)
+	}
+	for _, tt := range []struct {
+		id     string
+		status int
+	}{{"mine", 204}, {"snap_2", 204}, {"snap_x", 404}, {"theirs", 404}, {"sh", 204}, {"nope", 404}} {
+		if status, _, b := do("DELETE", "/templates/"+tt.id, ""); status != tt.status {
+			t.Errorf("delete %s: got %d %s, want %d", tt.id, status, b, tt.status)
+		}
 	}
 }

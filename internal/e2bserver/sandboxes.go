@@ -2,6 +2,7 @@ package e2bserver
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/e2b"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/egress/policy"
@@ -23,26 +25,66 @@ import (
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 )
 
 // The E2B lifecycle calls: create, connect, get, list, timeout, kill.
 
 func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	spec, err := d.createSpec(r, c)
+	if err != nil {
+		return err
+	}
+	// E2B's timeout ends the sandbox however busy it is: the session's
+	// lifetime; its idle timeout is the longest allowed.
+	var s *node.Session
+	if spec.snap != nil {
+		s, err = d.OpenFromSnapshot(r.Context(), *spec.snap, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed)
+	} else {
+		s, err = d.OpenSession(r.Context(), spec.tool, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed)
+	}
+	if err != nil {
+		return err
+	}
+	s.SetLifecycle(spec.lifecycle)
+	sb := d.register(r.Context(), s, spec.metadata, spec.envVars)
+	d.e2bAnswer(w, http.StatusCreated, sb)
+	return nil
+}
+
+// createSpec is what a create asks for, read and checked: the tool, or
+// the snapshot (of that tool) to fill its sandbox from, and what the
+// sandbox is given.
+type createSpec struct {
+	tool      *config.Tool
+	snap      *snapshot.Meta // nil: a sandbox of the tool's image alone
+	life      time.Duration
+	metadata  map[string]string
+	envVars   map[string]string
+	narrowed  *attach.Policy
+	lifecycle node.Lifecycle
+}
+
+// createSpec reads a create's body and checks it: options airlock does
+// not honour, the template and the key's scope, the timeout, envVars,
+// the network's narrowing, the lifecycle.
+func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error) {
+	var spec createSpec
 	var raw map[string]json.RawMessage
 	if err := e2bDecode(r, &raw); err != nil {
-		return err
+		return spec, err
 	}
 	// In order, so that a request with several is refused for the same
 	// one every time.
 	for _, k := range slices.Sorted(maps.Keys(e2bRefused)) {
 		if v, ok := raw[k]; ok && asks(v) {
-			return errdefs.New(errdefs.ErrInvalid, k+": "+e2bRefused[k])
+			return spec, errdefs.New(errdefs.ErrInvalid, k+": "+e2bRefused[k])
 		}
 	}
 	if n, ok := raw["network"]; ok && string(n) != "null" {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(n, &fields); err != nil {
-			return errdefs.New(errdefs.ErrInvalid, "network: not an object")
+			return spec, errdefs.New(errdefs.ErrInvalid, "network: not an object")
 		}
 		for _, k := range slices.Sorted(maps.Keys(fields)) {
 			switch {
@@ -51,63 +93,92 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 				// What airlock does for every sandbox: its ports
 				// need its traffic access token.
 			case k == "allowPublicTraffic":
-				return errdefs.New(errdefs.ErrInvalid, "network.allowPublicTraffic: a sandbox's ports are never public: each request needs its traffic access token (docs/e2b.md)")
+				return spec, errdefs.New(errdefs.ErrInvalid, "network.allowPublicTraffic: a sandbox's ports are never public: each request needs its traffic access token (docs/e2b.md)")
 			default:
-				return errdefs.Errorf(errdefs.ErrInvalid, "network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k))
+				return spec, errdefs.Errorf(errdefs.ErrInvalid, "network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k))
 			}
 		}
 	}
 	b, _ := json.Marshal(raw)
 	var req e2b.CreateRequest
 	if err := json.Unmarshal(b, &req); err != nil {
-		return errdefs.New(errdefs.ErrInvalid, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
+		return spec, errdefs.New(errdefs.ErrInvalid, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
 	}
 
-	if req.TemplateID == "" {
-		return errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
-	}
-	t := d.opts.Config.E2BTemplate(req.TemplateID)
-	if t == nil {
-		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools, by name or by a name in their e2b_templates (%s)", node.Shorten(req.TemplateID), strings.Join(d.templateNames(), ", "))
+	t, snap, err := d.e2bTemplate(req.TemplateID, c)
+	if err != nil {
+		return spec, err
 	}
 	if !c.Allows(t.Name) {
 		d.Counts().Forbidden.Add(1)
-		return errdefs.Errorf(errdefs.ErrDenied, "%s may not use template %q", c.Name, t.Name)
+		return spec, errdefs.Errorf(errdefs.ErrDenied, "%s may not use template %q", c.Name, t.Name)
 	}
 	life, err := e2bTimeout(req.Timeout, e2bDefaultTimeout)
 	if err != nil {
-		return err
+		return spec, err
 	}
-	var env []string
 	for k, v := range req.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return errdefs.Errorf(errdefs.ErrInvalid, "envVars: %q is not a variable name", node.Shorten(k))
+			return spec, errdefs.Errorf(errdefs.ErrInvalid, "envVars: %q is not a variable name", node.Shorten(k))
 		}
-		env = append(env, k+"="+v)
 	}
 	narrowed, err := d.e2bNarrow(t.Name, &req)
 	if err != nil {
-		return err
+		return spec, err
 	}
-	// E2B's timeout ends the sandbox however busy it is: the session's
-	// lifetime; its idle timeout is the longest allowed.
 	lc, err := lifecycle(raw)
 	if err != nil {
-		return err
+		return spec, err
 	}
-	s, err := d.OpenSession(r.Context(), t, edge.ClientOf(r), c, node.MaxLife, life, narrowed)
-	if err != nil {
-		return err
+	return createSpec{tool: t, snap: snap, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc}, nil
+}
+
+// e2bTemplate is the tool a create's templateID names (by its name or
+// one of its e2b_templates), or else the snapshot of c's of that id or
+// name, with its tool. Tools come first: a snapshot whose name is also a
+// template's (a tool added to the config after it was taken) is reached
+// by its id. Another key's snapshot is not found, as a template that is
+// not there: the answer never tells which snapshots exist.
+func (d *Server) e2bTemplate(id string, c *node.Caller) (*config.Tool, *snapshot.Meta, error) {
+	if id == "" {
+		return nil, nil, errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
 	}
-	s.SetLifecycle(lc)
+	if t := d.opts.Config.E2BTemplate(id); t != nil {
+		return t, nil, nil
+	}
+	m, err := d.FindSnapshot(c, id)
+	switch {
+	case err == nil:
+		t := d.opts.Config.Tools[m.Tool]
+		if t == nil {
+			return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, node.Shorten(m.Tool))
+		}
+		return t, &m, nil
+	case errdefs.IsNotFound(err):
+		return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools, by name or by a name in their e2b_templates (%s), or a snapshot of this API key's", node.Shorten(id), strings.Join(d.templateNames(), ", "))
+	default:
+		return nil, nil, err
+	}
+}
+
+// register enters session s in the edge's table as an E2B sandbox with
+// credentials of its own (its envd access token and traffic access
+// token), given metadata and envVars, and returns it.
+func (d *Server) register(ctx context.Context, s *node.Session, metadata, envVars map[string]string) *e2bSandbox {
+	var env []string
+	for k, v := range envVars {
+		env = append(env, k+"="+v)
+	}
 	var tok, traffic [24]byte
 	rand.Read(tok[:])
 	rand.Read(traffic[:])
-	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), traffic: hex.EncodeToString(traffic[:]), metadata: req.Metadata, env: env, limits: d.Plan(t.Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
+	sb := &e2bSandbox{s: s, token: hex.EncodeToString(tok[:]), traffic: hex.EncodeToString(traffic[:]), metadata: metadata, envVars: envVars, env: env,
+		limits: d.Plan(s.Tool().Name).Spec.Limits, procs: map[uint32]*e2bProc{}}
 	// Before any call can find it: its default contexts are those whose
 	// kernels started ahead.
-	sb.adoptKernels(r.Context(), req.EnvVars)
+	sb.adoptKernels(ctx, envVars)
 	d.e2b.mu.Lock()
+	defer d.e2b.mu.Unlock()
 	if d.e2b.m == nil {
 		d.e2b.m = map[string]*e2bSandbox{}
 	}
@@ -119,9 +190,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 		}
 	}
 	d.e2b.m[s.ID()] = sb
-	d.e2b.mu.Unlock()
-	d.e2bAnswer(w, http.StatusCreated, sb)
-	return nil
+	return sb
 }
 
 // templateNames are the names E2B clients may create sandboxes by: each
@@ -200,13 +269,18 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 }
 
 func (d *Server) e2bAnswer(w http.ResponseWriter, status int, sb *e2bSandbox) {
+	edge.WriteJSON(w, status, d.sandboxView(sb))
+}
+
+// sandboxView is sb as create, connect and fork answer it.
+func (d *Server) sandboxView(sb *e2bSandbox) e2b.Sandbox {
 	a := e2b.Sandbox{SandboxID: sb.s.ID(), TemplateID: sb.s.Tool().Name, ClientID: "airlock", Alias: sb.s.Tool().Name,
 		EnvdVersion: e2b.EnvdVersion, EnvdAccessToken: sb.token, TrafficAccessToken: &sb.traffic}
 	if d.opts.Domain != "" {
 		// getHost(port) names the sandbox's ports under it.
 		a.Domain = &d.opts.Domain
 	}
-	edge.WriteJSON(w, status, a)
+	return a
 }
 
 // e2bFind is the caller's live E2B sandbox id, or nil: another key's, an
@@ -268,13 +342,9 @@ func (d *Server) e2bList(w http.ResponseWriter, r *http.Request, c *node.Caller)
 			want[k2] = v2
 		}
 	}
-	limit := e2bListMax
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > e2bListMax {
-			return errdefs.Errorf(errdefs.ErrInvalid, "limit %q: want 1 to %d", node.Shorten(v), e2bListMax)
-		}
-		limit = n
+	limit, err := listLimit(r.URL.Query().Get("limit"))
+	if err != nil {
+		return err
 	}
 	after, err := parseListToken(r.URL.Query().Get("nextToken"))
 	if err != nil {
@@ -465,7 +535,13 @@ type listCursor struct {
 
 // listToken is the opaque x-next-token after s: its creation time and id.
 func listToken(s *node.Session) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(s.Created().UnixNano(), 10) + "." + s.ID()))
+	return encodeListToken(s.Created().UnixNano(), s.ID())
+}
+
+// encodeListToken is the x-next-token after what was created at created
+// (Unix nanoseconds) with id.
+func encodeListToken(created int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created, 10) + "." + id))
 }
 
 func parseListToken(tok string) (*listCursor, error) {

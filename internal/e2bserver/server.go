@@ -25,6 +25,7 @@ import (
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/result"
 
 	"github.com/airlockhq/airlock/internal/e2b"
@@ -40,7 +41,8 @@ type e2bSandbox struct {
 	s        *node.Session
 	token    string // envdAccessToken: the envd calls' credential
 	metadata map[string]string
-	env      []string // envVars, for every command
+	envVars  map[string]string // the create's, which a fork is given too
+	env      []string          // envVars, for every command
 	limits   sandbox.Limits
 
 	// mu guards procs, nextPID, watches and the metric fields.
@@ -108,6 +110,12 @@ type Core interface {
 	Audit() *audit.Log
 	Counts() *node.Counters
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
+	Fork(ctx context.Context, s *node.Session, c *node.Caller, client string, count int, life time.Duration) ([]node.Forked, error)
+	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
+	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
+	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)
+	DeleteSnapshot(c *node.Caller, idOrName, client string) error
+	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
@@ -165,15 +173,11 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", api(d.e2bSetTimeout))
 	mux.HandleFunc("POST /sandboxes/{id}/pause", api(d.e2bPause))
 	mux.HandleFunc("POST /sandboxes/{id}/resume", api(d.e2bResume))
-	// What airlock does not do is refused by name, never a bare 404.
-	for route, why := range map[string]string{
-		"POST /sandboxes/{id}/snapshots": "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
-		"GET /snapshots":                 "airlock does not snapshot sandboxes: a sandbox is used and destroyed, and starts from its tool's image (docs/e2b.md)",
-	} {
-		mux.HandleFunc(route, api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
-			return errdefs.New(errUnsupported, why)
-		}))
-	}
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", api(d.e2bSnapshot))
+	mux.HandleFunc("POST /sandboxes/{id}/fork", api(d.e2bFork))
+	mux.HandleFunc("GET /snapshots", api(d.e2bListSnapshots))
+	// The SDKs' deleteSnapshot: a snapshot is a template on E2B.
+	mux.HandleFunc("DELETE /templates/{id}", api(d.e2bDeleteSnapshot))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
 			interpAnswer(d.e2bInterpreterHealth)(w, r)

@@ -123,7 +123,15 @@ try {
     check(r.stdout === 'alive\n', 'connect resumes it, its process alive');
   });
   await probe('snapshots', async () => {
-    await sbx.createSnapshot();
+    await sbx.files.write('/workspace/snap.txt', 'in the snapshot');
+    const snap = await sbx.createSnapshot();
+    const from = await Sandbox.create(snap.snapshotId, { timeoutMs: 60000 });
+    try {
+      check((await from.files.read('/workspace/snap.txt')) === 'in the snapshot', 'a sandbox from the snapshot has its files');
+    } finally {
+      await from.kill();
+    }
+    check(await Sandbox.deleteSnapshot(snap.snapshotId), 'deleteSnapshot');
   });
   await probe('network', async () => {
     const closed = await Sandbox.create('sh', { allowInternetAccess: false });

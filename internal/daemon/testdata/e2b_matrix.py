@@ -165,7 +165,14 @@ def pause():
 
 
 def snapshots():
-    sbx.create_snapshot()
+    sbx.files.write("/workspace/snap.txt", "in the snapshot")
+    snap = sbx.create_snapshot()
+    made = Sandbox.create(template=snap.snapshot_id, timeout=60)
+    try:
+        check(made.files.read("/workspace/snap.txt") == "in the snapshot", "a sandbox from the snapshot has its files")
+    finally:
+        made.kill()
+    check(Sandbox.delete_snapshot(snap.snapshot_id), "delete_snapshot")
 
 
 def network():

@@ -20,6 +20,7 @@ os.environ["OPENAI_AGENTS_DONT_LOG_TOOL_DATA"] = "0"
 import pytest  # noqa: E402
 from agents import Model, ModelResponse, RunConfig, Runner, Usage, set_tracing_disabled  # noqa: E402
 from agents.extensions.sandbox.e2b import E2BSandboxClient, E2BSandboxClientOptions  # noqa: E402
+from agents.extensions.sandbox.e2b.sandbox import _decode_e2b_snapshot_ref  # noqa: E402
 from agents.sandbox import LocalSnapshotSpec, SandboxAgent, SandboxRunConfig  # noqa: E402
 from e2b import AsyncSandbox  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
@@ -146,19 +147,33 @@ def test_pause_on_exit(tmp_path, caplog):
     assert asyncio.run(AsyncSandbox.list().next_items()) == []
 
 
-def test_snapshot_persistence_refused(tmp_path, caplog):
+def test_snapshot_persistence(tmp_path, caplog):
     # workspace_persistence="snapshot" keeps the workspace at the end with
-    # E2B's snapshot of the sandbox instead of a tar archive of it: airlock
-    # refuses the snapshot (501), naming why. The framework logs that it
-    # could not clean up, answers all the same, and the sandbox is killed.
+    # E2B's snapshot of the sandbox (create_snapshot) instead of a tar
+    # archive of it: the framework's local snapshot holds the snapshot's
+    # id, which a later run resumes from (a create naming it), and the
+    # sandbox is killed. The files are what airlock's snapshot keeps (the
+    # workspace and /tmp), which is what the framework persists.
     options = E2BSandboxClientOptions(
         sandbox_type="e2b", timeout=120, on_timeout="kill", workspace_persistence="snapshot"
     )
     _, answer = run_agent(options, tmp_path)
     assert "answer 42 from " in answer
-    assert "Failed to clean up sandbox resources after run" in caplog.text
-    assert "airlock does not snapshot sandboxes" in caplog.text
+    assert "Failed to clean up sandbox resources after run" not in caplog.text
+    [kept] = list(tmp_path.iterdir())
+    snapshot_id = _decode_e2b_snapshot_ref(kept.read_bytes())
+    assert snapshot_id and snapshot_id.startswith("snap_")
     assert asyncio.run(AsyncSandbox.list().next_items()) == []
+
+    async def resume():
+        sbx = await AsyncSandbox.create(snapshot_id, timeout=60)
+        try:
+            return (await sbx.commands.run("pwd; ls -d /workspace")).stdout
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(resume()).endswith("/workspace\n")
+    assert asyncio.run(AsyncSandbox.delete_snapshot(snapshot_id)) is True
 
 
 def messages(e):
