@@ -40,16 +40,16 @@ func printJSON(w io.Writer, v any) error {
 
 // sessionUsage is each session subcommand's synopsis.
 var sessionUsage = map[string]string{
-	"create": "create (--tool NAME | --snapshot ID) [--volume NAME:/PATH]... [--idle-timeout D] [--max-lifetime D]",
-	"ls":     "ls",
-	"show":   "show ID",
-	"rm":     "rm ID",
-	"pause":  "pause ID",
+	"create":   "create (--tool NAME | --snapshot ID) [--volume NAME:/PATH]... [--idle-timeout D] [--max-lifetime D]",
+	"ls":       "ls",
+	"show":     "show ID",
+	"rm":       "rm ID",
+	"pause":    "pause ID",
 	"resume":   "resume [--max-lifetime D] [--files] ID",
 	"snapshot": "snapshot [--name NAME] ID",
 	"fork":     "fork [-n COUNT] [--max-lifetime D] ID",
-	"exec":   "exec [-t] ID -- CMD [ARG...]",
-	"cp":     "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
+	"exec":     "exec [-t] ID -- CMD [ARG...]",
+	"cp":       "cp ID:PATH LOCAL | LOCAL ID:PATH   (\"-\" for stdin or stdout)",
 }
 
 // sessionCmd is `airlock session create|ls|exec|cp|rm|show|pause|resume|snapshot|fork`.
