@@ -246,6 +246,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.e2bl = netlimit.Network(d.e2bl, opts.MaxConns)
 		domain := opts.Config.Server.E2BDomain
 		d.e2b = e2bserver.New(d.Node, d.Guard, e2bserver.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger, Domain: domain})
+		if n := d.e2b.Adopt(); n > 0 {
+			opts.Logger.Info("E2B sandboxes paused before a restart are back, their files only", "sandboxes", n)
+		}
 		d.e2bsrv = httpx.New(d.Audited(edge.CheckHostOr(addr, domain, d.e2b.Handler())), serverOpts)
 		if t := opts.Config.Server.E2BTLS; t != nil {
 			src, err := certfile.Load(t.Cert, t.Key, opts.Logger)

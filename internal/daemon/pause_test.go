@@ -2,18 +2,25 @@ package daemon
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/e2b"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // sandboxCPU reads the CPU time a sandbox's cgroup has used, from the
@@ -199,5 +206,98 @@ func TestE2BPauseJS(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("the SDK said:\n%s\n%s", outb, stderr.String())
+	}
+}
+
+// TestE2BPausedAcrossRestart pauses an E2B sandbox, stops the daemon and
+// starts another on the same stores: the sandbox is listed paused, its
+// metadata kept; a plain connect is refused, naming onResume "reboot";
+// a connect with it (memory: false) gives new credentials and a fresh
+// sandbox with the files.
+func TestE2BPausedAcrossRestart(t *testing.T) {
+	isolatednet.Require(t)
+	t.Setenv("TEST_E2B_KEY", e2bKey)
+	addr := freePort(t)
+	base := "http://" + addr
+	snaps, auditDB := filepath.Join(t.TempDir(), "snapshots"), testAudit(t)
+	text := "server:\n  e2b: " + addr + "\n  tokens:\n    - {name: agent, secret: key, tools: [\"*\"]}\nsecrets:\n  key: {env: TEST_E2B_KEY}\ntools:\n  sh: {}\n"
+	start := func() (*client.Client, func()) {
+		cfg, err := config.Parse("airlock.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(t.TempDir(), "airlock.sock")
+		d, err := New(t.Context(), Options{Config: cfg, Socket: sock, AuditPath: auditDB, SnapshotStore: snaps, VolumeStore: filepath.Join(t.TempDir(), "volumes"),
+			Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}, Grace: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Serve(ctx) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			})
+		}
+		t.Cleanup(stop)
+		c := client.New(sock)
+		for deadline := time.Now().Add(10 * time.Second); c.Health(t.Context()) != nil; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the daemon never answered")
+			}
+		}
+		return c, stop
+	}
+	call := func(method, path string, body string) (int, []byte) {
+		return e2bDo(t, method, base+path, nil, map[string]string{"X-API-KEY": e2bKey, "Content-Type": "application/json"}, strings.NewReader(body))
+	}
+	c, stop := start()
+	status, b := call("POST", "/sandboxes", `{"templateID":"sh","metadata":{"team":"blue"},"envVars":{"GREETING":"hi"}}`)
+	var sb e2b.Sandbox
+	if status != 201 || json.Unmarshal(b, &sb) != nil {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	if r, err := c.Exec(t.Context(), sb.SandboxID, api.ExecRequest{Argv: []string{"sh", "-c", "echo kept > /tmp/k"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if status, b := call("POST", "/sandboxes/"+sb.SandboxID+"/pause", ""); status != 204 {
+		t.Fatalf("pause: %d %s", status, b)
+	}
+	record := filepath.Join(snaps, "paused", "session-"+sb.SandboxID+".rec")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(record); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pause's files were never kept")
+		}
+	}
+	stop()
+
+	c, _ = start()
+	status, b = call("GET", "/sandboxes/"+sb.SandboxID, "")
+	var det e2b.Detail
+	if status != 200 || json.Unmarshal(b, &det) != nil || det.State != "paused" || det.Metadata["team"] != "blue" {
+		t.Fatalf("after the restart: %d %s; want it paused, its metadata kept", status, b)
+	}
+	if status, b := call("POST", "/sandboxes/"+sb.SandboxID+"/connect", `{}`); status != 409 || !strings.Contains(string(b), "reboot") {
+		t.Errorf("a plain connect: %d %s; want 409 naming onResume reboot", status, b)
+	}
+	status, b = call("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", `{"memory":false}`)
+	var again e2b.Sandbox
+	if status != 201 || json.Unmarshal(b, &again) != nil || again.EnvdAccessToken == "" || again.EnvdAccessToken == sb.EnvdAccessToken {
+		t.Fatalf("connect with reboot: %d %s; want 201 and new credentials", status, b)
+	}
+	status, b = e2bDo(t, "GET", base+"/files?path=/tmp/k", &again, nil, nil)
+	if status != 200 || string(b) != "kept\n" {
+		t.Errorf("the file after the resume: %d %q", status, b)
+	}
+	if r, err := c.Exec(t.Context(), sb.SandboxID, api.ExecRequest{Argv: []string{"cat", "/tmp/k"}}); err != nil || string(r.Stdout) != "kept\n" {
+		t.Errorf("exec after the resume: %+v %v", r, err)
 	}
 }

@@ -53,6 +53,9 @@ func (f *fakeCore) Pause(context.Context, *node.Session, string, string) error {
 func (f *fakeCore) Resume(context.Context, *node.Session, string, string, time.Duration) (bool, error) {
 	return false, errors.New("not in this fake")
 }
+func (f *fakeCore) ResumeFromFiles(context.Context, *node.Session, string, string, time.Duration) (bool, bool, error) {
+	return false, false, errors.New("not in this fake")
+}
 func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
 	return nil, f.open(t, c, life)
 }

@@ -122,6 +122,10 @@ func (d *Server) awake(r *http.Request, sb *e2bSandbox) error {
 	case api.SessionActive:
 		return nil
 	case api.SessionPaused:
+		if sb.s.Dormant() {
+			// As E2B's filesystem-only pause: no resume by traffic.
+			return errdefs.Errorf(errEnded, "sandbox %q is paused with its files only (its processes did not survive a restart of airlock); connect with onResume \"reboot\" to resume it", node.Shorten(v.ID))
+		}
 		if !sb.s.Lifecycle().AutoResume {
 			return errdefs.Errorf(errEnded, "sandbox %q is paused; connect resumes it", node.Shorten(v.ID))
 		}
@@ -142,15 +146,14 @@ func e2bLifecycle(l node.Lifecycle) *e2b.Lifecycle {
 }
 
 // connectLife is what a connect asks of a sandbox's life, and whether
-// it asks for a resume airlock does not do.
-func connectLife(req connectRequest) (time.Duration, error) {
-	if req.Memory != nil && !*req.Memory {
-		return 0, errMemoryless
-	}
+// it asks for a resume from the files alone (onResume "reboot").
+func connectLife(req connectRequest) (life time.Duration, reboot bool, err error) {
+	reboot = req.Memory != nil && !*req.Memory
 	if req.Timeout == nil {
-		return 0, nil
+		return 0, reboot, nil
 	}
-	return e2bTimeout(req.Timeout, 0)
+	life, err = e2bTimeout(req.Timeout, 0)
+	return life, reboot, err
 }
 
 // connectRequest is the body of connect.

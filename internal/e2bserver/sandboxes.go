@@ -177,6 +177,7 @@ func (d *Server) register(ctx context.Context, s *node.Session, metadata, envVar
 	// Before any call can find it: its default contexts are those whose
 	// kernels started ahead.
 	sb.adoptKernels(ctx, envVars)
+	s.SetEdgeState(edgeStateOf(metadata, envVars))
 	d.e2b.mu.Lock()
 	defer d.e2b.mu.Unlock()
 	if d.e2b.m == nil {
@@ -502,11 +503,19 @@ func (d *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *node.Call
 	if err != nil {
 		return err
 	}
-	life, err := connectLife(req)
+	life, reboot, err := connectLife(req)
 	if err != nil {
 		return err
 	}
-	resumed, err := d.Resume(r.Context(), sb.s, edge.ClientOf(r), node.PauseAsked, max(life, e2bDefaultTimeout))
+	var resumed bool
+	if reboot {
+		// onResume "reboot": a sandbox whose processes a restart of
+		// airlock took resumes from its files; one paused in memory
+		// resumes whole (its processes are there to keep).
+		resumed, _, err = d.ResumeFromFiles(r.Context(), sb.s, edge.ClientOf(r), node.PauseAsked, max(life, e2bDefaultTimeout))
+	} else {
+		resumed, err = d.Resume(r.Context(), sb.s, edge.ClientOf(r), node.PauseAsked, max(life, e2bDefaultTimeout))
+	}
 	if err != nil {
 		return err
 	}
@@ -605,7 +614,13 @@ func (d *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *node.Call
 		edge.WriteJSON(w, http.StatusOK, []e2bMetric{})
 		return nil
 	}
-	smp, err := sb.s.Sandbox().Sample()
+	box := sb.s.Sandbox()
+	if box == nil {
+		// Dormant: no sandbox, nothing to read.
+		edge.WriteJSON(w, http.StatusOK, []e2bMetric{})
+		return nil
+	}
+	smp, err := box.Sample()
 	if err != nil {
 		return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID())
 	}

@@ -119,6 +119,7 @@ type Core interface {
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
+	ResumeFromFiles(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, bool, error)
 	Plan(tool string) attach.Plan
 	RecordCode(client string, s *node.Session, c node.Code)
 	RecordPort(client string, s *node.Session, p node.Port)
