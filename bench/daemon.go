@@ -120,6 +120,8 @@ func startDaemon(yaml string) (c *client.Client, sock string, stop func(), err e
 		Socket:    sock,
 		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
 		AuditPath: filepath.Join(dir, "audit.db"),
+		// Snapshots, of the sections that take them, go with the rest.
+		SnapshotStore: filepath.Join(dir, "snapshots"),
 	})
 	if err != nil {
 		os.RemoveAll(dir)

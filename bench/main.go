@@ -18,6 +18,9 @@
 //   - pause: pausing and resuming a session holding 64 MiB and 512 MiB
 //     of touched memory, through the API, vs the kernel's floor (the
 //     sandbox's cgroup frozen and thawed directly), interleaved;
+//   - snapshot: a session's snapshot (1 MiB and 64 MiB of files), a
+//     create from one vs a fresh create of the same tool (both warm),
+//     and a fork into 4 vs 4 fresh creates, through the API, interleaved;
 //   - sdk: ComputeSDK's method (create → first command, one at a time
 //     and 100 at once) through the official E2B SDKs against the native
 //     API, and what the warm pool did.
@@ -51,7 +54,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, pause, e2b, interp, sdk or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, pause, snapshot, e2b, interp, sdk or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
@@ -61,6 +64,7 @@ func main() {
 	sdkN := flag.Int("sdk-n", 20, "create → first command runs per path, one at a time, in the sdk section")
 	sdkWarm := flag.Int("sdk-warm", 10, "the warm pool's target in the sdk section")
 	pauseN := flag.Int("pause-n", 100, "pause and resume rounds per memory size in the pause section")
+	snapN := flag.Int("snapshot-n", 50, "rounds per case in the snapshot section")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -72,7 +76,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN)
+	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN)
 	if progAirlock != "" {
 		os.RemoveAll(filepath.Dir(progAirlock))
 	}
@@ -107,7 +111,7 @@ type egressArgs struct {
 // warm pool's target.
 type sdkArgs struct{ n, warm int }
 
-func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs, pauseN int) error {
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs, pauseN, snapN int) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -115,7 +119,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" {
+	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" && only != "snapshot" {
 		if err := peers(n, tput); err != nil {
 			return err
 		}
@@ -146,6 +150,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 			return err
 		}
 	}
+	if want("snapshot") {
+		if err := snapshotBench(snapN); err != nil {
+			return err
+		}
+	}
 	if want("e2b") {
 		if err := e2bBench(min(n, 100)); err != nil {
 			return err
@@ -166,7 +175,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 			return err
 		}
 	}
-	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "sdk" || only == "cluster" || only == "pause" {
+	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "sdk" || only == "cluster" || only == "pause" || only == "snapshot" {
 		return nil
 	}
 	ctx := context.Background()

@@ -10,6 +10,7 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -227,18 +228,31 @@ func (st *Store) Capture(dirs []Dir, uid, gid int, m Meta) (Meta, error) {
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(io.MultiWriter(tmp, h), pr)
+		// Read in parts as large as the writer's: a pipe hands over at
+		// most what its reader asks for, and each hand-over is a thread
+		// switch (io.Copy would take 32 KiB at a time through the
+		// file's ReadFrom, hidden here).
+		_, err := io.CopyBuffer(struct{ io.Writer }{tmp}, pr, make([]byte, pipeBuffer))
 		pr.CloseWithError(err)
 		copied <- err
 	}()
 	// Read as the sandbox's user, written as the daemon: the archive
-	// goes through the pipe.
+	// goes through the pipe. Buffered: every write to the pipe hands the
+	// archive from the reading thread (locked, for its ids) to the
+	// copying goroutine's, and a tar's many small writes (each entry's
+	// headers, its data, its padding) one by one cost a thread switch
+	// each. Hashed on the reading side, so that the hash of one part
+	// runs while the file system takes the one before.
 	err = inroot.AsUser(uid, gid, func() error {
-		tw := tar.NewWriter(pw)
+		bw := bufio.NewWriterSize(io.MultiWriter(h, pw), pipeBuffer)
+		tw := tar.NewWriter(bw)
 		if err := writeDirs(tw, dirs, &m); err != nil {
 			return err
 		}
-		return tw.Close()
+		if err := tw.Close(); err != nil {
+			return err
+		}
+		return bw.Flush()
 	})
 	pw.CloseWithError(err)
 	if cerr := <-copied; err == nil {
@@ -391,8 +405,15 @@ func (st *Store) Restore(m Meta, dirs []Dir, uid, gid int) error {
 	for _, d := range dirs {
 		byName[d.Name] = d.F
 	}
-	return inroot.AsUser(uid, gid, func() error { return restore(tar.NewReader(f), byName, uid, gid) })
+	// Buffered: a tar read straight from the file is a read per header
+	// block, per entry's extended header and per entry's data.
+	br := bufio.NewReaderSize(f, pipeBuffer)
+	return inroot.AsUser(uid, gid, func() error { return restore(tar.NewReader(br), byName, uid, gid) })
 }
+
+// pipeBuffer is the buffer between a capture's tar and its pipe, and
+// between a restore's archive and its tar.
+const pipeBuffer = 256 << 10
 
 func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
 	// Directories get their modes last, deepest first: one the archive
