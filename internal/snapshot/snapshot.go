@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 )
@@ -326,7 +324,7 @@ func writeFileSync(path string, b []byte) error {
 // they hold, in order of name.
 func writeDirs(tw *tar.Writer, dirs []Dir, m *Meta) error {
 	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.Name + "/", Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.Name + "/", Mode: 0o755}); err != nil {
 			return err
 		}
 		ents, err := inroot.ReadDir(d.F, "", maxDepth)
@@ -334,7 +332,11 @@ func writeDirs(tw *tar.Writer, dirs []Dir, m *Meta) error {
 			return fmt.Errorf("%s: %w", d.Name, err)
 		}
 		for _, e := range ents {
-			hdr := &tar.Header{Name: d.Name + "/" + e.Rel, Mode: int64(e.Mode & 0o1777), ModTime: e.ModTime, Format: tar.FormatPAX}
+			// Times to the second, and no format asked for: the writer
+			// uses plain ustar headers where they hold the entry, and an
+			// extended one only for a long name or target (each extended
+			// header is a block more to write and to parse per entry).
+			hdr := &tar.Header{Name: d.Name + "/" + e.Rel, Mode: int64(e.Mode & 0o1777), ModTime: e.ModTime.Truncate(time.Second)}
 			switch {
 			case e.IsDir():
 				hdr.Typeflag, hdr.Name = tar.TypeDir, hdr.Name+"/"
@@ -401,21 +403,83 @@ func (st *Store) Restore(m Meta, dirs []Dir, uid, gid int) error {
 		return fmt.Errorf("snapshot %s: %w", m.ID, err)
 	}
 	defer f.Close()
+	// A second descriptor of the archive for big files' data, which the
+	// kernel copies into the sandbox's file itself (copy_file_range):
+	// no pass through this process's memory.
+	data, err := os.Open(st.archive(m.Digest))
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", m.ID, err)
+	}
+	defer data.Close()
 	byName := map[string]*os.File{}
 	for _, d := range dirs {
 		byName[d.Name] = d.F
 	}
-	// Buffered: a tar read straight from the file is a read per header
-	// block, per entry's extended header and per entry's data.
-	br := bufio.NewReaderSize(f, pipeBuffer)
-	return inroot.AsUser(uid, gid, func() error { return restore(tar.NewReader(br), byName, uid, gid) })
+	rs := &restorer{tr: nil, src: newBufSeeker(f, pipeBuffer), data: data, dirs: byName, parents: map[string]*os.File{}, uid: uid, gid: gid}
+	rs.tr = tar.NewReader(rs.src)
+	defer rs.closeParents()
+	return inroot.AsUser(uid, gid, rs.run)
 }
 
 // pipeBuffer is the buffer between a capture's tar and its pipe, and
 // between a restore's archive and its tar.
 const pipeBuffer = 256 << 10
 
-func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
+// bigFile is the size from which a file's data is copied by the kernel
+// rather than through the tar reader.
+const bigFile = 64 << 10
+
+// maxParents bounds the directories a restore keeps open.
+const maxParents = 1024
+
+// restorer writes an archive's entries into a sandbox's directories.
+type restorer struct {
+	tr   *tar.Reader
+	src  *bufSeeker
+	data *os.File
+	dirs map[string]*os.File
+	// parents are directories opened already, by their path in the
+	// archive, so that each entry is written below its own directory
+	// and not looked up from the top again.
+	parents  map[string]*os.File
+	uid, gid int
+}
+
+func (rs *restorer) closeParents() {
+	for k, f := range rs.parents {
+		f.Close()
+		delete(rs.parents, k)
+	}
+}
+
+// parent returns the directory holding rel below top's directory (its
+// own path in the archive's terms, for the cache) and rel's last
+// element.
+func (rs *restorer) parent(top, rel string) (*os.File, string, error) {
+	dir := rs.dirs[top]
+	p, name := "", rel
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		p, name = rel[:i], rel[i+1:]
+	}
+	if p == "" {
+		return dir, name, nil
+	}
+	key := top + "/" + p
+	if f := rs.parents[key]; f != nil {
+		return f, name, nil
+	}
+	f, err := inroot.OpenDir(dir, p)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rs.parents) >= maxParents {
+		rs.closeParents()
+	}
+	rs.parents[key] = f
+	return f, name, nil
+}
+
+func (rs *restorer) run() error {
 	// Directories get their modes last, deepest first: one the archive
 	// has read-only still takes what it holds.
 	type dirMode struct {
@@ -425,7 +489,7 @@ func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
 	}
 	var modes []dirMode
 	for {
-		hdr, err := tr.Next()
+		hdr, err := rs.tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -433,28 +497,38 @@ func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
 			return err
 		}
 		top, rel, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
-		dir := dirs[top]
+		dir := rs.dirs[top]
 		if dir == nil {
 			return fmt.Errorf("the archive holds %q, outside the sandbox's directories", shorten(hdr.Name))
 		}
 		if rel == "" {
 			continue // the directory itself
 		}
+		if _, err := inroot.Split(rel); err != nil {
+			return fmt.Errorf("%s: %w", shorten(hdr.Name), err)
+		}
+		parent, name, err := rs.parent(top, rel)
+		if err != nil {
+			return fmt.Errorf("%s: %w", shorten(hdr.Name), err)
+		}
 		perm := uint32(hdr.Mode) & 0o1777
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			_, err = inroot.Mkdir(dir, rel, uid, gid)
+			_, err = inroot.Mkdir(parent, name, rs.uid, rs.gid)
 			modes = append(modes, dirMode{dir, rel, perm})
 		case tar.TypeSymlink:
-			err = inroot.Symlink(dir, rel, hdr.Linkname)
+			err = inroot.Symlink(parent, name, hdr.Linkname)
 		case tar.TypeReg:
-			_, err = inroot.WriteFileThen(dir, rel, tr, hdr.Size, uid, gid, func(f *os.File) error {
-				if err := f.Chmod(os.FileMode(perm & 0o777)); err != nil {
+			var src io.Reader = rs.tr
+			if hdr.Size >= bigFile {
+				if _, err := rs.data.Seek(rs.src.Offset(), io.SeekStart); err != nil {
 					return err
 				}
-				t := unix.NsecToTimeval(hdr.ModTime.UnixNano())
-				return unix.Futimes(int(f.Fd()), []unix.Timeval{t, t})
-			})
+				src = &io.LimitedReader{R: rs.data, N: hdr.Size}
+			}
+			// A fresh sandbox's directories hold nothing of the
+			// archive's yet: each file is new, made as its owner.
+			err = inroot.CreateNew(parent, name, src, hdr.Size, perm&0o777, hdr.ModTime)
 		default:
 			return fmt.Errorf("the archive holds %q of a type snapshots never hold", shorten(hdr.Name))
 		}
@@ -468,6 +542,54 @@ func restore(tr *tar.Reader, dirs map[string]*os.File, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// bufSeeker reads a file through a buffer and can skip ahead without
+// reading (the tar reader skips data it was not asked for by seeking),
+// and says where in the file the next byte it gives comes from.
+type bufSeeker struct {
+	f    *os.File
+	buf  []byte
+	r, w int
+	// end is the file offset of buf[w].
+	end int64
+}
+
+func newBufSeeker(f *os.File, size int) *bufSeeker { return &bufSeeker{f: f, buf: make([]byte, size)} }
+
+func (b *bufSeeker) Read(p []byte) (int, error) {
+	if b.r == b.w {
+		n, err := b.f.Read(b.buf)
+		if n == 0 {
+			return 0, err
+		}
+		b.r, b.w = 0, n
+		b.end += int64(n)
+	}
+	n := copy(p, b.buf[b.r:b.w])
+	b.r += n
+	return n, nil
+}
+
+// Offset is the file offset of the next byte Read gives.
+func (b *bufSeeker) Offset() int64 { return b.end - int64(b.w-b.r) }
+
+// Seek moves on from the current offset (io.SeekCurrent, as the tar
+// reader skips), within the buffer if it can.
+func (b *bufSeeker) Seek(off int64, whence int) (int64, error) {
+	if whence != io.SeekCurrent || off < 0 {
+		return 0, errors.New("bufSeeker: only forward seeks from the current offset")
+	}
+	if off <= int64(b.w-b.r) {
+		b.r += int(off)
+		return b.Offset(), nil
+	}
+	to := b.Offset() + off
+	if _, err := b.f.Seek(to, io.SeekStart); err != nil {
+		return 0, err
+	}
+	b.r, b.w, b.end = 0, 0, to
+	return to, nil
 }
 
 func shorten(s string) string {
