@@ -405,7 +405,7 @@ func TestE2BAttacks(t *testing.T) {
 	}
 	for _, c := range []struct{ name, body, want string }{
 		{"refused option", `{"templateID":"sh","mcp":{"github":{}}}`, "mcp"},
-		{"a volume in /home", `{"templateID":"sh","volumeMounts":[{"name":"v","path":"/home/user/data"}]}`, `at \"/home/user/data\"`},
+		{"a volume in /home", `{"templateID":"sh","volumeMounts":[{"name":"v","path":"/home/user/data"}]}`, `mount target \"/home/user/data\": /home is built by airlock; choose another place`},
 		{"a pause that keeps files only", `{"templateID":"sh","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory: false"},
 		{"resume on traffic without a pause on timeout", `{"templateID":"sh","autoResume":{"enabled":true}}`, "autoResume"},
 		{"autoPause not a boolean", `{"templateID":"sh","autoPause":"yes"}`, `\"autoPause\": want true or false`},

@@ -62,7 +62,7 @@ func TestE2BVolumeJS(t *testing.T) {
 	}
 	for k, says := range map[string][]string{
 		"destroyattached": {"409", "mounted in a sandbox"},
-		"home":            {"400", "/home/user/data", "/mnt/data, say"},
+		"home":            {"400", "/home/user/data", "choose another place, like /srv"},
 		"content":         {"501", "mount the volume in a sandbox"},
 		"othermount":      {"404", `volume \"data\" not found`},
 	} {
@@ -121,7 +121,7 @@ func TestE2BVolumeAttacks(t *testing.T) {
 		{"the workspace", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"mine","path":"/workspace/x"}]`), 400, `\"/workspace/x\": /workspace is built by airlock`},
 		{"/etc", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"mine","path":"/etc"}]`), 400, `/etc is built by airlock`},
 		{"relative", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"mine","path":"mnt/x"}]`), 400, `want an absolute, clean path`},
-		{"home", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"mine","path":"/home/user/data"}]`), 400, `/mnt/data, say`},
+		{"home", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"mine","path":"/home/user/data"}]`), 400, `choose another place, like /srv`},
 		{"too many", "POST", "/v2/sandboxes", e2bKey, mount(`[` + nine + `]`), 400, `at most 8`},
 		{"another key's volume by name", "POST", "/v2/sandboxes", e2bKey, mount(`[{"name":"theirs","path":"/mnt/x"}]`), 404, `volume \"theirs\" not found`},
 		{"by another key", "POST", "/v2/sandboxes", otherKey, mount(`[{"name":"mine","path":"/mnt/x"}]`), 404, `volume \"mine\" not found`},

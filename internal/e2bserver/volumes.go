@@ -130,8 +130,7 @@ func (d *Server) e2bMounts(vms []e2b.VolumeMount, c *node.Caller) ([]node.Volume
 		// replace the sandbox's own files, or a path the host's file
 		// calls trust.
 		if err := sbspec.CheckTarget(vm.Path); err != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "volumeMounts: volume %q: %v; a volume may be mounted anywhere but in or over /workspace, /tmp, /home, /root, /etc, /usr, /var and the system's directories: /mnt/data, say (docs/e2b.md, Volumes)",
-				node.Shorten(vm.Name), err)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "volumeMounts: volume %q: %v (docs/e2b.md, Volumes)", node.Shorten(vm.Name), err)
 		}
 		if seen[vm.Path] {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "volumeMounts: two volumes at %q", node.Shorten(vm.Path))

@@ -97,7 +97,7 @@ func TestVolumeProtocol(t *testing.T) {
 		{"by id", `[{"name":"vol_1","path":"/srv/x"}]`, 503, "at capacity", "vol_1@/srv/x"},
 		{"none", `[]`, 503, "at capacity", "tool sh"},
 		{"in /home/user", `[{"name":"mine","path":"/home/user/data"}]`, 400, `volume \"mine\": mount target \"/home/user/data\": /home is built by airlock`, ""},
-		{"where it may go", `[{"name":"mine","path":"/home/user"}]`, 400, "/mnt/data, say", ""},
+		{"where it may go", `[{"name":"mine","path":"/home/user"}]`, 400, "choose another place, like /srv", ""},
 		{"the workspace", `[{"name":"mine","path":"/workspace/x"}]`, 400, `\"/workspace/x\"`, ""},
 		{"climbing out", `[{"name":"mine","path":"/mnt/../etc"}]`, 400, "want an absolute, clean path", ""},
 		{"relative", `[{"name":"mine","path":"data"}]`, 400, "want an absolute, clean path", ""},
