@@ -701,7 +701,15 @@ func (s *Sandbox) WritableRoot() bool { return s.rootRW }
 // OpenDir is OpenWorkspace for dir, one of ScratchDirs, or "/" when the
 // root is writable. Below "/", the other mounts (the workspace, /tmp,
 // /proc, /dev) are not reached from it: inroot does not cross mounts.
+//
+// dir may also be where a volume is attached (VolumeDirs): that is the
+// volume's root, opened at create before any command ran, so nothing the
+// sandbox has done since (a symlink or a rename above the target) can
+// lead the host elsewhere.
 func (s *Sandbox) OpenDir(dir string) (*os.File, error) {
+	if slices.Contains(s.VolumeDirs(), dir) {
+		return s.openVolume(dir)
+	}
 	if !slices.Contains(ScratchDirs, dir) && (dir != "/" || !s.rootRW) {
 		return nil, fmt.Errorf("sandbox %s: open %s: not one of its own directories (%s)", s.id, dir, strings.Join(ScratchDirs, ", "))
 	}

@@ -99,6 +99,43 @@ func (s *Sandbox) openVolumes(vs []Volume) error {
 	return nil
 }
 
+// VolumeDirs are where the sandbox's volumes are attached, as it sees
+// them: each, like ScratchDirs, a writable directory of its own that
+// OpenDir opens.
+func (s *Sandbox) VolumeDirs() []string {
+	// The spec's, fixed at create: s.volumes is emptied at teardown.
+	return volumeTargets(s.volumeSpec)
+}
+
+// openVolume opens the root of the volume attached at target (O_PATH)
+// for the host's file calls: a new descriptor of the directory
+// openVolumes opened, never a lookup of target now. While the sandbox
+// is destroyed, or once it is, the call is refused (ErrDead), as
+// openIn's.
+func (s *Sandbox) openVolume(target string) (*os.File, error) {
+	s.mu.Lock()
+	if s.killed || s.pidfd == nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, target, ErrDead)
+	}
+	// Destroy's teardown, which closes the volumes' descriptors, waits
+	// for the execs in flight.
+	s.execs.Add(1)
+	s.mu.Unlock()
+	defer s.execs.Done()
+	for _, v := range s.volumes {
+		if v.target != target {
+			continue
+		}
+		fd, err := unix.Openat(v.fd, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, target, err)
+		}
+		return os.NewFile(uintptr(fd), target), nil
+	}
+	return nil, fmt.Errorf("sandbox %s: open %s: not one of its volumes", s.id, target)
+}
+
 func (s *Sandbox) closeVolumes() {
 	for _, v := range s.volumes {
 		unix.Close(v.fd)

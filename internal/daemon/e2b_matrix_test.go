@@ -17,7 +17,7 @@ import (
 
 // matrixFeatures are the compatibility matrix's columns, in the probes'
 // order (testdata/e2b_matrix.mjs and .py).
-var matrixFeatures = []string{"lifecycle", "commands", "files", "watch", "pty", "ports", "interpreter", "pause", "snapshots", "network", "metrics"}
+var matrixFeatures = []string{"lifecycle", "commands", "files", "watch", "pty", "ports", "interpreter", "pause", "snapshots", "volumes", "network", "metrics"}
 
 // matrixSDK is one SDK the matrix probes: its language and version, and
 // the command that runs its probe.

@@ -43,7 +43,7 @@ func TestE2BPythonSDK(t *testing.T) {
 	// No cache and no bytecode: pytest writes nothing into the module.
 	cmd := exec.CommandContext(t.Context(), py, "-m", "pytest", "-q", "-rxXs", "-p", "no:cacheprovider", "testdata/pysdk")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",
-		"E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey, "E2B_OTHER_KEY=other-0123456789abcdef",
+		"E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey, "E2B_OTHER_KEY=other-0123456789abcdef", "E2B_VOLUME_API_URL="+base,
 		"AIRLOCK_TEST_NET_PORT="+strconv.Itoa(port))
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()

@@ -404,7 +404,8 @@ func TestE2BAttacks(t *testing.T) {
 		t.Errorf("the owner's info after the attacks: %d %s", status, b)
 	}
 	for _, c := range []struct{ name, body, want string }{
-		{"refused option", `{"templateID":"sh","volumeMounts":[{"name":"v","path":"/data"}]}`, "volumeMounts"},
+		{"refused option", `{"templateID":"sh","mcp":{"github":{}}}`, "mcp"},
+		{"a volume in /home", `{"templateID":"sh","volumeMounts":[{"name":"v","path":"/home/user/data"}]}`, `mount target \"/home/user/data\": /home is built by airlock; choose another place`},
 		{"a pause that keeps files only", `{"templateID":"sh","autoPause":true,"autoPauseMemory":false}`, "autoPauseMemory: false"},
 		{"resume on traffic without a pause on timeout", `{"templateID":"sh","autoResume":{"enabled":true}}`, "autoResume"},
 		{"autoPause not a boolean", `{"templateID":"sh","autoPause":"yes"}`, `\"autoPause\": want true or false`},

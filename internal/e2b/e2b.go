@@ -47,6 +47,36 @@ type CreateRequest struct {
 	MCP                 map[string]any `json:"mcp,omitempty"`
 	AutoPause           *bool          `json:"autoPause,omitempty"`
 	Secure              *bool          `json:"secure,omitempty"`
+	// VolumeMounts attach the caller's volumes, by name.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+}
+
+// VolumeMount is one of a sandbox's volumes: its name, and where the
+// sandbox sees it (SandboxVolumeMount).
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// NewVolume is the body of POST /volumes. E2B's has no size: a volume
+// is the node's default size.
+type NewVolume struct {
+	Name string `json:"name"`
+}
+
+// Volume is one element of GET /volumes.
+type Volume struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+}
+
+// VolumeAndToken is the answer of POST /volumes and GET
+// /volumes/{volumeID}: the volume and the token of E2B's volume content
+// API, which airlock does not serve (the token opens nothing).
+type VolumeAndToken struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Token    string `json:"token"`
 }
 
 // AllTraffic is the SDKs' ALL_TRAFFIC: every IPv4 destination.
@@ -86,6 +116,8 @@ type Detail struct {
 	DiskSizeMB  int64             `json:"diskSizeMB"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	Lifecycle   *Lifecycle        `json:"lifecycle,omitempty"`
+	// VolumeMounts are the volumes the sandbox was created with.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // Lifecycle is what a sandbox does on timeout ("kill" or "pause") and

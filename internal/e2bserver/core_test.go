@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
 	"github.com/airlockhq/airlock/internal/tokens"
+	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -31,6 +32,10 @@ type fakeCore struct {
 	// openSnap's answer.
 	snaps    []snapshot.Meta
 	openSnap func(m snapshot.Meta, c *node.Caller, life time.Duration) error
+	// vols are the node's volumes; a session asked with some is
+	// openVols' answer.
+	vols     []volume.Meta
+	openVols func(t *config.Tool, c *node.Caller, mounts []node.VolumeMount) error
 }
 
 var _ Core = (*fakeCore)(nil)
@@ -58,6 +63,38 @@ func (f *fakeCore) ResumeFromFiles(context.Context, *node.Session, string, strin
 }
 func (f *fakeCore) OpenSession(_ context.Context, t *config.Tool, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
 	return nil, f.open(t, c, life)
+}
+func (f *fakeCore) OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error) {
+	if len(mounts) == 0 {
+		return f.OpenSession(ctx, t, client, c, idle, life, narrowed)
+	}
+	return nil, f.openVols(t, c, mounts)
+}
+func (f *fakeCore) CreateVolume(_ context.Context, c *node.Caller, _, name string, size int64) (volume.Meta, error) {
+	m := volume.Meta{ID: "vol_" + name, Name: name, Owner: c.Name, Size: size}
+	f.vols = append(f.vols, m)
+	return m, nil
+}
+func (f *fakeCore) Volumes(c *node.Caller) ([]volume.Meta, error) {
+	var out []volume.Meta
+	for _, m := range f.vols {
+		if c.Sees(m.Owner) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+func (f *fakeCore) FindVolume(c *node.Caller, idOrName string) (volume.Meta, error) {
+	for _, m := range f.vols {
+		if c.Sees(m.Owner) && (m.ID == idOrName || m.Name == idOrName) {
+			return m, nil
+		}
+	}
+	return volume.Meta{}, volume.ErrNotFound
+}
+func (f *fakeCore) DeleteVolume(c *node.Caller, idOrName, _ string) error {
+	_, err := f.FindVolume(c, idOrName)
+	return err
 }
 func (f *fakeCore) Fork(context.Context, *node.Session, *node.Caller, string, int, time.Duration) ([]node.Forked, error) {
 	return nil, node.ErrGone

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,9 @@ import (
 // The E2B file calls: /files and the filesystem.Filesystem service.
 
 // e2bLoc is a path the files API reaches: below one of the sandbox's own
-// writable directories (sandbox.ScratchDirs: the workspace, /tmp; and "/"
-// when its root is writable), resolved inside it without crossing into
-// another mount; rel "" is the directory itself.
+// writable directories (sandbox.ScratchDirs: the workspace, /tmp; its
+// volumes; and "/" when its root is writable), resolved inside it
+// without crossing into another mount; rel "" is the directory itself.
 type e2bLoc struct {
 	dir, rel string
 	// ro: below the sandbox's read-only root, which the files API reads
@@ -39,7 +40,7 @@ type e2bLoc struct {
 // removal, a watch) to a path below a read-only root.
 func (l e2bLoc) writable() error {
 	if l.ro {
-		return errdefs.Errorf(errdefs.ErrDenied, "%s: the sandbox's root is read-only (its tool's is not `rootfs: writable`): files are written, moved, removed and watched below %s", l, strings.Join(sandbox.ScratchDirs, " and "))
+		return errdefs.Errorf(errdefs.ErrDenied, "%s: the sandbox's root is read-only (its tool's is not `rootfs: writable`): files are written, moved, removed and watched below %s and the sandbox's volumes", l, strings.Join(sandbox.ScratchDirs, " and "))
 	}
 	return nil
 }
@@ -86,7 +87,12 @@ func (sb *e2bSandbox) fsPath(p string) (e2bLoc, error) {
 		c = path.Join(node.Workdir("", sb.s.Tool()), p)
 	}
 	c = path.Clean(c)
-	for _, dir := range sandbox.ScratchDirs {
+	// The volumes too, each the root of its own file system, the
+	// deepest first: one may be attached below another, and a path is
+	// resolved from the mount it lies on (inroot does not cross mounts).
+	dirs := sb.s.Sandbox().VolumeDirs()
+	slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
+	for _, dir := range append(dirs, sandbox.ScratchDirs...) {
 		if c == dir {
 			return e2bLoc{dir: dir}, nil
 		}

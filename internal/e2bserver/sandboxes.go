@@ -41,13 +41,18 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	if spec.snap != nil {
 		s, err = d.OpenFromSnapshot(r.Context(), *spec.snap, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed)
 	} else {
-		s, err = d.OpenSession(r.Context(), spec.tool, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed)
+		s, err = d.OpenSessionWith(r.Context(), spec.tool, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
 	}
 	if err != nil {
 		return err
 	}
 	s.SetLifecycle(spec.lifecycle)
 	sb := d.register(r.Context(), s, spec.metadata, spec.envVars)
+	if len(spec.volumes) > 0 {
+		sb.mu.Lock()
+		sb.volumes = spec.volumes
+		sb.mu.Unlock()
+	}
 	d.e2bAnswer(w, http.StatusCreated, sb)
 	return nil
 }
@@ -63,6 +68,10 @@ type createSpec struct {
 	envVars   map[string]string
 	narrowed  *attach.Policy
 	lifecycle node.Lifecycle
+	// mounts are the volumes to attach; volumes the same, as E2B lists
+	// them.
+	mounts  []node.VolumeMount
+	volumes []e2b.VolumeMount
 }
 
 // createSpec reads a create's body and checks it: options airlock does
@@ -130,7 +139,15 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 	if err != nil {
 		return spec, err
 	}
-	return createSpec{tool: t, snap: snap, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc}, nil
+	mounts, err := d.e2bMounts(req.VolumeMounts, c)
+	if err != nil {
+		return spec, err
+	}
+	if snap != nil && len(mounts) > 0 {
+		return spec, errdefs.Errorf(errdefs.ErrInvalid, "volumeMounts: a sandbox created from snapshot %s cannot have volumes yet; create one from a template to mount volumes", snap.ID)
+	}
+	return createSpec{tool: t, snap: snap, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc,
+		mounts: mounts, volumes: req.VolumeMounts}, nil
 }
 
 // e2bTemplate is the tool a create's templateID names (by its name or
@@ -306,6 +323,9 @@ func (d *Server) e2bLookup(r *http.Request, c *node.Caller) (*e2bSandbox, error)
 }
 
 func (sb *e2bSandbox) detail() e2b.Detail {
+	sb.mu.Lock()
+	vols := sb.volumes
+	sb.mu.Unlock()
 	v := sb.s.View()
 	l := sb.limits
 	state := "running"
@@ -314,7 +334,7 @@ func (sb *e2bSandbox) detail() e2b.Detail {
 	}
 	return e2b.Detail{SandboxID: v.ID, TemplateID: v.Tool, Alias: v.Tool, ClientID: "airlock", StartedAt: v.Created, EndAt: v.Expires,
 		EnvdVersion: e2b.EnvdVersion, State: state, CPUCount: max(1, int(l.CPUMilli+999)/1000), MemoryMB: l.Memory >> 20,
-		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata, Lifecycle: e2bLifecycle(sb.s.Lifecycle())}
+		DiskSizeMB: l.Disk >> 20, Metadata: sb.metadata, Lifecycle: e2bLifecycle(sb.s.Lifecycle()), VolumeMounts: vols}
 }
 
 func (d *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *node.Caller) error {

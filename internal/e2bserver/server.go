@@ -26,6 +26,7 @@ import (
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/result"
 
 	"github.com/airlockhq/airlock/internal/e2b"
@@ -44,6 +45,8 @@ type e2bSandbox struct {
 	envVars  map[string]string // the create's, which a fork is given too
 	env      []string          // envVars, for every command
 	limits   sandbox.Limits
+	// volumes are the volumes it was created with, as E2B lists them.
+	volumes []e2b.VolumeMount
 
 	// mu guards procs, nextPID, watches and the metric fields.
 	mu      sync.Mutex
@@ -117,6 +120,11 @@ type Core interface {
 	DeleteSnapshot(c *node.Caller, idOrName, client string) error
 	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
+	CreateVolume(ctx context.Context, c *node.Caller, client, name string, size int64) (volume.Meta, error)
+	Volumes(c *node.Caller) ([]volume.Meta, error)
+	FindVolume(c *node.Caller, idOrName string) (volume.Meta, error)
+	DeleteVolume(c *node.Caller, idOrName, client string) error
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
 	ResumeFromFiles(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, bool, error)
@@ -179,6 +187,7 @@ func (d *Server) e2bRoutes() http.Handler {
 	mux.HandleFunc("GET /snapshots", api(d.e2bListSnapshots))
 	// The SDKs' deleteSnapshot: a snapshot is a template on E2B.
 	mux.HandleFunc("DELETE /templates/{id}", api(d.e2bDeleteSnapshot))
+	d.e2bVolumeRoutes(mux, api)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
 			interpAnswer(d.e2bInterpreterHealth)(w, r)
@@ -271,9 +280,8 @@ func e2bTimeout(secs *int, def time.Duration) (time.Duration, error) {
 // e2bRefused are create's options airlock does not honour, each refused
 // rather than ignored.
 var e2bRefused = map[string]string{
-	"mcp":          "an MCP gateway in the sandbox is not supported; configure MCP servers in airlock (docs/mcp.md)",
-	"volumeMounts": "volumes are not supported; use the files API",
-	"iam":          "identity tokens are not supported; airlock's credential broker attaches credentials at the edge (docs/config.md, services)",
+	"mcp": "an MCP gateway in the sandbox is not supported; configure MCP servers in airlock (docs/mcp.md)",
+	"iam": "identity tokens are not supported; airlock's credential broker attaches credentials at the edge (docs/config.md, services)",
 }
 
 // e2bEnvd finds the sandbox of an envd call: its E2b-Sandbox-Id, checked

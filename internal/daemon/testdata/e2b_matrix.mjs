@@ -6,7 +6,7 @@
 // (airlock said why it does not), "absent" (this SDK has no such call),
 // "untested" or "fails" (anything else: a difference to fix).
 // TestE2BMatrix runs it and writes or checks the matrix of docs/e2b.md.
-const { Sandbox } = await import(process.env.E2B_SDK);
+const { Sandbox, Volume } = await import(process.env.E2B_SDK);
 const http = await import('node:http');
 const out = (k, v) => console.log(JSON.stringify({ k, v }));
 
@@ -132,6 +132,23 @@ try {
       await from.kill();
     }
     check(await Sandbox.deleteSnapshot(snap.snapshotId), 'deleteSnapshot');
+  });
+  await probe('volumes', async () => {
+    if (typeof Volume !== 'function') throw new TypeError('this SDK has no Volume: Volume.create is not a function');
+    const vol = await Volume.create(`matrix-${Date.now()}`);
+    try {
+      const a = await Sandbox.create('sh', { timeoutMs: 60000, volumeMounts: { '/mnt/vol': vol } });
+      await a.commands.run('echo kept > /mnt/vol/f');
+      await a.kill();
+      const b = await Sandbox.create('sh', { timeoutMs: 60000, volumeMounts: { '/mnt/vol': vol.name } });
+      try {
+        check((await b.files.read('/mnt/vol/f')) === 'kept\n', 'a second sandbox reads what the first wrote');
+      } finally {
+        await b.kill();
+      }
+    } finally {
+      check(await Volume.destroy(vol.volumeId), 'Volume.destroy');
+    }
   });
   await probe('network', async () => {
     const closed = await Sandbox.create('sh', { allowInternetAccess: false });

@@ -175,6 +175,24 @@ def snapshots():
     check(Sandbox.delete_snapshot(snap.snapshot_id), "delete_snapshot")
 
 
+def volumes():
+    import e2b
+
+    volume = getattr(e2b, "Volume")
+    vol = volume.create(f"matrix-{time.time_ns()}")
+    try:
+        a = Sandbox.create(template="sh", timeout=60, volume_mounts={"/mnt/vol": vol})
+        a.commands.run("echo kept > /mnt/vol/f")
+        a.kill()
+        b = Sandbox.create(template="sh", timeout=60, volume_mounts={"/mnt/vol": vol.name})
+        try:
+            check(b.files.read("/mnt/vol/f") == "kept\n", "a second sandbox reads what the first wrote")
+        finally:
+            b.kill()
+    finally:
+        check(volume.destroy(vol.volume_id), "Volume.destroy")
+
+
 def network():
     closed = Sandbox.create(template="sh", allow_internet_access=False)
     try:
@@ -199,6 +217,7 @@ try:
         ("interpreter", interpreter),
         ("pause", pause),
         ("snapshots", snapshots),
+        ("volumes", volumes),
         ("network", network),
         ("metrics", metrics),
     ]:
