@@ -80,6 +80,7 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	pauseAndKeep()
 	stop(syscall.SIGKILL)
 
+	var pv *api.Session
 	for round, how := range []string{"SIGKILL", "a graceful stop"} {
 		c, stop = start()
 		got, err := c.Session(ctx, s.ID)
@@ -110,12 +111,29 @@ func TestPausedSurvivesRestart(t *testing.T) {
 			t.Errorf("the kept record outlived the resume: %v", err)
 		}
 		if round == 0 {
+			// One more, paused with a volume attached: a graceful stop
+			// keeps it and unmounts the volume.
+			pv, err = c.CreateSession(ctx, api.SessionRequest{Tool: "sh", Volumes: []api.VolumeMount{{Volume: "v", Path: "/data"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.PauseSession(ctx, pv.ID); err != nil {
+				t.Fatal(err)
+			}
 			pauseAndKeep()
 			stop(syscall.SIGTERM)
+			if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), vols) {
+				t.Errorf("a volume is still mounted after a graceful stop:\n%s", b)
+			}
 		}
 	}
-	if err := c.DeleteSession(ctx, s.ID); err != nil {
-		t.Fatal(err)
+	if got, err := c.Session(ctx, pv.ID); err != nil || got.State != api.SessionPaused || !got.ProcessesLost {
+		t.Errorf("the session paused with a volume, after a graceful stop: %+v %v", got, err)
+	}
+	for _, id := range []string{s.ID, pv.ID} {
+		if err := c.DeleteSession(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.DeleteVolume(ctx, "v"); err != nil {
 		t.Errorf("delete the volume: %v", err)

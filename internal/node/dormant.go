@@ -300,6 +300,11 @@ func (n *Node) suspend(ctx context.Context, s *Session) bool {
 		s.wg.Wait()
 		_ = bind.Close(context.WithoutCancel(ctx))
 	}
+	// Its volumes are free to unmount: its sandbox is gone, and the
+	// next daemon's resume from the files attaches none.
+	if s.releaseVols != nil {
+		s.releaseVols()
+	}
 	close(s.done)
 	return true
 }

@@ -142,6 +142,9 @@ func (s *Session) EnterError() error {
 	if s.ended {
 		return errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", s.id, s.endReason)
 	}
+	if s.dormant {
+		return dormantError(s)
+	}
 	if s.paused {
 		return fmt.Errorf("%w: session %s was paused %s; resume it first", ErrPaused, s.id, s.pausedAt.UTC().Format(time.RFC3339))
 	}

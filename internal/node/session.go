@@ -97,6 +97,9 @@ type Session struct {
 	dormant  bool
 	// edge is what its opening edge keeps across a restart.
 	edge json.RawMessage
+	// releaseVols gives back its volumes (in use while its sandbox
+	// lives); nil without any. Fixed at open.
+	releaseVols func()
 	wg   sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
@@ -468,7 +471,7 @@ func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client strin
 	}
 	now := time.Now()
 	s := &Session{ending: make(chan struct{}), done: make(chan struct{}), id: scope.session, owner: owner, tool: t, sb: sb, bind: bind, created: now, lastUsed: now, idle: idle, expires: now.Add(life),
-		scope: *scope, token: c.Token, narrowed: narrowed,
+		scope: *scope, token: c.Token, narrowed: narrowed, releaseVols: releaseVols,
 	}
 	s.onEnd = n.sessionEnd(s, release)
 	n.sessions.mu.Lock()
