@@ -100,7 +100,7 @@ type Session struct {
 	// releaseVols gives back its volumes (in use while its sandbox
 	// lives); nil without any. Fixed at open.
 	releaseVols func()
-	wg   sync.WaitGroup // execs and file calls in flight
+	wg          sync.WaitGroup // execs and file calls in flight
 	// ending is closed when the session starts to end: for what waits
 	// on the sandbox without being a call (a watch of its files).
 	ending chan struct{}
