@@ -229,6 +229,30 @@ func asUser(uid, gid int, fn func() error) (err error, restored bool) {
 	return fn(), false
 }
 
+// sendFile copies size bytes of src, from its offset, to the file dst,
+// moving src's offset on by what it copied.
+func sendFile(dst int, src *os.File, size int64) (int64, error) {
+	off, err := src.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	start := off
+	for off-start < size {
+		k, err := unix.Sendfile(dst, int(src.Fd()), &off, int(min(size-(off-start), 1<<30)))
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return off - start, err
+		}
+		if k == 0 {
+			break // the source ended
+		}
+	}
+	_, err = src.Seek(off, io.SeekStart)
+	return off - start, err
+}
+
 // CreateNew makes name, a new regular file directly in dir (one path
 // element: no directories made), with r's size bytes, perm (not set-id)
 // and modified time mtime. Run as the file's owner (AsUser): what it
@@ -249,11 +273,19 @@ func CreateNew(dir *os.File, name string, r io.Reader, size int64, perm uint32, 
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	src := r
-	if lr, ok := r.(*io.LimitedReader); !ok || lr.N != size {
-		src = io.LimitReader(r, size)
+	var n int64
+	if lr, ok := r.(*io.LimitedReader); ok && lr.N == size {
+		if src, ok := lr.R.(*os.File); ok {
+			// A file's data: the kernel copies it, page cache to
+			// page cache (copy_file_range does not cross file systems).
+			n, err = sendFile(fd, src, size)
+			lr.N -= n
+		} else {
+			n, err = io.Copy(f, lr)
+		}
+	} else {
+		n, err = io.Copy(f, io.LimitReader(r, size))
 	}
-	n, err := io.Copy(f, src)
 	if err == nil && n != size {
 		err = fmt.Errorf("%d of %d bytes", n, size)
 	}
