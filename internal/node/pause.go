@@ -204,8 +204,9 @@ func (n *Node) Pause(ctx context.Context, s *Session, client, reason string) err
 
 // Resume resumes paused session s for client: the same processes run on,
 // and its lifetime is what it had left when paused, or life from now if
-// that is longer (and a minute at least). resumed is false when s was not paused (nothing is done
-// then, and nothing recorded).
+// that is longer (and a minute at least). resumed is false when s was
+// not paused (nothing is done then, and nothing recorded). A dormant
+// session (dormant.go) is refused: ResumeFromFiles resumes it.
 func (n *Node) Resume(ctx context.Context, s *Session, client, reason string, life time.Duration) (resumed bool, err error) {
 	s.pauseMu.Lock()
 	defer s.pauseMu.Unlock()
