@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +92,19 @@ func TestSessionPauseResume(t *testing.T) {
 	}
 	if _, err := c.GetFile(ctx, s.ID, "spinner"); !errors.As(err, &ce) || ce.Status != 409 {
 		t.Errorf("a file read while paused: %v; want 409", err)
+	}
+	// The budget says so: still live, reserved, and paused.
+	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	if resp, err := raw.Get("http://airlock/metrics"); err != nil {
+		t.Error(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "\nairlock_sandboxes_paused 1\n") || !strings.Contains(string(b), "\nairlock_sandboxes_paused_memory_bytes 67108864\n") {
+			t.Errorf("/metrics does not say one 64 MiB sandbox is paused:\n%s", b)
+		}
 	}
 	at := sandboxCPU(t, s.SandboxID)
 	time.Sleep(500 * time.Millisecond)

@@ -84,6 +84,7 @@ type Core interface {
 	FindVolume(c *node.Caller, idOrName string) (volume.Meta, error)
 	DeleteVolume(c *node.Caller, idOrName, client string) error
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
+	Usage() sandbox.Usage
 	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
 	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)

@@ -97,6 +97,7 @@ func (f *fakeCore) FindVolume(*node.Caller, string) (volume.Meta, error) {
 	return volume.Meta{}, volume.ErrNotFound
 }
 func (f *fakeCore) DeleteVolume(*node.Caller, string, string) error { return volume.ErrNotFound }
+func (f *fakeCore) Usage() sandbox.Usage                            { return sandbox.Usage{} }
 func (f *fakeCore) Plan(string) attach.Plan                         { return attach.Plan{} }
 func (f *fakeCore) PoolStats(tool string) (pool.Stats, bool) {
 	_, ok := f.cfg.Tools[tool]

@@ -42,6 +42,19 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 			line(c.name, st.tool, st.s[i])
 		}
 	}
+	u := d.Usage()
+	for _, g := range []struct {
+		name, help string
+		v          int64
+	}{
+		{"airlock_sandboxes_live", "Sandboxes live now (warm, running, held by sessions, paused).", int64(u.Sandboxes)},
+		{"airlock_sandboxes_memory_reserved_bytes", "The memory ceilings of the live sandboxes, together: what the node's budget holds.", u.Memory},
+		{"airlock_sandboxes_paused", "Sandboxes of paused sessions: frozen, still live and reserved.", int64(u.Paused)},
+		{"airlock_sandboxes_paused_memory_bytes", "The memory ceilings of the paused sessions' sandboxes, part of airlock_sandboxes_memory_reserved_bytes.", u.PausedMemory},
+	} {
+		metric(g.name, g.help, "gauge")
+		fmt.Fprintf(&b, "%s %d\n", g.name, g.v)
+	}
 	metric("airlock_runs_total", "Runs answered.", "counter")
 	fmt.Fprintf(&b, "airlock_runs_total %d\n", d.Counts().Runs.Load())
 	metric("airlock_run_sandbox_failures_total", "Runs refused because no sandbox could be had.", "counter")

@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // Pausing a session (docs/decisions/0028): its sandbox's processes are
@@ -251,3 +252,7 @@ func (n *Node) pauseOnTimeout(ctx context.Context, s *Session) {
 		_ = s.End(ctx, "max lifetime (not paused: "+err.Error()+")")
 	}
 }
+
+// Usage is what the node's live sandboxes reserve now, the paused ones
+// among them.
+func (n *Node) Usage() sandbox.Usage { return n.rt.Usage() }
