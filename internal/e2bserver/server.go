@@ -188,6 +188,7 @@ func (d *Server) e2bRoutes() http.Handler {
 	// The SDKs' deleteSnapshot: a snapshot is a template on E2B.
 	mux.HandleFunc("DELETE /templates/{id}", api(d.e2bDeleteSnapshot))
 	d.e2bVolumeRoutes(mux, api)
+	d.e2bTemplateRoutes(mux, api)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Port") == InterpreterPort {
 			interpAnswer(d.e2bInterpreterHealth)(w, r)
