@@ -121,6 +121,11 @@ type Tool struct {
 	Inputs []Input
 	// Mounts are host paths bound read-only into the tool's sandboxes.
 	Mounts []sbspec.Mount
+	// Volumes are volumes every sandbox of the tool gets, writable:
+	// made by the daemon if they are not there, and shared by every
+	// caller of the tool (the config says so; a caller's own volumes
+	// are never shared).
+	Volumes []ToolVolume
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }

@@ -74,7 +74,7 @@ func TestParseInvalid(t *testing.T) {
 		{"name too long", "tools:\n  " + strings.Repeat("a", 65) + ": {}\n", 2, 3, "tools." + strings.Repeat("a", 65), "invalid tool name"},
 
 		// Tool settings.
-		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, e2b_templates, egress, env, image, inputs, limits, mounts, network, pool, rootfs, services, stdin, user, workdir)`},
+		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, e2b_templates, egress, env, image, inputs, limits, mounts, network, pool, rootfs, services, stdin, user, volumes, workdir)`},
 		{"e2b template invalid", tool("    e2b_templates: [ok, -x]"), 3, 25, "tools.t.e2b_templates[1]", `invalid template name "-x"`},
 		{"e2b template twice", tool("    e2b_templates: [a, a]"), 3, 24, "tools.t.e2b_templates[1]", `template name "a" is listed twice`},
 		{"e2b template is a tool", lines("tools:", "  t: {e2b_templates: [u]}", "  u: {}"), 2, 0, "tools.t.e2b_templates", `"u" is the name of tool "u" (line 3)`},
@@ -95,6 +95,10 @@ func TestParseInvalid(t *testing.T) {
 		{"images max_size zero", "images:\n  max_size: \"0\"\n", 2, 13, "images.max_size", `must be more than zero`},
 		{"images max_entries zero", "images:\n  max_entries: 0\n", 2, 16, "images.max_entries", ``},
 		{"images max_pull zero", "images:\n  max_pull: 0\n", 2, 13, "images.max_pull", `must be more than zero`},
+		{"volume name", "tools:\n  t:\n    volumes: [{name: vol_x, path: /data}]\n", 3, 22, "tools.t.volumes[0].name", "1 to 64 letters"},
+		{"volume path", "tools:\n  t:\n    volumes: [{name: v, path: /etc/x}]\n", 3, 31, "tools.t.volumes[0].path", "/etc is built by airlock"},
+		{"volume twice", "tools:\n  t:\n    volumes: [{name: v, path: /data}, {name: w, path: /data}]\n", 3, 39, "tools.t.volumes[1]", "a second volume at"},
+		{"volume size", "tools:\n  t:\n    volumes: [{name: v, path: /data, size: lots}]\n", 3, 44, "tools.t.volumes[0].size", "lots"},
 		{"images unknown key", "images:\n  dir: /x\n", 2, 3, "images.dir", `unknown field "dir" (allowed: max_entries, max_pull, max_size, registries, snapshots, store, volumes)`},
 		{"image bad digest", tool("    image: sha256:abc"), 3, 12, "tools.t.image", `digest "sha256:abc"`},
 		{"workdir relative", tool("    workdir: work"), 3, 14, "tools.t.workdir", `"work" is not an absolute path`},

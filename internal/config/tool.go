@@ -18,7 +18,7 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"audit", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools"}
-	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "workdir"}
+	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "volumes", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"kernels", "warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
@@ -101,6 +101,8 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 			}
 		case "mounts":
 			t.Mounts, err = p.mounts(f.val, sub)
+		case "volumes":
+			t.Volumes, err = p.toolVolumes(f.val, sub)
 		case "description":
 			t.Description, err = p.str(f.val, sub)
 		case "image":
@@ -137,6 +139,13 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 	}
 	if t.WritableRoot && t.Image == ImageHost {
 		return nil, p.errAt(rootfsNode, join(at, "rootfs"), "a writable root needs an imported image (image: NAME); the host image is always read-only")
+	}
+	for _, v := range t.Volumes {
+		for _, m := range t.Mounts {
+			if v.Path == m.Target {
+				return nil, p.errLine(t.Line, join(at, "volumes"), "volume %s and a mount are both at %s", quote(v.Name), quote(v.Path))
+			}
+		}
 	}
 	if t.Network.NoHostLookups {
 		// Without host lookups a name destination is reachable only at
@@ -418,6 +427,81 @@ func (p *parser) network(n *yaml.Node, at string) (Network, error) {
 }
 
 // mounts parses read-only host mounts: a list of {source, target}.
+// ToolVolume is a volume a tool's sandboxes get (Tool.Volumes).
+type ToolVolume struct {
+	Name string
+	Path string
+	// Size is its size when the daemon makes it; 0 is the default
+	// (1GiB). A volume already there keeps its own.
+	Size int64
+}
+
+// maxToolVolumes bounds a tool's volumes (a sandbox has at most 8).
+const maxToolVolumes = 8
+
+func (p *parser) toolVolumes(n *yaml.Node, at string) ([]ToolVolume, error) {
+	items, err := p.list(n, at)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) > maxToolVolumes {
+		return nil, p.errAt(n, at, "%d volumes; a tool has at most %d", len(items), maxToolVolumes)
+	}
+	var out []ToolVolume
+	seen := map[string]bool{}
+	for i, item := range items {
+		sub := index(at, i)
+		fs, err := p.fields(item, sub, "a mapping with name, path and size", []string{"name", "path", "size"})
+		if err != nil {
+			return nil, err
+		}
+		var v ToolVolume
+		for _, f := range fs {
+			switch f.name {
+			case "name":
+				v.Name, err = p.str(f.val, join(sub, "name"))
+				if err == nil && !validVolumeName(v.Name) {
+					err = p.errAt(f.val, join(sub, "name"), "%s: 1 to 64 letters, digits and, after the first, - _ . (not vol_...)", quote(v.Name))
+				}
+			case "path":
+				v.Path, err = p.str(f.val, join(sub, "path"))
+				if err == nil {
+					if cerr := sbspec.CheckTarget(v.Path); cerr != nil {
+						err = p.wrapAt(f.val, join(sub, "path"), cerr)
+					}
+				}
+			case "size":
+				v.Size, err = p.positiveSize(f.val, join(sub, "size"))
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if v.Name == "" || v.Path == "" {
+			return nil, p.errAt(item, sub, "a volume needs name and path")
+		}
+		if seen[v.Path] || seen["name:"+v.Name] {
+			return nil, p.errAt(item, sub, "a second volume at %s, or named %s", quote(v.Path), quote(v.Name))
+		}
+		seen[v.Path], seen["name:"+v.Name] = true, true
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// validVolumeName: what a volume may be named (node.CreateVolume's rule).
+func validVolumeName(s string) bool {
+	if len(s) < 1 || len(s) > 64 || strings.HasPrefix(s, "vol_") {
+		return false
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '-' || c == '_' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *parser) mounts(n *yaml.Node, at string) ([]sbspec.Mount, error) {
 	items, err := p.list(n, at)
 	if err != nil {

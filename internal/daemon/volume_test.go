@@ -141,3 +141,46 @@ tools:
 		t.Errorf("audit: %v; want 3 created, 2 attached, 1 deleted", kinds)
 	}
 }
+
+// TestToolVolumes: a volume the config gives a tool is in every sandbox
+// of it, warm ones included, whoever calls: what one token's run writes
+// there the next token's run reads (the config shares it). It is not
+// one of any token's own volumes.
+func TestToolVolumes(t *testing.T) {
+	t.Setenv("TV_TOK_A", "tv-token-a-0123456789abcdef")
+	t.Setenv("TV_TOK_B", "tv-token-b-0123456789abcdef")
+	addr := freePort(t)
+	_, sock := serveConfig(t, `
+server:
+  tcp: `+addr+`
+  tokens:
+    - {name: a, secret: a, tools: ["*"]}
+    - {name: b, secret: b, tools: ["*"]}
+secrets:
+  a: {env: TV_TOK_A}
+  b: {env: TV_TOK_B}
+tools:
+  shared:
+    pool: {warm: 1}
+    limits: {memory: 64MiB}
+    volumes: [{name: cache, path: /cache, size: 16MiB}]
+`, nil)
+	ctx := t.Context()
+	a := client.NewTCP(addr, "tv-token-a-0123456789abcdef")
+	b := client.NewTCP(addr, "tv-token-b-0123456789abcdef")
+	r, err := a.Run(ctx, api.RunRequest{Tool: "shared", Argv: []string{"sh", "-c", "echo from-a > /cache/note && stat -c %U /cache/note"}})
+	if err != nil || r.ExitCode != 0 || string(r.Stdout) != "sandbox\n" {
+		t.Fatalf("a's run: %+v %v", r, err)
+	}
+	r, err = b.Run(ctx, api.RunRequest{Tool: "shared", Argv: []string{"cat", "/cache/note"}})
+	if err != nil || string(r.Stdout) != "from-a\n" {
+		t.Errorf("b's run: %+v %v; want what a wrote", r, err)
+	}
+	if l, err := a.Volumes(ctx); err != nil || len(l) != 0 {
+		t.Errorf("a's volumes: %+v %v; want none of its own", l, err)
+	}
+	ps, err := client.New(sock).Pools(ctx)
+	if err != nil || ps[0].Hits == 0 {
+		t.Errorf("pools: %+v %v; want the runs served warm", ps, err)
+	}
+}

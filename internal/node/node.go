@@ -288,6 +288,11 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
+	if err := n.toolVolumes(ctx); err != nil {
+		n.rt.Close()
+		n.closeVolumes()
+		return nil, err
+	}
 	for _, t := range opts.Config.Profiles() {
 		spec := plans[t.Name].Spec
 		spec.OnStart = n.prebind(t)

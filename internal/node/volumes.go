@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,8 +43,11 @@ type VolumeMount struct {
 
 // volumes is the node's volume manager, opened on first use.
 type volumes struct {
-	mu sync.Mutex // guards m, and orders creates' ceiling checks
+	mu sync.Mutex // guards m and held, and orders creates' ceiling checks
 	m  *volume.Manager
+	// held are the releases of the tools' volumes, in use while the
+	// node runs.
+	held []func()
 }
 
 func (n *Node) volManager() (*volume.Manager, error) {
@@ -71,10 +75,61 @@ func (n *Node) volManagerLocked() (*volume.Manager, error) {
 	return n.vols.m, nil
 }
 
+// toolVolumes makes, if they are not there, and mounts the volumes the
+// tools declare (config: a tool's volumes), and adds them to the tools'
+// specs: every sandbox of such a tool, warm ones included, gets them,
+// whoever calls it (the config shares them). They are in use while the
+// node runs. Before the pools start.
+func (n *Node) toolVolumes(ctx context.Context) error {
+	for _, t := range n.opts.Config.Profiles() {
+		if len(t.Volumes) == 0 {
+			continue
+		}
+		m, err := n.volManager()
+		if err != nil {
+			return fmt.Errorf("tool %s: volumes: %w", t.Name, err)
+		}
+		owner := "tool:" + t.Name
+		plan := n.plans[t.Name]
+		vols := slices.Clone(plan.Spec.Volumes)
+		for _, tv := range t.Volumes {
+			meta, err := m.Find(tv.Name, func(o string) bool { return o == owner })
+			if errors.Is(err, volume.ErrNotFound) {
+				size := tv.Size
+				if size == 0 {
+					size = volume.DefaultSize
+				}
+				meta, err = m.Create(ctx, volume.Meta{ID: n.newVolumeID(), Name: tv.Name, Owner: owner, Size: size, Created: time.Now().UTC()})
+				if err == nil {
+					e := audit.Event{Kind: audit.KindVolumeCreated, Tool: t.Name, Client: "config"}
+					e.Detail = audit.Detail(map[string]any{"volume": meta.ID, "name": meta.Name, "bytes": meta.Size})
+					n.audit.Record(e)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("tool %s: volume %s: %w", t.Name, tv.Name, err)
+			}
+			dir, release, err := m.Use(meta.ID)
+			if err != nil {
+				return fmt.Errorf("tool %s: volume %s: %w", t.Name, tv.Name, err)
+			}
+			n.vols.held = append(n.vols.held, release)
+			vols = append(vols, sandbox.Volume{Dir: dir, Target: tv.Path, Size: meta.Size})
+		}
+		plan.Spec.Volumes = vols
+		n.plans[t.Name] = plan
+	}
+	return nil
+}
+
 // closeVolumes unmounts the volumes no sandbox holds, at stop.
 func (n *Node) closeVolumes() {
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
+	for _, release := range n.vols.held {
+		release()
+	}
+	n.vols.held = nil
 	if n.vols.m != nil {
 		if err := n.vols.m.Close(); err != nil {
 			n.opts.Logger.Warn("volumes left mounted", "err", err)
@@ -237,7 +292,7 @@ func (n *Node) attachVolumes(c *Caller, mounts []VolumeMount) (vs []sandbox.Volu
 // warm one has none), and binds t's policy to it, as claimBound.
 func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume) (*sandbox.Sandbox, *runner.Binding, error) {
 	spec := n.plans[t.Name].Spec
-	spec.Volumes = vols
+	spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
 	sb, err := n.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCapacity) {
