@@ -3,6 +3,7 @@ package config
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -10,7 +11,7 @@ import (
 )
 
 var (
-	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "snapshots", "store", "volumes"}
+	imagesKeys   = []string{"max_entries", "max_pull", "max_size", "registries", "snapshot_max_age", "snapshots", "store", "volumes"}
 	registryKeys = []string{"insecure", "secret", "username"}
 )
 
@@ -35,6 +36,10 @@ type Images struct {
 	Snapshots string
 	// Volumes is the directory of the volumes; empty is DefaultVolumes.
 	Volumes string
+	// SnapshotMaxAge, if set, is the policy that collects snapshots:
+	// one older is deleted (and its deletion recorded). Unset, they are
+	// kept until deleted.
+	SnapshotMaxAge time.Duration
 	// MaxSize and MaxEntries cap what one import may unpack; 0 takes the
 	// store's defaults (16GiB, 1048576).
 	MaxSize    int64
@@ -76,6 +81,14 @@ func (p *parser) images(n *yaml.Node, c *Config) error {
 			c.Images.Snapshots, err = p.absPath(f.val, sub)
 		case "volumes":
 			c.Images.Volumes, err = p.absPath(f.val, sub)
+		case "snapshot_max_age":
+			var d *time.Duration
+			if d, err = p.duration(f.val, sub, false); err == nil {
+				if *d < time.Hour {
+					err = p.errAt(f.val, sub, "%s: want an hour or more", quote(d.String()))
+				}
+				c.Images.SnapshotMaxAge = *d
+			}
 		case "max_size":
 			c.Images.MaxSize, err = p.positiveSize(f.val, sub)
 		case "max_pull":

@@ -99,7 +99,7 @@ func TestParseInvalid(t *testing.T) {
 		{"volume path", "tools:\n  t:\n    volumes: [{name: v, path: /etc/x}]\n", 3, 31, "tools.t.volumes[0].path", "/etc is built by airlock"},
 		{"volume twice", "tools:\n  t:\n    volumes: [{name: v, path: /data}, {name: w, path: /data}]\n", 3, 39, "tools.t.volumes[1]", "a second volume at"},
 		{"volume size", "tools:\n  t:\n    volumes: [{name: v, path: /data, size: lots}]\n", 3, 44, "tools.t.volumes[0].size", "lots"},
-		{"images unknown key", "images:\n  dir: /x\n", 2, 3, "images.dir", `unknown field "dir" (allowed: max_entries, max_pull, max_size, registries, snapshots, store, volumes)`},
+		{"images unknown key", "images:\n  dir: /x\n", 2, 3, "images.dir", `unknown field "dir" (allowed: max_entries, max_pull, max_size, registries, snapshot_max_age, snapshots, store, volumes)`},
 		{"image bad digest", tool("    image: sha256:abc"), 3, 12, "tools.t.image", `digest "sha256:abc"`},
 		{"workdir relative", tool("    workdir: work"), 3, 14, "tools.t.workdir", `"work" is not an absolute path`},
 		{"workdir dotdot", tool("    workdir: /a/../b"), 3, 14, "tools.t.workdir", `"/a/../b" is not a clean path`},

@@ -300,6 +300,7 @@ func ParseBound(s string, def, limit time.Duration, what string) (time.Duration,
 // ctx ends.
 func (n *Node) reap(ctx context.Context) {
 	t := time.NewTicker(time.Second)
+	var lastCollect time.Time
 	defer t.Stop()
 	for {
 		select {
@@ -339,6 +340,10 @@ func (n *Node) reap(ctx context.Context) {
 			n.sessions.mu.Unlock()
 			for i, s := range end {
 				go s.End(ctx, why[i])
+			}
+			if now.Sub(lastCollect) >= time.Minute {
+				lastCollect = now
+				n.collectSnapshots(now)
 			}
 			for _, s := range pause {
 				go func() {

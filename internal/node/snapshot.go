@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -217,6 +218,37 @@ func (s *Session) hold() bool {
 	}
 	s.wg.Add(1)
 	return true
+}
+
+// collectSnapshots deletes the snapshots older than the config's
+// policy (images.snapshot_max_age), recording each deletion; nothing
+// without one. The reaper calls it.
+func (n *Node) collectSnapshots(now time.Time) {
+	maxAge := n.opts.Config.Images.SnapshotMaxAge
+	if maxAge <= 0 {
+		return
+	}
+	n.snaps.mu.Lock()
+	st := n.snaps.store
+	n.snaps.mu.Unlock()
+	if st == nil {
+		if _, err := os.Stat(n.snapDir()); err != nil {
+			return // none was ever taken
+		}
+		var err error
+		if st, err = n.snapStore(); err != nil {
+			return
+		}
+	}
+	for _, m := range st.OlderThan(maxAge, now) {
+		if err := st.Delete(m.ID); err != nil {
+			n.opts.Logger.Warn("an old snapshot could not be collected", "snapshot", m.ID, "err", err)
+			continue
+		}
+		e := audit.Event{Kind: audit.KindSnapshotDeleted, Tool: m.Tool, Client: "policy"}
+		e.Detail = audit.Detail(map[string]string{"snapshot": m.ID, "name": m.Name, "reason": "older than images.snapshot_max_age (" + maxAge.String() + ")"})
+		n.audit.Record(e)
+	}
 }
 
 // Snapshots are the snapshots c may see, oldest first.

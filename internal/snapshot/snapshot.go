@@ -152,6 +152,18 @@ func (st *Store) List(sees func(owner string) bool) []Meta {
 	return out
 }
 
+// OlderThan returns the snapshots taken more than age before now: what a
+// collection policy by age deletes.
+func (st *Store) OlderThan(age time.Duration, now time.Time) []Meta {
+	var out []Meta
+	for _, m := range st.List(func(string) bool { return true }) {
+		if now.Sub(m.Created) > age {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Find returns the snapshot of id, or of name among those sees accepts.
 // One sees does not accept does not exist for the caller.
 func (st *Store) Find(idOrName string, sees func(owner string) bool) (Meta, error) {

@@ -119,6 +119,16 @@ func TestCaptureRestore(t *testing.T) {
 		t.Errorf("the FIFO was restored: %v", err)
 	}
 
+	// The policy by age finds the one taken long ago.
+	if _, err := store.Capture(dirs, uid, gid, Meta{ID: "snap_old", Owner: "token:a", Tool: "sh", Source: "s_1", Created: time.Now().Add(-48 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if old := store.OlderThan(24*time.Hour, time.Now()); len(old) != 1 || old[0].ID != "snap_old" {
+		t.Errorf("OlderThan(24h) = %+v, want snap_old alone", old)
+	}
+	if err := store.Delete("snap_old"); err != nil {
+		t.Fatal(err)
+	}
 	// Deleting one keeps the archive the other holds; deleting both
 	// removes it.
 	if err := store.Delete("snap_1"); err != nil {
