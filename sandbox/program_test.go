@@ -14,7 +14,7 @@ import (
 func TestSetupKey(t *testing.T) {
 	base := sbinit.Setup{
 		RootDir: "/r", ScratchDir: "/s", Hostname: "h", UID: 1, GID: 2, InitUID: 3, DiskBytes: 4, DiskInodes: 5, Workdir: "/w",
-		Binds: []sbinit.Bind{{Source: "/a", Target: "/b"}}, Symlinks: []sbinit.Symlink{{Target: "t", Path: "/p"}},
+		Binds: []sbinit.Bind{{Source: "/a", Target: "/b"}}, Volumes: []string{"/v"}, Symlinks: []sbinit.Symlink{{Target: "t", Path: "/p"}},
 		Files: []sbinit.File{{Path: "/f", Data: "d", Mode: 6}}, Devices: []string{"null"},
 		Rlimits: []sbinit.Rlimit{{Resource: 7, Cur: 8, Max: 9}}, Seccomp: []byte{1}, Image: &sbinit.ImageRoot{},
 	}
