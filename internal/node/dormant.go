@@ -91,10 +91,27 @@ func (n *Node) recordPath(session string) string {
 	return filepath.Join(n.keptDir(), "session-"+session+".rec")
 }
 
+// keepDelay is how long a pause lasts before its files are kept: a
+// session paused and resumed within it (a caller's quick pause, a
+// snapshot's) costs no capture. A daemon stopping keeps them at once.
+const keepDelay = 2 * time.Second
+
 // keepFiles keeps paused session s's files and record, in the background
 // of pause gen; it drops what it made if s was resumed or ended
 // meanwhile.
 func (n *Node) keepFiles(s *Session, gen uint64) {
+	t := time.NewTimer(keepDelay)
+	select {
+	case <-t.C:
+	case <-n.quit.Done():
+		t.Stop()
+	}
+	s.mu.Lock()
+	current := s.paused && !s.ended && s.pauseGen == gen
+	s.mu.Unlock()
+	if !current {
+		return
+	}
 	st, err := n.keptStore()
 	if err != nil {
 		n.opts.Logger.Warn("a pause's files cannot be kept", "session", s.id, "err", err)
@@ -114,7 +131,7 @@ func (n *Node) keepFiles(s *Session, gen uint64) {
 	s.pauseMu.Lock()
 	defer s.pauseMu.Unlock()
 	s.mu.Lock()
-	current := s.paused && !s.ended && s.pauseGen == gen
+	current = s.paused && !s.ended && s.pauseGen == gen
 	rec := pausedRecord{Session: s.id, Owner: s.owner, Tool: s.tool.Name, Client: s.scope.client, Snapshot: m.ID, Created: s.created,
 		PausedAt: s.pausedAt, Idle: s.idle, LifeLeft: s.lifeLeft, Lifecycle: s.lifecycle, Edge: s.edge}
 	s.mu.Unlock()
@@ -149,12 +166,19 @@ func (n *Node) dropKept(s *Session) {
 	if m == nil {
 		return
 	}
+	// The record goes now: without it no daemon brings the session back
+	// dormant. Its archive after, off the caller's path (one no record
+	// names is removed by the next daemon too).
 	if err := os.Remove(n.recordPath(s.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.opts.Logger.Warn("a kept pause's record could not be removed", "session", s.id, "err", err)
 	}
-	if st, err := n.keptStore(); err == nil {
-		_ = st.Delete(m.ID)
-	}
+	n.keeping.Add(1)
+	go func() {
+		defer n.keeping.Done()
+		if st, err := n.keptStore(); err == nil {
+			_ = st.Delete(m.ID)
+		}
+	}()
 }
 
 func writeRecord(path string, b []byte) error {
