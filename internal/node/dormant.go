@@ -22,8 +22,9 @@ import (
 // outlive the daemon: init ends with its control channel, and no
 // checkpoint of a sandbox with all of airlock's confinement is taken
 // (docs/decisions/0028). So each pause keeps the session's files too, in
-// the background once the sandbox is frozen (the pause itself does not
-// wait for it): an archive of its workspace and /tmp, and a record of the
+// the background a little after the sandbox is frozen (keepDelay; the
+// pause itself does not wait): an archive of its workspace and /tmp, and
+// a record of the
 // session, in the snapshot directory's "paused". A daemon that starts
 // and finds records brings those sessions back paused and dormant: no
 // sandbox, its files kept. Resuming one makes a fresh sandbox with those
