@@ -188,7 +188,6 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 		}
 	}
 	res, closeNet := b.RunCloseLater(kctx, x, nil)
-	drop()
 	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
 		// Killed, as the destroy does to its processes (SIGKILL): not a
 		// failure of airlock, which callers (exit status 125) must be able
@@ -197,6 +196,9 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 	}
 	stop()
 	outcome := n.queueFinish(ctx, *scope, res, j.extra(res)...)
+	// Out of `airlock ps` once its end is queued to the log: a caller
+	// that sees it gone and reads the log (after a flush) finds the end.
+	drop()
 	return res, func() {
 		if err := closeNet(context.WithoutCancel(ctx)); err != nil {
 			n.opts.Logger.Warn("close the sandbox's network", "sandbox", sb.ID(), "err", err)
