@@ -62,6 +62,11 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	// The check below that the process is gone could not fail if pgrep
+	// found nothing anyway: here it finds the sleep.
+	if r, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", "pgrep -x sleep >/dev/null && echo alive"}}); err != nil || string(r.Stdout) != "alive\n" {
+		t.Fatalf("pgrep before the restart: %+v %v", r, err)
+	}
 	record := filepath.Join(snaps, "paused", "session-"+s.ID+".rec")
 	pauseAndKeep := func() {
 		t.Helper()
@@ -103,7 +108,10 @@ func TestPausedSurvivesRestart(t *testing.T) {
 		}
 		// The volume is not reattached: a session's volumes are its
 		// sandbox's, and this one is new (said in the docs).
-		r, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", `cat notes /tmp/t; kill -0 "$(cat pid)" 2>/dev/null && echo alive || echo gone`}})
+		// A new pid namespace numbers from 1 again: the old sleep's pid
+		// may be another process's now, so the sleep is looked for by
+		// name.
+		r, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"sh", "-c", `cat notes /tmp/t; pgrep -x sleep >/dev/null && echo alive || echo gone`}})
 		if err != nil || string(r.Stdout) != "work\ntmp\ngone\n" {
 			t.Errorf("after resuming from the files: %+v %v; want the files and no process", r, err)
 		}
