@@ -288,8 +288,8 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
-	if err := n.toolVolumes(ctx); err != nil {
-		n.rt.Close()
+	if err = n.toolVolumes(ctx); err != nil {
+		// The runtime and the rest are closed by New's undo (above).
 		n.closeVolumes()
 		return nil, err
 	}

@@ -20,8 +20,17 @@ const maxTries = 16
 // mounted (autoclear): the caller mounts it, then closes it.
 func Attach(file string) (*os.File, error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		// A /dev without the node (a container's, a minimal system's):
+		// made, as udev would; opening it has the kernel load the loop
+		// module if it can.
+		if err := unix.Mknod("/dev/loop-control", unix.S_IFCHR|0o660, int(unix.Mkdev(10, 237))); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("loop: /dev/loop-control: %w", err)
+		}
+		ctl, err = os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("loop: %w", err)
+		return nil, fmt.Errorf("loop: %w (is the kernel's loop module loaded?)", err)
 	}
 	defer ctl.Close()
 	backing, err := os.OpenFile(file, os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
