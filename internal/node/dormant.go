@@ -334,6 +334,14 @@ func (n *Node) suspend(ctx context.Context, s *Session) bool {
 	return true
 }
 
+// auditScope is s's audit scope, read under its lock: a session resumed
+// from its kept files has a sandbox, and so a scope, it did not have.
+func (s *Session) auditScope() runScope {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scope
+}
+
 // Dormant reports whether s came back from a restart of the daemon with
 // its files alone: no sandbox until it is resumed from them.
 func (s *Session) Dormant() bool {
@@ -377,7 +385,7 @@ func (n *Node) ResumeFromFiles(ctx context.Context, s *Session, client, reason s
 	case !dormant:
 		return false, false, nil // resumed meanwhile
 	}
-	scope := s.scope
+	scope := s.auditScope()
 	sb, bind, err := n.claimBound(ctx, s.tool, &scope, s.narrowed)
 	if err != nil {
 		return false, false, err
@@ -411,7 +419,7 @@ func (n *Node) ResumeFromFiles(ctx context.Context, s *Session, client, reason s
 	s.mu.Unlock()
 	release()
 	n.dropKept(s)
-	e := s.scope.event(audit.KindSessionResumed)
+	e := s.auditScope().event(audit.KindSessionResumed)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"reason": reason, "paused_for": pausedFor.Round(time.Millisecond).String(), "processes": "lost: resumed from its files"})
 	n.audit.Record(e)

@@ -196,7 +196,7 @@ func (n *Node) Pause(ctx context.Context, s *Session, client, reason string) err
 		defer n.keeping.Done()
 		n.keepFiles(s, gen)
 	}()
-	e := s.scope.event(audit.KindSessionPaused)
+	e := s.auditScope().event(audit.KindSessionPaused)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"reason": reason, "life_left": left.Round(time.Second).String()})
 	n.audit.Record(e)
@@ -238,7 +238,7 @@ func (n *Node) Resume(ctx context.Context, s *Session, client, reason string, li
 	s.mu.Unlock()
 	release()
 	n.dropKept(s)
-	e := s.scope.event(audit.KindSessionResumed)
+	e := s.auditScope().event(audit.KindSessionResumed)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"reason": reason, "paused_for": pausedFor.Round(time.Millisecond).String()})
 	n.audit.Record(e)
@@ -248,7 +248,7 @@ func (n *Node) Resume(ctx context.Context, s *Session, client, reason string, li
 // pauseOnTimeout pauses s, whose lifetime has run out, or ends it when it
 // cannot be paused (a ceiling of paused sessions reached), saying why.
 func (n *Node) pauseOnTimeout(ctx context.Context, s *Session) {
-	if err := n.Pause(ctx, s, s.scope.client, PauseTimeout); err != nil && !errors.Is(err, ErrAlreadyPaused) {
+	if err := n.Pause(ctx, s, s.auditScope().client, PauseTimeout); err != nil && !errors.Is(err, ErrAlreadyPaused) {
 		_ = s.End(ctx, "max lifetime (not paused: "+err.Error()+")")
 	}
 }

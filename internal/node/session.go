@@ -253,7 +253,7 @@ func (n *Node) sessionEnd(s *Session, release func()) func(reason string) {
 		s.pauseMu.Lock()
 		n.dropKept(s)
 		s.pauseMu.Unlock()
-		e := s.scope.event(audit.KindSessionEnded)
+		e := s.auditScope().event(audit.KindSessionEnded)
 		e.Detail = audit.Detail(map[string]string{"reason": reason})
 		// Durable before End returns: whoever ended the session (a
 		// DELETE's caller, an E2B kill's, shutdown) finds its end in

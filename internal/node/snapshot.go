@@ -119,7 +119,7 @@ func (n *Node) Snapshot(ctx context.Context, s *Session, c *Caller, client, name
 	if err != nil {
 		return m, err
 	}
-	e := s.scope.event(audit.KindSnapshotCreated)
+	e := s.auditScope().event(audit.KindSnapshotCreated)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]any{"snapshot": m.ID, "name": m.Name, "digest": m.Digest, "bytes": m.Size, "files": m.Files, "skipped": m.Skipped})
 	n.audit.Record(e)
@@ -326,7 +326,7 @@ func (n *Node) restore(s *Session, m snapshot.Meta, client string) error {
 		n.opts.Logger.Warn("snapshot restore failed", "snapshot", m.ID, "session", s.id, "err", err)
 		return errdefs.Errorf(errdefs.ErrUnavailable, "snapshot %s could not be restored; see the daemon's log", m.ID)
 	}
-	e := s.scope.event(audit.KindSnapshotRestored)
+	e := s.auditScope().event(audit.KindSnapshotRestored)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]string{"snapshot": m.ID, "source": m.Source})
 	n.audit.Record(e)
@@ -363,7 +363,7 @@ func (n *Node) Fork(ctx context.Context, s *Session, c *Caller, client string, c
 		_ = n.snaps.store.Delete(m.ID)
 		n.snaps.mu.Unlock()
 	}()
-	e := s.scope.event(audit.KindSessionForked)
+	e := s.auditScope().event(audit.KindSessionForked)
 	e.Client = client
 	e.Detail = audit.Detail(map[string]any{"count": count, "bytes": m.Size, "files": m.Files})
 	n.audit.Record(e)
