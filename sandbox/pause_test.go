@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -31,8 +33,20 @@ func TestPauseResume(t *testing.T) {
 	}()
 	timed := make(chan *result.Result, 1)
 	go func() {
-		timed <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1.4; echo woke"}, Capture: true, KeepAlive: true})
+		timed <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "touch /tmp/started; sleep 1.4; echo woke"}, Capture: true, KeepAlive: true})
 	}()
+	// Both commands run before the pause: one that has not started when
+	// the sandbox is paused is refused, and would prove nothing here (a
+	// slow emulated guest starts them late).
+	started := fmt.Sprintf("/proc/%d/root/tmp/started", sb.InitPid())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the timed command never started")
+		}
+	}
 	cpu := func() time.Duration {
 		n, err := sb.group.CPUUsage()
 		if err != nil {
