@@ -111,6 +111,9 @@ type Sandbox struct {
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
 	// volumes are the attached volumes, for statfs (volumes.go).
 	volumes []volumeFD
+	// opened says scratch and volumes are set (finishStart), for what
+	// reads them outside an exec.
+	opened atomic.Bool
 	// volumeSpec is what to open them from, once init is ready.
 	volumeSpec []Volume
 	// booked says the sandbox holds its ceilings in the runtime's
@@ -416,6 +419,9 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	if err := s.openVolumes(s.volumeSpec); err != nil {
 		return err
 	}
+	// Sample, which airlock ps calls at any time, reads scratch and
+	// the volumes only once they are set.
+	s.opened.Store(true)
 	go s.readLoop()
 	return nil
 }

@@ -230,6 +230,9 @@ func (s *Sandbox) Sample() (result.Sample, error) {
 	}
 	smp := result.Sample{MemoryBytes: c.MemoryBytes, Pids: c.Pids, CPUMillis: c.CPUUsageNanos / 1e6}
 	var st unix.Statfs_t
+	if !s.opened.Load() {
+		return smp, nil // still starting: no disk reading yet
+	}
 	if err := unix.Fstatfs(s.scratch, &st); err == nil {
 		smp.DiskBytes = int64(st.Blocks-st.Bfree) * st.Bsize
 		smp.DiskInodes = int64(st.Files - st.Ffree)

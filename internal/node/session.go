@@ -191,6 +191,24 @@ func (s *Session) Leave() {
 // its session.ended record. The work runs on its own goroutine, so that a
 // caller going away (a DELETE's client hanging up) never cuts it short.
 func (s *Session) End(ctx context.Context, reason string) error {
+	s.startEnd(ctx, reason)
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// startEnd marks the session ended, so that no call is let in from now
+// on, and starts the rest of the end (finish), the first time; it does
+// not wait for it.
+func (s *Session) startEnd(ctx context.Context, reason string) {
 	s.mu.Lock()
 	first := !s.ended
 	var unpause func()
@@ -207,17 +225,6 @@ func (s *Session) End(ctx context.Context, reason string) error {
 	}
 	if first {
 		go s.finish(context.WithoutCancel(ctx), reason)
-	}
-	select {
-	case <-s.done:
-		return nil
-	default:
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }
 
@@ -267,11 +274,13 @@ func (n *Node) sessionEnd(s *Session, release func()) func(reason string) {
 // afterExec ends the session when a run showed the sandbox unusable: a
 // breached ceiling destroys the sandbox, and so the session.
 func (s *Session) afterExec(ctx context.Context, r *result.Result) {
+	// Marked ended before the exec's answer goes out: a call that
+	// follows it is refused as one to an ended session.
 	switch {
 	case r.Outcome == result.LimitExceeded && r.Limit != nil:
-		go s.End(ctx, "limit: "+r.Limit.Name)
+		s.startEnd(ctx, "limit: "+r.Limit.Name)
 	case !alive(s.sb):
-		go s.End(ctx, "sandbox died")
+		s.startEnd(ctx, "sandbox died")
 	}
 }
 
