@@ -198,6 +198,11 @@ type Snapshot struct {
 	Files   int    `json:"files"`
 	Skipped int    `json:"skipped,omitempty"`
 	Created string `json:"created"`
+	// Layered says sessions start from it with nothing copied: the
+	// node holds its files unpacked, the lower layer of a new sandbox's
+	// /workspace and /tmp (made in the background after the snapshot;
+	// until then, and on kernels before 6.6, the files are copied in).
+	Layered bool `json:"layered,omitempty"`
 }
 
 // VolumeMount attaches a volume (its id or name) at Path.

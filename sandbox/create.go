@@ -36,6 +36,9 @@ type Spec struct {
 	// Image, when set, is the root file system; nil is the embedded
 	// default, the host's own system directories.
 	Image *Image
+	// Seed, when set, is what /workspace and /tmp start with (seed.go);
+	// Runtime.Seeds says whether this host can.
+	Seed *Seed
 	// User, when set, is who commands run as (default 1000:1000).
 	User *User
 	// OnStart, when set, is called by Create once init has been cloned
@@ -133,6 +136,8 @@ type Sandbox struct {
 	initLog   *os.File
 	// imageLock holds the image's lock shared while the sandbox lives.
 	imageLock *os.File
+	// seedLock holds the seed's lock shared while the sandbox lives.
+	seedLock *os.File
 	// ready is the wait for init to be ready, done once (see Start); its
 	// error, readyErr, ends the sandbox.
 	ready    sync.Once
@@ -239,6 +244,12 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	}
 	if err := spec.Image.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := spec.Seed.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if spec.Seed != nil && !rt.Seeds() {
+		return nil, fmt.Errorf("%w: this kernel's tmpfs holds no user.* attributes (Linux 6.6 does), which a seed's overlays need", ErrInvalid)
 	}
 	if err := spec.User.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -348,6 +359,14 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	}
 	for _, v := range spec.Volumes {
 		m, err := s.mountVolume(v)
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		progFiles = append(progFiles, int(m.Fd()))
+	}
+	if spec.Seed != nil {
+		m, err := s.mountSeed(spec.Seed)
 		if err != nil {
 			return nil, err
 		}
@@ -584,6 +603,7 @@ func (rt *Runtime) setup(s *Sandbox, spec Spec, mounts []sbinit.Bind, b hostBase
 		DiskInodes: l.inodes(),
 		Binds:      append(slices.Clip(b.image.binds), mounts...),
 		Volumes:    volumeTargets(spec.Volumes),
+		Seed:       spec.Seed != nil,
 		Symlinks:   b.image.symlinks,
 		Files:      etcFiles(spec.Hostname, spec.User),
 		Devices:    b.image.devices,

@@ -167,6 +167,10 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		_ = s.imageLock.Close()
 		s.imageLock = nil
 	}
+	if s.seedLock != nil {
+		_ = s.seedLock.Close()
+		s.seedLock = nil
+	}
 	if s.ids != nil {
 		errs = append(errs, s.ids.lock.release())
 		s.ids = nil

@@ -81,6 +81,7 @@ func setupKey(c *sbinit.Setup) string {
 	for _, v := range c.Volumes {
 		field(v)
 	}
+	flag(c.Seed)
 	num(int64(len(c.Symlinks)))
 	for _, x := range c.Symlinks {
 		field(x.Target)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,10 +15,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/broker/redact"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // TestSessionSnapshot takes a snapshot of a session whose code used the
@@ -96,25 +99,61 @@ echo scratch > /tmp/note`}})
 	if !strings.HasPrefix(m.ID, "snap_") || m.Name != "base" || m.Tool != "sh" || m.Source != s.ID || m.Size == 0 || !strings.HasPrefix(m.Digest, "sha256-") {
 		t.Errorf("snapshot %+v", m)
 	}
-	// Every file of the store, the archive included: no form of the
-	// secret.
+	// Where the kernel can, the sessions below start from the
+	// snapshot's layer (its files unpacked in the background), not a
+	// copy: the fork below tests the copy.
+	if sandbox.SeedsSupported() {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			v, err := a.GetSnapshot(ctx, "base")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Layered {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the snapshot was not layered in 20 s")
+			}
+		}
+	}
+	// Every file of the store, the archive or the unpacked seed
+	// included (names and links too): no form of the secret.
 	forms := redact.New(secret).Forms()
 	forms = append(forms, []byte(hex.EncodeToString([]byte(secret))), []byte(strings.ToUpper(hex.EncodeToString([]byte(secret)))),
 		[]byte(base64.StdEncoding.EncodeToString([]byte(secret))), []byte(base64.StdEncoding.EncodeToString([]byte("Bearer "+secret))))
-	ents, _ := os.ReadDir(store)
-	if len(ents) < 2 {
-		t.Fatalf("the store holds %d files, want the record and the archive", len(ents))
-	}
-	for _, e := range ents {
-		data, err := os.ReadFile(filepath.Join(store, e.Name()))
+	files := 0
+	err = filepath.WalkDir(store, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			t.Fatal(err)
+			return err
+		}
+		data := []byte(p)
+		switch {
+		case d.Type().IsRegular():
+			files++
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			data = append(data, b...)
+		case d.Type()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			data = append(data, l...)
 		}
 		for _, f := range forms {
 			if bytes.Contains(data, f) {
-				t.Errorf("%s holds the secret as %q", e.Name(), f)
+				t.Errorf("%s holds the secret as %q", p, f)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 4 {
+		t.Fatalf("the store holds %d files, want the record and the session's files", files)
 	}
 
 	// The source goes on running, unpaused.
@@ -175,10 +214,24 @@ echo scratch > /tmp/note`}})
 	}
 
 	// Two more reach the node's ceiling of three; the fourth is refused.
-	for range 2 {
-		if _, err := a.Snapshot(ctx, s.ID, ""); err != nil {
-			t.Fatalf("snapshot: %v", err)
-		}
+	// The first is of a session that started from the snapshot, its
+	// change over the snapshot's files: a session from it holds both.
+	second, err := a.Snapshot(ctx, made[0].ID, "")
+	if err != nil {
+		t.Fatalf("snapshot of a session from a snapshot: %v", err)
+	}
+	from2, err := a.CreateSession(ctx, api.SessionRequest{Snapshot: second.ID})
+	if err != nil {
+		t.Fatalf("a session from the second snapshot: %v", err)
+	}
+	if r, err := a.Exec(ctx, from2.ID, api.ExecRequest{Argv: []string{"sh", "-c", "./run.sh; cat sub/deep/file"}}); err != nil || string(r.Stdout) != "ran from the snapshot\nchanged\n" {
+		t.Errorf("in a session from the second snapshot: %+v %v", r, err)
+	}
+	if err := a.DeleteSession(ctx, from2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Snapshot(ctx, s.ID, ""); err != nil {
+		t.Fatalf("snapshot: %v", err)
 	}
 	if _, err := b.CreateSession(ctx, api.SessionRequest{Tool: "sh"}); err != nil {
 		t.Fatal(err)
@@ -205,8 +258,8 @@ echo scratch > /tmp/note`}})
 	for _, e := range page.Events {
 		kinds[e.Kind]++
 	}
-	if kinds["snapshot.created"] != 3 || kinds["snapshot.restored"] != 2 || kinds["snapshot.deleted"] != 1 {
-		t.Errorf("audit: %v; want 3 created, 2 restored, 1 deleted", kinds)
+	if kinds["snapshot.created"] != 3 || kinds["snapshot.restored"] != 3 || kinds["snapshot.deleted"] != 1 {
+		t.Errorf("audit: %v; want 3 created, 3 restored, 1 deleted", kinds)
 	}
 }
 

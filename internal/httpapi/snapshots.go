@@ -27,7 +27,7 @@ func (d *Server) snapshotRoutes(mux *http.ServeMux) {
 // SnapshotView is the API form of m.
 func SnapshotView(m snapshot.Meta) api.Snapshot {
 	return api.Snapshot{ID: m.ID, Name: m.Name, Digest: m.Digest, Tool: m.Tool, Source: m.Source, Size: m.Size,
-		Files: m.Files, Skipped: m.Skipped, Created: m.Created.UTC().Format(time.RFC3339Nano)}
+		Files: m.Files, Skipped: m.Skipped, Created: m.Created.UTC().Format(time.RFC3339Nano), Layered: m.Seeded}
 }
 
 func (d *Server) postSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -378,6 +378,13 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.rt.Close()
 	n.closeVolumes()
+	n.snaps.mu.Lock()
+	if n.snaps.store != nil {
+		// Its unpacking in the background stops; the next start goes
+		// on with it.
+		_ = n.snaps.store.Close()
+	}
+	n.snaps.mu.Unlock()
 	return err
 }
 

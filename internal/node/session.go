@@ -431,6 +431,12 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 // mounts say, in a sandbox made for the session; each volume is in use
 // (it cannot be deleted) until the session ends.
 func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount) (*Session, error) {
+	return n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, nil)
+}
+
+// openSession is OpenSessionWith, with the fresh sandbox's /workspace
+// and /tmp starting from seed when it is set (a snapshot's files).
+func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount, seed *sandbox.Seed) (*Session, error) {
 	if err := n.Authorize(c, t.Name); err != nil {
 		return nil, err
 	}
@@ -469,8 +475,8 @@ func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client strin
 	}
 	var sb *sandbox.Sandbox
 	var bind *runner.Binding
-	if len(vols) > 0 {
-		sb, bind, err = n.createBound(ctx, t, scope, narrowed, vols)
+	if len(vols) > 0 || seed != nil {
+		sb, bind, err = n.createBound(ctx, t, scope, narrowed, vols, seed)
 	} else {
 		sb, bind, err = n.claimBound(ctx, t, scope, narrowed)
 	}

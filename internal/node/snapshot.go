@@ -64,7 +64,15 @@ func (n *Node) snapStoreLocked() (*snapshot.Store, error) {
 		if dir == "" {
 			dir = config.DefaultSnapshots
 		}
-		st, err := snapshot.Open(dir)
+		var st *snapshot.Store
+		var err error
+		if n.rt != nil && n.rt.Seeds() {
+			// Kept unpacked: sandboxes start from a snapshot with
+			// nothing copied (docs/decisions/0029).
+			st, err = snapshot.OpenSeeded(dir, n.rt.SeedOwner())
+		} else {
+			st, err = snapshot.Open(dir)
+		}
 		if err != nil {
 			n.opts.Logger.Error("the snapshot store cannot be opened", "err", err)
 			return nil, errdefs.New(errdefs.ErrUnavailable, "the node's snapshot store cannot be opened; see the daemon's log")
@@ -115,7 +123,7 @@ func (n *Node) Snapshot(ctx context.Context, s *Session, c *Caller, client, name
 	if s.sb.WritableRoot() {
 		return snapshot.Meta{}, errdefs.Errorf(errdefs.ErrInvalid, "session %s's tool has a writable root (rootfs: writable), whose changes a snapshot does not hold yet; snapshots are of tools with a read-only root", s.id)
 	}
-	m, err := n.captureSession(ctx, s, c, name)
+	m, err := n.captureSession(ctx, s, c, name, false)
 	if err != nil {
 		return m, err
 	}
@@ -127,8 +135,9 @@ func (n *Node) Snapshot(ctx context.Context, s *Session, c *Caller, client, name
 }
 
 // captureSession checks the ceilings and captures s, one capture at a time (the
-// ceilings are checked against what the store holds).
-func (n *Node) captureSession(ctx context.Context, s *Session, c *Caller, name string) (snapshot.Meta, error) {
+// ceilings are checked against what the store holds); transient for a
+// fork's.
+func (n *Node) captureSession(ctx context.Context, s *Session, c *Caller, name string, transient bool) (snapshot.Meta, error) {
 	n.snaps.mu.Lock()
 	defer n.snaps.mu.Unlock()
 	st, err := n.snapStoreLocked()
@@ -176,7 +185,7 @@ func (n *Node) captureSession(ctx context.Context, s *Session, c *Caller, name s
 	}
 	defer closeDirs()
 	uid := s.sb.UserHostID()
-	m, err := st.Capture(dirs, uid, uid, snapshot.Meta{ID: n.newSnapshotID(), Name: name, Owner: c.Name, Tool: s.tool.Name, Source: s.id, Created: time.Now().UTC()})
+	m, err := st.Capture(dirs, uid, uid, snapshot.Meta{ID: n.newSnapshotID(), Name: name, Owner: c.Name, Tool: s.tool.Name, Source: s.id, Created: time.Now().UTC(), Transient: transient})
 	switch {
 	case errors.Is(err, snapshot.ErrNameUsed):
 		return m, err
@@ -289,13 +298,34 @@ func (n *Node) DeleteSnapshot(c *Caller, idOrName, client string) error {
 }
 
 // OpenFromSnapshot opens a session of snapshot m's tool for c (as
-// OpenSession), and fills its fresh sandbox with m's files before it is
-// returned. A restore that fails (the files over the tool's disk
-// ceiling, say) ends the session and says why.
+// OpenSession), whose fresh sandbox starts with m's files: made with
+// them as the lower layers of its /workspace and /tmp where the store
+// keeps them unpacked (nothing is copied), else a sandbox of the pool
+// filled with them before it is returned. Files over the tool's disk
+// ceiling are refused; a restore that fails ends the session and says
+// why.
 func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy) (*Session, error) {
 	t := n.opts.Config.Tools[m.Tool]
 	if t == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, Shorten(m.Tool))
+	}
+	st, err := n.snapStore()
+	if err != nil {
+		return nil, err
+	}
+	if dir, lock, ok := st.Seed(m); ok {
+		// The seed's files are below the sandbox's own writes and not
+		// on its disk tmpfs; they are held to its ceiling all the same,
+		// as a copy of them would be.
+		if disk := n.plans[t.Name].Spec.Limits.Disk; m.Size > disk {
+			return nil, n.tooBig(m, t.Name)
+		}
+		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, nil, &sandbox.Seed{Dir: dir, Lock: lock})
+		if err != nil {
+			return nil, err
+		}
+		n.restored(s, m, client)
+		return s, nil
 	}
 	s, err := n.OpenSession(ctx, t, client, c, idle, life, narrowed)
 	if err != nil {
@@ -306,6 +336,19 @@ func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client str
 		return nil, err
 	}
 	return s, nil
+}
+
+// tooBig is the refusal of snapshot m's files, over tool's disk ceiling.
+func (n *Node) tooBig(m snapshot.Meta, tool string) error {
+	return errdefs.Errorf(errdefs.ErrLimit, "snapshot %s's files (%s) do not fit in tool %s's disk ceiling", m.ID, units.FormatSize(m.Size), tool)
+}
+
+// restored records that session s started from snapshot m.
+func (n *Node) restored(s *Session, m snapshot.Meta, client string) {
+	e := s.auditScope().event(audit.KindSnapshotRestored)
+	e.Client = client
+	e.Detail = audit.Detail(map[string]string{"snapshot": m.ID, "source": m.Source})
+	n.audit.Record(e)
 }
 
 func (n *Node) restore(s *Session, m snapshot.Meta, client string) error {
@@ -321,15 +364,12 @@ func (n *Node) restore(s *Session, m snapshot.Meta, client string) error {
 	uid := s.sb.UserHostID()
 	if err := st.Restore(m, dirs, uid, uid); err != nil {
 		if errors.Is(err, inroot.ErrNoSpace) {
-			return errdefs.Errorf(errdefs.ErrLimit, "snapshot %s's files (%s) do not fit in tool %s's disk ceiling", m.ID, units.FormatSize(m.Size), s.tool.Name)
+			return n.tooBig(m, s.tool.Name)
 		}
 		n.opts.Logger.Warn("snapshot restore failed", "snapshot", m.ID, "session", s.id, "err", err)
 		return errdefs.Errorf(errdefs.ErrUnavailable, "snapshot %s could not be restored; see the daemon's log", m.ID)
 	}
-	e := s.auditScope().event(audit.KindSnapshotRestored)
-	e.Client = client
-	e.Detail = audit.Detail(map[string]string{"snapshot": m.ID, "source": m.Source})
-	n.audit.Record(e)
+	n.restored(s, m, client)
 	return nil
 }
 
@@ -354,7 +394,7 @@ func (n *Node) Fork(ctx context.Context, s *Session, c *Caller, client string, c
 	if s.sb.WritableRoot() {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "session %s's tool has a writable root (rootfs: writable), whose changes a fork does not carry yet", s.id)
 	}
-	m, err := n.captureSession(ctx, s, c, "")
+	m, err := n.captureSession(ctx, s, c, "", true)
 	if err != nil {
 		return nil, err
 	}

@@ -288,11 +288,13 @@ func (n *Node) attachVolumes(c *Caller, mounts []VolumeMount) (vs []sandbox.Volu
 	return vs, metas, release, nil
 }
 
-// createBound makes a sandbox of t for a session, with vols attached (a
-// warm one has none), and binds t's policy to it, as claimBound.
-func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume) (*sandbox.Sandbox, *runner.Binding, error) {
+// createBound makes a sandbox of t for a session, with vols attached and
+// starting from seed (a warm one has neither), and binds t's policy to
+// it, as claimBound.
+func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume, seed *sandbox.Seed) (*sandbox.Sandbox, *runner.Binding, error) {
 	spec := n.plans[t.Name].Spec
 	spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
+	spec.Seed = seed
 	sb, err := n.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCapacity) {

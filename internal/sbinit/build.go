@@ -61,6 +61,9 @@ func Program(c *Setup) (*forkexec.Prog, error) {
 		b.p.NFiles = 1 // the image's mount
 	}
 	b.p.NFiles += len(c.Volumes) // the volumes' mounts
+	if c.Seed {
+		b.p.NFiles++ // the seed's mount
+	}
 	b.slot = b.p.FirstSave()
 	b.build(c)
 	if b.err != nil {
@@ -290,6 +293,27 @@ func (b *builder) bindReadOnly(src, dst string, file bool) {
 	}
 }
 
+// seed mounts the workspace and /tmp as overlays: the seed (the
+// program's file slot, attached on the scratch tmpfs, which leaves with
+// the host's tree at the pivot) below, the scratch tmpfs's own
+// directories above. userxattr: the overlay is the sandbox's user
+// namespace's, and keeps its own records in user.* attributes of the
+// upper layer (the host checks that its tmpfs holds them).
+func (b *builder) seed(c *Setup, root, scratch string, slot int8) {
+	seed := filepath.Join(scratch, ".seed")
+	b.mkdir(seed, 0o700)
+	b.sys("attach the seed", unix.SYS_MOVE_MOUNT, slotArg(slot), b.empty, atFDCWD, b.str(seed), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	for _, d := range []string{"workspace", "tmp"} {
+		work := filepath.Join(scratch, ".work-"+d)
+		b.mkdir(work, 0o700)
+		dst := filepath.Join(root, d)
+		b.makeTarget(dst, false)
+		opts := "lowerdir=" + filepath.Join(seed, d) + ",upperdir=" + filepath.Join(scratch, d) + ",workdir=" + work + ",userxattr"
+		b.mount("mount "+dst+" over the seed's", "overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+		b.covered(dst)
+	}
+}
+
 // bindScratch binds a directory of the scratch tmpfs onto dst.
 func (b *builder) bindScratch(src, dst string) {
 	b.makeTarget(dst, false)
@@ -355,8 +379,12 @@ func (b *builder) build(c *Setup) {
 	}
 	b.dev(root, scratch, c.Devices)
 	b.proc(root, scratch)
-	for _, d := range []string{"workspace", "tmp"} {
-		b.bindScratch(filepath.Join(scratch, d), filepath.Join(root, d))
+	if c.Seed {
+		b.seed(c, root, scratch, first+int8(len(c.Volumes)))
+	} else {
+		for _, d := range []string{"workspace", "tmp"} {
+			b.bindScratch(filepath.Join(scratch, d), filepath.Join(root, d))
+		}
 	}
 	b.setattr("make /dev read-only", filepath.Join(root, "dev"), unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false)
 	b.sys("set the host name", unix.SYS_SETHOSTNAME, b.str(c.Hostname), imm(uint64(len(c.Hostname))))

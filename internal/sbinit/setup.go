@@ -35,7 +35,15 @@ type Setup struct {
 	// Volumes are where writable volumes are attached: the program takes
 	// a descriptor for each, a detached idmapped mount the host made,
 	// after the image's (if any). Commands may write below them.
-	Volumes  []string
+	Volumes []string
+	// Seed says the sandbox's /workspace and /tmp start with files (a
+	// snapshot's): the program takes one more descriptor, after the
+	// volumes', a detached read-only mount the host made of a directory
+	// holding workspace/ and tmp/, and each becomes the lower layer of an
+	// overlay whose upper layer is the scratch tmpfs's directory, so
+	// what the sandbox changes is its own and counts against its disk
+	// ceiling, and the seed is never written.
+	Seed     bool
 	Symlinks []Symlink
 	Files    []File
 	// Devices are host device nodes bound into /dev (null, zero, ...).
@@ -110,7 +118,7 @@ func validate(c *Setup) error {
 	if c.Image != nil && strings.ContainsAny(c.RootDir, ",:\\") {
 		return fmt.Errorf("invalid setup: root %q cannot be named in overlay options", c.RootDir)
 	}
-	if strings.ContainsAny(c.ScratchDir, ",:\\") && c.Image != nil && c.Image.Writable {
+	if strings.ContainsAny(c.ScratchDir, ",:\\") && (c.Seed || c.Image != nil && c.Image.Writable) {
 		return fmt.Errorf("invalid setup: scratch %q cannot be named in overlay options", c.ScratchDir)
 	}
 	for _, b := range c.Binds {

@@ -50,6 +50,14 @@ type Meta struct {
 	Files   int       `json:"files"`
 	Skipped int       `json:"skipped,omitempty"`
 	Created time.Time `json:"created"`
+	// Transient marks a snapshot taken for a fork, deleted once the
+	// fork is made: never unpacked, and deleted by Open (a fork a crash
+	// cut short).
+	Transient bool `json:"transient,omitempty"`
+	// Seeded says the store holds its files unpacked too (a seed,
+	// seed.go), so that sandboxes start from it with nothing copied; set
+	// by List and Find, never stored.
+	Seeded bool `json:"-"`
 }
 
 // Dir is one of a sandbox's own directories, opened (inroot confines
@@ -66,9 +74,17 @@ var (
 )
 
 // Store keeps snapshots in a directory of the host (mode 0700): each
-// snapshot's Meta as ID.json, each archive once as sha256-HEX.tar.
+// snapshot's Meta as ID.json, each archive once as sha256-HEX.tar; in a
+// store opened with a seed owner, also each archive unpacked
+// (sha256-HEX.d, with its lock file sha256-HEX.lock), the seed fresh
+// sandboxes start from (seed.go).
 type Store struct {
 	dir string
+	// seedOwner is who a seed's files are owned by; -1 for a store
+	// without seeds.
+	seedOwner int
+	// seeds is the background unpacking of archives into seeds.
+	seeds seeds
 
 	mu sync.Mutex // guards byID
 	// byID holds every snapshot, loaded at Open.
@@ -78,14 +94,16 @@ type Store struct {
 // Open opens (making it if need be) the store in dir, and reads what it
 // holds. An archive no snapshot names any more, and a half-written one
 // (a capture cut short by a crash), are removed.
-func Open(dir string) (*Store, error) {
+func Open(dir string) (*Store, error) { return open(dir, -1) }
+
+func open(dir string, seedOwner int) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	st := &Store{dir: dir, byID: map[string]*Meta{}}
+	st := &Store{dir: dir, seedOwner: seedOwner, byID: map[string]*Meta{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
@@ -107,6 +125,10 @@ func Open(dir string) (*Store, error) {
 		if _, err := os.Stat(st.archive(m.Digest)); err != nil {
 			return nil, fmt.Errorf("snapshot store: snapshot %s's archive is missing (%v)", id, err)
 		}
+		if m.Transient {
+			os.Remove(filepath.Join(dir, e.Name()))
+			continue
+		}
 		st.byID[id] = &m
 		used[m.Digest] = true
 	}
@@ -114,11 +136,13 @@ func Open(dir string) (*Store, error) {
 		n := e.Name()
 		switch {
 		case strings.HasPrefix(n, ".tmp-"):
-			os.Remove(filepath.Join(dir, n))
+			os.RemoveAll(filepath.Join(dir, n))
 		case strings.HasSuffix(n, ".tar") && !used[strings.TrimSuffix(n, ".tar")]:
 			os.Remove(filepath.Join(dir, n))
 		}
 	}
+	st.sweepSeedsLocked(ents)
+	st.unpackAll()
 	return st, nil
 }
 
@@ -140,7 +164,9 @@ func (st *Store) List(sees func(owner string) bool) []Meta {
 	var out []Meta
 	for _, m := range st.byID {
 		if sees(m.Owner) {
-			out = append(out, *m)
+			c := *m
+			c.Seeded = st.hasSeed(c.Digest)
+			out = append(out, c)
 		}
 	}
 	slices.SortFunc(out, func(a, b Meta) int {
@@ -170,11 +196,15 @@ func (st *Store) Find(idOrName string, sees func(owner string) bool) (Meta, erro
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if m := st.byID[idOrName]; m != nil && sees(m.Owner) {
-		return *m, nil
+		c := *m
+		c.Seeded = st.hasSeed(c.Digest)
+		return c, nil
 	}
 	for _, m := range st.byID {
 		if m.Name != "" && m.Name == idOrName && sees(m.Owner) {
-			return *m, nil
+			c := *m
+			c.Seeded = st.hasSeed(c.Digest)
+			return c, nil
 		}
 	}
 	return Meta{}, fmt.Errorf("%w: %q", ErrNotFound, shorten(idOrName))
@@ -198,7 +228,17 @@ func (st *Store) Delete(id string) error {
 			return nil
 		}
 	}
-	return os.Remove(st.archive(m.Digest))
+	if err := os.Remove(st.archive(m.Digest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// The seed goes too, unless a sandbox still starts from it: then
+	// it goes at a later Delete, or the next Open.
+	ents, err := os.ReadDir(st.dir)
+	if err != nil {
+		return err
+	}
+	st.sweepSeedsLocked(ents)
+	return nil
 }
 
 // Usage is what the snapshots of sees's owners hold: how many, and the
@@ -292,6 +332,9 @@ func (st *Store) Capture(dirs []Dir, uid, gid int, m Meta) (Meta, error) {
 		return m, err
 	}
 	st.byID[m.ID] = &m
+	if !m.Transient {
+		st.unpackLocked(m.Digest)
+	}
 	return m, nil
 }
 
@@ -455,6 +498,8 @@ type restorer struct {
 	// and not looked up from the top again.
 	parents  map[string]*os.File
 	uid, gid int
+	// stop, when set and closed, ends the run (errStopped).
+	stop <-chan struct{}
 }
 
 func (rs *restorer) closeParents() {
@@ -501,6 +546,11 @@ func (rs *restorer) run() error {
 	}
 	var modes []dirMode
 	for {
+		select {
+		case <-rs.stop:
+			return errStopped
+		default:
+		}
 		hdr, err := rs.tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
