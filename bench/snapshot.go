@@ -182,7 +182,7 @@ func snapshotBench(n int) error {
 // printSnapshots prints the section's tables.
 func printSnapshots(n int, fork, four series, pool [3][2]int64) {
 	fmt.Printf("A session of the tool `%s` (`pool: {warm: %d}`, `limits: %s`) holding the files below in /workspace, made by a command. "+
-		"Before every timed call the pool is let refill to %d ready sandboxes, so every claim, fresh or from a snapshot, is served warm; "+
+		"Before every timed call the pool is let refill to %d ready sandboxes, so every claim is served warm; "+
 		"the order of the two sides alternates round by round, the cases interleaved; 3 untimed rounds first.\n\n", snapTool, snapWarm, snapLimits, snapWarm)
 	fmt.Print("Snapshot: `POST /v1/sessions/{id}/snapshots` (`Client.Snapshot`), until its answer (the session frozen, its /workspace and /tmp archived to the store, fsynced); " +
 		"then, untimed by the caller, the node unpacks the archive in the background (the lower layer sandboxes start from): *until layered* is from the call until `GetSnapshot` says `layered` (polled every millisecond). Each snapshot deleted after, untimed.\n\n")
