@@ -21,30 +21,8 @@ func TestSeed(t *testing.T) {
 	if !rt.Seeds() {
 		t.Skip("this kernel's tmpfs holds no user.* attributes (Linux 6.6): sandboxes cannot start from a seed; the copy is tested by the node's snapshot tests")
 	}
-	dir := t.TempDir()
+	dir := makeSeed(t, rt)
 	owner := rt.SeedOwner()
-	write := func(rel, data string) {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("workspace/keep", "kept\n")
-	write("workspace/change", "old\n")
-	write("workspace/gone", "x\n")
-	write("workspace/d/inner", "inner\n")
-	write("tmp/t", "t\n")
-	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, owner, owner)
-	}); err != nil {
-		t.Fatal(err)
-	}
 	lock := filepath.Join(t.TempDir(), "lock")
 	if err := os.WriteFile(lock, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -134,5 +112,67 @@ func TestSeedRefused(t *testing.T) {
 			sb.Destroy(t.Context())
 			t.Errorf("seed %q was accepted", sd.Dir)
 		}
+	}
+}
+
+// makeSeed makes a seed as the snapshot store does: files owned by the
+// seed owner, below a root open to all.
+func makeSeed(t *testing.T, rt *Runtime) string {
+	t.Helper()
+	dir := t.TempDir()
+	owner := rt.SeedOwner()
+	write := func(rel, data string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("workspace/keep", "kept\n")
+	write("workspace/change", "old\n")
+	write("workspace/gone", "x\n")
+	write("workspace/d/inner", "inner\n")
+	write("tmp/t", "t\n")
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		return os.Lchown(p, owner, owner)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestSeedOnImage: a sandbox whose root is an image starts from a seed
+// too; its /workspace (a symlink in the image) is the seed's overlay.
+func TestSeedOnImage(t *testing.T) {
+	rt := testRuntime(t)
+	if !rt.Seeds() {
+		t.Skip("this kernel's tmpfs holds no user.* attributes (Linux 6.6)")
+	}
+	root := handImage(t, rt)
+	seed := makeSeed(t, rt)
+	spec := func(s *Spec) { s.Image = &Image{Root: root}; s.Seed = &Seed{Dir: seed} }
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cat", "/workspace/keep"}, "kept\n"},
+		{[]string{"stat", "/workspace/d/inner"}, "1000:1000:100644"},
+		{[]string{"cat", "/tmp/t"}, "t\n"},
+		{[]string{"write", "/workspace/keep", "mine"}, ""},
+	} {
+		if rep, _ := imageRun(t, spec, append([]string{"/bin/t"}, tt.args...)...); !rep.OK || rep.Value != tt.want {
+			t.Errorf("%v: %+v; want %q", tt.args, rep, tt.want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(seed, "workspace/keep")); err != nil || string(b) != "kept\n" {
+		t.Errorf("the seed after a sandbox wrote: %q %v", b, err)
 	}
 }
