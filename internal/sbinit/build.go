@@ -299,7 +299,7 @@ func (b *builder) bindReadOnly(src, dst string, file bool) {
 // directories above. userxattr: the overlay is the sandbox's user
 // namespace's, and keeps its own records in user.* attributes of the
 // upper layer (the host checks that its tmpfs holds them).
-func (b *builder) seed(c *Setup, root, scratch string, slot int8) {
+func (b *builder) seed(root, scratch string, slot int8) {
 	seed := filepath.Join(scratch, ".seed")
 	b.mkdir(seed, 0o700)
 	b.sys("attach the seed", unix.SYS_MOVE_MOUNT, slotArg(slot), b.empty, atFDCWD, b.str(seed), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
@@ -380,7 +380,7 @@ func (b *builder) build(c *Setup) {
 	b.dev(root, scratch, c.Devices)
 	b.proc(root, scratch)
 	if c.Seed {
-		b.seed(c, root, scratch, first+int8(len(c.Volumes)))
+		b.seed(root, scratch, first+int8(len(c.Volumes)))
 	} else {
 		for _, d := range []string{"workspace", "tmp"} {
 			b.bindScratch(filepath.Join(scratch, d), filepath.Join(root, d))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
 )
 
 func TestLookPath(t *testing.T) {
@@ -61,6 +63,10 @@ func TestValidate(t *testing.T) {
 		"root with overlay sep2": func(c *Setup) { c.Image = &ImageRoot{}; c.RootDir = "/run/a,upperdir=/x" },
 		"scratch with overlay sep": func(c *Setup) {
 			c.Image = &ImageRoot{Writable: true}
+			c.ScratchDir = "/run/a,lowerdir=/"
+		},
+		"seeded scratch with overlay sep": func(c *Setup) {
+			c.Seed = true
 			c.ScratchDir = "/run/a,lowerdir=/"
 		},
 		// Init sharing the commands' uid could be signalled by them.
@@ -156,6 +162,33 @@ func TestProgram(t *testing.T) {
 		if op.Trap == unix.SYS_MKDIRAT && strings.HasPrefix(op.What, "make /run/x/.airlock-root/") && !strings.HasPrefix(op.What, "make /run/x/.airlock-root/dev/") {
 			t.Errorf("%s: the merged root's mount points come from the generated layer", op.What)
 		}
+	}
+
+	// A seed: one more file, after the image's and the volumes'; the
+	// workspace and /tmp are overlays over it, not binds.
+	seeded := img
+	seeded.Volumes = []string{"/data"}
+	seeded.Seed = true
+	p, err = Program(&seeded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NFiles != 3 {
+		t.Errorf("seeded setup: %d files, want 3 (image, volume, seed)", p.NFiles)
+	}
+	var overlays []string
+	for _, op := range p.Ops {
+		switch {
+		case op.What == "attach the seed" && (op.Args[0].Kind != forkexec.ArgSlot || op.Args[0].Index != 2):
+			t.Errorf("the seed is attached from %+v, want slot 2", op.Args[0])
+		case op.What == "bind /run/x/.airlock-root/workspace" || op.What == "bind /run/x/.airlock-root/tmp":
+			t.Errorf("%s: a seeded sandbox's directory is bound, not an overlay", op.What)
+		case strings.HasSuffix(op.What, " over the seed's"):
+			overlays = append(overlays, op.What)
+		}
+	}
+	if len(overlays) != 2 {
+		t.Errorf("overlays over the seed: %q; want /workspace and /tmp", overlays)
 	}
 
 	// A bind below a symlink the setup makes cannot be built.
