@@ -103,18 +103,7 @@ echo scratch > /tmp/note`}})
 	// snapshot's layer (its files unpacked in the background), not a
 	// copy: the fork below tests the copy.
 	if sandbox.SeedsSupported() {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			v, err := a.GetSnapshot(ctx, "base")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v.Layered {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the snapshot was not layered in 20 s")
-			}
-		}
+		waitLayered(t, a, "base")
 	}
 	// Every file of the store, the archive or the unpacked seed
 	// included (names and links too): no form of the secret.
@@ -316,5 +305,22 @@ tools:
 	}
 	if l, err := c.Snapshots(ctx); err != nil || len(l) != 0 {
 		t.Errorf("the fork's snapshot outlived it: %+v %v", l, err)
+	}
+}
+
+// waitLayered waits until snapshot ref's files are unpacked as a layer.
+func waitLayered(t *testing.T, c *client.Client, ref string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		v, err := c.GetSnapshot(t.Context(), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Layered {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot %s was not layered in 20 s", ref)
+		}
 	}
 }

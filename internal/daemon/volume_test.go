@@ -10,6 +10,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // TestSessionVolumes: a volume outlives the session that wrote it and is
@@ -86,6 +87,39 @@ tools:
 		t.Errorf("the next session: %+v %v; want the file, and no way to the host's marker", r, err)
 	}
 
+	// A session from a snapshot takes volumes too: the snapshot's files
+	// (its /workspace and /tmp, never a volume's) and the volume's.
+	if r, err := a.Exec(ctx, s2.ID, api.ExecRequest{Argv: []string{"sh", "-c", "echo ws > /workspace/w"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("write the workspace: %+v %v", r, err)
+	}
+	m, err := a.Snapshot(ctx, s2.ID, "withvol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Files != 1 {
+		t.Errorf("the snapshot holds %d files; want the workspace's one (a volume is not in it)", m.Files)
+	}
+	// Once at once (filled by copy, most likely), once from its layer
+	// where the kernel can.
+	for i := range 2 {
+		if i == 1 && sandbox.SeedsSupported() {
+			waitLayered(t, a, m.ID)
+		}
+		s3, err := a.CreateSession(ctx, api.SessionRequest{Snapshot: m.ID, Volumes: mount})
+		if err != nil {
+			t.Fatalf("a session from the snapshot with the volume: %v", err)
+		}
+		if r, err := a.Exec(ctx, s3.ID, api.ExecRequest{Argv: []string{"sh", "-c", "cat /workspace/w /data/f"}}); err != nil || string(r.Stdout) != "ws\nkept\n" {
+			t.Errorf("in the session from the snapshot: %+v %v", r, err)
+		}
+		if err := a.DeleteSession(ctx, s3.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteSnapshot(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// Another token: not seen, not attached; a volume of its own may
 	// share the name.
 	if l, err := b.Volumes(ctx); err != nil || len(l) != 0 {
@@ -137,8 +171,8 @@ tools:
 	for _, e := range page.Events {
 		kinds[e.Kind]++
 	}
-	if kinds["volume.created"] != 3 || kinds["volume.attached"] != 2 || kinds["volume.deleted"] != 1 {
-		t.Errorf("audit: %v; want 3 created, 2 attached, 1 deleted", kinds)
+	if kinds["volume.created"] != 3 || kinds["volume.attached"] != 4 || kinds["volume.deleted"] != 1 {
+		t.Errorf("audit: %v; want 3 created, 4 attached, 1 deleted", kinds)
 	}
 }
 

@@ -123,7 +123,10 @@ func (f *fakeCore) DeleteSnapshot(c *node.Caller, idOrName, _ string) error {
 	_, err := f.FindSnapshot(c, idOrName)
 	return err
 }
-func (f *fakeCore) OpenFromSnapshot(_ context.Context, m snapshot.Meta, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy) (*node.Session, error) {
+func (f *fakeCore) OpenFromSnapshot(_ context.Context, m snapshot.Meta, _ string, c *node.Caller, _, life time.Duration, _ *attach.Policy, mounts []node.VolumeMount) (*node.Session, error) {
+	if len(mounts) > 0 {
+		return nil, f.openVols(nil, c, mounts)
+	}
 	return nil, f.openSnap(m, c, life)
 }
 func (f *fakeCore) Plan(string) attach.Plan                     { return attach.Plan{} }

@@ -39,7 +39,7 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	// lifetime; its idle timeout is the longest allowed.
 	var s *node.Session
 	if spec.snap != nil {
-		s, err = d.OpenFromSnapshot(r.Context(), *spec.snap, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed)
+		s, err = d.OpenFromSnapshot(r.Context(), *spec.snap, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
 	} else {
 		s, err = d.OpenSessionWith(r.Context(), spec.tool, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
 	}
@@ -142,9 +142,6 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 	mounts, err := d.e2bMounts(req.VolumeMounts, c)
 	if err != nil {
 		return spec, err
-	}
-	if snap != nil && len(mounts) > 0 {
-		return spec, errdefs.Errorf(errdefs.ErrInvalid, "volumeMounts: a sandbox created from snapshot %s cannot have volumes yet; create one from a template to mount volumes", snap.ID)
 	}
 	return createSpec{tool: t, snap: snap, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc,
 		mounts: mounts, volumes: req.VolumeMounts}, nil

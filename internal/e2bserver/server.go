@@ -118,7 +118,7 @@ type Core interface {
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
 	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)
 	DeleteSnapshot(c *node.Caller, idOrName, client string) error
-	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
 	OpenSession(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
 	OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
 	CreateVolume(ctx context.Context, c *node.Caller, client, name string, size int64) (volume.Meta, error)

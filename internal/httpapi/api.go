@@ -89,7 +89,7 @@ type Core interface {
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
 	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)
 	DeleteSnapshot(c *node.Caller, idOrName, client string) error
-	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy) (*node.Session, error)
+	OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
 	Fork(ctx context.Context, s *node.Session, c *node.Caller, client string, count int, life time.Duration) ([]node.Forked, error)
 	Resume(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, error)
 	ResumeFromFiles(ctx context.Context, s *node.Session, client, reason string, life time.Duration) (bool, bool, error)

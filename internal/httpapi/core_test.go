@@ -80,7 +80,7 @@ func (f *fakeCore) FindSnapshot(*node.Caller, string) (snapshot.Meta, error) {
 	return snapshot.Meta{}, snapshot.ErrNotFound
 }
 func (f *fakeCore) DeleteSnapshot(*node.Caller, string, string) error { return snapshot.ErrNotFound }
-func (f *fakeCore) OpenFromSnapshot(context.Context, snapshot.Meta, string, *node.Caller, time.Duration, time.Duration, *attach.Policy) (*node.Session, error) {
+func (f *fakeCore) OpenFromSnapshot(context.Context, snapshot.Meta, string, *node.Caller, time.Duration, time.Duration, *attach.Policy, []node.VolumeMount) (*node.Session, error) {
 	return nil, node.ErrShutdown
 }
 func (f *fakeCore) Fork(context.Context, *node.Session, *node.Caller, string, int, time.Duration) ([]node.Forked, error) {

@@ -90,10 +90,6 @@ func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 		var idle time.Duration
 		if idle, err = node.ParseBound(req.IdleTimeout, min(node.DefaultIdle, life), life, "idle_timeout"); err == nil {
 			if req.Snapshot != "" {
-				if len(req.Volumes) > 0 {
-					edge.WriteErr(w, errdefs.New(errdefs.ErrInvalid, "a session from a snapshot takes no volumes yet; attach them to a session of the tool"))
-					return
-				}
 				d.openFromSnapshot(w, r, req, idle, life)
 				return
 			}

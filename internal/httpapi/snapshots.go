@@ -92,7 +92,7 @@ func (d *Server) openFromSnapshot(w http.ResponseWriter, r *http.Request, req ap
 	if d.ForbidTool(w, r, m.Tool) {
 		return
 	}
-	s, err := d.OpenFromSnapshot(r.Context(), m, edge.ClientOf(r), c, idle, life, nil)
+	s, err := d.OpenFromSnapshot(r.Context(), m, edge.ClientOf(r), c, idle, life, nil, volumeMounts(req.Volumes))
 	if err != nil {
 		if r.Context().Err() == nil {
 			edge.WriteErr(w, err)

@@ -298,13 +298,14 @@ func (n *Node) DeleteSnapshot(c *Caller, idOrName, client string) error {
 }
 
 // OpenFromSnapshot opens a session of snapshot m's tool for c (as
-// OpenSession), whose fresh sandbox starts with m's files: made with
+// OpenSessionWith, mounts its volumes), whose fresh sandbox starts with
+// m's files: made with
 // them as the lower layers of its /workspace and /tmp where the store
 // keeps them unpacked (nothing is copied), else a sandbox of the pool
 // filled with them before it is returned. Files over the tool's disk
 // ceiling are refused; a restore that fails ends the session and says
 // why.
-func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy) (*Session, error) {
+func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount) (*Session, error) {
 	t := n.opts.Config.Tools[m.Tool]
 	if t == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, Shorten(m.Tool))
@@ -320,14 +321,14 @@ func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client str
 		if disk := n.plans[t.Name].Spec.Limits.Disk; m.Size > disk {
 			return nil, n.tooBig(m, t.Name)
 		}
-		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, nil, &sandbox.Seed{Dir: dir, Lock: lock})
+		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, &sandbox.Seed{Dir: dir, Lock: lock})
 		if err != nil {
 			return nil, err
 		}
 		n.restored(s, m, client)
 		return s, nil
 	}
-	s, err := n.OpenSession(ctx, t, client, c, idle, life, narrowed)
+	s, err := n.OpenSessionWith(ctx, t, client, c, idle, life, narrowed, mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +416,7 @@ func (n *Node) Fork(ctx context.Context, s *Session, c *Caller, client string, c
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			f, err := n.OpenFromSnapshot(ctx, m, client, c, s.idle, life, s.narrowed)
+			f, err := n.OpenFromSnapshot(ctx, m, client, c, s.idle, life, s.narrowed, nil)
 			out[i] = Forked{Session: f, Err: err}
 			if f != nil {
 				f.SetLifecycle(s.Lifecycle())
