@@ -108,6 +108,12 @@ type Node struct {
 	// destroying counts sandboxes being destroyed after their answer
 	// went out; Stop waits for them.
 	destroying sync.WaitGroup
+	laterMu    sync.Mutex // guards lateStop
+	// lateStop is set by Stop before it waits on destroying: a Later
+	// after it (a call an edge cut at its shutdown, still finishing)
+	// destroys in its caller, never adding to a WaitGroup being waited
+	// on.
+	lateStop bool
 	// prebound holds, by sandbox id, the bindings made while pooled
 	// sandboxes were built (see prebind.go); prebinds counts the
 	// goroutines that close those of sandboxes that die unclaimed.
@@ -364,6 +370,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.keeping.Wait()
 	n.endAll(ctx)
+	n.laterMu.Lock()
+	n.lateStop = true
+	n.laterMu.Unlock()
 	n.destroying.Wait()
 	err := n.closePools(ctx)
 	n.prebinds.Wait()

@@ -210,9 +210,17 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 }
 
 // Later runs done (a run's destroy) in the background, for an edge that
-// cannot act after its answer is written; Stop waits for it.
+// cannot act after its answer is written; Stop waits for it. Once Stop
+// waits, done runs at once, in the caller.
 func (n *Node) Later(done func()) {
+	n.laterMu.Lock()
+	if n.lateStop {
+		n.laterMu.Unlock()
+		done()
+		return
+	}
 	n.destroying.Add(1)
+	n.laterMu.Unlock()
 	go func() {
 		defer n.destroying.Done()
 		done()
