@@ -142,6 +142,11 @@ type Options struct {
 	// form GET /v1/audit answers with), in commit order: for a cluster's
 	// log pipeline.
 	Export io.Writer
+	// Observe, if set, is called with every committed event, in commit
+	// order, by whoever commits, before the events' Append returns: it
+	// must be quick and never call the log (the node's metrics count
+	// events there).
+	Observe func(Event)
 }
 
 // ErrClosed is returned by Append after Close.
@@ -527,6 +532,15 @@ func (l *Log) commit(batch []item) {
 		l.changed = make(chan struct{})
 	}
 	l.fmu.Unlock()
+	if err == nil && l.opts.Observe != nil {
+		// Before the waiters hear: an Append that returned has its
+		// events observed.
+		for _, it := range batch {
+			for _, e := range it.events {
+				l.opts.Observe(e)
+			}
+		}
+	}
 	for _, it := range batch {
 		if it.done != nil {
 			it.done <- err
@@ -536,7 +550,9 @@ func (l *Log) commit(batch []item) {
 	}
 	if err != nil {
 		l.opts.Logger.Error("audit: write failed", "err", err, "events", len(batch))
-	} else if l.exp != nil {
+		return
+	}
+	if l.exp != nil {
 		l.export(batch)
 	}
 }

@@ -565,3 +565,31 @@ func TestExportStalled(t *testing.T) {
 		last = ev.ID
 	}
 }
+
+// TestObserve: Observe sees every committed event once, in commit
+// order, whether it was appended or recorded.
+func TestObserve(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	l, err := Open(t.Context(), Options{Path: filepath.Join(t.TempDir(), "a.db"), Observe: func(e Event) {
+		mu.Lock()
+		seen = append(seen, e.Kind+"/"+e.Run)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(t.Context())
+	if err := l.Append(t.Context(), Event{Kind: KindRunStarted, Run: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(Event{Kind: KindRunFinished, Run: "r1"}, Event{Kind: KindLimit, Run: "r1"})
+	if err := l.Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := strings.Join(seen, " "), "run.started/r1 run.finished/r1 limit.breach/r1"; got != want {
+		t.Errorf("observed %q, want %q", got, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -65,9 +66,11 @@ tools:
 		}
 		return 200
 	}
-	// No token, a wrong token, a token's prefix: 401.
+	// No token, a wrong token, a token's prefix: 401 (health alone
+	// needs none, see TestHealthWithoutToken).
 	for _, tok := range []string{"", "wrong", ciToken[:len(ciToken)-1]} {
-		if got := status(client.NewTCP(addr, tok).Health(t.Context())); got != 401 {
+		_, err := client.NewTCP(addr, tok).Tools(t.Context())
+		if got := status(err); got != 401 {
 			t.Errorf("token %q: got %d, want 401", tok, got)
 		}
 	}
@@ -103,7 +106,7 @@ tools:
 	// DNS rebinding: a page's name pointed at 127.0.0.1 sends its own
 	// Host, and a browser adds its Origin.
 	for _, hdr := range []map[string]string{{"Host": "evil.example:" + port(addr)}, {"Origin": "http://evil.example"}} {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/healthz", nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/tools", nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		for k, v := range hdr {
 			if k == "Host" {
@@ -189,4 +192,42 @@ func TestShortTokenRefused(t *testing.T) {
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
+}
+
+// TestHealthWithoutToken: /healthz answers a probe with no token on the
+// TCP and E2B listeners, saying only ok (or unavailable); every other
+// path still wants one, and a health probe is not a refusal to record.
+func TestHealthWithoutToken(t *testing.T) {
+	t.Setenv("HEALTH_TOK", "health-token-0123456789abcdef")
+	tcp, e2b := freePort(t), freePort(t)
+	d, _ := serveConfig(t, `
+server:
+  tcp: `+tcp+`
+  e2b: `+e2b+`
+  tokens:
+    - {name: a, secret: a, tools: ["*"]}
+secrets:
+  a: {env: HEALTH_TOK}
+tools:
+  sh: {}
+`, nil)
+	for _, addr := range []string{tcp, e2b} {
+		for path, want := range map[string]int{"/healthz": 200, "/healthz/x": 401, "/metrics": 401} {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want && !(addr == e2b && want == 401 && resp.StatusCode == 404) {
+				t.Errorf("GET %s%s without a token: %d %s; want %d", addr, path, resp.StatusCode, b, want)
+			}
+			if want == 200 && strings.TrimSpace(string(b)) != `{"status":"ok"}` {
+				t.Errorf("GET %s%s: %s; want only the status", addr, path, b)
+			}
+		}
+	}
+	if n := d.Counts().Unauthorized.Load(); n == 0 {
+		t.Error("no request without a token was refused")
+	}
 }

@@ -233,7 +233,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tcp = netlimit.Network(d.tcp, opts.MaxConns)
-		d.tsrv = httpx.New(d.Audited(edge.CheckHost(tcp, d.RequireToken(routes))), serverOpts)
+		d.tsrv = httpx.New(d.Audited(edge.Healthz(d.Audit().Err, edge.CheckHost(tcp, d.RequireToken(routes)))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {
 		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {
@@ -249,7 +249,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		if n := d.e2b.Adopt(); n > 0 {
 			opts.Logger.Info("E2B sandboxes paused before a restart are back, their files only", "sandboxes", n)
 		}
-		d.e2bsrv = httpx.New(d.Audited(edge.CheckHostOr(addr, domain, d.e2b.Handler())), serverOpts)
+		d.e2bsrv = httpx.New(d.Audited(edge.Healthz(d.Audit().Err, edge.CheckHostOr(addr, domain, d.e2b.Handler()))), serverOpts)
 		if t := opts.Config.Server.E2BTLS; t != nil {
 			src, err := certfile.Load(t.Cert, t.Key, opts.Logger)
 			if err != nil {

@@ -241,31 +241,72 @@ func TestSecondDaemonRefused(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	_, c, sock := start(t)
-	if _, err := c.Run(t.Context(), api.RunRequest{Tool: "sh", Argv: []string{"true"}}); err != nil {
+	ctx := t.Context()
+	if _, err := c.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A breach of the time ceiling (cold's is 300ms), and a session.
+	if r, err := c.Run(ctx, api.RunRequest{Tool: "cold", Argv: []string{"sleep", "5"}}); err != nil || r.Outcome != result.LimitExceeded {
+		t.Fatalf("a run past its time: %+v %v", r, err)
+	}
+	s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteSession(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	resp, err := raw.Get("http://airlock/metrics")
-	if err != nil {
-		t.Fatal(err)
+	get := func() string {
+		resp, err := raw.Get("http://airlock/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		return b.String()
 	}
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{
+	wants := []string{
 		`# TYPE airlock_pool_hits_total counter`,
 		`airlock_pool_warm_target{tool="sh"} 2`,
 		`airlock_pool_warm_target{tool="cold"} 0`,
-		`airlock_runs_total 1`,
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		`airlock_runs_total 2`,
+		`# TYPE airlock_run_duration_seconds histogram`,
+		`airlock_run_outcomes_total{tool="sh",outcome="exited"} 1`,
+		`airlock_run_outcomes_total{tool="cold",outcome="limit"} 1`,
+		`airlock_limit_breaches_total{tool="cold",limit="time"} 1`,
+		`airlock_sessions_opened_total{tool="sh"} 1`,
+		`airlock_sessions_ended_total{tool="sh",reason="deleted"} 1`,
+		`airlock_claim_duration_seconds_count{tool="cold",pool="cold"} 1`,
+	}
+	// The labelled ones are counted as the audit log commits: a moment
+	// after the answers.
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got = get()
+		missing := 0
+		for _, want := range wants {
+			if !strings.Contains(got, want) {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
-	if got := b.String(); !strings.Contains(got, `airlock_pool_hits_total{tool="sh"} 1`) && !strings.Contains(got, `airlock_pool_misses_total{tool="sh"} 1`) {
-		t.Errorf("the claim is not counted:\n%s", got)
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("metrics lack %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(got, `airlock_pool_hits_total{tool="sh"} 2`) && !strings.Contains(got, `airlock_pool_misses_total{tool="sh"} 1`) {
+		t.Errorf("the claims are not counted:\n%s", got)
+	}
+	if !strings.Contains(got, `airlock_claim_duration_seconds_count{tool="sh",pool="warm"}`) && !strings.Contains(got, `airlock_claim_duration_seconds_count{tool="sh",pool="cold"}`) {
+		t.Errorf("the claims' durations are not observed:\n%s", got)
 	}
 }
 

@@ -146,7 +146,7 @@ tools:
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		fmt.Fprintf(conn, "GET /v1/tools HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 		idle = append(idle, conn)
 	}
 	for _, conn := range idle {

@@ -169,3 +169,22 @@ func CheckHostOr(addr netip.AddrPort, domain string, h http.Handler) http.Handle
 		h.ServeHTTP(w, r)
 	})
 }
+
+// Healthz serves GET /healthz before h, with no token: a probe's (a
+// load balancer's, Kubernetes'), on every listener. It says only whether
+// the daemon can serve: 200 {"status":"ok"}, or 503
+// {"status":"unavailable"} when check fails; what failed is the
+// authenticated /healthz's to say.
+func Healthz(check func() error, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if check() != nil {
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}

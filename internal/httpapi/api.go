@@ -85,6 +85,7 @@ type Core interface {
 	DeleteVolume(c *node.Caller, idOrName, client string) error
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Usage() sandbox.Usage
+	WriteMetrics(w io.Writer) error
 	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
 	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)

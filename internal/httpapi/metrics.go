@@ -73,6 +73,7 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "airlock_audit_lost_events_total %d\n", d.Audit().Lost())
 	metric("airlock_audit_last_id", "The id of the newest audit event.", "gauge")
 	fmt.Fprintf(&b, "airlock_audit_last_id %d\n", d.Audit().Last())
+	_ = d.WriteMetrics(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))
 }

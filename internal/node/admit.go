@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -59,10 +60,12 @@ func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 	defer h.mu.Unlock()
 	tok := c.Token
 	if held && h.sessions >= n.opts.MaxSessions {
+		n.metrics.refusals.Inc("sessions")
 		return nil, &Refusal{Kind: errdefs.ErrUnavailable, RetryAfter: 5,
 			Msg: fmt.Sprintf("%d sessions and MCP servers are open, the most this daemon allows; end one first", n.opts.MaxSessions)}
 	}
 	if tok != nil && tok.Concurrency > 0 && h.tokens[tok.Name] >= tok.Concurrency {
+		n.metrics.refusals.Inc("token_concurrency")
 		return nil, &Refusal{Kind: ErrTooMany, RetryAfter: 1,
 			Msg: fmt.Sprintf("token %s has %d calls in flight and sessions open, the most its concurrency allows", tok.Name, tok.Concurrency)}
 	}
@@ -96,6 +99,7 @@ func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 // times: warm pools are the node's spare capacity, and work comes first.
 func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
 	p := n.pools[tool]
+	start := time.Now()
 	for tries := 0; ; tries++ {
 		var sb *sandbox.Sandbox
 		var warm bool
@@ -105,10 +109,18 @@ func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.S
 		} else {
 			sb, warm, err = p.Claim(ctx)
 		}
+		if err == nil {
+			how := "cold"
+			if warm {
+				how = "warm"
+			}
+			n.metrics.claims.Observe(time.Since(start).Seconds(), n.metrics.tool(tool), how)
+		}
 		if err == nil || !errors.Is(err, sandbox.ErrCapacity) {
 			return sb, warm, err
 		}
 		if tries == 3 || !n.evictFor(tool) {
+			n.metrics.refusals.Inc("capacity")
 			return nil, false, err
 		}
 	}

@@ -88,6 +88,9 @@ type Node struct {
 	plans map[string]attach.Plan
 	live  liveRuns
 	audit *audit.Log
+	// metrics are the labelled metrics (metrics.go), most counted from
+	// the audit log's commits.
+	metrics *nodeMetrics
 
 	counts Counters
 	holds  holds
@@ -245,7 +248,8 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	if opts.AuditPath != "" {
 		a.Path = opts.AuditPath
 	}
-	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger}
+	n.metrics = newNodeMetrics(opts.Config.Order)
+	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger, Observe: n.metrics.observe}
 	if a.Export == "stdout" && opts.ExportAudit != nil {
 		ao.Export = opts.ExportAudit
 	}

@@ -163,6 +163,51 @@ func TestAuditNetEventCodes(t *testing.T) {
 	}
 }
 
+// TestMetricsFromAudit: the labelled metrics count what the audit log
+// commits, with label values bounded: a broker call's service is the
+// sandbox's word until an operation of the config matched it, so it is
+// not a label then, and a tool the config does not have reads "other".
+func TestMetricsFromAudit(t *testing.T) {
+	n := newNode(t, "tools:\n  sh: {}\n")
+	scope := &runScope{tool: "sh", sandbox: "metrics000", run: "r_metrics"}
+	egress, broker := n.netRecorder(scope)
+	egress(result.EgressEvent{Kind: result.EgressProxy, Destination: "169.254.169.254:80", Code: result.EgressMetadata})
+	egress(result.EgressEvent{Kind: result.EgressProxy, Destination: "evil.test:443", Code: "Not A Code\n"})
+	broker(result.BrokerEvent{Service: "attacker-named-" + strings.Repeat("x", 200), Method: "GET", Code: result.BrokerNoOperation})
+	broker(result.BrokerEvent{Service: "gh", Operation: "GET /repos/{owner}/{repo}", Method: "GET", Allow: true, Status: 200})
+	n.audit.Record(audit.Event{Kind: audit.KindRunFinished, Tool: "sh", Decision: "limit", Detail: audit.Detail(map[string]any{"usage": result.Usage{WallMillis: 1500}})},
+		audit.Event{Kind: audit.KindLimit, Tool: "sh", Decision: "memory"},
+		audit.Event{Kind: audit.KindSessionCreated, Tool: "gone"},
+		audit.Event{Kind: audit.KindSessionEnded, Tool: "sh", Detail: audit.Detail(map[string]string{"reason": "limit: memory"})})
+	if err := n.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := n.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		`airlock_egress_decisions_total{tool="sh",kind="egress",decision="deny",code="` + result.EgressMetadata + `"} 1`,
+		`airlock_egress_decisions_total{tool="sh",kind="egress",decision="deny",code="other"} 1`,
+		`airlock_broker_calls_total{tool="sh",service="-",operation="-",decision="deny",code="` + result.BrokerNoOperation + `"} 1`,
+		`airlock_broker_calls_total{tool="sh",service="gh",operation="GET /repos/{owner}/{repo}",decision="allow",code="-"} 1`,
+		`airlock_run_outcomes_total{tool="sh",outcome="limit"} 1`,
+		`airlock_run_duration_seconds_bucket{tool="sh",outcome="limit",le="2.5"} 1`,
+		`airlock_run_duration_seconds_bucket{tool="sh",outcome="limit",le="1"} 0`,
+		`airlock_limit_breaches_total{tool="sh",limit="memory"} 1`,
+		`airlock_sessions_opened_total{tool="other"} 1`,
+		`airlock_sessions_ended_total{tool="sh",reason="limit"} 1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("metrics lack %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "attacker-named") {
+		t.Errorf("a sandbox-named service is a label:\n%s", got)
+	}
+}
+
 // TestCoreAuthorizes: the core checks, itself, that a caller may use the
 // tool it names, whatever the edge in front of it checked: a token scoped
 // to one tool that reaches a run, a session or a process of another (an

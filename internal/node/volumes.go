@@ -295,15 +295,18 @@ func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope,
 	spec := n.plans[t.Name].Spec
 	spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
 	spec.Seed = seed
+	start := time.Now()
 	sb, err := n.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrCapacity) {
+			n.metrics.refusals.Inc("capacity")
 			return nil, nil, AtCapacity(err)
 		}
 		n.counts.Failures.Add(1)
 		n.opts.Logger.Warn("create failed", "tool", t.Name, "err", err)
 		return nil, nil, ErrNoSandbox
 	}
+	n.metrics.claims.Observe(time.Since(start).Seconds(), n.metrics.tool(t.Name), "cold")
 	scope.sandbox = sb.ID()
 	n.claimed(*scope, false)
 	bind, err := n.bindClaimed(ctx, sb, t, scope, narrowed)
