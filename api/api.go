@@ -205,6 +205,31 @@ type Snapshot struct {
 	Layered bool `json:"layered,omitempty"`
 }
 
+// ReloadRequest is the (optional) body of POST /v1/reload.
+type ReloadRequest struct {
+	// ImagesOnly keeps the config the daemon runs and resolves its
+	// tools' image names again: what `airlock image import` and `pull`
+	// ask after they store an image under a name.
+	ImagesOnly bool `json:"images_only,omitempty"`
+}
+
+// ReloadReport is the answer of POST /v1/reload: what the daemon's
+// config, read again, changed. Tools are named by what happened to each:
+// a changed or removed tool's pool drains (its ready sandboxes go; runs
+// and sessions that hold one keep it to their end) and a new or changed
+// one's fills; a kept tool keeps its pool and its ready sandboxes.
+type ReloadReport struct {
+	// Config is the file read ("" for the embedded defaults).
+	Config  string   `json:"config"`
+	Added   []string `json:"added,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Kept    []string `json:"kept,omitempty"`
+	// Restart names the settings that changed but take effect only when
+	// the daemon restarts (listeners, capacity, the audit log, stores).
+	Restart []string `json:"restart,omitempty"`
+}
+
 // VolumeMount attaches a volume (its id or name) at Path.
 type VolumeMount struct {
 	Volume string `json:"volume"`

@@ -286,6 +286,32 @@ func (c *Client) PS(ctx context.Context) (*api.Activity, error) {
 	return &a, nil
 }
 
+// Reload has the daemon read its config file again and apply it (the
+// local socket's only): tools added, changed, removed and kept, and the
+// settings that take a restart.
+func (c *Client) Reload(ctx context.Context) (*api.ReloadReport, error) {
+	return c.reload(ctx, api.ReloadRequest{})
+}
+
+// ReloadImages has the daemon resolve its tools' image names again,
+// its config kept: after an image is stored under a name.
+func (c *Client) ReloadImages(ctx context.Context) (*api.ReloadReport, error) {
+	return c.reload(ctx, api.ReloadRequest{ImagesOnly: true})
+}
+
+func (c *Client) reload(ctx context.Context, req api.ReloadRequest) (*api.ReloadReport, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/reload", req, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r api.ReloadReport
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("airlock daemon: bad reload report: %w", err)
+	}
+	return &r, nil
+}
+
 // KillRun ends a run or MCP server in flight (an id from PS) and
 // destroys its sandbox; the kill is in the audit log.
 func (c *Client) KillRun(ctx context.Context, id string) error {

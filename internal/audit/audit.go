@@ -40,6 +40,7 @@ import (
 const (
 	KindDaemonStarted    = "daemon.started"
 	KindDaemonStopped    = "daemon.stopped"
+	KindDaemonReloaded   = "daemon.reloaded"
 	KindSandboxCreated   = "sandbox.created"
 	KindSandboxClaimed   = "sandbox.claimed"
 	KindSandboxDestroyed = "sandbox.destroyed"
@@ -89,7 +90,7 @@ const (
 
 // Kinds are every kind of event, in the order above.
 var Kinds = []string{
-	KindDaemonStarted, KindDaemonStopped, KindSandboxCreated, KindSandboxClaimed, KindSandboxDestroyed,
+	KindDaemonStarted, KindDaemonStopped, KindDaemonReloaded, KindSandboxCreated, KindSandboxClaimed, KindSandboxDestroyed,
 	KindSandboxSwept, KindRunStarted, KindRunFinished, KindLimit, KindEgress, KindDNS, KindBroker,
 	KindSessionCreated, KindSessionEnded, KindFile, KindAPI, KindMCPCall, KindKilled, KindCapped,
 	KindCode, KindPort, KindSessionPaused, KindSessionResumed, KindSessionForked,

@@ -25,13 +25,15 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/lazygw"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Exit codes of `airlock run` besides the command's own.
@@ -73,7 +75,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -239,6 +241,7 @@ Usage:
   airlock pool ls                          show the daemon's pools
   airlock ps                               list the daemon's runs, MCP servers and sessions in flight
   airlock kill ID...                       end a run, MCP server or session; recorded in the audit log
+  airlock reload                           have the daemon read its config again (as SIGHUP does)
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|pull|ls|inspect|rm|gc  manage images: import (OCI, docker save, root file systems), pull from a registry
@@ -269,22 +272,59 @@ func catchSignals(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	caught := make(chan struct{})
 	ctx = context.WithValue(ctx, signalsKey{}, caught)
+	hup := &hangup{}
+	ctx = context.WithValue(ctx, hangupKey{}, hup)
 	go func() {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		close(caught)
-		select {
-		case s := <-c:
-			cancel(&signalError{s.(syscall.Signal)})
-		case <-ctx.Done():
+		defer signal.Stop(c)
+		for {
+			select {
+			case s := <-c:
+				if s == syscall.SIGHUP {
+					if fn := hup.get(); fn != nil {
+						go fn()
+						continue
+					}
+				}
+				cancel(&signalError{s.(syscall.Signal)})
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
-		signal.Stop(c)
 	}()
 	return ctx, func() { cancel(nil) }
 }
 
 type signalsKey struct{}
+
+// hangup holds what a SIGHUP does instead of ending the command.
+type hangup struct {
+	mu sync.Mutex // guards fn
+	fn func()
+}
+
+func (h *hangup) get() func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fn
+}
+
+type hangupKey struct{}
+
+// OnHangup makes a SIGHUP call fn (on a goroutine of its own) instead of
+// ending a context Run made: a daemon's reload. Nothing for any other
+// context.
+func OnHangup(ctx context.Context, fn func()) {
+	if h, ok := ctx.Value(hangupKey{}).(*hangup); ok {
+		h.mu.Lock()
+		h.fn = fn
+		h.mu.Unlock()
+	}
+}
 
 // signalError is the cause of a context catchSignals ended: the signal.
 type signalError struct{ sig syscall.Signal }

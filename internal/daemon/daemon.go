@@ -125,10 +125,13 @@ type Daemon struct {
 	*node.Node
 	*edge.Guard
 	opts Options
-	ln   net.Listener
-	srv  *http.Server
-	tcp  net.Listener // nil unless the config has server.tcp
-	tsrv *http.Server
+	// startPath is the config file it started from ("" for the embedded
+	// defaults): what Reload reads.
+	startPath string
+	ln        net.Listener
+	srv       *http.Server
+	tcp       net.Listener // nil unless the config has server.tcp
+	tsrv      *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
 	// is that edge (nil when it is not served).
 	e2bl   net.Listener
@@ -190,7 +193,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if !opts.Embedded {
 		no.ExportAudit = os.Stdout
 	}
-	d := &Daemon{opts: opts}
+	d := &Daemon{opts: opts, startPath: opts.Config.Path}
 	// The tokens are read before anything starts.
 	toks, err := tokens.Load(opts.Config)
 	if err != nil {
@@ -204,7 +207,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
 	d.mcp = mcpedge.New(d.Node, d.Guard, mcpedge.Options{Config: d.opts.Config, Version: opts.Version, Logger: opts.Logger})
 	d.api = httpapi.New(d.Node, d.Guard, httpapi.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger,
-		MCP: d.mcp.Handler(), Shed: func() int64 { return netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl) }})
+		MCP: d.mcp.Handler(), Shed: func() int64 { return netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl) }, Reload: d.reload})
 	defer func() {
 		if err != nil {
 			d.Stop(context.WithoutCancel(ctx))

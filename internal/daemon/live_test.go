@@ -41,7 +41,9 @@ func TestPSAndKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(a.Runs) == 1 {
+		// Listed as soon as it is claimed; its first reading of use
+		// comes a moment later (a loaded machine's moment can be long).
+		if len(a.Runs) == 1 && a.Runs[0].MemoryBytes > 0 && a.Runs[0].Pids >= 1 {
 			live = a.Runs[0]
 			if len(a.Sessions) != 1 || a.Sessions[0].ID != s.ID {
 				t.Errorf("sessions %+v", a.Sessions)

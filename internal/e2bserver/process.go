@@ -61,9 +61,12 @@ func (p *e2bProc) send(ev e2b.ProcessEvent) {
 	}
 }
 
-// attach adds st to p's streams; the returned func removes it.
-func (p *e2bProc) attach(st *e2bStream) func() {
+// attachWith adds st to p's streams, with first written to it before any
+// output p sends it (the start event, which a client acts on); the
+// returned func removes it.
+func (p *e2bProc) attachWith(st *e2bStream, first e2b.ProcessEvent) func() {
 	p.mu.Lock()
+	st.event(first)
 	p.subs[st] = struct{}{}
 	p.mu.Unlock()
 	return func() {
@@ -278,19 +281,25 @@ func (d *Server) e2bUpdate(r *http.Request, sb *e2bSandbox, body []byte) (any, e
 	if err != nil {
 		return nil, err
 	}
-	// The latest size wins: one waiting is replaced.
-	for {
-		select {
-		case p.resize <- size:
-			return struct{}{}, nil
-		default:
-		}
-		select {
-		case <-p.resize:
-		default:
-		}
+	// Handed to the command's loop, which sets the size at once: the
+	// answer goes out once it has it, so input sent after the answer
+	// meets the new size (an SDK resizes, then types `stty size`).
+	t := time.NewTimer(resizeWait)
+	defer t.Stop()
+	select {
+	case p.resize <- size:
+		return struct{}{}, nil
+	case <-p.done:
+		return struct{}{}, nil // ended: no size to change
+	case <-r.Context().Done():
+		return nil, context.Cause(r.Context())
+	case <-t.C:
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "process %d did not take its new size within %s", p.pid, resizeWait)
 	}
 }
+
+// resizeWait bounds how long a resize waits for its command's loop.
+const resizeWait = 5 * time.Second
 
 func (d *Server) e2bCloseStdin(r *http.Request, sb *e2bSandbox, body []byte) (any, error) {
 	var req struct {
@@ -408,7 +417,7 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	x := sandbox.ExecRequest{Argv: append([]string{req.Process.Cmd}, req.Process.Args...), Env: env, Dir: node.Workdir(dir, sb.s.Tool()), Signal: p.signal}
 	if tty != nil {
 		x.TTY = tty
-		p.resize = make(chan sandbox.WinSize, 1)
+		p.resize = make(chan sandbox.WinSize)
 		x.Resize = p.resize
 	}
 	if (req.Stdin != nil && *req.Stdin) || req.PTY != nil {
@@ -428,8 +437,9 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 			p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: ev.Data}})
 		}
 	}
-	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
-	detach := p.attach(st)
+	// Attached as its start event goes out: a client that acts on the
+	// start (sends input) sees all the output that follows it.
+	detach := p.attachWith(st, e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
 	stop := st.keepalive(keepaliveEvery)
 	// Not the request's context: the command outlives its client.
 	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, edge.ClientOf(r), x)
@@ -475,8 +485,9 @@ func (d *Server) e2bProcConnect(w http.ResponseWriter, r *http.Request) {
 		st.end(err)
 		return
 	}
-	st.event(e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
-	detach := p.attach(st)
+	// Attached as its start event goes out: a client that acts on the
+	// start (sends input) sees all the output that follows it.
+	detach := p.attachWith(st, e2b.ProcessEvent{Start: &e2b.StartEvent{PID: p.pid}})
 	stop := st.keepalive(keepaliveEvery)
 	select {
 	case <-p.done:

@@ -157,13 +157,13 @@ func (d *Server) e2bTemplate(id string, c *node.Caller) (*config.Tool, *snapshot
 	if id == "" {
 		return nil, nil, errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
 	}
-	if t := d.opts.Config.E2BTemplate(id); t != nil {
+	if t := d.tools().E2BTemplate(id); t != nil {
 		return t, nil, nil
 	}
 	m, err := d.FindSnapshot(c, id)
 	switch {
 	case err == nil:
-		t := d.opts.Config.Tools[m.Tool]
+		t := d.tools().Tools[m.Tool]
 		if t == nil {
 			return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, node.Shorten(m.Tool))
 		}
@@ -212,9 +212,9 @@ func (d *Server) register(ctx context.Context, s *node.Session, metadata, envVar
 // tool's, then its e2b_templates.
 func (d *Server) templateNames() []string {
 	var names []string
-	for _, n := range d.opts.Config.Order {
+	for _, n := range d.tools().Order {
 		names = append(names, n)
-		names = append(names, d.opts.Config.Tools[n].E2BTemplates...)
+		names = append(names, d.tools().Tools[n].E2BTemplates...)
 	}
 	return names
 }
@@ -462,7 +462,7 @@ func (d *Server) listFilter(q url.Values) (listFilter, error) {
 		f.since = t
 	}
 	if v := q.Get("template"); v != "" {
-		if t := d.opts.Config.E2BTemplate(v); t != nil {
+		if t := d.tools().E2BTemplate(v); t != nil {
 			f.tool = t.Name
 		} else {
 			f.none = true

@@ -110,6 +110,9 @@ const maxFile = node.MaxFile
 
 // Core is what the E2B API asks of the node (*node.Node).
 type Core interface {
+	// Tools is the config as written, the last reload's: where tools
+	// are looked up.
+	Tools() *config.Config
 	Audit() *audit.Log
 	Counts() *node.Counters
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
@@ -384,4 +387,13 @@ func (d *Server) e2bHealth(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// tools is the config tools are looked up in: the core's, which a reload
+// replaces; the options' where the core has none (a test's fake).
+func (d *Server) tools() *config.Config {
+	if c := d.Tools(); c != nil {
+		return c
+	}
+	return d.opts.Config
 }

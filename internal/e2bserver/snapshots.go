@@ -60,7 +60,7 @@ func (d *Server) e2bSnapshot(w http.ResponseWriter, r *http.Request, c *node.Cal
 	}
 	// A name create would read as a template's gives back a snapshotID
 	// that starts the template instead: refused while it is one.
-	if req.Name != "" && d.opts.Config.E2BTemplate(req.Name) != nil {
+	if req.Name != "" && d.tools().E2BTemplate(req.Name) != nil {
 		return errdefs.Errorf(errdefs.ErrInvalid, "snapshot name %q is a template's: a create naming it would start the template", node.Shorten(req.Name))
 	}
 	m, err := d.Snapshot(r.Context(), sb.s, c, edge.ClientOf(r), req.Name)

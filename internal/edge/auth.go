@@ -87,7 +87,7 @@ type seenKey struct{}
 // answer but 401.
 func (g *Guard) RequireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := g.tokens.Bearer(r)
+		t := g.Tokens().Bearer(r)
 		if t == nil {
 			g.node.Counts().Unauthorized.Add(1)
 			if g.SlowFailures(w, r) {

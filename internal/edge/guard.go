@@ -9,6 +9,7 @@ package edge
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/node"
@@ -18,8 +19,9 @@ import (
 // Guard is an edge's guard of its listeners: it authenticates, records
 // and slows down callers, for one node.
 type Guard struct {
-	node   Core
-	tokens *tokens.Set
+	node Core
+	// tokens are the accepted tokens; a reload replaces them whole.
+	tokens atomic.Pointer[tokens.Set]
 	logger *slog.Logger
 	// noCallerOnce logs, once, that a request came with no caller (see
 	// RequireCaller).
@@ -42,8 +44,14 @@ func NewGuard(n Core, t *tokens.Set, logger *slog.Logger) *Guard {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Guard{node: n, tokens: t, logger: logger}
+	g := &Guard{node: n, logger: logger}
+	g.tokens.Store(t)
+	return g
 }
 
 // Tokens are the tokens the guard accepts.
-func (g *Guard) Tokens() *tokens.Set { return g.tokens }
+func (g *Guard) Tokens() *tokens.Set { return g.tokens.Load() }
+
+// SetTokens makes t the tokens the guard accepts, from the next request
+// on (a reload's).
+func (g *Guard) SetTokens(t *tokens.Set) { g.tokens.Store(t) }

@@ -52,6 +52,9 @@ type Options struct {
 	// Shed counts the connections the listeners closed as soon as they
 	// accepted them (their address held its share), for /metrics.
 	Shed func() int64
+	// Reload, if set, serves POST /v1/reload: the daemon reads its
+	// config again (the local socket's call only).
+	Reload func(ctx context.Context, client string, imagesOnly bool) (api.ReloadReport, error)
 }
 
 // Server is the node's native HTTP API (docs/api.md): runs, sessions and
@@ -72,6 +75,9 @@ type Server struct {
 // Core is what the API asks of the node (*node.Node): the edge's tests
 // put a fake behind it, and need no root.
 type Core interface {
+	// Tools is the config as written, the last reload's: where tools
+	// are looked up.
+	Tools() *config.Config
 	Activity(c *node.Caller) api.Activity
 	Audit() *audit.Log
 	Counts() *node.Counters
@@ -144,6 +150,7 @@ func (d *Server) routes() http.Handler {
 	d.snapshotRoutes(mux)
 	d.volumeRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
+	mux.HandleFunc("/v1/reload", edge.Only(http.MethodPost, d.postReload))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
@@ -197,7 +204,7 @@ var (
 
 // noTool is the refusal of a tool the config does not have.
 func (d *Server) noTool(name string) error {
-	return errdefs.Errorf(errdefs.ErrNotFound, "no tool %q (tools: %s)", name, strings.Join(d.opts.Config.Order, ", "))
+	return errdefs.Errorf(errdefs.ErrNotFound, "no tool %q (tools: %s)", name, strings.Join(d.tools().Order, ", "))
 }
 
 // postRun runs one command of a tool in a fresh sandbox: claimed warm
@@ -210,7 +217,7 @@ func (d *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	if d.ForbidTool(w, r, req.Tool) {
 		return
 	}
-	t, ok := d.opts.Config.Tools[req.Tool]
+	t, ok := d.tools().Tools[req.Tool]
 	if _, pooled := d.PoolStats(req.Tool); !ok || !pooled {
 		edge.WriteErr(w, d.noTool(req.Tool))
 		return
@@ -395,11 +402,11 @@ func (e *eventWriter) done() {
 func (d *Server) getTools(w http.ResponseWriter, r *http.Request) {
 	out := []api.Tool{}
 	c := edge.CallerOf(r.Context())
-	for _, name := range d.opts.Config.Order {
+	for _, name := range d.tools().Order {
 		if !c.Allows(name) {
 			continue
 		}
-		t := d.opts.Config.Tools[name]
+		t := d.tools().Tools[name]
 		at := api.Tool{Name: name, Description: t.Description, Warm: t.Pool.Warm, Egress: []string{}, Services: slices.Clone(t.Services)}
 		if at.Services == nil {
 			at.Services = []string{}
@@ -420,7 +427,7 @@ func poolStats(s pool.Stats) api.PoolStats { return api.PoolStats(s) }
 func (d *Server) getPools(w http.ResponseWriter, r *http.Request) {
 	out := []api.PoolStats{}
 	c := edge.CallerOf(r.Context())
-	for _, name := range d.opts.Config.Order {
+	for _, name := range d.tools().Order {
 		if c.Allows(name) {
 			st, _ := d.PoolStats(name)
 			out = append(out, poolStats(st))
@@ -444,4 +451,36 @@ func (d *Server) deleteRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// tools is the config tools are looked up in: the core's, which a reload
+// replaces; the options' where the core has none (a test's fake).
+func (d *Server) tools() *config.Config {
+	if c := d.Tools(); c != nil {
+		return c
+	}
+	return d.opts.Config
+}
+
+// postReload answers POST /v1/reload: the local socket's alone, since a
+// reload changes what every caller may do.
+func (d *Server) postReload(w http.ResponseWriter, r *http.Request) {
+	if edge.CallerOf(r.Context()) != node.Local {
+		edge.WriteErr(w, errdefs.New(errdefs.ErrDenied, "a reload is asked on the daemon's unix socket (airlock reload), not with a token"))
+		return
+	}
+	if d.opts.Reload == nil {
+		edge.WriteErr(w, errdefs.New(errdefs.ErrUnavailable, "this daemon cannot reload its config"))
+		return
+	}
+	var req api.ReloadRequest
+	if r.ContentLength != 0 && !decodeBody(w, r, &req) {
+		return
+	}
+	rep, err := d.opts.Reload(r.Context(), edge.ClientOf(r), req.ImagesOnly)
+	if err != nil {
+		edge.WriteErr(w, err)
+		return
+	}
+	edge.WriteJSON(w, http.StatusOK, rep)
 }

@@ -124,7 +124,7 @@ func (d *Server) auditScope(c *node.Caller) *audit.Scope {
 	}
 	sc := &audit.Scope{Client: c.Name}
 	if c.Token.Auditor {
-		for _, name := range d.opts.Config.Order {
+		for _, name := range d.tools().Order {
 			if c.Allows(name) {
 				sc.Tools = append(sc.Tools, name)
 			}

@@ -47,7 +47,7 @@ func TestStatusOf(t *testing.T) {
 		{"method", errdefs.Errorf(edge.ErrMethod, "%s is not allowed here", "PATCH"), 405, api.CodeMethodNotAllowed, true},
 		{"no token", errdefs.New(edge.ErrUnauthenticated, "a valid bearer token is required"), 401, api.CodeUnauthorized, true},
 		{"misdirected", errdefs.New(edge.ErrMisdirected, "this listener answers only to its own loopback address"), 421, api.CodeForbidden, true},
-		{"no tool", (&Server{opts: Options{Config: &config.Config{Order: []string{"sh"}}}}).noTool("x"), 404, api.CodeNotFound, true},
+		{"no tool", (&Server{Core: &fakeCore{}, opts: Options{Config: &config.Config{Order: []string{"sh"}}}}).noTool("x"), 404, api.CodeNotFound, true},
 		{"no command", errNoCommand, 400, api.CodeInvalid, true},
 		{"session ended", errdefs.Errorf(errdefs.ErrConflict, "session %s has ended (%s)", "s_1", "deleted"), 409, api.CodeEnded, true},
 		{"audit refused", node.ErrAuditRefused, 503, api.CodeAuditUnavailable, false},

@@ -19,8 +19,8 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	stats := make([]struct {
 		tool string
 		s    [7]int64
-	}, 0, len(d.opts.Config.Order))
-	for _, name := range d.opts.Config.Order {
+	}, 0, len(d.tools().Order))
+	for _, name := range d.tools().Order {
 		st, _ := d.PoolStats(name)
 		stats = append(stats, struct {
 			tool string

@@ -80,7 +80,7 @@ func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 	if req.Snapshot == "" && d.ForbidTool(w, r, req.Tool) {
 		return
 	}
-	t, ok := d.opts.Config.Tools[req.Tool]
+	t, ok := d.tools().Tools[req.Tool]
 	if !ok && req.Snapshot == "" {
 		edge.WriteErr(w, d.noTool(req.Tool))
 		return
@@ -101,7 +101,7 @@ func (d *Server) postSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Server) openSession(w http.ResponseWriter, r *http.Request, tool string, idle, life time.Duration, mounts []node.VolumeMount) {
-	s, err := d.OpenSessionWith(r.Context(), d.opts.Config.Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil, mounts)
+	s, err := d.OpenSessionWith(r.Context(), d.tools().Tools[tool], edge.ClientOf(r), edge.CallerOf(r.Context()), idle, life, nil, mounts)
 	if err != nil {
 		if r.Context().Err() == nil {
 			edge.WriteErr(w, err)

@@ -34,7 +34,7 @@ type mcpSessions struct {
 // addBuiltins adds the built-in tools the config enables, for a caller.
 func (d *Server) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 	var tools []string
-	for _, name := range d.opts.Config.Order {
+	for _, name := range d.tools().Order {
 		if c.Allows(name) {
 			tools = append(tools, name)
 		}
@@ -56,7 +56,7 @@ func (d *Server) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 		return o
 	}
 	record := d.recordCall(client)
-	if d.opts.Config.MCP.HasBuiltin(config.BuiltinRun) {
+	if d.tools().MCP.HasBuiltin(config.BuiltinRun) {
 		s.AddTool(&mcp.Tool{
 			Name:         "airlock_run",
 			Description:  "Runs a command in a fresh sandbox of a tool profile, destroyed afterwards.",
@@ -79,7 +79,7 @@ func (d *Server) addBuiltins(s *mcp.Server, c *node.Caller, client string) {
 			return runResult(res)
 		}))
 	}
-	if !d.opts.Config.MCP.HasBuiltin(config.BuiltinSession) {
+	if !d.tools().MCP.HasBuiltin(config.BuiltinSession) {
 		return
 	}
 	pathIn := map[string]any{"type": "string", "description": "a path relative to /workspace"}
@@ -269,7 +269,7 @@ func runResult(r *result.Result) (*mcp.CallToolResult, error) {
 // builtinTool is the tool profile a built-in call names, if the caller
 // may use it.
 func (d *Server) builtinTool(c *node.Caller, name string) (*config.Tool, error) {
-	t, ok := d.opts.Config.Tools[name]
+	t, ok := d.tools().Tools[name]
 	if !ok || !c.Allows(name) {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, `invalid input "tool": no tool %q for this caller`, name)
 	}

@@ -32,6 +32,7 @@ type fakeCore struct {
 var _ Core = (*fakeCore)(nil)
 var _ edge.Core = (*fakeCore)(nil)
 
+func (f *fakeCore) Tools() *config.Config  { return nil }
 func (f *fakeCore) Audit() *audit.Log      { return f.log }
 func (f *fakeCore) Counts() *node.Counters { return &f.counts }
 func (f *fakeCore) Authorize(c *node.Caller, tool string) error {

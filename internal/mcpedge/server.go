@@ -51,6 +51,9 @@ type Server struct {
 
 // Core is what MCP asks of the node (*node.Node).
 type Core interface {
+	// Tools is the config as written, the last reload's: where tools
+	// are looked up.
+	Tools() *config.Config
 	Audit() *audit.Log
 	Exec(ctx context.Context, s *node.Session, client string, x sandbox.ExecRequest) (*result.Result, error)
 	Later(done func())
@@ -125,7 +128,7 @@ func (d *Server) MCPServer(c *node.Caller, client string) *mcp.Server {
 // MCP servers' tools are not among them.
 func (d *Server) mcpServer(c *node.Caller, client string) (*mcp.Server, map[string]mcp.ToolHandler) {
 	s, fast := mcpserver.NewWithHandlers(mcpserver.Options{
-		Config:  d.opts.Config,
+		Config:  d.tools(),
 		Allows:  c.Allows,
 		Version: d.opts.Version,
 		Run: func(ctx context.Context, j mcpserver.Job) (*result.Result, error) {
@@ -165,13 +168,13 @@ func (d *Server) mcpServer(c *node.Caller, client string) (*mcp.Server, map[stri
 		if strings.HasPrefix(name, "airlock_") {
 			delete(fast, name)
 		}
-		for _, srv := range d.opts.Config.MCPServerOrder {
+		for _, srv := range d.tools().MCPServerOrder {
 			if strings.HasPrefix(name, srv+".") {
 				delete(fast, name)
 			}
 		}
 	}
-	if len(d.opts.Config.MCPServerOrder) == 0 {
+	if len(d.tools().MCPServerOrder) == 0 {
 		return s, fast
 	}
 	// The servers start while the session initializes, before it is
@@ -511,3 +514,12 @@ func (s *sessionWriter) FlushError() error {
 
 // Flush is FlushError for handlers that assert http.Flusher.
 func (s *sessionWriter) Flush() { _ = s.FlushError() }
+
+// tools is the config tools are looked up in: the core's, which a reload
+// replaces; the options' where the core has none (a test's fake).
+func (d *Server) tools() *config.Config {
+	if c := d.Tools(); c != nil {
+		return c
+	}
+	return d.opts.Config
+}

@@ -135,11 +135,11 @@ func (d *Server) addServers(ctx context.Context, s *mcp.Server, c *node.Caller, 
 		}
 	}
 	relay := mcpserver.NewRelay()
-	for _, name := range d.opts.Config.MCPServerOrder {
+	for _, name := range d.tools().MCPServerOrder {
 		if !c.Allows(name) {
 			continue
 		}
-		i, err := d.startServer(ctx, d.opts.Config.MCPServers[name], c, client)
+		i, err := d.startServer(ctx, d.tools().MCPServers[name], c, client)
 		if err != nil {
 			stop()
 			return nil, err

@@ -98,7 +98,7 @@ func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 // destroying a ready sandbox of another pool, and tries again, a few
 // times: warm pools are the node's spare capacity, and work comes first.
 func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
-	p := n.pools[tool]
+	p := n.Pool(tool)
 	start := time.Now()
 	for tries := 0; ; tries++ {
 		var sb *sandbox.Sandbox
@@ -131,7 +131,7 @@ func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.S
 func (n *Node) evictFor(tool string) bool {
 	var most *pool.Pool
 	held := 0
-	for name, p := range n.pools {
+	for name, p := range n.ts.Load().pools {
 		if name == tool {
 			continue
 		}

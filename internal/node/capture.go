@@ -101,7 +101,7 @@ func (b *captureBudget) reserve(ctx context.Context, n int64) (release func(), e
 // run's own when it lowered it (l), else the tool's.
 // A shutdown ends the wait: the run would not start.
 func (n *Node) ReserveCapture(ctx context.Context, t *config.Tool, l *sandbox.Limits) (release func(), err error) {
-	size := n.plans[t.Name].Spec.Limits.Output
+	size := n.plan(t.Name).Spec.Limits.Output
 	if l != nil {
 		size = l.Output
 	}

@@ -284,7 +284,7 @@ func (n *Node) revive(ctx context.Context, rec pausedRecord, st *snapshot.Store)
 		lastUsed: rec.PausedAt, idle: rec.Idle, scope: scope, token: c.Token, lifecycle: rec.Lifecycle, edge: rec.Edge,
 		paused: true, pausedAt: rec.PausedAt, lifeLeft: rec.LifeLeft, unpause: unpause, dormant: true, kept: &m}
 	if rec.Narrowed {
-		pol := n.plans[t.Name].Policy
+		pol := n.plan(t.Name).Policy
 		pol.Egress = rec.Egress
 		if !rec.Services {
 			pol.Services = nil

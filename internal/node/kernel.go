@@ -248,7 +248,7 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 		return nil, ErrGone
 	}
 	x := sandbox.ExecRequest{Env: env, Dir: Workdir("", s.tool)}
-	k, err := launch(ctx, s.sb, language, cwd, n.plans[s.tool.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result {
+	k, err := launch(ctx, s.sb, language, cwd, s.sb.Limits(), x, func(x sandbox.ExecRequest) *result.Result {
 		defer s.Leave()
 		// Not the request's context: the kernel outlives its start.
 		res, _ := n.Exec(context.WithoutCancel(ctx), s, client, x)
@@ -280,7 +280,7 @@ func (n *Node) prestart(t *config.Tool) func(context.Context, *sandbox.Sandbox) 
 		var ks []*Kernel
 		for _, language := range t.Pool.Kernels {
 			x := sandbox.ExecRequest{Env: t.Env, Dir: Workdir("", t), SampleEvery: 250 * time.Millisecond}
-			k, err := launch(ctx, sb, language, "", n.plans[t.Name].Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
+			k, err := launch(ctx, sb, language, "", n.plan(t.Name).Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
 			if err != nil {
 				for _, k := range ks {
 					k.Kill()

@@ -3,7 +3,9 @@ package node
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"strings"
+	"sync/atomic"
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/metrics"
@@ -16,8 +18,10 @@ import (
 // and reasons are airlock's own small sets, and a broker's service and
 // operation are the config's (a call that matched none reads "-").
 type nodeMetrics struct {
-	reg   metrics.Registry
-	tools map[string]bool
+	reg metrics.Registry
+	// tools are the config's tool names, every generation's (a reload
+	// adds; a removed tool's series keep their label).
+	tools atomic.Pointer[map[string]bool]
 
 	runs     *metrics.Counter   // tool, outcome
 	runTime  *metrics.Histogram // tool, outcome
@@ -31,10 +35,9 @@ type nodeMetrics struct {
 }
 
 func newNodeMetrics(tools []string) *nodeMetrics {
-	m := &nodeMetrics{tools: map[string]bool{}}
-	for _, t := range tools {
-		m.tools[t] = true
-	}
+	m := &nodeMetrics{}
+	m.tools.Store(&map[string]bool{})
+	m.addTools(tools)
 	r := &m.reg
 	m.runs = r.NewCounter("airlock_run_outcomes_total", "Runs and session commands finished, by tool and outcome (exited, signaled, limit, error).", "tool", "outcome")
 	m.runTime = r.NewHistogram("airlock_run_duration_seconds", "Wall time of finished runs and session commands, by tool and outcome.", metrics.DurationBuckets, "tool", "outcome")
@@ -48,9 +51,19 @@ func newNodeMetrics(tools []string) *nodeMetrics {
 	return m
 }
 
+// addTools adds tool names to those that are labels (Reload's; one at a
+// time).
+func (m *nodeMetrics) addTools(tools []string) {
+	next := maps.Clone(*m.tools.Load())
+	for _, t := range tools {
+		next[t] = true
+	}
+	m.tools.Store(&next)
+}
+
 // tool is t as a label: a tool of the config, or "other".
 func (m *nodeMetrics) tool(t string) string {
-	if m.tools[t] {
+	if (*m.tools.Load())[t] {
 		return t
 	}
 	return metrics.Other

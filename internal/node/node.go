@@ -20,6 +20,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
@@ -79,15 +80,17 @@ type Options struct {
 // Node is the core of one machine: its runtime, its tools' pools, its
 // runs, sessions and audit log. Create it with New; Stop then Close it.
 type Node struct {
-	opts  Options
-	rt    *sandbox.Runtime
-	pools map[string]*pool.Pool
-	// plans holds each profile's translation (attach.For): its sandbox
-	// spec, its image's command and digest, its policy. Written before
-	// anything starts, only read after.
-	plans map[string]attach.Plan
-	live  liveRuns
-	audit *audit.Log
+	opts Options
+	rt   *sandbox.Runtime
+	// ts is the tools' generation: the config, each profile's plan and
+	// pool. Reload swaps it whole (reload.go); what started under one
+	// keeps it.
+	ts       atomic.Pointer[toolset]
+	reloadMu sync.Mutex // held by Reload: one at a time
+	// draining counts the pools a reload replaced, closing; Stop waits.
+	draining sync.WaitGroup
+	live     liveRuns
+	audit    *audit.Log
 	// metrics are the labelled metrics (metrics.go), most counted from
 	// the audit log's commits.
 	metrics *nodeMetrics
@@ -224,11 +227,14 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	opts.Sandbox.Logger = opts.Logger
 	// Every tool's image is resolved before anything starts (pools, and
 	// the runtime's reports to observe, read what this finds).
+	raw := opts.Config
 	plans, err := planAll(&opts)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, pools: make(map[string]*pool.Pool), plans: plans, sessions: sessions{m: make(map[string]*Session)}}
+	n := &Node{opts: opts, sessions: sessions{m: make(map[string]*Session)}}
+	ts := &toolset{raw: raw, cfg: opts.Config, base: maps.Clone(plans), plans: plans, pools: make(map[string]*pool.Pool)}
+	n.ts.Store(ts)
 	n.quit, n.quitNow = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -298,24 +304,27 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
-	if err = n.toolVolumes(ctx); err != nil {
+	if err = n.toolVolumes(ctx, ts, opts.Config.Profiles()); err != nil {
 		// The runtime and the rest are closed by New's undo (above).
 		n.closeVolumes()
 		return nil, err
 	}
 	for _, t := range opts.Config.Profiles() {
-		spec := plans[t.Name].Spec
-		spec.OnStart = n.prebind(t)
-		n.pools[t.Name] = pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: opts.Logger, Prepare: n.prestart(t)})
+		ts.pools[t.Name] = n.newPool(t, ts.plans[t.Name])
 	}
 	// The sessions a previous daemon left paused come back, dormant.
 	n.loadDormant(ctx)
 	return n, nil
 }
 
-// Config is the node's configuration: the one it was given, with each
-// tool's image's defaults (environment, working directory) applied.
-func (n *Node) Config() *config.Config { return n.opts.Config }
+// Config is the node's configuration: the one it was given (or the last
+// reload's), with each tool's image's defaults (environment, working
+// directory) applied.
+func (n *Node) Config() *config.Config { return n.ts.Load().cfg }
+
+// Tools is Config, by the name the edges ask for it: where they look
+// tools up, the last reload's.
+func (n *Node) Tools() *config.Config { return n.ts.Load().cfg }
 
 // Logger is the node's log.
 func (n *Node) Logger() *slog.Logger { return n.opts.Logger }
@@ -327,12 +336,12 @@ func (n *Node) Audit() *audit.Log { return n.audit }
 func (n *Node) Runtime() *sandbox.Runtime { return n.rt }
 
 // Pool is tool's pool, nil when there is no such tool.
-func (n *Node) Pool(tool string) *pool.Pool { return n.pools[tool] }
+func (n *Node) Pool(tool string) *pool.Pool { return n.ts.Load().pools[tool] }
 
 // PoolStats are tool's pool's counters; false when there is no such
 // tool.
 func (n *Node) PoolStats(tool string) (pool.Stats, bool) {
-	p := n.pools[tool]
+	p := n.Pool(tool)
 	if p == nil {
 		return pool.Stats{}, false
 	}
@@ -340,7 +349,7 @@ func (n *Node) PoolStats(tool string) (pool.Stats, bool) {
 }
 
 // Plan is tool's translation (attach.For).
-func (n *Node) Plan(tool string) attach.Plan { return n.plans[tool] }
+func (n *Node) Plan(tool string) attach.Plan { return n.ts.Load().plans[tool] }
 
 // Counts are the node's own counters.
 func (n *Node) Counts() *Counters { return &n.counts }
@@ -414,8 +423,12 @@ func (n *Node) closePools(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var errs []error
-	for _, p := range n.pools {
-		errs = append(errs, p.Close(ctx))
+	if ts := n.ts.Load(); ts != nil {
+		for _, p := range ts.pools {
+			errs = append(errs, p.Close(ctx))
+		}
 	}
+	// And the pools a reload replaced, still closing.
+	n.draining.Wait()
 	return errors.Join(errs...)
 }

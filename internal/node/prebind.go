@@ -28,7 +28,7 @@ import (
 // are bound at the claim. A binding that fails here is not an error of the
 // sandbox's creation: the claim binds again and reports what fails then.
 func (n *Node) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
-	pol := n.plans[t.Name].Policy
+	pol := n.plan(t.Name).Policy
 	if len(pol.Services) > 0 {
 		return nil
 	}
@@ -75,7 +75,7 @@ func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.T
 		b.SetRecorders(onEgress, onBroker)
 		return b, nil
 	}
-	pol := n.plans[t.Name].Policy
+	pol := n.plan(t.Name).Policy
 	pol.OnEgress, pol.OnBroker = onEgress, onBroker
 	return attach.Bind(ctx, sb, pol)
 }

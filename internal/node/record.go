@@ -45,7 +45,7 @@ func (n *Node) observe(ev sandbox.Lifecycle) {
 	if ev.Err != nil {
 		detail["error"] = ev.Err.Error()
 	}
-	if dg := n.plans[ev.Label].Digest; dg != "" && ev.Event == sandbox.Created {
+	if dg := n.plan(ev.Label).Digest; dg != "" && ev.Event == sandbox.Created {
 		detail["image"] = dg // which content the sandbox's root was
 	}
 	if len(detail) > 0 {

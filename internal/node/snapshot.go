@@ -318,7 +318,7 @@ func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client str
 		// The seed's files are below the sandbox's own writes and not
 		// on its disk tmpfs; they are held to its ceiling all the same,
 		// as a copy of them would be.
-		if disk := n.plans[t.Name].Spec.Limits.Disk; m.Size > disk {
+		if disk := n.plan(t.Name).Spec.Limits.Disk; m.Size > disk {
 			return nil, n.tooBig(m, t.Name)
 		}
 		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, &sandbox.Seed{Dir: dir, Lock: lock})

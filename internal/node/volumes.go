@@ -79,9 +79,10 @@ func (n *Node) volManagerLocked() (*volume.Manager, error) {
 // tools declare (config: a tool's volumes), and adds them to the tools'
 // specs: every sandbox of such a tool, warm ones included, gets them,
 // whoever calls it (the config shares them). They are in use while the
-// node runs. Before the pools start.
-func (n *Node) toolVolumes(ctx context.Context) error {
-	for _, t := range n.opts.Config.Profiles() {
+// node runs. Before the pools start: New's for every tool, a reload's
+// for those it adds or changes, in its generation ts.
+func (n *Node) toolVolumes(ctx context.Context, ts *toolset, tools []*config.Tool) error {
+	for _, t := range tools {
 		if len(t.Volumes) == 0 {
 			continue
 		}
@@ -90,7 +91,7 @@ func (n *Node) toolVolumes(ctx context.Context) error {
 			return fmt.Errorf("tool %s: volumes: %w", t.Name, err)
 		}
 		owner := "tool:" + t.Name
-		plan := n.plans[t.Name]
+		plan := ts.plans[t.Name]
 		vols := slices.Clone(plan.Spec.Volumes)
 		for _, tv := range t.Volumes {
 			meta, err := m.Find(tv.Name, func(o string) bool { return o == owner })
@@ -117,7 +118,7 @@ func (n *Node) toolVolumes(ctx context.Context) error {
 			vols = append(vols, sandbox.Volume{Dir: dir, Target: tv.Path, Size: meta.Size})
 		}
 		plan.Spec.Volumes = vols
-		n.plans[t.Name] = plan
+		ts.plans[t.Name] = plan
 	}
 	return nil
 }
@@ -292,7 +293,7 @@ func (n *Node) attachVolumes(c *Caller, mounts []VolumeMount) (vs []sandbox.Volu
 // starting from seed (a warm one has neither), and binds t's policy to
 // it, as claimBound.
 func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume, seed *sandbox.Seed) (*sandbox.Sandbox, *runner.Binding, error) {
-	spec := n.plans[t.Name].Spec
+	spec := n.plan(t.Name).Spec
 	spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
 	spec.Seed = seed
 	start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/pull"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/termtext"
 )
 
 const imageUsage = `Usage:
@@ -124,6 +128,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			fmt.Fprintf(stdio.Stdout, "neutralised: %d device nodes or FIFOs skipped, %d setuid/setgid bits cleared, %d owners outside ids 0-65535 made nobody\n",
 				r.Skipped, r.SetIDCleared, r.IDsClamped)
 		}
+		tellDaemon(ctx, cfg, stdio)
 		return nil
 	case "pull":
 		cli.SignalsCaught(ctx) // an interrupted pull removes what it fetched
@@ -145,6 +150,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 			how = "already stored; nothing fetched"
 		}
 		fmt.Fprintf(stdio.Stdout, "%s %s (%s)\n", p.Name, p.Digest, how)
+		tellDaemon(ctx, cfg, stdio)
 		return nil
 	case "ls":
 		list, err := st.List()
@@ -264,4 +270,28 @@ func registrySettings(cfg *config.Config, ref string) (user, password string, in
 		return "", "", false, fmt.Errorf("images.registries.%s: %w", host, err)
 	}
 	return reg.Username, pw, reg.Insecure, nil
+}
+
+// tellDaemon asks the daemon on the config's socket, if one answers, to
+// resolve its tools' image names again: a name just imported or pulled
+// is then what its tools' next sandboxes are made from (their pools
+// refilled), without a restart. No daemon is no error.
+func tellDaemon(ctx context.Context, cfg *config.Config, stdio cli.IO) {
+	sock := cfg.Server.Socket
+	if sock == "" {
+		sock = api.DefaultSocket
+	}
+	if _, err := os.Stat(sock); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := client.New(sock).ReloadImages(ctx)
+	if err != nil {
+		fmt.Fprintf(stdio.Stderr, "airlock image: the daemon on %s did not take the image (%v); airlock reload applies it\n", sock, err)
+		return
+	}
+	if len(rep.Changed) > 0 {
+		fmt.Fprintf(stdio.Stdout, "the daemon makes the next sandboxes of %s from it\n", termtext.String(strings.Join(rep.Changed, ", ")))
+	}
 }

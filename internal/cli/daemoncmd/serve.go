@@ -28,7 +28,7 @@ func Extra() *cli.Extra {
 	return &cli.Extra{
 		Commands: map[string]cli.Command{
 			"serve": serveCmd, "front": frontCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
-			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "snapshot": snapshotCmd, "volume": volumeCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
+			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "snapshot": snapshotCmd, "volume": volumeCmd, "reload": reloadCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
 		},
 		Run:  runFull,
 		Bind: bindHere,
@@ -62,6 +62,13 @@ func serveCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the config (the systemd unit's ExecReload); how it
+	// went is in the log and the audit log.
+	cli.OnHangup(ctx, func() {
+		if _, err := d.Reload(context.WithoutCancel(ctx), "signal:SIGHUP"); err != nil {
+			opts.Logger.Error("reload on SIGHUP failed; the daemon goes on as it was", "err", err)
+		}
+	})
 	return d.Serve(ctx)
 }
 

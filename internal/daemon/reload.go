@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/tokens"
+)
+
+// Reload reads the daemon's config file again and applies it (SIGHUP,
+// airlock reload, POST /v1/reload): its tokens, from the next request
+// on, and its tools (node.Reload: images resolved again, pools of
+// changed tools replaced, unchanged ones kept, runs and sessions in
+// flight untouched). A config that does not load, whose tokens cannot
+// be read, or that the node refuses, changes nothing and says why.
+// client is who asked.
+func (d *Daemon) Reload(ctx context.Context, client string) (api.ReloadReport, error) {
+	return d.reload(ctx, client, false)
+}
+
+// reload is Reload, or with imagesOnly node.ReloadImages: the config
+// kept, its image names resolved again.
+func (d *Daemon) reload(ctx context.Context, client string, imagesOnly bool) (api.ReloadReport, error) {
+	if imagesOnly {
+		return d.Node.ReloadImages(ctx, client)
+	}
+	path := d.startPath
+	var cfg *config.Config
+	var err error
+	if path == "" {
+		// Started without a file: the embedded defaults, again.
+		cfg = config.Empty()
+	} else if cfg, err = config.Load(path); err != nil {
+		return api.ReloadReport{Config: path}, errdefs.Errorf(errdefs.ErrInvalid, "the config was not reloaded: %v", err)
+	}
+	toks, err := tokens.Load(cfg)
+	if err != nil {
+		return api.ReloadReport{Config: path}, errdefs.Errorf(errdefs.ErrInvalid, "the config was not reloaded: %v", err)
+	}
+	rep, err := d.Node.Reload(ctx, cfg, client)
+	if err != nil {
+		return rep, err
+	}
+	d.SetTokens(toks)
+	return rep, nil
+}

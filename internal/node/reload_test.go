@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// TestReload reloads a node's config: a tool unchanged keeps its pool
+// and its ready sandboxes (moving in the file changes nothing), a
+// changed one gets a fresh pool while its old one drains, a removed one
+// drains, a new one fills; a session opened before keeps its sandbox
+// and tool; a config that cannot be planned, or whose tool does not fit
+// the node, changes nothing and says why.
+func TestReload(t *testing.T) {
+	n := newNode(t, `
+tools:
+  keep: {pool: {warm: 1}, env: {V: keep}}
+  change: {pool: {warm: 1}, env: {V: before}}
+  gone: {pool: {warm: 1}}
+`)
+	waitIdle := func(tool string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, ok := n.PoolStats(tool)
+			if ok && st.Idle >= want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %s: %+v %v, want %d ready", tool, st, ok, want)
+			}
+		}
+	}
+	for _, tool := range []string{"keep", "change", "gone"} {
+		waitIdle(tool, 1)
+	}
+	keepPool := n.Pool("keep")
+	s, err := n.OpenSession(t.Context(), n.Tools().Tools["change"], "test", Local, time.Minute, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(text string) *config.Config {
+		t.Helper()
+		cfg, err := config.Parse("airlock.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	// Refused: nothing changes.
+	for _, bad := range []string{
+		"tools:\n  keep: {image: no-such-image}\n",
+		"tools:\n  keep: {limits: {memory: 900TiB}}\n",
+	} {
+		if _, err := n.Reload(t.Context(), parse(bad), "test"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "not reloaded") {
+			t.Errorf("reload of %q: %v; want ErrInvalid saying it was not reloaded", bad, err)
+		}
+	}
+	if n.Pool("gone") == nil || n.Pool("keep") != keepPool {
+		t.Fatal("a refused reload changed the pools")
+	}
+	rep, err := n.Reload(t.Context(), parse(`
+tools:
+  added: {pool: {warm: 1}}
+  change: {pool: {warm: 1}, env: {V: after}}
+  keep: {pool: {warm: 1}, env: {V: keep}}
+server:
+  capacity: {sandboxes: 7}
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Added, []string{"added"}) || !slices.Equal(rep.Changed, []string{"change"}) || !slices.Equal(rep.Removed, []string{"gone"}) || !slices.Equal(rep.Kept, []string{"keep"}) || !slices.Equal(rep.Restart, []string{"server"}) {
+		t.Errorf("report %+v", rep)
+	}
+	if n.Pool("keep") != keepPool || keepPool.Stats().Idle != 1 {
+		t.Errorf("the kept tool's pool was replaced or emptied: %+v", n.Pool("keep").Stats())
+	}
+	if n.Pool("gone") != nil || n.Tools().Tools["gone"] != nil {
+		t.Error("the removed tool is still there")
+	}
+	waitIdle("added", 1)
+	waitIdle("change", 1)
+	run := func(tool string) string {
+		t.Helper()
+		res, done, err := n.Run(t.Context(), RunRequest{Tool: n.Tools().Tools[tool], Caller: Local, Client: "test", Argv: []string{"sh", "-c", "echo $V"}, Capture: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+		return strings.TrimSpace(string(res.Stdout))
+	}
+	if got := run("change"); got != "after" {
+		t.Errorf("a run of the changed tool: %q, want after", got)
+	}
+	// The session opened before keeps what it had.
+	res, err := n.Exec(t.Context(), s, "test", sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $V"}, Capture: true})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "before" {
+		t.Errorf("the session from before the reload: %+v %v; want before", res, err)
+	}
+	if err := s.End(context.WithoutCancel(t.Context()), "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := n.Audit().Query(t.Context(), audit.Query{Kind: audit.KindDaemonReloaded})
+	if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Detail), `"removed":["gone"]`) {
+		t.Errorf("audit: %+v %v; want one daemon.reloaded naming what changed", evs, err)
+	}
+	// A reload that changes nothing keeps every pool, wherever the
+	// tools now sit in the file.
+	before := map[string]any{}
+	for _, tool := range []string{"added", "change", "keep"} {
+		before[tool] = n.Pool(tool)
+	}
+	rep, err = n.Reload(t.Context(), parse(`
+server:
+  capacity: {sandboxes: 7}
+tools:
+  keep: {pool: {warm: 1}, env: {V: keep}}
+
+  change: {pool: {warm: 1}, env: {V: after}}
+  added: {pool: {warm: 1}}
+`), "test")
+	if err != nil || len(rep.Kept) != 3 || len(rep.Changed)+len(rep.Added)+len(rep.Removed)+len(rep.Restart) != 0 {
+		t.Errorf("a reload of the same config: %+v %v; want every tool kept", rep, err)
+	}
+	for tool, p := range before {
+		if any(n.Pool(tool)) != p {
+			t.Errorf("tool %s's pool was replaced by a reload that changed nothing", tool)
+		}
+	}
+}
