@@ -746,3 +746,20 @@ func (t *ttyWriter) send(in api.TTYInput) error {
 	_, err = t.w.Write(append(b, '\n'))
 	return err
 }
+
+// ConsoleLogin asks the local daemon for a one-time link into its web
+// console (the unix socket's call only).
+func (c *Client) ConsoleLogin(ctx context.Context) (string, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/console/login", struct{}{}, "application/json")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		URL string `json:"url"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", fmt.Errorf("airlock daemon: bad console login: %w", err)
+	}
+	return v.URL, nil
+}

@@ -75,7 +75,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload", "console"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -242,6 +242,7 @@ Usage:
   airlock ps                               list the daemon's runs, MCP servers and sessions in flight
   airlock kill ID...                       end a run, MCP server or session; recorded in the audit log
   airlock reload                           have the daemon read its config again (as SIGHUP does)
+  airlock console                          a one-time link into the daemon's web console
   airlock audit [--follow] [filters]       read the daemon's audit log
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|pull|ls|inspect|rm|gc  manage images: import (OCI, docker save, root file systems), pull from a registry

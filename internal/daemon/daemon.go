@@ -43,6 +43,7 @@ import (
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/certfile"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/console"
 	"github.com/airlockhq/airlock/internal/e2bserver"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/httpapi"
@@ -128,10 +129,12 @@ type Daemon struct {
 	// startPath is the config file it started from ("" for the embedded
 	// defaults): what Reload reads.
 	startPath string
-	ln        net.Listener
-	srv       *http.Server
-	tcp       net.Listener // nil unless the config has server.tcp
-	tsrv      *http.Server
+	// console is the web console on the TCP listener; nil without one.
+	console *console.Console
+	ln      net.Listener
+	srv     *http.Server
+	tcp     net.Listener // nil unless the config has server.tcp
+	tsrv    *http.Server
 	// e2bl and e2bsrv serve the E2B-compatible API (server.e2b), e2b
 	// is that edge (nil when it is not served).
 	e2bl   net.Listener
@@ -207,7 +210,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.Guard = edge.NewGuard(d.Node, toks, opts.Logger)
 	d.mcp = mcpedge.New(d.Node, d.Guard, mcpedge.Options{Config: d.opts.Config, Version: opts.Version, Logger: opts.Logger})
 	d.api = httpapi.New(d.Node, d.Guard, httpapi.Options{Config: d.opts.Config, StallTimeout: opts.StallTimeout, Logger: opts.Logger,
-		MCP: d.mcp.Handler(), Shed: func() int64 { return netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl) }, Reload: d.reload})
+		MCP: d.mcp.Handler(), Shed: func() int64 { return netlimit.Refused(d.tcp) + netlimit.Refused(d.e2bl) }, Reload: d.reload, ConsoleLogin: d.consoleLogin})
 	defer func() {
 		if err != nil {
 			d.Stop(context.WithoutCancel(ctx))
@@ -236,7 +239,12 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("listen on %s: %w", tcp, err)
 		}
 		d.tcp = netlimit.Network(d.tcp, opts.MaxConns)
-		d.tsrv = httpx.New(d.Audited(edge.Healthz(d.Audit().Err, edge.CheckHost(tcp, d.RequireToken(routes)))), serverOpts)
+		// The web console is served here (a browser cannot reach the
+		// socket): its page to anyone, the API to its sessions as to
+		// tokens.
+		d.console = console.New(d.Tokens)
+		d.SetConsole(d.console.Caller)
+		d.tsrv = httpx.New(d.Audited(edge.Healthz(d.Audit().Err, edge.CheckHost(tcp, d.console.Handler(d.RequireToken(routes))))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {
 		if d.e2bl, err = net.Listen("tcp", addr.String()); err != nil {

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"net"
+	"net/url"
+	"strconv"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/internal/config"
@@ -45,4 +48,21 @@ func (d *Daemon) reload(ctx context.Context, client string, imagesOnly bool) (ap
 	}
 	d.SetTokens(toks)
 	return rep, nil
+}
+
+// consoleLogin is a one-time link that logs a browser on this host into
+// the web console with the local socket's rights.
+func (d *Daemon) consoleLogin() (string, error) {
+	if d.console == nil || d.tcp == nil {
+		return "", errdefs.New(errdefs.ErrConflict, "the web console is served on server.tcp, which this daemon's config does not set")
+	}
+	addr, ok := d.tcp.Addr().(*net.TCPAddr)
+	if !ok {
+		return "", errdefs.New(errdefs.ErrUnavailable, "the TCP listener has no TCP address")
+	}
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(addr.Port)) + "/console/login?code=" + url.QueryEscape(d.console.Code()), nil
 }

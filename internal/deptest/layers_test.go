@@ -28,7 +28,7 @@ var wireTypes = []string{module + "/api", module + "/result"}
 var edges = []string{
 	module + "/internal/daemon", module + "/internal/cli", module + "/internal/mcpserver", module + "/cmd",
 	module + "/internal/front", module + "/internal/e2bserver", module + "/internal/edge", module + "/internal/mcpedge",
-	module + "/internal/httpapi",
+	module + "/internal/httpapi", module + "/internal/console",
 }
 
 var (
@@ -235,7 +235,7 @@ func TestLayers(t *testing.T) {
 	// The protocol edges of a node do not link each other, nor the
 	// wiring above them, and what they share (internal/edge) links none
 	// of them: each translates its own wire format to the node.
-	protocolEdges := []string{module + "/internal/httpapi", module + "/internal/mcpedge", module + "/internal/e2bserver"}
+	protocolEdges := []string{module + "/internal/httpapi", module + "/internal/mcpedge", module + "/internal/e2bserver", module + "/internal/console"}
 	above := []string{module + "/internal/daemon", module + "/internal/cli", module + "/internal/front"}
 	for _, e := range protocolEdges {
 		var others []string

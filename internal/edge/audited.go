@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -93,9 +94,11 @@ func (s *statusWriter) FlushError() error {
 func (s *statusWriter) Flush() { _ = s.FlushError() }
 
 // Audited records every API request with its caller and answer, except
-// successful health and metrics probes and the continuation pages of
-// audit reads (a follower's polls would otherwise record themselves
-// without end). Refusals are always recorded.
+// successful health and metrics probes, the continuation pages of audit
+// reads (a follower's polls would otherwise record themselves without
+// end), and the web console's reads (its page's files, and the GETs its
+// session makes every second or two to draw what runs). Refusals are
+// always recorded; so is anything a console session changes.
 func (g *Guard) Audited(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -118,7 +121,7 @@ func (g *Guard) Audited(h http.Handler) http.Handler {
 			g.logger.Warn("refused API request", "client", key, "status", sw.status, "method", r.Method, "path", node.Shorten(r.URL.Path))
 			e.Decision = audit.Deny
 		} else if r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/metrics" ||
-			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after"))) {
+			(r.URL.Path == "/v1/audit" && r.URL.Query().Has("after")) || consoleRead(r)) {
 			return
 		}
 		detail := map[string]any{
@@ -143,4 +146,17 @@ func MarkRefused(r *http.Request, reason string) {
 	if p, ok := r.Context().Value(refusedKey{}).(*string); ok {
 		*p = reason
 	}
+}
+
+// ConsoleCookie is the web console's session cookie (package console).
+const ConsoleCookie = "airlock_console"
+
+// consoleRead says r is a read of the web console's: its page's files,
+// or a GET its session makes (a login is recorded: it is a redirect).
+func consoleRead(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, "/console/") && r.URL.Path != "/console/login" {
+		return true
+	}
+	_, err := r.Cookie(ConsoleCookie)
+	return err == nil && strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Authorization") == ""
 }

@@ -8,6 +8,7 @@ package edge
 
 import (
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
@@ -22,7 +23,11 @@ type Guard struct {
 	node Core
 	// tokens are the accepted tokens; a reload replaces them whole.
 	tokens atomic.Pointer[tokens.Set]
-	logger *slog.Logger
+	// console, if set, is the caller of a request's console session
+	// (package console), which the TCP listener takes in place of a
+	// token.
+	console func(*http.Request) *node.Caller
+	logger  *slog.Logger
 	// noCallerOnce logs, once, that a request came with no caller (see
 	// RequireCaller).
 	noCallerOnce sync.Once
@@ -51,6 +56,10 @@ func NewGuard(n Core, t *tokens.Set, logger *slog.Logger) *Guard {
 
 // Tokens are the tokens the guard accepts.
 func (g *Guard) Tokens() *tokens.Set { return g.tokens.Load() }
+
+// SetConsole makes the guard take a console session (caller returns its
+// caller, nil for none) where a request has no token. Before serving.
+func (g *Guard) SetConsole(caller func(*http.Request) *node.Caller) { g.console = caller }
 
 // SetTokens makes t the tokens the guard accepts, from the next request
 // on (a reload's).

@@ -55,6 +55,9 @@ type Options struct {
 	// Reload, if set, serves POST /v1/reload: the daemon reads its
 	// config again (the local socket's call only).
 	Reload func(ctx context.Context, client string, imagesOnly bool) (api.ReloadReport, error)
+	// ConsoleLogin, if set, serves POST /v1/console/login: a one-time
+	// link into the web console (the local socket's call only).
+	ConsoleLogin func() (string, error)
 }
 
 // Server is the node's native HTTP API (docs/api.md): runs, sessions and
@@ -92,6 +95,7 @@ type Core interface {
 	Pause(ctx context.Context, s *node.Session, client, reason string) error
 	Usage() sandbox.Usage
 	WriteMetrics(w io.Writer) error
+	Budget() sandbox.Budget
 	Snapshot(ctx context.Context, s *node.Session, c *node.Caller, client, name string) (snapshot.Meta, error)
 	Snapshots(c *node.Caller) ([]snapshot.Meta, error)
 	FindSnapshot(c *node.Caller, idOrName string) (snapshot.Meta, error)
@@ -151,6 +155,7 @@ func (d *Server) routes() http.Handler {
 	d.volumeRoutes(mux)
 	mux.HandleFunc("/healthz", edge.Only(http.MethodGet, d.getHealth))
 	mux.HandleFunc("/v1/reload", edge.Only(http.MethodPost, d.postReload))
+	mux.HandleFunc("/v1/console/login", edge.Only(http.MethodPost, d.postConsoleLogin))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		edge.WriteErr(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s", path.Clean("/"+r.URL.Path)))
 	})
@@ -483,4 +488,24 @@ func (d *Server) postReload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	edge.WriteJSON(w, http.StatusOK, rep)
+}
+
+// postConsoleLogin answers POST /v1/console/login with a one-time link
+// into the web console: the local socket's alone, since the link carries
+// its rights.
+func (d *Server) postConsoleLogin(w http.ResponseWriter, r *http.Request) {
+	if edge.CallerOf(r.Context()) != node.Local {
+		edge.WriteErr(w, errdefs.New(errdefs.ErrDenied, "a console login link is asked on the daemon's unix socket (airlock console), not with a token"))
+		return
+	}
+	if d.opts.ConsoleLogin == nil {
+		edge.WriteErr(w, errdefs.New(errdefs.ErrUnavailable, "this daemon serves no console"))
+		return
+	}
+	u, err := d.opts.ConsoleLogin()
+	if err != nil {
+		edge.WriteErr(w, err)
+		return
+	}
+	edge.WriteJSON(w, http.StatusOK, map[string]string{"url": u})
 }

@@ -101,6 +101,7 @@ func (f *fakeCore) FindVolume(*node.Caller, string) (volume.Meta, error) {
 func (f *fakeCore) DeleteVolume(*node.Caller, string, string) error { return volume.ErrNotFound }
 func (f *fakeCore) Usage() sandbox.Usage                            { return sandbox.Usage{} }
 func (f *fakeCore) WriteMetrics(io.Writer) error                    { return nil }
+func (f *fakeCore) Budget() sandbox.Budget                          { return sandbox.Budget{} }
 func (f *fakeCore) Plan(string) attach.Plan                         { return attach.Plan{} }
 func (f *fakeCore) PoolStats(tool string) (pool.Stats, bool) {
 	_, ok := f.cfg.Tools[tool]

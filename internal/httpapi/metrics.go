@@ -42,7 +42,7 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 			line(c.name, st.tool, st.s[i])
 		}
 	}
-	u := d.Usage()
+	u, bud := d.Usage(), d.Budget()
 	for _, g := range []struct {
 		name, help string
 		v          int64
@@ -51,6 +51,9 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"airlock_sandboxes_memory_reserved_bytes", "The memory ceilings of the live sandboxes, together: what the node's budget holds.", u.Memory},
 		{"airlock_sandboxes_paused", "Sandboxes of paused sessions: frozen, still live and reserved.", int64(u.Paused)},
 		{"airlock_sandboxes_paused_memory_bytes", "The memory ceilings of the paused sessions' sandboxes, part of airlock_sandboxes_memory_reserved_bytes.", u.PausedMemory},
+		{"airlock_capacity_sandboxes", "The most sandboxes the node holds at once (server.capacity).", int64(bud.Sandboxes)},
+		{"airlock_capacity_memory_bytes", "The memory the node's sandboxes' ceilings may reserve together (server.capacity).", bud.Memory},
+		{"airlock_capacity_pids", "The processes the node's sandboxes' ceilings may reserve together (server.capacity).", bud.Pids},
 	} {
 		metric(g.name, g.help, "gauge")
 		fmt.Fprintf(&b, "%s %d\n", g.name, g.v)

@@ -256,3 +256,7 @@ func (n *Node) pauseOnTimeout(ctx context.Context, s *Session) {
 // Usage is what the node's live sandboxes reserve now, the paused ones
 // among them.
 func (n *Node) Usage() sandbox.Usage { return n.rt.Usage() }
+
+// Budget is the node's capacity (server.capacity, under its cgroups'
+// own limits): what Usage is held to.
+func (n *Node) Budget() sandbox.Budget { return n.opts.Sandbox.Budget }
