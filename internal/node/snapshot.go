@@ -306,7 +306,7 @@ func (n *Node) DeleteSnapshot(c *Caller, idOrName, client string) error {
 // ceiling are refused; a restore that fails ends the session and says
 // why.
 func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount) (*Session, error) {
-	t := n.opts.Config.Tools[m.Tool]
+	t := n.Config().Tools[m.Tool]
 	if t == nil {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, Shorten(m.Tool))
 	}
