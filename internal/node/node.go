@@ -86,7 +86,9 @@ type Node struct {
 	// pool. Reload swaps it whole (reload.go); what started under one
 	// keeps it.
 	ts       atomic.Pointer[toolset]
-	reloadMu sync.Mutex // held by Reload: one at a time
+	reloadMu sync.Mutex // held by Reload: one at a time; guards stopped
+	// stopped is set by Stop: no reload after it.
+	stopped bool
 	// draining counts the pools a reload replaced, closing; Stop waits.
 	draining sync.WaitGroup
 	live     liveRuns
@@ -378,6 +380,12 @@ func (n *Node) Quitting() context.Context { return n.quit }
 // servers) is stopped first, by its owner.
 func (n *Node) Stop(ctx context.Context) error {
 	n.quitNow()
+	// A reload under way ends first: its pools are then the ones
+	// closePools closes, and none starts after.
+	n.reloadMu.Lock()
+	n.stopped = true
+	n.reloadMu.Unlock()
+
 	if n.reapStop != nil {
 		n.reapStop()
 	}

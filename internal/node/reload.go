@@ -72,6 +72,11 @@ func (n *Node) Reload(ctx context.Context, raw *config.Config, client string) (a
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	rep := api.ReloadReport{Config: raw.Path}
+	// A reload that comes as the node stops (a SIGHUP in its shutdown)
+	// would start pools nobody closes.
+	if n.stopped {
+		return rep, ErrShutdown
+	}
 	o := n.opts
 	o.Config = raw
 	plans, err := planAll(&o)
