@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -135,5 +137,37 @@ tools:
 		if any(n.Pool(tool)) != p {
 			t.Errorf("tool %s's pool was replaced by a reload that changed nothing", tool)
 		}
+	}
+}
+
+// TestNoReloadOnceStopped: a reload that comes as the node stops (a
+// SIGHUP in its shutdown) is refused, and starts no pool.
+func TestNoReloadOnceStopped(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, err := config.Parse("airlock.yaml", []byte("tools:\n  sh: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(t.Context(), Options{Config: cfg, AuditPath: filepath.Join(t.TempDir(), "audit.db"),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithoutCancel(t.Context())
+	if err := n.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := config.Parse("airlock.yaml", []byte("tools:\n  sh: {}\n  late: {pool: {warm: 1}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Reload(ctx, next, "test"); !errors.Is(err, ErrShutdown) {
+		t.Errorf("a reload after Stop: %v, want ErrShutdown", err)
+	}
+	if n.Pool("late") != nil {
+		t.Error("a reload after Stop started a pool")
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
