@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,19 +12,20 @@ import (
 )
 
 // TestPauseResume pauses a sandbox with a command spinning in it and one
-// waiting out most of its time ceiling: paused, it takes no CPU (the
-// kernel's accounting, read from the host), refuses new commands and
-// counts as paused in the ledger; resumed, the same processes go on, and
-// the time spent paused does not count against the ceiling. A sandbox
+// that outlives its time ceiling only by being paused: paused, it takes no
+// CPU (the kernel's accounting, read from the host), refuses new commands
+// and counts as paused in the ledger; resumed, the same processes go on,
+// and the time spent paused does not count against the ceiling. A sandbox
 // destroyed while paused leaves nothing behind.
 func TestPauseResume(t *testing.T) {
 	rt := testRuntime(t)
 	spec := Spec{Limits: DefaultLimits()}
-	spec.Limits.Time = 2 * time.Second
+	spec.Limits.Time = 3 * time.Second
 	sb, err := rt.Create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
 	trace := traceOf(t, sb)
 	before := rt.Usage()
 
@@ -31,9 +33,15 @@ func TestPauseResume(t *testing.T) {
 	go func() {
 		spun <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "while :; do :; done"}, Resident: true})
 	}()
+	// The timed command waits for a file a second command makes after Resume: its
+	// wall time then holds the whole pause, longer than the ceiling, while
+	// its running time is only what a slow machine takes to start it and
+	// to see the file (a fixed sleep made that race the ceiling in an
+	// emulated guest).
 	timed := make(chan *result.Result, 1)
+	began := time.Now()
 	go func() {
-		timed <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "touch /tmp/started; sleep 1.4; echo woke"}, Capture: true, KeepAlive: true})
+		timed <- sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/sh", "-c", "touch /tmp/started; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo woke"}, Capture: true, KeepAlive: true})
 	}()
 	// Both commands run before the pause: one that has not started when
 	// the sandbox is paused is refused, and would prove nothing here (a
@@ -78,10 +86,10 @@ func TestPauseResume(t *testing.T) {
 		t.Errorf("Exec while paused: outcome %s, want an error", r.Outcome)
 	}
 	at := cpu()
-	// Longer than the time ceiling: paused time must not count.
-	time.Sleep(2500 * time.Millisecond)
+	// As long as the time ceiling: paused time must not count.
+	time.Sleep(spec.Limits.Time)
 	if d := cpu() - at; d > 5*time.Millisecond {
-		t.Errorf("a paused sandbox used %v of CPU in 2.5s; want none", d)
+		t.Errorf("a paused sandbox used %v of CPU in %v; want none", d, spec.Limits.Time)
 	}
 
 	if err := sb.Resume(); err != nil {
@@ -93,10 +101,16 @@ func TestPauseResume(t *testing.T) {
 	if u := rt.Usage(); u.Paused != before.Paused {
 		t.Errorf("Usage().Paused = %d after Resume, want %d", u.Paused, before.Paused)
 	}
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/touch", "/tmp/go"}, KeepAlive: true}); r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("touch /tmp/go after Resume: %s %q", r.Outcome, r.Error)
+	}
 	select {
 	case r := <-timed:
 		if r.Outcome != result.Exited || r.ExitCode != 0 || string(r.Stdout) != "woke\n" {
-			t.Errorf("the command paused past its time ceiling: %s (limit %+v, error %q, stdout %q); want exit 0, \"woke\"", r.Outcome, r.Limit, r.Error, r.Stdout)
+			t.Errorf("the command paused past its time ceiling: %s (limit %+v, error %q, stdout %q) after %v; want exit 0, \"woke\"", r.Outcome, r.Limit, r.Error, r.Stdout, time.Since(began))
+		}
+		if d := time.Since(began); d <= spec.Limits.Time {
+			t.Errorf("the timed command took %v, not past its ceiling %v: the test proves nothing", d, spec.Limits.Time)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the paused command never finished after Resume")
