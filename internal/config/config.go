@@ -69,6 +69,9 @@ type Config struct {
 	MCP MCP
 	// Cluster, when enabled, makes the daemon a node of a cluster.
 	Cluster Cluster
+	// Tracing configures the daemon's OpenTelemetry traces; off unless
+	// its endpoint is set.
+	Tracing Tracing
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -380,6 +383,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.mcp(f.val, c)
 		case "cluster":
 			err = p.cluster(f.val, c)
+		case "tracing":
+			err = p.tracing(f.val, c)
 		}
 		if err != nil {
 			return nil, err

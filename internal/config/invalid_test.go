@@ -39,7 +39,7 @@ func TestParseInvalid(t *testing.T) {
 		// Shape of the file.
 		{"top-level list", "- a\n- b\n", 1, 1, "", "expected a mapping at the top level, got a list"},
 		{"top-level scalar", "hello\n", 1, 1, "", `expected a mapping at the top level, got "hello"`},
-		{"unknown top key", "tool:\n  t: {}\n", 1, 1, "tool", `unknown field "tool" (allowed: audit, cluster, images, mcp, mcp_servers, secrets, server, services, tools)`},
+		{"unknown top key", "tool:\n  t: {}\n", 1, 1, "tool", `unknown field "tool" (allowed: audit, cluster, images, mcp, mcp_servers, secrets, server, services, tools, tracing)`},
 		{"tools list", "tools:\n  - a\n", 2, 3, "tools", "expected a mapping of tool names to their settings, got a list"},
 		{"tools scalar", "tools: x\n", 1, 8, "tools", `got "x"`},
 		{"tool list", "tools:\n  t: [a]\n", 2, 6, "tools.t", "expected a mapping of tool settings, got a list"},

@@ -192,7 +192,7 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		MaxPaused: opts.Config.Server.Capacity.Paused, PausedFor: opts.Config.Server.Capacity.PausedFor,
 		SnapshotStore: opts.SnapshotStore, MaxSnapshots: opts.Config.Server.Capacity.Snapshots, SnapshotBytes: opts.Config.Server.Capacity.SnapshotBytes,
 		VolumeStore: opts.VolumeStore, MaxVolumes: opts.Config.Server.Capacity.Volumes, VolumeBytes: opts.Config.Server.Capacity.VolumeBytes,
-		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger}
+		AuditPath: opts.AuditPath, ImageStore: opts.ImageStore, Logger: opts.Logger, Version: opts.Version}
 	if !opts.Embedded {
 		no.ExportAudit = os.Stdout
 	}

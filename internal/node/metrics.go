@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"strings"
@@ -157,4 +158,18 @@ func code(c string) string {
 
 // WriteMetrics writes the node's labelled metrics in the Prometheus text
 // format.
-func (n *Node) WriteMetrics(w io.Writer) error { return n.metrics.reg.Write(w) }
+func (n *Node) WriteMetrics(w io.Writer) error {
+	if err := n.metrics.reg.Write(w); err != nil {
+		return err
+	}
+	st := n.traces.t.Stats()
+	_, err := fmt.Fprintf(w, `# HELP airlock_trace_spans_total Spans of the node's traces, by result (sent: the collector took them; dropped: a full queue, a failed request or the collector's refusal). Zero while tracing is off.
+# TYPE airlock_trace_spans_total counter
+airlock_trace_spans_total{result="sent"} %d
+airlock_trace_spans_total{result="dropped"} %d
+# HELP airlock_trace_export_failures_total Requests to the trace collector that failed.
+# TYPE airlock_trace_export_failures_total counter
+airlock_trace_export_failures_total %d
+`, st.Sent, st.Dropped, st.Failures)
+	return err
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -75,6 +76,8 @@ type Options struct {
 	ExportAudit *os.File
 	// Logger receives the node's log; nil discards it.
 	Logger *slog.Logger
+	// Version is airlock's, for the traces' service.version.
+	Version string
 }
 
 // Node is the core of one machine: its runtime, its tools' pools, its
@@ -92,6 +95,7 @@ type Node struct {
 	// draining counts the pools a reload replaced, closing; Stop waits.
 	draining sync.WaitGroup
 	live     liveRuns
+	traces   traces
 	audit    *audit.Log
 	// metrics are the labelled metrics (metrics.go), most counted from
 	// the audit log's commits.
@@ -248,6 +252,7 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 			if n.audit != nil {
 				n.audit.Close(context.WithoutCancel(ctx))
 			}
+			n.traces.t.Close(context.WithoutCancel(ctx))
 		}
 	}()
 	// The audit log opens first, so the sweep below is recorded; a
@@ -257,7 +262,12 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 		a.Path = opts.AuditPath
 	}
 	n.metrics = newNodeMetrics(opts.Config.Order)
-	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger, Observe: n.metrics.observe}
+	n.traces.t = newTracer(opts.Config.Tracing, opts.Version, opts.Logger)
+	observe := func(e audit.Event) {
+		n.metrics.observe(e)
+		n.traces.observe(e)
+	}
+	ao := audit.Options{Path: a.Path, Retention: a.Retention, Sync: a.Sync, Logger: opts.Logger, Observe: observe}
 	if a.Export == "stdout" && opts.ExportAudit != nil {
 		ao.Export = opts.ExportAudit
 	}
@@ -424,8 +434,20 @@ func (n *Node) Close(ctx context.Context) error {
 	err := n.audit.Append(ctx, audit.Event{Kind: audit.KindDaemonStopped})
 	actx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return errors.Join(err, n.audit.Close(actx))
+	err = errors.Join(err, n.audit.Close(actx))
+	// The spans of what the log committed last go out too, for as long
+	// as a collector takes at most.
+	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer tcancel()
+	if terr := n.traces.t.Close(tctx); terr != nil {
+		n.opts.Logger.Warn("tracing: the last spans were not sent", "err", terr)
+	}
+	return err
 }
+
+// TraceStats are what the node's tracer has done; zero when tracing is
+// off.
+func (n *Node) TraceStats() tracing.Stats { return n.traces.t.Stats() }
 
 func (n *Node) closePools(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)

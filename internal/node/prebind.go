@@ -6,6 +6,7 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/sandbox"
 )
 
@@ -58,7 +59,9 @@ func (n *Node) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
 
 // bindClaimed returns t's policy bound to the claimed sb, its decisions
 // recorded in scope: the binding made while sb was built, or a new one.
-func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*runner.Binding, error) {
+func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (_ *runner.Binding, err error) {
+	span := n.span(scope.span, "airlock.bind", scopeAttrs(*scope)...)
+	defer func() { endSpan(span, err) }()
 	onEgress, onBroker := n.netRecorder(scope)
 	if narrowed != nil {
 		// A policy of its own (a caller narrowed the tool's): the one
@@ -73,6 +76,7 @@ func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.T
 	if v, ok := n.prebound.LoadAndDelete(sb.ID()); ok {
 		b := v.(*runner.Binding)
 		b.SetRecorders(onEgress, onBroker)
+		span.Set(tracing.Bool("airlock.bind.ahead", true)) // bound while pooled
 		return b, nil
 	}
 	pol := n.plan(t.Name).Policy

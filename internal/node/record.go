@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -57,6 +58,9 @@ func (n *Node) observe(ev sandbox.Lifecycle) {
 // runScope is what a run's audit events share.
 type runScope struct {
 	tool, sandbox, session, run, client string
+	// span is the run's or session's span: its claim's and bind's go
+	// under it.
+	span tracing.Context
 }
 
 func (s runScope) event(kind string) audit.Event {

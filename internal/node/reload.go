@@ -166,6 +166,9 @@ func restartOnly(old, next *config.Config) []string {
 	if !sameConfig(old.Images, next.Images) {
 		out = append(out, "images")
 	}
+	if !sameConfig(old.Tracing, next.Tracing) {
+		out = append(out, "tracing")
+	}
 	return out
 }
 

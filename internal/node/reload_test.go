@@ -76,11 +76,13 @@ tools:
   keep: {pool: {warm: 1}, env: {V: keep}}
 server:
   capacity: {sandboxes: 7}
+tracing:
+  endpoint: http://127.0.0.1:4318
 `), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rep.Added, []string{"added"}) || !slices.Equal(rep.Changed, []string{"change"}) || !slices.Equal(rep.Removed, []string{"gone"}) || !slices.Equal(rep.Kept, []string{"keep"}) || !slices.Equal(rep.Restart, []string{"server"}) {
+	if !slices.Equal(rep.Added, []string{"added"}) || !slices.Equal(rep.Changed, []string{"change"}) || !slices.Equal(rep.Removed, []string{"gone"}) || !slices.Equal(rep.Kept, []string{"keep"}) || !slices.Equal(rep.Restart, []string{"server", "tracing"}) {
 		t.Errorf("report %+v", rep)
 	}
 	if n.Pool("keep") != keepPool || keepPool.Stats().Idle != 1 {
@@ -124,6 +126,7 @@ server:
 	rep, err = n.Reload(t.Context(), parse(`
 server:
   capacity: {sandboxes: 7}
+tracing: {endpoint: 'http://127.0.0.1:4318/v1/traces'}
 tools:
   keep: {pool: {warm: 1}, env: {V: keep}}
 

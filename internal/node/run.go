@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -50,6 +51,9 @@ type RunRequest struct {
 	// Also, if set, gives events recorded with the run's outcome, in
 	// the same write of the log (an MCP call's record).
 	Also func(*result.Result) []audit.Event
+	// Trace, if valid, is the caller's span (its traceparent): the run's
+	// trace goes under it.
+	Trace tracing.Context
 }
 
 // extra is what j.Also gives for res.
@@ -65,7 +69,7 @@ func (j *RunRequest) extra(res *result.Result) []audit.Event {
 // record of its outcome before returning it. done waits for that record
 // to be written and destroys the sandbox; call it once the answer is out.
 // On error nothing ran and done is nil.
-func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done func(), err error) {
+func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done func(), err error) {
 	// The one check of who may use the tool, whatever the edge checked
 	// before: an edge that forgot fails closed here. No caller is
 	// refused too: none stands for Local.
@@ -93,6 +97,22 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 		}
 	}()
 	scope := &runScope{tool: j.Tool.Name, run: newRunID(), client: j.Client}
+	// The run's span ends once its sandbox is gone (done), or with the
+	// error that stopped it.
+	span := n.traces.t.Start(j.Trace, "airlock.run", tracing.Server, scopeAttrs(*scope)...)
+	scope.span = span.Context()
+	defer func() {
+		if err != nil {
+			endSpan(span, err)
+			return
+		}
+		traceResult(span, out)
+		finish := done
+		done = func() {
+			finish()
+			span.End()
+		}
+	}()
 	rec := j.RecordArgv
 	if rec == nil {
 		rec = j.Argv
@@ -112,7 +132,13 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 	}
 	// Started on a miss: the binding below and the command's request
 	// overlap init's start.
+	claimSpan := n.span(scope.span, "airlock.claim", scopeAttrs(*scope)...)
 	sb, warm, err := n.claim(ctx, j.Tool.Name, true)
+	claimSpan.Set(tracing.Bool(attrWarm, warm))
+	if sb != nil {
+		claimSpan.Set(tracing.String(attrSandbox, sb.ID()))
+	}
+	endSpan(claimSpan, err)
 	if err != nil {
 		if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
 			return nil, nil, rerr
@@ -131,12 +157,16 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 		n.finishRun(ctx, *scope, &result.Result{Outcome: result.Error, Error: e.Error()})
 		return nil, nil, e
 	}
+	scope.sandbox = sb.ID()
+	span.Set(tracing.String(attrSandbox, sb.ID()))
 	destroy := func() {
-		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+		s := n.span(scope.span, "airlock.destroy", scopeAttrs(*scope)...)
+		err := sb.Destroy(context.WithoutCancel(ctx))
+		if err != nil {
 			n.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
 		}
+		endSpan(s, err)
 	}
-	scope.sandbox = sb.ID()
 	b, bindErr := n.bindClaimed(ctx, sb, j.Tool, scope, nil)
 	if rerr := recorded(context.WithoutCancel(ctx)); rerr != nil {
 		if bindErr == nil {
@@ -187,7 +217,11 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (_ *result.Result, done fu
 			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
 		}
 	}
+	execSpan := n.span(scope.span, "airlock.exec", scopeAttrs(*scope)...)
+	n.traceDecisions(sb.ID(), execSpan.Context())
 	res, closeNet := b.RunCloseLater(kctx, x, nil)
+	traceResult(execSpan, res)
+	execSpan.End()
 	if context.Cause(kctx) == errKilled && ctx.Err() == nil {
 		// Killed, as the destroy does to its processes (SIGKILL): not a
 		// failure of airlock, which callers (exit status 125) must be able

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -256,6 +257,14 @@ func (s *Session) finish(ctx context.Context, reason string) {
 // pause, if any, is dropped; its end is recorded.
 func (n *Node) sessionEnd(s *Session, release func()) func(reason string) {
 	return func(reason string) {
+		// Its end's span, from the end's start: its sandbox's destroy
+		// and this.
+		s.mu.Lock()
+		began := s.endedAt
+		s.mu.Unlock()
+		defer func() {
+			n.traces.t.Record(s.scope.span, "airlock.session.end", began, time.Now(), "", append(scopeAttrs(s.scope), tracing.String("airlock.session.end_reason", reason))...)
+		}()
 		release()
 		s.pauseMu.Lock()
 		n.dropKept(s)
@@ -395,7 +404,13 @@ func (n *Node) endAll(ctx context.Context) {
 // claimBound claims a sandbox of t for a session or MCP server and binds
 // t's policy to it for its whole life, its decisions recorded in scope.
 func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*sandbox.Sandbox, *runner.Binding, error) {
+	claimSpan := n.span(scope.span, "airlock.claim", scopeAttrs(*scope)...)
 	sb, warm, err := n.claim(ctx, t.Name, false)
+	claimSpan.Set(tracing.Bool(attrWarm, warm))
+	if sb != nil {
+		claimSpan.Set(tracing.String(attrSandbox, sb.ID()))
+	}
+	endSpan(claimSpan, err)
 	if err != nil {
 		if errors.Is(err, pool.ErrClosed) {
 			return nil, nil, ErrShutdown
@@ -460,13 +475,18 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 	}
 	owner := c.Name
 	scope := &runScope{tool: t.Name, session: n.newSessionID(), client: client}
+	// The session's trace: its open, each command and its end.
+	span := n.traces.t.Start(tracing.Context{}, "airlock.session.open", tracing.Server, scopeAttrs(*scope)...)
+	scope.span = span.Context()
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
 	if err := n.acknowledge(ctx, opened); err != nil {
 		release()
+		endSpan(span, err)
 		return nil, err
 	}
 	fail := func(err error) (*Session, error) {
+		endSpan(span, err)
 		release()
 		e := scope.event(audit.KindSessionEnded)
 		e.Detail = audit.Detail(map[string]string{"reason": err.Error()})
@@ -483,6 +503,9 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 	if err != nil {
 		return fail(err)
 	}
+	span.Set(tracing.String(attrSandbox, sb.ID()))
+	span.End()
+	n.traceDecisions(sb.ID(), scope.span)
 	for i, m := range attached {
 		e := scope.event(audit.KindVolumeAttached)
 		e.Client = client
@@ -511,13 +534,16 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 // Exec runs a command in the session's sandbox, recorded as a run of
 // the session. The caller has entered the session.
 func (n *Node) Exec(ctx context.Context, s *Session, client string, x sandbox.ExecRequest) (*result.Result, error) {
-	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: client}
+	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: client, span: s.scope.span}
+	span := n.span(scope.span, "airlock.session.exec", scopeAttrs(scope)...)
 	if err := n.recordStart(ctx, scope, x.Argv, x.Env, x.Dir); err != nil {
+		endSpan(span, err)
 		return nil, err
 	}
 	if ctx.Err() != nil {
 		res := &result.Result{Outcome: result.Error, Error: fmt.Sprintf("the caller went away before the command started: %v", context.Cause(ctx))}
 		n.finishRun(ctx, scope, res)
+		endSpan(span, context.Cause(ctx))
 		return nil, context.Cause(ctx)
 	}
 	x.Env = append(append([]string(nil), s.tool.Env...), x.Env...)
@@ -540,6 +566,8 @@ func (n *Node) Exec(ctx context.Context, s *Session, client string, x sandbox.Ex
 	ctx = context.WithoutCancel(ctx)
 	s.afterExec(ctx, res)
 	n.finishRun(ctx, scope, res)
+	traceResult(span, res)
+	span.End()
 	return res, nil
 }
 
