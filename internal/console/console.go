@@ -8,7 +8,8 @@
 //
 // A browser cannot send a bearer token, so a login makes a session: a
 // random cookie (HttpOnly, SameSite=Strict) the TCP listener takes in
-// place of a token (edge.Guard). A request that changes anything with it
+// place of a token (a node's edge.Guard, a cluster's front). A request
+// that changes anything with it
 // must also carry the header X-Airlock-Console, which a page of another
 // origin cannot add without the listener's consent: the cookie alone
 // never kills a run.
@@ -26,8 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/edge"
-	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
 
@@ -37,7 +37,7 @@ var assets embed.FS
 // Cookie is the session cookie's name; Header the header a changing
 // request with it carries.
 const (
-	Cookie = edge.ConsoleCookie
+	Cookie = "airlock_console"
 	Header = "X-Airlock-Console"
 )
 
@@ -67,7 +67,9 @@ type Console struct {
 }
 
 type session struct {
-	caller  *node.Caller
+	// bearer is the token the session logged in with; "" for the local
+	// operator.
+	bearer  string
 	expires time.Time
 	made    time.Time
 }
@@ -124,7 +126,7 @@ func (c *Console) useCode(code string) bool {
 }
 
 // login makes a session of caller and returns its cookie's value.
-func (c *Console) login(caller *node.Caller) string {
+func (c *Console) login(bearer string) string {
 	id := random()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,28 +145,41 @@ func (c *Console) login(caller *node.Caller) string {
 		}
 		delete(c.sessions, oldest)
 	}
-	c.sessions[id] = &session{caller: caller, made: now, expires: now.Add(sessionLife)}
+	c.sessions[id] = &session{bearer: bearer, made: now, expires: now.Add(sessionLife)}
 	return id
 }
 
-// Caller is the caller of r's console session, or nil: none, expired,
-// or a request that would change something without the console's
-// header (a page of another origin cannot add it).
-func (c *Console) Caller(r *http.Request) *node.Caller {
+// Session is who r's console session is: ok is false for none, an
+// expired one, or a request that would change something without the
+// console's header (a page of another origin cannot add it). token is
+// the session's token as it is now, and bearer its value (for a front
+// to send on); both are empty for the local operator, whose login only
+// a node's unix socket gives.
+func (c *Console) Session(r *http.Request) (token *config.Token, bearer string, ok bool) {
 	ck, err := r.Cookie(Cookie)
 	if err != nil || ck.Value == "" {
-		return nil
+		return nil, "", false
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(Header) == "" {
-		return nil
+		return nil, "", false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.sessions[ck.Value]
 	if s == nil || time.Now().After(s.expires) {
-		return nil
+		return nil, "", false
 	}
-	return s.caller
+	if s.bearer == "" {
+		return nil, "", true
+	}
+	// The token as it is now: a reload that removed it ends its
+	// sessions, and one that changed its rights applies to them.
+	now := c.tokens().Match(s.bearer)
+	if now == nil {
+		delete(c.sessions, ck.Value)
+		return nil, "", false
+	}
+	return now, s.bearer, true
 }
 
 func setCookie(w http.ResponseWriter, value string, maxAge int) {
@@ -199,13 +214,16 @@ func (c *Console) Handler(next http.Handler) http.Handler {
 			c.serveLogin(w, r)
 		case "/console/whoami":
 			// Who the session is, for the page; 401 without one.
-			caller := c.Caller(r)
-			if caller == nil {
+			tok, _, ok := c.Session(r)
+			if !ok {
 				http.Error(w, "not logged in", http.StatusUnauthorized)
 				return
 			}
 			h.Set("Content-Type", "application/json")
-			name := caller.Name
+			name := "local"
+			if tok != nil {
+				name = "token:" + tok.Name
+			}
 			_, _ = w.Write([]byte(`{"caller":` + strconv.Quote(name) + `}`))
 		case "/console/logout":
 			if r.Method != http.MethodPost {
@@ -235,11 +253,11 @@ func (c *Console) Handler(next http.Handler) http.Handler {
 // or a token (POST, the form's), makes a session and goes to the page;
 // anything else goes back to the page's login form, saying why.
 func (c *Console) serveLogin(w http.ResponseWriter, r *http.Request) {
-	var caller *node.Caller
+	bearer, ok := "", false
 	switch r.Method {
 	case http.MethodGet:
 		if code := r.URL.Query().Get("code"); code != "" && c.useCode(code) {
-			caller = node.Local
+			ok = true // the local operator
 		}
 	case http.MethodPost:
 		// A page of another origin may not log a browser in (into
@@ -250,18 +268,18 @@ func (c *Console) serveLogin(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		if err := r.ParseForm(); err == nil {
-			if t := c.tokens().Match(r.PostForm.Get("token")); t != nil {
-				caller = node.TokenCaller(t)
+			if v := r.PostForm.Get("token"); v != "" && c.tokens().Match(v) != nil {
+				bearer, ok = v, true
 			}
 		}
 	default:
 		http.Error(w, "GET with a code, or POST a token", http.StatusMethodNotAllowed)
 		return
 	}
-	if caller == nil {
+	if !ok {
 		http.Redirect(w, r, "/console/?login=failed", http.StatusSeeOther)
 		return
 	}
-	setCookie(w, c.login(caller), int(sessionLife/time.Second))
+	setCookie(w, c.login(bearer), int(sessionLife/time.Second))
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/tokens"
 )
 
@@ -58,17 +57,17 @@ func TestLogins(t *testing.T) {
 	}
 	r := httptest.NewRequest("GET", "/v1/ps", nil)
 	r.AddCookie(ck[0])
-	if got := c.Caller(r); got != node.Local {
-		t.Errorf("the code's session is %v, want the local operator", got)
+	if tok, _, ok := c.Session(r); !ok || tok != nil {
+		t.Errorf("the code's session is %v %v, want the local operator", tok, ok)
 	}
 	// A change needs the console's header too.
 	r = httptest.NewRequest("DELETE", "/v1/runs/r_x", nil)
 	r.AddCookie(ck[0])
-	if c.Caller(r) != nil {
+	if _, _, ok := c.Session(r); ok {
 		t.Error("a DELETE with the cookie alone was taken")
 	}
 	r.Header.Set(Header, "1")
-	if c.Caller(r) != node.Local {
+	if tok, _, ok := c.Session(r); !ok || tok != nil {
 		t.Error("a DELETE with the cookie and the header was refused")
 	}
 	if w := do(h, "GET", "/console/login?code="+url.QueryEscape(code), "", nil); len(w.Result().Cookies()) != 0 || !strings.Contains(w.Header().Get("Location"), "login=failed") {
@@ -111,7 +110,7 @@ func TestBounded(t *testing.T) {
 	}
 	var last string
 	for range maxSessions + 10 {
-		last = c.login(node.Local)
+		last = c.login("")
 	}
 	if len(c.sessions) != maxSessions {
 		t.Errorf("%d sessions kept, want %d", len(c.sessions), maxSessions)
@@ -119,7 +118,44 @@ func TestBounded(t *testing.T) {
 	c.sessions[last].expires = time.Now().Add(-time.Second)
 	r := httptest.NewRequest("GET", "/v1/ps", nil)
 	r.AddCookie(&http.Cookie{Name: Cookie, Value: last})
-	if c.Caller(r) != nil {
+	if _, _, ok := c.Session(r); ok {
 		t.Error("an expired session was taken")
+	}
+}
+
+// TestTokenRemoved: a token's session is the token as it is now: once a
+// reload removes the token, its sessions are gone.
+func TestTokenRemoved(t *testing.T) {
+	t.Setenv("CONSOLE_UNIT_TOKEN", "unit-token-0123456789abcdef")
+	load := func(text string) *tokens.Set {
+		cfg, err := config.Parse("t.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := tokens.Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	cur := load("server:\n  tokens:\n    - {name: a, secret: a, tools: [sh]}\nsecrets:\n  a: {env: CONSOLE_UNIT_TOKEN}\ntools:\n  sh: {}\n")
+	c := New(func() *tokens.Set { return cur })
+	w := do(c.Handler(http.NotFoundHandler()), "POST", "http://example.com/console/login", "token=unit-token-0123456789abcdef", nil)
+	ck := w.Result().Cookies()
+	if len(ck) != 1 {
+		t.Fatalf("no login: %d", w.Code)
+	}
+	r := httptest.NewRequest("GET", "/v1/ps", nil)
+	r.AddCookie(ck[0])
+	if tok, _, ok := c.Session(r); !ok || tok == nil || tok.Name != "a" {
+		t.Fatalf("the token's session = %v %v", tok, ok)
+	}
+	cur = load("server:\n  tokens:\n    - {name: a, secret: a, tools: [sh, py]}\nsecrets:\n  a: {env: CONSOLE_UNIT_TOKEN}\ntools:\n  sh: {}\n  py: {}\n")
+	if tok, _, ok := c.Session(r); !ok || len(tok.Tools) != 2 {
+		t.Errorf("after a reload that widened the token, its session = %+v %v; want the token as it is now", tok, ok)
+	}
+	cur = load("tools:\n  sh: {}\n")
+	if tok, _, ok := c.Session(r); ok {
+		t.Errorf("after a reload that removed the token, its session is still %v", tok)
 	}
 }

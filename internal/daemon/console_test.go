@@ -15,6 +15,8 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/console"
+	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -190,5 +192,14 @@ tools:
 	}
 	if t.Failed() {
 		t.Logf("the browser's script said:\n%s\n%s", outb, stderr.String())
+	}
+}
+
+// TestConsoleCookie: the cookie the console sets is the one the edges'
+// audit wrapper knows as the console's (two packages that may not link
+// each other name it).
+func TestConsoleCookie(t *testing.T) {
+	if edge.ConsoleCookie != console.Cookie {
+		t.Errorf("edge.ConsoleCookie %q, console.Cookie %q", edge.ConsoleCookie, console.Cookie)
 	}
 }

@@ -243,7 +243,16 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		// socket): its page to anyone, the API to its sessions as to
 		// tokens.
 		d.console = console.New(d.Tokens)
-		d.SetConsole(d.console.Caller)
+		d.SetConsole(func(r *http.Request) *node.Caller {
+			switch tok, _, ok := d.console.Session(r); {
+			case !ok:
+				return nil
+			case tok == nil:
+				return node.Local // the socket's one-time login
+			default:
+				return node.TokenCaller(tok)
+			}
+		})
 		d.tsrv = httpx.New(d.Audited(edge.Healthz(d.Audit().Err, edge.CheckHost(tcp, d.console.Handler(d.RequireToken(routes))))), serverOpts)
 	}
 	if addr := opts.Config.Server.E2B; addr.IsValid() {

@@ -51,7 +51,7 @@ func (f *Front) E2BHandler() http.Handler {
 // e2bKey admits a lifecycle call with a valid API key only.
 func (f *Front) e2bKey(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header.Get("X-API-KEY"); v == "" || f.tokens.Match(v) == nil {
+		if v := r.Header.Get("X-API-KEY"); v == "" || f.tokens().Match(v) == nil {
 			writeE2BErr(w, errdefs.New(errUnauthenticated, "a valid API key is required (X-API-KEY: an airlock token)"))
 			return
 		}

@@ -20,10 +20,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/cluster"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/console"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/netlimit"
@@ -39,10 +41,14 @@ const downFor = 10 * time.Second
 
 // Front serves the API of a cluster.
 type Front struct {
-	view   *cluster.View
-	tokens *tokens.Set
+	view *cluster.View
+	// toks are the tokens calls may present (a reload's: SetTokens).
+	toks   atomic.Pointer[tokens.Set]
 	logger *slog.Logger
-	hc     *http.Client
+	// console is the web console's logins (docs/console.md): a session
+	// stands for its token, which the front sends on to the nodes.
+	console *console.Console
+	hc      *http.Client
 	// uploads holds a token for each upload passing through (see
 	// e2b_files.go).
 	uploads chan struct{}
@@ -65,9 +71,19 @@ func New(view *cluster.View, toks *tokens.Set, logger *slog.Logger) *Front {
 	}
 	// A node's redirect is the caller's to follow: passed on as it is.
 	noRedirects := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Front{view: view, tokens: toks, logger: logger, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects},
+	f := &Front{view: view, logger: logger, hc: &http.Client{Transport: tr, CheckRedirect: noRedirects},
 		uploads: make(chan struct{}, maxUploads)}
+	f.toks.Store(toks)
+	f.console = console.New(f.tokens)
+	return f
 }
+
+// tokens are the tokens calls may present now.
+func (f *Front) tokens() *tokens.Set { return f.toks.Load() }
+
+// SetTokens replaces the tokens calls may present, from the next call on
+// (a reload's); console sessions of a token no longer there end.
+func (f *Front) SetTokens(toks *tokens.Set) { f.toks.Store(toks) }
 
 // Handler is the front's HTTP API.
 func (f *Front) Handler() http.Handler {
@@ -79,6 +95,7 @@ func (f *Front) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/pools", f.mergedList)
 	mux.HandleFunc("GET /v1/tools", f.mergedList)
 	mux.HandleFunc("GET /v1/ps", f.mergedPS)
+	mux.HandleFunc("GET /metrics", f.metrics)
 	mux.HandleFunc("DELETE /v1/runs/{id}", f.killRun)
 	mux.HandleFunc("/mcp", f.mcp)
 	mux.HandleFunc("/v1/sessions/{id}", f.routed)
@@ -95,16 +112,32 @@ func (f *Front) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	outer.Handle("/", f.auth(mux))
+	outer.Handle("/", f.console.Handler(f.auth(mux)))
 	return outer
 }
 
 type tokenKey struct{}
 
-// auth admits a request with a valid bearer token only.
+// auth admits a request with a valid bearer token only, or a web
+// console session of one: the session's request goes on as its token's,
+// without the cookie (a node has no use for it) or the page's origin.
 func (f *Front) auth(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := f.tokens.Bearer(r)
+		t := f.tokens().Bearer(r)
+		if t == nil && r.Header.Get("Authorization") == "" {
+			if tok, bearer, ok := f.console.Session(r); ok && tok != nil {
+				// The page's origin is the front's, not a node's (whose
+				// guard refuses a call from another origin): the session's
+				// own check, the console's header on every change, has
+				// stood for it here.
+				r = r.Clone(r.Context())
+				r.Header.Del("Cookie")
+				r.Header.Del("Origin")
+				r.Header.Del("Referer")
+				r.Header.Set("Authorization", "Bearer "+bearer)
+				t = tok
+			}
+		}
 		if t == nil {
 			w.Header().Set("WWW-Authenticate", tokens.Challenge(r))
 			writeErr(w, errdefs.Errorf(errUnauthenticated, "%s", tokens.ChallengeMessage(r)))

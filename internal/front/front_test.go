@@ -39,6 +39,7 @@ const (
 // proc is an airlock process of the test: a node or a front.
 type proc struct {
 	name, addr string
+	cfg        string // its config file
 	stdout     string // the file of its standard output
 	e2b        string // a front's E2B API
 	cmd        *exec.Cmd
@@ -77,7 +78,7 @@ func start(t *testing.T, name string, args []string, cfg string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, cmd: cmd, log: log, stdout: stdout.Name(), done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: log, cfg: cfgPath, stdout: stdout.Name(), done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)
@@ -524,6 +525,240 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the console and the metrics across the nodes", func(t *testing.T) {
+		base := "http://" + fa.addr
+		// The page, and a token's login on it (a front has no socket:
+		// no one-time code).
+		resp, err := http.Get(base + "/console/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") || !strings.Contains(string(page), "console.js") {
+			t.Fatalf("the console's page through a front: %d %v", resp.StatusCode, resp.Header)
+		}
+		if consoleLogin(t, fa.addr, "not-a-token") != nil {
+			t.Fatal("a wrong token logged in")
+		}
+		ck := consoleLogin(t, fa.addr, key)
+		if ck == nil {
+			t.Fatal("the token did not log in")
+		}
+		get := func(path string, hdr map[string]string) (int, string) {
+			req, _ := http.NewRequest("GET", base+path, nil)
+			req.AddCookie(ck)
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get("/console/whoami", nil); code != 200 || !strings.Contains(body, `"token:agent"`) {
+			t.Errorf("whoami through a front: %d %s", code, body)
+		}
+		// The page's reads, as the session's token, from every node.
+		if code, body := get("/v1/pools", nil); code != 200 || !strings.Contains(body, `"node":"node-a"`) || !strings.Contains(body, `"node":"node-c"`) {
+			t.Errorf("pools with the console's session: %d %s", code, body)
+		}
+		code, m := get("/metrics", nil)
+		if code != 200 {
+			t.Fatalf("/metrics with the console's session: %d %s", code, m)
+		}
+		for _, want := range []string{
+			"# TYPE airlock_run_outcomes_total counter\n",
+			`airlock_run_outcomes_total{node="node-a",tool="sh",outcome="exited"} `,
+			`airlock_run_outcomes_total{node="node-b",tool="sh",outcome="exited"} `,
+			`airlock_capacity_sandboxes{node="node-c"} `,
+			`airlock_claim_duration_seconds_bucket{node="node-a",tool="sh",pool="warm",le="+Inf"} `,
+			"airlock_front_nodes_live 3\n",
+			"airlock_front_nodes_unreached 0\n",
+		} {
+			if !strings.Contains(m, want) {
+				t.Errorf("the front's /metrics lacks %q", want)
+			}
+		}
+		if n := strings.Count(m, "# TYPE airlock_run_outcomes_total "); n != 1 {
+			t.Errorf("airlock_run_outcomes_total is described %d times, want once", n)
+		}
+		// A change needs the console's header; the cookie alone is no
+		// caller.
+		req, _ := http.NewRequest("DELETE", base+"/v1/runs/r_0000000000000000", nil)
+		req.AddCookie(ck)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+			t.Errorf("a DELETE with the cookie alone: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		req.Header.Set("X-Airlock-Console", "1")
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 404 {
+			t.Errorf("a DELETE with the cookie and the header: %v %v (want 404: no such run)", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		if resp, err := http.Get(base + "/metrics"); err != nil || resp.StatusCode != 401 {
+			t.Errorf("/metrics without a token: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	})
+
+	t.Run("the console in a browser across the nodes", func(t *testing.T) {
+		pw := os.Getenv("AIRLOCK_TEST_PLAYWRIGHT_MODULES")
+		if pw == "" {
+			t.Skip("AIRLOCK_TEST_PLAYWRIGHT_MODULES is not set (scripts/test installs playwright-core and Debian's chromium)")
+		}
+		pw = filepath.Join(pw, "playwright-core", "index.mjs")
+		// What the nodes' capacities add up to, as their metrics say.
+		req, _ := http.NewRequest("GET", "http://"+fa.addr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		capacity := 0
+		for _, l := range strings.Split(string(m), "\n") {
+			if strings.HasPrefix(l, "airlock_capacity_sandboxes{") {
+				var n int
+				fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &n)
+				capacity += n
+			}
+		}
+		// A run in flight, for the page to show and kill.
+		liveDone := make(chan *result.Result, 1)
+		go func() {
+			r, _ := ca.Run(context.WithoutCancel(ctx), api.RunRequest{Tool: "sh", Argv: []string{"sleep", "50"}})
+			liveDone <- r
+		}()
+		var live, liveNode string
+		waitFor(t, "the run in flight in the merged list", 15*time.Second, func() bool {
+			var ps struct {
+				Runs []struct {
+					ID   string `json:"id"`
+					Node string `json:"node"`
+				} `json:"runs"`
+			}
+			getJSON(t, "http://"+fa.addr+"/v1/ps", &ps)
+			if len(ps.Runs) > 0 {
+				live, liveNode = ps.Runs[0].ID, ps.Runs[0].Node
+			}
+			return live != ""
+		})
+		shots := os.Getenv("AIRLOCK_TEST_SCREENSHOTS")
+		if shots == "" {
+			shots = t.TempDir()
+		}
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("node", "testdata/console.mjs")
+		cmd.Env = append(os.Environ(), "PLAYWRIGHT="+pw, "CHROMIUM=/usr/bin/chromium", "BASE=http://"+fa.addr, "TOKEN="+key,
+			"SHOTS="+shots, "LIVE_RUN="+live, fmt.Sprintf("CAPACITY=%d", capacity))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		outb, err := cmd.Output()
+		steps := map[string]json.RawMessage{}
+		sc := bufio.NewScanner(strings.NewReader(string(outb)))
+		for sc.Scan() {
+			var l struct {
+				K string          `json:"k"`
+				V json.RawMessage `json:"v"`
+			}
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				steps[l.K] = l.V
+			}
+		}
+		if err != nil || steps["fatal"] != nil {
+			t.Fatalf("the browser's script: %v\n%s\n%s", err, outb, stderr.String())
+		}
+		for k, want := range map[string]string{
+			"who":      `"as token:agent"`,
+			"pools":    `["sh (node-a)","sh (node-b)","sh (node-c)"]`,
+			"live":     `"sh (` + liveNode + `)"`,
+			"killed":   "true",
+			"killrow":  "true",
+			"errors":   "[]",
+			"capacity": fmt.Sprintf(`"sandboxes 0 of %d"`, capacity),
+		} {
+			if got := string(steps[k]); got != want && !(k == "capacity" && strings.HasSuffix(got, fmt.Sprintf(` of %d"`, capacity))) {
+				t.Errorf("%s: %s, want %s", k, got, want)
+			}
+		}
+		select {
+		case r := <-liveDone:
+			if r == nil || r.Outcome != result.Signaled {
+				t.Errorf("the run killed from the console through the front: %+v", r)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("the run killed from the console through the front did not end")
+		}
+	})
+
+	t.Run("a front reloads its tokens", func(t *testing.T) {
+		old, err := os.ReadFile(fb.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lateKey := "cluster-test-late-0123456789"
+		secret := filepath.Join(t.TempDir(), "late")
+		if err := os.WriteFile(secret, []byte(lateKey), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if consoleLogin(t, fb.addr, lateKey) != nil {
+			t.Fatal("a token not yet in the file logged in")
+		}
+		// A file that does not load changes nothing.
+		if err := os.WriteFile(fb.cfg, []byte("server: [\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fb.cmd.Process.Signal(syscall.SIGHUP)
+		waitFor(t, "the refused reload in the front's log", 10*time.Second, func() bool {
+			b, _ := os.ReadFile(fb.log.Name())
+			return strings.Contains(string(b), "front: not reloaded; nothing changed")
+		})
+		if _, err := run(ctx, fb.addr); err != nil {
+			t.Fatalf("after a refused reload: %v", err)
+		}
+		// A token added to the file is taken from then on (the
+		// front's own check: the nodes, which check it again, would
+		// have it added to theirs too), and goes once it is taken out.
+		next := strings.Replace(string(old), "{name: tenant, secret: tenant, tools: ['*']}]", "{name: tenant, secret: tenant, tools: ['*']}, {name: late, secret: late, tools: [sh]}]", 1)
+		next = strings.Replace(next, "secrets:\n", "secrets:\n  late: {file: "+secret+"}\n", 1)
+		if next == string(old) || !strings.Contains(next, "late: {file:") {
+			t.Fatalf("the front's config did not take the token:\n%s", next)
+		}
+		if err := os.WriteFile(fb.cfg, []byte(next), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fb.cmd.Process.Signal(syscall.SIGHUP)
+		waitFor(t, "the front to take the new token", 10*time.Second, func() bool {
+			return consoleLogin(t, fb.addr, lateKey) != nil
+		})
+		ck := consoleLogin(t, fb.addr, lateKey)
+		if err := os.WriteFile(fb.cfg, old, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fb.cmd.Process.Signal(syscall.SIGHUP)
+		waitFor(t, "the front to drop the token again", 10*time.Second, func() bool {
+			return consoleLogin(t, fb.addr, lateKey) == nil
+		})
+		// Its console session went with it.
+		req, _ := http.NewRequest("GET", "http://"+fb.addr+"/console/whoami", nil)
+		req.AddCookie(ck)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+			t.Errorf("a removed token's console session: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	})
+
 	t.Run("the merged audit is the caller's token's", func(t *testing.T) {
 		// Another tenant reads the merged log through the other front
 		// — a page, the tail, a follow across agent's runs — and finds
@@ -809,6 +1044,27 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("%d events of 2 nodes, each once", total)
 	})
+}
+
+// consoleLogin logs in to the web console on the front at addr with
+// token tok, and returns the session's cookie, or nil if refused.
+func consoleLogin(t *testing.T, addr, tok string) *http.Cookie {
+	t.Helper()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/console/login", strings.NewReader("token="+tok))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+addr)
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "airlock_console" && c.Value != "" {
+			return c
+		}
+	}
+	return nil
 }
 
 // bearer adds the token to each request.

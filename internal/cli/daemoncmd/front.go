@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/cli"
@@ -74,6 +75,24 @@ func frontCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		go func() { errc <- esrv.Serve(eln) }()
 		logger.Info("front: listening", "e2b", eln.Addr().String())
 	}
+	// SIGHUP (systemctl reload, kill -HUP) reads the file's tokens
+	// again; the rest (listeners, the cluster) is read at start.
+	var reloadMu sync.Mutex
+	cli.OnHangup(ctx, func() {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		next, err := config.Discover(*cfgPath)
+		var toks *tokens.Set
+		if err == nil {
+			toks, err = tokens.Load(next)
+		}
+		if err != nil {
+			logger.Error("front: not reloaded; nothing changed", "err", err)
+			return
+		}
+		fr.SetTokens(toks)
+		logger.Info("front: reloaded", "config", next.Path, "tokens", len(next.Server.Tokens))
+	})
 	cli.SignalsCaught(ctx)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("front: listening", "tcp", ln.Addr().String(), "tokens", len(cfg.Server.Tokens), "namespace", kc.Namespace())

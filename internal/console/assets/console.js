@@ -62,7 +62,7 @@ async function pools() {
   const list = await api('/v1/pools');
   const tb = $('#pools tbody');
   tb.replaceChildren(...list.map((p) => el('tr', { 'data-tool': p.name },
-    el('td', {}, p.name), el('td', { class: 'num' }, `${p.idle} / ${p.warm}` + (p.at_capacity ? ' (node at capacity)' : '')),
+    el('td', {}, p.node ? `${p.name} (${p.node})` : p.name), el('td', { class: 'num' }, `${p.idle} / ${p.warm}` + (p.at_capacity ? ' (node at capacity)' : '')),
     el('td', { class: 'num' }, p.hits), el('td', { class: 'num' }, p.misses), el('td', { class: 'num' }, p.create_failures))));
 }
 
@@ -70,7 +70,13 @@ async function capacity() {
   const r = await fetch('/metrics', { credentials: 'same-origin' });
   if (!r.ok) return;
   const text = await r.text();
-  const g = (name) => { const m = text.match(new RegExp('^' + name + ' (\\S+)$', 'm')); return m ? Number(m[1]) : 0; };
+  // A node's, or every node's through a cluster's front (its samples
+  // labelled by node): summed.
+  const g = (name) => {
+    let sum = 0;
+    for (const m of text.matchAll(new RegExp('^' + name + '(?:\\{[^}]*\\})? (\\S+)', 'gm'))) sum += Number(m[1]);
+    return sum;
+  };
   const box = $('#capacity');
   const gauge = (label, used, total, fmt) => el('div', { class: 'gauge', 'data-gauge': label }, el('div', { class: 'quiet' }, label),
     el('div', {}, `${fmt(used)} of ${fmt(total)}`));
@@ -97,7 +103,7 @@ async function ps() {
       try { await api('/v1/runs/' + encodeURIComponent(r.id), { method: 'DELETE' }); } catch (e) { alert('not killed: ' + e.message); }
     } }, 'kill');
     return el('tr', { 'data-run': r.id },
-      el('td', {}, el('a', { href: '#run/' + encodeURIComponent(r.id) }, r.id)), el('td', {}, r.kind), el('td', {}, r.tool), el('td', {}, r.client),
+      el('td', {}, el('a', { href: '#run/' + encodeURIComponent(r.id) }, r.id)), el('td', {}, r.kind), el('td', {}, r.node ? `${r.tool} (${r.node})` : r.tool), el('td', {}, r.client),
       el('td', { class: 'num' }, secs(r.age_ms)),
       el('td', {}, el('div', { class: 'meter' }, size(r.memory_bytes) + ' / ' + size(r.limits.memory_bytes), spark(pts.map((p) => p.mem), r.limits.memory_bytes))),
       el('td', {}, el('div', { class: 'meter' }, `${r.pids} / ${r.limits.pids}`, spark(pts.map((p) => p.pids), r.limits.pids))),
