@@ -60,7 +60,7 @@ func (n *Node) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
 // bindClaimed returns t's policy bound to the claimed sb, its decisions
 // recorded in scope: the binding made while sb was built, or a new one.
 func (n *Node) bindClaimed(ctx context.Context, sb *sandbox.Sandbox, t *config.Tool, scope *runScope, narrowed *attach.Policy) (_ *runner.Binding, err error) {
-	span := n.span(scope.span, "airlock.bind", scopeAttrs(*scope)...)
+	span := n.span(scope.span, "airlock.bind", *scope)
 	defer func() { endSpan(span, err) }()
 	onEgress, onBroker := n.netRecorder(scope)
 	if narrowed != nil {

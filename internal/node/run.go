@@ -99,10 +99,13 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 	scope := &runScope{tool: j.Tool.Name, run: newRunID(), client: j.Client}
 	// The run's span ends once its sandbox is gone (done), or with the
 	// error that stopped it.
-	span := n.traces.t.Start(j.Trace, "airlock.run", tracing.Server, scopeAttrs(*scope)...)
+	span := n.rootSpan(j.Trace, "airlock.run", *scope)
 	scope.span = span.Context()
 	defer func() {
-		if err != nil {
+		switch {
+		case span == nil: // tracing is off
+			return
+		case err != nil:
 			endSpan(span, err)
 			return
 		}
@@ -132,7 +135,7 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 	}
 	// Started on a miss: the binding below and the command's request
 	// overlap init's start.
-	claimSpan := n.span(scope.span, "airlock.claim", scopeAttrs(*scope)...)
+	claimSpan := n.span(scope.span, "airlock.claim", *scope)
 	sb, warm, err := n.claim(ctx, j.Tool.Name, true)
 	claimSpan.Set(tracing.Bool(attrWarm, warm))
 	if sb != nil {
@@ -160,7 +163,7 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 	scope.sandbox = sb.ID()
 	span.Set(tracing.String(attrSandbox, sb.ID()))
 	destroy := func() {
-		s := n.span(scope.span, "airlock.destroy", scopeAttrs(*scope)...)
+		s := n.span(scope.span, "airlock.destroy", *scope)
 		err := sb.Destroy(context.WithoutCancel(ctx))
 		if err != nil {
 			n.opts.Logger.Warn("destroy failed", "sandbox", sb.ID(), "err", err)
@@ -217,7 +220,7 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 			return res, func() { _ = b.Close(context.WithoutCancel(ctx)); destroy(); release() }, nil
 		}
 	}
-	execSpan := n.span(scope.span, "airlock.exec", scopeAttrs(*scope)...)
+	execSpan := n.span(scope.span, "airlock.exec", *scope)
 	n.traceDecisions(sb.ID(), execSpan.Context())
 	res, closeNet := b.RunCloseLater(kctx, x, nil)
 	traceResult(execSpan, res)

@@ -262,9 +262,11 @@ func (n *Node) sessionEnd(s *Session, release func()) func(reason string) {
 		s.mu.Lock()
 		began := s.endedAt
 		s.mu.Unlock()
-		defer func() {
-			n.traces.t.Record(s.scope.span, "airlock.session.end", began, time.Now(), "", append(scopeAttrs(s.scope), tracing.String("airlock.session.end_reason", reason))...)
-		}()
+		if n.traces.t != nil {
+			defer func() {
+				n.traces.t.Record(s.scope.span, "airlock.session.end", began, time.Now(), "", append(scopeAttrs(s.scope), tracing.String("airlock.session.end_reason", reason))...)
+			}()
+		}
 		release()
 		s.pauseMu.Lock()
 		n.dropKept(s)
@@ -404,7 +406,7 @@ func (n *Node) endAll(ctx context.Context) {
 // claimBound claims a sandbox of t for a session or MCP server and binds
 // t's policy to it for its whole life, its decisions recorded in scope.
 func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy) (*sandbox.Sandbox, *runner.Binding, error) {
-	claimSpan := n.span(scope.span, "airlock.claim", scopeAttrs(*scope)...)
+	claimSpan := n.span(scope.span, "airlock.claim", *scope)
 	sb, warm, err := n.claim(ctx, t.Name, false)
 	claimSpan.Set(tracing.Bool(attrWarm, warm))
 	if sb != nil {
@@ -476,7 +478,7 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 	owner := c.Name
 	scope := &runScope{tool: t.Name, session: n.newSessionID(), client: client}
 	// The session's trace: its open, each command and its end.
-	span := n.traces.t.Start(tracing.Context{}, "airlock.session.open", tracing.Server, scopeAttrs(*scope)...)
+	span := n.rootSpan(tracing.Context{}, "airlock.session.open", *scope)
 	scope.span = span.Context()
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})
@@ -535,7 +537,7 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 // the session. The caller has entered the session.
 func (n *Node) Exec(ctx context.Context, s *Session, client string, x sandbox.ExecRequest) (*result.Result, error) {
 	scope := runScope{tool: s.tool.Name, sandbox: s.sb.ID(), session: s.id, run: newRunID(), client: client, span: s.scope.span}
-	span := n.span(scope.span, "airlock.session.exec", scopeAttrs(scope)...)
+	span := n.span(scope.span, "airlock.session.exec", scope)
 	if err := n.recordStart(ctx, scope, x.Argv, x.Env, x.Dir); err != nil {
 		endSpan(span, err)
 		return nil, err

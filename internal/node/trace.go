@@ -64,9 +64,23 @@ func newTracer(c config.Tracing, version string, logger *slog.Logger) *tracing.T
 	return tracing.New(tracing.Options{Endpoint: c.Endpoint, Headers: c.Headers, Service: c.ServiceName, Version: version, Host: host, Logger: logger})
 }
 
-// span begins a span under parent; nil when tracing is off.
-func (n *Node) span(parent tracing.Context, name string, attrs ...tracing.Attr) *tracing.Span {
-	return n.traces.t.Start(parent, name, tracing.Internal, attrs...)
+// span begins a span of scope s named name under parent, with s's
+// attributes and extra; nil, at no cost, when tracing is off.
+func (n *Node) span(parent tracing.Context, name string, s runScope, extra ...tracing.Attr) *tracing.Span {
+	return n.startSpan(parent, name, tracing.Internal, s, extra...)
+}
+
+// rootSpan is span for a run's or session's own span: a trace's first,
+// or the first of airlock's under the caller's.
+func (n *Node) rootSpan(parent tracing.Context, name string, s runScope) *tracing.Span {
+	return n.startSpan(parent, name, tracing.Server, s)
+}
+
+func (n *Node) startSpan(parent tracing.Context, name string, kind tracing.Kind, s runScope, extra ...tracing.Attr) *tracing.Span {
+	if n.traces.t == nil {
+		return nil
+	}
+	return n.traces.t.Start(parent, name, kind, append(scopeAttrs(s), extra...)...)
 }
 
 // endSpan ends s, failed with err's text if err is set.
