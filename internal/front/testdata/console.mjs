@@ -29,7 +29,7 @@ try {
   const live = `#runs tr[data-run="${process.env.LIVE_RUN}"]`;
   await page.waitForSelector(live);
   out('live', (await page.textContent(live + ' td:nth-child(3)')).trim());
-  await page.screenshot({ path: process.env.SHOTS + '/console-front.png', fullPage: true });
+  await page.screenshot({ path: process.env.SHOTS + '/console-front.png' });
   await page.click(live + ' button');
   await page.waitForSelector(live, { state: 'detached', timeout: 15000 }).catch((e) => { throw new Error(errors.join('; ') + ': ' + e); });
   out('killed', true);
