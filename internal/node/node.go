@@ -88,7 +88,10 @@ type Node struct {
 	// ts is the tools' generation: the config, each profile's plan and
 	// pool. Reload swaps it whole (reload.go); what started under one
 	// keeps it.
-	ts       atomic.Pointer[toolset]
+	ts atomic.Pointer[toolset]
+	// started is the config the node started with: what a reload
+	// cannot change stays as it says.
+	started  *config.Config
 	reloadMu sync.Mutex // held by Reload: one at a time; guards stopped
 	// stopped is set by Stop: no reload after it.
 	stopped bool
@@ -240,6 +243,7 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n := &Node{opts: opts, sessions: sessions{m: make(map[string]*Session)}}
 	ts := &toolset{raw: raw, cfg: opts.Config, base: maps.Clone(plans), plans: plans, pools: make(map[string]*pool.Pool)}
+	n.started = raw
 	n.ts.Store(ts)
 	n.quit, n.quitNow = context.WithCancel(context.Background())
 	defer func() {

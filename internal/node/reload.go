@@ -134,7 +134,10 @@ func (n *Node) Reload(ctx context.Context, raw *config.Config, client string) (a
 			}
 		}()
 	}
-	rep.Restart = restartOnly(old.raw, raw)
+	// Against the config the node started with: what only a restart
+	// applies is still to be applied until one, however many reloads
+	// come between.
+	rep.Restart = restartOnly(n.started, raw)
 	e := audit.Event{Kind: audit.KindDaemonReloaded, Client: client}
 	e.Detail = audit.Detail(rep)
 	n.audit.Record(e)
