@@ -177,7 +177,7 @@ service:
 // with its claim, bind, exec and destroy, and its egress and broker
 // decisions (allowed and refused) under its exec, each with the audit
 // event's id; a breach's exec failed with the limit named; a session's
-// open, command and end in one trace. A daemon whose collector is down
+// open (under its caller's traceparent), command and end in one trace. A daemon whose collector is down
 // runs as well, and counts the failure.
 func TestTraces(t *testing.T) {
 	endpoint, spans := otelCollector(t)
@@ -236,9 +236,21 @@ secrets:
 	if err != nil || breach.Outcome != result.LimitExceeded {
 		t.Fatalf("the breach: %+v %v", breach, err)
 	}
-	s, err := c.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
+	// A session, under another caller's span.
+	const sessionTrace, sessionSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	hc, url = c.Endpoint("/v1/sessions")
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"tool":"sh"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+sessionTrace+"-"+sessionSpan+"-01")
+	resp, err = hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var s api.Session
+	if err := json.Unmarshal(b, &s); err != nil || s.ID == "" {
+		t.Fatalf("the session: %s (%v)", b, err)
 	}
 	if r, err := c.Exec(ctx, s.ID, api.ExecRequest{Argv: []string{"true"}}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", r, err)
@@ -360,6 +372,9 @@ secrets:
 	}
 	ex := byName(open.TraceID, "airlock.session.exec")
 	end := byName(open.TraceID, "airlock.session.end")[0]
+	if open.TraceID != sessionTrace || open.ParentSpanID != sessionSpan {
+		t.Errorf("the session's open span %s/%s is not under its caller's %s/%s", open.TraceID, open.ParentSpanID, sessionTrace, sessionSpan)
+	}
 	if len(ex) != 1 || ex[0].ParentSpanID != open.SpanID || ex[0].attr("airlock.outcome") != "exited" || end.ParentSpanID != open.SpanID ||
 		end.attr("airlock.session.end_reason") != "deleted" || len(byName(open.TraceID, "airlock.claim")) != 1 {
 		t.Errorf("the session's trace: exec %+v, end %+v", ex, end)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/tracing"
 )
 
 // peerKey holds a unix socket connection's peer.
@@ -105,6 +106,12 @@ func (g *Guard) Audited(h http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		var refused string
 		ctx := context.WithValue(r.Context(), seenKey{}, &caller{})
+		// A caller's trace context (W3C traceparent), on any listener
+		// and any protocol: runs and sessions the call makes are traced
+		// under it. Malformed, it is ignored.
+		if tp := r.Header.Get("traceparent"); tp != "" {
+			ctx = tracing.WithParent(ctx, tracing.ParseTraceparent(tp))
+		}
 		r = r.WithContext(context.WithValue(ctx, refusedKey{}, &refused))
 		h.ServeHTTP(sw, r)
 		e := audit.Event{Kind: audit.KindAPI, Time: start, Client: ClientOf(r), Decision: audit.Allow}

@@ -29,7 +29,6 @@ import (
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
-	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -237,8 +236,7 @@ func (d *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	stream := strings.Contains(r.Header.Get("Accept"), api.NDJSON)
-	j := node.RunRequest{Tool: t, Client: edge.ClientOf(r), Caller: edge.CallerOf(r.Context()), Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, t), Capture: !stream,
-		Trace: tracing.ParseTraceparent(r.Header.Get("traceparent"))}
+	j := node.RunRequest{Tool: t, Client: edge.ClientOf(r), Caller: edge.CallerOf(r.Context()), Argv: req.Argv, Env: req.Env, Dir: node.Workdir(req.Workdir, t), Capture: !stream}
 	if req.Limits != nil {
 		l, err := attach.RunLimits(d.Plan(t.Name).Spec.Limits, req.Limits)
 		if err != nil {

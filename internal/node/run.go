@@ -51,9 +51,6 @@ type RunRequest struct {
 	// Also, if set, gives events recorded with the run's outcome, in
 	// the same write of the log (an MCP call's record).
 	Also func(*result.Result) []audit.Event
-	// Trace, if valid, is the caller's span (its traceparent): the run's
-	// trace goes under it.
-	Trace tracing.Context
 }
 
 // extra is what j.Also gives for res.
@@ -99,7 +96,8 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 	scope := &runScope{tool: j.Tool.Name, run: newRunID(), client: j.Client}
 	// The run's span ends once its sandbox is gone (done), or with the
 	// error that stopped it.
-	span := n.rootSpan(j.Trace, "airlock.run", *scope)
+	// Under the caller's span, if its request carried one.
+	span := n.rootSpan(tracing.ParentOf(ctx), "airlock.run", *scope)
 	scope.span = span.Context()
 	defer func() {
 		switch {

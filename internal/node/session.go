@@ -478,7 +478,7 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 	owner := c.Name
 	scope := &runScope{tool: t.Name, session: n.newSessionID(), client: client}
 	// The session's trace: its open, each command and its end.
-	span := n.rootSpan(tracing.Context{}, "airlock.session.open", *scope)
+	span := n.rootSpan(tracing.ParentOf(ctx), "airlock.session.open", *scope)
 	scope.span = span.Context()
 	opened := scope.event(audit.KindSessionCreated)
 	opened.Detail = audit.Detail(map[string]string{"idle_timeout": idle.String(), "max_lifetime": life.String()})

@@ -11,6 +11,7 @@
 package tracing
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
@@ -251,5 +252,22 @@ func ParseTraceparent(h string) Context {
 	if !c.IsValid() {
 		return Context{}
 	}
+	return c
+}
+
+type parentKey struct{}
+
+// WithParent is ctx carrying a caller's span (its traceparent), under
+// which what airlock does for the call is traced.
+func WithParent(ctx context.Context, c Context) context.Context {
+	if !c.IsValid() {
+		return ctx
+	}
+	return context.WithValue(ctx, parentKey{}, c)
+}
+
+// ParentOf is the caller's span ctx carries; the zero Context if none.
+func ParentOf(ctx context.Context) Context {
+	c, _ := ctx.Value(parentKey{}).(Context)
 	return c
 }
