@@ -16,7 +16,7 @@ var HelpTopics = []string{"config", "limits", "egress", "broker", "server", "ima
 // completionSubs are the subcommands of the commands that have them.
 var completionSubs = map[string]string{
 	"session":    "create ls exec cp show rm",
-	"image":      "import pull ls inspect rm gc",
+	"image":      "import pull build ls inspect rm gc",
 	"pool":       "ls",
 	"config":     "check",
 	"help":       strings.Join(HelpTopics, " "),

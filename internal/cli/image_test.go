@@ -195,3 +195,68 @@ func TestImagePull(t *testing.T) {
 		t.Fatalf("pull with insecure in the config: exit %d\n%s%s", o.code, o.stdout, o.stderr)
 	}
 }
+
+// TestImageBuild builds a Dockerfile with `airlock image build` (every
+// RUN in a sandbox), runs the image it made with `airlock run --image`,
+// builds it again from the cache, and reads the failures: a RUN that
+// fails names its step, line and exit code; an instruction not taken is
+// refused by name and line, before anything runs.
+func TestImageBuild(t *testing.T) {
+	requireRoot(t)
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("/bin/busybox (busybox-static) is missing in CI: %v", err)
+		}
+		t.Skipf("needs /bin/busybox: %v", err)
+	}
+	tmp, err := os.MkdirTemp("/var/tmp", "airlock-cli-build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	store, base, ctx := filepath.Join(tmp, "store"), filepath.Join(tmp, "base"), filepath.Join(tmp, "ctx")
+	for p, data := range map[string]string{
+		filepath.Join(base, "bin/busybox"):    string(bb),
+		filepath.Join(base, "etc/passwd"):     "root:x:0:0::/root:/bin/sh\n",
+		filepath.Join(ctx, "msg"):             "hello from the context\n",
+		filepath.Join(ctx, "Dockerfile"):      "FROM bb\nARG WHO=airlock\nENV PATH=/bin\nCOPY msg /srv/\nRUN mkdir -p /opt && cat /srv/msg > /opt/out && echo \"built by $WHO\" >> /opt/out\nCMD [\"/bin/busybox\", \"cat\", \"/opt/out\"]\n",
+		filepath.Join(ctx, "Dockerfile.fail"): "FROM bb\nENV PATH=/bin\nRUN echo about to fail && exit 7\n",
+		filepath.Join(ctx, "Dockerfile.bad"):  "FROM bb\nEXPOSE 80\n",
+	} {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("busybox", filepath.Join(base, "bin/sh")); err != nil {
+		t.Fatal(err)
+	}
+	img := func(args ...string) outcome {
+		return execAirlock(t, nil, "", append(append([]string{"image"}, args...), "--store", store)...)
+	}
+	if o := img("import", base, "--name", "bb"); o.code != 0 {
+		t.Fatalf("import: %+v", o)
+	}
+	o := img("build", "--name", "demo:1", "--build-arg", "WHO=the test", ctx)
+	if o.code != 0 || !strings.HasPrefix(o.stdout, "demo:1 sha256:") || !strings.Contains(o.stdout, "(5 steps, 0 cached") ||
+		!strings.Contains(o.stderr, "step 4/5: RUN mkdir") || !strings.Contains(o.stderr, "2 added") {
+		t.Fatalf("build: %+v", o)
+	}
+	if o := execAirlock(t, nil, "", "run", "--image-store", store, "--image", "demo:1", "--", "/bin/busybox", "cat", "/opt/out"); o.code != 0 || o.stdout != "hello from the context\nbuilt by the test\n" {
+		t.Errorf("run the built image: %+v", o)
+	}
+	if o := img("build", "--name", "demo:1", "--build-arg", "WHO=the test", ctx); o.code != 0 || !strings.Contains(o.stdout, "(5 steps, 2 cached") {
+		t.Errorf("the cached build: %+v", o)
+	}
+	if o := img("build", "-f", filepath.Join(ctx, "Dockerfile.fail"), ctx); o.code == 0 || !strings.Contains(o.stderr, "about to fail") ||
+		!strings.Contains(o.stderr, "step 2 (Dockerfile line 3, RUN echo about to fail && exit 7): exit code 7") {
+		t.Errorf("a failing RUN: %+v", o)
+	}
+	if o := img("build", "-f", filepath.Join(ctx, "Dockerfile.bad"), ctx); o.code == 0 || !strings.Contains(o.stderr, "Dockerfile line 2: EXPOSE is not supported") {
+		t.Errorf("an instruction not taken: %+v", o)
+	}
+	if o := img("build", "--build-arg", "NOPE", ctx); o.code != 125 || !strings.Contains(o.stderr, `invalid value "NOPE" for flag -build-arg: want K=V`) {
+		t.Errorf("a build argument without =: %+v", o)
+	}
+}

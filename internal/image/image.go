@@ -24,6 +24,8 @@ type Config struct {
 	GID        *uint32  `json:"gid,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// Labels are a build's LABELs.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Image is one stored image.

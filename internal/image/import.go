@@ -188,7 +188,17 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 		}
 	}
 	rec.Unpacked = u.Report()
-	if err := resolveUser(root, &rec.Config); err != nil {
+	img, err := s.store(tmp, rec, name)
+	if err != nil {
+		return nil, err
+	}
+	return &Imported{Image: img, Name: name}, nil
+}
+
+// store records rec, unpacked under tmp (its rootfs), and moves it into
+// place named name ("" for none): the end of an import and of a derive.
+func (s *Store) store(tmp string, rec *Image, name string) (*Image, error) {
+	if err := resolveUser(filepath.Join(tmp, "rootfs"), &rec.Config); err != nil {
 		return nil, err
 	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
@@ -198,15 +208,17 @@ func (src *source) importInto(ctx context.Context, o ImportOptions) (*Imported, 
 	if err := os.WriteFile(filepath.Join(tmp, "lock"), nil, 0o600); err != nil {
 		return nil, err
 	}
-	if err := s.commit(tmp, digest, name); err != nil {
+	if err := s.commit(tmp, rec.Digest, name); err != nil {
 		return nil, err
 	}
-	img, err := s.record(digest)
+	img, err := s.record(rec.Digest)
 	if err != nil {
 		return nil, err
 	}
-	img.Names = []string{name}
-	return &Imported{Image: img, Name: name}, nil
+	if name != "" {
+		img.Names = []string{name}
+	}
+	return img, nil
 }
 
 // checkIDMap makes sure, once per Store, that sandboxes will be able to

@@ -300,6 +300,9 @@ func (s *Store) commit(tmp, digest, name string) error {
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return err
 	}
+	if name == "" {
+		return nil // a build's step: named by no one until a gc takes it
+	}
 	names[name] = digest
 	return s.writeNames(names)
 }

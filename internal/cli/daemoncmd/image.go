@@ -32,6 +32,11 @@ const imageUsage = `Usage:
                                             images.registries in the config); content already
                                             stored is not fetched again; --insecure allows plain
                                             HTTP to a registry on a public address
+  airlock image build [-f FILE] [--name NAME] [--build-arg K=V]... CONTEXT
+                                            build an image from a Dockerfile (FILE, default
+                                            CONTEXT/Dockerfile): each RUN in a sandbox of the
+                                            image so far, without network; steps cached; flags
+                                            --memory, --disk, --pids, --time bound each RUN
   airlock image ls                          list stored images
   airlock image inspect NAME|DIGEST         print an image's record as JSON
   airlock image rm [--force] NAME|DIGEST    remove a name (and the content once unnamed)
@@ -58,7 +63,10 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	var name string
 	var force, asJSON, insecure bool
 	want := 1
+	var bf buildFlags
 	switch sub {
+	case "build":
+		bf.add(fs, &name)
 	case "import":
 		fs.StringVar(&name, "name", "", "name for the image; in an archive of several, the tag to import")
 		fs.BoolVar(&asJSON, "json", false, "print the record as JSON")
@@ -75,7 +83,7 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	case "gc":
 		want = 0
 	default:
-		return cli.UsageError(stdio.Stderr, "airlock image", "unknown subcommand %q (import, pull, ls, inspect, rm, gc)", sub)
+		return cli.UsageError(stdio.Stderr, "airlock image", "unknown subcommand %q (import, pull, build, ls, inspect, rm, gc)", sub)
 	}
 	// Flags may come before or after the one argument.
 	var pos []string
@@ -104,6 +112,12 @@ func imageCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return err
 	}
 	switch sub {
+	case "build":
+		if err := bf.run(ctx, st, pos[0], name, stdio); err != nil {
+			return err
+		}
+		tellDaemon(ctx, cfg, stdio)
+		return nil
 	case "import":
 		cli.SignalsCaught(ctx) // an interrupted import removes what it unpacked
 		start := time.Now()

@@ -1,11 +1,7 @@
-// Package build builds images from steps run in airlock sandboxes
-// (issue 38; docs/decisions/0033-image-builds.md). This file captures
-// what one step changed.
-package build
+package image
 
 import (
 	"archive/tar"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,11 +27,6 @@ import (
 // (sandbox.imageEtc): never part of a built image, as Docker leaves them
 // out of its layers.
 var Generated = map[string]bool{"etc/hosts": true, "etc/hostname": true, "etc/resolv.conf": true}
-
-// Bounds on one capture.
-const (
-	maxDepth = 256
-)
 
 // Changes is what Capture found.
 type Changes struct {
@@ -77,8 +68,6 @@ func Since() unix.Timespec {
 // tick at the slowest kernel clock (HZ=100).
 const SettleTime = 25 * time.Millisecond
 
-type inodeKey struct{ dev, ino uint64 }
-
 type capture struct {
 	tw    *tar.Writer
 	since unix.Timespec
@@ -96,8 +85,8 @@ func (c *capture) newer(st *unix.Stat_t) bool {
 // image's counterpart, -1 if it has none), whose path in the image is
 // prefix ("" or ending in /).
 func (c *capture) dir(mfd, pfd int, prefix string, depth int) error {
-	if depth > maxDepth {
-		return fmt.Errorf("%s: directories nested more than %d deep", prefix, maxDepth)
+	if depth > maxTreeDepth {
+		return fmt.Errorf("%s: directories nested more than %d deep", prefix, maxTreeDepth)
 	}
 	names, err := unpack.ReadNames(mfd)
 	if err != nil {
@@ -183,53 +172,15 @@ func (c *capture) entry(mfd, pfd int, base, name string, depth int) error {
 			return err
 		}
 		return c.dir(fd, child, name+"/", depth+1)
-	case unix.S_IFLNK:
-		buf := make([]byte, 4096)
-		n, err := unix.Readlinkat(mfd, base, buf)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
-		return c.wrote(h, existed)
-	case unix.S_IFREG:
-		if st.Nlink > 1 {
-			key := inodeKey{uint64(st.Dev), st.Ino}
-			if first, ok := c.links[key]; ok {
-				h.Typeflag, h.Linkname = tar.TypeLink, first
-				return c.wrote(h, existed)
-			}
-			c.links[key] = name
-		}
-		fd, err := unix.Openat(mfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		var now unix.Stat_t
-		if err := unix.Fstat(fd, &now); err != nil || now.Ino != st.Ino || now.Mode&unix.S_IFMT != unix.S_IFREG {
-			return fmt.Errorf("%s: changed while being read", name)
-		}
-		h.Typeflag, h.Size = tar.TypeReg, now.Size
-		if err := c.wrote(h, existed); err != nil {
-			return err
-		}
-		n, err := io.Copy(c.tw, io.LimitReader(f, now.Size))
-		if err == nil && n != now.Size {
-			err = errors.New("changed while being read")
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		c.ch.Bytes += n
-		return nil
-	case unix.S_IFIFO:
-		h.Typeflag = tar.TypeFifo
-		return c.wrote(h, existed)
 	}
-	// Devices cannot be made in a sandbox; sockets have no place in
-	// an image.
-	return nil
+	if existed {
+		c.ch.Changed++
+	} else {
+		c.ch.Added++
+	}
+	n, err := leaf(c.tw, c.links, mfd, base, name, &st, h)
+	c.ch.Bytes += n
+	return err
 }
 
 func (c *capture) wrote(h *tar.Header, existed bool) error {

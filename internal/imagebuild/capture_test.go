@@ -1,4 +1,4 @@
-package build
+package imagebuild
 
 import (
 	"archive/tar"
@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/imagetest"
 	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -24,16 +25,18 @@ func TestMain(m *testing.M) {
 	if code, ok := sandbox.Child(); ok {
 		os.Exit(code)
 	}
-	code := m.Run()
+	// In a network namespace with only lo: a step that tries a
+	// destination reaches nothing, even were the code wrong.
+	code := isolatednet.Main(m)
 	if rtVal != nil {
 		rtVal.Close()
 	}
 	os.Exit(code)
 }
 
-const testStateDir = "/run/airlock-test-build"
+const testStateDir = "/run/airlock-test-imagebuild"
 
-var testCgroup = testutil.CgroupParent("/airlock-test-build")
+var testCgroup = testutil.CgroupParent("/airlock-test-imagebuild")
 
 var (
 	rtOnce sync.Once
@@ -69,6 +72,12 @@ func busybox(t *testing.T) string {
 
 // baseImage stores a small image with a shell, in a store of its own.
 func baseImage(t *testing.T) *image.Image {
+	_, img := baseStore(t)
+	return img
+}
+
+// baseStore is baseImage and its store.
+func baseStore(t *testing.T) (*image.Store, *image.Image) {
 	t.Helper()
 	st, err := image.Open(image.Options{Dir: filepath.Join(t.TempDir(), "images")})
 	if err != nil {
@@ -87,7 +96,7 @@ func baseImage(t *testing.T) *image.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return imp.Image
+	return st, imp.Image
 }
 
 // TestCapture runs a step that adds, changes and removes files
@@ -104,8 +113,8 @@ func TestCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(context.Background())
-	time.Sleep(SettleTime)
-	since := Since()
+	time.Sleep(image.SettleTime)
+	since := image.Since()
 	step := `set -e
 echo new > /srv/new
 echo changed > /etc/keep
@@ -134,7 +143,7 @@ echo 1.2.3.4 evil >> /etc/hosts
 	}
 	defer parent.Close()
 	var layer bytes.Buffer
-	ch, err := Capture(&layer, merged, parent, since, sb.HostIDBase())
+	ch, err := image.Capture(&layer, merged, parent, since, sb.HostIDBase())
 	if err != nil {
 		t.Fatal(err)
 	}
