@@ -231,7 +231,13 @@ func (n *Node) DeleteVolume(c *Caller, idOrName, client string) error {
 	if err != nil {
 		return err
 	}
-	if err := n.vols.m.Delete(meta.ID); err != nil {
+	err = n.vols.m.Delete(meta.ID)
+	if errors.Is(err, volume.ErrInUse) && n.waitEnding(endingWait) {
+		// A session that has ended (its caller may have seen it so)
+		// gives its volumes back once its sandbox is gone: then.
+		err = n.vols.m.Delete(meta.ID)
+	}
+	if err != nil {
 		if errors.Is(err, volume.ErrNotFound) || errors.Is(err, volume.ErrInUse) {
 			return err
 		}
@@ -242,6 +248,41 @@ func (n *Node) DeleteVolume(c *Caller, idOrName, client string) error {
 	e.Detail = audit.Detail(map[string]string{"volume": meta.ID, "name": meta.Name})
 	n.audit.Record(e)
 	return nil
+}
+
+// endingWait bounds how long a volume's delete waits for sessions that
+// have ended to finish ending.
+const endingWait = 10 * time.Second
+
+// waitEnding waits, up to d, for the sessions that have ended but are
+// still ending (their sandboxes being destroyed) to be done, and reports
+// whether there were any.
+func (n *Node) waitEnding(d time.Duration) bool {
+	var ending []*Session
+	n.sessions.mu.Lock()
+	for _, s := range n.sessions.m {
+		s.mu.Lock()
+		ended := s.ended
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+		default:
+			if ended {
+				ending = append(ending, s)
+			}
+		}
+	}
+	n.sessions.mu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for _, s := range ending {
+		select {
+		case <-s.done:
+		case <-timer.C:
+			return true
+		}
+	}
+	return len(ending) > 0
 }
 
 // attachVolumes resolves mounts for c (a volume c may not see does not
