@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
@@ -202,10 +203,26 @@ tools:
 	ctx := t.Context()
 	a := client.NewTCP(addr, "tv-token-a-0123456789abcdef")
 	b := client.NewTCP(addr, "tv-token-b-0123456789abcdef")
+	// Each run once the pool is full: a warm sandbox has the volume too
+	// (a loaded host fills the pool after the first run asks).
+	warm := func() {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			ps, err := client.New(sock).Pools(ctx)
+			if err == nil && len(ps) == 1 && ps[0].Idle == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool never filled: %+v %v", ps, err)
+			}
+		}
+	}
+	warm()
 	r, err := a.Run(ctx, api.RunRequest{Tool: "shared", Argv: []string{"sh", "-c", "echo from-a > /cache/note && stat -c %U /cache/note"}})
 	if err != nil || r.ExitCode != 0 || string(r.Stdout) != "sandbox\n" {
 		t.Fatalf("a's run: %+v %v", r, err)
 	}
+	warm()
 	r, err = b.Run(ctx, api.RunRequest{Tool: "shared", Argv: []string{"cat", "/cache/note"}})
 	if err != nil || string(r.Stdout) != "from-a\n" {
 		t.Errorf("b's run: %+v %v; want what a wrote", r, err)
@@ -214,7 +231,7 @@ tools:
 		t.Errorf("a's volumes: %+v %v; want none of its own", l, err)
 	}
 	ps, err := client.New(sock).Pools(ctx)
-	if err != nil || ps[0].Hits == 0 {
-		t.Errorf("pools: %+v %v; want the runs served warm", ps, err)
+	if err != nil || ps[0].Hits != 2 {
+		t.Errorf("pools: %+v %v; want both runs served warm", ps, err)
 	}
 }
