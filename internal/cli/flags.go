@@ -183,6 +183,13 @@ type allowFlag struct {
 	private bool
 }
 
+// AllowFlag is --allow (or, private, --allow-private) appending to dst,
+// for a command other than run that takes egress destinations (image
+// build).
+func AllowFlag(dst *[]policy.Destination, raw *[]string, private bool) flag.Value {
+	return allowFlag{v: dst, raw: raw, private: private}
+}
+
 func (f allowFlag) String() string { return "" }
 
 func (f allowFlag) Set(s string) error {

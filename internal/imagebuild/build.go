@@ -28,6 +28,7 @@ import (
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/dockerfile"
 	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -45,6 +46,14 @@ type Options struct {
 	// Progress receives a line per step and the output of RUN steps;
 	// nil discards them.
 	Progress io.Writer
+	// Bind, when set, binds each RUN step's sandbox to the build's
+	// egress policy (attach.Bind: the gateway, resolver and audit of
+	// runs); its denials are explained on Progress. Without it a step
+	// has no network at all.
+	Bind func(context.Context, *sandbox.Sandbox) (*runner.Binding, error)
+	// CacheScope keeps builds of different owners (an E2B API key's)
+	// from each other's cache: it is part of every step's key.
+	CacheScope string
 }
 
 // Result is a finished build.
@@ -249,7 +258,7 @@ func (b *builder) derive(ctx context.Context, what string, layer io.ReadSeeker, 
 
 func (b *builder) key(parts ...any) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "airlock build step\n%s\n", b.img.Digest)
+	fmt.Fprintf(h, "airlock build step\n%q\n%s\n", b.o.CacheScope, b.img.Digest)
 	for _, p := range parts {
 		j, _ := json.Marshal(p)
 		h.Write(j)
@@ -339,7 +348,20 @@ func (b *builder) runStep(ctx context.Context, st dockerfile.Step, env []string,
 	defer sb.Destroy(context.WithoutCancel(ctx))
 	time.Sleep(image.SettleTime)
 	since := image.Since()
-	r := sb.Exec(ctx, sandbox.ExecRequest{Argv: st.Args, Env: env, Dir: dir, Stdout: b.o.Progress, Stderr: b.o.Progress, KeepAlive: true})
+	x := sandbox.ExecRequest{Argv: st.Args, Env: env, Dir: dir, Stdout: b.o.Progress, Stderr: b.o.Progress, KeepAlive: true}
+	var r *result.Result
+	if b.o.Bind != nil {
+		bind, err := b.o.Bind(ctx, sb)
+		if err != nil {
+			return nil, fmt.Errorf("the step's network: %w", err)
+		}
+		r = bind.Exec(ctx, x, b.o.Progress)
+		if err := bind.Close(ctx); err != nil {
+			fmt.Fprintf(b.o.Progress, "  the step's network did not close cleanly: %v\n", err)
+		}
+	} else {
+		r = sb.Exec(ctx, x)
+	}
 	switch {
 	case r.Outcome == result.LimitExceeded && r.Limit != nil:
 		return nil, fmt.Errorf("breached its %s limit (ceiling %d %s, observed %d)", r.Limit.Name, r.Limit.Ceiling, r.Limit.Unit, r.Limit.Observed)

@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -189,5 +197,72 @@ func TestBuildRefused(t *testing.T) {
 	}
 	if _, err := Build(t.Context(), Options{Store: st, Runtime: rt}, []byte("FROM nosuch\n"), dir); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("FROM an image not stored: %v", err)
+	}
+}
+
+// TestBuildEgress: a build's RUN reaches what its build named, through
+// the egress gateway, and nothing else: a mirror on loopback named in
+// the policy serves the step, an unnamed destination is refused, and the
+// refusal is in the build's log.
+func TestBuildEgress(t *testing.T) {
+	isolatednet.Require(t)
+	rt := runtimeFor(t)
+	st, _ := baseStore(t)
+	dir := buildContext(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "package from the mirror "+r.URL.Path+"\n")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	mirror, err := policy.Compile(policy.Spec{Host: fmt.Sprintf("mirror.test:%d", port), Addresses: []string{"127.0.0.1"}, Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := attach.Policy{Tool: "image-build", Egress: []policy.Destination{mirror}}
+	var events []result.EgressEvent
+	var mu sync.Mutex
+	pol.OnEgress = func(ev result.EgressEvent) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	}
+	bind := func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+		return attach.Bind(ctx, sb, pol)
+	}
+
+	var progress bytes.Buffer
+	src := fmt.Sprintf("FROM capture-base\nENV PATH=/bin\nRUN wget -q -O /pkg http://mirror.test:%d/pool/tool.deb\n", port)
+	res, err := Build(t.Context(), Options{Store: st, Runtime: rt, Limits: stepLimits(), Progress: &progress, Bind: bind}, []byte(src), dir)
+	if err != nil {
+		t.Fatalf("a build fetching from its named mirror: %v\n%s", err, progress.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(res.Image.Root, "pkg")); err != nil || string(b) != "package from the mirror /pool/tool.deb\n" {
+		t.Errorf("the fetched file in the image: %q %v", b, err)
+	}
+
+	progress.Reset()
+	src = fmt.Sprintf("FROM capture-base\nENV PATH=/bin\nRUN wget -q -O /pkg http://elsewhere.test:%d/x\n", port)
+	_, err = Build(t.Context(), Options{Store: st, Runtime: rt, Limits: stepLimits(), Progress: &progress, Bind: bind}, []byte(src), dir)
+	var se *StepError
+	if !errors.As(err, &se) || se.Line != 3 {
+		t.Fatalf("a build fetching from an unnamed host = %v; want step 3 failing\n%s", err, progress.String())
+	}
+	if !strings.Contains(progress.String(), "egress denied") || !strings.Contains(progress.String(), "elsewhere.test") {
+		t.Errorf("the build's log does not explain the refusal:\n%s", progress.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var allowed, denied bool
+	for _, ev := range events {
+		allowed = allowed || ev.Allow && strings.Contains(ev.Destination, "mirror.test")
+		denied = denied || !ev.Allow && strings.Contains(ev.Destination, "elsewhere.test")
+	}
+	if !allowed || !denied {
+		t.Errorf("the gateway's decisions: %+v; want the mirror allowed and elsewhere.test denied", events)
 	}
 }

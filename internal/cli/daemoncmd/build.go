@@ -15,7 +15,10 @@ import (
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/imagebuild"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/units"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -28,6 +31,10 @@ type buildFlags struct {
 	pids                int64
 	stepTime            time.Duration
 	stateDir, cgroupDir string
+	// allow are the destinations the RUN steps may reach (--allow,
+	// --allow-private); none: no network.
+	allow    []policy.Destination
+	allowRaw []string
 }
 
 // Default ceilings of a build's RUN step: room for a package manager.
@@ -70,6 +77,8 @@ func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 		}
 		return err
 	})
+	fs.Var(cli.AllowFlag(&b.allow, &b.allowRaw, false), "allow", "let RUN steps reach HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT through airlock's egress gateway (repeatable; port 443 if none; default: no network)")
+	fs.Var(cli.AllowFlag(&b.allow, &b.allowRaw, true), "allow-private", "as --allow, for a destination in a private range (a mirror on the local network)")
 	fs.StringVar(&b.stateDir, "state-dir", sandbox.DefaultStateDir, "state directory (advanced)")
 	fs.StringVar(&b.cgroupDir, "cgroup-parent", sandbox.DefaultCgroupParent, "cgroup under which the steps' sandboxes are created (advanced)")
 }
@@ -96,7 +105,12 @@ func (b *buildFlags) run(ctx context.Context, st *image.Store, dir, name string,
 	defer rt.Close()
 	cli.SignalsCaught(ctx) // an interrupted build destroys its step's sandbox
 	start := time.Now()
-	res, err := imagebuild.Build(ctx, imagebuild.Options{Store: st, Runtime: rt, Limits: lim, Args: b.args, Name: name, Progress: stdio.Stderr}, src, dir)
+	o := imagebuild.Options{Store: st, Runtime: rt, Limits: lim, Args: b.args, Name: name, Progress: stdio.Stderr}
+	if len(b.allow) > 0 {
+		pol := attach.Policy{Tool: "image-build", Egress: b.allow}
+		o.Bind = func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) { return attach.Bind(ctx, sb, pol) }
+	}
+	res, err := imagebuild.Build(ctx, o, src, dir)
 	if err != nil {
 		return err
 	}
