@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/cli"
+	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/image"
-	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/imagebuild"
 	"github.com/airlockhq/airlock/internal/runner"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -108,7 +108,9 @@ func (b *buildFlags) run(ctx context.Context, st *image.Store, dir, name string,
 	o := imagebuild.Options{Store: st, Runtime: rt, Limits: lim, Args: b.args, Name: name, Progress: stdio.Stderr}
 	if len(b.allow) > 0 {
 		pol := attach.Policy{Tool: "image-build", Egress: b.allow}
-		o.Bind = func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) { return attach.Bind(ctx, sb, pol) }
+		o.Bind = func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+			return attach.Bind(ctx, sb, pol)
+		}
 	}
 	res, err := imagebuild.Build(ctx, o, src, dir)
 	if err != nil {
