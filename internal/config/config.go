@@ -72,6 +72,9 @@ type Config struct {
 	// Tracing configures the daemon's OpenTelemetry traces; off unless
 	// its endpoint is set.
 	Tracing Tracing
+	// Builds, when set, lets tokens with builds: true build E2B
+	// templates on the daemon.
+	Builds *Builds
 }
 
 // Tool is one named sandbox profile: what an agent asks for by name.
@@ -385,6 +388,8 @@ func Parse(file string, data []byte) (*Config, error) {
 			err = p.cluster(f.val, c)
 		case "tracing":
 			err = p.tracing(f.val, c)
+		case "builds":
+			err = p.builds(f.val, c)
 		}
 		if err != nil {
 			return nil, err

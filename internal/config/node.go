@@ -41,6 +41,7 @@ type parser struct {
 	secretRefs  []secretRef
 	serviceRefs []serviceRefs
 	toolRefs    []toolRef
+	buildTool   *toolRef // builds.tool, which must be a tool (not an MCP server)
 }
 
 // errAt returns an *Error located at n.

@@ -72,6 +72,11 @@ func (p *parser) checkRefs(c *Config) error {
 			return p.errAt(r.node, r.at, "undefined tool or MCP server %s (%s)", quote(r.name), defined("tools", append(slices.Clone(c.Order), c.MCPServerOrder...)))
 		}
 	}
+	if r := p.buildTool; r != nil {
+		if _, ok := c.Tools[r.name]; !ok {
+			return p.errAt(r.node, r.at, "undefined tool %s (%s)", quote(r.name), defined("tools", c.Order))
+		}
+	}
 	for _, r := range p.serviceRefs {
 		// from remembers which service set each variable first.
 		from := map[string]*brokerspec.Service{}

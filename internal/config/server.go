@@ -12,7 +12,7 @@ import (
 
 var (
 	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
-	tokenKeys    = []string{"auditor", "concurrency", "name", "paused", "secret", "snapshots", "tools", "volumes"}
+	tokenKeys    = []string{"auditor", "builds", "concurrency", "name", "paused", "secret", "snapshots", "tools", "volumes"}
 	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes", "snapshot_bytes", "snapshots", "volume_bytes", "volumes"}
 )
 
@@ -107,7 +107,10 @@ type Token struct {
 	// itself (its runs, sessions, requests and refusals), since another
 	// caller's command lines may carry that caller's secrets.
 	Auditor bool
-	Line    int
+	// Builds lets the token build E2B templates (the config's builds
+	// section); its templates are its own.
+	Builds bool
+	Line   int
 }
 
 // AllowsTool reports whether the token may use tool.
@@ -237,7 +240,7 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 	var out []Token
 	for i, item := range items {
 		sub := index(at, i)
-		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused, snapshots, volumes and auditor", tokenKeys)
+		fs, err := p.fields(item, sub, "a mapping with name, secret, tools, concurrency, paused, snapshots, volumes, auditor and builds", tokenKeys)
 		if err != nil {
 			return nil, err
 		}
@@ -255,6 +258,8 @@ func (p *parser) tokens(n *yaml.Node, at string) ([]Token, error) {
 				}
 			case "auditor":
 				t.Auditor, err = p.boolean(f.val, fsub)
+			case "builds":
+				t.Builds, err = p.boolean(f.val, fsub)
 			case "concurrency":
 				var n int64
 				n, err = p.integer(f.val, fsub, 1, 1<<20)

@@ -17,7 +17,7 @@ import (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	topKeys     = []string{"audit", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools", "tracing"}
+	topKeys     = []string{"audit", "builds", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools", "tracing"}
 	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "volumes", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"kernels", "warm"}

@@ -14,9 +14,12 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/templates"
 	"github.com/airlockhq/airlock/internal/tokens"
 	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/result"
@@ -135,6 +138,17 @@ func (f *fakeCore) RecordCode(string, *node.Session, node.Code) {}
 func (f *fakeCore) RecordPort(string, *node.Session, node.Port) {}
 func (f *fakeCore) SessionsOf(*node.Caller) []*node.Session     { return nil }
 func (f *fakeCore) StartKernel(context.Context, *node.Session, string, string, string, []string) (*node.Kernel, error) {
+	return nil, node.ErrGone
+}
+
+func (f *fakeCore) Templates() (*templates.Manager, error) {
+	return nil, errors.New("no templates in the fake")
+}
+func (f *fakeCore) BuildSettings(*node.Caller, string) (templates.Settings, error) {
+	return templates.Settings{}, errdefs.New(errdefs.ErrDenied, "no builds in the fake")
+}
+func (f *fakeCore) BuildTool() *config.Tool { return nil }
+func (f *fakeCore) OpenFromImage(context.Context, *config.Tool, *image.Image, string, string, *node.Caller, time.Duration, time.Duration, *attach.Policy, []node.VolumeMount) (*node.Session, error) {
 	return nil, node.ErrGone
 }
 

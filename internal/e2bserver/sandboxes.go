@@ -23,6 +23,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
@@ -38,7 +39,9 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 	// E2B's timeout ends the sandbox however busy it is: the session's
 	// lifetime; its idle timeout is the longest allowed.
 	var s *node.Session
-	if spec.snap != nil {
+	if spec.img != nil {
+		s, err = d.OpenFromImage(r.Context(), spec.tool, spec.img, spec.template, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
+	} else if spec.snap != nil {
 		s, err = d.OpenFromSnapshot(r.Context(), *spec.snap, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
 	} else {
 		s, err = d.OpenSessionWith(r.Context(), spec.tool, edge.ClientOf(r), c, node.MaxLife, spec.life, spec.narrowed, spec.mounts)
@@ -61,8 +64,12 @@ func (d *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *node.Calle
 // the snapshot (of that tool) to fill its sandbox from, and what the
 // sandbox is given.
 type createSpec struct {
-	tool      *config.Tool
-	snap      *snapshot.Meta // nil: a sandbox of the tool's image alone
+	tool *config.Tool
+	snap *snapshot.Meta // nil: a sandbox of the tool's image alone
+	// img is a built template's image (template its id), in place of
+	// the tool's.
+	img       *image.Image
+	template  string
 	life      time.Duration
 	metadata  map[string]string
 	envVars   map[string]string
@@ -114,9 +121,16 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 		return spec, errdefs.New(errdefs.ErrInvalid, "the body is not a sandbox request: "+httpx.DescribeJSON(err))
 	}
 
-	t, snap, err := d.e2bTemplate(req.TemplateID, c)
+	t, snap, built, err := d.e2bTemplate(req.TemplateID, c)
 	if err != nil {
 		return spec, err
+	}
+	if built {
+		tpl, img, err := d.findBuilt(req.TemplateID, c)
+		if err != nil {
+			return spec, err
+		}
+		spec.template, spec.img = tpl.ID, img
 	}
 	if !c.Allows(t.Name) {
 		d.Counts().Forbidden.Add(1)
@@ -143,35 +157,39 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 	if err != nil {
 		return spec, err
 	}
-	return createSpec{tool: t, snap: snap, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc,
+	return createSpec{tool: t, snap: snap, img: spec.img, template: spec.template, life: life, metadata: req.Metadata, envVars: req.EnvVars, narrowed: narrowed, lifecycle: lc,
 		mounts: mounts, volumes: req.VolumeMounts}, nil
 }
 
 // e2bTemplate is the tool a create's templateID names (by its name or
-// one of its e2b_templates), or else the snapshot of c's of that id or
-// name, with its tool. Tools come first: a snapshot whose name is also a
-// template's (a tool added to the config after it was taken) is reached
-// by its id. Another key's snapshot is not found, as a template that is
-// not there: the answer never tells which snapshots exist.
-func (d *Server) e2bTemplate(id string, c *node.Caller) (*config.Tool, *snapshot.Meta, error) {
+// one of its e2b_templates), or else c's built template of that id or
+// name (built: of the builds' tool), or else the snapshot of c's of that
+// id or name, with its tool. Tools come first: a snapshot whose name is
+// also a template's (a tool added to the config after it was taken) is
+// reached by its id. Another key's template or snapshot is not found,
+// as a template that is not there: the answer never tells which exist.
+func (d *Server) e2bTemplate(id string, c *node.Caller) (t *config.Tool, snap *snapshot.Meta, built bool, err error) {
 	if id == "" {
-		return nil, nil, errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
+		return nil, nil, false, errdefs.New(errdefs.ErrInvalid, "templateID names the airlock tool to run; it is required")
 	}
 	if t := d.tools().E2BTemplate(id); t != nil {
-		return t, nil, nil
+		return t, nil, false, nil
+	}
+	if t, ok, err := d.builtTemplate(id, c); err != nil || ok {
+		return t, nil, ok, err
 	}
 	m, err := d.FindSnapshot(c, id)
 	switch {
 	case err == nil:
 		t := d.tools().Tools[m.Tool]
 		if t == nil {
-			return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, node.Shorten(m.Tool))
+			return nil, nil, false, errdefs.Errorf(errdefs.ErrNotFound, "snapshot %s is of tool %q, which this node no longer has", m.ID, node.Shorten(m.Tool))
 		}
-		return t, &m, nil
+		return t, &m, false, nil
 	case errdefs.IsNotFound(err):
-		return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools, by name or by a name in their e2b_templates (%s), or a snapshot of this API key's", node.Shorten(id), strings.Join(d.templateNames(), ", "))
+		return nil, nil, false, errdefs.Errorf(errdefs.ErrNotFound, "no template %q: templates are airlock's tools, by name or by a name in their e2b_templates (%s), templates this API key built, or its snapshots", node.Shorten(id), strings.Join(d.templateNames(), ", "))
 	default:
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 }
 

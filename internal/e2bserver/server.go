@@ -22,10 +22,12 @@ import (
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/edge"
 	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
 	"github.com/airlockhq/airlock/internal/snapshot"
+	"github.com/airlockhq/airlock/internal/templates"
 	"github.com/airlockhq/airlock/internal/volume"
 	"github.com/airlockhq/airlock/result"
 
@@ -136,6 +138,10 @@ type Core interface {
 	RecordPort(client string, s *node.Session, p node.Port)
 	SessionsOf(c *node.Caller) []*node.Session
 	StartKernel(ctx context.Context, s *node.Session, client, language, cwd string, env []string) (*node.Kernel, error)
+	Templates() (*templates.Manager, error)
+	BuildSettings(c *node.Caller, client string) (templates.Settings, error)
+	BuildTool() *config.Tool
+	OpenFromImage(ctx context.Context, t *config.Tool, img *image.Image, tmpl, client string, c *node.Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []node.VolumeMount) (*node.Session, error)
 }
 
 var _ Core = (*node.Node)(nil)

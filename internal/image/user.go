@@ -34,6 +34,17 @@ func resolveUser(root string, c *Config) error {
 	return nil
 }
 
+// ResolveUser resolves a user as USER or --chown give it ("uid",
+// "uid:gid", "name", "name:group") in the image root's own /etc/passwd
+// and /etc/group (a build step's image).
+func ResolveUser(root, user string) (uid, gid uint32, err error) {
+	c := Config{User: user}
+	if err := resolveUser(root, &c); err != nil {
+		return 0, 0, err
+	}
+	return *c.UID, *c.GID, nil
+}
+
 // lookupID resolves a number or a name in an /etc/passwd- or /etc/group-
 // style file. For passwd it also returns the user's primary group.
 func lookupID(root, file, name string, passwd bool) (uint32, uint32, error) {

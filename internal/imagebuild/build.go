@@ -51,9 +51,24 @@ type Options struct {
 	// runs); its denials are explained on Progress. Without it a step
 	// has no network at all.
 	Bind func(context.Context, *sandbox.Sandbox) (*runner.Binding, error)
+	// OnStep, when set, is called with each step's index before it
+	// runs (a log that tags its lines by step).
+	OnStep func(int)
+	// NoCacheFrom, when above 0, is the first step (1-based) whose
+	// image is made again rather than taken from the cache, and so every
+	// step after it (E2B's force).
+	NoCacheFrom int
 	// CacheScope keeps builds of different owners (an E2B API key's)
 	// from each other's cache: it is part of every step's key.
 	CacheScope string
+}
+
+// DefaultLimits are a RUN step's ceilings unless the caller says
+// otherwise: room for a package manager.
+func DefaultLimits() sandbox.Limits {
+	l := sandbox.DefaultLimits()
+	l.Memory, l.Disk, l.Pids, l.Time = 2<<30, 4<<30, 512, 30*time.Minute
+	return l
 }
 
 // Result is a finished build.
@@ -66,12 +81,15 @@ type Result struct {
 // StepError is a step that failed: which, and how.
 type StepError struct {
 	Step  int // 1-based
-	Line  int
+	Line  int // in the Dockerfile; 0 for steps of no file (E2B's)
 	Text  string
 	Cause error
 }
 
 func (e *StepError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("step %d (%s): %v", e.Step, clip(e.Text), e.Cause)
+	}
 	return fmt.Sprintf("step %d (Dockerfile line %d, %s): %v", e.Step, e.Line, clip(e.Text), e.Cause)
 }
 
@@ -90,36 +108,41 @@ func Build(ctx context.Context, o Options, src []byte, dir string) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
 	base, err := o.Store.Resolve(f.From)
 	if err != nil {
 		return nil, fmt.Errorf("FROM %s (line %d): %w (import or pull it first)", f.From, f.FromLine, err)
 	}
-	ctxDir, err := os.Open(dir)
-	if err != nil {
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "the build's context: %v", err)
+	return BuildSteps(ctx, o, base, f.Steps, func(int) (string, error) { return dir, nil })
+}
+
+// BuildSteps builds steps on the image base; contextOf gives a COPY
+// step (by index) the directory its sources are read from.
+func BuildSteps(ctx context.Context, o Options, base *image.Image, steps []dockerfile.Step, contextOf func(int) (string, error)) (*Result, error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
 	}
-	defer ctxDir.Close()
-	b := &builder{o: o, ctxDir: ctxDir, img: base, cfg: base.Config, args: map[string]string{}}
+	b := &builder{o: o, contextOf: contextOf, img: base, cfg: base.Config, args: map[string]string{}}
 	b.cfg.Env = slices.Clone(b.cfg.Env)
-	res := &Result{Steps: len(f.Steps)}
+	res := &Result{Steps: len(steps)}
 	// The last step that makes a layer gets the file's final config, so
 	// that trailing CMD, LABEL and the like make no step of their own.
 	last := -1
-	for i, st := range f.Steps {
+	for i, st := range steps {
 		if st.Kind == dockerfile.Run || st.Kind == dockerfile.Copy || st.Kind == dockerfile.Add || st.Kind == dockerfile.Workdir {
 			last = i
 		}
 	}
-	final := b.finalConfig(f.Steps)
-	for i, st := range f.Steps {
-		fmt.Fprintf(o.Progress, "step %d/%d: %s\n", i+1, len(f.Steps), clip(st.Text))
+	final := b.finalConfig(steps)
+	for i, st := range steps {
+		if o.OnStep != nil {
+			o.OnStep(i)
+		}
+		fmt.Fprintf(o.Progress, "step %d/%d: %s\n", i+1, len(steps), clip(st.Text))
 		cfgFor := b.cfg
 		if i == last {
 			cfgFor = final
 		}
+		b.index = i
 		cached, err := b.step(ctx, st, cfgFor)
 		if err != nil {
 			return nil, &StepError{Step: i + 1, Line: st.Line, Text: st.Text, Cause: err}
@@ -146,8 +169,9 @@ func Build(ctx context.Context, o Options, src []byte, dir string) (*Result, err
 }
 
 type builder struct {
-	o      Options
-	ctxDir *os.File
+	o         Options
+	contextOf func(int) (string, error)
+	index     int // the step running
 	img    *image.Image
 	cfg    image.Config
 	// args are the ARGs in effect: in RUN's environment, not the image's.
@@ -269,9 +293,11 @@ func (b *builder) key(parts ...any) string {
 
 // cached takes the image key names from the cache, or makes it.
 func (b *builder) cached(key string, mk func() (*image.Image, error)) (bool, error) {
-	if img, ok := b.o.Store.Cached(key); ok {
-		b.img = img
-		return true, nil
+	if b.o.NoCacheFrom <= 0 || b.index+1 < b.o.NoCacheFrom {
+		if img, ok := b.o.Store.Cached(key); ok {
+			b.img = img
+			return true, nil
+		}
 	}
 	img, err := mk()
 	if err != nil {
@@ -325,18 +351,11 @@ func (b *builder) user() (*sandbox.User, error) {
 		}
 		return u, nil
 	}
-	name, group, _ := strings.Cut(b.cfg.User, ":")
-	uid, err := strconv.ParseUint(name, 10, 32)
+	uid, gid, err := image.ResolveUser(b.img.Root, b.cfg.User)
 	if err != nil {
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "USER %s: a name is resolved once a step has made the image; give a number here", b.cfg.User)
+		return nil, fmt.Errorf("USER %s: %w", b.cfg.User, err)
 	}
-	gid := uid
-	if group != "" {
-		if gid, err = strconv.ParseUint(group, 10, 32); err != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "USER %s: give the group as a number", b.cfg.User)
-		}
-	}
-	return &sandbox.User{UID: uint32(uid), GID: uint32(gid)}, nil
+	return &sandbox.User{UID: uid, GID: gid}, nil
 }
 
 func (b *builder) runStep(ctx context.Context, st dockerfile.Step, env []string, dir string, user *sandbox.User) (*os.File, error) {
@@ -498,17 +517,11 @@ func (b *builder) parents(tw *tar.Writer, rel string, self bool) error {
 func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 	uid, gid := 0, 0
 	if st.Chown != "" {
-		u, g, hasGroup := strings.Cut(st.Chown, ":")
-		a, err1 := strconv.ParseUint(u, 10, 16)
-		c := a
-		var err2 error
-		if hasGroup {
-			c, err2 = strconv.ParseUint(g, 10, 16)
+		u, g, err := image.ResolveUser(b.img.Root, st.Chown)
+		if err != nil {
+			return nil, fmt.Errorf("--chown=%s: %w", st.Chown, err)
 		}
-		if err1 != nil || err2 != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "--chown=%s: give numeric ids (names are not resolved yet)", st.Chown)
-		}
-		uid, gid = int(a), int(c)
+		uid, gid = int(u), int(g)
 	}
 	var mode int64 = -1
 	if st.Chmod != "" {
@@ -535,6 +548,15 @@ func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 		return nil, err
 	}
 	w := &ctxWriter{tw: tw, uid: uid, gid: gid, mode: mode}
+	dir, err := b.contextOf(b.index)
+	if err != nil {
+		return fail(err)
+	}
+	ctxDir, err := os.Open(dir)
+	if err != nil {
+		return fail(errdefs.Errorf(errdefs.ErrInvalid, "the build's context: %v", err))
+	}
+	defer ctxDir.Close()
 	for _, src := range st.Sources {
 		if strings.ContainsAny(src, "*?[") {
 			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: wildcards are not supported yet; name the files", st.Kind, src))
@@ -543,7 +565,7 @@ func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 		if slices.Contains(strings.Split(src, "/"), "..") {
 			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: the source is outside the build's context", st.Kind, src))
 		}
-		fd, isDir, err := openInContext(b.ctxDir, rel)
+		fd, isDir, err := openInContext(ctxDir, rel)
 		if err != nil {
 			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: %v", st.Kind, src, err))
 		}
@@ -663,7 +685,10 @@ func (w *ctxWriter) copy(fd int, isDir bool, name string) error {
 		// A directory below the source's: the source's own are its
 		// destination's, made above.
 		h := w.header(&st, name+"/")
-		h.Typeflag = tar.TypeDir
+		// A directory's time is when a name in it last changed (an
+		// E2B upload's, when it was unpacked): not part of the layer,
+		// or no copy of a directory would ever be a cache hit.
+		h.Typeflag, h.ModTime = tar.TypeDir, time.Unix(0, 0).UTC()
 		if err := w.tw.WriteHeader(h); err != nil {
 			return err
 		}

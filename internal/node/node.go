@@ -108,6 +108,7 @@ type Node struct {
 	holds  holds
 	paused pausedHolds
 	snaps  snapshots
+	tpl    builds
 	vols   volumes
 	kept   kept
 	// keeping counts the pauses whose files are being kept; Stop waits
@@ -420,6 +421,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	} else if c > 0 {
 		n.opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", c)
 	}
+	n.closeTemplates()
 	n.rt.Close()
 	n.closeVolumes()
 	n.snaps.mu.Lock()

@@ -448,12 +448,21 @@ func (n *Node) OpenSession(ctx context.Context, t *config.Tool, client string, c
 // mounts say, in a sandbox made for the session; each volume is in use
 // (it cannot be deleted) until the session ends.
 func (n *Node) OpenSessionWith(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount) (*Session, error) {
-	return n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, nil)
+	return n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, fresh{})
+}
+
+// fresh is what a session's sandbox is made from other than its tool's
+// pool: a snapshot's files, or another image.
+type fresh struct {
+	seed *sandbox.Seed
+	// spec replaces the tool's (its tool with a built template's image:
+	// attach.For's translation with that image).
+	spec *sandbox.Spec
 }
 
 // openSession is OpenSessionWith, with the fresh sandbox's /workspace
 // and /tmp starting from seed when it is set (a snapshot's files).
-func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount, seed *sandbox.Seed) (*Session, error) {
+func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c *Caller, idle, life time.Duration, narrowed *attach.Policy, mounts []VolumeMount, from fresh) (*Session, error) {
 	if err := n.Authorize(c, t.Name); err != nil {
 		return nil, err
 	}
@@ -497,8 +506,8 @@ func (n *Node) openSession(ctx context.Context, t *config.Tool, client string, c
 	}
 	var sb *sandbox.Sandbox
 	var bind *runner.Binding
-	if len(vols) > 0 || seed != nil {
-		sb, bind, err = n.createBound(ctx, t, scope, narrowed, vols, seed)
+	if len(vols) > 0 || from.seed != nil || from.spec != nil {
+		sb, bind, err = n.createBound(ctx, t, scope, narrowed, vols, from)
 	} else {
 		sb, bind, err = n.claimBound(ctx, t, scope, narrowed)
 	}

@@ -321,7 +321,7 @@ func (n *Node) OpenFromSnapshot(ctx context.Context, m snapshot.Meta, client str
 		if disk := n.plan(t.Name).Spec.Limits.Disk; m.Size > disk {
 			return nil, n.tooBig(m, t.Name)
 		}
-		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, &sandbox.Seed{Dir: dir, Lock: lock})
+		s, err := n.openSession(ctx, t, client, c, idle, life, narrowed, mounts, fresh{seed: &sandbox.Seed{Dir: dir, Lock: lock}})
 		if err != nil {
 			return nil, err
 		}

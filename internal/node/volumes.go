@@ -333,10 +333,13 @@ func (n *Node) attachVolumes(c *Caller, mounts []VolumeMount) (vs []sandbox.Volu
 // createBound makes a sandbox of t for a session, with vols attached and
 // starting from seed (a warm one has neither), and binds t's policy to
 // it, as claimBound.
-func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume, seed *sandbox.Seed) (*sandbox.Sandbox, *runner.Binding, error) {
+func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope, narrowed *attach.Policy, vols []sandbox.Volume, from fresh) (*sandbox.Sandbox, *runner.Binding, error) {
 	spec := n.plan(t.Name).Spec
+	if from.spec != nil {
+		spec = *from.spec
+	}
 	spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
-	spec.Seed = seed
+	spec.Seed = from.seed
 	start := time.Now()
 	sb, err := n.rt.Create(ctx, spec)
 	if err != nil {

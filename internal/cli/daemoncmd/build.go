@@ -37,17 +37,10 @@ type buildFlags struct {
 	allowRaw []string
 }
 
-// Default ceilings of a build's RUN step: room for a package manager.
-const (
-	defaultStepMemory = 2 << 30
-	defaultStepDisk   = 4 << 30
-	defaultStepPids   = 512
-	defaultStepTime   = 30 * time.Minute
-)
-
 func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 	b.args = map[string]string{}
-	b.memory, b.disk, b.pids, b.stepTime = defaultStepMemory, defaultStepDisk, defaultStepPids, defaultStepTime
+	d := imagebuild.DefaultLimits()
+	b.memory, b.disk, b.pids, b.stepTime = d.Memory, d.Disk, d.Pids, d.Time
 	fs.StringVar(&b.file, "f", "", "the Dockerfile (default: CONTEXT/Dockerfile)")
 	fs.StringVar(name, "name", "", "name for the image built")
 	fs.Func("build-arg", "K=V: a value for the Dockerfile's ARG K (repeatable)", func(v string) error {
@@ -69,7 +62,7 @@ func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 	}
 	fs.Func("memory", "memory ceiling of each RUN step's sandbox (default 2GiB)", size(&b.memory))
 	fs.Func("disk", "disk ceiling of each RUN step's sandbox: what it may write (default 4GiB)", size(&b.disk))
-	fs.Int64Var(&b.pids, "pids", defaultStepPids, "process ceiling of each RUN step's sandbox")
+	fs.Int64Var(&b.pids, "pids", d.Pids, "process ceiling of each RUN step's sandbox")
 	fs.Func("time", "time ceiling of each RUN step (default 30m)", func(v string) error {
 		d, err := units.ParseDuration(v)
 		if err == nil {

@@ -1,0 +1,72 @@
+// E2B's Template SDK against airlock (its path in E2B_SDK): a template
+// built from an image of airlock's store, with a file copied from this
+// script's context (CONTEXT), an environment variable, a RUN fetching
+// from the mirror its build may reach (MIRROR) and a working directory;
+// a sandbox created from it; the same build again, from the cache; a
+// RUN reaching an unnamed host and one over the memory ceiling, each
+// failing with why; what another key (OTHER_KEY) cannot do. Prints one
+// JSON line per step for TestE2BTemplateBuildJS to check.
+const { Sandbox, Template } = await import(process.env.E2B_SDK);
+const out = (k, v) => console.log(JSON.stringify({ k, v }));
+const other = { apiKey: process.env.OTHER_KEY };
+const ctx = process.env.CONTEXT;
+const mirror = process.env.MIRROR;
+const kill = [];
+
+const template = () =>
+  Template({ fileContextPath: ctx })
+    .fromImage('busybox-base')
+    .copy('hello.sh', '/opt/app/hello.sh', { mode: 0o755 })
+    .copy('data', '/opt/app/data')
+    .setEnvs({ GREETING: 'hi' })
+    .runCmd(`wget -q -O /opt/app/pkg http://${mirror}/pool/tool.deb`)
+    .setWorkdir('/opt/app');
+
+async function build(tpl, name, opts = {}) {
+  const logs = [];
+  try {
+    const info = await Template.build(tpl, name, { ...opts, onBuildLogs: (l) => logs.push(String(l.message)) });
+    return { ok: true, info, logs };
+  } catch (e) {
+    return { ok: false, error: `${e.name}: ${e.message}`, logs };
+  }
+}
+
+try {
+  const first = await build(template(), 'my-tool');
+  if (!first.ok) throw new Error('first build: ' + first.error + '\n' + first.logs.join('\n'));
+  out('built', [first.info.name, typeof first.info.templateId, first.logs.some((l) => l.includes('Uploaded'))]);
+  out('exists', [await Template.exists('my-tool'), await Template.exists('no-such-tool')]);
+
+  const sbx = await Sandbox.create('my-tool', { timeoutMs: 60000 });
+  kill.push(sbx);
+  const hello = await sbx.commands.run('/opt/app/hello.sh');
+  out('hello', hello.stdout);
+  out('files', [(await sbx.commands.run('cat /opt/app/pkg /opt/app/data/a.txt /opt/app/data/sub/b.txt')).stdout, (await sbx.commands.run('pwd')).stdout]);
+  out('byid', (await Sandbox.create(first.info.templateId, { timeoutMs: 30000 }).then((s) => (kill.push(s), s.commands.run('cat /opt/app/data/a.txt')))).stdout);
+
+  const again = await build(template(), 'my-tool');
+  out('again', [again.ok, again.logs.filter((l) => l.trim() === 'cached').length, again.logs.some((l) => l.includes('Skipping upload'))]);
+
+  const denied = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd(`wget -q -O- http://elsewhere.test:${mirror.split(':')[1]}/x`), 'denied');
+  out('denied', [denied.ok, denied.error, denied.logs.some((l) => l.includes('egress denied') && l.includes('elsewhere.test'))]);
+  const big = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd('head -c 400000000 /dev/zero | tail'), 'big');
+  out('memory', [big.ok, big.error]);
+  const nobase = await build(Template({ fileContextPath: ctx }).fromImage('no-such-image').runCmd('true'), 'nobase');
+  out('nobase', [nobase.ok, nobase.error]);
+
+  try {
+    const s = await Sandbox.create('my-tool', other);
+    kill.push(s);
+    out('othercreate', 'created');
+  } catch (e) {
+    out('othercreate', String(e.message));
+  }
+  out('otherexists', await Template.exists('my-tool', other));
+  const otherBuild = await build(template(), 'mine', other);
+  out('otherbuild', [otherBuild.ok, otherBuild.error]);
+} catch (e) {
+  out('fatal', String(e.stack || e));
+} finally {
+  for (const s of kill) await s.kill().catch(() => {});
+}

@@ -1,0 +1,365 @@
+// Package templates builds and keeps the E2B templates of a node's API
+// keys (the Template SDK's Template.build; docs/decisions/0034): a
+// build's steps run in airlock sandboxes through imagebuild, its COPY
+// sources are the archives the SDK uploads by content hash, and a
+// template is a name of its owner's for an image of the store.
+//
+// Everything is its owner's (a token's): a template, its builds, its
+// uploads and its build cache are never found by another token, and
+// answer as if they were not there.
+package templates
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/errdefs"
+	"github.com/airlockhq/airlock/internal/image"
+	"github.com/airlockhq/airlock/internal/runner"
+	"github.com/airlockhq/airlock/sandbox"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Dir holds templates.json and the uploads; made if missing.
+	Dir     string
+	Store   *image.Store
+	Runtime *sandbox.Runtime
+	Logger  *slog.Logger
+}
+
+// Settings are the config's builds section, as the runtime takes it.
+type Settings struct {
+	Limits      sandbox.Limits
+	Concurrency int
+	UploadMax   int64
+	// Bind binds a step's sandbox to the build's egress policy, its
+	// decisions recorded for owner and build; nil: no network.
+	Bind func(owner, build string) func(context.Context, *sandbox.Sandbox) (*runner.Binding, error)
+}
+
+// Template is a name of its owner's for the images of its builds.
+type Template struct {
+	ID      string    `json:"id"`
+	Owner   string    `json:"owner"`
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	// Tags map a tag to its build; "default" is the name's own.
+	Tags map[string]Tagged `json:"tags"`
+}
+
+// Tagged is a finished build a tag points at.
+type Tagged struct {
+	Build  string    `json:"build"`
+	Digest string    `json:"digest"`
+	At     time.Time `json:"at"`
+}
+
+// DefaultTag is the tag of a name given without one.
+const DefaultTag = "default"
+
+// Manager keeps a node's templates and runs their builds.
+type Manager struct {
+	o Options
+
+	ctx    context.Context // ends at Close: every build is cancelled
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	sem    chan struct{}
+
+	mu        sync.Mutex // guards what follows, and templates.json
+	templates map[string]*Template
+	builds    map[string]*Build
+	uploads   map[string]*pendingUpload
+}
+
+// Open reads the templates kept in o.Dir.
+func Open(o Options) (*Manager, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Join(o.Dir, "uploads"), 0o700); err != nil {
+		return nil, err
+	}
+	m := &Manager{o: o, templates: map[string]*Template{}, builds: map[string]*Build{}, uploads: map[string]*pendingUpload{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	b, err := os.ReadFile(filepath.Join(o.Dir, "templates.json"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		var list []*Template
+		if err := json.Unmarshal(b, &list); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(o.Dir, "templates.json"), err)
+		}
+		for _, t := range list {
+			m.templates[t.ID] = t
+		}
+	}
+	return m, nil
+}
+
+// Close cancels the builds running and waits for them to end (their
+// sandboxes destroyed).
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+// save writes templates.json; m.mu is held.
+func (m *Manager) save() error {
+	list := make([]*Template, 0, len(m.templates))
+	for _, t := range m.templates {
+		list = append(list, t)
+	}
+	slices.SortFunc(list, func(a, b *Template) int { return strings.Compare(a.ID, b.ID) })
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(m.o.Dir, ".templates.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(m.o.Dir, "templates.json"))
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newUUID is a random (version 4) UUID, as E2B's build ids are.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// SplitName splits "name:tag"; a name alone has DefaultTag.
+func SplitName(s string) (name, tag string, err error) {
+	name, tag, hasTag := strings.Cut(s, ":")
+	if !hasTag {
+		tag = DefaultTag
+	}
+	if !validName(name) || !validName(tag) {
+		return "", "", errdefs.Errorf(errdefs.ErrInvalid, "template name %q: want NAME or NAME:TAG, each 1-64 lower-case letters, digits, '.', '_' or '-'", clip(s))
+	}
+	return name, tag, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}
+
+// byName is owner's template named name; m.mu is held.
+func (m *Manager) byName(owner, name string) *Template {
+	for _, t := range m.templates {
+		if t.Owner == owner && t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// lookup is owner's template by id or name ("name:tag" too) and the tag
+// asked for; m.mu is held. Another owner's is not found.
+func (m *Manager) lookup(owner, ref string) (*Template, string) {
+	if t, ok := m.templates[ref]; ok && t.Owner == owner {
+		return t, DefaultTag
+	}
+	name, tag, err := SplitName(ref)
+	if err != nil {
+		return nil, ""
+	}
+	return m.byName(owner, name), tag
+}
+
+// Requested is a build made ready by Request.
+type Requested struct {
+	TemplateID, BuildID string
+	Name                string
+	Tags                []string
+}
+
+// Request makes owner's template named name (or finds it) and a build
+// of it, waiting for its steps (Start): E2B's POST /v3/templates.
+func (m *Manager) Request(owner, name string, tags []string) (Requested, error) {
+	name, tag, err := SplitName(name)
+	if err != nil {
+		return Requested{}, err
+	}
+	all := []string{tag}
+	for _, t := range tags {
+		if !validName(t) {
+			return Requested{}, errdefs.Errorf(errdefs.ErrInvalid, "tag %q: want 1-64 lower-case letters, digits, '.', '_' or '-'", clip(t))
+		}
+		if !slices.Contains(all, t) {
+			all = append(all, t)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.byName(owner, name)
+	if t == nil {
+		t = &Template{ID: randomID(10), Owner: owner, Name: name, Created: time.Now().UTC(), Tags: map[string]Tagged{}}
+		m.templates[t.ID] = t
+		if err := m.save(); err != nil {
+			delete(m.templates, t.ID)
+			return Requested{}, err
+		}
+	}
+	m.pruneBuilds()
+	b := &Build{ID: newUUID(), Template: t.ID, Owner: owner, Tags: all, Status: StatusWaiting, created: time.Now()}
+	m.builds[b.ID] = b
+	return Requested{TemplateID: t.ID, BuildID: b.ID, Name: name, Tags: all}, nil
+}
+
+// maxBuilds bounds the builds remembered (their status and logs); the
+// oldest finished go first.
+const maxBuilds = 256
+
+// pruneBuilds forgets the oldest finished builds past maxBuilds, and
+// requested builds never started after a day; m.mu is held.
+func (m *Manager) pruneBuilds() {
+	for id, b := range m.builds {
+		if b.Status == StatusWaiting && !b.started && time.Since(b.created) > 24*time.Hour {
+			delete(m.builds, id)
+		}
+	}
+	if len(m.builds) < maxBuilds {
+		return
+	}
+	var done []*Build
+	for _, b := range m.builds {
+		if b.Status == StatusReady || b.Status == StatusError {
+			done = append(done, b)
+		}
+	}
+	slices.SortFunc(done, func(a, b *Build) int { return a.created.Compare(b.created) })
+	for _, b := range done[:max(0, len(m.builds)-maxBuilds+1)] {
+		delete(m.builds, b.ID)
+	}
+}
+
+// Find is the image of owner's template ref (its id, name or
+// name:tag): the build its tag points at.
+func (m *Manager) Find(owner, ref string) (*Template, *image.Image, error) {
+	m.mu.Lock()
+	t, tag := m.lookup(owner, ref)
+	var tg Tagged
+	ok := false
+	if t != nil {
+		tg, ok = t.Tags[tag]
+	}
+	m.mu.Unlock()
+	if t == nil {
+		return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "no template %q of this API key", clip(ref))
+	}
+	if !ok {
+		return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "template %s has no finished build tagged %q", t.Name, tag)
+	}
+	img, err := m.o.Store.Resolve(tg.Digest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("template %s:%s: its image %s: %w", t.Name, tag, tg.Digest, err)
+	}
+	return t, img, nil
+}
+
+// Get is owner's template by id or name, for the alias check.
+func (m *Manager) Get(owner, ref string) (*Template, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, _ := m.lookup(owner, ref)
+	if t == nil {
+		return nil, false
+	}
+	c := *t
+	return &c, true
+}
+
+// imageName is the store's name of a template's build: it holds the
+// image while a tag points at it.
+func imageName(templateID, build string) string {
+	return "airlock-template/" + templateID + ":" + build
+}
+
+// Delete removes owner's template ref (id or name) and its images once
+// no sandbox uses them.
+func (m *Manager) Delete(owner, ref string) error {
+	m.mu.Lock()
+	t, _ := m.lookup(owner, ref)
+	if t == nil {
+		m.mu.Unlock()
+		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q of this API key", clip(ref))
+	}
+	delete(m.templates, t.ID)
+	err := m.save()
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, b := range distinctBuilds(t) {
+		m.untag(t.ID, b)
+	}
+	return nil
+}
+
+func distinctBuilds(t *Template) []string {
+	var out []string
+	for _, tg := range t.Tags {
+		if !slices.Contains(out, tg.Build) {
+			out = append(out, tg.Build)
+		}
+	}
+	return out
+}
+
+// untag drops the store's name of a build's image: the store's gc then
+// reclaims it when nothing else names it.
+func (m *Manager) untag(templateID, build string) {
+	if _, err := m.o.Store.Remove(imageName(templateID, build), image.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+		m.o.Logger.Warn("template image not removed", "template", templateID, "build", build, "err", err)
+	}
+}
+
+// readAllMax reads at most max bytes of r, refusing more.
+func readAllMax(r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = errdefs.Errorf(errdefs.ErrLimit, "over %d bytes", max)
+	}
+	return b, err
+}
