@@ -172,8 +172,8 @@ type builder struct {
 	o         Options
 	contextOf func(int) (string, error)
 	index     int // the step running
-	img    *image.Image
-	cfg    image.Config
+	img       *image.Image
+	cfg       image.Config
 	// args are the ARGs in effect: in RUN's environment, not the image's.
 	args map[string]string
 }
