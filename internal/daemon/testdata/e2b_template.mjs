@@ -4,7 +4,8 @@
 // from the mirror its build may reach (MIRROR) and a working directory;
 // a sandbox created from it; the same build again, from the cache; a
 // RUN reaching an unnamed host and one over the memory ceiling, each
-// failing with why; what another key (OTHER_KEY) cannot do. Prints one
+// failing with why; what another key (OTHER_KEY) cannot do, and a third
+// (THIRD_KEY) building the same template on its own. Prints one
 // JSON line per step for TestE2BTemplateBuildJS to check.
 const { Sandbox, Template } = await import(process.env.E2B_SDK);
 const out = (k, v) => console.log(JSON.stringify({ k, v }));
@@ -65,6 +66,12 @@ try {
   out('otherexists', await Template.exists('my-tool', other));
   const otherBuild = await build(template(), 'mine', other);
   out('otherbuild', [otherBuild.ok, otherBuild.error]);
+  // A third key that may build: the same template is its own, its
+  // files uploaded again and nothing taken from the first key's cache.
+  const third = { apiKey: process.env.THIRD_KEY };
+  const thirdBuild = await build(template(), 'my-tool', third);
+  out('thirdbuild', [thirdBuild.ok, thirdBuild.logs.filter((l) => l.trim() === 'cached').length, thirdBuild.logs.filter((l) => l.startsWith('Uploaded')).length,
+    thirdBuild.info && thirdBuild.info.templateId !== first.info.templateId]);
 } catch (e) {
   out('fatal', String(e.stack || e));
 } finally {
