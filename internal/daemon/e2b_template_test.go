@@ -50,17 +50,13 @@ func busyboxBase(t *testing.T, st *image.Store) {
 	}
 }
 
-// TestE2BTemplateBuildJS builds a template with E2B's JavaScript
-// Template SDK (testdata/e2b_template.mjs) on a daemon whose builds may
-// reach one mirror on loopback: the build copies the context's files,
-// fetches from the mirror and is run by Sandbox.create; built again it
-// comes from the cache with nothing uploaded; a RUN reaching an unnamed
-// host or breaching the memory ceiling fails saying so; another key
-// neither sees nor uses the template, a key without builds: true may
-// not build, and a third key building the same template uploads its
-// files again and takes nothing from the first key's cache.
-func TestE2BTemplateBuildJS(t *testing.T) {
-	sdk := e2bSDK(t)
+// buildsDaemon serves a daemon whose key agent (e2bKey) may build
+// templates of tool sh, from busybox-base, reaching a mirror on
+// loopback (mirror.test:PORT) and nothing else; other may not build,
+// third may. It returns the E2B API's URL, the mirror's host:port and a
+// build context (hello.sh, data/a.txt, data/sub/b.txt).
+func buildsDaemon(t *testing.T) (base, mirrorAddr, dir string) {
+	t.Helper()
 	isolatednet.Require(t)
 	st := testImageStore(t)
 	busyboxBase(t, st)
@@ -100,9 +96,8 @@ builds:
 tools:
   sh: {}
 `, addr, st.Dir(), port), nil)
-	base := "http://" + addr
 
-	dir := t.TempDir()
+	dir = t.TempDir()
 	for p, data := range map[string]string{
 		"hello.sh":       "#!/bin/sh\necho \"$GREETING from $(pwd) as $(id -u)\"\n",
 		"data/a.txt":     "a\n",
@@ -113,9 +108,24 @@ tools:
 			t.Fatal(err)
 		}
 	}
+	return "http://" + addr, fmt.Sprintf("mirror.test:%d", port), dir
+}
+
+// TestE2BTemplateBuildJS builds a template with E2B's JavaScript
+// Template SDK (testdata/e2b_template.mjs) on a daemon whose builds may
+// reach one mirror on loopback: the build copies the context's files,
+// fetches from the mirror and is run by Sandbox.create; built again it
+// comes from the cache with nothing uploaded; a RUN reaching an unnamed
+// host or breaching the memory ceiling fails saying so; another key
+// neither sees nor uses the template, a key without builds: true may
+// not build, and a third key building the same template uploads its
+// files again and takes nothing from the first key's cache.
+func TestE2BTemplateBuildJS(t *testing.T) {
+	sdk := e2bSDK(t)
+	base, mirror, dir := buildsDaemon(t)
 	cmd := exec.Command("node", "testdata/e2b_template.mjs")
 	cmd.Env = append(os.Environ(), "E2B_SDK="+sdk, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey,
-		"OTHER_KEY=other-0123456789abcdef", "THIRD_KEY=third-0123456789abcdef", "CONTEXT="+dir, fmt.Sprintf("MIRROR=mirror.test:%d", port))
+		"OTHER_KEY=other-0123456789abcdef", "THIRD_KEY=third-0123456789abcdef", "CONTEXT="+dir, "MIRROR="+mirror)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	outb, err := cmd.Output()
@@ -346,4 +356,22 @@ tools:
 			}
 		})
 	}
+}
+
+// TestE2BTemplateBuildPython builds a template with E2B's Python
+// Template SDK, its sync and its async client (testdata/pytemplate,
+// pytest), on buildsDaemon's daemon, and creates a sandbox of it.
+func TestE2BTemplateBuildPython(t *testing.T) {
+	clientsNotRaced(t)
+	py := e2bPython(t)
+	base, mirror, dir := buildsDaemon(t)
+	cmd := exec.CommandContext(t.Context(), py, "-m", "pytest", "-q", "-rxXs", "-p", "no:cacheprovider", "testdata/pytemplate")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",
+		"E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey, "AIRLOCK_TEST_CONTEXT="+dir, "AIRLOCK_TEST_MIRROR="+mirror)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest: %v\n%s", err, out)
+	}
+	t.Logf("pytest:\n%s", out)
 }
