@@ -6,7 +6,7 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/policy"
 )
 
-var buildsKeys = []string{"allow", "concurrency", "limits", "tool", "upload_max"}
+var buildsKeys = []string{"allow", "cache_max", "concurrency", "limits", "tool", "upload_max"}
 
 // Builds lets tokens build E2B templates on the daemon (the Template
 // SDK's Template.build; docs/images.md): nil, no section, refuses them.
@@ -27,19 +27,26 @@ type Builds struct {
 	Concurrency int
 	// UploadMax bounds one uploaded file archive (1 GiB if unset).
 	UploadMax int64
+	// CacheMax bounds the build cache: the bytes of the step images no
+	// name holds, least recently used trimmed first after each build
+	// (10 GiB if unset).
+	CacheMax int64
 	Line      int
 }
 
-// DefaultBuildUploadMax is Builds.UploadMax when unset.
-const DefaultBuildUploadMax = 1 << 30
+// Builds.UploadMax and Builds.CacheMax when unset.
+const (
+	DefaultBuildUploadMax = 1 << 30
+	DefaultBuildCacheMax  = 10 << 30
+)
 
 func (p *parser) builds(n *yaml.Node, c *Config) error {
 	const at = "builds"
-	fs, err := p.fields(n, at, "a mapping of build settings (tool, allow, limits, concurrency, upload_max)", buildsKeys)
+	fs, err := p.fields(n, at, "a mapping of build settings (tool, allow, limits, concurrency, upload_max, cache_max)", buildsKeys)
 	if err != nil {
 		return err
 	}
-	b := &Builds{Concurrency: 1, UploadMax: DefaultBuildUploadMax, Line: n.Line}
+	b := &Builds{Concurrency: 1, UploadMax: DefaultBuildUploadMax, CacheMax: DefaultBuildCacheMax, Line: n.Line}
 	for _, f := range fs {
 		sub := join(at, f.name)
 		switch f.name {
@@ -55,6 +62,11 @@ func (p *parser) builds(n *yaml.Node, c *Config) error {
 			var v int64
 			v, err = p.integer(f.val, sub, 1, 64)
 			b.Concurrency = int(v)
+		case "cache_max":
+			var v *int64
+			if v, err = p.size(f.val, sub); err == nil {
+				b.CacheMax = *v
+			}
 		case "upload_max":
 			var v *int64
 			if v, err = p.size(f.val, sub); err == nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -123,7 +124,99 @@ func (s *Store) Cached(key string) (*Image, bool) {
 	if err != nil {
 		return nil, false
 	}
+	// Used now: the trim keeps what builds use.
+	e.Used = time.Now().UTC()
+	m[key] = e
+	if b, err := json.Marshal(m); err == nil {
+		_ = writeAtomic(filepath.Join(s.opts.Dir, buildCache), b)
+	}
 	return img, true
+}
+
+// DefaultBuildCacheMax is the build cache's ceiling unless configured:
+// the bytes of the step images only the cache holds.
+const DefaultBuildCacheMax = 10 << 30
+
+// cacheGrace keeps a cache entry used this recently from the trim: a
+// build under way may still start its next step from it.
+const cacheGrace = time.Hour
+
+// TrimCache removes the images only the build cache holds (no name
+// points at them), least recently used first, until they add up to at
+// most max bytes; one used in the last hour, or by a live sandbox, is
+// kept. It returns the digests removed and the bytes they held.
+func (s *Store) TrimCache(max int64) ([]string, int64, error) {
+	names, unlock, err := s.lockNames()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unlock()
+	m := s.readCache()
+	type held struct {
+		digest string
+		used   time.Time
+		bytes  int64
+	}
+	byDigest := map[string]*held{}
+	var total int64
+	for _, e := range m {
+		if len(namesOf(names, e.Digest)) > 0 {
+			continue
+		}
+		h := byDigest[e.Digest]
+		if h == nil {
+			img, err := s.record(e.Digest)
+			if err != nil {
+				continue // gone already: the entry misses
+			}
+			h = &held{digest: e.Digest, bytes: img.Unpacked.Bytes}
+			byDigest[e.Digest] = h
+			total += h.bytes
+		}
+		if e.Used.After(h.used) {
+			h.used = e.Used
+		}
+	}
+	list := make([]*held, 0, len(byDigest))
+	for _, h := range byDigest {
+		list = append(list, h)
+	}
+	slices.SortFunc(list, func(a, b *held) int { return a.used.Compare(b.used) })
+	var removed []string
+	var freed int64
+	var errs []error
+	for _, h := range list {
+		if total <= max || time.Since(h.used) < cacheGrace {
+			break
+		}
+		img, err := s.record(h.digest)
+		if err != nil {
+			continue
+		}
+		release, free := s.claim(img)
+		if !free {
+			continue // a live sandbox uses it
+		}
+		err = s.removeContent(h.digest)
+		release()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		total -= h.bytes
+		freed += h.bytes
+		removed = append(removed, h.digest)
+	}
+	if len(removed) > 0 {
+		for k, e := range m {
+			if slices.Contains(removed, e.Digest) {
+				delete(m, k)
+			}
+		}
+		b, _ := json.Marshal(m)
+		errs = append(errs, writeAtomic(filepath.Join(s.opts.Dir, buildCache), b))
+	}
+	return removed, freed, errors.Join(errs...)
 }
 
 // Cache notes that a build step with key made the image digest.

@@ -2,29 +2,35 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
-	"github.com/airlockhq/airlock/internal/image/imagetest"
-	"github.com/airlockhq/airlock/internal/image/unpack"
-	"github.com/airlockhq/airlock/internal/image/zstd"
-	"github.com/airlockhq/airlock/internal/testutil"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	kzstd "github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/image/imagetest"
+	"github.com/airlockhq/airlock/internal/image/unpack"
+	"github.com/airlockhq/airlock/internal/image/zstd"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // The programs that import images register the zstd decoder; so do the
@@ -495,5 +501,71 @@ func TestStoreNeedsIDMappedMounts(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), "sha256")); len(ents) != 0 {
 		t.Errorf("content left: %v", ents)
+	}
+}
+
+// TestTrimCache fills the build cache with step images of known sizes
+// and trims it: the least recently used go first, down to the ceiling;
+// a named one, one used within the grace and one a live sandbox holds
+// (its lock taken shared) stay; their entries go with them, so the cache
+// then misses.
+func TestTrimCache(t *testing.T) {
+	s := testStore(t)
+	imp, err := s.ImportReader(context.Background(), bytes.NewReader(imagetest.Tar(t, imagetest.Dir("etc/"))), ImportOptions{Name: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(name string, size int) *Image {
+		layer := imagetest.Tar(t, imagetest.Entry{Name: name, Data: strings.Repeat("x", size)})
+		img, err := s.Derive(context.Background(), imp.Image, bytes.NewReader(layer), Config{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Cache("key-"+name, img.Digest); err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	oldest, older, named, held, _ := step("a", 1000), step("b", 1000), step("c", 1000), step("d", 1000), step("e", 1000)
+	if err := s.Tag("kept", named.Digest); err != nil {
+		t.Fatal(err)
+	}
+	// Ages: a the oldest, then b, d; e used just now.
+	m := s.readCache()
+	for k, age := range map[string]time.Duration{"key-a": 5 * time.Hour, "key-b": 4 * time.Hour, "key-c": 6 * time.Hour, "key-d": 3 * time.Hour} {
+		e := m[k]
+		e.Used = time.Now().Add(-age)
+		m[k] = e
+	}
+	b, _ := json.Marshal(m)
+	if err := writeAtomic(filepath.Join(s.Dir(), buildCache), b); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.Open(held.Lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	// Four unnamed images of about 1000 bytes each; a ceiling of 1500
+	// wants three gone: a and b go, d is held, e is within the grace.
+	removed, freed, err := s.TrimCache(1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(removed, []string{oldest.Digest, older.Digest}) || freed < 2000 {
+		t.Errorf("removed %v (%d bytes), want a's and b's", removed, freed)
+	}
+	for _, k := range []string{"key-a", "key-b"} {
+		if _, ok := s.Cached(k); ok {
+			t.Errorf("%s still hits", k)
+		}
+	}
+	for _, k := range []string{"key-c", "key-d", "key-e"} {
+		if _, ok := s.Cached(k); !ok {
+			t.Errorf("%s no longer hits", k)
+		}
 	}
 }

@@ -79,7 +79,7 @@ func (n *Node) BuildSettings(c *Caller, client string) (templates.Settings, erro
 		return templates.Settings{}, errdefs.Errorf(errdefs.ErrDenied, "%s may not use tool %s, which built templates run as (builds.tool)", c.Name, b.Tool)
 	}
 	lim := sandbox.Limits(b.Limits.Apply(sbspec.Limits(imagebuild.DefaultLimits())))
-	s := templates.Settings{Limits: lim, Concurrency: b.Concurrency, UploadMax: b.UploadMax}
+	s := templates.Settings{Limits: lim, Concurrency: b.Concurrency, UploadMax: b.UploadMax, CacheMax: b.CacheMax}
 	pol := attach.Policy{Tool: b.Tool, Egress: b.Allow}
 	s.Bind = func(owner, build string) func(context.Context, *sandbox.Sandbox) (*runner.Binding, error) {
 		return func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {

@@ -169,6 +169,13 @@ func (m *Manager) Start(owner, templateID, buildID string, spec Spec, s Settings
 			step = fmt.Sprint(se.Step)
 		}
 		m.finish(b, digest, step, err)
+		if s.CacheMax > 0 {
+			if gone, freed, err := m.o.Store.TrimCache(s.CacheMax); err != nil {
+				m.o.Logger.Warn("build cache not trimmed", "err", err)
+			} else if len(gone) > 0 {
+				m.o.Logger.Info("build cache trimmed", "images", len(gone), "bytes", freed)
+			}
+		}
 	}()
 	return nil
 }

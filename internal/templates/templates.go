@@ -45,6 +45,9 @@ type Settings struct {
 	Limits      sandbox.Limits
 	Concurrency int
 	UploadMax   int64
+	// CacheMax is the build cache's ceiling (image.Store.TrimCache),
+	// trimmed after each build; 0 trims nothing.
+	CacheMax int64
 	// Bind binds a step's sandbox to the build's egress policy, its
 	// decisions recorded for owner and build; nil: no network.
 	Bind func(owner, build string) func(context.Context, *sandbox.Sandbox) (*runner.Binding, error)

@@ -31,6 +31,7 @@ type buildFlags struct {
 	pids                int64
 	stepTime            time.Duration
 	stateDir, cgroupDir string
+	cacheMax            int64
 	// allow are the destinations the RUN steps may reach (--allow,
 	// --allow-private); none: no network.
 	allow    []policy.Destination
@@ -60,6 +61,8 @@ func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 			return err
 		}
 	}
+	b.cacheMax = image.DefaultBuildCacheMax
+	fs.Func("cache-max", "ceiling of the build cache: the step images no name holds, least recently used trimmed after the build (default 10GiB)", size(&b.cacheMax))
 	fs.Func("memory", "memory ceiling of each RUN step's sandbox (default 2GiB)", size(&b.memory))
 	fs.Func("disk", "disk ceiling of each RUN step's sandbox: what it may write (default 4GiB)", size(&b.disk))
 	fs.Int64Var(&b.pids, "pids", d.Pids, "process ceiling of each RUN step's sandbox")
@@ -106,6 +109,9 @@ func (b *buildFlags) run(ctx context.Context, st *image.Store, dir, name string,
 		}
 	}
 	res, err := imagebuild.Build(ctx, o, src, dir)
+	if _, _, terr := st.TrimCache(b.cacheMax); terr != nil {
+		fmt.Fprintf(stdio.Stderr, "airlock image build: the build cache was not trimmed: %v\n", terr)
+	}
 	if err != nil {
 		return err
 	}
