@@ -31,7 +31,7 @@ type Builds struct {
 	// name holds, least recently used trimmed first after each build
 	// (10 GiB if unset).
 	CacheMax int64
-	Line      int
+	Line     int
 }
 
 // Builds.UploadMax and Builds.CacheMax when unset.
