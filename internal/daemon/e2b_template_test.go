@@ -141,6 +141,7 @@ func TestE2BTemplateBuildJS(t *testing.T) {
 		"again":       `[true,4,true]`,
 		"otherexists": `false`,
 		"thirdbuild":  `[true,0,2,true]`,
+		"deleted":     `[false,true,false]`,
 	}
 	for k, v := range want {
 		if got := string(steps[k]); got != v {
@@ -154,6 +155,7 @@ func TestE2BTemplateBuildJS(t *testing.T) {
 		"nobase":      {"false", "no-such-image", "import or pull it first"},
 		"othercreate": {`no template \"my-tool\"`},
 		"otherbuild":  {"false", "may not build templates"},
+		"afterdelete": {`no template \"my-tool\"`},
 	}
 	for k, subs := range contains {
 		for _, s := range subs {

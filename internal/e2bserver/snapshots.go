@@ -126,9 +126,24 @@ func snapshotToken(m snapshot.Meta) string {
 // config's, never deleted through the API.
 func (d *Server) e2bDeleteSnapshot(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
 	id := r.PathValue("id")
+	// A template the key built goes first (templates.go), then a
+	// snapshot.
+	if _, ok, err := d.builtTemplate(id, c); err != nil {
+		return err
+	} else if ok {
+		m, err := d.Templates()
+		if err == nil {
+			err = m.Delete(c.Name, id)
+		}
+		if err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err := d.DeleteSnapshot(c, id, edge.ClientOf(r)); err != nil {
 		if errdefs.IsNotFound(err) {
-			return errdefs.Errorf(errdefs.ErrNotFound, "no snapshot %q of this API key's (templates, airlock's tools, are not deleted through the API)", node.Shorten(id))
+			return errdefs.Errorf(errdefs.ErrNotFound, "no snapshot %q of this API key's, nor a template it built (templates that are airlock's tools are not deleted through the API)", node.Shorten(id))
 		}
 		return err
 	}

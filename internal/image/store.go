@@ -309,6 +309,22 @@ func (s *Store) commit(tmp, digest, name string) error {
 
 // setName points name at stored content; ErrNotFound if the content is
 // gone (a gc between a caller's look and the lock).
+// Untag drops a name and never the content, which a live sandbox may
+// be using: content no name holds goes with a gc, or with the build
+// cache's trim when the cache holds it. A name not there is no error.
+func (s *Store) Untag(name string) error {
+	names, unlock, err := s.lockNames()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, ok := names[name]; !ok {
+		return nil
+	}
+	delete(names, name)
+	return s.writeNames(names)
+}
+
 func (s *Store) setName(name, digest string) error {
 	names, unlock, err := s.lockNames()
 	if err != nil {

@@ -172,6 +172,9 @@ type builder struct {
 	o         Options
 	contextOf func(int) (string, error)
 	index     int // the step running
+	// made are the directories the layer being written has made
+	// (parents), each written once.
+	made map[string]bool
 	img       *image.Image
 	cfg       image.Config
 	// args are the ARGs in effect: in RUN's environment, not the image's.
@@ -440,6 +443,7 @@ func (b *builder) dirLayer(p string) (*os.File, error) {
 		return nil, err
 	}
 	tw := tar.NewWriter(layer)
+	b.made = map[string]bool{}
 	if err := b.parents(tw, strings.TrimPrefix(path.Clean(p), "/"), true); err != nil {
 		layer.Close()
 		return nil, err
@@ -501,9 +505,14 @@ func (b *builder) parents(tw *tar.Writer, rel string, self bool) error {
 				return err
 			}
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: strings.Join(parts[:i+1], "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+		name := strings.Join(parts[:i+1], "/") + "/"
+		if b.made[name] {
+			continue // made for an earlier source of the same layer
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
 			return err
 		}
+		b.made[name] = true
 	}
 	if !missing {
 		unix.Close(fd)
@@ -543,11 +552,12 @@ func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 		return nil, err
 	}
 	tw := tar.NewWriter(layer)
+	b.made = map[string]bool{}
 	fail := func(err error) (*os.File, error) {
 		layer.Close()
 		return nil, err
 	}
-	w := &ctxWriter{tw: tw, uid: uid, gid: gid, mode: mode}
+	w := &ctxWriter{tw: tw, uid: uid, gid: gid, mode: mode, made: b.made}
 	dir, err := b.contextOf(b.index)
 	if err != nil {
 		return fail(err)
@@ -557,14 +567,28 @@ func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 		return fail(errdefs.Errorf(errdefs.ErrInvalid, "the build's context: %v", err))
 	}
 	defer ctxDir.Close()
+	var sources []string
 	for _, src := range st.Sources {
-		if strings.ContainsAny(src, "*?[") {
-			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: wildcards are not supported yet; name the files", st.Kind, src))
-		}
-		rel := path.Clean("/" + src)[1:]
 		if slices.Contains(strings.Split(src, "/"), "..") {
 			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: the source is outside the build's context", st.Kind, src))
 		}
+		rel := path.Clean("/" + src)[1:]
+		if !strings.ContainsAny(src, "*?[") {
+			sources = append(sources, rel)
+			continue
+		}
+		matches, err := globInContext(ctxDir, rel)
+		if err != nil {
+			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: %v", st.Kind, src, err))
+		}
+		if len(matches) == 0 {
+			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: no file of the build's context matches", st.Kind, src))
+		}
+		sources = append(sources, matches...)
+	}
+	intoDir = intoDir || len(sources) > 1
+	for _, rel := range sources {
+		src := rel
 		fd, isDir, err := openInContext(ctxDir, rel)
 		if err != nil {
 			return fail(errdefs.Errorf(errdefs.ErrInvalid, "%s %s: %v", st.Kind, src, err))
@@ -592,6 +616,57 @@ func (b *builder) copyLayer(st dockerfile.Step) (*os.File, error) {
 		return nil, err
 	}
 	return layer, nil
+}
+
+// maxMatches bounds the files one wildcard source may match.
+const maxMatches = 10000
+
+// globInContext is what pattern (a path of the context, with
+// path.Match's wildcards in any component) matches, sorted: each
+// directory read without following a symlink, a symlink never gone
+// through (a match that is one is refused when it is opened).
+func globInContext(ctxDir *os.File, pattern string) ([]string, error) {
+	parts := strings.Split(pattern, "/")
+	for _, p := range parts {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("a malformed wildcard: %w", err)
+		}
+	}
+	var out []string
+	var walk func(dir string, i int) error
+	walk = func(dir string, i int) error {
+		fd, isDir, err := openInContext(ctxDir, dir)
+		if err != nil || !isDir {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return nil // not a directory to look in: no match here
+		}
+		names, err := unpack.ReadNames(fd)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if ok, _ := path.Match(parts[i], n); !ok {
+				continue
+			}
+			p := path.Join(dir, n)
+			if i == len(parts)-1 {
+				if len(out) == maxMatches {
+					return fmt.Errorf("matches over %d files", maxMatches)
+				}
+				out = append(out, p)
+				continue
+			}
+			if err := walk(p, i+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return out, walk("", 0)
 }
 
 // openInContext opens rel under the context directory, every component
@@ -650,6 +725,9 @@ type ctxWriter struct {
 	uid, gid int
 	mode     int64 // -1: the file's own
 	depth    int
+	// made are the layer's directories written so far (shared with the
+	// builder's parents): two sources' same directory is one entry.
+	made map[string]bool
 }
 
 func (w *ctxWriter) header(st *unix.Stat_t, name string) *tar.Header {
@@ -681,9 +759,11 @@ func (w *ctxWriter) copy(fd int, isDir bool, name string) error {
 	if w.depth > maxDepth {
 		return fmt.Errorf("%s: directories nested more than %d deep", name, maxDepth)
 	}
-	if w.depth > 0 {
+	if w.depth > 0 && !w.made[name+"/"] {
 		// A directory below the source's: the source's own are its
-		// destination's, made above.
+		// destination's, made above. Another source's of the same
+		// name is this one.
+		w.made[name+"/"] = true
 		h := w.header(&st, name+"/")
 		// A directory's time is when a name in it last changed (an
 		// E2B upload's, when it was unpacked): not part of the layer,

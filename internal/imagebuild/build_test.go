@@ -185,6 +185,9 @@ func TestBuildRefused(t *testing.T) {
 		{"symlink file", "FROM capture-base\nCOPY data/link /x\n", 2, "is a symlink"},
 		{"missing", "FROM capture-base\nCOPY nope /x\n", 2, "not in the build's context"},
 		{"into a file", "FROM capture-base\nCOPY run.sh /etc/keep/x\n", 2, "is not a directory in the image"},
+		{"no match", "FROM capture-base\nCOPY *.nope /x/\n", 2, "no file of the build's context matches"},
+		{"wildcard dotdot", "FROM capture-base\nCOPY ../*.txt /x/\n", 2, "outside the build's context"},
+		{"bad wildcard", "FROM capture-base\nCOPY a[ /x/\n", 2, "malformed wildcard"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,5 +267,31 @@ func TestBuildEgress(t *testing.T) {
 	}
 	if !allowed || !denied {
 		t.Errorf("the gateway's decisions: %+v; want the mirror allowed and elsewhere.test denied", events)
+	}
+}
+
+// TestBuildWildcards copies what a wildcard matches: files at the top,
+// files in a matched directory, never through the symlink up/ (a
+// directory symlink is not looked in).
+func TestBuildWildcards(t *testing.T) {
+	rt := runtimeFor(t)
+	st, _ := baseStore(t)
+	dir := buildContext(t)
+	if err := os.WriteFile(filepath.Join(dir, "data/c.txt"), []byte("c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := []byte("FROM capture-base\nCOPY data/*.txt /txt/\nCOPY */sub/*.txt /sub/\nCOPY ru?.sh /one\n")
+	res, err := Build(t.Context(), Options{Store: st, Runtime: rt, Limits: stepLimits()}, src, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{"txt/a.txt": "a\n", "txt/c.txt": "c\n", "sub/b.txt": "b\n", "one": "#!/bin/sh\necho running as $(id -u) in $(pwd)\n"} {
+		if b, err := os.ReadFile(filepath.Join(res.Image.Root, p)); err != nil || string(b) != want {
+			t.Errorf("%s = %q %v, want %q", p, b, err, want)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(res.Image.Root, "sub"))
+	if len(ents) != 1 {
+		t.Errorf("/sub has %d entries, want b.txt alone (nothing through up/)", len(ents))
 	}
 }

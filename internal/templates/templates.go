@@ -319,8 +319,8 @@ func imageName(templateID, build string) string {
 	return "airlock-template/" + templateID + ":" + build
 }
 
-// Delete removes owner's template ref (id or name) and its images once
-// no sandbox uses them.
+// Delete removes owner's template ref (id or name); its images are then
+// the build cache's, and go with its trim.
 func (m *Manager) Delete(owner, ref string) error {
 	m.mu.Lock()
 	t, _ := m.lookup(owner, ref)
@@ -350,11 +350,12 @@ func distinctBuilds(t *Template) []string {
 	return out
 }
 
-// untag drops the store's name of a build's image: the store's gc then
-// reclaims it when nothing else names it.
+// untag drops the store's name of a build's image, never the content a
+// sandbox of the template may be running on: the build cache holds it
+// then, and its trim (or a gc) reclaims it.
 func (m *Manager) untag(templateID, build string) {
-	if _, err := m.o.Store.Remove(imageName(templateID, build), image.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
-		m.o.Logger.Warn("template image not removed", "template", templateID, "build", build, "err", err)
+	if err := m.o.Store.Untag(imageName(templateID, build)); err != nil {
+		m.o.Logger.Warn("template image not untagged", "template", templateID, "build", build, "err", err)
 	}
 }
 

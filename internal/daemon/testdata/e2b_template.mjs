@@ -72,6 +72,16 @@ try {
   const thirdBuild = await build(template(), 'my-tool', third);
   out('thirdbuild', [thirdBuild.ok, thirdBuild.logs.filter((l) => l.trim() === 'cached').length, thirdBuild.logs.filter((l) => l.startsWith('Uploaded')).length,
     thirdBuild.info && thirdBuild.info.templateId !== first.info.templateId]);
+  // Deleted (the SDK's delete of a template is deleteSnapshot's call):
+  // not by another key; then no create finds it.
+  out('deleted', [await Sandbox.deleteSnapshot('my-tool', other), await Sandbox.deleteSnapshot('my-tool'), await Template.exists('my-tool')]);
+  for (const s of kill.splice(0)) await s.kill().catch(() => {});
+  try {
+    kill.push(await Sandbox.create('my-tool', { timeoutMs: 30000 }));
+    out('afterdelete', 'created');
+  } catch (e) {
+    out('afterdelete', String(e.message));
+  }
 } catch (e) {
   out('fatal', String(e.stack || e));
 } finally {
