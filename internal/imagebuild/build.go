@@ -175,8 +175,8 @@ type builder struct {
 	// made are the directories the layer being written has made
 	// (parents), each written once.
 	made map[string]bool
-	img       *image.Image
-	cfg       image.Config
+	img  *image.Image
+	cfg  image.Config
 	// args are the ARGs in effect: in RUN's environment, not the image's.
 	args map[string]string
 }
