@@ -32,8 +32,9 @@ type buildFlags struct {
 	stepTime            time.Duration
 	stateDir, cgroupDir string
 	cacheMax            int64
+	noCache             bool
 	// allow are the destinations the RUN steps may reach (--allow,
-	// --allow-private); none: no network.
+	// --allow-private); none: nothing.
 	allow    []policy.Destination
 	allowRaw []string
 }
@@ -62,6 +63,7 @@ func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 		}
 	}
 	b.cacheMax = image.DefaultBuildCacheMax
+	fs.BoolVar(&b.noCache, "no-cache", false, "run every step again rather than take it from the cache (the new images are cached)")
 	fs.Func("cache-max", "ceiling of the build cache: the step images no name holds, least recently used trimmed after the build (default 10GiB)", size(&b.cacheMax))
 	fs.Func("memory", "memory ceiling of each RUN step's sandbox (default 2GiB)", size(&b.memory))
 	fs.Func("disk", "disk ceiling of each RUN step's sandbox: what it may write (default 4GiB)", size(&b.disk))
@@ -102,11 +104,14 @@ func (b *buildFlags) run(ctx context.Context, st *image.Store, dir, name string,
 	cli.SignalsCaught(ctx) // an interrupted build destroys its step's sandbox
 	start := time.Now()
 	o := imagebuild.Options{Store: st, Runtime: rt, Limits: lim, Args: b.args, Name: name, Progress: stdio.Stderr}
-	if len(b.allow) > 0 {
-		pol := attach.Policy{Tool: "image-build", Egress: b.allow}
-		o.Bind = func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
-			return attach.Bind(ctx, sb, pol)
-		}
+	if b.noCache {
+		o.NoCacheFrom = 1
+	}
+	// Bound to the gateway even with nothing allowed: a step's
+	// attempt is refused and explained there, as a run's is.
+	pol := attach.Policy{Tool: "image-build", Egress: b.allow}
+	o.Bind = func(ctx context.Context, sb *sandbox.Sandbox) (*runner.Binding, error) {
+		return attach.Bind(ctx, sb, pol)
 	}
 	res, err := imagebuild.Build(ctx, o, src, dir)
 	if _, _, terr := st.TrimCache(b.cacheMax); terr != nil {
