@@ -54,7 +54,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, egress, broker, daemon, pause, snapshot, e2b, interp, sdk or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon, pause, snapshot, e2b, interp, sdk or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
@@ -65,6 +65,7 @@ func main() {
 	sdkWarm := flag.Int("sdk-warm", 10, "the warm pool's target in the sdk section")
 	pauseN := flag.Int("pause-n", 100, "pause and resume rounds per memory size in the pause section")
 	snapN := flag.Int("snapshot-n", 50, "rounds per case in the snapshot section")
+	buildN := flag.Int("build-n", 7, "cold and cached rounds per builder in the build section")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -76,7 +77,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN)
+	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
 	if progAirlock != "" {
 		os.RemoveAll(filepath.Dir(progAirlock))
 	}
@@ -111,7 +112,7 @@ type egressArgs struct {
 // warm pool's target.
 type sdkArgs struct{ n, warm int }
 
-func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs, pauseN, snapN int) error {
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs, pauseN, snapN, buildN int) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -119,7 +120,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" && only != "snapshot" {
+	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" && only != "snapshot" && only != "build" {
 		if err := peers(n, tput); err != nil {
 			return err
 		}
@@ -147,6 +148,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	}
 	if want("pause") {
 		if err := pauseBench(pauseN); err != nil {
+			return err
+		}
+	}
+	if want("build") {
+		if err := buildBench(buildN); err != nil {
 			return err
 		}
 	}

@@ -70,18 +70,28 @@ func (s *Store) Derive(ctx context.Context, parent *Image, layer io.ReadSeeker, 
 		return nil, err
 	}
 	defer u.Close()
-	// The parent's files, as its owners see them.
+	// The parent's files, linked rather than copied (linkTree): the
+	// step's layer then replaces what it changed.
 	pfd, err := unix.Open(parent.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("the parent image %s: %w", parent.Digest, err)
 	}
 	defer unix.Close(pfd)
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTreeOwned(pfd, pw, s.opts.IDBase)) }()
-	err = u.Apply(pr, false)
-	pr.CloseWithError(errors.New("unpack ended"))
+	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("copying the parent image: %w", err)
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	var pst unix.Stat_t
+	err = unix.Fstat(pfd, &pst)
+	if err == nil {
+		err = linkTree(pfd, rfd, 0)
+	}
+	if err == nil {
+		err = sameMeta(rfd, &pst)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("linking the parent image's files: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -89,8 +99,12 @@ func (s *Store) Derive(ctx context.Context, parent *Image, layer io.ReadSeeker, 
 	if err := u.Apply(layer, true); err != nil {
 		return nil, fmt.Errorf("the step's layer: %w", err)
 	}
+	// What it holds: the parent's (shared) and the layer's own.
+	rep := u.Report()
+	rep.Bytes += parent.Unpacked.Bytes
+	rep.Entries += parent.Unpacked.Entries
 	rec := &Image{Digest: digest, Format: "build", Source: parent.Digest, Imported: time.Now().UTC(), Platform: parent.Platform,
-		Layers: parent.Layers + 1, Config: cfg, Unpacked: u.Report()}
+		Layers: parent.Layers + 1, Config: cfg, Unpacked: rep, OwnBytes: u.Report().Bytes}
 	return s.store(tmp, rec, name)
 }
 
@@ -169,7 +183,7 @@ func (s *Store) TrimCache(max int64) ([]string, int64, error) {
 			if err != nil {
 				continue // gone already: the entry misses
 			}
-			h = &held{digest: e.Digest, bytes: img.Unpacked.Bytes}
+			h = &held{digest: e.Digest, bytes: img.ownBytes()}
 			byDigest[e.Digest] = h
 			total += h.bytes
 		}

@@ -41,6 +41,9 @@ type Image struct {
 	Layers   int           `json:"layers"`
 	Config   Config        `json:"config"`
 	Unpacked unpack.Report `json:"unpacked"`
+	// OwnBytes, for a build step's image, are the bytes of the files it
+	// does not share with its parent (they are hardlinked: linkTree).
+	OwnBytes int64 `json:"own_bytes,omitempty"`
 	// Root is the unpacked root directory; Lock the file sandboxes hold.
 	Root string `json:"-"`
 	Lock string `json:"-"`
@@ -137,4 +140,13 @@ func (img *Image) Defaults(env []string, workdir string) ([]string, string) {
 // entrypoint and cmd.
 func (img *Image) Argv() []string {
 	return append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
+}
+
+// ownBytes are the bytes the image's removal would free: a build step's
+// own, or the whole image's.
+func (img *Image) ownBytes() int64 {
+	if img.Format == "build" {
+		return img.OwnBytes
+	}
+	return img.Unpacked.Bytes
 }

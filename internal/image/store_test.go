@@ -569,3 +569,55 @@ func TestTrimCache(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveLinks: a derived image shares its parent's unchanged files
+// (hardlinks, not copies), and what its layer changes (content, mode,
+// owner, removal) is a file of its own: the parent's are as they were.
+func TestDeriveLinks(t *testing.T) {
+	s := testStore(t)
+	base := imagetest.Tar(t, imagetest.Dir("etc/"),
+		imagetest.Entry{Name: "etc/kept", Data: "kept\n"}, imagetest.Entry{Name: "etc/changed", Data: "old\n", Mode: 0o644},
+		imagetest.Entry{Name: "etc/moded", Data: "m\n", Mode: 0o644}, imagetest.Entry{Name: "etc/gone", Data: "g\n"},
+		imagetest.Entry{Name: "etc/link", Typ: tar.TypeSymlink, Link: "kept"})
+	imp, err := s.ImportReader(context.Background(), bytes.NewReader(base), ImportOptions{Name: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := imp.Image
+	layer := imagetest.Tar(t, imagetest.Entry{Name: "etc/changed", Data: "new\n", Mode: 0o600},
+		imagetest.Entry{Name: "etc/moded", Data: "m\n", Mode: 0o755}, imagetest.Entry{Name: "etc/.wh.gone"})
+	child, err := s.Derive(context.Background(), parent, bytes.NewReader(layer), Config{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat := func(root, p string) *unix.Stat_t {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(root, p), &st); err != nil {
+			return nil
+		}
+		return &st
+	}
+	if p, c := stat(parent.Root, "etc/kept"), stat(child.Root, "etc/kept"); p == nil || c == nil || p.Ino != c.Ino {
+		t.Error("etc/kept is not shared")
+	}
+	for _, f := range []string{"etc/changed", "etc/moded"} {
+		if p, c := stat(parent.Root, f), stat(child.Root, f); p == nil || c == nil || p.Ino == c.Ino {
+			t.Errorf("%s is shared though the layer changed it", f)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent.Root, "etc/changed")); string(b) != "old\n" {
+		t.Errorf("the parent's etc/changed = %q", b)
+	}
+	if p := stat(parent.Root, "etc/moded"); p == nil || p.Mode&0o777 != 0o644 || p.Uid != s.opts.IDBase {
+		t.Errorf("the parent's etc/moded: %+v", p)
+	}
+	if stat(parent.Root, "etc/gone") == nil || stat(child.Root, "etc/gone") != nil {
+		t.Error("the whiteout removed the parent's file, or not the child's")
+	}
+	if l, err := os.Readlink(filepath.Join(child.Root, "etc/link")); err != nil || l != "kept" {
+		t.Errorf("the symlink: %q %v", l, err)
+	}
+	if child.OwnBytes != 6 {
+		t.Errorf("OwnBytes = %d, want 6 (the layer's files)", child.OwnBytes)
+	}
+}
