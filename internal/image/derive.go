@@ -85,7 +85,7 @@ func (s *Store) Derive(ctx context.Context, parent *Image, layer io.ReadSeeker, 
 	var pst unix.Stat_t
 	err = unix.Fstat(pfd, &pst)
 	if err == nil {
-		err = linkTree(pfd, rfd, 0)
+		err = linkTree(pfd, rfd)
 	}
 	if err == nil {
 		err = sameMeta(rfd, &pst)

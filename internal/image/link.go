@@ -2,6 +2,7 @@ package image
 
 import (
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -16,9 +17,53 @@ import (
 // entry), so a derived image that shares its parent's unchanged files
 // changes none of them. Nothing is followed: every step is relative to
 // a descriptor opened with O_NOFOLLOW.
-func linkTree(src, dst int, depth int) error {
+func linkTree(src, dst int) error {
+	l := &linker{sem: make(chan struct{}, linkWorkers)}
+	err := l.tree(src, dst, 0)
+	l.wg.Wait()
+	if err != nil {
+		return err
+	}
+	return l.firstErr()
+}
+
+// linkWorkers bounds the directories linked at once beside the caller:
+// the file system's inode allocation, not the CPU, is what a tree's
+// links wait on, and several at once overlap it.
+const linkWorkers = 4
+
+// linker links one tree: a subdirectory on a goroutine of its own while
+// a worker is free, else in line.
+type linker struct {
+	sem chan struct{}
+	wg  sync.WaitGroup
+	mu  sync.Mutex // guards err
+	err error
+}
+
+func (l *linker) fail(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+func (l *linker) firstErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// tree makes src's entries in dst, then its subdirectories' (a
+// directory's owner, mode and times are set once its own entries are
+// made: what is made below it later does not change them).
+func (l *linker) tree(src, dst int, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("directories nested more than %d deep", maxTreeDepth)
+	}
+	if err := l.firstErr(); err != nil {
+		return err
 	}
 	names, err := unpack.ReadNames(src)
 	if err != nil {
@@ -35,18 +80,7 @@ func linkTree(src, dst int, depth int) error {
 				return fmt.Errorf("%s: %w", n, err)
 			}
 		case unix.S_IFLNK:
-			buf := make([]byte, unpack.MaxName+1)
-			k, err := unix.Readlinkat(src, n, buf)
-			if err != nil {
-				return fmt.Errorf("%s: %w", n, err)
-			}
-			if err := unix.Symlinkat(string(buf[:k]), dst, n); err != nil {
-				return fmt.Errorf("%s: %w", n, err)
-			}
-			if err := unix.Fchownat(dst, n, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return fmt.Errorf("%s: %w", n, err)
-			}
-			if err := unix.UtimesNanoAt(dst, n, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err := linkSymlink(src, dst, n, &st); err != nil {
 				return fmt.Errorf("%s: %w", n, err)
 			}
 		case unix.S_IFDIR:
@@ -62,14 +96,33 @@ func linkTree(src, dst int, depth int) error {
 				unix.Close(sfd)
 				return fmt.Errorf("%s: %w", n, err)
 			}
-			err = linkTree(sfd, dfd, depth+1)
-			if err == nil {
-				err = sameMeta(dfd, &st)
+			st := st
+			sub := func() error {
+				defer unix.Close(sfd)
+				defer unix.Close(dfd)
+				err := l.tree(sfd, dfd, depth+1)
+				if err == nil {
+					err = sameMeta(dfd, &st)
+				}
+				if err != nil {
+					return fmt.Errorf("%s/%w", n, err)
+				}
+				return nil
 			}
-			unix.Close(sfd)
-			unix.Close(dfd)
-			if err != nil {
-				return fmt.Errorf("%s/%w", n, err)
+			select {
+			case l.sem <- struct{}{}:
+				l.wg.Add(1)
+				go func() {
+					defer l.wg.Done()
+					defer func() { <-l.sem }()
+					if err := sub(); err != nil {
+						l.fail(err)
+					}
+				}()
+			default:
+				if err := sub(); err != nil {
+					return err
+				}
 			}
 		}
 		// Nothing else is stored: the unpacker skips devices and FIFOs.
@@ -77,8 +130,22 @@ func linkTree(src, dst int, depth int) error {
 	return nil
 }
 
-// sameMeta gives the directory fd st's owner, mode and times (last, as
-// its entries change its mtime).
+func linkSymlink(src, dst int, n string, st *unix.Stat_t) error {
+	buf := make([]byte, unpack.MaxName+1)
+	k, err := unix.Readlinkat(src, n, buf)
+	if err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(string(buf[:k]), dst, n); err != nil {
+		return err
+	}
+	if err := unix.Fchownat(dst, n, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(dst, n, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// sameMeta gives the directory fd st's owner, mode and times.
 func sameMeta(fd int, st *unix.Stat_t) error {
 	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
 		return err
