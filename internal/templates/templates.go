@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -357,13 +356,4 @@ func (m *Manager) untag(templateID, build string) {
 	if err := m.o.Store.Untag(imageName(templateID, build)); err != nil {
 		m.o.Logger.Warn("template image not untagged", "template", templateID, "build", build, "err", err)
 	}
-}
-
-// readAllMax reads at most max bytes of r, refusing more.
-func readAllMax(r io.Reader, max int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err == nil && int64(len(b)) > max {
-		err = errdefs.Errorf(errdefs.ErrLimit, "over %d bytes", max)
-	}
-	return b, err
 }
