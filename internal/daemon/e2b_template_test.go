@@ -142,6 +142,9 @@ func TestE2BTemplateBuildJS(t *testing.T) {
 		"otherexists": `false`,
 		"thirdbuild":  `[true,0,2,true]`,
 		"deleted":     `[false,true,false]`,
+		"tags":        `[["v2","stable"],["default","stable","v2"]]`,
+		"bytag":       `"b\n"`,
+		"tagsafter":   `["default","v2"]`,
 	}
 	for k, v := range want {
 		if got := string(steps[k]); got != v {
@@ -350,6 +353,10 @@ tools:
 		{"a bad name", "POST", "/v3/templates", e2bKey, `{"name":"Bad Name"}`, 400, "want NAME or NAME:TAG"},
 		{"sizes", "POST", "/v3/templates", e2bKey, `{"name":"x","memoryMB":1024}`, 400, "limits of tool sh"},
 		{"no key", "POST", "/v3/templates", "", `{"name":"x"}`, 401, ""},
+		{"another key's tags", "POST", "/templates/tags", otherKey, `{"target":"refused","tags":["x"]}`, 404, `no template \"refused\"`},
+		{"another key's tag list", "GET", "/templates/" + tid + "/tags", otherKey, ``, 404, "no template"},
+		{"tags of no build", "POST", "/templates/tags", e2bKey, `{"target":"refused","tags":["x"]}`, 404, `no build tagged \"default\"`},
+		{"a bad tag", "POST", "/templates/tags", e2bKey, `{"target":"refused","tags":["A B"]}`, 400, "want 1-64"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, b := do(tt.method, base+tt.path, tt.key, tt.body)

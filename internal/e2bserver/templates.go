@@ -43,7 +43,19 @@ func (d *Server) e2bTemplateRoutes(mux *http.ServeMux, api func(func(http.Respon
 	mux.HandleFunc("GET /templates/{id}/files/{hash}", api(d.e2bFileLink))
 	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", api(d.e2bStartBuild))
 	mux.HandleFunc("GET /templates/{id}/builds/{build}/status", api(d.e2bBuildStatus))
-	mux.HandleFunc("GET /templates/aliases/{alias}", api(d.e2bAlias))
+	// GET /templates/aliases/{alias} and GET /templates/{id}/tags
+	// overlap (/templates/aliases/tags): one pattern, split here.
+	mux.HandleFunc("GET /templates/{id}/{what}", api(func(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+		switch {
+		case r.PathValue("id") == "aliases":
+			return d.e2bAlias(w, r, c, r.PathValue("what"))
+		case r.PathValue("what") == "tags":
+			return d.e2bTags(w, r, c)
+		}
+		return errdefs.Errorf(errdefs.ErrNotFound, "no such call: GET %s", node.Shorten(r.URL.Path))
+	}))
+	mux.HandleFunc("POST /templates/tags", api(d.e2bAssignTags))
+	mux.HandleFunc("DELETE /templates/tags", api(d.e2bRemoveTags))
 	// The upload link: its secret is its credential (the SDK sends no
 	// API key with it).
 	mux.HandleFunc("PUT /templates/uploads/{secret}", answer(d.e2bUpload))
@@ -230,8 +242,7 @@ func (d *Server) e2bBuildStatus(w http.ResponseWriter, r *http.Request, c *node.
 
 // e2bAlias says whether the caller has a template of that name (the
 // SDKs' Template.exists).
-func (d *Server) e2bAlias(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
-	alias := r.PathValue("alias")
+func (d *Server) e2bAlias(w http.ResponseWriter, r *http.Request, c *node.Caller, alias string) error {
 	if t := d.Tools().E2BTemplate(alias); t != nil && c.Allows(t.Name) {
 		edge.WriteJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": false})
 		return nil
@@ -270,4 +281,68 @@ func (d *Server) findBuilt(ref string, c *node.Caller) (*templates.Template, *im
 		return nil, nil, err
 	}
 	return m.Find(c.Name, ref)
+}
+
+// tagsRequest is the body of the tag calls: assign's target and tags,
+// remove's name and tags.
+type tagsRequest struct {
+	Target string   `json:"target"`
+	Name   string   `json:"name"`
+	Tags   []string `json:"tags"`
+}
+
+// tagsCall reads a tag call's body and finds the caller's builder.
+func (d *Server) tagsCall(r *http.Request, c *node.Caller) (*templates.Manager, tagsRequest, error) {
+	var req tagsRequest
+	if err := e2bDecode(r, &req); err != nil {
+		return nil, req, err
+	}
+	m, _, err := d.e2bBuilder(r, c)
+	return m, req, err
+}
+
+// e2bAssignTags points tags at the build a "name:tag" points at (the
+// SDKs' Template.assignTags).
+func (d *Server) e2bAssignTags(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	m, req, err := d.tagsCall(r, c)
+	if err != nil {
+		return err
+	}
+	build, err := m.AssignTags(c.Name, req.Target, req.Tags)
+	if err != nil {
+		return err
+	}
+	edge.WriteJSON(w, http.StatusCreated, map[string]any{"buildID": build, "tags": req.Tags})
+	return nil
+}
+
+// e2bRemoveTags removes tags of a template (Template.removeTags).
+func (d *Server) e2bRemoveTags(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	m, req, err := d.tagsCall(r, c)
+	if err != nil {
+		return err
+	}
+	if err := m.RemoveTags(c.Name, req.Name, req.Tags); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// e2bTags lists a template's tags (Template.getTags).
+func (d *Server) e2bTags(w http.ResponseWriter, r *http.Request, c *node.Caller) error {
+	m, _, err := d.e2bBuilder(r, c)
+	if err != nil {
+		return err
+	}
+	tags, err := m.Tags(c.Name, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]map[string]any, 0, len(tags))
+	for _, t := range tags {
+		out = append(out, map[string]any{"tag": t.Tag, "buildID": t.Build, "createdAt": t.At})
+	}
+	edge.WriteJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -322,7 +322,11 @@ func (b *builder) run(ctx context.Context, st dockerfile.Step, cfgFor image.Conf
 			env = append(env, k+"="+b.args[k])
 		}
 	}
-	user, err := b.user()
+	who := b.cfg.User
+	if st.User != "" {
+		who = st.User
+	}
+	user, err := b.user(who)
 	if err != nil {
 		return false, err
 	}
@@ -341,22 +345,23 @@ func (b *builder) run(ctx context.Context, st dockerfile.Step, cfgFor image.Conf
 	})
 }
 
-// user is who RUN runs as: the config's USER, resolved in the current
-// image (numbers as they are), else root, as Docker's default.
-func (b *builder) user() (*sandbox.User, error) {
-	if b.cfg.User == "" {
+// user is who RUN runs as: the step's own user or else the config's
+// USER (who), resolved in the current image (numbers as they are), else
+// root, as Docker's default.
+func (b *builder) user(who string) (*sandbox.User, error) {
+	if who == "" {
 		return &sandbox.User{}, nil
 	}
-	if b.img.Config.User == b.cfg.User && b.img.Config.UID != nil {
+	if b.img.Config.User == who && b.img.Config.UID != nil {
 		u := &sandbox.User{UID: *b.img.Config.UID}
 		if b.img.Config.GID != nil {
 			u.GID = *b.img.Config.GID
 		}
 		return u, nil
 	}
-	uid, gid, err := image.ResolveUser(b.img.Root, b.cfg.User)
+	uid, gid, err := image.ResolveUser(b.img.Root, who)
 	if err != nil {
-		return nil, fmt.Errorf("USER %s: %w", b.cfg.User, err)
+		return nil, fmt.Errorf("USER %s: %w", who, err)
 	}
 	return &sandbox.User{UID: uid, GID: gid}, nil
 }

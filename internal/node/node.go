@@ -404,6 +404,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.reapStop != nil {
 		n.reapStop()
 	}
+	// Builds under way are cancelled (their sandboxes destroyed) before
+	// the sessions end: a build does not hold the stop.
+	n.closeTemplates()
 	n.keeping.Wait()
 	n.endAll(ctx)
 	n.laterMu.Lock()
@@ -421,7 +424,6 @@ func (n *Node) Stop(ctx context.Context) error {
 	} else if c > 0 {
 		n.opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", c)
 	}
-	n.closeTemplates()
 	n.rt.Close()
 	n.closeVolumes()
 	n.snaps.mu.Lock()

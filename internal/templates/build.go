@@ -63,14 +63,19 @@ type Build struct {
 	// ("" for none).
 	Reason, FailedStep string
 	logs               []LogEntry
+	logBytes           int
 	dropped            int
 	created            time.Time
 	started            bool
 }
 
-// maxLogEntries bounds one build's log; past it the oldest are kept and
-// the rest counted.
-const maxLogEntries = 20000
+// maxLogEntries and maxLogBytes bound one build's log (its memory: the
+// node keeps maxBuilds of them); past either the first lines are kept,
+// the rest counted, and the build's own last lines added all the same.
+const (
+	maxLogEntries = 20000
+	maxLogBytes   = 2 << 20
+)
 
 // maxLogLine bounds one log line.
 const maxLogLine = 4096
@@ -104,22 +109,31 @@ func (m *Manager) Status(owner, templateID, buildID string, offset int) (Status,
 	return st, nil
 }
 
-// logf adds a line to b's log.
+// logf adds a line of the build's own to b's log, past its bounds too
+// (a handful: the wait, the outcome).
 func (m *Manager) logf(b *Build, level, step, format string, args ...any) {
-	m.addLog(b, LogEntry{Time: time.Now().UTC(), Level: level, Step: step, Message: fmt.Sprintf(format, args...)})
+	m.addLog(b, LogEntry{Time: time.Now().UTC(), Level: level, Step: step, Message: fmt.Sprintf(format, args...)}, true)
 }
 
-func (m *Manager) addLog(b *Build, e LogEntry) {
+// addLog adds a line to b's log; a step's output (own false) only
+// within the log's bounds.
+func (m *Manager) addLog(b *Build, e LogEntry, own bool) {
 	if len(e.Message) > maxLogLine {
 		e.Message = e.Message[:maxLogLine] + "…"
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(b.logs) >= maxLogEntries {
+	if !own && (len(b.logs) >= maxLogEntries || b.logBytes >= maxLogBytes) {
 		b.dropped++
 		return
 	}
+	if own && b.dropped > 0 {
+		n := b.dropped
+		b.dropped = 0
+		b.logs = append(b.logs, LogEntry{Time: e.Time, Level: "info", Message: fmt.Sprintf("(%d lines of output left out of the log: over %d lines or %d bytes)", n, maxLogEntries, maxLogBytes)})
+	}
 	b.logs = append(b.logs, e)
+	b.logBytes += len(e.Message)
 }
 
 // Start runs owner's requested build with spec, in the background; its
@@ -139,18 +153,22 @@ func (m *Manager) Start(owner, templateID, buildID string, spec Spec, s Settings
 		m.mu.Unlock()
 		return errdefs.Errorf(errdefs.ErrConflict, "build %s has started already: request a new one", buildID)
 	}
+	if m.closed {
+		m.mu.Unlock()
+		return errdefs.New(errdefs.ErrUnavailable, "the daemon is stopping: no build starts")
+	}
 	b.started = true
-	m.mu.Unlock()
 	if s.Concurrency < 1 {
 		s.Concurrency = 1
 	}
-	m.mu.Lock()
+	// A reload that changes the concurrency makes a new semaphore: the
+	// builds holding the old one finish on it.
 	if m.sem == nil || cap(m.sem) != s.Concurrency {
 		m.sem = make(chan struct{}, s.Concurrency)
 	}
 	sem := m.sem
+	m.wg.Add(1) // under mu: never after Close's Wait began
 	m.mu.Unlock()
-	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		m.logf(b, "info", "", "waiting for a build slot (%d at once)", s.Concurrency)
@@ -355,7 +373,6 @@ func convert(in []Step) ([]dockerfile.Step, error) {
 		return nil, errdefs.New(errdefs.ErrInvalid, "steps: at most 1000")
 	}
 	var out []dockerfile.Step
-	user := "" // the USER in effect, for a RUN's own user
 	for i, st := range in {
 		bad := func(format string, args ...any) error {
 			return errdefs.Errorf(errdefs.ErrInvalid, "steps[%d] (%s): %s", i, clip(st.Type), fmt.Sprintf(format, args...))
@@ -377,11 +394,8 @@ func convert(in []Step) ([]dockerfile.Step, error) {
 				return nil, bad("want the command and, perhaps, the user")
 			}
 			run := dockerfile.Step{Kind: dockerfile.Run, Text: text, Args: []string{"/bin/sh", "-c", st.Args[0]}}
-			if len(st.Args) == 2 && st.Args[1] != "" && st.Args[1] != user {
-				// The step's own user, then the one in effect again.
-				out = append(out, dockerfile.Step{Kind: dockerfile.User, Text: "USER " + st.Args[1], Value: st.Args[1]}, run,
-					dockerfile.Step{Kind: dockerfile.User, Text: "USER " + user, Value: user})
-				continue
+			if len(st.Args) == 2 {
+				run.User = st.Args[1] // its own; the USER in effect stays
 			}
 			out = append(out, run)
 		case "COPY":
@@ -423,8 +437,7 @@ func convert(in []Step) ([]dockerfile.Step, error) {
 			if len(st.Args) != 1 || st.Args[0] == "" {
 				return nil, bad("want one user")
 			}
-			user = st.Args[0]
-			out = append(out, dockerfile.Step{Kind: dockerfile.User, Text: text, Value: user})
+			out = append(out, dockerfile.Step{Kind: dockerfile.User, Text: text, Value: st.Args[0]})
 		default:
 			return nil, bad("airlock builds RUN, COPY, ENV, WORKDIR and USER steps")
 		}
@@ -490,5 +503,5 @@ func (w *logWriter) flush() {
 
 // emit adds a line; w.mu is held.
 func (w *logWriter) emit(line string) {
-	w.m.addLog(w.b, LogEntry{Time: time.Now().UTC(), Level: "info", Step: w.step, Message: strings.TrimRight(line, "\r")})
+	w.m.addLog(w.b, LogEntry{Time: time.Now().UTC(), Level: "info", Step: w.step, Message: strings.TrimRight(line, "\r")}, false)
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -79,9 +80,11 @@ type Manager struct {
 	ctx    context.Context // ends at Close: every build is cancelled
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	sem    chan struct{}
 
-	mu        sync.Mutex // guards what follows, and templates.json
+	mu     sync.Mutex // guards what follows, and templates.json
+	closed bool
+	// sem holds a slot per build running (builds.concurrency).
+	sem       chan struct{}
 	templates map[string]*Template
 	builds    map[string]*Build
 	uploads   map[string]*pendingUpload
@@ -115,8 +118,11 @@ func Open(o Options) (*Manager, error) {
 }
 
 // Close cancels the builds running and waits for them to end (their
-// sandboxes destroyed).
+// sandboxes destroyed); no build starts after.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
 }
@@ -234,7 +240,24 @@ func (m *Manager) Request(owner, name string, tags []string) (Requested, error) 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	waiting, owned := 0, 0
+	for _, b := range m.builds {
+		if b.Owner == owner && !b.started {
+			waiting++
+		}
+	}
+	for _, t := range m.templates {
+		if t.Owner == owner {
+			owned++
+		}
+	}
+	if waiting >= maxRequested {
+		return Requested{}, errdefs.Errorf(errdefs.ErrLimit, "%d builds of this API key are requested and not started: start them or wait a day", maxRequested)
+	}
 	t := m.byName(owner, name)
+	if t == nil && owned >= maxTemplates {
+		return Requested{}, errdefs.Errorf(errdefs.ErrLimit, "this API key has %d templates, the most it may: delete one first", maxTemplates)
+	}
 	if t == nil {
 		t = &Template{ID: randomID(10), Owner: owner, Name: name, Created: time.Now().UTC(), Tags: map[string]Tagged{}}
 		m.templates[t.ID] = t
@@ -250,8 +273,13 @@ func (m *Manager) Request(owner, name string, tags []string) (Requested, error) 
 }
 
 // maxBuilds bounds the builds remembered (their status and logs); the
-// oldest finished go first.
-const maxBuilds = 256
+// oldest finished go first. maxRequested bounds one owner's builds
+// requested and not started, maxTemplates its templates.
+const (
+	maxBuilds    = 128
+	maxRequested = 16
+	maxTemplates = 1000
+)
 
 // pruneBuilds forgets the oldest finished builds past maxBuilds, and
 // requested builds never started after a day; m.mu is held.
@@ -356,4 +384,99 @@ func (m *Manager) untag(templateID, build string) {
 	if err := m.o.Store.Untag(imageName(templateID, build)); err != nil {
 		m.o.Logger.Warn("template image not untagged", "template", templateID, "build", build, "err", err)
 	}
+}
+
+// TagInfo is a tag of a template and the build it points at.
+type TagInfo struct {
+	Tag, Build string
+	At         time.Time
+}
+
+// AssignTags points tags of owner's template at the build target
+// ("name:tag") points at, and returns that build.
+func (m *Manager) AssignTags(owner, target string, tags []string) (string, error) {
+	if len(tags) == 0 || len(tags) > 32 {
+		return "", errdefs.New(errdefs.ErrInvalid, "tags: 1 to 32")
+	}
+	for _, tg := range tags {
+		if !validName(tg) {
+			return "", errdefs.Errorf(errdefs.ErrInvalid, "tag %q: want 1-64 lower-case letters, digits, '.', '_' or '-'", clip(tg))
+		}
+	}
+	name, tag, err := SplitName(target)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.byName(owner, name)
+	if t == nil {
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "no template %q of this API key", clip(name))
+	}
+	src, ok := t.Tags[tag]
+	if !ok {
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "template %s has no build tagged %q", t.Name, tag)
+	}
+	old := maps.Clone(t.Tags)
+	now := time.Now().UTC()
+	for _, tg := range tags {
+		t.Tags[tg] = Tagged{Build: src.Build, Digest: src.Digest, At: now}
+	}
+	if err := m.save(); err != nil {
+		t.Tags = old
+		return "", err
+	}
+	m.untagUnused(t, old)
+	return src.Build, nil
+}
+
+// RemoveTags removes tags of owner's template name; a build no tag
+// points at any more lets its image go (untag).
+func (m *Manager) RemoveTags(owner, name string, tags []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.byName(owner, name)
+	if t == nil {
+		return errdefs.Errorf(errdefs.ErrNotFound, "no template %q of this API key", clip(name))
+	}
+	for _, tg := range tags {
+		if _, ok := t.Tags[tg]; !ok {
+			return errdefs.Errorf(errdefs.ErrNotFound, "template %s has no tag %q", t.Name, clip(tg))
+		}
+	}
+	old := maps.Clone(t.Tags)
+	for _, tg := range tags {
+		delete(t.Tags, tg)
+	}
+	if err := m.save(); err != nil {
+		t.Tags = old
+		return err
+	}
+	m.untagUnused(t, old)
+	return nil
+}
+
+// untagUnused untags the images of the builds old's tags pointed at and
+// t's no longer do; m.mu is held.
+func (m *Manager) untagUnused(t *Template, old map[string]Tagged) {
+	for _, tg := range old {
+		if !tagged(t, tg.Build) {
+			m.untag(t.ID, tg.Build)
+		}
+	}
+}
+
+// Tags are owner's template ref's tags, by name.
+func (m *Manager) Tags(owner, ref string) ([]TagInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, _ := m.lookup(owner, ref)
+	if t == nil {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no template %q of this API key", clip(ref))
+	}
+	out := make([]TagInfo, 0, len(t.Tags))
+	for _, tg := range slices.Sorted(maps.Keys(t.Tags)) {
+		out = append(out, TagInfo{Tag: tg, Build: t.Tags[tg].Build, At: t.Tags[tg].At})
+	}
+	return out, nil
 }

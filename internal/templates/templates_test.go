@@ -32,21 +32,20 @@ func TestConvert(t *testing.T) {
 	}
 	var kinds []string
 	for _, s := range steps {
-		kinds = append(kinds, s.Kind+":"+s.Value)
+		kinds = append(kinds, s.Kind+":"+s.Value+":"+s.User)
 	}
-	// A RUN of its own user is that user around it, then the one in
-	// effect again.
-	want := []string{"USER:user", "USER:root", "RUN:", "USER:user", "RUN:", "COPY:", "ENV:", "WORKDIR:/opt/app"}
+	// A RUN of its own user carries it; the USER in effect stays.
+	want := []string{"USER:user:", "RUN::root", "RUN::", "COPY::", "ENV::", "WORKDIR:/opt/app:"}
 	if !slices.Equal(kinds, want) {
 		t.Errorf("kinds = %v, want %v", kinds, want)
 	}
-	if r := steps[2]; !slices.Equal(r.Args, []string{"/bin/sh", "-c", "apt-get install -y x"}) {
+	if r := steps[1]; !slices.Equal(r.Args, []string{"/bin/sh", "-c", "apt-get install -y x"}) {
 		t.Errorf("RUN args = %q", r.Args)
 	}
-	if c := steps[5]; c.Kind != dockerfile.Copy || c.Chown != "user" || c.Chmod != "0755" || c.Dest != "/opt/app" || !slices.Equal(c.Sources, []string{"app"}) {
+	if c := steps[3]; c.Kind != dockerfile.Copy || c.Chown != "user" || c.Chmod != "0755" || c.Dest != "/opt/app" || !slices.Equal(c.Sources, []string{"app"}) {
 		t.Errorf("COPY = %+v", c)
 	}
-	if e := steps[6]; len(e.Pairs) != 2 || e.Pairs[1].Value != "two words" {
+	if e := steps[4]; len(e.Pairs) != 2 || e.Pairs[1].Value != "two words" {
 		t.Errorf("ENV = %+v", e.Pairs)
 	}
 

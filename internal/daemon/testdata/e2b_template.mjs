@@ -49,6 +49,15 @@ try {
   const again = await build(template(), 'my-tool');
   out('again', [again.ok, again.logs.filter((l) => l.trim() === 'cached').length, again.logs.some((l) => l.includes('Skipping upload'))]);
 
+  // Tags: two more on the default's build, a create by one, one removed.
+  const assigned = await Template.assignTags('my-tool', ['v2', 'stable']);
+  out('tags', [assigned.tags, (await Template.getTags(first.info.templateId)).map((t) => t.tag)]);
+  const v2 = await Sandbox.create('my-tool:v2', { timeoutMs: 30000 });
+  kill.push(v2);
+  out('bytag', (await v2.commands.run('cat /opt/app/data/sub/b.txt')).stdout);
+  await Template.removeTags('my-tool', 'stable');
+  out('tagsafter', (await Template.getTags(first.info.templateId)).map((t) => t.tag));
+
   const denied = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd(`wget -q -O- http://elsewhere.test:${mirror.split(':')[1]}/x`), 'denied');
   out('denied', [denied.ok, denied.error, denied.logs.some((l) => l.includes('egress denied') && l.includes('elsewhere.test'))]);
   const big = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd('head -c 400000000 /dev/zero | tail'), 'big');

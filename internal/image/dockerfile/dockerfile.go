@@ -107,6 +107,9 @@ type Step struct {
 	Pairs []KV
 	// Value is WORKDIR's directory or USER's user, substituted.
 	Value string
+	// User is a RUN's own user, never a Dockerfile's (E2B's template
+	// steps carry one): "" runs it as the USER in effect.
+	User string
 }
 
 // File is a parsed Dockerfile.
