@@ -144,6 +144,7 @@ func TestE2BTemplateBuildJS(t *testing.T) {
 		"deleted":     `[false,true,false]`,
 		"tags":        `[["v2","stable"],["default","stable","v2"]]`,
 		"bytag":       `"b\n"`,
+		"dockerfile":  `"made by dockerfile\n1000\n/home/user\n"`,
 		"tagsafter":   `["default","v2"]`,
 	}
 	for k, v := range want {

@@ -58,6 +58,15 @@ try {
   await Template.removeTags('my-tool', 'stable');
   out('tagsafter', (await Template.getTags(first.info.templateId)).map((t) => t.tag));
 
+  // An e2b.Dockerfile, as `e2b template` builds one: the SDK parses it
+  // into steps (and ends as its user "user" in /home/user).
+  const fromFile = await build(Template({ fileContextPath: ctx }).fromDockerfile(
+    'FROM busybox-base\nENV WHO=dockerfile\nCOPY hello.sh /opt/tool/\nRUN echo "made by $WHO" > /opt/tool/made\n'), 'from-dockerfile');
+  if (!fromFile.ok) throw new Error('fromDockerfile: ' + fromFile.error + '\n' + fromFile.logs.join('\n'));
+  const df = await Sandbox.create('from-dockerfile', { timeoutMs: 30000 });
+  kill.push(df);
+  out('dockerfile', (await df.commands.run('cat /opt/tool/made; id -u; pwd')).stdout);
+
   const denied = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd(`wget -q -O- http://elsewhere.test:${mirror.split(':')[1]}/x`), 'denied');
   out('denied', [denied.ok, denied.error, denied.logs.some((l) => l.includes('egress denied') && l.includes('elsewhere.test'))]);
   const big = await build(Template({ fileContextPath: ctx }).fromImage('busybox-base').runCmd('head -c 400000000 /dev/zero | tail'), 'big');
