@@ -215,6 +215,9 @@ const (
 	// BrokerNoOperation: no operation of the service matches the method
 	// and path.
 	BrokerNoOperation = "no_operation"
+	// BrokerMisdirected: a transparently brokered request names a host
+	// (or port) other than the one its connection was made for.
+	BrokerMisdirected = "misdirected"
 	// BrokerBadPath: the request target is not a plain path below the
 	// broker (absolute form, "..", encoded separators, NUL), or cannot be
 	// sent upstream as one.

@@ -112,7 +112,15 @@ func (b *Broker) handle(c *call, r *http.Request) {
 		c.ev.Service = shorten(segs[0])
 		return
 	}
-	op := s.match(r.Method, segs[1:])
+	c.serveOperation(s, r, segs[1:], rawQuery)
+}
+
+// serveOperation serves a call for service s whose path, below the
+// service, is segs: the operation menu, the query and body checks, the
+// rate, then upstream. Both entries take it: the broker's own endpoint
+// and a transparently brokered name (transparent.go).
+func (c *call) serveOperation(s *service, r *http.Request, segs []string, rawQuery string) {
+	op := s.match(r.Method, segs)
 	if op == nil {
 		c.refuse(http.StatusForbidden, result.BrokerNoOperation, fmt.Sprintf("no operation matches %s %s", r.Method, c.ev.Path))
 		return
@@ -131,7 +139,7 @@ func (b *Broker) handle(c *call, r *http.Request) {
 		c.refuse(http.StatusTooManyRequests, result.BrokerRate, fmt.Sprintf("over the rate of %d calls per minute for %s", op.cfg.Rate, op.name()))
 		return
 	}
-	c.forward(s, op, r, segs[1:], query)
+	c.forward(s, op, r, segs, query)
 }
 
 // list names the services of this broker for refusals.
