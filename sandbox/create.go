@@ -399,6 +399,11 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	return s, nil
 }
 
+// AwaitStart waits for a started sandbox's init to be ready (and its
+// mounts made): what the host puts in it before the first command (a
+// Spec.OnStart's binding) waits for it. Its error is the start's.
+func (s *Sandbox) AwaitStart(ctx context.Context) error { return s.awaitStart(ctx) }
+
 // awaitStart waits, once, for init to be ready, and then makes the
 // sandbox usable. Its error ends the sandbox (killed; Destroy removes it).
 func (s *Sandbox) awaitStart(ctx context.Context) error {

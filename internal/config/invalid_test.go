@@ -221,7 +221,10 @@ func TestParseInvalid(t *testing.T) {
 		{"service null", "services:\n  s:\n", 2, 3, "services.s", `missing required field "upstream"`},
 		{"service no credential", svc("    upstream: https://a.example", "    operations: [GET /]"), 2, 3, "services.s", `missing required field "credential"`},
 		{"service no operations", svc("    upstream: https://a.example", "    credential: {secret: k}"), 2, 3, "services.s", `missing required field "operations"`},
-		{"service unknown", svc("    upstrem: x"), 3, 5, "services.s.upstrem", `unknown field "upstrem" (allowed: addresses, ca, credential, env, max_request, max_response, operations, private, rate, upstream)`},
+		{"transparent http", up("http://a.example", "    transparent: true"), 6, 18, "services.s.transparent", "needs an https upstream named by a host name"},
+		{"transparent address", up("https://8.8.8.8", "    transparent: true"), 6, 18, "services.s.transparent", "needs an https upstream named by a host name"},
+		{"transparent not bool", up("https://a.example", "    transparent: yes please"), 6, 18, "services.s.transparent", ""},
+		{"service unknown", svc("    upstrem: x"), 3, 5, "services.s.upstrem", `unknown field "upstrem" (allowed: addresses, ca, credential, env, max_request, max_response, operations, private, rate, transparent, upstream)`},
 		{"service dash key", svc("    max-request: 1"), 3, 5, "services.s.max-request", `did you mean "max_request"?`},
 		{"service duplicate", "services:\n  s: {}\n  s: {}\n", 3, 3, "services.s", `duplicate key "s" (first on line 2)`},
 

@@ -32,7 +32,7 @@ const (
 
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
-	serviceKeys    = []string{"addresses", "ca", "credential", "env", "max_request", "max_response", "operations", "private", "rate", "upstream"}
+	serviceKeys    = []string{"addresses", "ca", "credential", "env", "max_request", "max_response", "operations", "private", "rate", "transparent", "upstream"}
 	credentialKeys = []string{"header", "secret", "template"}
 	operationKeys  = []string{"content_types", "headers", "max_request", "max_response", "method", "params", "path", "query", "rate"}
 )
@@ -90,11 +90,13 @@ func (p *parser) service(sf field) (*brokerspec.Service, error) {
 		return nil, err
 	}
 	var (
-		spec     policy.Spec
-		where    = specNodes{item: sf.key, hostField: "upstream"}
-		hasCred  bool
-		hasOps   bool
-		defaults = opDefaults{rate: DefaultRate, maxRequest: DefaultMaxRequest, maxResponse: DefaultMaxResponse}
+		spec    policy.Spec
+		where   = specNodes{item: sf.key, hostField: "upstream"}
+		hasCred bool
+		hasOps  bool
+		// transparentAt is transparent: true's node, for its errors.
+		transparentAt *yaml.Node
+		defaults      = opDefaults{rate: DefaultRate, maxRequest: DefaultMaxRequest, maxResponse: DefaultMaxResponse}
 	)
 	for _, f := range fs {
 		sub := join(at, f.name)
@@ -108,6 +110,11 @@ func (p *parser) service(sf field) (*brokerspec.Service, error) {
 			spec.Addresses, where.addresses, err = p.addresses(f.val, sub)
 		case "ca":
 			s.CA, err = p.absPath(f.val, sub)
+		case "transparent":
+			s.Transparent, err = p.boolean(f.val, sub)
+			if err == nil && s.Transparent {
+				transparentAt = f.val
+			}
 		case "credential":
 			s.Credential, err = p.credential(f, sub)
 			hasCred = true
@@ -143,6 +150,9 @@ func (p *parser) service(sf field) (*brokerspec.Service, error) {
 		// The broker must dial exactly one host; the URL's host is what
 		// it sends as Host and checks the certificate against.
 		return nil, p.errAt(where.host, join(at, "upstream"), "invalid upstream URL %s: the host must be one host name or IP address, not a wildcard", quote(where.host.Value))
+	}
+	if s.Transparent && (s.Upstream.Scheme != "https" || s.Destination.Name == "") {
+		return nil, p.errAt(transparentAt, join(at, "transparent"), "a service reached at its real name needs an https upstream named by a host name (the sandbox's TLS to that name is what airlock terminates)")
 	}
 	for i := range s.Operations {
 		o := &s.Operations[i]

@@ -13,6 +13,7 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,11 @@ type Config struct {
 	HelloWait time.Duration
 	// Logger receives airlock's own diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Intercept, when set, names the destinations whose TLS airlock
+	// terminates (transparent brokering, docs/decisions/0035): for such
+	// a name and port it returns the handler of the requests and the
+	// TLS config to serve them with; nil for every other.
+	Intercept func(name string, port uint16) (http.Handler, *tls.Config)
 	// Sockets, when set, are the proxy's and resolver's listeners, open
 	// in the namespace already (sockets.Open, by a process that held
 	// them until something arrived: see internal/lazygw). Attach serves

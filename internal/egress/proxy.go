@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -103,6 +104,12 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 		g.deny(w, ev, http.StatusBadRequest, Decision{Code: result.EgressMalformed, Reason: err.Error()})
 		return
 	}
+	if g.cfg.Intercept != nil {
+		if h, tc := g.cfg.Intercept(strings.ToLower(strings.TrimSuffix(host, ".")), port); h != nil {
+			g.serveIntercepted(w, ev, strings.ToLower(strings.TrimSuffix(host, ".")), h, tc)
+			return
+		}
+	}
 	out, ok := g.dialFor(w, r, &ev, host, port)
 	if !ok {
 		return
@@ -146,16 +153,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 		conn.Close()
 		up.Close()
 	}()
-	conn.SetDeadline(time.Time{})
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	pre, ok := established(conn, brw)
+	if !ok {
 		return
-	}
-	// Bytes the client sent after its request (often the TLS
-	// ClientHello) are already in the server's buffer.
-	var pre []byte
-	if n := brw.Reader.Buffered(); n > 0 {
-		pre, _ = brw.Reader.Peek(n)
-		pre = bytes.Clone(pre)
 	}
 	ev.Status = http.StatusOK
 	// What the client sends through the tunnel must be for the host it
@@ -358,4 +358,20 @@ func (c *countedConn) Write(b []byte) (int, error) {
 		c.g.bytes.Add(-short)
 	}
 	return n, err
+}
+
+// established answers a CONNECT whose connection was taken over, and
+// returns the bytes the client sent after its request (often the TLS
+// ClientHello), already in the server's buffer; ok is false when the
+// client is gone.
+func established(conn net.Conn, brw *bufio.ReadWriter) (pre []byte, ok bool) {
+	conn.SetDeadline(time.Time{})
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return nil, false
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		pre, _ = brw.Reader.Peek(n)
+		pre = bytes.Clone(pre)
+	}
+	return pre, true
 }

@@ -36,6 +36,13 @@ type Net interface {
 	Close(ctx context.Context) error
 }
 
+// Preparer is a network side with something to put in the sandbox once
+// it has started and before its first command (a trust bundle): the
+// binding calls Prepare once, before that command.
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
 // NewBinding makes the binding of one sandbox. Its network side, which
 // sends its decisions to the binding's Egress and Broker, is attached
 // with Attach before any command runs. onEgress and onBroker, if set, get
@@ -92,6 +99,10 @@ type Binding struct {
 	// logs: a resolver's retry that lands while the binding closes is
 	// not explained twice.
 	shown *explained
+
+	// prepared makes Prepare run once; prepErr is its error.
+	prepared sync.Once
+	prepErr  error
 }
 
 // SetRecorders replaces the policy's OnEgress and OnBroker: for a binding
@@ -142,6 +153,12 @@ func (b *Binding) Env() []string { return b.env }
 // every decision of their common time). x.Env goes after the proxy and
 // broker variables, so the caller's values win.
 func (b *Binding) Exec(ctx context.Context, x sandbox.ExecRequest, explain io.Writer) *result.Result {
+	if p, ok := b.net.(Preparer); ok {
+		b.prepared.Do(func() { b.prepErr = p.Prepare(ctx) })
+		if b.prepErr != nil {
+			return &result.Result{SandboxID: b.sb.ID(), Outcome: result.Error, Error: b.prepErr.Error()}
+		}
+	}
 	log := &netLog{start: time.Now(), live: x.OnEvent, stderr: explain, shown: b.shown}
 	b.mu.Lock()
 	b.execs[log] = struct{}{}

@@ -50,6 +50,11 @@ type Service struct {
 	CA string
 	// Credential says which secret to attach to calls, and how.
 	Credential Credential
+	// Transparent: clients in the sandbox reach the service at the
+	// upstream's own host name, unchanged, their TLS to it terminated by
+	// airlock with the sandbox's own authority (transparent brokering,
+	// docs/decisions/0035), as well as at the broker's endpoint.
+	Transparent bool
 	// Env holds the placeholder variables given to sandboxes of the tools
 	// that use the service, in file order. URLPlaceholder in a value
 	// stands for the service's broker URL. A tool's own env wins over a

@@ -86,17 +86,15 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 	b := runner.NewBinding(sb, p.OnEgress, p.OnBroker)
 	n := &gatewayNet{}
 	var err error
-	n.gw, err = egress.Attach(ctx, sb.NetNS(), egress.Config{
+	gcfg := egress.Config{
 		Tool:      p.Tool,
 		SandboxID: sb.ID(),
 		Policy:    policy.New(p.Egress),
 		Limits:    p.Network,
 		OnEvent:   b.Egress,
-	})
-	if err != nil {
-		return nil, err
 	}
-	n.env = egress.Env()
+	// The broker first: the gateway hands it the connections to the
+	// names it serves transparently.
 	if len(p.Services) > 0 {
 		n.br, err = broker.Attach(ctx, sb.NetNS(), broker.Config{
 			Tool:      p.Tool,
@@ -106,17 +104,30 @@ func Bind(ctx context.Context, sb *sandbox.Sandbox, p Policy) (*runner.Binding, 
 			Rates:     p.Rates,
 			OnEvent:   b.Broker,
 		})
-		var env []string
 		if err == nil {
-			if env, err = n.br.Env(); err != nil {
-				err = errors.Join(err, n.br.Close(ctx))
+			n.env, err = n.br.Env()
+		}
+		if err == nil {
+			var env []string
+			if gcfg.Intercept, env, n.prepare, err = transparent(sb, p.Services, n.br); err == nil {
+				n.env = append(n.env, env...)
 			}
 		}
 		if err != nil {
-			return nil, errors.Join(err, n.gw.Close(ctx))
+			if n.br != nil {
+				err = errors.Join(err, n.br.Close(ctx))
+			}
+			return nil, err
 		}
-		n.env = append(n.env, env...)
 	}
+	n.gw, err = egress.Attach(ctx, sb.NetNS(), gcfg)
+	if err != nil {
+		if n.br != nil {
+			err = errors.Join(err, n.br.Close(ctx))
+		}
+		return nil, err
+	}
+	n.env = append(egress.Env(), n.env...)
 	b.Attach(n)
 	return b, nil
 }
@@ -138,6 +149,18 @@ type gatewayNet struct {
 	gw  *egress.Gateway
 	br  *broker.Broker
 	env []string
+	// prepare, when set, writes the trust bundle of transparent
+	// brokering into the started sandbox.
+	prepare func(context.Context) error
+}
+
+// Prepare puts in the started sandbox what its clients need before its
+// first command (runner.Preparer).
+func (n *gatewayNet) Prepare(ctx context.Context) error {
+	if n.prepare == nil {
+		return nil
+	}
+	return n.prepare(ctx)
 }
 
 func (n *gatewayNet) Env() []string { return n.env }
