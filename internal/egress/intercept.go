@@ -24,6 +24,15 @@ import (
 
 // serveIntercepted serves one CONNECT to name, an intercepted name.
 func (g *Gateway) serveIntercepted(w http.ResponseWriter, ev result.EgressEvent, name string, h http.Handler, tc *tls.Config) {
+	// An intercepted connection counts against the sandbox's
+	// connection cap as a tunnel does: the broker's calls on it are
+	// bounded by the broker's own.
+	if n := g.active.Add(1); n > int64(g.cfg.Limits.Connections) {
+		g.active.Add(-1)
+		g.deny(w, ev, http.StatusTooManyRequests, denial(result.EgressCapped, "connection limit of %d reached", g.cfg.Limits.Connections))
+		return
+	}
+	defer g.release()
 	ev.Allow, ev.Reason = true, "brokered: each request is the broker's call"
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
