@@ -78,7 +78,11 @@ tools:
 	if st := d.Pool("warm").Stats(); st.Evicted < 1 {
 		t.Fatalf("the warm pool gave up no sandbox: %+v", st)
 	}
-	// Two runs at work hold the whole budget.
+	// Two runs at work hold the whole budget. The pool refills after the
+	// eviction first: a claim evicts only ready sandboxes, and one the
+	// pool is still making when both runs claim would leave the second
+	// nothing to evict (a slow host made the refill race them).
+	waitIdle(t, c, "warm", 2)
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
