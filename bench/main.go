@@ -140,6 +140,9 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 		if err := brokerBench(eg.n); err != nil {
 			return err
 		}
+		if err := transparentBench(eg.n); err != nil {
+			return err
+		}
 	}
 	if want("daemon") {
 		if err := daemonBench(pooled, tput); err != nil {

@@ -336,6 +336,11 @@ const (
 	// EgressHostMismatch: an HTTP request on a transparent connection or
 	// in a CONNECT tunnel naming another host than the connection's.
 	EgressHostMismatch = "host_mismatch"
+	// EgressCertRefused: on a connection to a name brokered
+	// transparently, the client refused the certificate airlock
+	// answered with (its sandbox's own authority's): the client pins
+	// certificates or does not read the trust bundle.
+	EgressCertRefused = "cert_refused"
 	// EgressQueryType: a DNS query of a class or type not served (only
 	// IN A and AAAA are).
 	EgressQueryType = "query_type"

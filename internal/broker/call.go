@@ -241,6 +241,14 @@ func (c *call) forward(s *service, op *operation, r *http.Request, segs []string
 		}
 		out.Header[k] = vs
 	}
+	// What the sandbox's opener set (checked by CheckSet when it was
+	// given): only where the operation forwards the header anyway, so
+	// it is never more than the sandbox could send itself.
+	for k, v := range s.cfg.Set {
+		if op.forwards(k) {
+			out.Header.Set(k, v)
+		}
+	}
 	// Compressed answers could hide the secret from redaction.
 	out.Header.Set("Accept-Encoding", "identity")
 	out.Header.Set(s.cfg.Credential.Header, value)

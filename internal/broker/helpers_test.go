@@ -167,6 +167,12 @@ func attach(t *testing.T, yaml string) *fixture {
 // attachWith is attach with the operations' limiters taken from rates.
 func attachWith(t *testing.T, yaml string, rates *Rates) *fixture {
 	t.Helper()
+	return attachSet(t, yaml, rates, nil)
+}
+
+// attachSet is attachWith with set set on every service's calls.
+func attachSet(t *testing.T, yaml string, rates *Rates, set map[string]string) *fixture {
+	t.Helper()
 	isolatednet.Require(t)
 	t.Setenv("TEST_BROKER_SECRET", secret)
 	cfg, err := config.Parse("airlock.yaml", []byte(yaml))
@@ -182,6 +188,9 @@ func attachWith(t *testing.T, yaml string, rates *Rates) *fixture {
 		s, err := cfg.Service(name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if set != nil {
+			s = s.WithSet(set)
 		}
 		svcs = append(svcs, s)
 	}

@@ -1,8 +1,17 @@
 package cli
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -13,6 +22,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
@@ -64,6 +74,16 @@ tools:
 		`echo "refused: $(curl -sS -X DELETE ` + real + `/api/repos/octo/hello)"`,
 		`echo "python: $(python3 -c 'import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' ` + real + `/api/repos/octo/py/issues)"`,
 		`echo "plain: $(curl -sS -o /dev/null -w '%{http_code}' http://example.com:` + u.Port() + `/api/repos/octo/hello/issues 2>&1)"`,
+		// A client that ignores HTTPS_PROXY: the name resolves to its
+		// transparent address, where the gateway terminates TLS too.
+		`echo "direct: $(curl -sS --noproxy '*' ` + real + `/api/repos/octo/direct/issues)"`,
+		// Node's fetch ignores HTTPS_PROXY, and reads NODE_EXTRA_CA_CERTS.
+		`echo "node: $(node -e 'fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t.trim()))' ` + real + `/api/repos/octo/node/issues 2>&1)"`,
+		`echo "h2: $(curl -sS --http2 -o /dev/null -w '%{http_version} %{http_code}' ` + real + `/api/repos/octo/h2/issues)"`,
+		// A client that trusts other roots than the bundle (as one that
+		// pins certificates does) fails closed; the event says why.
+		`printf '%s' '` + string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})) + `' > /tmp/pinned.pem`,
+		`echo "pinned: $(curl -sS --cacert /tmp/pinned.pem ` + real + `/api/repos/octo/pinned/issues 2>&1 | head -c 200)"`,
 		`env`,
 		`for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < $f; done 2>/dev/null`,
 		`grep -r . /workspace /tmp /dev/shm 2>/dev/null | grep -v -- '-----\|^/tmp/airlock-ca.pem:[A-Za-z0-9+/=]*$'`,
@@ -74,6 +94,10 @@ tools:
 		"curl: path=/api/repos/octo/hello/issues host=example.com:" + u.Port() + " auth=[REDACTED]",
 		`refused: airlock broker (service "gh"): no operation matches DELETE /repos/octo/hello`,
 		"python: path=/api/repos/octo/py/issues",
+		"direct: path=/api/repos/octo/direct/issues host=example.com:" + u.Port() + " auth=[REDACTED]",
+		"h2: 2 200",
+		"node: path=/api/repos/octo/node/issues host=example.com:" + u.Port() + " auth=[REDACTED]",
+		"pinned: curl: (60)",
 		"SSL_CERT_FILE=/tmp/airlock-ca.pem",
 	} {
 		if !strings.Contains(out, want) {
@@ -83,8 +107,15 @@ tools:
 	if strings.Contains(out, "plain: 200") {
 		t.Error("plain HTTP to the brokered name was answered")
 	}
-	if authorized.Load() != 2 || hits.Load() != 2 {
-		t.Errorf("upstream: %d calls, %d authorized; want the two declared ones", hits.Load(), authorized.Load())
+	if authorized.Load() != 5 || hits.Load() != 5 {
+		t.Errorf("upstream: %d calls, %d authorized; want the five declared ones", hits.Load(), authorized.Load())
+	}
+	pinned := false
+	for _, ev := range r.Egress {
+		pinned = pinned || ev.Code == result.EgressCertRefused && strings.Contains(ev.Reason, "SSL_CERT_FILE")
+	}
+	if !pinned {
+		t.Errorf("no %s event naming the setting among %+v", result.EgressCertRefused, r.Egress)
 	}
 	noSecret(t, o, out, secret, secret[4:20])
 	allowed, refused := 0, 0
@@ -95,8 +126,8 @@ tools:
 			refused++
 		}
 	}
-	if allowed != 2 || refused != 1 {
-		t.Errorf("broker events %+v; want 2 allowed, 1 refused", r.Broker)
+	if allowed != 5 || refused != 1 {
+		t.Errorf("broker events %+v; want 5 allowed, 1 refused", r.Broker)
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
@@ -200,4 +231,134 @@ tools:
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
 	}
+}
+
+// TestTransparentSDK runs an official SDK with its default endpoint in a
+// sandbox: OpenAI's Python SDK (from the OpenAI Agents SDK's
+// virtualenv, AIRLOCK_TEST_PY_AGENTS, mounted read-only) calls
+// https://api.openai.com/v1 as it always does, with a placeholder key;
+// airlock terminates that name, holds the calls to the service's menu
+// and attaches the operator's key. The upstream is a server on this
+// namespace's 127.0.0.1:443 with a certificate for api.openai.com, the
+// service's pinned address: nothing leaves the machine.
+func TestTransparentSDK(t *testing.T) {
+	isolatednet.Require(t)
+	py := os.Getenv("AIRLOCK_TEST_PY_AGENTS")
+	if py == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("AIRLOCK_TEST_PY_AGENTS is not set (the test script makes the OpenAI Agents SDK's virtualenv)")
+		}
+		t.Skip("AIRLOCK_TEST_PY_AGENTS is not set (scripts/test makes the OpenAI Agents SDK's virtualenv)")
+	}
+	site, err := exec.Command(py, "-c", "import openai, os; print(os.path.dirname(os.path.dirname(openai.__file__)))").Output()
+	if err != nil {
+		t.Fatalf("the OpenAI SDK: %v", err)
+	}
+	secret := randomSecret()
+	var hits, authorized atomic.Int64
+	cert, certPEM := selfSigned(t, "api.openai.com")
+	srv := httptest.NewUnstartedServer(credentialed(secret, &hits, &authorized, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"brokered-model","object":"model","created":1,"owned_by":"airlock"}]}`)
+		case "/v1/chat/completions":
+			io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"brokered-model","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hello from upstream"}}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`
+secrets:
+  tok:
+    env: AIRLOCK_TEST_BROKER_TOKEN
+services:
+  openai:
+    upstream: https://api.openai.com/v1
+    addresses: [127.0.0.1]
+    private: true
+    ca: %s
+    transparent: true
+    credential: {secret: tok, template: "Bearer {secret}"}
+    operations:
+      - GET /models
+      - {method: POST, path: /chat/completions, content_types: [application/json]}
+tools:
+  gh:
+    services: [openai]
+    mounts: [{source: %s, target: /srv/py}]
+    env: {PYTHONPATH: /srv/py, OPENAI_API_KEY: airlock-brokered, HOME: /tmp}
+`, caFile, strings.TrimSpace(string(site))))
+	script := `python3 - <<'PY'
+from openai import OpenAI
+c = OpenAI()
+print("models:", [m.id for m in c.models.list()])
+r = c.chat.completions.create(model="brokered-model", messages=[{"role": "user", "content": "hi"}])
+print("chat:", r.choices[0].message.content)
+try:
+    c.files.list()
+    print("files: listed")
+except Exception as e:
+    print("files:", type(e).__name__, getattr(e, "status_code", ""))
+PY
+env
+for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f; done 2>/dev/null
+true`
+	o, r, out := brokeredRun(t, secret, cfg, script)
+	for _, want := range []string{
+		"models: ['brokered-model']",
+		"chat: hello from upstream",
+		"files: PermissionDeniedError 403",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if hits.Load() != 2 || authorized.Load() != 2 {
+		t.Errorf("upstream: %d calls, %d authorized; want the two declared ones", hits.Load(), authorized.Load())
+	}
+	noSecret(t, o, out, secret, secret[4:20])
+	refused := false
+	for _, ev := range r.Broker {
+		refused = refused || !ev.Allow && ev.Code == result.BrokerNoOperation && strings.Contains(ev.Reason, "GET /files")
+	}
+	if !refused {
+		t.Errorf("no refusal of GET /files among %+v", r.Broker)
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}
+
+// selfSigned is a certificate (and its PEM) for name, its own authority.
+func selfSigned(t *testing.T, name string) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -503,7 +503,8 @@ func TestE2BEgressNarrowing(t *testing.T) {
 		{"a wider allowOut alone", `{"templateID":"net","network":{"allowOut":["c.test"]}}`, "not within the tool's egress"},
 		{"denyOut of one destination", `{"templateID":"net","network":{"denyOut":["b.test"]}}`, "only all traffic (0.0.0.0/0) may be denied"},
 		{"public ports", `{"templateID":"net","network":{"allowPublicTraffic":true}}`, "never public"},
-		{"other network options", `{"templateID":"net","network":{"rules":{}}}`, "rules is not supported"},
+		{"other network options", `{"templateID":"net","network":{"egressProxy":{"address":"proxy.test:1080"}}}`, "egressProxy is not supported"},
+		{"a rule for a host no service brokers", `{"templateID":"net","network":{"rules":{"a.test":[{"transform":{"headers":{"X-A":"1"}}}]}}}`, "brokers no service at that host"},
 	} {
 		if status, _, body := create(tc.body); status != 400 || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want 400 with %q", tc.name, status, body, tc.want)

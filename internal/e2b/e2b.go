@@ -86,6 +86,19 @@ const AllTraffic = "0.0.0.0/0"
 type Network struct {
 	AllowOut []string `json:"allowOut,omitempty"`
 	DenyOut  []string `json:"denyOut,omitempty"`
+	// Rules are per-host transforms of the sandbox's requests: the
+	// host, and what to do to each request to it.
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule is one of a host's network rules.
+type NetworkRule struct {
+	Transform *NetworkTransform `json:"transform,omitempty"`
+}
+
+// NetworkTransform is what a rule does to a request: headers to set.
+type NetworkTransform struct {
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // Sandbox is the answer of create and connect.

@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -104,7 +105,7 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 		}
 		for _, k := range slices.Sorted(maps.Keys(fields)) {
 			switch {
-			case k == "allowOut" || k == "denyOut":
+			case k == "allowOut" || k == "denyOut" || k == "rules":
 			case k == "allowPublicTraffic" && string(fields[k]) == "false":
 				// What airlock does for every sandbox: its ports
 				// need its traffic access token.
@@ -112,6 +113,16 @@ func (d *Server) createSpec(r *http.Request, c *node.Caller) (createSpec, error)
 				return spec, errdefs.New(errdefs.ErrInvalid, "network.allowPublicTraffic: a sandbox's ports are never public: each request needs its traffic access token (docs/e2b.md)")
 			default:
 				return spec, errdefs.Errorf(errdefs.ErrInvalid, "network.%s is not supported; network.allowOut narrows the tool's egress (docs/e2b.md)", node.Shorten(k))
+			}
+		}
+		if r, ok := fields["rules"]; ok {
+			// Strictly: a rule's field airlock does not know (a
+			// workload identity, say) is refused, not dropped.
+			var rules map[string][]e2b.NetworkRule
+			dec := json.NewDecoder(bytes.NewReader(r))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&rules); err != nil {
+				return spec, errdefs.New(errdefs.ErrInvalid, "network.rules: "+httpx.DescribeJSON(err)+"; a rule is {\"transform\": {\"headers\": {...}}}")
 			}
 		}
 	}
@@ -271,9 +282,20 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 		return nil, nil
 	}
 	pol := d.Plan(tool).Policy
+	var rules map[string][]e2b.NetworkRule
+	if req.Network != nil {
+		rules = req.Network.Rules
+	}
 	if noNet {
+		if len(rules) > 0 {
+			return nil, errdefs.New(errdefs.ErrInvalid, "network.rules: allow_internet_access false takes the network away, and with it every host a rule could name")
+		}
 		pol.Egress, pol.Services = nil, nil
 		return &pol, nil
+	}
+	services, err := e2bRules(pol.Services, rules)
+	if err != nil {
+		return nil, err
 	}
 	denyAll := false
 	for _, e := range req.Network.DenyOut {
@@ -291,13 +313,20 @@ func (d *Server) e2bNarrow(tool string, req *e2b.CreateRequest) (*attach.Policy,
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "network.allowOut: %v", err)
 	}
 	if !denyAll {
-		return nil, nil
+		if len(rules) == 0 {
+			return nil, nil
+		}
+		pol.Services = services
+		return &pol, nil
 	}
 	if len(req.Network.AllowOut) == 0 {
+		if len(rules) > 0 {
+			return nil, errdefs.New(errdefs.ErrInvalid, "network.rules: denyOut of all traffic with no allowOut takes every destination and the broker's services away, and with them every host a rule could name")
+		}
 		pol.Egress, pol.Services = nil, nil
 		return &pol, nil
 	}
-	pol.Egress = eg
+	pol.Egress, pol.Services = eg, services
 	return &pol, nil
 }
 

@@ -13,7 +13,6 @@ package egress
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -102,10 +101,10 @@ type Config struct {
 	// Logger receives airlock's own diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Intercept, when set, names the destinations whose TLS airlock
-	// terminates (transparent brokering, docs/decisions/0035): for such
-	// a name and port it returns the handler of the requests and the
-	// TLS config to serve them with; nil for every other.
-	Intercept func(name string, port uint16) (http.Handler, *tls.Config)
+	// terminates (transparent brokering, docs/decisions/0035), reached
+	// through the proxy (CONNECT) or by their names' transparent
+	// addresses, whether or not the policy allows them otherwise.
+	Intercept *Interception
 	// Sockets, when set, are the proxy's and resolver's listeners, open
 	// in the namespace already (sockets.Open, by a process that held
 	// them until something arrived: see internal/lazygw). Attach serves

@@ -104,9 +104,9 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, ev result
 		g.deny(w, ev, http.StatusBadRequest, Decision{Code: result.EgressMalformed, Reason: err.Error()})
 		return
 	}
-	if g.cfg.Intercept != nil {
-		if h, tc := g.cfg.Intercept(strings.ToLower(strings.TrimSuffix(host, ".")), port); h != nil {
-			g.serveIntercepted(w, ev, strings.ToLower(strings.TrimSuffix(host, ".")), h, tc)
+	if name := strings.ToLower(strings.TrimSuffix(host, ".")); g.cfg.Intercept != nil {
+		if h := g.intercepted(name, port); h != nil {
+			g.serveIntercepted(w, ev, name, h)
 			return
 		}
 	}

@@ -39,12 +39,24 @@ const (
 // transparent address (listeners are opened on first lookup).
 func (g *Gateway) resolveName(name string) dns.Verdict {
 	ports := g.portsFor(name)
+	// A name the broker serves transparently is reached at its
+	// address too, by clients that ignore HTTPS_PROXY; its port is
+	// the gateway's own (serveTransparent terminates it).
+	brokered := false
+	if i := g.cfg.Intercept; i != nil {
+		if p, ok := i.Ports[name]; ok {
+			brokered = true
+			ports = append(ports, p)
+			slices.Sort(ports)
+			ports = slices.Compact(ports)
+		}
+	}
 	if len(ports) == 0 {
 		return dns.Verdict{Code: result.EgressNotAllowed, Reason: fmt.Sprintf("%q is not an allowed destination", name)}
 	}
 	// Match applies the name rules (metadata names are never allowed,
 	// even under a wildcard).
-	if _, dec := g.cfg.Policy.Match(name, ports[0]); !dec.Allow {
+	if _, dec := g.cfg.Policy.Match(name, ports[0]); !dec.Allow && !brokered {
 		return dns.Verdict{Code: dec.Code, Reason: dec.Reason}
 	}
 	addr, dec := g.transparentAddr(name, ports)
@@ -161,6 +173,10 @@ func (g *Gateway) serveTransparent(c net.Conn, name string, port uint16) {
 		ev.Code, ev.Reason = why.Code, why.Reason
 		ev.DurationMs = time.Since(ev.Time).Milliseconds()
 		g.emit(ev)
+	}
+	if h := g.intercepted(name, port); h != nil {
+		g.serveInterceptedConn(c, ev, name, h)
+		return
 	}
 	d, _ := g.cfg.Policy.Match(name, port)
 	opaque := d != nil && d.Opaque

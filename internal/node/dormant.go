@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/broker"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/errdefs"
@@ -52,6 +54,9 @@ type pausedRecord struct {
 	Narrowed bool                 `json:"narrowed,omitempty"`
 	Egress   []policy.Destination `json:"egress,omitempty"`
 	Services bool                 `json:"services,omitempty"`
+	// Set is the headers the opener set on the calls of each service
+	// that has some (brokerspec.Service.Set; never a credential).
+	Set map[string]map[string]string `json:"set,omitempty"`
 	// Edge is what the edge that opened it keeps of it (E2B's
 	// metadata and environment), opaque here.
 	Edge json.RawMessage `json:"edge,omitempty"`
@@ -142,6 +147,14 @@ func (n *Node) keepFiles(s *Session, gen uint64) {
 	}
 	if p := s.narrowed; p != nil {
 		rec.Narrowed, rec.Egress, rec.Services = true, p.Egress, len(p.Services) > 0
+		for _, svc := range p.Services {
+			if len(svc.Set) > 0 {
+				if rec.Set == nil {
+					rec.Set = map[string]map[string]string{}
+				}
+				rec.Set[svc.Name] = svc.Set
+			}
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err == nil {
@@ -288,6 +301,22 @@ func (n *Node) revive(ctx context.Context, rec pausedRecord, st *snapshot.Store)
 		pol.Egress = rec.Egress
 		if !rec.Services {
 			pol.Services = nil
+		}
+		if len(rec.Set) > 0 {
+			pol.Services = slices.Clone(pol.Services)
+			for i, svc := range pol.Services {
+				// Checked again: the config may have changed since.
+				// A header no longer allowed is left out.
+				set := map[string]string{}
+				for k, v := range rec.Set[svc.Name] {
+					if broker.CheckSet(svc, k, v) == nil {
+						set[k] = v
+					}
+				}
+				if len(set) > 0 {
+					pol.Services[i] = svc.WithSet(set)
+				}
+			}
 		}
 		s.narrowed = &pol
 	}

@@ -55,6 +55,12 @@ type Service struct {
 	// airlock with the sandbox's own authority (transparent brokering,
 	// docs/decisions/0035), as well as at the broker's endpoint.
 	Transparent bool
+	// Set are request headers set on every call to the service, where
+	// the call's operation forwards the header anyway (an E2B create's
+	// network.rules transform, docs/e2b.md): never a credential, never
+	// one that describes the connection or the body (broker.CheckSet).
+	// Nil for a service as the config file declares it.
+	Set map[string]string
 	// Env holds the placeholder variables given to sandboxes of the tools
 	// that use the service, in file order. URLPlaceholder in a value
 	// stands for the service's broker URL. A tool's own env wins over a
@@ -112,4 +118,11 @@ type Operation struct {
 	Headers []string
 	// Line is the line of the operation's item, for later error messages.
 	Line int
+}
+
+// WithSet returns a copy of s that sets the headers set on its calls.
+func (s *Service) WithSet(set map[string]string) *Service {
+	c := *s
+	c.Set = set
+	return &c
 }

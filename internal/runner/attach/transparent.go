@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/broker"
 	"github.com/airlockhq/airlock/internal/broker/brokerspec"
 	"github.com/airlockhq/airlock/internal/broker/sandboxca"
+	"github.com/airlockhq/airlock/internal/egress"
 	"github.com/airlockhq/airlock/internal/linux/inroot"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -23,7 +24,7 @@ import (
 // name), and the variables common clients read the bundle from.
 
 // trustFile is the bundle, in the sandbox.
-const trustFile = "/tmp/airlock-ca.pem"
+const trustFile = egress.TrustBundle
 
 // trustVars are the variables that point the common clients at it: curl
 // and OpenSSL, Python's requests, Git, Node.js (extra roots), the AWS
@@ -41,7 +42,7 @@ const maxRoots = 4 << 20
 // writes the trust bundle once the sandbox has started (Prepare: a
 // binding made while init starts finds no /tmp mounted yet); nothing
 // when no service is transparent.
-func transparent(sb *sandbox.Sandbox, services []*brokerspec.Service, br *broker.Broker) (func(string, uint16) (http.Handler, *tls.Config), []string, func(context.Context) error, error) {
+func transparent(sb *sandbox.Sandbox, services []*brokerspec.Service, br *broker.Broker) (*egress.Interception, []string, func(context.Context) error, error) {
 	ports := map[string]uint16{}
 	var names []string
 	for _, s := range services {
@@ -99,12 +100,15 @@ func transparent(sb *sandbox.Sandbox, services []*brokerspec.Service, br *broker
 			handlers[n] = h
 		}
 	}
-	tc := &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-	intercept := func(name string, port uint16) (http.Handler, *tls.Config) {
-		if h := handlers[name]; h != nil && ports[name] == port {
-			return h, tc
+	for n := range ports {
+		if handlers[n] == nil {
+			delete(ports, n)
 		}
-		return nil, nil
+	}
+	intercept := &egress.Interception{
+		Ports:   ports,
+		Handler: func(name string) http.Handler { return handlers[name] },
+		TLS:     &tls.Config{GetCertificate: ca.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}},
 	}
 	env := make([]string, 0, len(trustVars))
 	for _, v := range trustVars {
