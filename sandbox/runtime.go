@@ -281,6 +281,14 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		path string
 		mode os.FileMode
 	}{{opts.StateDir, 0o711}, {rt.rootDir, 0o755}, {rt.scratchDir, 0o755}, {opts.GroupLockDir, 0o700}, {rt.lockDir, 0o700}, {opts.IDLockDir, 0o700}} {
+		// Parents made on the way are traversable: the host-wide lock
+		// directories (/run/airlock/ids) are made by runtimes of any
+		// state directory, and made 0700 their parent became an
+		// unusable default state directory (/run/airlock) on a fresh
+		// host.
+		if err := os.MkdirAll(filepath.Dir(d.path), 0o711); err != nil {
+			return nil, fmt.Errorf("state directory: %w", err)
+		}
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("state directory: %w", err)
 		}

@@ -282,6 +282,30 @@ func TestTransparentCorpus(t *testing.T) {
 			})
 		}
 	}
+	// Plain HTTP to the brokered name through the proxy, without a
+	// CONNECT (absolute form): the name is no egress destination, so
+	// the proxy refuses it; nothing reaches the broker or the upstream.
+	t.Run("proxy/absolute form, plain HTTP", func(t *testing.T) {
+		hits, nb := u.hits.Load(), len(f.events())
+		mu.Lock()
+		ne := len(egs)
+		mu.Unlock()
+		c, err := f.dialIn(ctx, "tcp", egress.ProxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET http://%s/api/repos/o/r/issues HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%v %v, want 403", resp, err)
+		}
+		egressEvent(t, ne, func(ev result.EgressEvent) bool { return !ev.Allow && ev.Code == result.EgressNotAllowed })
+		if u.hits.Load() != hits || len(f.events()) != nb {
+			t.Error("the request reached the broker or the upstream")
+		}
+	})
 	// The far side's whole log: only what the menu declares, each with
 	// the credential attached here.
 	u.mu.Lock()

@@ -142,19 +142,31 @@ func (g *Gateway) terminate(conn net.Conn, pre []byte, name string, h http.Handl
 	// refuses the sandbox's authority (it pins certificates, or reads
 	// its roots from elsewhere than the bundle) is told apart, and the
 	// event says what to change.
-	tc := tls.Server(&readerConn{Conn: conn, r: io.MultiReader(bytes.NewReader(pre), conn)}, g.cfg.Intercept.TLS)
+	cfg := g.cfg.Intercept.TLS.Clone()
+	var offered atomic.Bool
+	if get := cfg.GetCertificate; get != nil {
+		cfg.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := get(h)
+			offered.Store(err == nil)
+			return c, err
+		}
+	}
+	tc := tls.Server(&readerConn{Conn: conn, r: io.MultiReader(bytes.NewReader(pre), conn)}, cfg)
 	ctx, cancel := context.WithTimeout(g.ctx, g.cfg.HelloWait)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		ev.Allow = false
 		ev.Code, ev.Reason = result.EgressMalformed, "TLS handshake with the client failed: "+err.Error()
-		// An alert from the client (unknown CA, bad certificate)
-		// comes as a "remote error".
+		// A client that refuses the certificate sends an alert (a
+		// "remote error"), or, as OpenSSL does in TLS 1.3 before its
+		// own keys are in use, one that does not decrypt, or closes:
+		// anything but silence once the certificate was offered.
 		var oe *net.OpError
-		if errors.As(err, &oe) && oe.Op == "remote error" {
+		var ne net.Error
+		if errors.As(err, &oe) && oe.Op == "remote error" || offered.Load() && !(errors.As(err, &ne) && ne.Timeout()) {
 			ev.Code = result.EgressCertRefused
-			ev.Reason = fmt.Sprintf("the client refused the certificate for %s (%v): it pins certificates, or does not read the sandbox's trust bundle; point it at %s (SSL_CERT_FILE names it), or set transparent: false on the service and call the broker's endpoint", name, oe.Err, TrustBundle)
+			ev.Reason = fmt.Sprintf("the client ended the TLS handshake after airlock's certificate for %s (%v): it pins certificates, or does not read the sandbox's trust bundle; point it at %s (SSL_CERT_FILE names it), or set transparent: false on the service and call the broker's endpoint", name, err, TrustBundle)
 		}
 		return
 	}
