@@ -25,7 +25,7 @@ import (
 	"github.com/airlockhq/airlock/result"
 )
 
-// TestTransparentCorpus is the bypass corpus of transparent brokering,
+// TestTransparentBypassCorpus is the bypass corpus of transparent brokering,
 // through the real path: a sandbox's egress gateway that terminates TLS
 // for the brokered name (example.com, reached by CONNECT through the
 // proxy and at the name's transparent address) with the sandbox's own
@@ -33,7 +33,7 @@ import (
 // answer it must meet and the events it must leave; what the upstream
 // (the far side) logged is checked after each: an attack that must not
 // reach it did not, and nothing it saw was the attack's.
-func TestTransparentCorpus(t *testing.T) {
+func TestTransparentBypassCorpus(t *testing.T) {
 	u := newUpstream(t, true)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, pemOf(u.srv), 0o600); err != nil {

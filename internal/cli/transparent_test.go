@@ -236,7 +236,8 @@ tools:
 // TestTransparentSDK runs an official SDK with its default endpoint in a
 // sandbox: OpenAI's Python SDK (from the OpenAI Agents SDK's
 // virtualenv, AIRLOCK_TEST_PY_AGENTS, mounted read-only) calls
-// https://api.openai.com/v1 as it always does, with a placeholder key;
+// https://api.openai.com/v1 as it always does, with a placeholder key
+// (and Python's requests, from the same virtualenv, the same URL);
 // airlock terminates that name, holds the calls to the service's menu
 // and attaches the operator's key. The upstream is a server on this
 // namespace's 127.0.0.1:443 with a certificate for api.openai.com, the
@@ -307,6 +308,8 @@ c = OpenAI()
 print("models:", [m.id for m in c.models.list()])
 r = c.chat.completions.create(model="brokered-model", messages=[{"role": "user", "content": "hi"}])
 print("chat:", r.choices[0].message.content)
+import requests
+print("requests:", requests.get("https://api.openai.com/v1/models").json()["data"][0]["id"])
 try:
     c.files.list()
     print("files: listed")
@@ -320,14 +323,15 @@ true`
 	for _, want := range []string{
 		"models: ['brokered-model']",
 		"chat: hello from upstream",
+		"requests: brokered-model",
 		"files: PermissionDeniedError 403",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if hits.Load() != 2 || authorized.Load() != 2 {
-		t.Errorf("upstream: %d calls, %d authorized; want the two declared ones", hits.Load(), authorized.Load())
+	if hits.Load() != 3 || authorized.Load() != 3 {
+		t.Errorf("upstream: %d calls, %d authorized; want the three declared ones", hits.Load(), authorized.Load())
 	}
 	noSecret(t, o, out, secret, secret[4:20])
 	refused := false

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -15,7 +16,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
+	"github.com/airlockhq/airlock/result"
 )
 
 // TestE2BNetworkRulesJS drives E2B's network.rules header transforms
@@ -23,7 +26,8 @@ import (
 // template that brokers example.com transparently: the transform the
 // operator's config allows (a header the service's operations forward)
 // goes with the sandbox's call to the real URL, beside the operator's
-// credential, which is nowhere in the sandbox; a transform for a host no
+// credential, which is nowhere in the sandbox; an undeclared call is
+// refused, and the refusal is in the audit log; a transform for a host no
 // service brokers, one that carries a credential, one no operation
 // forwards and one that names the connection are refused, each saying
 // why; and so are rule fields airlock does not know.
@@ -53,7 +57,7 @@ func TestE2BNetworkRulesJS(t *testing.T) {
 	t.Setenv("TEST_E2B_KEY", e2bKey)
 	t.Setenv("TEST_UPSTREAM_TOKEN", secret)
 	addr := freePort(t)
-	serveConfig(t, fmt.Sprintf(`
+	d, _ := serveConfig(t, fmt.Sprintf(`
 server:
   e2b: %s
   tokens:
@@ -90,6 +94,26 @@ tools:
 	}
 	if bytes.Contains(steps["env"], []byte(secret)) || !bytes.Contains(steps["env"], []byte("SSL_CERT_FILE=")) {
 		t.Errorf("the sandbox's environment:\n%s", steps["env"])
+	}
+	if got := string(steps["refused"]); !strings.Contains(got, `no operation matches DELETE /repos/octo/hello`) {
+		t.Errorf("the undeclared call: %s", got)
+	}
+	// The refusal, with its reason, is in the audit log.
+	if err := d.Audit().Append(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := d.Audit().Query(t.Context(), audit.Query{Kind: audit.KindBroker, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := false
+	for _, e := range evs {
+		var det result.BrokerEvent
+		_ = json.Unmarshal(e.Detail, &det)
+		audited = audited || !det.Allow && det.Code == result.BrokerNoOperation && strings.Contains(det.Reason, "DELETE /repos/octo/hello")
+	}
+	if !audited {
+		t.Errorf("no refusal of the DELETE among the audit log's %d broker events", len(evs))
 	}
 	mu.Lock()
 	if len(seen) != 1 || seen[0].Get("X-Github-Api-Version") != "2022-11-28" {
