@@ -129,9 +129,35 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 			r.Limit = &result.Limit{Name: result.LimitTime, Ceiling: s.ceilings().Time.Milliseconds(), Observed: time.Since(x.began).Milliseconds(), Unit: result.UnitMillis}
 			return r
 		}
+		if lim := s.startBreach(); lim != nil {
+			s.kill()
+			r.Outcome, r.Limit = result.LimitExceeded, lim
+			return r
+		}
 		return errResult(r, err)
 	}
 	return x.run(ctx, r)
+}
+
+// startBreach is the memory or pids breach that ended a start, if any.
+// A command queued while init starts runs as soon as init is ready, and
+// may breach its limits before the host has finished the setup (an
+// out-of-memory kill that takes init with it leaves no root to open):
+// the setup's failure is then the breach's doing, and the breach is the
+// result.
+func (s *Sandbox) startBreach() *result.Limit {
+	c, err := s.group.Counters()
+	if err != nil {
+		return nil
+	}
+	l := s.ceilings()
+	switch {
+	case c.OOMKills > 0:
+		return &result.Limit{Name: result.LimitMemory, Ceiling: l.Memory, Observed: max(c.MemoryPeakBytes, c.MemoryBytes), Unit: result.UnitBytes}
+	case c.PidsMaxEvents > 0:
+		return &result.Limit{Name: result.LimitPids, Ceiling: l.Pids, Observed: max(c.PidsPeak, c.Pids, l.Pids), Unit: result.UnitCount}
+	}
+	return nil
 }
 
 // errSetupTime is the cause of a wait for setup cut short by the time

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/broker/redact"
 	"github.com/airlockhq/airlock/internal/broker/route"
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -61,7 +62,7 @@ func (c *call) refuse(status int, code, reason string) {
 	if c.ev.Service != "" {
 		svc = fmt.Sprintf(" (service %q)", c.ev.Service)
 	}
-	fmt.Fprintf(c.w, "airlock broker%s: %s\n", svc, reason)
+	fmt.Fprintf(c.w, "airlock broker%s: %s; %s\n", svc, reason, refusal.BrokerRule(code))
 }
 
 func (b *Broker) serve(w http.ResponseWriter, r *http.Request) {

@@ -120,14 +120,14 @@ tools:
 		"own-lookup: 127.1.0.",
 		"HTTP/1.0 200 OK",
 		"sni: curl: (35)",
-		`unlisted: airlock: egress to "evil.test:80" denied: "evil.test" is not an allowed destination`,
-		`metadata: airlock: egress to "169.254.169.254:80" denied:`,
+		`unlisted: airlock refused a connection to evil.test:80 ("evil.test" is not an allowed destination); this is airlock's policy, not a network fault`,
+		`metadata: airlock refused a connection to 169.254.169.254:80 (`,
 		// curl itself rewrites the decimal form; the proxy's own parsing
 		// of odd spellings is tested in internal/egress.
-		`metadata-decimal: airlock: egress to "169.254.169.254:80" denied:`,
+		`metadata-decimal: airlock refused a connection to 169.254.169.254:80 (`,
 		// Whichever of 127.0.0.1 and ::1 the host's resolver puts first.
-		`private-name: airlock: egress to "localhost:` + fmt.Sprint(h) + `" denied: address `,
-		`redirect: airlock: egress to "169.254.169.254:80" denied`,
+		`private-name: airlock refused a connection to localhost:` + fmt.Sprint(h) + ` (address `,
+		`redirect: airlock refused a connection to 169.254.169.254:80`,
 		"connect-internal: curl: (56)",
 		"connect-port: curl: (56)",
 		"outside-ip: curl: (7)",
@@ -141,7 +141,7 @@ tools:
 			t.Errorf("output lacks %q", w)
 		}
 	}
-	if !regexp.MustCompile(`private-name: .* denied: address (127\.0\.0\.1|::1) is loopback; set private: true to allow it \(--allow-private on the command line\)\n`).MatchString(out) {
+	if !regexp.MustCompile(`private-name: .* \(address (127\.0\.0\.1|::1) is loopback; set private: true to allow it \(--allow-private on the command line\)\); this is airlock's policy`).MatchString(out) {
 		t.Errorf("output lacks the refusal of localhost as loopback")
 	}
 	if t.Failed() {
@@ -244,7 +244,7 @@ func TestAllowPrivate(t *testing.T) {
 		t.Fatalf("--allow-private: exit %d %q %q", o.code, o.stdout, o.stderr)
 	}
 	o = airlock(t, "", "--allow-private", fmt.Sprintf("127.0.0.1:%d", u.hport+1), "--", "curl", "-sS", "--noproxy", "", url)
-	if strings.Contains(o.stdout, "hello") || !strings.Contains(o.stdout, "denied: port") {
+	if strings.Contains(o.stdout, "hello") || !strings.Contains(o.stdout, "(port ") {
 		t.Fatalf("another port: exit %d %q", o.code, o.stdout)
 	}
 }

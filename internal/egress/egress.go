@@ -295,7 +295,7 @@ func (g *Gateway) tracked(h http.HandlerFunc) http.Handler {
 		g.mu.Lock()
 		if g.closed {
 			g.mu.Unlock()
-			refuse(w, http.StatusServiceUnavailable, "the sandbox's network is closing")
+			refuse(w, http.StatusServiceUnavailable, "airlock: the sandbox's network is closing")
 			return
 		}
 		g.wg.Add(1) // under mu, so never after Close began to wait

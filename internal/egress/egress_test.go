@@ -125,7 +125,7 @@ func TestProxyRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := f.evs.count()
 			status, body := rawProxy(t, f, tt.req)
-			if status != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock: ") {
+			if status != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock ") {
 				t.Fatalf("got %d %q, want %d mentioning %q", status, body, tt.status, tt.reason)
 			}
 			// The refusal is logged, with its code and a reason, before

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/ipclass"
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -37,15 +38,16 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// refuse answers with a plain-text body meant for the person reading the
-// tool's output. It never carries internal errors.
+// refuse answers with a plain-text body meant for whoever reads the
+// tool's output, a model first (internal/refusal). It never carries
+// internal errors.
 func refuse(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Connection", "close")
 	w.WriteHeader(status)
-	io.WriteString(w, "airlock: "+msg+"\n")
+	io.WriteString(w, msg+"\n")
 }
 
 // splitHostPort splits an authority; a missing port is def (0: required).
@@ -74,7 +76,7 @@ func (g *Gateway) deny(w http.ResponseWriter, ev result.EgressEvent, status int,
 	ev.Status = status
 	ev.DurationMs = time.Since(ev.Time).Milliseconds()
 	g.emit(ev)
-	refuse(w, status, fmt.Sprintf("egress to %q denied: %s", ev.Destination, dec.Reason))
+	refuse(w, status, refusal.Egress(ev))
 }
 
 // dialFor dials for a proxy request, answering the client itself when the
@@ -293,12 +295,12 @@ func (g *Gateway) newForwarder() *httputil.ReverseProxy {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			st := stateOf(r.Context())
 			if st == nil {
-				refuse(w, http.StatusBadGateway, "request failed")
+				refuse(w, http.StatusBadGateway, "airlock: request failed")
 				return
 			}
 			st.status.Store(http.StatusBadGateway)
 			st.ev.Code, st.ev.Reason = result.EgressUpstreamFailed, "upstream failed: "+dialReason(err)
-			refuse(w, http.StatusBadGateway, fmt.Sprintf("request to %q failed", st.ev.Destination))
+			refuse(w, http.StatusBadGateway, fmt.Sprintf("airlock: request to %q failed", st.ev.Destination))
 		},
 		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelDebug),
 	}

@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestMCPRefusalsReadable runs clients an agent's tool would run (curl,
+// pip, git) in a sandbox whose tool may reach nothing, through an MCP
+// tools/call, and checks what the agent reads: each client's own output
+// (curl over HTTP prints airlock's answer itself; over HTTPS, curl and
+// git print only "403", and pip that it found no version of the
+// package), then, after it, one plain sentence per
+// distinct refusal, naming what was refused, the rule's reason, and that
+// the operator's config decides (issue 40).
+func TestMCPRefusalsReadable(t *testing.T) {
+	_, sock := serveConfig(t, `
+tools:
+  fetch:
+    description: fetches what the task needs
+    command:
+      - sh
+      - -c
+      - |
+        echo "http: $(curl -sS http://example.org/ 2>&1)"
+        echo "https: $(curl -sS https://pypi.org/simple/ 2>&1)"
+        echo "pip: $(python3 -m pip download --no-deps --no-cache-dir --retries 0 --timeout 5 -d /tmp/p requests 2>&1 | head -1)"
+        echo "git: $(git clone -q https://github.com/octo/hello /tmp/h 2>&1)"
+        true
+    env: {HOME: /tmp, GIT_TERMINAL_PROMPT: "0"}
+`, nil)
+	cs := mcpConnect(t, sock, nil)
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "fetch", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := resultText(res)
+	for _, want := range []string{
+		// The clients' own words.
+		"http: airlock refused a connection to example.org:80 (",
+		"https: curl: (56) CONNECT tunnel failed, response 403",
+		// pip says only that it found no version: a model would
+		// think the package does not exist.
+		"pip: ERROR: Could not find a version that satisfies the requirement requests",
+		"git: fatal: unable to access 'https://github.com/octo/hello/': CONNECT tunnel failed, response 403",
+		// What airlock adds for the agent: every refusal once.
+		"airlock refused:\n",
+		"- airlock refused a connection to pypi.org:443 (\"pypi.org\" is not an allowed destination); this is airlock's policy, not a network fault: retrying or another route is refused the same way, and only the operator's airlock config can allow it.\n",
+		"- airlock refused a connection to github.com:443 (",
+		"- airlock refused a connection to example.org:80 (",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the tool result lacks %q", want)
+		}
+	}
+	if n := strings.Count(text, "- airlock refused a connection to pypi.org:443"); n != 1 {
+		t.Errorf("the refusal of pypi.org is listed %d times, want once", n)
+	}
+	if t.Failed() {
+		t.Logf("the tool result:\n%s", text)
+	}
+}
