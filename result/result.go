@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -58,6 +59,75 @@ type Limit struct {
 	Observed int64 `json:"observed"`
 	// Unit is bytes, count, inodes or ms.
 	Unit string `json:"unit"`
+}
+
+// PostMortem explains a breach: what airlock read on the host, within a
+// small budget, before it destroyed the sandbox (issue 40). Everything in
+// it was read, never run; commands are the sandbox's own words, as data.
+type PostMortem struct {
+	// Killed is the process the kernel's out-of-memory killer ended for
+	// a memory breach, as the kernel reported it.
+	Killed *Process `json:"killed,omitempty"`
+	// Processes are, for a pids breach, the parents with the most
+	// children; for any other, the largest processes by resident memory
+	// (what was running, for time). At most MaxPostMortemProcesses.
+	Processes []Process `json:"processes,omitempty"`
+	// Note says what could not be read (the budget ran out, processes
+	// were already gone).
+	Note string `json:"note,omitempty"`
+}
+
+// Summary is the post-mortem in one line, for people and models: the
+// process killed, then the processes read ("" when there is nothing).
+func (pm *PostMortem) Summary() string {
+	if pm == nil {
+		return ""
+	}
+	var parts []string
+	if k := pm.Killed; k != nil {
+		parts = append(parts, fmt.Sprintf("the kernel killed %s (pid %d, %s resident)", k.Command, k.PID, mib(k.RSSBytes)))
+	}
+	var ps []string
+	for _, p := range pm.Processes {
+		if p.Children > 0 {
+			ps = append(ps, fmt.Sprintf("%s (pid %d, %d children)", p.Command, p.PID, p.Children))
+		} else {
+			ps = append(ps, fmt.Sprintf("%s (pid %d, %s)", p.Command, p.PID, mib(p.RSSBytes)))
+		}
+	}
+	if len(ps) > 0 {
+		parts = append(parts, "running: "+strings.Join(ps, ", "))
+	}
+	if pm.Note != "" {
+		parts = append(parts, "("+pm.Note+")")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// Breach is a limit.breach audit event's detail: the limit, and what
+// explains it.
+type Breach struct {
+	*Limit
+	PostMortem *PostMortem `json:"post_mortem,omitempty"`
+}
+
+// MaxPostMortemProcesses bounds PostMortem.Processes.
+const MaxPostMortemProcesses = 5
+
+// Process is one process of a post-mortem.
+type Process struct {
+	// PID is the process's id on the host.
+	PID int `json:"pid"`
+	// Command is its command line (arguments joined by spaces, at most
+	// 256 bytes), or its name in brackets when that is all there was.
+	Command string `json:"command"`
+	// RSSBytes is its resident memory.
+	RSSBytes int64 `json:"rss_bytes,omitempty"`
+	// Children is how many of the sandbox's processes it is the parent
+	// of.
+	Children int `json:"children,omitempty"`
 }
 
 // String renders the limit the way the CLI prints it.
@@ -148,6 +218,9 @@ type Result struct {
 	Signal int `json:"signal"`
 	// Limit is set when Outcome is limit.
 	Limit *Limit `json:"limit"`
+	// PostMortem, with Limit, is what airlock read on the host to explain
+	// the breach before it destroyed the sandbox.
+	PostMortem *PostMortem `json:"post_mortem,omitempty"`
 	// Error is set when Outcome is error, and may explain a signaled
 	// outcome that was not the command's doing (a run ended by airlock
 	// kill). It is written for the caller and never holds host paths or

@@ -228,11 +228,14 @@ type execution struct {
 	// and run all update them. breached is closed under it, with breach
 	// set.
 	mu sync.Mutex
-	// breach is the first ceiling found breached.
-	breach   *result.Limit
-	breached chan struct{}
-	samples  []result.Sample
-	usage    result.Usage
+	// breach is the first ceiling found breached, and postMortem what
+	// explains it; breaching is set once a breach is being handled.
+	breach     *result.Limit
+	postMortem *result.PostMortem
+	breaching  bool
+	breached   chan struct{}
+	samples    []result.Sample
+	usage      result.Usage
 }
 
 type cpuBase struct{ nanos int64 }
@@ -391,15 +394,21 @@ func mergeEnv(base, over []string) []string {
 // setBreach records the first breach and kills the sandbox at once.
 func (x *execution) setBreach(l *result.Limit) {
 	x.mu.Lock()
-	first := x.breach == nil
-	if first {
-		x.breach = l
-		close(x.breached)
-	}
+	first := x.breach == nil && !x.breaching
+	x.breaching = true
 	x.mu.Unlock()
-	if first {
-		x.s.kill()
+	if !first {
+		return
 	}
+	// What explains the breach is read before the sandbox is killed
+	// (bounded: postMortemBudget), and set with the breach, so that the
+	// result has both.
+	pm := x.s.postMortem(l)
+	x.mu.Lock()
+	x.breach, x.postMortem = l, pm
+	close(x.breached)
+	x.mu.Unlock()
+	x.s.kill()
 }
 
 func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
@@ -566,7 +575,7 @@ wait:
 	switch {
 	case x.breach != nil:
 		r.Outcome = result.LimitExceeded
-		r.Limit = x.breach
+		r.Limit, r.PostMortem = x.breach, x.postMortem
 	case runErr != nil:
 		return errResult(r, runErr)
 	case exit.Errno != 0 && x.req.TTY != nil && x.pty == nil:

@@ -279,6 +279,9 @@ func Finish(ctx context.Context, r *result.Result, f *RunFlags, stdio IO) error 
 		return exitCode(128 + r.Signal)
 	case result.LimitExceeded:
 		fmt.Fprintf(stdio.Stderr, "airlock: %s\n", termtext.String(LimitMessage(r.Limit, f.Tool, f.ViaDaemon)))
+		if pm := r.PostMortem.Summary(); pm != "" {
+			fmt.Fprintf(stdio.Stderr, "airlock: post-mortem: %s\n", termtext.String(pm))
+		}
 		return &ExitError{Code: ExitLimit}
 	default:
 		if ctx.Err() != nil {

@@ -530,6 +530,9 @@ func endEvent(r *result.Result) *e2b.EndEvent {
 		if r.Limit != nil {
 			msg = fmt.Sprintf("the sandbox was destroyed: limit exceeded: %s (ceiling %d %s, observed %d)", r.Limit.Name, r.Limit.Ceiling, r.Limit.Unit, r.Limit.Observed)
 		}
+		if pm := r.PostMortem.Summary(); pm != "" {
+			msg += "; post-mortem: " + pm
+		}
 		return &e2b.EndEvent{ExitCode: -1, Status: msg, Error: msg}
 	default:
 		return &e2b.EndEvent{ExitCode: -1, Status: "error: " + r.Error, Error: r.Error}

@@ -419,7 +419,11 @@ func Denials(r *result.Result) string {
 func textHead(r *result.Result) string {
 	switch r.Outcome {
 	case result.LimitExceeded:
-		return fmt.Sprintf("limit exceeded: %s; the sandbox was destroyed\n", r.Limit)
+		head := fmt.Sprintf("limit exceeded: %s; the sandbox was destroyed\n", r.Limit)
+		if pm := r.PostMortem.Summary(); pm != "" {
+			head += "post-mortem: " + termtext.String(pm) + "\n"
+		}
+		return head
 	case result.Signaled:
 		return fmt.Sprintf("killed by signal %d\n", r.Signal)
 	case result.Exited:

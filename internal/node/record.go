@@ -214,7 +214,7 @@ func (n *Node) queueFinish(ctx context.Context, s runScope, res *result.Result, 
 	evs := []audit.Event{e}
 	if res.Limit != nil {
 		b := s.event(audit.KindLimit)
-		b.Decision, b.Detail = res.Limit.Name, audit.Detail(res.Limit)
+		b.Decision, b.Detail = res.Limit.Name, audit.Detail(result.Breach{Limit: res.Limit, PostMortem: res.PostMortem})
 		evs = append(evs, b)
 	}
 	evs = append(evs, also...)

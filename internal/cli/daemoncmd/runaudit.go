@@ -57,7 +57,7 @@ func (r *runRecorder) finish(ctx context.Context, res *result.Result) error {
 	evs := []audit.Event{e}
 	if res.Limit != nil {
 		b := r.base
-		b.Kind, b.Sandbox, b.Decision, b.Detail = audit.KindLimit, res.SandboxID, res.Limit.Name, audit.Detail(res.Limit)
+		b.Kind, b.Sandbox, b.Decision, b.Detail = audit.KindLimit, res.SandboxID, res.Limit.Name, audit.Detail(result.Breach{Limit: res.Limit, PostMortem: res.PostMortem})
 		evs = append(evs, b)
 	}
 	err := r.log.Append(ctx, evs...)

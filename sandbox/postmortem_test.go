@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+// TestPostMortem: a breach's result names the culprit the test planted,
+// read from the host before the sandbox was destroyed: the process the
+// out-of-memory killer ended, the parent that forked up to the pids
+// ceiling, what was running when the time ran out.
+func TestPostMortem(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		limits *Limits
+		argv   []string
+		check  func(*result.PostMortem) bool
+	}{
+		{"memory", limits(func(l *Limits) { l.Memory = 64 << 20 }),
+			[]string{"/bin/sh", "-c", `python3 -c 'b = bytearray(400 << 20); import time; time.sleep(15)'; sleep 15`},
+			func(pm *result.PostMortem) bool {
+				return pm.Killed != nil && pm.Killed.Command == "[python3]" && pm.Killed.RSSBytes > 16<<20
+			}},
+		{"pids", limits(func(l *Limits) { l.Pids = 16 }),
+			// A parent that outlives its failed forks (a shell exits on
+			// one, and its children go to init).
+			[]string{"python3", "-c", "import os, time\nfor i in range(64):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n    except OSError:\n        pass\ntime.sleep(30)"},
+			func(pm *result.PostMortem) bool {
+				return len(pm.Processes) > 0 && strings.HasPrefix(pm.Processes[0].Command, "python3 -c import os, time?for i in range(64)") && pm.Processes[0].Children >= 8
+			}},
+		{"time", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }),
+			[]string{"/bin/sh", "-c", `sleep 31 & sleep 32`},
+			func(pm *result.PostMortem) bool {
+				seen := map[string]bool{}
+				for _, p := range pm.Processes {
+					seen[p.Command] = p.RSSBytes > 0
+				}
+				return seen["sleep 31"] && seen["sleep 32"]
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := run(t, runOpts{limits: tt.limits}, tt.argv...)
+			if r.Outcome != result.LimitExceeded || r.PostMortem == nil || !tt.check(r.PostMortem) {
+				t.Fatalf("outcome %s limit %+v, post-mortem %+v", r.Outcome, r.Limit, r.PostMortem)
+			}
+		})
+	}
+}
+
+// TestPostMortemRecords: the kernel's records are read for the sandbox's
+// group only, and a process's name, the sandbox's to choose, can neither
+// forge a pid nor hide its memory.
+func TestPostMortemRecords(t *testing.T) {
+	const id = "0123456789ab"
+	for _, tt := range []struct {
+		msg string
+		pid int
+		ok  bool
+	}{
+		{"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/airlock/" + id + ",task_memcg=/airlock/" + id + ",task=t,pid=8725,uid=1073742824", 8725, true},
+		{"oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/" + id + ",task_memcg=/airlock/" + id + ",task=x,pid=1,y,pid=42,uid=5", 42, true},
+		{"oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/other,task_memcg=/airlock/other,task=x/" + id + ",pid=7,uid=5", 0, false},
+		{"oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/airlock/x" + id + ",task=t,pid=7,uid=5", 0, false},
+		{"Memory cgroup out of memory: Killed process 1 (t)", 0, false},
+	} {
+		pid, ok := oomKillRecord(tt.msg, id)
+		if pid != tt.pid || ok != tt.ok {
+			t.Errorf("%q: %d %v, want %d %v", tt.msg, pid, ok, tt.pid, tt.ok)
+		}
+	}
+	p, ok := killedRecord("Memory cgroup out of memory: Killed process 42 (a) total-vm:9kB, anon-rss:1kB) total-vm:1490112kB, anon-rss:28032kB, file-rss:0kB, shmem-rss:1852kB, UID:1073742824 pgtables:148kB oom_score_adj:0", 42)
+	if !ok || p.Command != "[a) total-vm:9kB, anon-rss:1kB]" || p.RSSBytes != (28032+1852)<<10 {
+		t.Errorf("killed: %+v %v", p, ok)
+	}
+	if _, ok := killedRecord("Memory cgroup out of memory: Killed process 421 (a) total-vm:1kB, anon-rss:1kB", 42); ok {
+		t.Error("another pid's record taken")
+	}
+	st, comm, ok := parseStat([]byte("77 (a) b (c) S 12 77 77 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 100 1000 250 18446744073709551615"))
+	if !ok || st.ppid != 12 || comm != "a) b (c" || st.rss <= 0 {
+		t.Errorf("stat: %+v %q %v", st, comm, ok)
+	}
+	if got := commandLine([]byte("sh\x00-c\x00echo \x1b[2J\x00")); got != "sh -c echo ?[2J" {
+		t.Errorf("command line %q", got)
+	}
+}
+
+func FuzzPostMortemRecords(f *testing.F) {
+	f.Add("oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/b,task=t,pid=1,uid=2", "Killed process 1 (t) total-vm:1kB, anon-rss:1kB")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		oomKillRecord(a, "b")
+		killedRecord(b, 1)
+		parseStat([]byte(a))
+		_ = printable(b)
+	})
+}
