@@ -77,6 +77,11 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 			break
 		}
 		if p, ok := readProc(pid, s.id); ok {
+			if pid == s.pid && l.Name != result.LimitPids {
+				// airlock's own init: never the culprit (but the
+				// parent of orphans, for a pids breach).
+				continue
+			}
 			procs = append(procs, p)
 		}
 	}

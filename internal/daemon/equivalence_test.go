@@ -34,10 +34,16 @@ var noisy = map[string]bool{
 	// A breach's observed value (how far past the ceiling the sampler
 	// found the command) varies from run to run; the ceiling does not.
 	"observed": true,
+	// A post-mortem's processes: their host pids and resident memory.
+	"pid": true, "rss_bytes": true,
 }
 
-// observedText is a breach's observed value where a sentence tells it.
-var observedText = regexp.MustCompile(`observed [0-9]+`)
+// observedText is a breach's observed value where a sentence tells it,
+// and pmText a post-mortem's process's pid and memory.
+var (
+	observedText = regexp.MustCompile(`observed [0-9]+`)
+	pmText       = regexp.MustCompile(`\(pid [0-9]+, [0-9.]+ MiB( resident)?\)`)
+)
 
 // normalizer renders answers and audit events for comparison: each id it
 // was told of, and each tool name, becomes a placeholder, and the noisy
@@ -70,7 +76,7 @@ func (n normalizer) value(v any) any {
 				v = strings.ReplaceAll(v, id, p)
 			}
 		}
-		return observedText.ReplaceAllString(v, "observed N")
+		return pmText.ReplaceAllString(observedText.ReplaceAllString(v, "observed N"), "(pid N, M)")
 	}
 	return v
 }
