@@ -149,8 +149,15 @@ func (k *Kernel) watchCPU(breach *atomic.Pointer[result.Limit]) (stop func()) {
 // first, its pipes closed: output nobody reads any more must not hold
 // its command, which the session's end waits for.
 func (k *Kernel) breached(limit string) {
+	s := k.s.Load()
+	if s != nil {
+		// The session is marked ended before the kernel is killed:
+		// Execute returns once the kernel dies, and its caller, told of
+		// the breach, must find the session ended, not still active.
+		s.startEnd(context.Background(), "limit: "+limit)
+	}
 	k.Kill()
-	if s := k.s.Load(); s != nil {
+	if s != nil {
 		_ = s.End(context.Background(), "limit: "+limit)
 	}
 }
