@@ -22,7 +22,9 @@ func TestMCPRefusalsReadable(t *testing.T) {
 	// pip and git's HTTPS helper, as the sandbox will find them (it sees
 	// the host's /usr): a minimal host (the test guest) may lack them,
 	// and then only curl is asked.
-	pipOK := strings.Contains(output("/usr/bin/python3", "-m", "pip", "download", "--no-index", "--no-deps", "-d", t.TempDir(), "no-such-package-x"), "Could not find a version")
+	// pip needs its roots to try an index at all (the guest has none).
+	pipOK := strings.Contains(output("/usr/bin/python3", "-m", "pip", "download", "--no-index", "--no-deps", "-d", t.TempDir(), "no-such-package-x"), "Could not find a version") &&
+		output("/usr/bin/python3", "-c", "import pip._vendor.certifi as c; open(c.where()).close(); print('roots')") == "roots\n"
 	gitOK := false
 	if dir := strings.TrimSpace(output("git", "--exec-path")); dir != "" {
 		_, err := os.Stat(filepath.Join(dir, "git-remote-https"))
