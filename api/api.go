@@ -128,6 +128,16 @@ type PoolStats struct {
 	// Warm is the target; Idle how many are ready now.
 	Warm int `json:"warm"`
 	Idle int `json:"idle"`
+	// Min and Max bound an adaptive pool's target (pool: {min, max});
+	// both 0 for a fixed one (pool.warm).
+	Min int `json:"min,omitempty"`
+	Max int `json:"max,omitempty"`
+	// ClaimRate is the claims per second an adaptive pool sizes itself
+	// for, and BuildNanos the time it measured to build a sandbox.
+	ClaimRate  float64 `json:"claim_rate,omitempty"`
+	BuildNanos int64   `json:"build_ns,omitempty"`
+	// Reason says why the target is what it is, for a person.
+	Reason string `json:"reason"`
 	// Hits were claims served warm, Misses claims that created a sandbox
 	// on the spot.
 	Hits   int64 `json:"hits"`
@@ -141,6 +151,9 @@ type PoolStats struct {
 	// Evicted counts ready sandboxes destroyed unused to make room for a
 	// claim of another pool when the node was at capacity.
 	Evicted int64 `json:"evicted"`
+	// Released counts ready sandboxes an adaptive pool destroyed unused
+	// because demand fell below what it held.
+	Released int64 `json:"released"`
 	// AtCapacity says the last refill was refused because the node's
 	// budget was spent: the pool is below its target until room frees.
 	AtCapacity bool `json:"at_capacity,omitempty"`

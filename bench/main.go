@@ -56,6 +56,7 @@ func main() {
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
 	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon, pause, snapshot, e2b, interp, sdk or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
+	poolIdle := flag.Duration("pool-idle", 10*time.Second, "the adaptive pool's idle time in the pool section's changing load (the daemon's default is 1m)")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
 	egressSize := flag.Int64("egress-size", 1<<30, "bytes per download in the egress throughput comparison")
 	egressConns := flag.Int("egress-conns", 200, "concurrent connections held from one sandbox")
@@ -77,7 +78,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*only, *n, *inproc, *tput, *idle, *pooled, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
+	err := run(*only, *n, *inproc, *tput, *idle, *pooled, *poolIdle, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
 	if progAirlock != "" {
 		os.RemoveAll(filepath.Dir(progAirlock))
 	}
@@ -112,7 +113,7 @@ type egressArgs struct {
 // warm pool's target.
 type sdkArgs struct{ n, warm int }
 
-func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg egressArgs, im imageArgs, sa sdkArgs, pauseN, snapN, buildN int) error {
+func run(only string, n, inproc int, tput time.Duration, idle, pooled int, poolIdle time.Duration, eg egressArgs, im imageArgs, sa sdkArgs, pauseN, snapN, buildN int) error {
 	want := func(s string) bool { return only == "" || only == s }
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -235,6 +236,9 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, eg eg
 	}
 	if want("pool") {
 		if err := poolBench(ctx, rt, lim, pooled); err != nil {
+			return err
+		}
+		if err := adaptiveBench(ctx, rt, lim, poolIdle); err != nil {
 			return err
 		}
 	}

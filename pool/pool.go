@@ -39,8 +39,17 @@ type Config struct {
 	// Spec is what every sandbox of the pool is built from.
 	Spec sandbox.Spec
 	// Warm is how many sandboxes are kept ready. 0 keeps none: every
-	// claim creates one.
+	// claim creates one. It is ignored when Max is set.
 	Warm int
+	// Min and Max, when Max is set, make the pool size itself: it keeps
+	// ready what the observed claim rate needs over the measured time to
+	// build a sandbox (see demand.target), never fewer than Min nor more
+	// than Max.
+	Min, Max int
+	// Idle is how long an adaptive pool goes without a claim before it
+	// releases what it holds above Min; it also sets how fast the pool
+	// forgets a rate (see demand). 0 means DefaultIdle.
+	Idle time.Duration
 	// RetryMin and RetryMax bound the pause after a failed create
 	// (doubling from min to max); 0 means 100ms and 30s.
 	RetryMin, RetryMax time.Duration
@@ -64,6 +73,15 @@ type Stats struct {
 	// Warm is the target; Idle how many are ready now.
 	Warm int
 	Idle int
+	// Min and Max bound an adaptive pool's target; both 0 for a fixed
+	// one (pool.warm).
+	Min, Max int
+	// ClaimRate is the claims per second an adaptive pool sizes itself
+	// for, and BuildNanos the time it measured to build a sandbox.
+	ClaimRate  float64
+	BuildNanos int64
+	// Reason says why the target is what it is.
+	Reason string
 	// Hits were claims served warm, Misses claims that created a sandbox
 	// on the spot.
 	Hits   int64
@@ -77,6 +95,9 @@ type Stats struct {
 	// Evicted counts ready sandboxes destroyed unused to make room for a
 	// claim of another pool when the node was at capacity.
 	Evicted int64
+	// Released counts ready sandboxes an adaptive pool destroyed unused
+	// because demand fell below what it held.
+	Released int64
 	// AtCapacity says the last refill was refused because the node's
 	// budget was spent: the pool is below its target until room frees.
 	AtCapacity bool
@@ -95,14 +116,15 @@ type Pool struct {
 	wake   chan struct{}
 
 	hits, misses, created, failures, discarded, claimNanos atomic.Int64
-	evicted                                                atomic.Int64
+	evicted, released                                      atomic.Int64
 	// short says the last refill was refused for the node's capacity.
 	short atomic.Bool
 
-	// mu guards idle, closed and last.
+	// mu guards idle, closed, last and demand.
 	mu     sync.Mutex
 	idle   []*sandbox.Sandbox // oldest first
 	closed bool
+	demand demand
 	// last is the sandbox most recently handed out warm, while it may
 	// still be running.
 	last *sandbox.Sandbox
@@ -122,7 +144,12 @@ func New(rt Creator, cfg Config) *Pool {
 	if cfg.YieldMax <= 0 {
 		cfg.YieldMax = 50 * time.Millisecond
 	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultIdle
+	}
+	cfg.Min = min(max(cfg.Min, 0), cfg.Max)
 	p := &Pool{cfg: cfg, rt: rt, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.demand.idle = cfg.Idle
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.replenish()
 	return p
@@ -146,6 +173,9 @@ func (p *Pool) ClaimStarted(ctx context.Context) (sb *sandbox.Sandbox, warm bool
 func (p *Pool) claim(ctx context.Context, started bool) (sb *sandbox.Sandbox, warm bool, err error) {
 	start := time.Now()
 	defer func() { p.claimNanos.Add(int64(time.Since(start))) }()
+	p.mu.Lock()
+	p.demand.claim(start)
+	p.mu.Unlock()
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -208,16 +238,25 @@ func (p *Pool) kick() {
 
 // replenish keeps the pool at its target until Close. Sandboxes are built
 // one at a time, which bounds the CPU a refill takes from running work;
-// failures back off so a broken host is not hammered.
+// failures back off so a broken host is not hammered. An adaptive pool
+// releases one ready sandbox above its target each tick.
 func (p *Pool) replenish() {
 	defer close(p.done)
 	retry := p.cfg.RetryMin
-	check := time.NewTicker(time.Second)
+	tick := time.Second
+	if p.adaptive() {
+		// Often enough that a target that decays is followed within
+		// a twentieth of the idle time.
+		tick = min(tick, max(p.cfg.Idle/20, 10*time.Millisecond))
+	}
+	check := time.NewTicker(tick)
 	defer check.Stop()
 	for {
 		p.dropDead()
+		p.release()
 		if p.need() {
 			p.yield()
+			began := time.Now()
 			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
 			if err == nil && p.cfg.Prepare != nil {
 				if err = p.cfg.Prepare(p.ctx, sb); err != nil {
@@ -256,6 +295,9 @@ func (p *Pool) replenish() {
 			retry = p.cfg.RetryMin
 			p.short.Store(false)
 			p.created.Add(1)
+			p.mu.Lock()
+			p.demand.built(time.Since(began))
+			p.mu.Unlock()
 			if !p.put(sb) {
 				p.destroy(sb)
 				return
@@ -284,7 +326,8 @@ func (p *Pool) yield() {
 	for {
 		p.mu.Lock()
 		last := p.last
-		half := len(p.idle) >= (p.cfg.Warm+1)/2 && len(p.idle) > 0
+		target, _ := p.target(time.Now())
+		half := len(p.idle) >= (target+1)/2 && len(p.idle) > 0
 		p.mu.Unlock()
 		if last == nil || !half || !alive(last) {
 			return
@@ -310,7 +353,37 @@ func (p *Pool) yield() {
 func (p *Pool) need() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closed && len(p.idle) < p.cfg.Warm
+	target, _ := p.target(time.Now())
+	return !p.closed && len(p.idle) < target
+}
+
+// adaptive reports whether the pool sizes itself.
+func (p *Pool) adaptive() bool { return p.cfg.Max > 0 }
+
+// target is the number of sandboxes to keep ready at now, and why. p.mu
+// must be held.
+func (p *Pool) target(now time.Time) (int, string) {
+	if !p.adaptive() {
+		return p.cfg.Warm, fmt.Sprintf("fixed: pool.warm is %d", p.cfg.Warm)
+	}
+	return p.demand.target(now, p.cfg.Min, p.cfg.Max)
+}
+
+// release destroys the oldest ready sandbox when the pool holds more than
+// its target: demand fell. One at a time, a tick apart, so that a target
+// that dips for a moment costs one rebuild, not a pool.
+func (p *Pool) release() {
+	p.mu.Lock()
+	target, _ := p.target(time.Now())
+	if p.closed || len(p.idle) <= target {
+		p.mu.Unlock()
+		return
+	}
+	sb := p.idle[0]
+	p.idle = p.idle[1:]
+	p.mu.Unlock()
+	p.released.Add(1)
+	p.destroy(sb)
 }
 
 // put adds a fresh sandbox; false when the pool closed meanwhile.
@@ -368,19 +441,35 @@ func (p *Pool) Evict() bool {
 
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
+	now := time.Now()
 	p.mu.Lock()
 	idle := len(p.idle)
+	target, why := p.target(now)
+	var rate float64
+	var build time.Duration
+	if p.adaptive() {
+		rate, build = p.demand.rate(now), p.demand.build
+	}
 	p.mu.Unlock()
+	if p.short.Load() && idle < target {
+		why += "; held below by the node's capacity"
+	}
 	return Stats{
 		Name:           p.cfg.Name,
-		Warm:           p.cfg.Warm,
+		Warm:           target,
 		Idle:           idle,
+		Min:            p.cfg.Min,
+		Max:            p.cfg.Max,
+		ClaimRate:      rate,
+		BuildNanos:     int64(build),
+		Reason:         why,
 		Hits:           p.hits.Load(),
 		Misses:         p.misses.Load(),
 		Created:        p.created.Load(),
 		CreateFailures: p.failures.Load(),
 		Discarded:      p.discarded.Load(),
 		Evicted:        p.evicted.Load(),
+		Released:       p.released.Load(),
 		AtCapacity:     p.short.Load(),
 		ClaimNanos:     p.claimNanos.Load(),
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -435,5 +436,83 @@ func TestPrepare(t *testing.T) {
 		if _, ok := seen.Load(id); ok {
 			t.Errorf("sandbox %s, prepared, is left after the pool's close", id)
 		}
+	}
+}
+
+// TestAdaptiveFollowsDemand drives an adaptive pool with real sandboxes
+// through silence, a steady rate, a burst and silence again, and checks
+// from its stats and the host that the target follows: nothing held
+// before the first claim, a target that grows with the burst, and every
+// ready sandbox released (destroyed, its cgroup gone) in the silence.
+func TestAdaptiveFollowsDemand(t *testing.T) {
+	rt := runtimeFor(t)
+	before := len(cgroups(t))
+	// A short idle time scales the whole pattern down: the fast rate
+	// forgets in 50 ms, the slow in 0.75 s, silence is 1.5 s.
+	p := New(rt, Config{Name: "adaptive", Spec: spec(), Max: 6, Idle: 1500 * time.Millisecond})
+	defer closePool(t, p)
+	time.Sleep(200 * time.Millisecond)
+	if st := p.Stats(); st.Warm != 0 || st.Idle != 0 || st.Created != 0 {
+		t.Fatalf("before any claim: %+v; want nothing held", st)
+	}
+	use := func() {
+		sb, _, err := p.Claim(t.Context())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if r := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/true"}}); r.Outcome != result.Exited {
+			t.Errorf("run: %+v", r)
+		}
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Error(err)
+		}
+	}
+	// Steady: a claim every 100 ms for a second.
+	for range 10 {
+		use()
+		time.Sleep(100 * time.Millisecond)
+	}
+	steady := p.Stats()
+	if steady.Warm < 1 || steady.ClaimRate <= 0 || steady.BuildNanos <= 0 {
+		t.Fatalf("after a steady second: %+v; want a target of 1 or more from a measured rate and build time", steady)
+	}
+	if steady.Hits == 0 {
+		t.Errorf("after a steady second no claim was warm: %+v", steady)
+	}
+	// A burst: 4 at once, 5 times over.
+	peak := steady.Warm
+	for range 5 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(use)
+		}
+		wg.Wait()
+		peak = max(peak, p.Stats().Warm)
+	}
+	if peak <= steady.Warm {
+		t.Errorf("the burst left the target at %d (steady %d); want it raised", peak, steady.Warm)
+	}
+	// Silence: within idle plus a few ticks everything ready is released.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := p.Stats()
+		if st.Warm == 0 && st.Idle == 0 {
+			if st.Released == 0 {
+				t.Errorf("empty after the silence but nothing counted released: %+v", st)
+			}
+			if !strings.Contains(st.Reason, "no claim for") {
+				t.Errorf("reason %q does not say the silence", st.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the silence released nothing: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// From the host: the released sandboxes' cgroups are gone.
+	if n := len(cgroups(t)); n > before {
+		t.Errorf("%d cgroups under the test parent after the silence, %d before", n, before)
 	}
 }

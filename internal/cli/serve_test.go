@@ -111,7 +111,7 @@ func TestServeBinary(t *testing.T) {
 	if out, code := ac("", "session", "cp", "--socket", sock, id+":f.txt", "-"); out != "file body" || code != 0 {
 		t.Fatalf("cp out: %q %d", out, code)
 	}
-	if out, code := ac("", "pool", "ls", "--socket", sock); code != 0 || !strings.Contains(out, "sh ") {
+	if out, code := ac("", "pool", "ls", "--socket", sock); code != 0 || !strings.Contains(out, "sh ") || !strings.Contains(out, "fixed: pool.warm is") {
 		t.Fatalf("pool ls: %q %d", out, code)
 	}
 	if out, code := ac("", "ps", "--socket", sock); code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, id+"  session  sh") {

@@ -173,9 +173,15 @@ func (l Limits) Apply(base sbspec.Limits) sbspec.Limits {
 }
 
 // Pool is a tool's warm pool: Warm sandboxes created ahead of demand
-// (0, the default, creates each on demand).
+// (0, the default, creates each on demand), or, when Max is set, as many
+// as the tool's claim rate needs, from Min to Max.
 type Pool struct {
 	Warm int
+	// Min and Max bound an adaptive pool; Max is 0 for a fixed one.
+	Min, Max int
+	// Idle is how long an adaptive pool goes without a claim before it
+	// shrinks to Min (DefaultPoolIdle unless set); 0 for a fixed pool.
+	Idle time.Duration
 	// Kernels are the code interpreter's kernels (languages: "python",
 	// "bash") each pooled sandbox starts before it is claimed, so that an
 	// E2B sandbox's first runCode finds its context running. In file

@@ -448,3 +448,20 @@ func TestE2BTemplates(t *testing.T) {
 		t.Errorf("kernels %v", k)
 	}
 }
+
+// TestAdaptivePool: min and max make a pool that sizes itself, with the
+// default idle time unless one is set; kernels may be started in it.
+func TestAdaptivePool(t *testing.T) {
+	c, err := Parse("a.yaml", []byte("tools:\n  a:\n    pool: {min: 1, max: 8}\n  b:\n    pool: {max: 4, idle: 5m, kernels: [python]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]Pool{
+		"a": {Min: 1, Max: 8, Idle: DefaultPoolIdle},
+		"b": {Max: 4, Idle: 5 * time.Minute, Kernels: []string{"python"}},
+	} {
+		if got := c.Tools[name].Pool; !reflect.DeepEqual(got, want) {
+			t.Errorf("tool %s: pool %+v, want %+v", name, got, want)
+		}
+	}
+}

@@ -56,8 +56,8 @@ func (p *parser) checkRefs(c *Config) error {
 			}
 			byTemplate[tpl] = name
 		}
-		if len(t.Pool.Kernels) > 0 && t.Pool.Warm == 0 {
-			return p.errLine(t.Line, join(join(join("tools", name), "pool"), "kernels"), "kernels are started in pooled sandboxes: set pool.warm to 1 or more")
+		if len(t.Pool.Kernels) > 0 && t.Pool.Warm == 0 && t.Pool.Max == 0 {
+			return p.errLine(t.Line, join(join(join("tools", name), "pool"), "kernels"), "kernels are started in pooled sandboxes: set pool.warm (or pool.max) to 1 or more")
 		}
 	}
 	for _, name := range c.MCPServerOrder {

@@ -20,7 +20,7 @@ var (
 	topKeys     = []string{"audit", "builds", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools", "tracing"}
 	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "volumes", "workdir"}
 	mountKeys   = []string{"source", "target"}
-	poolKeys    = []string{"kernels", "warm"}
+	poolKeys    = []string{"idle", "kernels", "max", "min", "warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
 	egressKeys  = []string{"addresses", "host", "opaque", "ports", "private"}
 	networkKeys = []string{"bytes", "connections", "dns_rate", "host_lookups", "wildcard_names"}
@@ -336,26 +336,64 @@ func (p *parser) cpu(n *yaml.Node, at string) (*int64, error) {
 // memory (about 1 MiB) and a uid range.
 const MaxWarm = 256
 
-// pool parses a tool's pool settings.
+// Bounds of an adaptive pool's idle time (pool.idle): long enough to be
+// more than a pause between an agent's calls, short enough that a tool
+// nobody calls gives its sandboxes back the same day.
+const (
+	MinPoolIdle     = time.Second
+	MaxPoolIdle     = 24 * time.Hour
+	DefaultPoolIdle = time.Minute
+)
+
+// pool parses a tool's pool settings: a fixed warm, or min and max.
 func (p *parser) pool(n *yaml.Node, at string) (Pool, error) {
 	var pl Pool
 	fs, err := p.fields(n, at, "a mapping of pool settings", poolKeys)
 	if err != nil {
 		return pl, err
 	}
+	var warm, lo, bounds *yaml.Node
 	for _, f := range fs {
 		switch f.name {
-		case "warm":
+		case "warm", "min", "max":
 			var v int64
 			if v, err = p.integer(f.val, join(at, f.name), 0, MaxWarm); err != nil {
 				return pl, err
 			}
-			pl.Warm = int(v)
+			switch f.name {
+			case "warm":
+				pl.Warm, warm = int(v), f.val
+			case "min":
+				pl.Min, lo, bounds = int(v), f.val, f.val
+			case "max":
+				pl.Max, bounds = int(v), f.val
+			}
+		case "idle":
+			d, err := p.duration(f.val, join(at, f.name), false)
+			if err != nil {
+				return pl, err
+			}
+			if *d < MinPoolIdle || *d > MaxPoolIdle {
+				return pl, p.errAt(f.val, join(at, f.name), "idle must be between %s and %s", MinPoolIdle, MaxPoolIdle)
+			}
+			pl.Idle = *d
 		case "kernels":
 			if pl.Kernels, err = p.names(f.val, join(at, f.name), "kernel language", nil, KernelLanguages); err != nil {
 				return pl, err
 			}
 		}
+	}
+	switch {
+	case warm != nil && bounds != nil:
+		return pl, p.errAt(warm, join(at, "warm"), "a pool is either fixed (warm) or sizes itself (min and max), not both")
+	case bounds != nil && pl.Max == 0:
+		return pl, p.errAt(n, at, "an adaptive pool needs max, 1 or more (and min at most max)")
+	case pl.Min > pl.Max:
+		return pl, p.errAt(lo, join(at, "min"), "min %d is more than max %d", pl.Min, pl.Max)
+	case pl.Idle != 0 && pl.Max == 0:
+		return pl, p.errAt(n, join(at, "idle"), "idle is how long an adaptive pool waits before it shrinks: set min and max too")
+	case pl.Max > 0 && pl.Idle == 0:
+		pl.Idle = DefaultPoolIdle
 	}
 	return pl, nil
 }

@@ -273,6 +273,8 @@ func TestMetrics(t *testing.T) {
 		`# TYPE airlock_pool_hits_total counter`,
 		`airlock_pool_warm_target{tool="sh"} 2`,
 		`airlock_pool_warm_target{tool="cold"} 0`,
+		`airlock_pool_claim_rate{tool="sh"} 0`,
+		`# TYPE airlock_pool_released_total counter`,
 		`airlock_runs_total 2`,
 		`# TYPE airlock_run_duration_seconds histogram`,
 		`airlock_run_outcomes_total{tool="sh",outcome="exited"} 1`,

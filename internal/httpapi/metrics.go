@@ -18,14 +18,16 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	stats := make([]struct {
 		tool string
-		s    [7]int64
+		s    [8]int64
+		rate float64
 	}, 0, len(d.tools().Order))
 	for _, name := range d.tools().Order {
 		st, _ := d.PoolStats(name)
 		stats = append(stats, struct {
 			tool string
-			s    [7]int64
-		}{name, [7]int64{int64(st.Warm), int64(st.Idle), st.Hits, st.Misses, st.CreateFailures, st.Discarded, st.ClaimNanos}})
+			s    [8]int64
+			rate float64
+		}{name, [8]int64{int64(st.Warm), int64(st.Idle), st.Hits, st.Misses, st.CreateFailures, st.Discarded, st.ClaimNanos, st.Released}, st.ClaimRate})
 	}
 	cols := []struct{ name, help, typ string }{
 		{"airlock_pool_warm_target", "Sandboxes the tool's pool keeps ready.", "gauge"},
@@ -35,12 +37,17 @@ func (d *Server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"airlock_pool_create_failures_total", "Failed attempts to create a sandbox for the pool.", "counter"},
 		{"airlock_pool_discarded_total", "Ready sandboxes found dead and destroyed unused.", "counter"},
 		{"airlock_pool_claim_nanoseconds_total", "Time spent in claims.", "counter"},
+		{"airlock_pool_released_total", "Ready sandboxes an adaptive pool destroyed unused because demand fell.", "counter"},
 	}
 	for i, c := range cols {
 		metric(c.name, c.help, c.typ)
 		for _, st := range stats {
 			line(c.name, st.tool, st.s[i])
 		}
+	}
+	metric("airlock_pool_claim_rate", "Claims per second an adaptive pool sizes its target for (0 for a fixed pool).", "gauge")
+	for _, st := range stats {
+		fmt.Fprintf(&b, "airlock_pool_claim_rate{tool=%s} %s\n", strconv.Quote(st.tool), strconv.FormatFloat(st.rate, 'g', 4, 64))
 	}
 	u, bud := d.Usage(), d.Budget()
 	for _, g := range []struct {

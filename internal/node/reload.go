@@ -38,7 +38,7 @@ func (n *Node) plan(tool string) attach.Plan { return n.ts.Load().plans[tool] }
 func (n *Node) newPool(t *config.Tool, plan attach.Plan) *pool.Pool {
 	spec := plan.Spec
 	spec.OnStart = n.prebind(t)
-	return pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Logger: n.opts.Logger, Prepare: n.prestart(t)})
+	return pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Min: t.Pool.Min, Max: t.Pool.Max, Idle: t.Pool.Idle, Logger: n.opts.Logger, Prepare: n.prestart(t)})
 }
 
 // profile is the tool or MCP server name of cfg, nil if none.

@@ -231,6 +231,9 @@ func (c *checker) tool(kind string, t *config.Tool, so image.Options) {
 		fmt.Fprintf(c.w, "  service:    %s → %s, %d operation(s), secret %s\n", s.Name, s.Upstream, len(s.Operations), s.Credential.Secret)
 	}
 	pool := fmt.Sprintf("%d warm", t.Pool.Warm)
+	if t.Pool.Max > 0 {
+		pool = fmt.Sprintf("%d to %d warm, sized to the claim rate, back to %d after %s without a claim", t.Pool.Min, t.Pool.Max, t.Pool.Min, t.Pool.Idle)
+	}
 	if len(t.Pool.Kernels) > 0 {
 		pool += ", kernels started ahead: " + strings.Join(t.Pool.Kernels, ", ")
 	}

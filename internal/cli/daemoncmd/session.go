@@ -306,9 +306,9 @@ func poolCmd(ctx context.Context, args []string, stdio cli.IO) error {
 		return printJSON(stdio.Stdout, ps)
 	}
 	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tWARM\tIDLE\tHITS\tMISSES\tCREATED\tFAILURES")
+	fmt.Fprintln(tw, "TOOL\tWARM\tIDLE\tHITS\tMISSES\tCREATED\tFAILURES\tWHY")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", termtext.String(p.Name), p.Warm, p.Idle, p.Hits, p.Misses, p.Created, p.CreateFailures)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", termtext.String(p.Name), p.Warm, p.Idle, p.Hits, p.Misses, p.Created, p.CreateFailures, termtext.String(p.Reason))
 	}
 	return tw.Flush()
 }

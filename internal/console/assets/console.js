@@ -62,8 +62,8 @@ async function pools() {
   const list = await api('/v1/pools');
   const tb = $('#pools tbody');
   tb.replaceChildren(...list.map((p) => el('tr', { 'data-tool': p.name },
-    el('td', {}, p.node ? `${p.name} (${p.node})` : p.name), el('td', { class: 'num' }, `${p.idle} / ${p.warm}` + (p.at_capacity ? ' (node at capacity)' : '')),
-    el('td', { class: 'num' }, p.hits), el('td', { class: 'num' }, p.misses), el('td', { class: 'num' }, p.create_failures))));
+    el('td', {}, p.node ? `${p.name} (${p.node})` : p.name), el('td', { class: 'num', title: p.reason || '' }, `${p.idle} / ${p.warm}` + (p.max ? ` (${p.min}–${p.max})` : '') + (p.at_capacity ? ' (node at capacity)' : '')),
+    el('td', { class: 'num' }, p.hits), el('td', { class: 'num' }, p.misses), el('td', { class: 'num' }, p.create_failures), el('td', {}, p.reason || ''))));
 }
 
 async function capacity() {
