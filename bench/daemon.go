@@ -23,21 +23,12 @@ func daemonBench(n int, tput time.Duration) error {
 	// The cold tool's ceilings are small enough that the 100 sessions
 	// held below fit the node's default capacity (80 % of the memory,
 	// half of pid_max, summed over the sandboxes' ceilings).
-	c, sock, stop, err := startDaemon("tools:\n  warm:\n    pool: {warm: 2}\n    command: [/bin/true]\n  cold: {limits: {memory: 128MiB, pids: 64}}\n")
+	c, sock, stop, err := startDaemon(daemonBenchConfig)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	run := func(tool string) error {
-		r, err := c.Run(context.Background(), api.RunRequest{Tool: tool, Argv: []string{"/bin/true"}})
-		if err != nil {
-			return err
-		}
-		if r.Outcome != result.Exited || r.ExitCode != 0 {
-			return fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
-		}
-		return nil
-	}
+	run := daemonRun(c)
 	idle := func() int {
 		ps, err := c.Pools(context.Background())
 		if err != nil {
@@ -81,8 +72,34 @@ func daemonBench(n int, tput time.Duration) error {
 	if err := mcpBench(sock, n, idle, run); err != nil {
 		return err
 	}
-	// Sustained: 4 clients in 4 windows of tput/4, the pool refilling as
-	// they go, alternating with windows of bwrap 4 at a time.
+	if err := sustained(c, tput); err != nil {
+		return err
+	}
+	return sessionsHeld(c, 100)
+}
+
+// daemonBenchConfig is the daemon section's: a tool whose pool sizes
+// itself (at least the 2 the interleaved runs wait for) and one without.
+const daemonBenchConfig = "tools:\n  warm:\n    pool: {min: 2, max: 16}\n    command: [/bin/true]\n  cold: {limits: {memory: 128MiB, pids: 64}}\n"
+
+// daemonRun returns a function that runs /bin/true of a tool through c.
+func daemonRun(c *client.Client) func(tool string) error {
+	return func(tool string) error {
+		r, err := c.Run(context.Background(), api.RunRequest{Tool: tool, Argv: []string{"/bin/true"}})
+		if err != nil {
+			return err
+		}
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			return fmt.Errorf("run: %s %d %s", r.Outcome, r.ExitCode, r.Error)
+		}
+		return nil
+	}
+}
+
+// sustained measures 4 clients in 4 windows of tput/4, the pool
+// refilling as they go, alternating with windows of bwrap 4 at a time.
+func sustained(c *client.Client, tput time.Duration) error {
+	run := daemonRun(c)
 	var total int64
 	sust, bwPar, err := windows(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
 		n, took, err := fourAtOnce(d, func() error { return run("warm") })
@@ -94,8 +111,20 @@ func daemonBench(n int, tput time.Duration) error {
 	}
 	ps, _ := c.Pools(context.Background())
 	measured.sustained, measured.sustainedBwrap = sust, bwPar
-	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, bwPar, sust/bwPar)
-	return sessionsHeld(c, 100)
+	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bwPar, sust/bwPar)
+	return nil
+}
+
+// sustainedBench is the daemon section's sustained runs alone (-only
+// sustained), for profiling.
+func sustainedBench(tput time.Duration) error {
+	c, _, stop, err := startDaemon(daemonBenchConfig)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Println("## Sustained runs through the daemon (alone)")
+	return sustained(c, tput)
 }
 
 // startDaemon runs a daemon of the configuration yaml in this process,

@@ -54,7 +54,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon, pause, snapshot, e2b, interp, sdk or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon (sustained: its sustained runs alone), pause, snapshot, e2b, interp, sdk or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	poolIdle := flag.Duration("pool-idle", 10*time.Second, "the adaptive pool's idle time in the pool section's changing load (the daemon's default is 1m)")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
@@ -147,6 +147,11 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, poolI
 	}
 	if want("daemon") {
 		if err := daemonBench(pooled, tput); err != nil {
+			return err
+		}
+	}
+	if only == "sustained" {
+		if err := sustainedBench(tput); err != nil {
 			return err
 		}
 	}
