@@ -75,7 +75,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload", "console"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "policy", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload", "console"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
