@@ -156,12 +156,12 @@ tools:
 	}
 	want := map[string]string{
 		fmt.Sprintf("plain.test:%d,%d", min(port(listed), port(other)), max(port(listed), port(other))): "widen",
-		fmt.Sprintf("%s:%d", publicAddr, port(pub)):                                                    "add",
-		"nowhere.test:80":                                                                              "add",
-		"unused.test":                                                                                  "drop",
-		"gh GET /repos/{owner}/{repo}/issues":                                                          "keep",
-		"gh DELETE /repos/{owner}/{repo}":                                                              "drop",
-		"gh GET /user":                                                                                 "add",
+		fmt.Sprintf("%s:%d", publicAddr, port(pub)):                                                     "add",
+		"nowhere.test:80":                     "add",
+		"unused.test":                         "drop",
+		"gh GET /repos/{owner}/{repo}/issues": "keep",
+		"gh DELETE /repos/{owner}/{repo}":     "drop",
+		"gh GET /user":                        "add",
 	}
 	if len(got) != len(want) {
 		t.Errorf("suggestion: got %v, want %v", got, want)
