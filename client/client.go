@@ -763,3 +763,43 @@ func (c *Client) ConsoleLogin(ctx context.Context) (string, error) {
 	}
 	return v.URL, nil
 }
+
+// PolicySuggestionQuery selects what GET
+// /v1/tools/{name}/policy-suggestion reads.
+type PolicySuggestionQuery struct {
+	// Since and Until bound the decisions read: RFC 3339, or a duration
+	// before now ("168h"); Since defaults to a week ago, Until to now.
+	Since, Until string
+	// Wildcards lets names under one parent collapse into *.parent.
+	Wildcards bool
+}
+
+// PolicySuggestion asks the daemon for the narrowest egress and broker
+// config of tool that would have allowed what its recorded runs needed.
+func (c *Client) PolicySuggestion(ctx context.Context, tool string, q PolicySuggestionQuery) (*api.PolicySuggestion, error) {
+	v := q.Values()
+	path := "/v1/tools/" + url.PathEscape(tool) + "/policy-suggestion"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var s api.PolicySuggestion
+	if err := c.getJSON(ctx, path, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Values are q as the policy suggestion's query parameters.
+func (q PolicySuggestionQuery) Values() url.Values {
+	v := url.Values{}
+	if q.Since != "" {
+		v.Set("since", q.Since)
+	}
+	if q.Until != "" {
+		v.Set("until", q.Until)
+	}
+	if q.Wildcards {
+		v.Set("wildcards", "true")
+	}
+	return v
+}

@@ -75,7 +75,7 @@ type Extra struct {
 }
 
 // Handed are the commands airlock hands to airlockd.
-var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload", "console"}
+var Handed = []string{"serve", "front", "mcp", "session", "pool", "audit", "policy", "image", "config", "doctor", "ps", "kill", "snapshot", "volume", "reload", "console"}
 
 // Run runs the command line args (args[0] is the program name).
 func Run(ctx context.Context, args []string, stdio IO, extra *Extra) error {
@@ -244,6 +244,7 @@ Usage:
   airlock reload                           have the daemon read its config again (as SIGHUP does)
   airlock console                          a one-time link into the daemon's web console
   airlock audit [--follow] [filters]       read the daemon's audit log
+  airlock policy suggest TOOL [--since 7d]  the narrowest egress and broker config its runs needed, from the audit log
   airlock mcp                              serve the configured tools over MCP on stdio
   airlock image import|pull|ls|inspect|rm|gc  manage images: import (OCI, docker save, root file systems), pull from a registry
   airlock config check [--config PATH]     check the config and show what it resolves to

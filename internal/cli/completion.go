@@ -6,7 +6,7 @@ import (
 )
 
 // completionCommands are the commands completed after "airlock".
-var completionCommands = []string{"run", "serve", "front", "session", "snapshot", "volume", "pool", "ps", "kill", "reload", "console", "audit", "mcp", "image", "config", "doctor", "version", "help", "completion"}
+var completionCommands = []string{"run", "serve", "front", "session", "snapshot", "volume", "pool", "ps", "kill", "reload", "console", "audit", "policy", "mcp", "image", "config", "doctor", "version", "help", "completion"}
 
 // HelpTopics are the topics of `airlock help TOPIC` (airlockd's: their
 // text is in docs/, which airlock does not carry), for the usage and the

@@ -147,6 +147,7 @@ func (d *Server) routes() http.Handler {
 	mux.HandleFunc("/v1/pools", edge.Only(http.MethodGet, d.getPools))
 	mux.HandleFunc("/metrics", edge.Only(http.MethodGet, d.getMetrics))
 	mux.HandleFunc("/v1/audit", edge.Only(http.MethodGet, d.getAudit))
+	mux.HandleFunc("/v1/tools/{name}/policy-suggestion", edge.Only(http.MethodGet, d.getPolicySuggestion))
 	if d.opts.MCP != nil {
 		mux.Handle("/mcp", d.opts.MCP)
 	}

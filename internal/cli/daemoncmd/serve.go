@@ -28,7 +28,7 @@ func Extra() *cli.Extra {
 	return &cli.Extra{
 		Commands: map[string]cli.Command{
 			"serve": serveCmd, "front": frontCmd, "mcp": mcpCmd, "session": sessionCmd, "pool": poolCmd,
-			"audit": auditCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "snapshot": snapshotCmd, "volume": volumeCmd, "reload": reloadCmd, "console": consoleCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
+			"audit": auditCmd, "policy": policyCmd, "image": imageCmd, "config": configCmd, "doctor": doctorCmd, "ps": psCmd, "kill": killCmd, "snapshot": snapshotCmd, "volume": volumeCmd, "reload": reloadCmd, "console": consoleCmd, "help": helpCmd, lazygw.Command: gatewayCmd,
 		},
 		Run:  runFull,
 		Bind: bindHere,
