@@ -16,7 +16,8 @@ import (
 // (curl over HTTP prints airlock's answer itself; over HTTPS, curl and
 // git print only "403", and pip that it found no version of the
 // package), then, after it, one plain sentence per
-// distinct refusal, naming what was refused, the rule's reason, and that
+// distinct refusal (a lookup a client made past the proxy among them),
+// naming what was refused, the rule's reason, and that
 // the operator's config decides (issue 40).
 func TestMCPRefusalsReadable(t *testing.T) {
 	// pip and git's HTTPS helper, as the sandbox will find them (it sees
@@ -43,6 +44,8 @@ tools:
       - |
         echo "http: $(curl -sS http://example.org/ 2>&1)"
         echo "https: $(curl -sS https://pypi.org/simple/ 2>&1)"
+        echo "verbose: $(curl -sv https://pypi.org/simple/ 2>&1 | grep '^< HTTP')"
+        echo "direct: $(curl -sS --noproxy '*' http://evil.test/ 2>&1)"
         echo "pip: $(python3 -m pip download --no-deps --no-cache-dir --retries 0 --timeout 5 -d /tmp/p requests 2>&1 | head -1)"
         echo "git: $(git clone -q https://github.com/octo/hello /tmp/h 2>&1)"
         true
@@ -58,10 +61,17 @@ tools:
 		// The clients' own words.
 		"http: airlock refused a connection to example.org:80 (",
 		"https: curl: (56) CONNECT tunnel failed, response 403",
+		// curl -v (and pip's retries) show the refused tunnel's
+		// status line.
+		"verbose: < HTTP/1.1 403 Refused by airlock policy, not a network fault (only the operator's airlock config can allow it)",
+		// A client that ignores the proxy finds no such name: the
+		// list below says why.
+		"direct: curl: (6) Could not resolve host: evil.test",
 		// What airlock adds for the agent: every refusal once.
 		"airlock refused:\n",
 		"- airlock refused a connection to pypi.org:443 (\"pypi.org\" is not an allowed destination); this is airlock's policy, not a network fault: retrying or another route is refused the same way, and only the operator's airlock config can allow it.\n",
 		"- airlock refused a connection to example.org:80 (",
+		"- airlock refused the lookup of evil.test (\"evil.test\" is not an allowed destination); this is airlock's policy, not a network fault",
 	}
 	if pipOK {
 		// pip says only that it found no version: a model would
