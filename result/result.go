@@ -72,13 +72,24 @@ type PostMortem struct {
 	// children; for any other, the largest processes by resident memory
 	// (what was running, for time). At most MaxPostMortemProcesses.
 	Processes []Process `json:"processes,omitempty"`
+	// Files are, for a disk breach, the largest files in the sandbox's
+	// writable directories by the space they take (allocated blocks: a
+	// sparse file counts what it holds, not its length). At most
+	// MaxPostMortemEntries.
+	Files []DiskEntry `json:"files,omitempty"`
+	// Directories are, for a disk breach, the directories holding the
+	// most directly (not counting their subdirectories' contents): by
+	// bytes, or by entries when the breach was of inodes. At most
+	// MaxPostMortemEntries.
+	Directories []DiskEntry `json:"directories,omitempty"`
 	// Note says what could not be read (the budget ran out, processes
 	// were already gone).
 	Note string `json:"note,omitempty"`
 }
 
 // Summary is the post-mortem in one line, for people and models: the
-// process killed, then the processes read ("" when there is nothing).
+// process killed, the processes read, the largest files and the fullest
+// directories ("" when there is nothing).
 func (pm *PostMortem) Summary() string {
 	if pm == nil {
 		return ""
@@ -95,6 +106,20 @@ func (pm *PostMortem) Summary() string {
 			ps = append(ps, fmt.Sprintf("%s (pid %d, %s)", p.Command, p.PID, mib(p.RSSBytes)))
 		}
 	}
+	var fs []string
+	for _, f := range pm.Files {
+		fs = append(fs, fmt.Sprintf("%s (%s)", f.Path, mib(f.Bytes)))
+	}
+	if len(fs) > 0 {
+		parts = append(parts, "largest files: "+strings.Join(fs, ", "))
+	}
+	var ds []string
+	for _, d := range pm.Directories {
+		ds = append(ds, fmt.Sprintf("%s (%s in %d %s)", d.Path, mib(d.Bytes), d.Entries, plural(d.Entries, "entry", "entries")))
+	}
+	if len(ds) > 0 {
+		parts = append(parts, "fullest directories: "+strings.Join(ds, ", "))
+	}
 	if len(ps) > 0 {
 		parts = append(parts, "running: "+strings.Join(ps, ", "))
 	}
@@ -102,6 +127,13 @@ func (pm *PostMortem) Summary() string {
 		parts = append(parts, "("+pm.Note+")")
 	}
 	return strings.Join(parts, "; ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -115,6 +147,23 @@ type Breach struct {
 
 // MaxPostMortemProcesses bounds PostMortem.Processes.
 const MaxPostMortemProcesses = 5
+
+// MaxPostMortemEntries bounds PostMortem.Files and Directories.
+const MaxPostMortemEntries = 5
+
+// DiskEntry is one file or directory of a disk breach's post-mortem.
+type DiskEntry struct {
+	// Path is where the sandbox sees it (/tmp/cache/big.bin), its
+	// own words as data: what is not printable text is "?", and a path
+	// over 256 bytes keeps its start and end around "…".
+	Path string `json:"path"`
+	// Bytes is the space it takes: for a directory, its files' (and
+	// its subdirectories' own entries), not its subdirectories'
+	// contents.
+	Bytes int64 `json:"bytes"`
+	// Entries is, for a directory, how many entries it holds.
+	Entries int `json:"entries,omitempty"`
+}
 
 // Process is one process of a post-mortem.
 type Process struct {

@@ -24,7 +24,8 @@ import (
 // neither slow nor large. Nothing from inside is run or trusted: a
 // command line is data, and every process is checked to be in the
 // sandbox's group through a descriptor of its own /proc directory, so a
-// pid reused by a host process is never read.
+// pid reused by a host process is never read. A disk breach's files are
+// read as postmortem_disk.go says.
 
 const (
 	// postMortemBudget bounds the reading; the sandbox is destroyed
@@ -60,6 +61,18 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 			notes = append(notes, "the kernel's log, which names the process the out-of-memory killer ended, could not be read")
 		}
 	}
+	if l.Name == result.LimitDisk {
+		var note string
+		// A quarter of the budget is left for the processes.
+		pm.Files, pm.Directories, note = s.diskPostMortem(l, deadline.Add(-postMortemBudget/4))
+		if note != "" {
+			notes = append(notes, note)
+		}
+		if len(pm.Files) == 0 && len(pm.Directories) == 0 {
+			notes = append(notes, "no file was found in the writable directories")
+		}
+		// What was running, too, within what is left of the budget.
+	}
 	pids, err := s.group.Procs()
 	if err != nil {
 		notes = append(notes, "the sandbox's processes could not be listed")
@@ -90,7 +103,7 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 	} else {
 		pm.Processes = largest(procs)
 	}
-	if len(procs) == 0 && pm.Killed == nil {
+	if len(procs) == 0 && pm.Killed == nil && l.Name != result.LimitDisk {
 		notes = append(notes, "no process was left to read")
 	}
 	pm.Note = strings.Join(notes, "; ")

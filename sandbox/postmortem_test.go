@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/result"
 )
@@ -31,6 +32,56 @@ func TestPostMortem(t *testing.T) {
 			func(pm *result.PostMortem) bool {
 				return len(pm.Processes) > 0 && strings.HasPrefix(pm.Processes[0].Command, "python3 -c import os, time?for i in range(64)") && pm.Processes[0].Children >= 8
 			}},
+		{"disk", limits(func(l *Limits) { l.Disk = 16 << 20 }),
+			// Decoys elsewhere in the writable directories, a sparse
+			// file whose length is a gigabyte, and the culprit.
+			[]string{"/bin/sh", "-c", `mkdir -p /tmp/cache /workspace/src && head -c 2000000 /dev/zero > /workspace/src/decoy.bin && head -c 500000 /dev/zero > /dev/shm/decoy && python3 -c 'f = open("/tmp/sparse.bin", "wb"); f.seek(1 << 30); f.write(b"x")' && head -c 100000000 /dev/zero > /tmp/cache/big.bin; sleep 15`},
+			func(pm *result.PostMortem) bool {
+				f, d := pm.Files, pm.Directories
+				return len(f) >= 3 && f[0].Path == "/tmp/cache/big.bin" && f[0].Bytes > 8<<20 &&
+					f[1].Path == "/workspace/src/decoy.bin" && f[2].Path == "/dev/shm/decoy" &&
+					len(d) > 0 && d[0].Path == "/tmp/cache" && d[0].Entries == 1
+			}},
+		{"disk, a hostile tree", limits(func(l *Limits) { l.Disk = 16 << 20 }),
+			// Deeper than the walk goes, links to / and in loops, names
+			// of control bytes and invalid UTF-8, and the culprit under
+			// a name that is a newline and 240 bytes long.
+			[]string{"python3", "-c", `import os, time
+os.makedirs("/tmp/deep" + "/d" * 40)
+os.symlink("/", "/tmp/deep/root")
+os.symlink(".", "/tmp/deep/self")
+os.symlink("/tmp/deep", "/tmp/deep/d/loop")
+os.mkdir(b"/tmp/\xff\x1b[2J")
+open(b"/tmp/\xff\x1b[2J/decoy", "wb").write(b"x" * 100000)
+f = open("/tmp/deep" + "/d" * 10 + "/big\n" + "y" * 240 + ".bin", "wb")
+try:
+    while True:
+        f.write(bytes(1 << 20))
+        f.flush()
+except OSError:
+    pass
+time.sleep(15)`},
+			func(pm *result.PostMortem) bool {
+				f := pm.Files
+				if len(f) < 2 || !strings.HasPrefix(f[0].Path, "/tmp/deep"+strings.Repeat("/d", 10)+"/big?yyy") ||
+					!strings.HasSuffix(f[0].Path, "yyy.bin") || len(f[0].Path) > 256 || f[1].Path != "/tmp/??[2J/decoy" {
+					return false
+				}
+				for _, e := range append(f, pm.Directories...) {
+					if e.Path != "/tmp" && !strings.HasPrefix(e.Path, "/tmp/") {
+						return false // a link followed
+					}
+				}
+				return strings.Contains(pm.Note, "deeper than 24 levels")
+			}},
+		{"disk, inodes", limits(func(l *Limits) { l.Disk = 64 << 20; l.Inodes = 25000 }),
+			// More files than the walk reads: it stops, and says so.
+			[]string{"python3", "-c", "import os, time\nos.mkdir('/tmp/many')\ntry:\n    for i in range(30000):\n        open('/tmp/many/f%d' % i, 'w').close()\nexcept OSError:\n    pass\ntime.sleep(15)"},
+			func(pm *result.PostMortem) bool {
+				d := pm.Directories
+				return len(d) > 0 && d[0].Path == "/tmp/many" && d[0].Entries > 1000 &&
+					(strings.Contains(pm.Note, "only the first 20000 entries were read") || strings.Contains(pm.Note, "time budget"))
+			}},
 		{"time", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }),
 			[]string{"/bin/sh", "-c", `sleep 31 & sleep 32`},
 			func(pm *result.PostMortem) bool {
@@ -43,6 +94,7 @@ func TestPostMortem(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := run(t, runOpts{limits: tt.limits}, tt.argv...)
+			t.Logf("post-mortem: %s", r.PostMortem.Summary())
 			if r.Outcome != result.LimitExceeded || r.PostMortem == nil || !tt.check(r.PostMortem) {
 				t.Fatalf("outcome %s limit %+v, post-mortem %+v", r.Outcome, r.Limit, r.PostMortem)
 			}
@@ -84,6 +136,49 @@ func TestPostMortemRecords(t *testing.T) {
 	}
 	if got := commandLine([]byte("sh\x00-c\x00echo \x1b[2J\x00")); got != "sh -c echo ?[2J" {
 		t.Errorf("command line %q", got)
+	}
+}
+
+// TestPMPath: a path the sandbox named is shown as printable text, at
+// most maxPMPath bytes, valid UTF-8, its end (the file's own name) kept.
+func TestPMPath(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("a", 300) + "/tail.bin"
+	for _, tt := range []struct{ in, want string }{
+		{"/tmp/big.bin", "/tmp/big.bin"},
+		{"/tmp/a\nb\x1b[2J", "/tmp/a?b?[2J"},
+		{"/tmp/\xff\xfe.bin", "/tmp/?.bin"}, // a run of invalid bytes is one "?"
+		{"/tmp/\u00e9t\u00e9", "/tmp/\u00e9t\u00e9"},
+		{long, long[:126] + "…" + long[len(long)-126:]},
+	} {
+		if got := pmPath(tt.in); got != tt.want {
+			t.Errorf("pmPath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzPMPath(f *testing.F) {
+	f.Add("/tmp/big.bin")
+	f.Add("/tmp/" + strings.Repeat("\u00e9", 200))
+	f.Fuzz(func(t *testing.T, p string) {
+		got := pmPath(p)
+		if len(got) > maxPMPath || !utf8.ValidString(got) || strings.ContainsFunc(got, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			t.Errorf("pmPath(%q) = %q", p, got)
+		}
+	})
+}
+
+// TestTopEntries: the first by rank are kept, ties in the order found.
+func TestTopEntries(t *testing.T) {
+	var top []result.DiskEntry
+	for i, b := range []int64{5, 9, 1, 9, 7, 3, 8, 2} {
+		top = topEntries(top, result.DiskEntry{Path: string(rune('a' + i)), Bytes: b}, byBytes)
+	}
+	var got []string
+	for _, e := range top {
+		got = append(got, e.Path)
+	}
+	if strings.Join(got, "") != "bdgea" {
+		t.Errorf("got %v, want b d g e a", got)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -443,6 +444,20 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 	stop := st.keepalive(keepaliveEvery)
 	// Not the request's context: the command outlives its client.
 	res, err := d.Exec(context.WithoutCancel(r.Context()), sb.s, edge.ClientOf(r), x)
+	if err == nil {
+		// An E2B client reads a command's output and nothing else of
+		// its run: the run's refusals (internal/refusal) follow the
+		// command's own stderr, once each, as an MCP tool result's
+		// text lists them, so that an agent reads why its curl or
+		// pip failed.
+		if t := refusal.Text(res); t != "" {
+			if x.TTY != nil {
+				p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{PTY: []byte(strings.ReplaceAll(t, "\n", "\r\n"))}})
+			} else {
+				p.send(e2b.ProcessEvent{Data: &e2b.DataEvent{Stderr: []byte(t)}})
+			}
+		}
+	}
 	stop()
 	detach()
 	switch {

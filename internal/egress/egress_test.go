@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -75,6 +76,13 @@ func TestProxyConnectTLS(t *testing.T) {
 // body.
 func rawProxy(t *testing.T, f *fixture, req string) (int, string) {
 	t.Helper()
+	status, _, body := rawProxyStatus(t, f, req)
+	return status, body
+}
+
+// rawProxyStatus is rawProxy with the status line's text too.
+func rawProxyStatus(t *testing.T, f *fixture, req string) (int, string, string) {
+	t.Helper()
 	c, err := f.dialIn(t.Context(), "tcp", ProxyAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +97,7 @@ func rawProxy(t *testing.T, f *fixture, req string) (int, string) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, resp.Status, string(body)
 }
 
 func TestProxyRefusals(t *testing.T) {
@@ -124,9 +132,14 @@ func TestProxyRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := f.evs.count()
-			status, body := rawProxy(t, f, tt.req)
+			status, line, body := rawProxyStatus(t, f, tt.req)
 			if status != tt.status || !strings.Contains(body, tt.reason) || !strings.HasPrefix(body, "airlock ") {
 				t.Fatalf("got %d %q, want %d mentioning %q", status, body, tt.status, tt.reason)
+			}
+			// A refused tunnel says so in its status line, which is all
+			// most clients show of it.
+			if connect := strings.HasPrefix(tt.req, "CONNECT"); connect && status == 403 && line != "403 "+refusal.ConnectPhrase || !connect && line != fmt.Sprintf("%d %s", status, http.StatusText(status)) {
+				t.Errorf("status line %q", line)
 			}
 			// The refusal is logged, with its code and a reason, before
 			// it is answered.

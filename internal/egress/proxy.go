@@ -76,7 +76,34 @@ func (g *Gateway) deny(w http.ResponseWriter, ev result.EgressEvent, status int,
 	ev.Status = status
 	ev.DurationMs = time.Since(ev.Time).Milliseconds()
 	g.emit(ev)
+	if ev.Method == http.MethodConnect && status == http.StatusForbidden && refusal.Policy(ev.Code) && refuseConnect(w, status, refusal.Egress(ev)) {
+		return
+	}
 	refuse(w, status, refusal.Egress(ev))
+}
+
+// refuseConnect answers a refused CONNECT with refusal.ConnectPhrase as
+// the status line's reason phrase: most clients show only the status
+// line of a refused tunnel, never its body (curl and git print
+// "CONNECT tunnel failed, response 403"; curl -v prints the line; pip,
+// through Python's http.client, prints "Tunnel connection failed: 403"
+// and the phrase). net/http writes only the standard phrase, so the
+// answer is written on the hijacked connection. It reports false when
+// the connection could not be taken over (the caller then answers as
+// usual).
+func refuseConnect(w http.ResponseWriter, status int, msg string) bool {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	// A client that reads nothing holds the answer no longer than this.
+	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	body := msg + "\n"
+	fmt.Fprintf(brw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, refusal.ConnectPhrase, len(body), body)
+	brw.Flush()
+	return true
 }
 
 // dialFor dials for a proxy request, answering the client itself when the

@@ -365,54 +365,12 @@ func ToolText(r *result.Result) (pieces [][]byte, ok bool) {
 	return pieces, true
 }
 
-// maxDenials bounds the refusals a tool result's text lists.
-const maxDenials = 5
-
 // Denials is what a tool result's text says of the run's refusals, after
-// the output: one sentence each (internal/refusal), distinct ones only,
-// so that the model reads why a client failed where the client itself
+// the output (refusal.Text): one sentence each, distinct ones only, so
+// that the model reads why a client failed where the client itself
 // prints only "CONNECT tunnel failed, response 403"; "" when nothing was
 // refused.
-func Denials(r *result.Result) string {
-	var lines []string
-	seen := map[string]bool{}
-	more := 0
-	note := func(s string) {
-		if seen[s] {
-			return
-		}
-		seen[s] = true
-		if len(lines) == maxDenials {
-			more++
-			return
-		}
-		lines = append(lines, s)
-	}
-	for _, ev := range r.Egress {
-		if !ev.Allow && ev.Code != "" && ev.Code != result.EgressClosed && ev.Code != result.EgressNoIPv6 {
-			note(refusal.Egress(ev))
-		}
-	}
-	for _, ev := range r.Broker {
-		if !ev.Allow && ev.Code != "" {
-			note(refusal.Broker(ev))
-		}
-	}
-	if len(lines) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("airlock refused:\n")
-	for _, l := range lines {
-		// What the sandbox asked for (a name, a path) is quoted: escaped,
-		// so that it reads as data.
-		fmt.Fprintf(&b, "- %s\n", termtext.String(l))
-	}
-	if more > 0 {
-		fmt.Fprintf(&b, "- and %d more (the run's egress and broker events list them)\n", more)
-	}
-	return b.String()
-}
+func Denials(r *result.Result) string { return refusal.Text(r) }
 
 // textHead is the text's first line: how the command ended, unless it
 // exited 0.

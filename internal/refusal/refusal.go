@@ -7,12 +7,31 @@ package refusal
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/result"
 )
 
 // decides ends a sentence about a policy refusal.
 const decides = "this is airlock's policy, not a network fault: retrying or another route is refused the same way, and only the operator's airlock config can allow it"
+
+// ConnectPhrase is the reason phrase of a refused CONNECT's status line
+// ("HTTP/1.1 403 " and this), which clients that never read the body of
+// a refused tunnel show (curl -v, pip): ASCII, no CR or LF, and nothing
+// the sandbox sent.
+const ConnectPhrase = "Refused by airlock policy, not a network fault (only the operator's airlock config can allow it)"
+
+// Policy reports whether an egress code is a refusal by the operator's
+// policy (rather than a failure on the way: a name that does not
+// resolve, an upstream that does not answer).
+func Policy(code string) bool {
+	switch code {
+	case result.EgressLookupFailed, result.EgressUpstreamFailed, result.EgressNotPinned, result.EgressInternal:
+		return false
+	}
+	return true
+}
 
 // Egress is the sentence of a refused egress decision (ev.Allow false):
 // what was refused, the rule's own reason, and that the operator's
@@ -23,11 +42,19 @@ func Egress(ev result.EgressEvent) string {
 	if ev.Kind == result.EgressDNS {
 		what = "the lookup of " + ev.Destination
 	}
-	switch ev.Code {
-	case result.EgressLookupFailed, result.EgressUpstreamFailed, result.EgressNotPinned, result.EgressInternal:
-		return fmt.Sprintf("airlock could not complete %s (%s); this is not a refusal by policy", what, ev.Reason)
+	if !Policy(ev.Code) {
+		return fmt.Sprintf("airlock could not complete %s (%s); %s", what, ev.Reason, EgressRule(ev.Code))
 	}
-	return fmt.Sprintf("airlock refused %s (%s); %s.", what, ev.Reason, decides)
+	return fmt.Sprintf("airlock refused %s (%s); %s.", what, ev.Reason, EgressRule(ev.Code))
+}
+
+// EgressRule is what an egress refusal of code adds to its reason: who
+// decides, or that it was no refusal.
+func EgressRule(code string) string {
+	if !Policy(code) {
+		return "this is not a refusal by policy"
+	}
+	return decides
 }
 
 // Broker is the sentence of a refused broker call (ev.Allow false, or
@@ -64,4 +91,53 @@ func BrokerRule(code string) string {
 		return "this is on the host's side or the upstream's, not the call's"
 	}
 	return "the service's operations in the operator's airlock config decide what may be called, and nothing else is"
+}
+
+// MaxListed bounds the refusals Text lists.
+const MaxListed = 5
+
+// Text is what an agent reads of a run's refusals after its output, in
+// an MCP tool result's text and after an E2B command's stderr: the
+// sentence of each distinct refusal, egress then broker, at most
+// MaxListed and then a count, each escaped as terminal text (what the
+// sandbox asked for, a name or a path, is quoted in it); "" when
+// nothing was refused. A client's early close and an IPv6 lookup
+// answered empty are not refusals.
+func Text(r *result.Result) string {
+	var lines []string
+	seen := map[string]bool{}
+	more := 0
+	note := func(s string) {
+		if seen[s] {
+			return
+		}
+		seen[s] = true
+		if len(lines) == MaxListed {
+			more++
+			return
+		}
+		lines = append(lines, s)
+	}
+	for _, ev := range r.Egress {
+		if !ev.Allow && ev.Code != "" && ev.Code != result.EgressClosed && ev.Code != result.EgressNoIPv6 {
+			note(Egress(ev))
+		}
+	}
+	for _, ev := range r.Broker {
+		if !ev.Allow && ev.Code != "" {
+			note(Broker(ev))
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("airlock refused:\n")
+	for _, l := range lines {
+		fmt.Fprintf(&b, "- %s\n", termtext.String(l))
+	}
+	if more > 0 {
+		fmt.Fprintf(&b, "- and %d more (the run's egress and broker events list them)\n", more)
+	}
+	return b.String()
 }

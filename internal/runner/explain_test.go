@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -17,8 +18,8 @@ func TestExplainerEscapes(t *testing.T) {
 	explain(result.Event{Egress: &result.EgressEvent{Kind: result.EgressDNS, Destination: "evil\u009b2J\x1b]0;t\x07\u2028.example", Reason: "not on the list\nairlock: forged"}})
 	explain(result.Event{Broker: &result.BrokerEvent{Method: "GET", Service: "gh", Path: "/x\u009dy", Reason: "no operation"}})
 	got := b.String()
-	want := "airlock: egress denied (dns): evil\\u009b2J\\x1b]0;t\\x07\\u2028.example: not on the list\\nairlock: forged\n" +
-		"airlock: broker refused GET gh/x\\u009dy: no operation\n"
+	want := "airlock: egress denied (dns): evil\\u009b2J\\x1b]0;t\\x07\\u2028.example: not on the list\\nairlock: forged; " + refusal.EgressRule("") + "\n" +
+		"airlock: broker refused GET gh/x\\u009dy: no operation; " + refusal.BrokerRule("") + "\n"
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}

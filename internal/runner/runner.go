@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/internal/termtext"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
@@ -241,11 +242,17 @@ func (l *netLog) add(ev result.EgressEvent) {
 }
 
 func (l *netLog) explainEgress(ev *result.EgressEvent) {
-	l.explain(ev.Kind+" "+ev.Destination+" "+ev.Reason, fmt.Sprintf("egress denied (%s): %s: %s", ev.Kind, ev.Destination, ev.Reason))
+	// The line says who decides (internal/refusal): an agent reading
+	// the CLI's stderr learns that a retry is refused the same way.
+	verb := "denied"
+	if !refusal.Policy(ev.Code) {
+		verb = "failed"
+	}
+	l.explain(ev.Kind+" "+ev.Destination+" "+ev.Reason, fmt.Sprintf("egress %s (%s): %s: %s; %s", verb, ev.Kind, ev.Destination, ev.Reason, refusal.EgressRule(ev.Code)))
 }
 
 func (l *netLog) explainBroker(ev *result.BrokerEvent) {
-	l.explain("broker "+ev.Method+" "+ev.Service+ev.Path+" "+ev.Reason, fmt.Sprintf("broker refused %s %s%s: %s", ev.Method, ev.Service, ev.Path, ev.Reason))
+	l.explain("broker "+ev.Method+" "+ev.Service+ev.Path+" "+ev.Reason, fmt.Sprintf("broker refused %s %s%s: %s; %s", ev.Method, ev.Service, ev.Path, ev.Reason, refusal.BrokerRule(ev.Code)))
 }
 
 // Explainer returns a function that prints on w one line per distinct
