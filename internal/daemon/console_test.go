@@ -146,7 +146,8 @@ tools:
 		"breachrow": "limit.breach",
 		"egressrow": "refused.test",
 		"net":       code,
-		"pool":      "sh",
+		"pool":      "fixed: pool.warm is 1",
+		"policy":    "refused.test",
 		"capacity":  "sandboxes",
 	} {
 		if got := str(k); !strings.Contains(got, want) {

@@ -63,7 +63,8 @@ async function pools() {
   const tb = $('#pools tbody');
   tb.replaceChildren(...list.map((p) => el('tr', { 'data-tool': p.name },
     el('td', {}, p.node ? `${p.name} (${p.node})` : p.name), el('td', { class: 'num', title: p.reason || '' }, `${p.idle} / ${p.warm}` + (p.max ? ` (${p.min}–${p.max})` : '') + (p.at_capacity ? ' (node at capacity)' : '')),
-    el('td', { class: 'num' }, p.hits), el('td', { class: 'num' }, p.misses), el('td', { class: 'num' }, p.create_failures), el('td', {}, p.reason || ''))));
+    el('td', { class: 'num' }, p.hits), el('td', { class: 'num' }, p.misses), el('td', { class: 'num' }, p.create_failures), el('td', {}, p.reason || ''),
+    el('td', {}, el('a', { href: '#policy/' + encodeURIComponent(p.name) }, 'suggest')))));
 }
 
 async function capacity() {
@@ -223,9 +224,35 @@ async function showRun(id) {
   drawCharts(id);
 }
 
+// A tool's policy suggestion (GET /v1/tools/{name}/policy-suggestion):
+// the narrowest egress and broker config its recorded runs needed, as
+// `airlock policy suggest` prints it, and the notes that go with it.
+async function showPolicy(tool, wildcards) {
+  selected = null;
+  $('#detail').hidden = false;
+  $('#detail-title').textContent = 'Policy suggestion for ' + tool;
+  const body = $('#detail-body');
+  body.replaceChildren(el('p', { class: 'quiet' }, 'reading the audit log…'));
+  let s;
+  try {
+    s = await api('/v1/tools/' + encodeURIComponent(tool) + '/policy-suggestion' + (wildcards ? '?wildcards=true' : ''));
+  } catch (e) { body.replaceChildren(el('p', { class: 'bad', id: 'policy-error' }, e.message)); return; }
+  const changed = (s.egress || []).filter((e) => e.action !== 'keep').length + (s.services || []).filter((v) => v.action !== 'keep').length;
+  const parts = [
+    el('p', { id: 'policy-summary' }, `${s.decisions} decisions from ${new Date(s.since).toLocaleString()} to ${new Date(s.until).toLocaleString()}` +
+      (s.truncated ? ' (more were recorded: the oldest were read)' : '') + `; ${changed} change(s) proposed.`),
+    el('p', {}, el('a', { href: '#policy/' + encodeURIComponent(tool) + (wildcards ? '' : '/wildcards') }, wildcards ? 'names only' : 'with wildcards, each with its cost')),
+  ];
+  if ((s.notes || []).length) parts.push(el('ul', { id: 'policy-notes' }, ...s.notes.map((n) => el('li', {}, n))));
+  parts.push(el('pre', { id: 'policy-yaml' }, s.yaml));
+  body.replaceChildren(...parts);
+}
+
 function route() {
   const m = location.hash.match(/^#run\/(.+)$/);
+  const p = location.hash.match(/^#policy\/([^/]+)(\/wildcards)?$/);
   if (m) showRun(decodeURIComponent(m[1]));
+  else if (p) showPolicy(decodeURIComponent(p[1]), !!p[2]);
   else { selected = null; $('#detail').hidden = true; }
 }
 

@@ -63,6 +63,11 @@ try {
   await page.waitForSelector('#detail-net');
   out('net', (await page.textContent('#detail-net')).replace(/\s+/g, ' ').trim());
   await page.screenshot({ path: shots + '/console-run.png', fullPage: true });
+  // The refused tool's policy suggestion, from the pools' link.
+  await page.goto(process.env.BASE + '/console/');
+  await page.click('#pools tr[data-tool="web"] a');
+  await page.waitForSelector('#policy-yaml');
+  out('policy', await page.textContent('#policy-yaml'));
   // The live run's page, its samples charted, then killed from the list.
   await page.goto(process.env.BASE + '/console/#run/' + process.env.LIVE_RUN);
   await page.waitForSelector('#detail-charts .chart');
