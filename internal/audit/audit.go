@@ -182,6 +182,9 @@ type Log struct {
 	q     []item
 	slots chan struct{}
 	kick  chan struct{} // the writer has work (capacity 1)
+	// lingering says a wake of the writer is due within recordLinger
+	// for what Record queued (see Record).
+	lingering atomic.Bool
 	// wmu is held by whoever commits or prunes: one transaction at a
 	// time on w and ins. It is taken before qmu and fmu.
 	wmu    sync.Mutex
@@ -394,11 +397,30 @@ func (l *Log) commitUntil(done chan error) {
 // Record queues evs without waiting. A failure to write them shows in
 // Err and in the count Lost; it never blocks the caller beyond a full
 // queue.
+//
+// Nobody waits for them, so they are not written at once: they go with
+// the next transaction anyone starts (a run's start, which must be
+// durable before the run, comes every few milliseconds on a busy node),
+// or after recordLinger. A run's sandbox is created, claimed and
+// destroyed around it, each recorded; written at once, each was a
+// transaction of its own, and transactions were a tenth of the daemon's
+// CPU under sustained load.
 func (l *Log) Record(evs ...Event) {
-	if err := l.enqueue(context.Background(), item{events: stamp(evs)}, true); err != nil {
+	if err := l.enqueue(context.Background(), item{events: stamp(evs)}, false); err != nil {
 		l.lost.Add(int64(len(evs)))
+		return
+	}
+	if l.lingering.CompareAndSwap(false, true) {
+		time.AfterFunc(recordLinger, func() {
+			l.lingering.Store(false)
+			l.wake()
+		})
 	}
 }
+
+// recordLinger bounds how long what Record queued waits for another
+// transaction to go with.
+const recordLinger = 10 * time.Millisecond
 
 func stamp(evs []Event) []Event {
 	now := time.Now()
