@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,28 +22,8 @@ import (
 // returns its stdout once it ends.
 func e2bRun(t *testing.T, base string, sb e2b.Sandbox, cmd string) string {
 	t.Helper()
-	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", cmd}}})
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/process.Process/Start", bytes.NewReader(e2b.AppendEnvelope(nil, 0, msg)))
-	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
-	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
-	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out strings.Builder
-	for {
-		_, m, err := e2b.ReadEnvelope(resp.Body, 1<<20)
-		if err != nil {
-			break
-		}
-		var ev e2b.StreamEvent
-		if json.Unmarshal(m, &ev) == nil && ev.Event.Data != nil {
-			out.Write(ev.Event.Data.Stdout)
-		}
-	}
-	return out.String()
+	out, _ := e2bRunStreams(t, base, sb, cmd)
+	return out
 }
 
 // echoServer is a server a sandbox runs on its loopback: it answers
