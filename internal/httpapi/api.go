@@ -73,6 +73,9 @@ type Server struct {
 	ttyEnd    context.Context
 	ttyEndNow context.CancelFunc
 	ttys      ttyCount
+	// suggesting holds the one policy suggestion made at a time: each
+	// holds up to MaxSuggestEvents events in memory.
+	suggesting chan struct{}
 }
 
 // Core is what the API asks of the node (*node.Node): the edge's tests
@@ -121,7 +124,7 @@ func New(n Core, g *edge.Guard, opts Options) *Server {
 	if opts.Shed == nil {
 		opts.Shed = func() int64 { return 0 }
 	}
-	d := &Server{Core: n, Guard: g, opts: opts}
+	d := &Server{Core: n, Guard: g, opts: opts, suggesting: make(chan struct{}, 1)}
 	d.ttyEnd, d.ttyEndNow = context.WithCancel(context.Background())
 	return d
 }

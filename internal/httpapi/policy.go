@@ -60,6 +60,14 @@ func (d *Server) getPolicySuggestion(w http.ResponseWriter, r *http.Request) {
 	}
 	in.Config, in.Tool = conf, name
 	ctx := r.Context()
+	// One at a time: each reads up to MaxSuggestEvents into memory, and
+	// a caller asking many at once must not multiply that.
+	select {
+	case d.suggesting <- struct{}{}:
+		defer func() { <-d.suggesting }()
+	case <-ctx.Done():
+		return
+	}
 	_ = d.Audit().Append(ctx) // what is queued is read too
 	in.Events, in.Truncated, err = readDecisions(ctx, d.Audit(), name, in.Since, in.Until)
 	if err != nil {
