@@ -406,9 +406,16 @@ func (l *Log) commitUntil(done chan error) {
 // transaction of its own, and transactions were a tenth of the daemon's
 // CPU under sustained load.
 func (l *Log) Record(evs ...Event) {
-	if err := l.enqueue(context.Background(), item{events: stamp(evs)}, false); err != nil {
+	if err := l.Linger(context.Background(), evs...); err != nil {
 		l.lost.Add(int64(len(evs)))
-		return
+	}
+}
+
+// Linger is Record for a caller that handles the failure to queue evs
+// itself (a failure to write them shows in Err and the daemon's log).
+func (l *Log) Linger(ctx context.Context, evs ...Event) error {
+	if err := l.enqueue(ctx, item{events: stamp(evs)}, false); err != nil {
+		return err
 	}
 	if l.lingering.CompareAndSwap(false, true) {
 		time.AfterFunc(recordLinger, func() {
@@ -416,6 +423,7 @@ func (l *Log) Record(evs ...Event) {
 			l.wake()
 		})
 	}
+	return nil
 }
 
 // recordLinger bounds how long what Record queued waits for another

@@ -222,18 +222,15 @@ func (n *Node) queueFinish(ctx context.Context, s runScope, res *result.Result, 
 	failed := func(err error) {
 		n.opts.Logger.Error("audit: a run's outcome could not be recorded", "run", s.run, "err", err)
 	}
-	// Quietly: the transaction starts at wait, once the answer is out,
-	// rather than share the processors with the answer.
-	w, err := n.audit.EnqueueQuiet(ctx, evs...)
-	if err != nil {
+	// Quietly: the transaction starts once the answer is out, rather
+	// than share the processors with the answer; and nobody waits for
+	// it, so it goes with the next transaction anyone starts (on a busy
+	// node, the next run's start) or within audit.Linger's bound: one
+	// transaction a run, not two.
+	if err := n.audit.Linger(ctx, evs...); err != nil {
 		failed(err)
-		return func() {}
 	}
-	return func() {
-		if err := w(ctx); err != nil {
-			failed(err)
-		}
-	}
+	return func() {}
 }
 
 // claimed records that a sandbox was handed to a run or session.
