@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -298,6 +299,41 @@ func TestEnqueueQuiet(t *testing.T) {
 	got, err := l.Query(ctx, Query{Kind: KindRunFinished, Limit: 10000})
 	if err != nil || len(got) != 1+workers*each {
 		t.Fatalf("%d run.finished events, %v; want %d", len(got), err, 1+workers*each)
+	}
+}
+
+// TestLinger: events queued by Linger (and Record) are written with no
+// write anyone else starts, within the linger bound, and go with the
+// next acknowledged append when one comes first, in queue order.
+func TestLinger(t *testing.T) {
+	l := open(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := l.Linger(ctx, Event{Kind: KindRunFinished, Run: "alone"}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing else is written: the linger's own wake writes it.
+	if err := l.Wait(ctx, 0); err != nil {
+		t.Fatalf("a lingering event was never written: %v", err)
+	}
+	if l.Last() != 1 {
+		t.Fatalf("Last() = %d after the linger, want 1", l.Last())
+	}
+	// With an acknowledged append right after: one commit holds both,
+	// the lingering one first.
+	if err := l.Linger(ctx, Event{Kind: KindRunFinished, Run: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(ctx, Event{Kind: KindRunStarted, Run: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Query(ctx, Query{After: 1})
+	if err != nil || len(got) != 2 || got[0].Run != "first" || got[1].Run != "second" {
+		t.Fatalf("after the append: %+v %v; want first then second", got, err)
+	}
+	l.Close(ctx)
+	if err := l.Linger(ctx, Event{Kind: KindDNS}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Linger on a closed log = %v, want ErrClosed", err)
 	}
 }
 
