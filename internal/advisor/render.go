@@ -25,7 +25,11 @@ func Render(s *api.PolicySuggestion) string {
 		fmt.Fprintf(&b, format, args...)
 		b.WriteByte('\n')
 	}
-	w(0, "# airlock policy suggest %s: %d decisions, %s to %s.", comment(s.Tool), s.Decisions, stamp(s.First), stamp(s.Last))
+	noun := "decisions"
+	if s.Decisions == 1 {
+		noun = "decision"
+	}
+	w(0, "# airlock policy suggest %s: %d %s, %s to %s.", comment(s.Tool), s.Decisions, noun, stamp(s.First), stamp(s.Last))
 	w(0, "# To apply: tools.%s.egress and .services replace the tool's own; each", comment(s.Tool))
 	w(0, "# service's operations below are added to that service's list")
 	w(0, "# (airlock policy suggest --merge FILE prints FILE with this applied).")
