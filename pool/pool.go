@@ -251,9 +251,13 @@ func (p *Pool) replenish() {
 	}
 	check := time.NewTicker(tick)
 	defer check.Stop()
+	var released time.Time
 	for {
 		p.dropDead()
-		p.release()
+		// At most one a tick, however often claims wake the loop.
+		if time.Since(released) >= tick && p.release() {
+			released = time.Now()
+		}
 		if p.need() {
 			p.yield()
 			began := time.Now()
@@ -370,20 +374,22 @@ func (p *Pool) target(now time.Time) (int, string) {
 }
 
 // release destroys the oldest ready sandbox when the pool holds more than
-// its target: demand fell. One at a time, a tick apart, so that a target
-// that dips for a moment costs one rebuild, not a pool.
-func (p *Pool) release() {
+// its target (demand fell), and reports whether it did. The replenisher
+// calls it at most once a tick, so that a target that dips for a moment
+// costs one rebuild, not a pool.
+func (p *Pool) release() bool {
 	p.mu.Lock()
 	target, _ := p.target(time.Now())
 	if p.closed || len(p.idle) <= target {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	sb := p.idle[0]
 	p.idle = p.idle[1:]
 	p.mu.Unlock()
 	p.released.Add(1)
 	p.destroy(sb)
+	return true
 }
 
 // put adds a fresh sandbox; false when the pool closed meanwhile.
