@@ -378,16 +378,25 @@ func (p *Pool) target(now time.Time) (int, string) {
 // calls it at most once a tick, so that a target that dips for a moment
 // costs one rebuild, not a pool.
 func (p *Pool) release() bool {
+	return p.destroyOldest(&p.released, func() int {
+		target, _ := p.target(time.Now())
+		return target
+	})
+}
+
+// destroyOldest destroys the oldest ready sandbox, counted in count, when
+// the pool holds more than keep() (called under p.mu), and reports
+// whether it did.
+func (p *Pool) destroyOldest(count *atomic.Int64, keep func() int) bool {
 	p.mu.Lock()
-	target, _ := p.target(time.Now())
-	if p.closed || len(p.idle) <= target {
+	if p.closed || len(p.idle) == 0 || len(p.idle) <= keep() {
 		p.mu.Unlock()
 		return false
 	}
 	sb := p.idle[0]
 	p.idle = p.idle[1:]
 	p.mu.Unlock()
-	p.released.Add(1)
+	count.Add(1)
 	p.destroy(sb)
 	return true
 }
@@ -432,17 +441,7 @@ func (p *Pool) destroy(sb *sandbox.Sandbox) {
 // the node's capacity to a claim elsewhere, and reports whether there was
 // one. The pool refills once the capacity is free again.
 func (p *Pool) Evict() bool {
-	p.mu.Lock()
-	if len(p.idle) == 0 {
-		p.mu.Unlock()
-		return false
-	}
-	sb := p.idle[0]
-	p.idle = p.idle[1:]
-	p.mu.Unlock()
-	p.evicted.Add(1)
-	p.destroy(sb)
-	return true
+	return p.destroyOldest(&p.evicted, func() int { return 0 })
 }
 
 // Stats returns the pool's counters.
