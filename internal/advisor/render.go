@@ -36,17 +36,18 @@ func Render(s *api.PolicySuggestion) string {
 	w(0, "# Commented-out entries were given and never used in the period read.")
 	w(0, "tools:")
 	w(1, "%s:", scalar(s.Tool))
-	live := 0
-	for _, e := range s.Egress {
-		if e.Action != api.SuggestDrop {
-			live++
+	// A list whose every entry is commented out is an empty list, not a
+	// null that the config would read as "not set".
+	list := func(key string, n int, kept func(i int) bool) {
+		for i := range n {
+			if kept(i) {
+				w(2, "%s:", key)
+				return
+			}
 		}
+		w(2, "%s: []", key)
 	}
-	if live == 0 {
-		w(2, "egress: []")
-	} else {
-		w(2, "egress:")
-	}
+	list("egress", len(s.Egress), func(i int) bool { return s.Egress[i].Action != api.SuggestDrop })
 	for _, e := range s.Egress {
 		note := e.Action + ": " + e.Why
 		if len(e.Covers) > 0 {
@@ -74,17 +75,7 @@ func Render(s *api.PolicySuggestion) string {
 		}
 	}
 	if len(s.Services) > 0 {
-		given := 0
-		for _, sv := range s.Services {
-			if sv.Action != api.SuggestDrop {
-				given++
-			}
-		}
-		if given == 0 {
-			w(2, "services: []")
-		} else {
-			w(2, "services:")
-		}
+		list("services", len(s.Services), func(i int) bool { return s.Services[i].Action != api.SuggestDrop })
 		for _, sv := range s.Services {
 			switch sv.Action {
 			case api.SuggestDrop:
