@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -445,11 +446,10 @@ func TestPrepare(t *testing.T) {
 // before the first claim, a target that grows with the burst, and every
 // ready sandbox released (destroyed, its cgroup gone) in the silence.
 func TestAdaptiveFollowsDemand(t *testing.T) {
-	rt := runtimeFor(t)
-	before := len(cgroups(t))
+	rec := &recording{Creator: runtimeFor(t)}
 	// A short idle time scales the whole pattern down: the fast rate
 	// forgets in 50 ms, the slow in 0.75 s, silence is 1.5 s.
-	p := New(rt, Config{Name: "adaptive", Spec: spec(), Max: 6, Idle: 1500 * time.Millisecond})
+	p := New(rec, Config{Name: "adaptive", Spec: spec(), Max: 6, Idle: 1500 * time.Millisecond})
 	defer closePool(t, p)
 	time.Sleep(200 * time.Millisecond)
 	if st := p.Stats(); st.Warm != 0 || st.Idle != 0 || st.Created != 0 {
@@ -479,6 +479,26 @@ func TestAdaptiveFollowsDemand(t *testing.T) {
 	}
 	if steady.Hits == 0 {
 		t.Errorf("after a steady second no claim was warm: %+v", steady)
+	}
+	// The check at the end looks for sandboxes' cgroups by id: a ready
+	// one's is there now.
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Idle == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing ready after a steady second: %+v", p.Stats())
+		}
+	}
+	live := map[string]bool{}
+	for _, name := range cgroups(t) {
+		live[name] = true
+	}
+	found := false
+	for _, sb := range rec.made() {
+		if alive(sb) && live[sb.ID()] {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no ready sandbox's cgroup is named by its id among %v", live)
 	}
 	// A burst: 4 at once, 5 times over.
 	peak := steady.Warm
@@ -511,8 +531,45 @@ func TestAdaptiveFollowsDemand(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// From the host: the released sandboxes' cgroups are gone.
-	if n := len(cgroups(t)); n > before {
-		t.Errorf("%d cgroups under the test parent after the silence, %d before", n, before)
+	// From the host: every sandbox the refill built is destroyed (the
+	// released ones by the pool, the claimed ones by their callers) and
+	// its cgroup gone. (The runtime's groups made ahead for the next
+	// sandbox come and go, so the count of groups is no measure.)
+	left := map[string]bool{}
+	for _, name := range cgroups(t) {
+		left[name] = true
 	}
+	for _, sb := range rec.made() {
+		select {
+		case <-sb.Destroyed():
+		default:
+			t.Errorf("sandbox %s, built by the refill, is not destroyed after the silence", sb.ID())
+		}
+		if left[sb.ID()] {
+			t.Errorf("sandbox %s's cgroup is left after the silence", sb.ID())
+		}
+	}
+}
+
+// recording is a Creator that keeps what the pool's refill built.
+type recording struct {
+	Creator
+	mu    sync.Mutex // guards built
+	built []*sandbox.Sandbox
+}
+
+func (r *recording) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	sb, err := r.Creator.Create(ctx, spec)
+	if err == nil {
+		r.mu.Lock()
+		r.built = append(r.built, sb)
+		r.mu.Unlock()
+	}
+	return sb, err
+}
+
+func (r *recording) made() []*sandbox.Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.built)
 }
