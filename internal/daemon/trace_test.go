@@ -284,10 +284,20 @@ secrets:
 		}
 		return out
 	}
+	// The breach's spans come in an export of their own, perhaps after
+	// the run's: it is waited for too.
+	breachExported := func() bool {
+		for _, s := range got {
+			if s.Name == "airlock.exec" && s.attr("airlock.run.id") == breach.RunID {
+				return true
+			}
+		}
+		return false
+	}
 	complete := func() bool {
 		got = spans()
 		return len(byName(callerTrace, "airlock.run")) == 1 && len(byName(callerTrace, "airlock.egress")) >= 2 &&
-			len(byName(callerTrace, "airlock.broker")) >= 2 && len(byName(callerTrace, "airlock.destroy")) == 1
+			len(byName(callerTrace, "airlock.broker")) >= 2 && len(byName(callerTrace, "airlock.destroy")) == 1 && breachExported()
 	}
 	for deadline := time.Now().Add(20 * time.Second); !complete(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
