@@ -339,7 +339,9 @@ func (n *Node) reap(ctx context.Context) {
 				case s.dormant && now.Sub(s.pausedAt) > n.opts.PausedFor:
 					end, why = append(end, s), append(why, "paused too long")
 				case s.dormant:
-				case !alive(s.sb):
+				case !alive(s.sb) && s.running == 0:
+					// A call in flight says why itself (a breach's
+					// limit) in afterExec, before it leaves.
 					end, why = append(end, s), append(why, "sandbox died")
 				case s.paused && now.Sub(s.pausedAt) > n.opts.PausedFor:
 					end, why = append(end, s), append(why, "paused too long")
