@@ -101,7 +101,7 @@ func daemonRun(c *client.Client) func(tool string) error {
 func sustained(c *client.Client, tput time.Duration) error {
 	run := daemonRun(c)
 	var total int64
-	sust, bwPar, err := windows(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
+	sust, bwPar, cpuAir, cpuBw, err := windowsCPU(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
 		n, took, err := fourAtOnce(d, func() error { return run("warm") })
 		total += n
 		return n, took, err
@@ -111,7 +111,8 @@ func sustained(c *client.Client, tput time.Duration) error {
 	}
 	ps, _ := c.Pools(context.Background())
 	measured.sustained, measured.sustainedBwrap = sust, bwPar
-	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bwPar, sust/bwPar)
+	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bwPar, sust/bwPar)
+	fmt.Printf("The machine's CPU time per run (every process and kernel thread, /proc/stat): airlock %s, bwrap %s.\n\n", ms(cpuAir), ms(cpuBw))
 	return nil
 }
 

@@ -139,17 +139,11 @@ func fourAtOnce(d time.Duration, fn func() error) (int64, time.Duration, error) 
 	return done.Load(), time.Since(start), nil
 }
 
-// windows alternates k windows of airlock's load (own) with k of bwrap's
-// 4-parallel runs, each of d/k, and returns both rates in runs/s: the two
-// see the same machine, a window apart.
-func windows(d time.Duration, k int, own func(time.Duration) (int64, time.Duration, error)) (air, bw float64, err error) {
-	air, bw, _, _, err = windowsCPU(d, k, own)
-	return air, bw, err
-}
-
-// windowsCPU is windows, and also the whole machine's CPU time (every
-// process and kernel thread, from /proc/stat) per run on each side: what
-// a run costs wherever its work lands.
+// windowsCPU alternates k windows of airlock's load (own) with k of
+// bwrap's 4-parallel runs, each of d/k, and returns both rates in runs/s
+// (the two see the same machine, a window apart), and the whole machine's
+// CPU time (every process and kernel thread, from /proc/stat) per run on
+// each side: what a run costs wherever its work lands.
 func windowsCPU(d time.Duration, k int, own func(time.Duration) (int64, time.Duration, error)) (air, bw float64, airCPU, bwCPU time.Duration, err error) {
 	var an, bn int64
 	var ae, be, ac, bc time.Duration

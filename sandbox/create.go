@@ -313,7 +313,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	} else if s.lock, err = claimNew(rt.lockDir + "/" + s.id); err != nil || s.lock == nil {
 		return nil, errors.Join(errors.New("claim sandbox id"), err)
 	}
-	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots); err != nil {
+	if s.ids, err = allocIDRange(rt.opts.IDLockDir, rt.opts.UIDBase, rt.opts.UIDSlots, &rt.idSlots); err != nil {
 		return nil, err
 	}
 	s.idBase = s.ids.base

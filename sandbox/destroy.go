@@ -172,7 +172,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		s.seedLock = nil
 	}
 	if s.ids != nil {
-		errs = append(errs, s.ids.lock.release())
+		errs = append(errs, s.ids.release())
 		s.ids = nil
 	}
 	// The lock goes last: until it is released, a sweeper leaves the

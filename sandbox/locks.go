@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,25 +80,69 @@ func (l *lockFile) release() error {
 // idRange is a host uid/gid range owned by one live sandbox.
 type idRange struct {
 	base uint32
+	slot int
 	lock *lockFile
+	held *heldSlots
+}
+
+// release frees the range: its lock file, then this process's mark.
+func (r *idRange) release() error {
+	err := r.lock.release()
+	r.held.drop(r.slot)
+	return err
+}
+
+// heldSlots are the uid range slots this process holds. Claiming one
+// skips them without a look at their lock files: a slot this process holds
+// is locked by it, and with a pool of ready sandboxes the lowest free slot
+// is past all of them, each an open, a lock and a close on the way.
+type heldSlots struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (h *heldSlots) has(slot int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[slot]
+}
+
+func (h *heldSlots) add(slot int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[int]bool{}
+	}
+	h.m[slot] = true
+}
+
+func (h *heldSlots) drop(slot int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, slot)
 }
 
 // idRangeSize ids are mapped per sandbox: 0..65535 inside, so images that
 // use ordinary system and user ids work.
 const idRangeSize = 65536
 
-// allocIDRange claims the lowest free slot. Slots are claimed with lock
-// files in one host-wide directory, so sandboxes of different airlock
-// processes never share a range. Lowest first keeps the set of ranges in
-// use small, and with it the runtime's cache of image user namespaces.
-func allocIDRange(dir string, base uint32, slots int) (*idRange, error) {
+// allocIDRange claims the lowest free slot that held does not have.
+// Slots are claimed with lock files in one host-wide directory, so
+// sandboxes of different airlock processes never share a range. Lowest
+// first keeps the set of ranges in use small, and with it the runtime's
+// cache of image user namespaces.
+func allocIDRange(dir string, base uint32, slots int, held *heldSlots) (*idRange, error) {
 	for slot := range slots {
+		if held.has(slot) {
+			continue
+		}
 		l, err := tryLock(filepath.Join(dir, strconv.Itoa(slot)))
 		if err != nil {
 			return nil, err
 		}
 		if l != nil {
-			return &idRange{base: base + uint32(slot)*idRangeSize, lock: l}, nil
+			held.add(slot)
+			return &idRange{base: base + uint32(slot)*idRangeSize, slot: slot, lock: l, held: held}, nil
 		}
 	}
 	return nil, fmt.Errorf("all %d uid ranges are in use", slots)

@@ -29,3 +29,54 @@ func TestClaimNewWaitsOutASweep(t *testing.T) {
 		t.Fatalf("the claimed file is not held: %v %v", again, err)
 	}
 }
+
+// TestAllocIDRange: ranges are the lowest free slots, whether another
+// process (a lock file held elsewhere) or this one holds the others, and a
+// released slot is the next one claimed.
+func TestAllocIDRange(t *testing.T) {
+	dir := t.TempDir()
+	var held heldSlots
+	// Slot 0 is held by "another process": a lock this runtime's set
+	// does not know.
+	other, err := tryLock(filepath.Join(dir, "0"))
+	if err != nil || other == nil {
+		t.Fatal(err)
+	}
+	defer other.release()
+	const base = 100000
+	var got []*idRange
+	for want := 1; want <= 3; want++ {
+		r, err := allocIDRange(dir, base, 4, &held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.base != base+uint32(want)*idRangeSize {
+			t.Fatalf("range %d at %d, want slot %d", len(got), r.base, want)
+		}
+		got = append(got, r)
+	}
+	if _, err := allocIDRange(dir, base, 4, &held); err == nil {
+		t.Fatal("a fifth range out of four slots")
+	}
+	if err := got[1].release(); err != nil {
+		t.Fatal(err)
+	}
+	if held.has(2) {
+		t.Fatal("a released slot is still marked held")
+	}
+	r, err := allocIDRange(dir, base, 4, &held)
+	if err != nil || r.base != base+2*idRangeSize {
+		t.Fatalf("after releasing slot 2: %+v %v", r, err)
+	}
+	// The skipped slots are still locked on disk, for other processes.
+	for _, slot := range []string{"1", "2", "3"} {
+		if l, err := tryLock(filepath.Join(dir, slot)); err != nil || l != nil {
+			t.Fatalf("slot %s is not locked: %v", slot, err)
+		}
+	}
+	for _, r := range []*idRange{got[0], got[2], r} {
+		if err := r.release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

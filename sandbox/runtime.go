@@ -157,9 +157,11 @@ func (o *Options) defaults() {
 // Runtime creates sandboxes. One Runtime serves a whole process; it is safe
 // for concurrent use.
 type Runtime struct {
-	opts   Options
-	ledger ledger
-	cg     *cgroup.Parent
+	opts Options
+	// idSlots are the uid range slots this runtime's sandboxes hold.
+	idSlots heldSlots
+	ledger  ledger
+	cg      *cgroup.Parent
 	// sockets is the socket buffer memory all sandboxes may hold
 	// together, and sockBudget what a sandbox's memory ceiling is a part
 	// of when its share of it is set (see sockets.go); 0 for none.
