@@ -97,22 +97,36 @@ func daemonRun(c *client.Client) func(tool string) error {
 }
 
 // sustained measures 4 clients in 4 windows of tput/4, the pool
-// refilling as they go, alternating with windows of bwrap 4 at a time.
+// refilling as they go, alternating with windows of bwrap 4 at a time and
+// of the confined peer (bwrap taking a sandbox's confinement steps) 4 at a
+// time.
 func sustained(c *client.Client, tput time.Duration) error {
 	run := daemonRun(c)
+	peer, closePeer, err := newConfinedPeer()
+	if err != nil {
+		return err
+	}
+	defer closePeer()
 	var total int64
-	sust, bwPar, cpuAir, cpuBw, err := windowsCPU(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
+	sides, err := windowsOf(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
 		n, took, err := fourAtOnce(d, func() error { return run("warm") })
 		total += n
 		return n, took, err
+	}, func(d time.Duration) (int64, time.Duration, error) {
+		n, el := bwrapParallel(d)
+		return n, el, nil
+	}, func(d time.Duration) (int64, time.Duration, error) {
+		return fourAtOnce(d, peer.run)
 	})
 	if err != nil {
 		return err
 	}
+	air, bw, conf := sides[0], sides[1], sides[2]
 	ps, _ := c.Pools(context.Background())
-	measured.sustained, measured.sustainedBwrap = sust, bwPar
-	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n", tput/4, sust, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bwPar, sust/bwPar)
-	fmt.Printf("The machine's CPU time per run (every process and kernel thread, /proc/stat): airlock %s, bwrap %s.\n\n", ms(cpuAir), ms(cpuBw))
+	measured.sustained, measured.sustainedBwrap = air.rate, bw.rate
+	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n", tput/4, air.rate, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bw.rate, air.rate/bw.rate)
+	fmt.Printf("bwrap taking a sandbox's confinement steps (its cgroup with the default limits made by airlock's code and removed, /proc masked and bound read-only as a sandbox's, airlock's seccomp filter, a /workspace tmpfs), 4 at once in windows of their own: %.0f runs/s; airlock / this peer: %.2f×.\n", conf.rate, air.rate/conf.rate)
+	fmt.Printf("The machine's CPU time per run (every process and kernel thread, /proc/stat): airlock %s, bwrap %s, the confined bwrap %s.\n\n", ms(air.cpu), ms(bw.cpu), ms(conf.cpu))
 	return nil
 }
 

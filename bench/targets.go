@@ -145,20 +145,44 @@ func fourAtOnce(d time.Duration, fn func() error) (int64, time.Duration, error) 
 // CPU time (every process and kernel thread, from /proc/stat) per run on
 // each side: what a run costs wherever its work lands.
 func windowsCPU(d time.Duration, k int, own func(time.Duration) (int64, time.Duration, error)) (air, bw float64, airCPU, bwCPU time.Duration, err error) {
-	var an, bn int64
-	var ae, be, ac, bc time.Duration
-	for range k {
-		c0 := machineBusy()
-		n, el, err := own(d / time.Duration(k))
-		if err != nil {
-			return 0, 0, 0, 0, err
-		}
-		c1 := machineBusy()
-		an, ae, ac = an+n, ae+el, ac+c1-c0
-		n, el = bwrapParallel(d / time.Duration(k))
-		bn, be, bc = bn+n, be+el, bc+machineBusy()-c1
+	sides, err := windowsOf(d, k, own, func(d time.Duration) (int64, time.Duration, error) {
+		n, el := bwrapParallel(d)
+		return n, el, nil
+	})
+	if err != nil {
+		return 0, 0, 0, 0, err
 	}
-	return float64(an) / ae.Seconds(), float64(bn) / be.Seconds(), ac / time.Duration(max(an, 1)), bc / time.Duration(max(bn, 1)), nil
+	return sides[0].rate, sides[1].rate, sides[0].cpu, sides[1].cpu, nil
+}
+
+// window is one load's share of windowsOf: its rate in runs/s and the
+// whole machine's CPU time per run.
+type window struct {
+	rate float64
+	cpu  time.Duration
+}
+
+// windowsOf runs k rounds of the loads, each a window of d/k in turn, and
+// returns each load's rate and CPU per run over its windows.
+func windowsOf(d time.Duration, k int, loads ...func(time.Duration) (int64, time.Duration, error)) ([]window, error) {
+	n := make([]int64, len(loads))
+	el := make([]time.Duration, len(loads))
+	cpu := make([]time.Duration, len(loads))
+	for range k {
+		for i, load := range loads {
+			c0 := machineBusy()
+			runs, took, err := load(d / time.Duration(k))
+			if err != nil {
+				return nil, err
+			}
+			n[i], el[i], cpu[i] = n[i]+runs, el[i]+took, cpu[i]+machineBusy()-c0
+		}
+	}
+	out := make([]window, len(loads))
+	for i := range loads {
+		out[i] = window{rate: float64(n[i]) / el[i].Seconds(), cpu: cpu[i] / time.Duration(max(n[i], 1))}
+	}
+	return out, nil
 }
 
 // machineBusy is the CPU time the whole machine has spent on anything

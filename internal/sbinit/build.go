@@ -3,8 +3,10 @@ package sbinit
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
@@ -29,6 +31,13 @@ var maskedProcDirs = map[string]bool{"acpi": true, "asound": true, "scsi": true}
 // readOnlyProc are /proc entries the sandbox may read but never write:
 // kernel tunables (/proc/sys) and hardware interfaces.
 var readOnlyProc = []string{"bus", "fs", "irq", "sys", "driver", "tty"}
+
+// ProcMasks lists the /proc entries a sandbox masks (dirs says which are
+// directories) and those it binds read-only, for a peer that is to take
+// the same steps (the benchmark's).
+func ProcMasks() (masked []string, dirs map[string]bool, readOnly []string) {
+	return slices.Clone(maskedProc), maps.Clone(maskedProcDirs), slices.Clone(readOnlyProc)
+}
 
 // Program compiles c into the program the clone of a sandbox's init runs
 // before it execs init (see forkexec.Prog): it builds the sandbox's file
