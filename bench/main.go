@@ -30,6 +30,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -68,6 +69,7 @@ func main() {
 	snapN := flag.Int("snapshot-n", 50, "rounds per case in the snapshot section")
 	buildN := flag.Int("build-n", 7, "cold and cached rounds per builder in the build section")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	memprofile := flag.String("memprofile", "", "write the allocations' profile here at the end")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -79,6 +81,13 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	err := run(*only, *n, *inproc, *tput, *idle, *pooled, *poolIdle, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
+	if *memprofile != "" {
+		if f, ferr := os.Create(*memprofile); ferr != nil {
+			err = errors.Join(err, ferr)
+		} else {
+			err = errors.Join(err, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+	}
 	if progAirlock != "" {
 		os.RemoveAll(filepath.Dir(progAirlock))
 	}

@@ -154,7 +154,14 @@ func JSONStringLen(pieces ...[]byte) int64 {
 // a time: a string of megabytes is written without a copy of it.
 func WriteJSONString(w io.Writer, pieces ...[]byte) error {
 	cw := &countWriter{w: w}
-	buf := make([]byte, 0, 32<<10)
+	// Room for the pieces as they are (most need no escape) and the
+	// quotes, at most 32 KiB: it is flushed when full. An empty output,
+	// most commands' stderr, costs a few bytes, not the whole 32 KiB.
+	n := 0
+	for _, p := range pieces {
+		n += len(p)
+	}
+	buf := make([]byte, 0, min(n+16, 32<<10))
 	buf = append(buf, '"')
 	for _, p := range pieces {
 		for i := 0; i < len(p); i++ {

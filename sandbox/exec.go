@@ -698,7 +698,9 @@ type outputCounter struct {
 }
 
 func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
-	buf := make([]byte, 32<<10)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := f.Read(buf)
 		if n > 0 && !o.deliver(kind, buf[:n], live) {
@@ -716,6 +718,15 @@ func (o *outputCounter) pump(f *os.File, kind string, live io.Writer) {
 		}
 	}
 }
+
+// pumpBufs are the pumps' read buffers: two a run, 32 KiB each, were
+// most of what a run allocated. deliver copies what it keeps, and a live
+// writer may not keep what it is given (io.Writer), so a buffer is free
+// again once its pump returns.
+var pumpBufs = sync.Pool{New: func() any {
+	b := make([]byte, 32<<10)
+	return &b
+}}
 
 // maxRest bounds what rest reads: more than a pipe can hold (1 MiB at
 // most, /proc/sys/fs/pipe-max-size's default).
