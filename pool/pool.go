@@ -119,6 +119,10 @@ type Pool struct {
 	evicted, released                                      atomic.Int64
 	// short says the last refill was refused for the node's capacity.
 	short atomic.Bool
+	// building says the refill is making a sandbox now, and builds
+	// counts the builds it has ended (Building).
+	building atomic.Bool
+	builds   atomic.Uint64
 
 	// mu guards idle, closed, last and demand.
 	mu     sync.Mutex
@@ -261,6 +265,7 @@ func (p *Pool) replenish() {
 		if p.need() {
 			p.yield()
 			began := time.Now()
+			p.building.Store(true)
 			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
 			if err == nil && p.cfg.Prepare != nil {
 				if err = p.cfg.Prepare(p.ctx, sb); err != nil {
@@ -269,6 +274,8 @@ func (p *Pool) replenish() {
 				}
 			}
 			if err != nil {
+				p.builds.Add(1)
+				p.building.Store(false)
 				if p.ctx.Err() != nil {
 					return
 				}
@@ -302,7 +309,12 @@ func (p *Pool) replenish() {
 			p.mu.Lock()
 			p.demand.built(time.Since(began))
 			p.mu.Unlock()
-			if !p.put(sb) {
+			ok := p.put(sb)
+			// Ready (or gone) before it says so: a claim elsewhere that
+			// waited for the build finds it to evict.
+			p.builds.Add(1)
+			p.building.Store(false)
+			if !ok {
 				p.destroy(sb)
 				return
 			}
@@ -435,6 +447,14 @@ func (p *Pool) destroy(sb *sandbox.Sandbox) {
 	if err := sb.Destroy(context.Background()); err != nil {
 		p.cfg.Logger.Warn("pool: destroy", "pool", p.cfg.Name, "sandbox", sb.ID(), "err", err)
 	}
+}
+
+// Building reports whether the refill is making a sandbox now, and how
+// many builds it has ended: the count moves when this one ends, ready to
+// be evicted, or refused (for the node's capacity, say).
+func (p *Pool) Building() (bool, uint64) {
+	ended := p.builds.Load()
+	return p.building.Load(), ended
 }
 
 // Evict destroys the pool's oldest ready sandbox, to give its share of

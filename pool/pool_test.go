@@ -579,3 +579,56 @@ func (r *recording) made() []*sandbox.Sandbox {
 	defer r.mu.Unlock()
 	return slices.Clone(r.built)
 }
+
+// TestBuilding: while the refill makes a sandbox the pool says so, and
+// the count of ended builds moves only once that sandbox is ready (a
+// claim elsewhere that waits for it, to evict it, then finds it).
+func TestBuilding(t *testing.T) {
+	rt := runtimeFor(t)
+	g := &gated{Creator: rt, open: make(chan struct{}), entered: make(chan struct{}, 1)}
+	p := New(g, Config{Name: "gated", Spec: spec(), Warm: 1})
+	defer closePool(t, p)
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refill never started a build")
+	}
+	if on, ended := p.Building(); !on || ended != 0 {
+		t.Fatalf("during the first build: building %v, ended %d", on, ended)
+	}
+	close(g.open)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		on, ended := p.Building()
+		if ended == 1 {
+			if on || p.Stats().Idle != 1 {
+				t.Fatalf("the build ended but building %v, stats %+v", on, p.Stats())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the build never ended: %+v", p.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gated is a Creator whose builds wait until open is closed.
+type gated struct {
+	Creator
+	open    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gated) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Creator.Create(ctx, spec)
+}

@@ -119,7 +119,7 @@ func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.S
 		if err == nil || !errors.Is(err, sandbox.ErrCapacity) {
 			return sb, warm, err
 		}
-		if tries == 3 || !n.evictFor(tool) {
+		if tries == 3 || !n.evictFor(ctx, tool) {
 			n.metrics.refusals.Inc("capacity")
 			return nil, false, err
 		}
@@ -127,20 +127,59 @@ func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.S
 }
 
 // evictFor destroys one ready sandbox of the pool (other than tool's) that
-// holds the most, and reports whether there was one.
-func (n *Node) evictFor(tool string) bool {
-	var most *pool.Pool
-	held := 0
-	for name, p := range n.ts.Load().pools {
-		if name == tool {
-			continue
+// holds the most, and reports whether there was one. With none ready but
+// pools' refills making some, it waits, within buildWait, for those builds
+// to end and looks once more: a build holds its share of the capacity
+// already, and once ready it is evicted, so that the claim, not the
+// refill, gets the capacity. A build refused for capacity ends at once.
+func (n *Node) evictFor(ctx context.Context, tool string) bool {
+	type build struct {
+		p     *pool.Pool
+		ended uint64
+	}
+	for waited := false; ; waited = true {
+		var most *pool.Pool
+		var pending []build
+		held := 0
+		for name, p := range n.ts.Load().pools {
+			if name == tool {
+				continue
+			}
+			if idle := p.Stats().Idle; idle > held {
+				most, held = p, idle
+			}
+			if on, ended := p.Building(); on {
+				pending = append(pending, build{p, ended})
+			}
 		}
-		if idle := p.Stats().Idle; idle > held {
-			most, held = p, idle
+		if most != nil && most.Evict() {
+			return true
+		}
+		if waited || len(pending) == 0 {
+			return false
+		}
+		deadline := time.Now().Add(buildWait)
+		for _, b := range pending {
+			for {
+				if _, ended := b.p.Building(); ended != b.ended {
+					break
+				}
+				if time.Now().After(deadline) {
+					return false
+				}
+				select {
+				case <-ctx.Done():
+					return false
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
 		}
 	}
-	return most != nil && most.Evict()
 }
+
+// buildWait bounds how long a claim refused for capacity waits for the
+// sandboxes pools are making, to evict one once ready.
+const buildWait = 5 * time.Second
 
 // budget turns the configured capacity into the runtime's budget, taking
 // defaults from the host: memory ceilings may add up to 80% of the host's
