@@ -128,7 +128,11 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Broker, err error)
 	var ln net.Listener
 	if err := netns.Do(ns, func() error {
 		var err error
-		ln, err = (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp4", Addr)
+		// Plain TCP: Multipath TCP (Go's default for listeners) is
+		// pointless on the sandbox's loopback, see egress's listenConfig.
+		lc := net.ListenConfig{KeepAlive: -1}
+		lc.SetMultipathTCP(false)
+		ln, err = lc.Listen(context.Background(), "tcp4", Addr)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("broker: open listener in the sandbox: %w", err)

@@ -245,8 +245,15 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 
 // listenConfig opens the gateway's TCP listeners. They live on the
 // sandbox's loopback, where TCP keep-alive probes are pointless and cost
-// system calls per connection.
-var listenConfig = net.ListenConfig{KeepAlive: -1}
+// system calls per connection, and so is Multipath TCP, which Go's
+// listeners otherwise ask for (since Go 1.24): an MPTCP listener is a
+// socket and a subflow socket to make and tear down on every sandbox,
+// and more of the kernel's code within the sandbox's reach.
+var listenConfig = func() net.ListenConfig {
+	lc := net.ListenConfig{KeepAlive: -1}
+	lc.SetMultipathTCP(false)
+	return lc
+}()
 
 func listen(network, addr string) (net.Listener, error) {
 	return listenConfig.Listen(context.Background(), network, addr)
