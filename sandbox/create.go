@@ -112,6 +112,9 @@ type Sandbox struct {
 	group   *cgroup.Group
 	netns   *os.File
 	scratch int // O_PATH descriptor of the scratch tmpfs, for statfs
+	// upper is an O_PATH descriptor of a writable root's upper layer,
+	// for a disk breach's post-mortem, or -1.
+	upper int
 	// volumes are the attached volumes, for statfs (volumes.go).
 	volumes []volumeFD
 	// opened says scratch and volumes are set (finishStart), for what
@@ -289,6 +292,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		waiters: make(map[uint64]chan initReply),
 		dead:    make(chan struct{}),
 		scratch: -1,
+		upper:   -1,
 		booked:  true,
 		rootRW:  spec.Image != nil && spec.Image.Writable,
 		// The volumes' own slice: the caller's spec is not the sandbox's.
@@ -440,6 +444,11 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
 	s.scratch = fd
+	if s.rootRW {
+		if s.upper, err = s.openUpper(); err != nil {
+			return err
+		}
+	}
 	if err := s.openVolumes(s.volumeSpec); err != nil {
 		return err
 	}

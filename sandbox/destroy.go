@@ -148,6 +148,10 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		_ = unix.Close(s.scratch)
 		s.scratch = -1
 	}
+	if s.upper >= 0 {
+		_ = unix.Close(s.upper)
+		s.upper = -1
+	}
 	s.closeVolumes()
 	if s.group != nil && !s.group.TryDelete() {
 		// Init's death normally leaves the cgroup empty, and the first

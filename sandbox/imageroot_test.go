@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -170,6 +171,52 @@ func TestWritableImageRootIsBounded(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "usr/big")); !os.IsNotExist(err) {
 		t.Errorf("the write reached the stored image: %v", err)
 	}
+	// The post-mortem reads the root's own layer too.
+	if pm := r.PostMortem; pm == nil || len(pm.Files) == 0 || pm.Files[0].Path != "/usr/big" || pm.Files[0].Bytes < 1<<20 ||
+		len(pm.Directories) == 0 || pm.Directories[0].Path != "/usr" || strings.Contains(pm.Note, "not read") {
+		t.Errorf("post-mortem %+v, want /usr/big first, in /usr", pm)
+	}
+}
+
+// TestUpperLayerDescriptor: init holds the writable root's upper layer
+// for the host, and no command can reach that descriptor: none inherits
+// it, and init's own are closed to commands (it is not dumpable; the
+// probes follow the link, as an open would, where an lstat of the link
+// itself would be allowed).
+func TestUpperLayerDescriptor(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	fd := -1
+	run(t, runOpts{
+		spec: func(s *Spec) { s.Image = &Image{Root: root, Writable: true}; s.User = &User{} },
+		during: func(sb *Sandbox) {
+			// From the host: init's descriptors above 3 include one
+			// directory, the layer (a write through the sandbox's root
+			// lands in it).
+			dir := fmt.Sprintf("/proc/%d/fd", sb.InitPid())
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				n, _ := strconv.Atoi(e.Name())
+				if st, err := os.Stat(dir + "/" + e.Name()); n > 3 && err == nil && st.IsDir() {
+					fd = n
+				}
+			}
+			if fd < 0 {
+				t.Fatalf("init holds no directory above descriptor 3 (%d descriptors)", len(ents))
+			}
+			for _, probe := range []string{fmt.Sprintf("/proc/self/fd/%d/.", fd), fmt.Sprintf("/proc/1/fd/%d/.", fd)} {
+				r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/t", "stat", probe}, Capture: true, KeepAlive: true})
+				var rep report
+				_ = json.Unmarshal([]byte(strings.TrimSpace(string(r.Stdout))), &rep)
+				if rep.OK || r.Outcome != result.Exited {
+					t.Errorf("a command reached %s, or failed otherwise: %s %d %q %s", probe, r.Outcome, r.ExitCode, r.Stdout, r.Error)
+				}
+			}
+		}},
+		"/bin/t", "write", "/usr/mark", "x")
 }
 
 // TestImageLock: a live sandbox holds its image's lock shared (so a store

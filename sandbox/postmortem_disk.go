@@ -3,6 +3,8 @@ package sandbox
 import (
 	"cmp"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,14 +13,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/result"
 )
 
 // A disk breach's post-mortem: the largest files, and the directories
 // holding the most, in the sandbox's writable directories, read from the
 // host through descriptors opened before any command ran (the scratch
-// tmpfs's /tmp) or through init's root while it lives (/workspace,
-// /dev/shm; a volume's root, opened at create). The walk opens each
+// tmpfs's /tmp; a writable root's upper layer, which init kept for the
+// host) or through init's root while it lives (/workspace, /dev/shm; a
+// volume's root, opened at create). The walk opens each
 // directory relative to its parent's descriptor, one name at a time,
 // with openat2's RESOLVE_NO_SYMLINKS, RESOLVE_NO_XDEV and
 // RESOLVE_BENEATH: a symlink the sandbox planted (to the host's /, to
@@ -93,9 +97,6 @@ func (s *Sandbox) diskPostMortem(l *result.Limit, deadline time.Time) (files, di
 	if w.unset {
 		notes = append(notes, "some directories could not be read")
 	}
-	if s.rootRW {
-		notes = append(notes, "the writable root's own layer was not read")
-	}
 	return w.files, w.dirs, strings.Join(notes, "; ")
 }
 
@@ -111,6 +112,11 @@ func (s *Sandbox) diskRoots() (roots []diskRoot, done func()) {
 	}
 	if len(roots) > 0 {
 		return roots, func() {}
+	}
+	if s.upper >= 0 {
+		// The root's own layer: what commands wrote to system paths,
+		// each under the path the sandbox sees it at ("" is /).
+		roots = append(roots, diskRoot{fd: s.upper, path: ""})
 	}
 	roots = append(roots, diskRoot{fd: s.scratch, path: "/tmp"})
 	var opened []int
@@ -195,7 +201,7 @@ func (w *diskWalk) dir(fd int, path string, depth int) {
 		}
 	}
 	if own.Entries > 0 && (own.Bytes > 0 || w.inodes) {
-		own.Path = path
+		own.Path = cmp.Or(path, "/")
 		rank := byBytes
 		if w.inodes {
 			rank = byEntries
@@ -266,4 +272,36 @@ func pmPath(p string) string {
 		tail = tail[1:]
 	}
 	return head + "…" + tail
+}
+
+// openUpper opens the writable root's upper layer that init holds for
+// the host (see sbinit's keepUpper), before any command runs: the one
+// directory among init's descriptors from sbinit.UpperDirMinFD up that
+// lies on the sandbox's scratch tmpfs. The descriptor is init's, a
+// trusted process's, not a path the sandbox controls.
+func (s *Sandbox) openUpper() (int, error) {
+	var scratch unix.Stat_t
+	if err := unix.Fstat(s.scratch, &scratch); err != nil {
+		return -1, fmt.Errorf("open the root's upper layer: %w", err)
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", s.pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return -1, fmt.Errorf("open the root's upper layer: %w", err)
+	}
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err != nil || n < sbinit.UpperDirMinFD {
+			continue
+		}
+		fd, err := unix.Open(dir+"/"+e.Name(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not a directory, or closed since the listing
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Dev == scratch.Dev && st.Ino != scratch.Ino {
+			return fd, nil
+		}
+		unix.Close(fd)
+	}
+	return -1, errors.New("open the root's upper layer: init holds no descriptor of it")
 }

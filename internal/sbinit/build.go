@@ -459,6 +459,9 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 		opts += ",upperdir=" + upper + ",workdir=" + work + ",userxattr"
 	}
 	b.mount("mount the image's overlay", "overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	if c.Image.Writable {
+		b.keepUpper(filepath.Join(scratch, "upper"))
+	}
 	// The merged root shows the generated layer's paths (and the
 	// image's, which the model does not know and never needs).
 	b.record(root, true)
@@ -469,6 +472,27 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 	}
 	return root
 }
+
+// keepUpper leaves init a descriptor of the writable root's upper layer,
+// for the host: a disk breach's post-mortem walks it (see UpperDir). The
+// layer lies on the scratch tmpfs outside the new root, which no path of
+// the host's reaches once the root is pivoted and the host's tree
+// detached. The descriptor is an O_PATH one, moved to 4 or above (0 is
+// kept free for init's stdin) and not close-on-exec, so it is the one
+// descriptor init holds past the exec beyond 0 to 3. Commands never
+// inherit it (init starts each with exactly its own three or a
+// terminal), and cannot reach it through /proc/1/fd (init is not
+// dumpable).
+func (b *builder) keepUpper(upper string) {
+	fd := b.save(b.sys("open the root's upper layer", unix.SYS_OPENAT, atFDCWD, b.str(upper), imm(unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW), imm(0)))
+	b.sys("keep the upper layer for the host", unix.SYS_FCNTL, slotArg(fd), imm(unix.F_DUPFD), imm(UpperDirMinFD))
+	b.sys("close the first descriptor of the upper layer", unix.SYS_CLOSE, slotArg(fd))
+}
+
+// UpperDirMinFD is the lowest descriptor number init may hold the
+// writable root's upper layer at (see keepUpper): its control channel is
+// 3.
+const UpperDirMinFD = 4
 
 // PtyMax bounds the pseudo-terminals one sandbox may hold open (devpts
 // max=). The kernel has one count for all devpts instances but the
