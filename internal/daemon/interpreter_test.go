@@ -158,6 +158,18 @@ func TestInterpreter(t *testing.T) {
 	if err := json.Unmarshal(evs[2].Detail, &third); err != nil || third.Count != 3 || third.Error != "ZeroDivisionError" || !strings.Contains(third.Code, "1/0") {
 		t.Errorf("the third execution's record: %s %v", evs[2].Detail, err)
 	}
+	// A refused request's refusal follows the code's own output, in its
+	// stderr (an agent reads an execution's logs).
+	_, lines := execute(t, base, sb, `{"code":"import urllib.request\ntry:\n    urllib.request.urlopen('https://pypi.org/simple/', timeout=10)\nexcept Exception as e:\n    print(type(e).__name__)"}`)
+	var refused bool
+	for i, l := range lines {
+		if l["type"] == "stderr" && strings.HasPrefix(str(l["text"]), "airlock refused:\n- airlock refused a connection to pypi.org:443 (") {
+			refused = i == len(lines)-2 && lines[i-1]["type"] == "stdout" && strings.TrimSpace(str(lines[i-1]["text"])) == "URLError"
+		}
+	}
+	if !refused {
+		t.Errorf("a refused request: %s, want its output, then the refusal in stderr, last", lineKinds(lines))
+	}
 	// A wrong token finds no sandbox.
 	wrong := sb
 	wrong.EnvdAccessToken = "not-its-token"

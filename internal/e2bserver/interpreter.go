@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/httpx"
 	"github.com/airlockhq/airlock/internal/interp"
 	"github.com/airlockhq/airlock/internal/node"
+	"github.com/airlockhq/airlock/internal/refusal"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -93,7 +94,14 @@ func (d *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 	stop := out.keepalive()
 	defer stop()
 	start := time.Now()
+	net := sb.s.NetWindow()
 	err = kp.Execute(ctx, req.Code, req.EnvVars, out.event)
+	// The code's refusals (internal/refusal) follow its own stderr, once
+	// each, as a command's do: an agent reads why its requests.get or
+	// pip install failed in the execution's logs.
+	if t := refusal.Text(net()); t != "" {
+		out.event(interp.Event{Type: "stderr", Text: t})
+	}
 	var breach *node.LimitError
 	switch {
 	case errors.As(err, &breach):

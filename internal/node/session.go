@@ -694,6 +694,16 @@ func (s *Session) Owner() string { return s.owner }
 // Tool is the session's tool.
 func (s *Session) Tool() *config.Tool { return s.tool }
 
+// NetWindow collects the session's egress and broker decisions from now
+// until stop, into the result stop returns: for code a resident kernel
+// runs, which is no exec of its own (see runner.Binding.Window).
+func (s *Session) NetWindow() (stop func() *result.Result) {
+	if s.bind == nil {
+		return func() *result.Result { return &result.Result{} }
+	}
+	return s.bind.Window()
+}
+
 // Sandbox is the session's sandbox, its own for its life.
 func (s *Session) Sandbox() *sandbox.Sandbox {
 	s.mu.Lock()

@@ -173,6 +173,25 @@ func (b *Binding) Exec(ctx context.Context, x sandbox.ExecRequest, explain io.Wr
 	return r
 }
 
+// Window collects the decisions made from now until stop is called, into
+// the result stop returns (its Egress and Broker and their drop counts):
+// for work that is no exec of its own, code run by a resident kernel,
+// whose caller reads which of its connections were refused.
+func (b *Binding) Window() (stop func() *result.Result) {
+	log := &netLog{start: time.Now(), shown: b.shown}
+	b.mu.Lock()
+	b.execs[log] = struct{}{}
+	b.mu.Unlock()
+	return func() *result.Result {
+		b.mu.Lock()
+		delete(b.execs, log)
+		b.mu.Unlock()
+		r := &result.Result{SandboxID: b.sb.ID()}
+		log.fill(r)
+		return r
+	}
+}
+
 // Close closes the network side, bounded in time so that a stuck
 // connection cannot hold the run's end.
 func (b *Binding) Close(ctx context.Context) error {
