@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestClaimNewWaitsOutASweep: a sweep in another process may lock a
@@ -64,9 +66,22 @@ func TestAllocIDRange(t *testing.T) {
 	if held.has(2) {
 		t.Fatal("a released slot is still marked held")
 	}
+	// Its file stays, unlocked, for the next holder: the same inode.
+	var before, after unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "2"), &before); err != nil {
+		t.Fatalf("the released slot's file: %v", err)
+	}
+	if l, err := tryLock(filepath.Join(dir, "2")); err != nil || l == nil {
+		t.Fatalf("the released slot is still locked: %v", err)
+	} else if err := l.unlock(); err != nil {
+		t.Fatal(err)
+	}
 	r, err := allocIDRange(dir, base, 4, &held)
 	if err != nil || r.base != base+2*idRangeSize {
 		t.Fatalf("after releasing slot 2: %+v %v", r, err)
+	}
+	if err := unix.Stat(filepath.Join(dir, "2"), &after); err != nil || after.Ino != before.Ino {
+		t.Errorf("the slot's file was made again (inode %d, was %d): %v", after.Ino, before.Ino, err)
 	}
 	// The skipped slots are still locked on disk, for other processes.
 	for _, slot := range []string{"1", "2", "3"} {

@@ -30,7 +30,8 @@ type Options struct {
 	// CgroupParent is the cgroup under which each sandbox gets its own,
 	// relative to the cgroup root(s). Default /airlock.
 	CgroupParent string
-	// IDLockDir holds one lock per host uid range in use. It must be the
+	// IDLockDir holds one lock file per host uid range slot ever claimed;
+	// a range is in use while its file is locked (flock). It must be the
 	// same for every airlock process on the host. Default /run/airlock/ids.
 	IDLockDir string
 	// GroupLockDir holds one lock per sandbox cgroup, in a directory per
@@ -478,17 +479,16 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 		errs = append(errs, l.release())
 	}
 	// Lock files of dead holders with no cgroup left (the holder died
-	// between creating the two), and uid ranges of dead holders.
-	for _, dir := range []string{rt.lockDir, rt.opts.IDLockDir} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-			l, err := tryLock(filepath.Join(dir, e.Name()))
-			if err == nil && l != nil {
-				errs = append(errs, l.release())
-			}
+	// between creating the two). A uid range's lock file stays (see
+	// idRange.release): its holder's death freed the range.
+	ents, _ := os.ReadDir(rt.lockDir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		l, err := tryLock(filepath.Join(rt.lockDir, e.Name()))
+		if err == nil && l != nil {
+			errs = append(errs, l.release())
 		}
 	}
 	return n, errors.Join(errs...)
