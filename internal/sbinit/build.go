@@ -474,10 +474,10 @@ func (b *builder) imageRoot(c *Setup, outer, scratch string) string {
 }
 
 // keepUpper leaves init a descriptor of the writable root's upper layer,
-// for the host: a disk breach's post-mortem walks it (see UpperDir). The
-// layer lies on the scratch tmpfs outside the new root, which no path of
-// the host's reaches once the root is pivoted and the host's tree
-// detached. The descriptor is an O_PATH one, moved to 4 or above (0 is
+// for the host: a disk breach's post-mortem walks it (see the sandbox
+// package's openUpper). The layer lies on the scratch tmpfs outside the
+// new root, which no path of the host's reaches once the root is pivoted
+// and the host's tree detached. The descriptor is an O_PATH one, moved to 4 or above (0 is
 // kept free for init's stdin) and not close-on-exec, so it is the one
 // descriptor init holds past the exec beyond 0 to 3. Commands never
 // inherit it (init starts each with exactly its own three or a
