@@ -104,11 +104,11 @@ func (p *Parent) v1Writes(l Limits, sockFallback bool) []limitWrite {
 		ws = append(ws, limitWrite{p.v1.idx[ctrlPids], "pids.max", strconv.FormatInt(l.Pids, 10)})
 	}
 	if l.CPUMilli > 0 {
-		// The period, then the quota computed for it.
-		cpu := p.v1.idx[ctrlCPU]
-		ws = append(ws,
-			limitWrite{cpu, "cpu.cfs_period_us", strconv.Itoa(cpuPeriodUsec)},
-			limitWrite{cpu, "cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUMilli), 10)})
+		// The quota alone: it is computed for a period of 100 ms, which
+		// is the period the kernel gives every new group and airlock
+		// never changes (writing it again cost each sandbox an open, a
+		// write and a close of one more control file).
+		ws = append(ws, limitWrite{p.v1.idx[ctrlCPU], "cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUMilli), 10)})
 	}
 	return ws
 }

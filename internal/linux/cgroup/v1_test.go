@@ -7,8 +7,9 @@ import (
 
 // TestV1Resources checks what Create writes on v1, and in which order:
 // memsw only with swap accounting and after limit_in_bytes (the kernel
-// refuses a memsw limit below it), the cpu period before the quota, each
-// in its controller's hierarchy, and nothing for a limit that is not set.
+// refuses a memsw limit below it), the cpu quota alone (for the kernel's
+// default period, which TestCreateWritesLimits reads back), each in its controller's
+// hierarchy, and nothing for a limit that is not set.
 func TestV1Resources(t *testing.T) {
 	// memory, pids, cpu+cpuacct co-mounted, freezer.
 	layout := &v1Layout{idx: [numCtrls]int{ctrlMemory: 0, ctrlPids: 1, ctrlCPU: 2, ctrlCPUAcct: 2, ctrlFreezer: 3}}
@@ -16,7 +17,6 @@ func TestV1Resources(t *testing.T) {
 	memsw := limitWrite{0, "memory.memsw.limit_in_bytes", "67108864"}
 	tcp := limitWrite{0, "memory.kmem.tcp.limit_in_bytes", "67108864"}
 	pids := limitWrite{1, "pids.max", "17"}
-	period := limitWrite{2, "cpu.cfs_period_us", "100000"}
 	quota := limitWrite{2, "cpu.cfs_quota_us", "150000"}
 	tests := []struct {
 		name       string
@@ -24,13 +24,13 @@ func TestV1Resources(t *testing.T) {
 		l          Limits
 		want       []limitWrite
 	}{
-		{"all, swap and tcp accounting", true, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, tcp, pids, period, quota}},
-		{"all, no swap accounting", false, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, tcp, pids, period, quota}},
-		{"all, a kernel without tcp accounting", true, false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, period, quota}},
+		{"all, swap and tcp accounting", true, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, tcp, pids, quota}},
+		{"all, no swap accounting", false, true, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, tcp, pids, quota}},
+		{"all, a kernel without tcp accounting", true, false, Limits{MemoryBytes: 64 << 20, Pids: 17, CPUMilli: 1500}, []limitWrite{mem, memsw, pids, quota}},
 		{"memory only", true, true, Limits{MemoryBytes: 64 << 20}, []limitWrite{mem, memsw, tcp}},
 		{"socket buffers below memory", true, true, Limits{MemoryBytes: 64 << 20, SocketBytes: 4 << 20}, []limitWrite{mem, memsw, {0, "memory.kmem.tcp.limit_in_bytes", "4194304"}}},
 		{"socket buffers only", true, true, Limits{SocketBytes: 4 << 20}, []limitWrite{{0, "memory.kmem.tcp.limit_in_bytes", "4194304"}}},
-		{"cpu only", true, true, Limits{CPUMilli: 1500}, []limitWrite{period, quota}},
+		{"cpu only", true, true, Limits{CPUMilli: 1500}, []limitWrite{quota}},
 		{"no limits", true, true, Limits{}, nil},
 	}
 	for _, tc := range tests {
