@@ -30,7 +30,14 @@ func TestPostMortem(t *testing.T) {
 			// one, and its children go to init).
 			[]string{"python3", "-c", "import os, time\nfor i in range(64):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n    except OSError:\n        pass\ntime.sleep(30)"},
 			func(pm *result.PostMortem) bool {
-				return len(pm.Processes) > 0 && strings.HasPrefix(pm.Processes[0].Command, "python3 -c import os, time?for i in range(64)") && pm.Processes[0].Children >= 8
+				// A reading its budget cut short (the emulated guest's,
+				// at a twentieth of this host's speed) counts fewer
+				// children, and says so.
+				want := 8
+				if cut(pm) {
+					want = 1
+				}
+				return len(pm.Processes) > 0 && strings.HasPrefix(pm.Processes[0].Command, "python3 -c import os, time?for i in range(64)") && pm.Processes[0].Children >= want
 			}},
 		{"disk", limits(func(l *Limits) { l.Disk = 16 << 20 }),
 			// Decoys elsewhere in the writable directories, a sparse
@@ -38,9 +45,14 @@ func TestPostMortem(t *testing.T) {
 			[]string{"/bin/sh", "-c", `mkdir -p /tmp/cache /workspace/src && head -c 2000000 /dev/zero > /workspace/src/decoy.bin && head -c 500000 /dev/zero > /dev/shm/decoy && python3 -c 'f = open("/tmp/sparse.bin", "wb"); f.seek(1 << 30); f.write(b"x")' && head -c 100000000 /dev/zero > /tmp/cache/big.bin; sleep 15`},
 			func(pm *result.PostMortem) bool {
 				f, d := pm.Files, pm.Directories
-				return len(f) >= 3 && f[0].Path == "/tmp/cache/big.bin" && f[0].Bytes > 8<<20 &&
-					f[1].Path == "/workspace/src/decoy.bin" && f[2].Path == "/dev/shm/decoy" &&
+				culprit := len(f) > 0 && f[0].Path == "/tmp/cache/big.bin" && f[0].Bytes > 8<<20 &&
 					len(d) > 0 && d[0].Path == "/tmp/cache" && d[0].Entries == 1
+				if cut(pm) {
+					// /tmp is read first: a reading its budget cut short
+					// still names the culprit, and says so.
+					return culprit
+				}
+				return culprit && len(f) >= 3 && f[1].Path == "/workspace/src/decoy.bin" && f[2].Path == "/dev/shm/decoy"
 			}},
 		{"disk, a hostile tree", limits(func(l *Limits) { l.Disk = 16 << 20 }),
 			// Deeper than the walk goes, links to / and in loops, names
@@ -63,8 +75,8 @@ except OSError:
 time.sleep(15)`},
 			func(pm *result.PostMortem) bool {
 				f := pm.Files
-				if len(f) < 2 || !strings.HasPrefix(f[0].Path, "/tmp/deep"+strings.Repeat("/d", 10)+"/big?yyy") ||
-					!strings.HasSuffix(f[0].Path, "yyy.bin") || len(f[0].Path) > 256 || f[1].Path != "/tmp/??[2J/decoy" {
+				if len(f) < 1 || !strings.HasPrefix(f[0].Path, "/tmp/deep"+strings.Repeat("/d", 10)+"/big?yyy") ||
+					!strings.HasSuffix(f[0].Path, "yyy.bin") || len(f[0].Path) > 256 || (!cut(pm) && (len(f) < 2 || f[1].Path != "/tmp/??[2J/decoy")) {
 					return false
 				}
 				for _, e := range append(f, pm.Directories...) {
@@ -72,7 +84,8 @@ time.sleep(15)`},
 						return false // a link followed
 					}
 				}
-				return strings.Contains(pm.Note, "deeper than 24 levels")
+				// A reading its budget cut short may not have gone deep.
+				return strings.Contains(pm.Note, "deeper than 24 levels") || cut(pm)
 			}},
 		{"disk, inodes", limits(func(l *Limits) { l.Disk = 64 << 20; l.Inodes = 25000 }),
 			// More files than the walk reads: it stops, and says so.
@@ -91,6 +104,9 @@ time.sleep(15)`},
 				for _, p := range pm.Processes {
 					seen[p.Command] = p.RSSBytes > 0
 				}
+				if cut(pm) {
+					return seen["sleep 31"] || seen["sleep 32"]
+				}
 				return seen["sleep 31"] && seen["sleep 32"]
 			}},
 	} {
@@ -102,6 +118,11 @@ time.sleep(15)`},
 			}
 		})
 	}
+}
+
+// cut reports whether a post-mortem says its time budget ran out.
+func cut(pm *result.PostMortem) bool {
+	return strings.Contains(pm.Note, "the reading's time budget ran out")
 }
 
 // TestPostMortemRecords: the kernel's records are read for the sandbox's
