@@ -30,9 +30,9 @@ import (
 	"github.com/airlockhq/airlock/internal/egress/policy"
 	"github.com/airlockhq/airlock/internal/egress/sockets"
 	"github.com/airlockhq/airlock/internal/httpx"
-	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/netlimit"
 	"github.com/airlockhq/airlock/result"
+	"golang.org/x/sys/unix"
 )
 
 // Fixed addresses inside every sandbox (see package sockets).
@@ -144,9 +144,11 @@ type Gateway struct {
 	wild map[string]struct{}
 }
 
-// Attach opens the proxy, the resolver and (lazily, as names are looked up)
-// the transparent listeners inside the network namespace ns, and serves
-// them until Close. The caller keeps ns open until Close returns.
+// Attach opens the proxy's and the resolver's sockets inside the network
+// namespace ns (and, as names are looked up, the transparent listeners),
+// and serves them until Close: from the first connection or packet on,
+// for the proxy and the resolver themselves are made on first use (see
+// arm). The caller keeps ns open until Close returns.
 func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error) {
 	def := DefaultLimits()
 	if cfg.Limits.Connections <= 0 {
@@ -196,51 +198,135 @@ func Attach(ctx context.Context, ns *os.File, cfg Config) (_ *Gateway, err error
 		}
 	}()
 
-	var proxyLn net.Listener
-	var udp net.PacketConn
-	var tcp net.Listener
 	if cfg.Sockets != nil {
-		if proxyLn, udp, tcp, err = serveSockets(cfg.Sockets); err != nil {
+		// Something arrived already (the caller held the sockets until
+		// it did): serve at once.
+		if err := g.start(cfg.Sockets, false); err != nil {
 			return nil, err
 		}
-	} else if err := netns.Do(ns, func() error {
-		var err error
-		if proxyLn, err = listen("tcp4", ProxyAddr); err != nil {
-			return err
-		}
-		if udp, err = net.ListenPacket("udp4", ResolverAddr); err != nil {
-			proxyLn.Close()
-			return err
-		}
-		if tcp, err = listen("tcp4", ResolverAddr); err != nil {
-			proxyLn.Close()
-			udp.Close()
-			return err
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("egress: open listeners in the sandbox: %w", err)
+		return g, nil
 	}
-	g.track(proxyLn)
-	g.track(udp)
-	g.track(tcp)
+	set, err := sockets.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	if !g.track(set) {
+		return nil, ErrClosed
+	}
+	if err := g.arm(set); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// ErrClosed is returned by Attach when its gateway closed while it was
+// being attached.
+var ErrClosed = errors.New("egress: gateway closed")
+
+// arm waits, in a goroutine of its own, for the first connection or
+// packet to arrive on set, and then starts serving it. Most commands
+// never use the network: until one does, the gateway holds the three
+// sockets (so the addresses are the sandbox's from its start, and what
+// arrives waits in their queues) and one goroutine parked in the Go
+// poller on an epoll descriptor that watches them; the HTTP proxy, the
+// resolver and their three goroutines are made on first use, not for
+// every sandbox. A few dozen system calls and allocations a sandbox
+// less, and an idle session holds one goroutine instead of three.
+func (g *Gateway) arm(set *sockets.Set) error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("egress: watch the listeners: %w", err)
+	}
+	for _, f := range []*os.File{set.Proxy, set.DNSUDP, set.DNSTCP} {
+		fd := int(f.Fd()) // a blocking socket: Fd leaves it as it is
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(epfd)
+			return fmt.Errorf("egress: watch the listeners: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("egress: watch the listeners: %w", err)
+	}
+	// Non-blocking, so the poller watches it: an epoll descriptor is
+	// readable when any descriptor it watches is.
+	w := os.NewFile(uintptr(epfd), "egress-watch")
+	rc, err := w.SyscallConn()
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("egress: watch the listeners: %w", err)
+	}
+	if !g.track(w) {
+		return ErrClosed
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		var evs [1]unix.EpollEvent
+		err := rc.Read(func(fd uintptr) bool {
+			n, err := unix.EpollWait(int(fd), evs[:], 0)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+		// The watch is done with either way; Close closes it too when
+		// it wakes this goroutine, and a second close only errs.
+		g.untrack(w)
+		w.Close()
+		if err != nil {
+			return // closed before anything arrived
+		}
+		// Something arrived: the gateway is no longer quiet, whatever
+		// it decides (see Quiet).
+		g.heard.Add(1)
+		if err := g.start(set, true); err != nil && !errors.Is(err, ErrClosed) {
+			g.cfg.Logger.Error("egress: start the gateway", "sandbox", g.cfg.SandboxID, "err", err)
+		}
+	}()
+	return nil
+}
+
+// start serves set: the proxy on its TCP listener, the resolver on its
+// UDP socket and TCP listener, each a copy of set's (Go's poller serves
+// them). With own, set is the gateway's, closed once copied.
+func (g *Gateway) start(set *sockets.Set, own bool) error {
+	proxyLn, udp, tcp, err := serveSockets(set)
+	if own {
+		g.untrack(set)
+		err = errors.Join(err, set.Close())
+	}
+	if err != nil {
+		return err
+	}
+	if !g.track(proxyLn) || !g.track(udp) || !g.track(tcp) {
+		proxyLn.Close()
+		udp.Close()
+		tcp.Close()
+		return ErrClosed
+	}
 	proxyLn = &heardListener{netlimit.Listener(proxyLn, g.inbound, g.ctx.Done()), &g.heard}
 	udp = &heardPacketConn{udp, &g.heard}
 	tcp = &heardListener{tcp, &g.heard}
 
-	g.forward = g.newForwarder()
-	g.proxy = httpx.New(g.tracked(g.serveProxy), httpx.Options{Logger: g.cfg.Logger})
-	g.proxy.BaseContext = func(net.Listener) context.Context { return g.ctx }
-	g.dns = &dns.Server{
+	forward := g.newForwarder()
+	proxy := httpx.New(g.tracked(g.serveProxy), httpx.Options{Logger: g.cfg.Logger})
+	proxy.BaseContext = func(net.Listener) context.Context { return g.ctx }
+	srv := &dns.Server{
 		Resolve: g.resolveName,
 		Log:     g.logQuery,
-		Rate:    float64(cfg.Limits.DNSRate),
-		Burst:   2 * cfg.Limits.DNSRate,
+		Rate:    float64(g.cfg.Limits.DNSRate),
+		Burst:   2 * g.cfg.Limits.DNSRate,
 	}
-	g.goServe(func() error { return g.proxy.Serve(proxyLn) })
-	g.goServe(func() error { return g.dns.ServeUDP(g.ctx, udp) })
-	g.goServe(func() error { return g.dns.ServeTCP(g.ctx, tcp) })
-	return g, nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		// Close has closed the listeners tracked above, and waits for
+		// this goroutine; nothing is served.
+		return ErrClosed
+	}
+	g.forward, g.proxy, g.dns = forward, proxy, srv
+	g.goServe(func() error { return proxy.Serve(proxyLn) })
+	g.goServe(func() error { return srv.ServeUDP(g.ctx, udp) })
+	g.goServe(func() error { return srv.ServeTCP(g.ctx, tcp) })
+	return nil
 }
 
 // listenConfig opens the gateway's TCP listeners. They live on the
@@ -395,11 +481,12 @@ func (g *Gateway) Close(ctx context.Context) error {
 		cs = append(cs, c)
 	}
 	g.closers = nil
+	proxy := g.proxy
 	g.mu.Unlock()
 
 	g.cancel()
-	if g.proxy != nil {
-		g.proxy.Close()
+	if proxy != nil {
+		proxy.Close()
 	}
 	for _, c := range cs {
 		c.Close()

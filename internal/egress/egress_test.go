@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/egress/policy"
+	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/refusal"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -564,4 +567,119 @@ func TestQuiet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serving reports whether the gateway has made its proxy and resolver.
+func (g *Gateway) serving() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.proxy != nil
+}
+
+// TestStartedOnFirstUse: a gateway holds its three sockets from Attach
+// on but makes its proxy and resolver only when something arrives on one
+// of them, and whatever arrives first (a UDP query, a TCP query, a proxy
+// request) is served and decided as by a gateway serving from the start.
+// One never used closes without having served, and frees its addresses
+// and goroutines.
+func TestStartedOnFirstUse(t *testing.T) {
+	ctx := t.Context()
+	tcpLookup := func(f *fixture, name string) error {
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return f.dialIn(ctx, "tcp4", ResolverAddr)
+		}}
+		_, err := r.LookupNetIP(ctx, "ip4", name)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		poke func(*fixture) error
+		want func(result.EgressEvent) bool
+	}{
+		{"a query over UDP", func(f *fixture) error { _, err := f.lookup(ctx, "udp.evil.test"); return err },
+			func(e result.EgressEvent) bool {
+				return e.Kind == result.EgressDNS && e.Destination == "udp.evil.test" && !e.Allow
+			}},
+		{"a query over TCP", func(f *fixture) error { return tcpLookup(f, "tcp.evil.test") },
+			func(e result.EgressEvent) bool {
+				return e.Kind == result.EgressDNS && e.Destination == "tcp.evil.test" && !e.Allow
+			}},
+		{"a proxy request", func(f *fixture) error {
+			resp, err := f.client(nil).Get("http://proxy.evil.test/")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				return fmt.Errorf("status %d, want 403", resp.StatusCode)
+			}
+			return nil
+		}, func(e result.EgressEvent) bool { return e.Method == "GET" && !e.Allow }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := gateway(t, nil, nil)
+			time.Sleep(20 * time.Millisecond)
+			if f.gw.serving() {
+				t.Fatal("the gateway made its proxy and resolver before anything arrived")
+			}
+			err := tc.poke(f)
+			var dnsErr *net.DNSError
+			if errors.As(err, &dnsErr) && !dnsErr.IsTimeout {
+				err = nil // refused, as it should be: answered
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			f.evs.wait(t, tc.name+" decided", tc.want)
+			if !f.gw.serving() {
+				t.Fatal("answered, but not serving")
+			}
+			if f.gw.Quiet() {
+				t.Fatal("quiet after serving")
+			}
+		})
+	}
+	t.Run("never used", func(t *testing.T) {
+		isolatednet.Require(t)
+		ns, err := netns.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		before := runtime.NumGoroutine()
+		gw, err := Attach(ctx, ns, Config{Tool: "test", SandboxID: "sb1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := runtime.NumGoroutine() - before; n > 1 {
+			t.Errorf("an unused gateway runs %d goroutines, want at most 1", n)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := gw.Close(cctx); err != nil {
+			t.Fatal(err)
+		}
+		if gw.serving() {
+			t.Error("closed unused, yet serving")
+		}
+		for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d goroutines after Close, %d before Attach", runtime.NumGoroutine(), before)
+			}
+		}
+		// The addresses are free: nothing listens, and a new gateway
+		// (a session's next binding) can take them.
+		f := &fixture{ns: ns}
+		if c, err := f.dialIn(ctx, "tcp4", ProxyAddr); err == nil {
+			c.Close()
+			t.Fatal("the proxy's address still accepts after Close")
+		}
+		again, err := Attach(ctx, ns, Config{Tool: "test", SandboxID: "sb1"})
+		if err != nil {
+			t.Fatalf("attach again: %v", err)
+		}
+		if err := again.Close(cctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
