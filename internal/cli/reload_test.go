@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,12 +149,4 @@ func TestReloadBinary(t *testing.T) {
 }
 
 // freePort is a loopback address no one listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort(t *testing.T) string { return testutil.FreeAddr(t) }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -135,17 +136,41 @@ func (s *SyncBuffer) String() string {
 }
 
 // FreeAddr returns a loopback TCP address nothing listens on now, for a
-// server a test starts (which may lose it to another process: rare, and
-// the test then fails to listen and says so).
+// server a test starts. It is never one this process handed out before,
+// and it is drawn at random from below the kernel's ephemeral range, so
+// neither a port the kernel gives the next bind(0) (it handed one address
+// to two nodes of a test once) nor the source port of some connection
+// takes it. Another process can still take it: rare, and the test then
+// fails to listen and says so.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for range 1000 {
+		port := freeLow + rand.IntN(freeHigh-freeLow)
+		if freeGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		freeGiven[port] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port in 1000 tries")
+	return ""
 }
+
+// The ports FreeAddr draws from: below Linux's default ephemeral range
+// (32768–60999), above the ports services usually take.
+const freeLow, freeHigh = 20000, 32768
+
+var (
+	freeMu    sync.Mutex
+	freeGiven = map[int]bool{}
+)
 
 // DialFrom connects to the TCP address addr from the local address from
 // (any 127.0.0.0/8 address is this machine's own), closed when the test
