@@ -187,6 +187,40 @@ func TestReopenKeepsEvents(t *testing.T) {
 	}
 }
 
+// TestOldKindIndexDropped opens a log made with the index on kind that
+// logs had before, and checks that it is gone and that kind filters still
+// answer.
+func TestOldKindIndexDropped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	l := open(t, Options{Path: path})
+	if err := l.Append(t.Context(), Event{Kind: KindEgress, Tool: "a"}, Event{Kind: KindSandboxCreated, Tool: "a"}, Event{Kind: KindDNS, Tool: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.w.ExecContext(t.Context(), `CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, Options{Path: path})
+	var n int
+	if err := l.r.QueryRowContext(t.Context(), `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'events_kind'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Error("the index on kind is still there after Open")
+	}
+	for kind, want := range map[string]int{"egress": 1, "sandbox": 1, "sandbox.created": 1, "dns": 1, "sandbox.claimed": 0} {
+		got, err := l.Query(t.Context(), Query{Kind: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("kind %q: %d events, want %d", kind, len(got), want)
+		}
+	}
+}
+
 func TestRetention(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.db")
 	l, err := Open(t.Context(), Options{Path: path})

@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -16,11 +18,15 @@ func BenchmarkRunEvents(b *testing.B) {
 	}
 	defer l.Close(context.Background())
 	ctx := context.Background()
+	// Each run its own sandbox, as in a daemon: the sandbox index takes
+	// an id at a random place.
+	var sandbox string
 	ev := func(kind string) Event {
-		return Event{Kind: kind, Tool: "warm", Sandbox: "0123456789ab", Run: "r_0123456789abcdef", Client: "local", Detail: Detail(map[string]string{"argv": "/bin/true"})}
+		return Event{Kind: kind, Tool: "warm", Sandbox: sandbox, Run: "r_0123456789abcdef", Client: "local", Detail: Detail(map[string]string{"argv": "/bin/true"})}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
+		sandbox = strconv.FormatUint(rand.Uint64(), 36)
 		_ = l.Linger(ctx, ev(KindSandboxCreated), ev(KindSandboxClaimed), ev(KindAPI))
 		if err := l.Append(ctx, ev(KindRunStarted)); err != nil {
 			b.Fatal(err)
