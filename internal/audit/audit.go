@@ -613,8 +613,12 @@ func (l *Log) export(batch []item) {
 }
 
 func (l *Log) insert(batch []item) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// A context that cannot end: with one that can, the driver starts a
+	// goroutine to interrupt each statement and database/sql one for the
+	// transaction, nine a commit, and SQLite's statements here are short
+	// (a stalled disk blocks in a system call, which an interrupt would
+	// not end; a lock held by another process ends with busy_timeout).
+	ctx := context.Background()
 	tx, err := l.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("audit: begin: %w", err)
