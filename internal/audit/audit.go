@@ -183,8 +183,9 @@ type Log struct {
 	slots chan struct{}
 	kick  chan struct{} // the writer has work (capacity 1)
 	// lingering says a wake of the writer is due within recordLinger
-	// for what Record queued (see Record).
-	lingering atomic.Bool
+	// for what Record queued (see Record); flush, that the wake has
+	// come, and the writer is to commit what lingers (see write).
+	lingering, flush atomic.Bool
 	// wmu is held by whoever commits or prunes: one transaction at a
 	// time on w and ins. It is taken before qmu and fmu.
 	wmu    sync.Mutex
@@ -427,6 +428,7 @@ func (l *Log) Linger(ctx context.Context, evs ...Event) error {
 	if l.lingering.CompareAndSwap(false, true) {
 		time.AfterFunc(recordLinger, func() {
 			l.lingering.Store(false)
+			l.flush.Store(true)
 			l.wake()
 		})
 	}
@@ -434,8 +436,8 @@ func (l *Log) Linger(ctx context.Context, evs ...Event) error {
 }
 
 // recordLinger bounds how long what Record queued waits for another
-// transaction to go with.
-const recordLinger = 10 * time.Millisecond
+// transaction to go with (a variable for tests).
+var recordLinger = 10 * time.Millisecond
 
 func stamp(evs []Event) []Event {
 	now := time.Now()
@@ -482,6 +484,23 @@ func (l *Log) wake() {
 	}
 }
 
+// due reports whether what is queued is to be committed now: someone
+// waits for an item, or the queue is half full (a Record or Append
+// waiting for room wakes the writer).
+func (l *Log) due() bool {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if len(l.q) >= queueCap/2 {
+		return true
+	}
+	for _, it := range l.q {
+		if it.done != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // take removes the oldest queued items, up to maxBatch events (at least
 // one item), and frees their room. The caller holds wmu.
 func (l *Log) take() []item {
@@ -516,21 +535,34 @@ func (l *Log) Last() int64 { return l.last.Load() }
 
 // write is the writer: woken by each queueing, it commits what has
 // queued, up to maxBatch events a transaction, and answers every waiter.
+// What only lingers (Record, Linger) it leaves for the next commit anyone
+// starts, or for the linger's own wake: woken by an Enqueue whose events
+// their waiter committed meanwhile (see Enqueue), the writer found only
+// other runs' lingering events, and committed them in a transaction of
+// their own, two thirds of a transaction more for every run under
+// sustained load.
 func (l *Log) write() {
 	defer close(l.done)
 	prune := time.NewTicker(pruneEvery)
 	defer prune.Stop()
-	drain := func() {
+	drain := func(all bool) {
 		l.wmu.Lock()
 		defer l.wmu.Unlock()
-		for batch := l.take(); len(batch) > 0; batch = l.take() {
+		if l.flush.Swap(false) {
+			all = true
+		}
+		for all || l.due() {
+			batch := l.take()
+			if len(batch) == 0 {
+				return
+			}
 			l.commit(batch)
 		}
 	}
 	for {
 		select {
 		case <-l.kick:
-			drain()
+			drain(false)
 		case <-prune.C:
 			l.wmu.Lock()
 			err := l.prune(context.Background())
@@ -540,7 +572,7 @@ func (l *Log) write() {
 			}
 		case <-l.stop:
 			// Close holds mu: nothing more is queued; drain the rest.
-			drain()
+			drain(true)
 			return
 		}
 	}

@@ -336,6 +336,65 @@ func TestEnqueueQuiet(t *testing.T) {
 	}
 }
 
+// TestLingerNotAlone: a writer woken while only lingering events are
+// queued (an Enqueue whose waiter committed its events first wakes it so)
+// leaves them for the next transaction anyone starts.
+func TestLingerNotAlone(t *testing.T) {
+	defer func(d time.Duration) { recordLinger = d }(recordLinger)
+	recordLinger = time.Hour
+	l := open(t, Options{})
+	ctx := t.Context()
+	if err := l.Linger(ctx, Event{Kind: KindSandboxCreated, Run: "lingers"}); err != nil {
+		t.Fatal(err)
+	}
+	l.wake()
+	// The writer had its chance; nothing was committed.
+	time.Sleep(100 * time.Millisecond)
+	if l.Last() != 0 {
+		t.Fatalf("Last() = %d: a wake committed lingering events alone", l.Last())
+	}
+	if err := l.Append(ctx, Event{Kind: KindRunStarted, Run: "waits"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Query(ctx, Query{})
+	if err != nil || len(got) != 2 || got[0].Run != "lingers" || got[1].Run != "waits" {
+		t.Fatalf("after the append: %+v %v; want lingers then waits", got, err)
+	}
+	// Close writes what lingers.
+	if err := l.Linger(ctx, Event{Kind: KindSandboxDestroyed, Run: "at close"}); err != nil {
+		t.Fatal(err)
+	}
+	path := l.opts.Path
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = open(t, Options{Path: path}).Query(ctx, Query{})
+	if err != nil || len(got) != 3 || got[2].Run != "at close" {
+		t.Fatalf("after close: %+v %v; want the lingering event written", got, err)
+	}
+}
+
+// TestDue: the writer commits for a waiter or a half full queue, not for
+// lingering events alone.
+func TestDue(t *testing.T) {
+	done := make(chan error, 1)
+	for _, c := range []struct {
+		name  string
+		items []item
+		want  bool
+	}{
+		{"empty", nil, false},
+		{"lingering", []item{{events: []Event{{}}}, {events: []Event{{}}}}, false},
+		{"a waiter last", []item{{events: []Event{{}}}, {done: done}}, true},
+		{"half full", make([]item, queueCap/2), true},
+	} {
+		l := &Log{q: c.items}
+		if got := l.due(); got != c.want {
+			t.Errorf("%s: due() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // TestLinger: events queued by Linger (and Record) are written with no
 // write anyone else starts, within the linger bound, and go with the
 // next acknowledged append when one comes first, in queue order.
