@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,17 +47,31 @@ func NewAndRun(fn func() error) (*os.File, error) {
 	return r.ns, r.err
 }
 
-func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
-	orig, err := os.Open("/proc/thread-self/ns/net")
+// home is a descriptor of the network namespace a thread of this process
+// is in when nothing here has switched it: the one NewAndRun and Do
+// switch their thread back to. Every thread of the process starts there,
+// and one that fails to return is never unlocked, so the Go runtime
+// destroys it: an unlocked thread, such as the one the first caller locks,
+// is always there. Opened once: two opens of /proc/thread-self/ns/net a
+// sandbox, and one a socket reading on cgroup v2, were spent on it.
+var home = sync.OnceValues(func() (int, error) {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open current network namespace: %w", err), true
+		return -1, fmt.Errorf("open current network namespace: %w", err)
 	}
-	defer orig.Close()
+	return fd, nil
+})
+
+func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
+	orig, err := home()
+	if err != nil {
+		return nil, err, true
+	}
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return nil, fmt.Errorf("create network namespace: %w", err), true
 	}
 	defer func() {
-		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
 			err = errors.Join(err, fmt.Errorf("restore network namespace: %w", serr))
 			restored = false
 			return
@@ -125,16 +140,15 @@ func Do(ns *os.File, fn func() error) error {
 }
 
 func do(ns *os.File, fn func() error) (err error, restored bool) {
-	orig, err := os.Open("/proc/thread-self/ns/net")
+	orig, err := home()
 	if err != nil {
-		return fmt.Errorf("open current network namespace: %w", err), true
+		return err, true
 	}
-	defer orig.Close()
 	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("enter network namespace: %w", err), true
 	}
 	err = fn()
-	if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); serr != nil {
+	if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
 		return errors.Join(err, fmt.Errorf("restore network namespace: %w", serr)), false
 	}
 	return err, true

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"os"
+	"sync"
 	"os/exec"
 	"strings"
 	"testing"
@@ -93,5 +94,53 @@ func TestDoCreatesSocketsInNamespace(t *testing.T) {
 	}
 	if err := Do(ns, func() error { return os.ErrClosed }); err != os.ErrClosed {
 		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+}
+
+// TestThreadsReturnHome makes and enters namespaces from many goroutines
+// and then checks from /proc that every thread of the process is back in
+// the namespace the process started in.
+func TestThreadsReturnHome(t *testing.T) {
+	requireRoot(t)
+	want, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for range 5 {
+				ns, err := New()
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = Do(ns, func() error { return nil })
+				ns.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		got, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net")
+		if err != nil {
+			continue // the thread has exited
+		}
+		if got != want {
+			t.Errorf("thread %s is in %s, want %s", task.Name(), got, want)
+		}
 	}
 }
