@@ -2,9 +2,9 @@ package netns
 
 import (
 	"os"
-	"sync"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/testutil"
