@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -106,28 +107,29 @@ func TestThreadsReturnHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Go(func() {
-			for range 5 {
-				ns, err := New()
-				if err != nil {
-					errs <- err
-					return
-				}
-				err = Do(ns, func() error { return nil })
-				ns.Close()
-				if err != nil {
-					errs <- err
-					return
-				}
+	// Each goroutine makes and enters five namespaces; the first error
+	// of each is kept.
+	cycle := func() error {
+		for range 5 {
+			ns, err := New()
+			if err != nil {
+				return err
 			}
-		})
+			err = Do(ns, func() error { return nil })
+			ns.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	results := make([]error, 16)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = cycle() })
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := errors.Join(results...); err != nil {
 		t.Fatal(err)
 	}
 	tasks, err := os.ReadDir("/proc/self/task")
