@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -227,9 +228,13 @@ func closeAll(fds []int) {
 type Conn struct {
 	f   *os.File
 	rc  syscall.RawConn
-	buf []byte
 	oob []byte
 }
+
+// replyBufs holds the buffers replies are read into. A Conn takes one
+// only while a reply is there to read: an idle sandbox's Conn held its
+// own 16 KiB, and every sandbox's start allocated it afresh.
+var replyBufs = sync.Pool{New: func() any { return new([maxReply]byte) }}
 
 // NewConn wraps a connected SOCK_SEQPACKET unix socket, which it makes
 // non-blocking; the Conn owns fd.
@@ -244,7 +249,7 @@ func NewConn(fd int) (*Conn, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Conn{f: f, rc: rc, buf: make([]byte, maxReply), oob: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
+	return &Conn{f: f, rc: rc, oob: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
 }
 
 // Send writes one message with optional descriptors.
@@ -273,8 +278,17 @@ func (c *Conn) Send(m *Message, fds []int) error {
 func (c *Conn) Recv() (*Message, *os.File, error) {
 	var n, oobn, flags int
 	var err error
+	// The message is decoded (which copies what it keeps) while the
+	// buffer is held: it goes back to the pool before the next wait.
+	var m *Message
+	var derr error
 	rerr := c.rc.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, err = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		buf := replyBufs.Get().(*[maxReply]byte)
+		defer replyBufs.Put(buf)
+		n, oobn, flags, _, err = unix.Recvmsg(int(fd), buf[:], c.oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		if err == nil && (n > 0 || oobn > 0) {
+			m, derr = Decode(buf[:n], flags)
+		}
 		return err != unix.EAGAIN
 	})
 	if rerr != nil {
@@ -295,7 +309,7 @@ func (c *Conn) Recv() (*Message, *os.File, error) {
 			return nil, nil, errors.Join(perr, errors.New("receive: descriptors truncated"))
 		}
 	}
-	m, err := Decode(c.buf[:n], flags)
+	err = derr
 	switch {
 	case err != nil:
 		closeAll(fds)

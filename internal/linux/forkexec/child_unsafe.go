@@ -1,6 +1,7 @@
 package forkexec
 
 import (
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -152,7 +153,7 @@ func (s *forkSpec) setArgs(sp Spec) {
 	}
 	s.share = shareStack
 	s.args.flags |= unix.CLONE_VM
-	s.stack = make([]byte, childStack)
+	s.newStack()
 	base := uintptr(unsafe.Pointer(&s.stack[0]))
 	top := (base + childStack - 64) &^ 15
 	if s.legacy {
@@ -174,6 +175,28 @@ const (
 // childStack is the size of a shareStack child's stack: forkChild and the
 // raw system calls it makes need a few hundred bytes.
 const childStack = 16 << 10
+
+// stacks keeps the stacks of children known to be off them (see
+// freeStack) for the next clones: every sandbox's start cloned two
+// children on stacks of their own, and each stack was a fresh, zeroed
+// 16 KiB allocation, about a third of what the host allocated a sandbox.
+// What a previous child left on a stack is nobody's to read: the next
+// child writes before it reads, and a child's exec or exit leaves the
+// caller's memory behind.
+var stacks = sync.Pool{New: func() any { return new([childStack]byte) }}
+
+// newStack gives s a stack from the pool.
+func (s *forkSpec) newStack() { s.stack = stacks.Get().(*[childStack]byte)[:] }
+
+// freeStack returns s's stack to the pool. Only for a child known to be
+// done with it: it exec'd or exited (the end of its status pipe, or its
+// reaping), so it never runs on the caller's memory again.
+func (s *forkSpec) freeStack() {
+	if s.stack != nil {
+		stacks.Put((*[childStack]byte)(s.stack))
+		s.stack = nil
+	}
+}
 
 // forkExec clones a child with s.args and, in the child, runs the steps s
 // asks for and execs (forkChild). It returns the child's pid in the

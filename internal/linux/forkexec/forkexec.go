@@ -359,7 +359,7 @@ func (c *Child) Execd() error {
 	}
 	if n == 0 {
 		// End of file: the child exec'd, or died (killed) before.
-		c.s.stack = nil
+		c.s.freeStack()
 		c.closeAll()
 		return nil
 	}
@@ -425,7 +425,7 @@ func (c *Child) settle() {
 			break
 		}
 	}
-	c.s.stack = nil
+	c.s.freeStack()
 }
 
 // wait reads the child's status: end of file means it exec'd (the pipe is
@@ -438,7 +438,7 @@ func (c *Child) wait() error {
 	}
 	if n == 0 {
 		// End of file: the child exec'd.
-		c.s.stack = nil
+		c.s.freeStack()
 		unix.Close(c.errR)
 		c.errR = -1
 		return nil

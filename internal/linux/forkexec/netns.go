@@ -41,7 +41,7 @@ func StartNetns() (*NetnsChild, error) {
 	s.args.exitSignal = uint64(unix.SIGCHLD)
 	s.legacy = true
 	s.share = shareStack
-	s.stack = make([]byte, childStack)
+	s.newStack()
 	s.stackTop = (addrOf(&s.stack[0]) + childStack - 64) &^ 15
 
 	_, errno, err := forkBlocked(s, false, 0)
@@ -73,8 +73,11 @@ func (c *NetnsChild) Wait() (*os.File, error) {
 	s := c.s
 	c.s = nil
 	if err != nil {
+		// Not known to have ended: its stack stays its own.
 		return nil, fmt.Errorf("forkexec: wait for the network namespace's child: %w", err)
 	}
+	// Reaped: the child is off its stack for good.
+	s.freeStack()
 	if s.nsErr != 0 {
 		if s.nsFD >= 0 {
 			unix.Close(s.nsFD)
