@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/wire"
@@ -288,4 +289,45 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip of a decoded message: %v\n%+v\n%+v", err, m, m2)
 		}
 	})
+}
+
+// TestConnHoldsNoReplyBuffer checks that a Conn borrows the buffer a
+// reply is read into for that read only: a sandbox's start (a Conn made,
+// a reply read) allocates far less than a reply's largest size, and an
+// idle Conn holds none of it.
+func TestConnHoldsNoReplyBuffer(t *testing.T) {
+	const rounds = 200
+	var before, after runtimeStats
+	before.read()
+	for range rounds {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewConn(fds[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Send(fds[1], &Message{Kind: KindReady}, nil); err != nil {
+			t.Fatal(err)
+		}
+		m, _, err := c.Recv()
+		if err != nil || m.Kind != KindReady {
+			t.Fatalf("Recv = %v, %v", m, err)
+		}
+		c.Close()
+		unix.Close(fds[1])
+	}
+	after.read()
+	if per := (after.alloc - before.alloc) / rounds; per >= maxReply/2 {
+		t.Errorf("a Conn made and a reply read allocated %d bytes, want under %d (a reply buffer of its own is %d)", per, maxReply/2, maxReply)
+	}
+}
+
+type runtimeStats struct{ alloc uint64 }
+
+func (s *runtimeStats) read() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	s.alloc = m.TotalAlloc
 }
