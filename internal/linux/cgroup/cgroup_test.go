@@ -370,8 +370,12 @@ func TestKill(t *testing.T) {
 	if pop, err := g.Populated(); err != nil || pop {
 		t.Errorf("Populated() after Kill = %v, %v; want false, nil", pop, err)
 	}
+	// Kill returns once the group is empty. A killed task leaves it on
+	// its way out and may still be running its exit (state R, on a
+	// loaded host) when it is looked at; one that left any other way
+	// would be a survivor.
 	for _, pid := range pids {
-		if s := procState(pid); s != "" && s != "Z" {
+		if s := procState(pid); s != "" && s != "Z" && !procExiting(pid) {
 			t.Errorf("pid %d survived Kill in state %s", pid, s)
 		}
 	}

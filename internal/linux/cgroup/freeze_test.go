@@ -36,7 +36,17 @@ func TestFreezeHoldsNoCPU(t *testing.T) {
 	if err := g.Freeze(t.Context()); err != nil {
 		t.Errorf("a second Freeze: %v", err)
 	}
-	before := usage()
+	// The usage counter can lag the freeze: time the spinner ran just
+	// before it stopped may reach the counter after Frozen says frozen
+	// (milliseconds of it on a loaded guest). Two equal readings first;
+	// a group that does not freeze never gives them.
+	var before int64
+	waitFor(t, "the frozen group's CPU usage to stay put", 5*time.Second, func() bool {
+		a := usage()
+		time.Sleep(50 * time.Millisecond)
+		before = usage()
+		return before == a
+	})
 	time.Sleep(300 * time.Millisecond)
 	if d := usage() - before; d > int64(5*time.Millisecond) {
 		t.Errorf("a frozen group used %v of CPU in 300ms; want none", time.Duration(d))

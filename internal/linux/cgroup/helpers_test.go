@@ -218,6 +218,32 @@ func procState(pid int) string {
 	return s[i+2 : i+3]
 }
 
+// procExiting reports whether pid has begun to exit: PF_EXITING in the
+// flags of /proc/<pid>/stat, set at the start of the kernel's exit path,
+// before the task leaves its cgroups. A task that left a group by exiting
+// has it; one moved out of the group does not.
+func procExiting(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	// state ppid pgrp session tty_nr tpgid flags
+	f := strings.Fields(s[i+1:])
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
+}
+
+// pfExiting is the kernel's PF_EXITING task flag.
+const pfExiting = 0x4
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
