@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,9 +55,11 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 	var notes []string
 	if l.Name == result.LimitMemory {
 		var err error
-		if pm.Killed, err = oomKilled(s.id, deadline); err != nil {
-			// Without CAP_SYSLOG, or in a container without /dev/kmsg.
+		if pm.Killed, err = s.rt.kmsg.killed(s.id, deadline); err != nil {
 			notes = append(notes, "the kernel's log, which names the process the out-of-memory killer ended, could not be read")
+		} else if c, err := s.group.Counters(); pm.Killed == nil && err == nil && c.OOMKills > 0 {
+			// (A breach of the socket buffers' share kills nothing.)
+			notes = append(notes, "the kernel's log has no record of the kill (it writes at most ten in five seconds)")
 		}
 	}
 	if l.Name == result.LimitDisk {
@@ -233,48 +234,6 @@ func printable(s string) string {
 	}, strings.ToValidUTF8(s, "?"))
 }
 
-// oomKilled finds, in the kernel's log, the process the out-of-memory
-// killer ended in the memory cgroup whose last element is id: the
-// kernel's "oom-kill:" record names the group (task_memcg=), and its
-// "Killed process PID (name) ... anon-rss:NkB" record the process.
-// Records are read without blocking, bounded in number and bytes, until
-// the deadline.
-func oomKilled(id string, deadline time.Time) (*result.Process, error) {
-	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	var killed *result.Process
-	pid := 0
-	buf := make([]byte, 8192)
-	total := 0
-	for range kmsgRecords {
-		if total > kmsgBytes || time.Now().After(deadline) {
-			break
-		}
-		n, err := unix.Read(fd, buf)
-		if errors.Is(err, unix.EPIPE) {
-			continue // overwritten while read: the next one
-		}
-		if err != nil || n <= 0 {
-			break // EAGAIN: the end of the log
-		}
-		total += n
-		msg := kmsgMessage(buf[:n])
-		if p, ok := oomKillRecord(msg, id); ok {
-			pid, killed = p, &result.Process{PID: p}
-			continue
-		}
-		if pid != 0 {
-			if p, ok := killedRecord(msg, pid); ok {
-				killed = p
-			}
-		}
-	}
-	return killed, nil
-}
-
 // kmsgMessage is the text of a /dev/kmsg record ("prio,seq,time,flags;
 // text" and continuation lines).
 func kmsgMessage(rec []byte) string {
@@ -287,29 +246,30 @@ func kmsgMessage(rec []byte) string {
 	return string(rec)
 }
 
-// oomKillRecord reads an "oom-kill:" record: the pid of the process
-// killed, when its group (task_memcg=, which the kernel writes and a
-// sandbox cannot) ends in id. The pid is the last "pid=" field: the
-// task's name, before it, is the sandbox's to choose.
-func oomKillRecord(msg, id string) (int, bool) {
+// oomKillRecord reads an "oom-kill:" record: the last element of the
+// killed process's memory cgroup (task_memcg=, which the kernel writes
+// and a sandbox cannot) and its pid. The pid is the last "pid=" field:
+// the task's name, before it, is the sandbox's to choose.
+func oomKillRecord(msg string) (id string, pid int, ok bool) {
 	if !strings.HasPrefix(msg, "oom-kill:") {
-		return 0, false
+		return "", 0, false
 	}
 	_, memcg, ok := strings.Cut(msg, ",task_memcg=")
 	if !ok {
-		return 0, false
+		return "", 0, false
 	}
 	memcg, _, ok = strings.Cut(memcg, ",task=")
-	if !ok || !strings.HasSuffix(memcg, "/"+id) {
-		return 0, false
+	i := strings.LastIndexByte(memcg, '/')
+	if !ok || i < 0 || i == len(memcg)-1 {
+		return "", 0, false
 	}
-	i := strings.LastIndex(msg, ",pid=")
-	if i < 0 {
-		return 0, false
+	j := strings.LastIndex(msg, ",pid=")
+	if j < 0 {
+		return "", 0, false
 	}
-	ps, _, _ := strings.Cut(msg[i+len(",pid="):], ",")
+	ps, _, _ := strings.Cut(msg[j+len(",pid="):], ",")
 	pid, err := strconv.Atoi(ps)
-	return pid, err == nil && pid > 0
+	return memcg[i+1:], pid, err == nil && pid > 0
 }
 
 // killedRecord reads the "Killed process PID (name) total-vm:..kB,

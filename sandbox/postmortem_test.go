@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -141,8 +142,8 @@ func TestPostMortemRecords(t *testing.T) {
 		{"oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/airlock/x" + id + ",task=t,pid=7,uid=5", 0, false},
 		{"Memory cgroup out of memory: Killed process 1 (t)", 0, false},
 	} {
-		pid, ok := oomKillRecord(tt.msg, id)
-		if pid != tt.pid || ok != tt.ok {
+		got, pid, ok := oomKillRecord(tt.msg)
+		if ok = ok && got == id; ok != tt.ok || ok && pid != tt.pid {
 			t.Errorf("%q: %d %v, want %d %v", tt.msg, pid, ok, tt.pid, tt.ok)
 		}
 	}
@@ -159,6 +160,49 @@ func TestPostMortemRecords(t *testing.T) {
 	}
 	if got := commandLine([]byte("sh\x00-c\x00echo \x1b[2J\x00")); got != "sh -c echo ?[2J" {
 		t.Errorf("command line %q", got)
+	}
+}
+
+// TestKmsgKills: a kill is named by its second record only, whatever
+// other records come between; the latest kill of a group is the one
+// found; the kills kept are bounded.
+func TestKmsgKills(t *testing.T) {
+	k := &kmsgLog{}
+	summary := func(id string, pid int) string {
+		return fmt.Sprintf("oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/%s,task_memcg=/airlock/%[1]s,task=t,pid=%d,uid=5", id, pid)
+	}
+	killed := func(pid int, name string) string {
+		return fmt.Sprintf("Memory cgroup out of memory: Killed process %d (%s) total-vm:9kB, anon-rss:2kB, file-rss:0kB, shmem-rss:0kB", pid, name)
+	}
+	for _, msg := range []string{
+		summary("aaaaaaaaaaaa", 10),
+		summary("bbbbbbbbbbbb", 20),
+		killed(11, "other"), // the group kill's others
+		killed(20, "b"),
+		"Tasks in /airlock/aaaaaaaaaaaa are going to be killed due to memory.oom.group set",
+	} {
+		k.record(msg)
+	}
+	if kill := k.find("aaaaaaaaaaaa"); kill == nil || kill.named || kill.proc.PID != 10 {
+		t.Errorf("a: %+v, want pid 10 not named yet", kill)
+	}
+	if kill := k.find("bbbbbbbbbbbb"); kill == nil || !kill.named || kill.proc.Command != "[b]" || kill.proc.RSSBytes != 2<<10 {
+		t.Errorf("b: %+v", kill)
+	}
+	k.record(killed(10, "a"))
+	k.record(summary("aaaaaaaaaaaa", 30))
+	k.record(killed(30, "a2"))
+	if kill := k.find("aaaaaaaaaaaa"); kill == nil || kill.proc.Command != "[a2]" {
+		t.Errorf("a, latest: %+v", kill)
+	}
+	if k.find("cccccccccccc") != nil {
+		t.Error("a kill found for a group with none")
+	}
+	for i := range 2 * maxKills {
+		k.record(summary(fmt.Sprintf("%012d", i), 100+i))
+	}
+	if len(k.kills) != maxKills || k.find(fmt.Sprintf("%012d", 2*maxKills-1)) == nil || k.find("bbbbbbbbbbbb") != nil {
+		t.Errorf("%d kills kept", len(k.kills))
 	}
 }
 
@@ -208,7 +252,7 @@ func TestTopEntries(t *testing.T) {
 func FuzzPostMortemRecords(f *testing.F) {
 	f.Add("oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/b,task=t,pid=1,uid=2", "Killed process 1 (t) total-vm:1kB, anon-rss:1kB")
 	f.Fuzz(func(t *testing.T, a, b string) {
-		oomKillRecord(a, "b")
+		oomKillRecord(a)
 		killedRecord(b, 1)
 		parseStat([]byte(a))
 		_ = printable(b)

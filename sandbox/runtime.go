@@ -205,6 +205,9 @@ type Runtime struct {
 	// programs are the setup programs compiled for this runtime's
 	// sandboxes, by setup.
 	programs programCache
+	// kmsg follows the kernel's log, for the post-mortems of memory
+	// breaches.
+	kmsg *kmsgLog
 }
 
 // ErrInvalid marks bad input from a caller. It belongs to
@@ -251,6 +254,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		scratchDir: filepath.Join(opts.StateDir, "scratch"),
 		lockDir:    groupLockDir(opts.GroupLockDir, opts.CgroupParent),
 		initEnv:    initEnv,
+		kmsg:       openKmsg(),
 	}
 	var cpus unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &cpus); err == nil {
@@ -272,6 +276,7 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		if rt.cg != nil {
 			rt.cg.Close()
 		}
+		rt.kmsg.close()
 	}()
 	if opts.OneShot {
 		// A one-shot process creates one sandbox: its namespace is made
@@ -519,6 +524,7 @@ func (rt *Runtime) Close() error {
 	if rt.initFile != nil {
 		rt.initFile.Close()
 	}
+	rt.kmsg.close()
 	return rt.cg.Close()
 }
 

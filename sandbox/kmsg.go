@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/result"
+)
+
+// kmsgLog follows the kernel's log from the runtime's start, for the
+// out-of-memory kills its sandboxes' post-mortems name. Each post-mortem
+// reads only the records written since the last one read, not the whole
+// ring buffer: read from its start, a log of a few thousand records did
+// not fit the post-mortem's budget in an emulated guest under load, and
+// the kill went unnamed.
+type kmsgLog struct {
+	mu  sync.Mutex
+	fd  int // -1 when the log cannot be read (err says why)
+	err error
+	// kills are the kills read, oldest first, at most maxKills.
+	kills []oomKill
+}
+
+// oomKill is one kill the kernel's log recorded.
+type oomKill struct {
+	id   string // the last element of the killed task's memory cgroup
+	proc result.Process
+	// named: the kill's "Killed process" record, which the kernel writes
+	// after the counter a breach is seen by, has been read.
+	named bool
+}
+
+// maxKills bounds the kills kept: of the sandboxes' post-mortems that
+// have not read theirs yet.
+const maxKills = 64
+
+// openKmsg opens the kernel's log at its end.
+func openKmsg() *kmsgLog {
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Without CAP_SYSLOG, or in a container without /dev/kmsg.
+		return &kmsgLog{fd: -1, err: err}
+	}
+	if _, err := unix.Seek(fd, 0, unix.SEEK_END); err != nil {
+		unix.Close(fd)
+		return &kmsgLog{fd: -1, err: err}
+	}
+	return &kmsgLog{fd: fd}
+}
+
+func (k *kmsgLog) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fd >= 0 {
+		unix.Close(k.fd)
+		k.fd, k.err = -1, errors.New("closed")
+	}
+}
+
+// killed is the process the out-of-memory killer ended in the memory
+// cgroup whose last element is id, read from the log until the
+// deadline; nil if the log has no record of it (the kernel writes the
+// record that names the group at most ten times in five seconds).
+func (k *kmsgLog) killed(id string, deadline time.Time) (*result.Process, error) {
+	for {
+		k.mu.Lock()
+		if k.fd < 0 {
+			k.mu.Unlock()
+			return nil, k.err
+		}
+		k.read(deadline)
+		kill := k.find(id)
+		k.mu.Unlock()
+		// The record that names the group is written before the kill is
+		// counted; the one that names the process, after: it is waited
+		// for, briefly.
+		if kill == nil || kill.named || time.Now().Add(kmsgPoll).After(deadline) {
+			if kill == nil {
+				return nil, nil
+			}
+			return &kill.proc, nil
+		}
+		time.Sleep(kmsgPoll)
+	}
+}
+
+// kmsgPoll is how often a kill's second record is looked for.
+const kmsgPoll = 2 * time.Millisecond
+
+// find is a copy of the latest kill in group id, or nil.
+func (k *kmsgLog) find(id string) *oomKill {
+	for i := len(k.kills) - 1; i >= 0; i-- {
+		if k.kills[i].id == id {
+			kill := k.kills[i]
+			return &kill
+		}
+	}
+	return nil
+}
+
+// read reads the records written since the last read, without blocking,
+// bounded in number and bytes, until the deadline.
+func (k *kmsgLog) read(deadline time.Time) {
+	var buf [8192]byte
+	total := 0
+	for range kmsgRecords {
+		if total > kmsgBytes || time.Now().After(deadline) {
+			return
+		}
+		n, err := unix.Read(k.fd, buf[:])
+		if errors.Is(err, unix.EPIPE) {
+			continue // overwritten before it was read: the next one
+		}
+		if err != nil || n <= 0 {
+			return // EAGAIN: the end of the log
+		}
+		total += n
+		k.record(kmsgMessage(buf[:n]))
+	}
+}
+
+// record notes msg if it is one of a kill's two records.
+func (k *kmsgLog) record(msg string) {
+	if id, pid, ok := oomKillRecord(msg); ok {
+		if len(k.kills) == maxKills {
+			k.kills = append(k.kills[:0], k.kills[1:]...)
+		}
+		k.kills = append(k.kills, oomKill{id: id, proc: result.Process{PID: pid}})
+		return
+	}
+	for i := len(k.kills) - 1; i >= 0; i-- {
+		if kill := &k.kills[i]; !kill.named {
+			if p, ok := killedRecord(msg, kill.proc.PID); ok {
+				kill.proc, kill.named = *p, true
+				return
+			}
+		}
+	}
+}
