@@ -286,11 +286,16 @@ func (g *Gateway) arm(set *sockets.Set) error {
 
 // start serves set: the proxy on its TCP listener, the resolver on its
 // UDP socket and TCP listener, each a copy of set's (Go's poller serves
-// them). With own, set is the gateway's, closed once copied.
+// them). With own, set is the gateway's, closed once copied: it is
+// taken from what Close closes first, so that Close never closes its
+// files while they are copied (a descriptor closed and reused meanwhile
+// would be served in its place).
 func (g *Gateway) start(set *sockets.Set, own bool) error {
+	if own && !g.claim(set) {
+		return ErrClosed // Close has closed it
+	}
 	proxyLn, udp, tcp, err := serveSockets(set)
 	if own {
-		g.untrack(set)
 		err = errors.Join(err, set.Close())
 	}
 	if err != nil {
@@ -429,6 +434,18 @@ func (g *Gateway) untrack(c io.Closer) {
 	g.mu.Lock()
 	delete(g.closers, c)
 	g.mu.Unlock()
+}
+
+// claim takes c from what Close closes, for its caller to close. It
+// reports false when Close has taken it (or closed it) already.
+func (g *Gateway) claim(c io.Closer) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.closers[c]; !ok || g.closed {
+		return false
+	}
+	delete(g.closers, c)
+	return true
 }
 
 // Quiet reports whether nothing has reached the gateway from the sandbox

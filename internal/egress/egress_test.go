@@ -569,6 +569,32 @@ func TestQuiet(t *testing.T) {
 	}
 }
 
+// TestCloseWhileStarting: a gateway closed while its first use starts
+// its proxy and resolver never serves after Close returns, and its
+// sockets are closed by one of the two, never while the other copies
+// them (the race detector saw Close close them under the copy, a
+// descriptor that could have been reused for another file meanwhile).
+func TestCloseWhileStarting(t *testing.T) {
+	for i := range 30 {
+		f := gateway(t, nil, nil)
+		c, err := f.dialIn(t.Context(), "tcp4", ProxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if i%2 == 1 {
+			time.Sleep(time.Duration(i) * 20 * time.Microsecond)
+		}
+		if err := f.gw.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := f.dialIn(t.Context(), "tcp4", ProxyAddr); err == nil {
+			c.Close()
+			t.Fatalf("round %d: the proxy still accepts after Close", i)
+		}
+	}
+}
+
 // serving reports whether the gateway has made its proxy and resolver.
 func (g *Gateway) serving() bool {
 	g.mu.Lock()
