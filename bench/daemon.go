@@ -108,8 +108,11 @@ func sustained(c *client.Client, tput time.Duration) error {
 	}
 	defer closePeer()
 	var total int64
+	var sched schedCount
 	sides, err := windowsOf(tput, 4, func(d time.Duration) (int64, time.Duration, error) {
+		before := readSched()
 		n, took, err := fourAtOnce(d, func() error { return run("warm") })
+		sched = sched.add(readSched().sub(before))
 		total += n
 		return n, took, err
 	}, func(d time.Duration) (int64, time.Duration, error) {
@@ -126,7 +129,8 @@ func sustained(c *client.Client, tput time.Duration) error {
 	measured.sustained, measured.sustainedBwrap = air.rate, bw.rate
 	fmt.Printf("\nSustained, 4 clients in 4 windows of %s: **%.0f runs/s** (%d runs; pool hits %d, misses %d, whole section; the pool's target at the end %d: %s); bwrap 4 at once in the windows between: %.0f runs/s (%.2f×).\n", tput/4, air.rate, total, ps[0].Hits, ps[0].Misses, ps[0].Warm, ps[0].Reason, bw.rate, air.rate/bw.rate)
 	fmt.Printf("bwrap taking a sandbox's confinement steps (its cgroup with the default limits made by airlock's code and removed, /proc masked and bound read-only as a sandbox's, airlock's seccomp filter, a /workspace tmpfs), 4 at once in windows of their own: %.0f runs/s; airlock / this peer: %.2f×.\n", conf.rate, air.rate/conf.rate)
-	fmt.Printf("The machine's CPU time per run (every process and kernel thread, /proc/stat): airlock %s, bwrap %s, the confined bwrap %s.\n\n", ms(air.cpu), ms(bw.cpu), ms(conf.cpu))
+	fmt.Printf("The machine's CPU time per run (every process and kernel thread, /proc/stat): airlock %s, bwrap %s, the confined bwrap %s.\n", ms(air.cpu), ms(bw.cpu), ms(conf.cpu))
+	fmt.Printf("This process (the daemon and its clients) per run through the API: %.1f goroutines started, about %.0f goroutines scheduled (the runtime times one in eight), about %.0f of them after waiting over 50 µs to run.\n\n", float64(sched.created)/float64(total), float64(sched.scheduled)/float64(total), float64(sched.late)/float64(total))
 	return nil
 }
 
