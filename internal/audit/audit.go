@@ -170,6 +170,7 @@ type item struct {
 type Log struct {
 	opts Options
 	w    *sql.DB   // the writer's one connection
+	wc   *sql.Conn // that connection, held from Open to Close
 	ins  *sql.Stmt // the insert, prepared once on it
 	r    *sql.DB   // readers
 
@@ -258,7 +259,13 @@ func Open(ctx context.Context, opts Options) (_ *Log, err error) {
 	if _, err = l.w.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("audit: open %s: %w", opts.Path, err)
 	}
-	if l.ins, err = l.w.PrepareContext(ctx, `INSERT INTO events (time, kind, tool, sandbox, session, run, client, decision, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
+	// The writer's connection is held, so that its transactions are
+	// plain statements on it: database/sql's Tx starts a goroutine for
+	// every transaction, to watch a context that here cannot end.
+	if l.wc, err = l.w.Conn(ctx); err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", opts.Path, err)
+	}
+	if l.ins, err = l.wc.PrepareContext(ctx, `INSERT INTO events (time, kind, tool, sandbox, session, run, client, decision, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if l.r, err = sql.Open("sqlite", dsn(opts.Path, opts.Sync, true)); err != nil {
@@ -266,7 +273,7 @@ func Open(ctx context.Context, opts Options) (_ *Log, err error) {
 	}
 	l.r.SetMaxOpenConns(4)
 	var last int64
-	if err = l.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
+	if err = l.wc.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&last); err != nil {
 		return nil, fmt.Errorf("audit: read %s: %w", opts.Path, err)
 	}
 	l.last.Store(last)
@@ -312,8 +319,6 @@ func dsn(path, sync string, readOnly bool) string {
 	q.Add("_pragma", "synchronous("+sync+")")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
-	} else {
-		q.Set("_txlock", "immediate")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -651,21 +656,21 @@ func (l *Log) insert(batch []item) (err error) {
 	// (a stalled disk blocks in a system call, which an interrupt would
 	// not end; a lock held by another process ends with busy_timeout).
 	ctx := context.Background()
-	tx, err := l.w.BeginTx(ctx, nil)
-	if err != nil {
+	if _, err := l.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("audit: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback()
+			// A failed COMMIT (the file busy past busy_timeout, say)
+			// leaves the transaction open: it is ended here either way.
+			_, _ = l.wc.ExecContext(ctx, "ROLLBACK")
 		}
 	}()
-	st := tx.StmtContext(ctx, l.ins)
 	var last int64
 	for _, it := range batch {
 		for i := range it.events {
 			ev := &it.events[i]
-			res, err := st.ExecContext(ctx, ev.Time.UnixNano(), ev.Kind, ev.Tool, ev.Sandbox, ev.Session, ev.Run, ev.Client, ev.Decision, string(ev.Detail))
+			res, err := l.ins.ExecContext(ctx, ev.Time.UnixNano(), ev.Kind, ev.Tool, ev.Sandbox, ev.Session, ev.Run, ev.Client, ev.Decision, string(ev.Detail))
 			if err != nil {
 				return fmt.Errorf("audit: insert: %w", err)
 			}
@@ -675,7 +680,7 @@ func (l *Log) insert(batch []item) (err error) {
 			ev.ID = last
 		}
 	}
-	if err = tx.Commit(); err != nil {
+	if _, err = l.wc.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("audit: commit: %w", err)
 	}
 	if last > 0 {
@@ -695,7 +700,7 @@ func (l *Log) prune(ctx context.Context) error {
 	}
 	cut := time.Now().Add(-l.opts.Retention).UnixNano()
 	for {
-		res, err := l.w.ExecContext(ctx, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE time < ? ORDER BY id LIMIT 10000)`, cut)
+		res, err := l.wc.ExecContext(ctx, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE time < ? ORDER BY id LIMIT 10000)`, cut)
 		if err != nil {
 			return fmt.Errorf("audit: retention: %w", err)
 		}
@@ -755,6 +760,9 @@ func (l *Log) closeDBs() error {
 	var errs []error
 	if l.ins != nil {
 		errs = append(errs, l.ins.Close())
+	}
+	if l.wc != nil {
+		errs = append(errs, l.wc.Close())
 	}
 	if l.r != nil {
 		errs = append(errs, l.r.Close())

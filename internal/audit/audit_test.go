@@ -196,7 +196,7 @@ func TestOldKindIndexDropped(t *testing.T) {
 	if err := l.Append(t.Context(), Event{Kind: KindEgress, Tool: "a"}, Event{Kind: KindSandboxCreated, Tool: "a"}, Event{Kind: KindDNS, Tool: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.w.ExecContext(t.Context(), `CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)`); err != nil {
+	if _, err := l.wc.ExecContext(t.Context(), `CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Close(t.Context()); err != nil {
