@@ -272,10 +272,12 @@ func oomKillRecord(msg string) (id string, pid int, ok bool) {
 	return memcg[i+1:], pid, err == nil && pid > 0
 }
 
-// killedRecord reads the "Killed process PID (name) total-vm:..kB,
-// anon-rss:NkB, file-rss:NkB, shmem-rss:NkB, ..." record of pid.
+// killedRecord reads the "Memory cgroup out of memory: Killed process
+// PID (name) total-vm:..kB, anon-rss:NkB, file-rss:NkB, shmem-rss:NkB,
+// ..." record of pid. The record must begin so: other records carry
+// text a sandbox chose (a process's name, a path) before the words.
 func killedRecord(msg string, pid int) (*result.Process, bool) {
-	_, rest, ok := strings.Cut(msg, "Killed process "+strconv.Itoa(pid)+" (")
+	rest, ok := strings.CutPrefix(msg, "Memory cgroup out of memory: Killed process "+strconv.Itoa(pid)+" (")
 	if !ok {
 		return nil, false
 	}

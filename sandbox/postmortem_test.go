@@ -154,6 +154,9 @@ func TestPostMortemRecords(t *testing.T) {
 	if _, ok := killedRecord("Memory cgroup out of memory: Killed process 421 (a) total-vm:1kB, anon-rss:1kB", 42); ok {
 		t.Error("another pid's record taken")
 	}
+	if _, ok := killedRecord("audit: comm=\"x\" exe=\"/tmp/Memory cgroup out of memory: Killed process 42 (a) total-vm:1kB, anon-rss:99999kB", 42); ok {
+		t.Error("a record of another kind, carrying the words, taken")
+	}
 	st, comm, ok := parseStat([]byte("77 (a) b (c) S 12 77 77 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 100 1000 250 18446744073709551615"))
 	if !ok || st.ppid != 12 || comm != "a) b (c" || st.rss <= 0 {
 		t.Errorf("stat: %+v %q %v", st, comm, ok)
@@ -250,7 +253,7 @@ func TestTopEntries(t *testing.T) {
 }
 
 func FuzzPostMortemRecords(f *testing.F) {
-	f.Add("oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/b,task=t,pid=1,uid=2", "Killed process 1 (t) total-vm:1kB, anon-rss:1kB")
+	f.Add("oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/b,task=t,pid=1,uid=2", "Memory cgroup out of memory: Killed process 1 (t) total-vm:1kB, anon-rss:1kB")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		oomKillRecord(a)
 		killedRecord(b, 1)
