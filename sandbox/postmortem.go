@@ -272,12 +272,24 @@ func oomKillRecord(msg string) (id string, pid int, ok bool) {
 	return memcg[i+1:], pid, err == nil && pid > 0
 }
 
+// oomKillers are the kernel's names of its out-of-memory killer, which
+// begin its "Killed process" records (mm/oom_kill.c).
+var oomKillers = []string{"Memory cgroup out of memory", "Out of memory", "Out of memory (oom_kill_allocating_task)"}
+
 // killedRecord reads the "Memory cgroup out of memory: Killed process
 // PID (name) total-vm:..kB, anon-rss:NkB, file-rss:NkB, shmem-rss:NkB,
-// ..." record of pid. The record must begin so: other records carry
-// text a sandbox chose (a process's name, a path) before the words.
+// ..." record of pid (or the host-wide killer's, "Out of memory: ...").
+// The record must begin with one of the kernel's own prefixes: other
+// records carry text a sandbox chose (a process's name, a path) before
+// the words.
 func killedRecord(msg string, pid int) (*result.Process, bool) {
-	rest, ok := strings.CutPrefix(msg, "Memory cgroup out of memory: Killed process "+strconv.Itoa(pid)+" (")
+	var rest string
+	ok := false
+	for _, by := range oomKillers {
+		if rest, ok = strings.CutPrefix(msg, by+": Killed process "+strconv.Itoa(pid)+" ("); ok {
+			break
+		}
+	}
 	if !ok {
 		return nil, false
 	}

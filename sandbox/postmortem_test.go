@@ -157,6 +157,9 @@ func TestPostMortemRecords(t *testing.T) {
 	if _, ok := killedRecord("audit: comm=\"x\" exe=\"/tmp/Memory cgroup out of memory: Killed process 42 (a) total-vm:1kB, anon-rss:99999kB", 42); ok {
 		t.Error("a record of another kind, carrying the words, taken")
 	}
+	if p, ok := killedRecord("Out of memory: Killed process 42 (a) total-vm:9kB, anon-rss:3kB, file-rss:0kB, shmem-rss:0kB", 42); !ok || p.RSSBytes != 3<<10 {
+		t.Errorf("the host-wide killer's record: %+v %v", p, ok)
+	}
 	st, comm, ok := parseStat([]byte("77 (a) b (c) S 12 77 77 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 100 1000 250 18446744073709551615"))
 	if !ok || st.ppid != 12 || comm != "a) b (c" || st.rss <= 0 {
 		t.Errorf("stat: %+v %q %v", st, comm, ok)
