@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/pmtext"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -17,25 +18,11 @@ import (
 // not fit the post-mortem's budget in an emulated guest under load, and
 // the kill went unnamed.
 type kmsgLog struct {
-	mu  sync.Mutex
-	fd  int // -1 when the log cannot be read (err says why)
-	err error
-	// kills are the kills read, oldest first, at most maxKills.
-	kills []oomKill
+	mu    sync.Mutex
+	fd    int // -1 when the log cannot be read (err says why)
+	err   error
+	kills pmtext.Kills
 }
-
-// oomKill is one kill the kernel's log recorded.
-type oomKill struct {
-	id   string // the last element of the killed task's memory cgroup
-	proc result.Process
-	// named: the kill's "Killed process" record, which the kernel writes
-	// after the counter a breach is seen by, has been read.
-	named bool
-}
-
-// maxKills bounds the kills kept: of the sandboxes' post-mortems that
-// have not read theirs yet.
-const maxKills = 64
 
 // openKmsg opens the kernel's log at its end.
 func openKmsg() *kmsgLog {
@@ -72,16 +59,16 @@ func (k *kmsgLog) killed(id string, deadline time.Time) (*result.Process, error)
 			return nil, k.err
 		}
 		k.read(deadline)
-		kill := k.find(id)
+		kill, ok := k.kills.Find(id)
 		k.mu.Unlock()
 		// The record that names the group is written before the kill is
 		// counted; the one that names the process, after: it is waited
 		// for, briefly.
-		if kill == nil || kill.named || time.Now().Add(kmsgPoll).After(deadline) {
-			if kill == nil {
-				return nil, nil
-			}
-			return &kill.proc, nil
+		if !ok {
+			return nil, nil
+		}
+		if kill.Named || time.Now().Add(kmsgPoll).After(deadline) {
+			return &kill.Process, nil
 		}
 		time.Sleep(kmsgPoll)
 	}
@@ -89,17 +76,6 @@ func (k *kmsgLog) killed(id string, deadline time.Time) (*result.Process, error)
 
 // kmsgPoll is how often a kill's second record is looked for.
 const kmsgPoll = 2 * time.Millisecond
-
-// find is a copy of the latest kill in group id, or nil.
-func (k *kmsgLog) find(id string) *oomKill {
-	for i := len(k.kills) - 1; i >= 0; i-- {
-		if k.kills[i].id == id {
-			kill := k.kills[i]
-			return &kill
-		}
-	}
-	return nil
-}
 
 // read reads the records written since the last read, without blocking,
 // bounded in number and bytes, until the deadline.
@@ -118,25 +94,6 @@ func (k *kmsgLog) read(deadline time.Time) {
 			return // EAGAIN: the end of the log
 		}
 		total += n
-		k.record(kmsgMessage(buf[:n]))
-	}
-}
-
-// record notes msg if it is one of a kill's two records.
-func (k *kmsgLog) record(msg string) {
-	if id, pid, ok := oomKillRecord(msg); ok {
-		if len(k.kills) == maxKills {
-			k.kills = append(k.kills[:0], k.kills[1:]...)
-		}
-		k.kills = append(k.kills, oomKill{id: id, proc: result.Process{PID: pid}})
-		return
-	}
-	for i := len(k.kills) - 1; i >= 0; i-- {
-		if kill := &k.kills[i]; !kill.named {
-			if p, ok := killedRecord(msg, kill.proc.PID); ok {
-				kill.proc, kill.named = *p, true
-				return
-			}
-		}
+		k.kills.Record(pmtext.Message(buf[:n]))
 	}
 }

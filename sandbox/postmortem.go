@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"cmp"
 	"slices"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/pmtext"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -149,23 +149,23 @@ func readProc(pid int, id string) (pmProc, bool) {
 	defer unix.Close(dfd)
 	var buf [4096]byte
 	cg, ok := readAt(dfd, "cgroup", buf[:])
-	if !ok || !inGroup(cg, id) {
+	if !ok || !pmtext.InGroup(cg, id) {
 		return pmProc{}, false
 	}
 	st, ok := readAt(dfd, "stat", buf[:])
 	if !ok {
 		return pmProc{}, false
 	}
-	p, comm, ok := parseStat(st)
+	stat, ok := pmtext.ParseStat(st)
 	if !ok {
 		return pmProc{}, false
 	}
-	p.pid = pid
+	p := pmProc{pid: pid, ppid: stat.PPID, rss: stat.RSS}
 	var cmd [maxCommand]byte
 	if c, ok := readAt(dfd, "cmdline", cmd[:]); ok && len(c) > 0 {
-		p.command = commandLine(c)
+		p.command = pmtext.CommandLine(c)
 	} else {
-		p.command = "[" + comm + "]"
+		p.command = "[" + stat.Comm + "]"
 	}
 	return p, true
 }
@@ -182,130 +182,4 @@ func readAt(dfd int, name string, buf []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return buf[:n], true
-}
-
-// inGroup reports whether a /proc/PID/cgroup names a group whose last
-// element is id (every line, each hierarchy, names the same group).
-func inGroup(cg []byte, id string) bool {
-	for _, line := range bytes.Split(cg, []byte{'\n'}) {
-		if i := bytes.LastIndexByte(line, '/'); i >= 0 && string(line[i+1:]) == id {
-			return true
-		}
-	}
-	return false
-}
-
-// parseStat reads the parent, the resident memory and the name of a
-// /proc/PID/stat. The name is in parentheses and may hold anything, a
-// parenthesis included: the fields are read after the last one.
-func parseStat(st []byte) (p pmProc, comm string, ok bool) {
-	open, end := bytes.IndexByte(st, '('), bytes.LastIndexByte(st, ')')
-	if open < 0 || end < open {
-		return pmProc{}, "", false
-	}
-	comm = printable(string(st[open+1 : end]))
-	f := strings.Fields(string(st[end+1:]))
-	// After the name: state(0) ppid(1) ... rss(21), in pages.
-	if len(f) < 22 {
-		return pmProc{}, "", false
-	}
-	ppid, err1 := strconv.Atoi(f[1])
-	rss, err2 := strconv.ParseInt(f[21], 10, 64)
-	if err1 != nil || err2 != nil {
-		return pmProc{}, "", false
-	}
-	return pmProc{ppid: ppid, rss: rss * int64(unix.Getpagesize())}, comm, true
-}
-
-// commandLine joins a /proc/PID/cmdline's arguments with spaces.
-func commandLine(c []byte) string {
-	c = bytes.TrimRight(c, "\x00")
-	return printable(string(bytes.ReplaceAll(c, []byte{0}, []byte{' '})))
-}
-
-// printable replaces what is not printable text, so that a command line
-// reads as data wherever it is shown.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || r == '\uFFFD' {
-			return '?'
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-}
-
-// kmsgMessage is the text of a /dev/kmsg record ("prio,seq,time,flags;
-// text" and continuation lines).
-func kmsgMessage(rec []byte) string {
-	if i := bytes.IndexByte(rec, ';'); i >= 0 {
-		rec = rec[i+1:]
-	}
-	if i := bytes.IndexByte(rec, '\n'); i >= 0 {
-		rec = rec[:i]
-	}
-	return string(rec)
-}
-
-// oomKillRecord reads an "oom-kill:" record: the last element of the
-// killed process's memory cgroup (task_memcg=, which the kernel writes
-// and a sandbox cannot) and its pid. The pid is the last "pid=" field:
-// the task's name, before it, is the sandbox's to choose.
-func oomKillRecord(msg string) (id string, pid int, ok bool) {
-	if !strings.HasPrefix(msg, "oom-kill:") {
-		return "", 0, false
-	}
-	_, memcg, ok := strings.Cut(msg, ",task_memcg=")
-	if !ok {
-		return "", 0, false
-	}
-	memcg, _, ok = strings.Cut(memcg, ",task=")
-	i := strings.LastIndexByte(memcg, '/')
-	if !ok || i < 0 || i == len(memcg)-1 {
-		return "", 0, false
-	}
-	j := strings.LastIndex(msg, ",pid=")
-	if j < 0 {
-		return "", 0, false
-	}
-	ps, _, _ := strings.Cut(msg[j+len(",pid="):], ",")
-	pid, err := strconv.Atoi(ps)
-	return memcg[i+1:], pid, err == nil && pid > 0
-}
-
-// oomKillers are the kernel's names of its out-of-memory killer, which
-// begin its "Killed process" records (mm/oom_kill.c).
-var oomKillers = []string{"Memory cgroup out of memory", "Out of memory", "Out of memory (oom_kill_allocating_task)"}
-
-// killedRecord reads the "Memory cgroup out of memory: Killed process
-// PID (name) total-vm:..kB, anon-rss:NkB, file-rss:NkB, shmem-rss:NkB,
-// ..." record of pid (or the host-wide killer's, "Out of memory: ...").
-// The record must begin with one of the kernel's own prefixes: other
-// records carry text a sandbox chose (a process's name, a path) before
-// the words.
-func killedRecord(msg string, pid int) (*result.Process, bool) {
-	var rest string
-	ok := false
-	for _, by := range oomKillers {
-		if rest, ok = strings.CutPrefix(msg, by+": Killed process "+strconv.Itoa(pid)+" ("); ok {
-			break
-		}
-	}
-	if !ok {
-		return nil, false
-	}
-	i := strings.LastIndex(rest, ") total-vm:")
-	if i < 0 {
-		return nil, false
-	}
-	p := &result.Process{PID: pid, Command: "[" + printable(rest[:i]) + "]"}
-	for _, f := range strings.Split(rest[i:], ", ") {
-		k, v, ok := strings.Cut(f, ":")
-		if !ok || !(k == "anon-rss" || k == "file-rss" || k == "shmem-rss") {
-			continue
-		}
-		if kb, err := strconv.ParseInt(strings.TrimSuffix(v, "kB"), 10, 64); err == nil {
-			p.RSSBytes += kb << 10
-		}
-	}
-	return p, true
 }

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/pmtext"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/result"
 )
@@ -39,8 +39,6 @@ const (
 	// postMortemDepth bounds how deep below a writable directory it
 	// goes (and so the directory descriptors it holds at once).
 	postMortemDepth = 24
-	// maxPMPath bounds a path a post-mortem reports.
-	maxPMPath = 256
 )
 
 // diskRoot is one writable directory to walk: its descriptor (O_PATH
@@ -224,7 +222,7 @@ func topEntries(top []result.DiskEntry, e result.DiskEntry, rank func(a, b resul
 	if len(top) == result.MaxPostMortemEntries && rank(e, top[len(top)-1]) >= 0 {
 		return top
 	}
-	e.Path = pmPath(e.Path)
+	e.Path = pmtext.Path(e.Path)
 	i, _ := slices.BinarySearchFunc(top, e, func(a, b result.DiskEntry) int {
 		// After the equals: the first found stays first.
 		if rank(a, b) <= 0 {
@@ -252,26 +250,6 @@ func openDirBeneath(dirfd int, name string) (int, error) {
 		})
 	}
 	return fd, err
-}
-
-// pmPath makes a path the sandbox named safe to show: what is not
-// printable text becomes "?", and a long one keeps its start and its
-// end (the file's own name) around "…", at most maxPMPath bytes.
-func pmPath(p string) string {
-	p = printable(p)
-	if len(p) <= maxPMPath {
-		return p
-	}
-	const keep = (maxPMPath - len("…")) / 2
-	head, tail := p[:keep], p[len(p)-keep:]
-	// Cut on rune boundaries.
-	for len(head) > 0 && !utf8.ValidString(head) {
-		head = head[:len(head)-1]
-	}
-	for len(tail) > 0 && !utf8.ValidString(tail) {
-		tail = tail[1:]
-	}
-	return head + "…" + tail
 }
 
 // openUpper opens the writable root's upper layer that init holds for

@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/result"
 )
@@ -126,120 +124,6 @@ func cut(pm *result.PostMortem) bool {
 	return strings.Contains(pm.Note, "the reading's time budget ran out")
 }
 
-// TestPostMortemRecords: the kernel's records are read for the sandbox's
-// group only, and a process's name, the sandbox's to choose, can neither
-// forge a pid nor hide its memory.
-func TestPostMortemRecords(t *testing.T) {
-	const id = "0123456789ab"
-	for _, tt := range []struct {
-		msg string
-		pid int
-		ok  bool
-	}{
-		{"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/airlock/" + id + ",task_memcg=/airlock/" + id + ",task=t,pid=8725,uid=1073742824", 8725, true},
-		{"oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/" + id + ",task_memcg=/airlock/" + id + ",task=x,pid=1,y,pid=42,uid=5", 42, true},
-		{"oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/other,task_memcg=/airlock/other,task=x/" + id + ",pid=7,uid=5", 0, false},
-		{"oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/airlock/x" + id + ",task=t,pid=7,uid=5", 0, false},
-		{"Memory cgroup out of memory: Killed process 1 (t)", 0, false},
-	} {
-		got, pid, ok := oomKillRecord(tt.msg)
-		if ok = ok && got == id; ok != tt.ok || ok && pid != tt.pid {
-			t.Errorf("%q: %d %v, want %d %v", tt.msg, pid, ok, tt.pid, tt.ok)
-		}
-	}
-	p, ok := killedRecord("Memory cgroup out of memory: Killed process 42 (a) total-vm:9kB, anon-rss:1kB) total-vm:1490112kB, anon-rss:28032kB, file-rss:0kB, shmem-rss:1852kB, UID:1073742824 pgtables:148kB oom_score_adj:0", 42)
-	if !ok || p.Command != "[a) total-vm:9kB, anon-rss:1kB]" || p.RSSBytes != (28032+1852)<<10 {
-		t.Errorf("killed: %+v %v", p, ok)
-	}
-	if _, ok := killedRecord("Memory cgroup out of memory: Killed process 421 (a) total-vm:1kB, anon-rss:1kB", 42); ok {
-		t.Error("another pid's record taken")
-	}
-	if _, ok := killedRecord("audit: comm=\"x\" exe=\"/tmp/Memory cgroup out of memory: Killed process 42 (a) total-vm:1kB, anon-rss:99999kB", 42); ok {
-		t.Error("a record of another kind, carrying the words, taken")
-	}
-	if p, ok := killedRecord("Out of memory: Killed process 42 (a) total-vm:9kB, anon-rss:3kB, file-rss:0kB, shmem-rss:0kB", 42); !ok || p.RSSBytes != 3<<10 {
-		t.Errorf("the host-wide killer's record: %+v %v", p, ok)
-	}
-	st, comm, ok := parseStat([]byte("77 (a) b (c) S 12 77 77 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 100 1000 250 18446744073709551615"))
-	if !ok || st.ppid != 12 || comm != "a) b (c" || st.rss <= 0 {
-		t.Errorf("stat: %+v %q %v", st, comm, ok)
-	}
-	if got := commandLine([]byte("sh\x00-c\x00echo \x1b[2J\x00")); got != "sh -c echo ?[2J" {
-		t.Errorf("command line %q", got)
-	}
-}
-
-// TestKmsgKills: a kill is named by its second record only, whatever
-// other records come between; the latest kill of a group is the one
-// found; the kills kept are bounded.
-func TestKmsgKills(t *testing.T) {
-	k := &kmsgLog{}
-	summary := func(id string, pid int) string {
-		return fmt.Sprintf("oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/airlock/%s,task_memcg=/airlock/%[1]s,task=t,pid=%d,uid=5", id, pid)
-	}
-	killed := func(pid int, name string) string {
-		return fmt.Sprintf("Memory cgroup out of memory: Killed process %d (%s) total-vm:9kB, anon-rss:2kB, file-rss:0kB, shmem-rss:0kB", pid, name)
-	}
-	for _, msg := range []string{
-		summary("aaaaaaaaaaaa", 10),
-		summary("bbbbbbbbbbbb", 20),
-		killed(11, "other"), // the group kill's others
-		killed(20, "b"),
-		"Tasks in /airlock/aaaaaaaaaaaa are going to be killed due to memory.oom.group set",
-	} {
-		k.record(msg)
-	}
-	if kill := k.find("aaaaaaaaaaaa"); kill == nil || kill.named || kill.proc.PID != 10 {
-		t.Errorf("a: %+v, want pid 10 not named yet", kill)
-	}
-	if kill := k.find("bbbbbbbbbbbb"); kill == nil || !kill.named || kill.proc.Command != "[b]" || kill.proc.RSSBytes != 2<<10 {
-		t.Errorf("b: %+v", kill)
-	}
-	k.record(killed(10, "a"))
-	k.record(summary("aaaaaaaaaaaa", 30))
-	k.record(killed(30, "a2"))
-	if kill := k.find("aaaaaaaaaaaa"); kill == nil || kill.proc.Command != "[a2]" {
-		t.Errorf("a, latest: %+v", kill)
-	}
-	if k.find("cccccccccccc") != nil {
-		t.Error("a kill found for a group with none")
-	}
-	for i := range 2 * maxKills {
-		k.record(summary(fmt.Sprintf("%012d", i), 100+i))
-	}
-	if len(k.kills) != maxKills || k.find(fmt.Sprintf("%012d", 2*maxKills-1)) == nil || k.find("bbbbbbbbbbbb") != nil {
-		t.Errorf("%d kills kept", len(k.kills))
-	}
-}
-
-// TestPMPath: a path the sandbox named is shown as printable text, at
-// most maxPMPath bytes, valid UTF-8, its end (the file's own name) kept.
-func TestPMPath(t *testing.T) {
-	long := "/tmp/" + strings.Repeat("a", 300) + "/tail.bin"
-	for _, tt := range []struct{ in, want string }{
-		{"/tmp/big.bin", "/tmp/big.bin"},
-		{"/tmp/a\nb\x1b[2J", "/tmp/a?b?[2J"},
-		{"/tmp/\xff\xfe.bin", "/tmp/?.bin"}, // a run of invalid bytes is one "?"
-		{"/tmp/\u00e9t\u00e9", "/tmp/\u00e9t\u00e9"},
-		{long, long[:126] + "…" + long[len(long)-126:]},
-	} {
-		if got := pmPath(tt.in); got != tt.want {
-			t.Errorf("pmPath(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func FuzzPMPath(f *testing.F) {
-	f.Add("/tmp/big.bin")
-	f.Add("/tmp/" + strings.Repeat("\u00e9", 200))
-	f.Fuzz(func(t *testing.T, p string) {
-		got := pmPath(p)
-		if len(got) > maxPMPath || !utf8.ValidString(got) || strings.ContainsFunc(got, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-			t.Errorf("pmPath(%q) = %q", p, got)
-		}
-	})
-}
-
 // TestTopEntries: the first by rank are kept, ties in the order found.
 func TestTopEntries(t *testing.T) {
 	var top []result.DiskEntry
@@ -253,14 +137,4 @@ func TestTopEntries(t *testing.T) {
 	if strings.Join(got, "") != "bdgea" {
 		t.Errorf("got %v, want b d g e a", got)
 	}
-}
-
-func FuzzPostMortemRecords(f *testing.F) {
-	f.Add("oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/b,task=t,pid=1,uid=2", "Memory cgroup out of memory: Killed process 1 (t) total-vm:1kB, anon-rss:1kB")
-	f.Fuzz(func(t *testing.T, a, b string) {
-		oomKillRecord(a)
-		killedRecord(b, 1)
-		parseStat([]byte(a))
-		_ = printable(b)
-	})
 }
