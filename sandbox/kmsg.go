@@ -50,25 +50,26 @@ func (k *kmsgLog) close() {
 // killed is the process the out-of-memory killer ended in the memory
 // cgroup whose last element is id, read from the log until the
 // deadline; nil if the log has no record of it (the kernel writes the
-// record that names the group at most ten times in five seconds).
-func (k *kmsgLog) killed(id string, deadline time.Time) (*result.Process, error) {
+// record that names the group at most ten times in five seconds), and
+// then whole reports whether the log was read to its end.
+func (k *kmsgLog) killed(id string, deadline time.Time) (p *result.Process, whole bool, err error) {
 	for {
 		k.mu.Lock()
 		if k.fd < 0 {
 			k.mu.Unlock()
-			return nil, k.err
+			return nil, false, k.err
 		}
-		k.read(deadline)
+		whole = k.read(deadline)
 		kill, ok := k.kills.Find(id)
 		k.mu.Unlock()
 		// The record that names the group is written before the kill is
 		// counted; the one that names the process, after: it is waited
 		// for, briefly.
 		if !ok {
-			return nil, nil
+			return nil, whole, nil
 		}
 		if kill.Named || time.Now().Add(kmsgPoll).After(deadline) {
-			return &kill.Process, nil
+			return &kill.Process, whole, nil
 		}
 		time.Sleep(kmsgPoll)
 	}
@@ -78,22 +79,24 @@ func (k *kmsgLog) killed(id string, deadline time.Time) (*result.Process, error)
 const kmsgPoll = 2 * time.Millisecond
 
 // read reads the records written since the last read, without blocking,
-// bounded in number and bytes, until the deadline.
-func (k *kmsgLog) read(deadline time.Time) {
+// bounded in number and bytes, until the deadline. It reports whether it
+// reached the log's end.
+func (k *kmsgLog) read(deadline time.Time) bool {
 	var buf [8192]byte
 	total := 0
 	for range kmsgRecords {
 		if total > kmsgBytes || time.Now().After(deadline) {
-			return
+			return false
 		}
 		n, err := unix.Read(k.fd, buf[:])
 		if errors.Is(err, unix.EPIPE) {
 			continue // overwritten before it was read: the next one
 		}
 		if err != nil || n <= 0 {
-			return // EAGAIN: the end of the log
+			return true // EAGAIN: the end of the log
 		}
 		total += n
 		k.kills.Record(pmtext.Message(buf[:n]))
 	}
+	return false
 }

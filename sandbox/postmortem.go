@@ -54,11 +54,17 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 	pm := &result.PostMortem{}
 	var notes []string
 	if l.Name == result.LimitMemory {
-		var err error
-		if pm.Killed, err = s.rt.kmsg.killed(s.id, deadline); err != nil {
+		killed, whole, err := s.rt.kmsg.killed(s.id, deadline)
+		pm.Killed = killed
+		switch c, cerr := s.group.Counters(); {
+		case err != nil:
 			notes = append(notes, "the kernel's log, which names the process the out-of-memory killer ended, could not be read")
-		} else if c, err := s.group.Counters(); pm.Killed == nil && err == nil && c.OOMKills > 0 {
-			// (A breach of the socket buffers' share kills nothing.)
+		case killed != nil || cerr != nil || c.OOMKills == 0:
+			// Named, or nothing was killed (a breach of the socket
+			// buffers' share kills nothing).
+		case !whole:
+			notes = append(notes, "the kernel's log was not read to its end within the reading's time budget")
+		default:
 			notes = append(notes, "the kernel's log has no record of the kill (it writes at most ten in five seconds)")
 		}
 	}
