@@ -114,7 +114,7 @@ func TestReloadBinary(t *testing.T) {
 		}
 	}
 	if _, err := client.NewTCP(addr, "second-token-0123456789abcdef").Run(ctx, api.RunRequest{Tool: "added", Argv: []string{"true"}}); err != nil {
-		t.Errorf("the token the reload added: %v", err)
+		t.Errorf("the token the reload added: %v\n%s", err, logs)
 	}
 	// A broken config: nothing changes, and the caller is told why.
 	if err := os.WriteFile(cfg, []byte(text+"  bad: {limits: {memory: lots}}\n"), 0o644); err != nil {

@@ -228,7 +228,7 @@ func (d *Server) e2bRoutes() http.Handler {
 		}
 		writeAPIError(w, errdefs.Errorf(errdefs.ErrNotFound, "no such endpoint %s %s", r.Method, path.Clean("/"+r.URL.Path)))
 	})
-	return d.Counted(edge.Recoverer(mux))
+	return d.Counted(d.Recoverer(mux))
 }
 
 // answer serves a call whose error, if it returns one, is answered as

@@ -3,7 +3,9 @@ package edge
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 )
@@ -17,14 +19,17 @@ func (g *Guard) Counted(h http.Handler) http.Handler {
 }
 
 // Recoverer turns a handler panic into a 500 instead of a dropped
-// connection; the daemon must never go down on a request.
-func Recoverer(h http.Handler) http.Handler {
+// connection (the daemon must never go down on a request) and logs it
+// with its stack: the caller is told only "internal error", so the log
+// is the one place the failure can be read.
+func (g *Guard) Recoverer(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
+				g.logger.Error("a request's handler panicked", "method", r.Method, "path", ShortenPath(r.URL.Path), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				WriteErr(w, errors.New("internal error"))
 			}
 		}()

@@ -165,7 +165,7 @@ func (d *Server) routes() http.Handler {
 	})
 	// Every request needs a caller its listener gave it: none is
 	// refused, never taken for the node.Local socket's.
-	return d.Counted(edge.Recoverer(d.RequireCaller(cleanPaths(mux))))
+	return d.Counted(d.Recoverer(d.RequireCaller(cleanPaths(mux))))
 }
 
 // cleanPaths refuses a path with ".", ".." or empty segments. ServeMux

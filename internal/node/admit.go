@@ -99,6 +99,11 @@ func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 // times: warm pools are the node's spare capacity, and work comes first.
 func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
 	p := n.Pool(tool)
+	if p == nil {
+		// The caller found the tool in the generation before a reload
+		// that removed it.
+		return nil, false, errdefs.Errorf(errdefs.ErrNotFound, "no tool %q: a reload of the config removed it", tool)
+	}
 	start := time.Now()
 	for tries := 0; ; tries++ {
 		var sb *sandbox.Sandbox

@@ -279,7 +279,7 @@ func (n *Node) StartKernel(ctx context.Context, s *Session, client, language, cw
 // kernels: each is started in the pooled sandbox, as the sandbox's user
 // in the tool's working directory, before a claim can find it; the claim
 // hands them to the session. Nil when the tool names none.
-func (n *Node) prestart(t *config.Tool) func(context.Context, *sandbox.Sandbox) error {
+func (n *Node) prestart(t *config.Tool, limits sandbox.Limits) func(context.Context, *sandbox.Sandbox) error {
 	if len(t.Pool.Kernels) == 0 {
 		return nil
 	}
@@ -287,7 +287,7 @@ func (n *Node) prestart(t *config.Tool) func(context.Context, *sandbox.Sandbox) 
 		var ks []*Kernel
 		for _, language := range t.Pool.Kernels {
 			x := sandbox.ExecRequest{Env: t.Env, Dir: Workdir("", t), SampleEvery: 250 * time.Millisecond}
-			k, err := launch(ctx, sb, language, "", n.plan(t.Name).Spec.Limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
+			k, err := launch(ctx, sb, language, "", limits, x, func(x sandbox.ExecRequest) *result.Result { return sb.Exec(context.WithoutCancel(ctx), x) })
 			if err != nil {
 				for _, k := range ks {
 					k.Kill()

@@ -25,11 +25,11 @@ import (
 // reads its secrets when it attaches, and a sandbox may wait in the pool
 // for long.
 
-// prebind returns the Spec.OnStart of t's pool, or nil when t's sandboxes
-// are bound at the claim. A binding that fails here is not an error of the
-// sandbox's creation: the claim binds again and reports what fails then.
-func (n *Node) prebind(t *config.Tool) func(*sandbox.Sandbox) error {
-	pol := n.plan(t.Name).Policy
+// prebind returns the Spec.OnStart of t's pool, whose sandboxes it binds
+// to pol, or nil when t's sandboxes are bound at the claim. A binding that
+// fails here is not an error of the sandbox's creation: the claim binds
+// again and reports what fails then.
+func (n *Node) prebind(t *config.Tool, pol attach.Policy) func(*sandbox.Sandbox) error {
 	if len(pol.Services) > 0 {
 		return nil
 	}

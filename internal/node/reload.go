@@ -34,11 +34,15 @@ type toolset struct {
 // plan is tool's plan in the current generation.
 func (n *Node) plan(tool string) attach.Plan { return n.ts.Load().plans[tool] }
 
-// newPool starts t's pool from plan.
+// newPool starts t's pool from plan: its sandboxes, the policy bound to
+// them ahead and the kernels started in them are all plan's, never the
+// node's current generation's, which during a reload is still the one
+// before (a changed tool's new pool bound the old policy, an added
+// tool's none).
 func (n *Node) newPool(t *config.Tool, plan attach.Plan) *pool.Pool {
 	spec := plan.Spec
-	spec.OnStart = n.prebind(t)
-	return pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Min: t.Pool.Min, Max: t.Pool.Max, Idle: t.Pool.Idle, Logger: n.opts.Logger, Prepare: n.prestart(t)})
+	spec.OnStart = n.prebind(t, plan.Policy)
+	return pool.New(n.rt, pool.Config{Name: t.Name, Spec: spec, Warm: t.Pool.Warm, Min: t.Pool.Min, Max: t.Pool.Max, Idle: t.Pool.Idle, Logger: n.opts.Logger, Prepare: n.prestart(t, plan.Spec.Limits)})
 }
 
 // profile is the tool or MCP server name of cfg, nil if none.

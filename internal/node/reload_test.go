@@ -21,12 +21,14 @@ import (
 // changed one gets a fresh pool while its old one drains, a removed one
 // drains, a new one fills; a session opened before keeps its sandbox
 // and tool; a config that cannot be planned, or whose tool does not fit
-// the node, changes nothing and says why.
+// the node, changes nothing and says why. The pools' sandboxes of a
+// changed or added tool are bound to the new config's policy, not the
+// one before the reload (they were, and an added tool's to none).
 func TestReload(t *testing.T) {
 	n := newNode(t, `
 tools:
   keep: {pool: {warm: 1}, env: {V: keep}}
-  change: {pool: {warm: 1}, env: {V: before}}
+  change: {pool: {warm: 1}, env: {V: before}, egress: [{host: before.test, ports: [80], addresses: [127.0.0.1], private: true}]}
   gone: {pool: {warm: 1}}
 `)
 	waitIdle := func(tool string, want int) {
@@ -45,6 +47,7 @@ tools:
 		waitIdle(tool, 1)
 	}
 	keepPool := n.Pool("keep")
+	gone := n.Tools().Tools["gone"]
 	s, err := n.OpenSession(t.Context(), n.Tools().Tools["change"], "test", Local, time.Minute, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +74,8 @@ tools:
 	}
 	rep, err := n.Reload(t.Context(), parse(`
 tools:
-  added: {pool: {warm: 1}}
-  change: {pool: {warm: 1}, env: {V: after}}
+  added: {pool: {warm: 1}, egress: [{host: added.test, ports: [80], addresses: [127.0.0.1], private: true}]}
+  change: {pool: {warm: 1}, env: {V: after}, egress: [{host: after.test, ports: [80], addresses: [127.0.0.1], private: true}]}
   keep: {pool: {warm: 1}, env: {V: keep}}
 server:
   capacity: {sandboxes: 7}
@@ -91,6 +94,11 @@ tracing:
 	if n.Pool("gone") != nil || n.Tools().Tools["gone"] != nil {
 		t.Error("the removed tool is still there")
 	}
+	// A run that found the tool before the reload removed it is refused
+	// as a tool there is no longer, not a failure of the daemon's.
+	if _, _, err := n.Run(t.Context(), RunRequest{Tool: gone, Caller: Local, Client: "test", Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("a run of the removed tool: %v, want ErrNotFound saying a reload removed it", err)
+	}
 	waitIdle("added", 1)
 	waitIdle("change", 1)
 	run := func(tool string) string {
@@ -104,6 +112,25 @@ tracing:
 	}
 	if got := run("change"); got != "after" {
 		t.Errorf("a run of the changed tool: %q, want after", got)
+	}
+	// Each from a ready sandbox of the new pool, bound while it was
+	// made: the proxy's decision is the new policy's.
+	for _, tt := range []struct {
+		tool, host string
+		allow      bool
+	}{
+		{"change", "after.test", true}, {"change", "before.test", false}, {"added", "added.test", true},
+	} {
+		waitIdle(tt.tool, 1)
+		res, done, err := n.Run(t.Context(), RunRequest{Tool: n.Tools().Tools[tt.tool], Caller: Local, Client: "test",
+			Argv: []string{"sh", "-c", "curl -sS -m 5 http://" + tt.host + "/ || true"}, Capture: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+		if len(res.Egress) == 0 || res.Egress[0].Destination != tt.host+":80" || res.Egress[0].Allow != tt.allow {
+			t.Errorf("%s reaching %s: egress %+v, want allow %v", tt.tool, tt.host, res.Egress, tt.allow)
+		}
 	}
 	// The session opened before keeps what it had.
 	res, err := n.Exec(t.Context(), s, "test", sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo $V"}, Capture: true})
@@ -130,8 +157,8 @@ tracing: {endpoint: 'http://127.0.0.1:4318/v1/traces'}
 tools:
   keep: {pool: {warm: 1}, env: {V: keep}}
 
-  change: {pool: {warm: 1}, env: {V: after}}
-  added: {pool: {warm: 1}}
+  change: {pool: {warm: 1}, env: {V: after}, egress: [{host: after.test, ports: [80], addresses: [127.0.0.1], private: true}]}
+  added: {pool: {warm: 1}, egress: [{host: added.test, ports: [80], addresses: [127.0.0.1], private: true}]}
 `), "test")
 	// What only a restart applies is still said: the node runs the
 	// server and tracing it started with.

@@ -419,6 +419,9 @@ func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, 
 		if errors.Is(err, pool.ErrClosed) {
 			return nil, nil, ErrShutdown
 		}
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil, err
+		}
 		if errors.Is(err, sandbox.ErrCapacity) {
 			return nil, nil, AtCapacity(err)
 		}
