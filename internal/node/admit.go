@@ -98,14 +98,23 @@ func (n *Node) hold(c *Caller, held bool) (release func(), err error) {
 // destroying a ready sandbox of another pool, and tries again, a few
 // times: warm pools are the node's spare capacity, and work comes first.
 func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.Sandbox, bool, error) {
-	p := n.Pool(tool)
-	if p == nil {
-		// The caller found the tool in the generation before a reload
-		// that removed it.
-		return nil, false, errdefs.Errorf(errdefs.ErrNotFound, "no tool %q: a reload of the config removed it", tool)
-	}
+	return n.claimFrom(ctx, tool, n.Pool(tool), started)
+}
+
+// maxReplaced bounds how often a claim follows its tool's pool to the one a
+// reload put in its place.
+const maxReplaced = 3
+
+// claimFrom is claim from p, the tool's pool as its caller found it. A
+// reload that replaces the pool in between closes p: the claim then goes
+// to the pool there is now, instead of failing as if the node were
+// stopping; one that removes the tool refuses it as not found.
+func (n *Node) claimFrom(ctx context.Context, tool string, p *pool.Pool, started bool) (*sandbox.Sandbox, bool, error) {
 	start := time.Now()
-	for tries := 0; ; tries++ {
+	for tries, replaced := 0, 0; ; {
+		if p == nil {
+			return nil, false, errdefs.Errorf(errdefs.ErrNotFound, "no tool %q: a reload of the config removed it", tool)
+		}
 		var sb *sandbox.Sandbox
 		var warm bool
 		var err error
@@ -120,14 +129,25 @@ func (n *Node) claim(ctx context.Context, tool string, started bool) (*sandbox.S
 				how = "warm"
 			}
 			n.metrics.claims.Observe(time.Since(start).Seconds(), n.metrics.tool(tool), how)
+			return sb, warm, nil
 		}
-		if err == nil || !errors.Is(err, sandbox.ErrCapacity) {
-			return sb, warm, err
+		if errors.Is(err, pool.ErrClosed) {
+			// The node's stop closes its pools and leaves them in place.
+			if q := n.Pool(tool); q != p && replaced < maxReplaced {
+				p = q
+				replaced++
+				continue
+			}
+			return nil, false, err
+		}
+		if !errors.Is(err, sandbox.ErrCapacity) {
+			return nil, false, err
 		}
 		if tries == 3 || !n.evictFor(ctx, tool) {
 			n.metrics.refusals.Inc("capacity")
 			return nil, false, err
 		}
+		tries++
 	}
 }
 

@@ -48,6 +48,7 @@ tools:
 	}
 	keepPool := n.Pool("keep")
 	gone := n.Tools().Tools["gone"]
+	oldChange, oldGone := n.Pool("change"), n.Pool("gone")
 	s, err := n.OpenSession(t.Context(), n.Tools().Tools["change"], "test", Local, time.Minute, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +99,19 @@ tracing:
 	// as a tool there is no longer, not a failure of the daemon's.
 	if _, _, err := n.Run(t.Context(), RunRequest{Tool: gone, Caller: Local, Client: "test", Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "removed") {
 		t.Errorf("a run of the removed tool: %v, want ErrNotFound saying a reload removed it", err)
+	}
+	// A claim that found the pools before the reload and comes to them
+	// once they are closed: the changed tool's goes to its new pool, the
+	// removed tool's is refused as not found. Neither is told the node is
+	// stopping.
+	n.draining.Wait()
+	if sb, _, err := n.claimFrom(t.Context(), "change", oldChange, true); err != nil {
+		t.Errorf("a claim from the changed tool's old pool: %v, want a sandbox of its new pool", err)
+	} else if err := sb.Destroy(t.Context()); err != nil {
+		t.Error(err)
+	}
+	if _, _, err := n.claimFrom(t.Context(), "gone", oldGone, true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a claim from the removed tool's old pool: %v, want ErrNotFound", err)
 	}
 	waitIdle("added", 1)
 	waitIdle("change", 1)
