@@ -155,34 +155,84 @@ func windowsCPU(d time.Duration, k int, own func(time.Duration) (int64, time.Dur
 	return sides[0].rate, sides[1].rate, sides[0].cpu, sides[1].cpu, nil
 }
 
-// window is one load's share of windowsOf: its rate in runs/s and the
-// whole machine's CPU time per run.
+// window is one load's share of windowsOf: its rate in runs/s, and per
+// run the whole machine's CPU time, context switches and interprocessor
+// interrupts.
 type window struct {
-	rate float64
-	cpu  time.Duration
+	rate       float64
+	cpu        time.Duration
+	ctxt, ipis float64
 }
 
 // windowsOf runs k rounds of the loads, each a window of d/k in turn, and
-// returns each load's rate and CPU per run over its windows.
+// returns each load's rate and its machine counters per run over its
+// windows.
 func windowsOf(d time.Duration, k int, loads ...func(time.Duration) (int64, time.Duration, error)) ([]window, error) {
 	n := make([]int64, len(loads))
 	el := make([]time.Duration, len(loads))
-	cpu := make([]time.Duration, len(loads))
+	sum := make([]machineCount, len(loads))
 	for range k {
 		for i, load := range loads {
-			c0 := machineBusy()
+			c0 := readMachine()
 			runs, took, err := load(d / time.Duration(k))
 			if err != nil {
 				return nil, err
 			}
-			n[i], el[i], cpu[i] = n[i]+runs, el[i]+took, cpu[i]+machineBusy()-c0
+			n[i], el[i], sum[i] = n[i]+runs, el[i]+took, sum[i].add(readMachine().sub(c0))
 		}
 	}
 	out := make([]window, len(loads))
 	for i := range loads {
-		out[i] = window{rate: float64(n[i]) / el[i].Seconds(), cpu: cpu[i] / time.Duration(max(n[i], 1))}
+		runs := max(n[i], 1)
+		out[i] = window{rate: float64(n[i]) / el[i].Seconds(), cpu: sum[i].busy / time.Duration(runs),
+			ctxt: float64(sum[i].ctxt) / float64(runs), ipis: float64(sum[i].ipis) / float64(runs)}
 	}
 	return out, nil
+}
+
+// machineCount is what the whole machine has done: its busy CPU time
+// (machineBusy), its context switches (/proc/stat's ctxt) and the
+// interprocessor interrupts its processors took (/proc/interrupts'
+// rescheduling, function call and TLB shootdown lines: in a VM each is
+// an exit to the hypervisor, a cost no process's CPU time shows whole).
+type machineCount struct {
+	busy       time.Duration
+	ctxt, ipis int64
+}
+
+func (a machineCount) add(b machineCount) machineCount {
+	return machineCount{a.busy + b.busy, a.ctxt + b.ctxt, a.ipis + b.ipis}
+}
+
+func (a machineCount) sub(b machineCount) machineCount {
+	return machineCount{a.busy - b.busy, a.ctxt - b.ctxt, a.ipis - b.ipis}
+}
+
+func readMachine() machineCount {
+	m := machineCount{busy: machineBusy()}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "ctxt "); ok {
+				m.ctxt, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/interrupts"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) == 0 || (f[0] != "RES:" && f[0] != "CAL:" && f[0] != "TLB:") {
+				continue
+			}
+			for _, c := range f[1:] {
+				v, err := strconv.ParseInt(c, 10, 64)
+				if err != nil {
+					break // the description after the counts
+				}
+				m.ipis += v
+			}
+		}
+	}
+	return m
 }
 
 // machineBusy is the CPU time the whole machine has spent on anything
