@@ -104,12 +104,16 @@ func (d *Daemon) leaveCluster() {
 	}
 }
 
-// clusterStats is what the node publishes in its lease.
+// clusterStats is what the node publishes in its lease: the tools it has
+// now (a reload adds and removes them; the config it started with named
+// a removed tool's pool, which is nil, and the lease's publisher
+// panicked on it).
 func (d *Daemon) clusterStats() cluster.Stats {
 	st := cluster.Stats{Tools: map[string]cluster.ToolStats{}}
-	for _, name := range d.opts.Config.Order {
-		ps := d.Pool(name).Stats()
-		st.Tools[name] = cluster.ToolStats{Warm: ps.Warm, Idle: ps.Idle}
+	for _, name := range d.Tools().Order {
+		if ps, ok := d.PoolStats(name); ok {
+			st.Tools[name] = cluster.ToolStats{Warm: ps.Warm, Idle: ps.Idle}
+		}
 	}
 	st.Running = d.Running()
 	st.Sessions = d.Sessions()
