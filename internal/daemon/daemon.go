@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,6 +398,9 @@ func lockSocket(path string) (unlock func(), err error) {
 // accepting, lets running calls finish within the grace period, destroys
 // every sandbox and removes the socket.
 func (d *Daemon) Serve(ctx context.Context) error {
+	// Half the processors for the daemon's goroutines, the rest for its
+	// sandboxes (procs.go), until it has stopped.
+	defer shareProcessors()()
 	errc := make(chan error, 1)
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.flushStop = stop
@@ -437,7 +441,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if err := d.joinCluster(); err != nil {
 		return errors.Join(err, d.Shutdown(context.WithoutCancel(ctx)))
 	}
-	d.opts.Logger.Info("serving", "version", d.opts.Version, "config", d.opts.Config.Path, "tools", len(d.opts.Config.Order), "mcp_servers", len(d.opts.Config.MCPServerOrder))
+	d.opts.Logger.Info("serving", "version", d.opts.Version, "config", d.opts.Config.Path, "tools", len(d.opts.Config.Order), "mcp_servers", len(d.opts.Config.MCPServerOrder), "gomaxprocs", runtime.GOMAXPROCS(0))
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
