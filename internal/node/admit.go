@@ -113,7 +113,7 @@ func (n *Node) claimFrom(ctx context.Context, tool string, p *pool.Pool, started
 	start := time.Now()
 	for tries, replaced := 0, 0; ; {
 		if p == nil {
-			return nil, false, errdefs.Errorf(errdefs.ErrNotFound, "no tool %q: a reload of the config removed it", tool)
+			return nil, false, fmt.Errorf("%w: %q", ErrToolRemoved, tool)
 		}
 		var sb *sandbox.Sandbox
 		var warm bool

@@ -13,6 +13,9 @@ var (
 	ErrAuditRefused = errdefs.New(errdefs.ErrUnavailable, "the audit log cannot be written, so nothing is run unrecorded; see the daemon's log")
 	// ErrShutdown: the node is stopping.
 	ErrShutdown = errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
+	// ErrToolRemoved: a call found its tool in the config before a reload
+	// removed it.
+	ErrToolRemoved = errdefs.New(errdefs.ErrNotFound, "a reload of the config removed the tool")
 	// ErrNoSandbox: no sandbox could be had for a tool.
 	ErrNoSandbox = errdefs.New(errdefs.ErrUnavailable, "no sandbox could be created for this tool; see the daemon's log")
 	// ErrBind: a tool's policy could not be bound to its sandbox.

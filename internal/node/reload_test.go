@@ -97,7 +97,7 @@ tracing:
 	}
 	// A run that found the tool before the reload removed it is refused
 	// as a tool there is no longer, not a failure of the daemon's.
-	if _, _, err := n.Run(t.Context(), RunRequest{Tool: gone, Caller: Local, Client: "test", Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "removed") {
+	if _, _, err := n.Run(t.Context(), RunRequest{Tool: gone, Caller: Local, Client: "test", Argv: []string{"true"}}); !errors.Is(err, ErrToolRemoved) || !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `"gone"`) {
 		t.Errorf("a run of the removed tool: %v, want ErrNotFound saying a reload removed it", err)
 	}
 	// A claim that found the pools before the reload and comes to them
@@ -110,7 +110,7 @@ tracing:
 	} else if err := sb.Destroy(t.Context()); err != nil {
 		t.Error(err)
 	}
-	if _, _, err := n.claimFrom(t.Context(), "gone", oldGone, true); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := n.claimFrom(t.Context(), "gone", oldGone, true); !errors.Is(err, ErrToolRemoved) {
 		t.Errorf("a claim from the removed tool's old pool: %v, want ErrNotFound", err)
 	}
 	waitIdle("added", 1)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/config"
-	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/tracing"
 	"github.com/airlockhq/airlock/pool"
 	"github.com/airlockhq/airlock/result"
@@ -150,7 +149,7 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 			e = fmt.Errorf("the caller went away before the command started: %w", context.Cause(ctx))
 		} else if errors.Is(err, pool.ErrClosed) {
 			e = ErrShutdown
-		} else if errors.Is(err, errdefs.ErrNotFound) {
+		} else if errors.Is(err, ErrToolRemoved) {
 			e = err
 		} else if errors.Is(err, sandbox.ErrCapacity) {
 			e = AtCapacity(err)

@@ -419,7 +419,7 @@ func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, 
 		if errors.Is(err, pool.ErrClosed) {
 			return nil, nil, ErrShutdown
 		}
-		if errors.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(err, ErrToolRemoved) {
 			return nil, nil, err
 		}
 		if errors.Is(err, sandbox.ErrCapacity) {
