@@ -13,9 +13,9 @@ import (
 // for each of the host's, the runtime wakes an idle thread on another
 // processor for nearly every goroutine that becomes ready, and that
 // thread spins looking for work on a processor a sandbox wanted: on a
-// 2-processor host, a run through the API cost 7 % more of the machine's
-// CPU time and 13 more context switches (docs/benchmarks.md, decision
-// 0039). An operator's GOMAXPROCS is left as it is.
+// 2-processor host, a run through the API cost about 4 % more of the
+// machine's CPU time and 14 more context switches (docs/benchmarks.md,
+// decision 0039). An operator's GOMAXPROCS is left as it is.
 
 var procs struct {
 	sync.Mutex
