@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,13 +156,14 @@ func windowsCPU(d time.Duration, k int, own func(time.Duration) (int64, time.Dur
 	return sides[0].rate, sides[1].rate, sides[0].cpu, sides[1].cpu, nil
 }
 
-// window is one load's share of windowsOf: its rate in runs/s, and per
-// run the whole machine's CPU time, context switches and interprocessor
-// interrupts.
+// window is one load's share of windowsOf: its rate in runs/s, per run
+// the whole machine's CPU time, context switches and interprocessor
+// interrupts, and the share of the processors' time left idle.
 type window struct {
 	rate       float64
 	cpu        time.Duration
 	ctxt, ipis float64
+	idle       float64
 }
 
 // windowsOf runs k rounds of the loads, each a window of d/k in turn, and
@@ -185,7 +187,8 @@ func windowsOf(d time.Duration, k int, loads ...func(time.Duration) (int64, time
 	for i := range loads {
 		runs := max(n[i], 1)
 		out[i] = window{rate: float64(n[i]) / el[i].Seconds(), cpu: sum[i].busy / time.Duration(runs),
-			ctxt: float64(sum[i].ctxt) / float64(runs), ipis: float64(sum[i].ipis) / float64(runs)}
+			ctxt: float64(sum[i].ctxt) / float64(runs), ipis: float64(sum[i].ipis) / float64(runs),
+			idle: max(0, 1-float64(sum[i].busy)/(float64(el[i])*float64(runtime.NumCPU())))}
 	}
 	return out, nil
 }
