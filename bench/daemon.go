@@ -105,9 +105,8 @@ func daemonRun(c *client.Client) func(tool string) error {
 const minSustainedWindow = 10 * time.Second
 
 // sustained measures 4 clients in 4 windows of tput/4 (at least
-// minSustainedWindow each), the pool
-// refilling as they go, alternating with windows of bwrap 4 at a time;
-// then, in a phase of its own (2 rounds of the same windows), the confined
+// minSustainedWindow each), the pool refilling as they go, alternating
+// with windows of bwrap 4 at a time; then, in a phase of its own (2 rounds of the same windows), the confined
 // peer (bwrap taking a sandbox's confinement steps) 4 at a time,
 // alternating with bwrap again. The confined peer is kept out of the
 // target's windows: the work the kernel defers after its runs (its
