@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/testutil"
 
@@ -218,6 +219,20 @@ func TestNetworkIsLoopbackOnly(t *testing.T) {
 	case <-accepted:
 		t.Errorf("host listener accepted a connection from the sandbox")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestOwnTCPTable: where the kernel has per-namespace TCP tables, a
+// sandbox's network namespace has one of its own (netns.UseTemplate), so
+// that its connections share no hash chain with the host's and reading
+// its sockets does not walk the host's whole table.
+func TestOwnTCPTable(t *testing.T) {
+	if _, err := os.Stat("/proc/sys/net/ipv4/tcp_child_ehash_entries"); err != nil {
+		t.Skip("no per-namespace TCP tables on this kernel (Linux 6.1 and later)")
+	}
+	r := run(t, runOpts{}, "cat", "/proc/sys/net/ipv4/tcp_ehash_entries")
+	if got, want := strings.TrimSpace(string(r.Stdout)), strconv.Itoa(netns.ChildEhashEntries); got != want {
+		t.Errorf("the sandbox's tcp_ehash_entries = %q (stderr %q), want a table of its own, %s", got, r.Stderr, want)
 	}
 }
 

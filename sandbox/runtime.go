@@ -13,13 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
+	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/linux/seccomp"
 	"github.com/airlockhq/airlock/internal/linux/timerslack"
 	"github.com/airlockhq/airlock/internal/sbinit"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure a Runtime. Zero values take the documented defaults.
@@ -358,6 +360,12 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 		opts.Logger.Info("removed leftovers of a previous airlock process", "sandboxes", n)
 	}
 	if rt.nets == nil {
+		// Each sandbox's namespace gets a TCP table of its own (see
+		// netns.ChildEhashEntries): its sockets are read every 50-100
+		// ms while it holds any, and a reading walks the whole table.
+		if _, err := netns.UseTemplate(); err != nil {
+			opts.Logger.Warn("sandboxes' network namespaces share the host's TCP tables: each reading of a sandbox's sockets walks all of the host's", "err", err)
+		}
 		rt.nets = newNetnsSupply(prepNetns)
 	}
 	if !opts.OneShot {

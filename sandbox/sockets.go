@@ -137,7 +137,7 @@ func probeSockDiag() error {
 		return err
 	}
 	defer ns.Close()
-	_, err = sockdiag.TCP(ns, 1<<32-2, 1<<32-2)
+	_, err = sockdiag.TCP(ns, 1<<32-2, 1<<32-2, sockdiag.IPv4)
 	return err
 }
 
@@ -164,14 +164,24 @@ func (s *Sandbox) socketUsage() (n, bound int64, over bool) {
 	if s.unheld <= 0 || s.netns == nil || s.ids == nil {
 		return 0, 0, false
 	}
-	if n, ok := tcpInUse(s.pid); ok && n == 0 {
-		// No TCP socket in the namespace holds a buffer: nothing to
-		// read. The full reading costs milliseconds of the kernel's
-		// time (it walks the host's TCP tables), a sandbox at rest
-		// every 100 ms; this, microseconds.
-		return 0, s.unheld, false
+	families := sockdiag.Both
+	if v4, v6, ok := tcpInUse(s.pid); ok {
+		// No TCP socket of a family in the namespace holds a buffer:
+		// nothing of it to read. A reading walks the namespace's TCP
+		// table once a family (see netns.ChildEhashEntries), a
+		// sandbox at rest every 100 ms; this costs microseconds.
+		families = 0
+		if v4 > 0 {
+			families |= sockdiag.IPv4
+		}
+		if v6 > 0 {
+			families |= sockdiag.IPv6
+		}
+		if families == 0 {
+			return 0, s.unheld, false
+		}
 	}
-	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1)
+	u, err := sockdiag.TCP(s.netns, s.ids.base, s.ids.base+idRangeSize-1, families)
 	if err != nil {
 		// Without the reading the bound on unaccepted connections is
 		// gone: said once a runtime (a kernel without sock_diag's TCP
@@ -256,26 +266,26 @@ func (x *execution) checkSockets() bool {
 	return over
 }
 
-// tcpInUse is how many TCP sockets (IPv4 and IPv6) the network namespace
+// tcpInUse is how many IPv4 and IPv6 TCP sockets the network namespace
 // of pid has in its tables, from its sockstat files: listening, connected
 // and connections not accepted yet, each of which is counted while it is
 // hashed; a socket that is not there (never bound or connected, or in
-// TIME_WAIT) holds no buffer. ok is false when it could not be read, and
-// the caller then reads the sockets themselves.
-func tcpInUse(pid int) (n int64, ok bool) {
-	var total int64
-	for _, f := range [...]struct{ file, prefix string }{{"sockstat", "TCP: inuse "}, {"sockstat6", "TCP6: inuse "}} {
+// TIME_WAIT) holds no buffer. ok is false when they could not be read,
+// and the caller then reads the sockets themselves.
+func tcpInUse(pid int) (v4, v6 int64, ok bool) {
+	var n [2]int64
+	for i, f := range [...]struct{ file, prefix string }{{"sockstat", "TCP: inuse "}, {"sockstat6", "TCP6: inuse "}} {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + f.file)
 		if err != nil {
-			return 0, false
+			return 0, 0, false
 		}
 		v, found := sockstatInUse(b, f.prefix)
 		if !found {
-			return 0, false
+			return 0, 0, false
 		}
-		total += v
+		n[i] = v
 	}
-	return total, true
+	return n[0], n[1], true
 }
 
 // sockstatInUse reads the count after prefix ("TCP: inuse ") in a

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,13 +64,113 @@ var home = sync.OnceValues(func() (int, error) {
 	return fd, nil
 })
 
+// ChildEhashEntries is the size of the TCP hash table of established
+// connections each namespace made here gets of its own (the kernel's
+// net.ipv4.tcp_child_ehash_entries, Linux 6.1 and later; 0 there means a
+// new namespace shares the host's). A sandbox has few connections, and a
+// table of its own keeps its chains and the host's apart: the host's
+// table is sized for the whole machine (262,144 buckets on a 24 GiB
+// host), and reading a namespace's TCP sockets (sock_diag, which the
+// runtime does every 50–100 ms for a sandbox with TCP sockets open)
+// walks every bucket of the table the namespace uses.
+const ChildEhashEntries = 1024
+
+// template is the network namespace the namespaces made here are made
+// from once UseTemplate has made it: one with nothing in it but
+// net.ipv4.tcp_child_ehash_entries set, held for the process's life. A
+// namespace takes that setting from the one its maker is in, and setting
+// it in the host's own would change every namespace made on the host, by
+// anyone. Until then (and in a process that never asks, such as a
+// one-shot run, which would pay a whole namespace for it) namespaces are
+// made from the caller's.
+var template struct {
+	once sync.Once
+	fd   atomic.Int32 // the descriptor plus one; 0 while there is none
+	err  error
+}
+
+// UseTemplate makes the namespace later namespaces are made from (see
+// ChildEhashEntries) and reports whether it could: false with no error
+// on a kernel without per-namespace TCP tables, false with the error when
+// it could not be made (namespaces are still made, sharing the host's
+// tables). It is made once; later calls return the first's answer.
+func UseTemplate() (bool, error) {
+	template.once.Do(func() {
+		type res struct {
+			fd  int
+			err error
+		}
+		done := make(chan res, 1)
+		go func() {
+			runtime.LockOSThread()
+			fd, err, restored := makeTemplate()
+			if restored {
+				runtime.UnlockOSThread()
+			}
+			done <- res{fd, err}
+		}()
+		r := <-done
+		template.err = r.err
+		if r.fd >= 0 {
+			template.fd.Store(int32(r.fd) + 1)
+		}
+	})
+	return template.fd.Load() > 0, template.err
+}
+
+func makeTemplate() (fd int, err error, restored bool) {
+	orig, err := home()
+	if err != nil {
+		return -1, err, true
+	}
+	if _, err := os.Stat("/proc/sys/net/ipv4/tcp_child_ehash_entries"); errors.Is(err, os.ErrNotExist) {
+		return -1, nil, true
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return -1, fmt.Errorf("create the template network namespace: %w", err), true
+	}
+	defer func() {
+		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			fd, err, restored = -1, errors.Join(err, fmt.Errorf("restore network namespace: %w", serr)), false
+			return
+		}
+		restored = true
+	}()
+	if err := os.WriteFile("/proc/sys/net/ipv4/tcp_child_ehash_entries", []byte(strconv.Itoa(ChildEhashEntries)), 0); err != nil {
+		return -1, fmt.Errorf("the template network namespace: %w", err), false
+	}
+	fd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the template network namespace: %w", err), false
+	}
+	return fd, nil, false
+}
+
 func newAndRun(fn func() error) (ns *os.File, err error, restored bool) {
 	orig, err := home()
 	if err != nil {
 		return nil, err, true
 	}
+	// Without a template the namespace shares the host's tables, as
+	// before Linux 6.1.
+	from := int(template.fd.Load()) - 1
+	if from >= 0 {
+		if err := unix.Setns(from, unix.CLONE_NEWNET); err != nil {
+			return nil, fmt.Errorf("enter the template network namespace: %w", err), true
+		}
+	}
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("create network namespace: %w", err), true
+		err = fmt.Errorf("create network namespace: %w", err)
+		if from < 0 {
+			return nil, err, true
+		}
+		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+			return nil, errors.Join(err, fmt.Errorf("restore network namespace: %w", serr)), false
+		}
+		return nil, err, true
 	}
 	defer func() {
 		if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {

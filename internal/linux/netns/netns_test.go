@@ -4,12 +4,15 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
@@ -144,5 +147,76 @@ func TestThreadsReturnHome(t *testing.T) {
 		if got != want {
 			t.Errorf("thread %s is in %s, want %s", task.Name(), got, want)
 		}
+	}
+}
+
+// ehashEntries reads net.ipv4.tcp_ehash_entries as a thread inside ns
+// sees it: positive for a table of the namespace's own, negative (the
+// host's size) for one it shares.
+func ehashEntries(t *testing.T, ns *os.File) int {
+	t.Helper()
+	var n int
+	err := Do(ns, func() error {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_ehash_entries")
+		if err != nil {
+			return err
+		}
+		n, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestOwnTCPTable: a namespace made here has a TCP table of its own, of
+// ChildEhashEntries buckets, where the kernel has per-namespace tables;
+// one made from the host's namespace shares the host's; and the host's
+// own setting for children is left as it was.
+func TestOwnTCPTable(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/proc/sys/net/ipv4/tcp_child_ehash_entries"); err != nil {
+		t.Skip("no per-namespace TCP tables on this kernel (Linux 6.1 and later)")
+	}
+	hostChild, err := os.ReadFile("/proc/sys/net/ipv4/tcp_child_ehash_entries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := UseTemplate(); !ok || err != nil {
+		t.Fatalf("UseTemplate: %v, %v", ok, err)
+	}
+	ns, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if n := ehashEntries(t, ns); n != ChildEhashEntries {
+		t.Errorf("a new namespace's tcp_ehash_entries = %d, want its own %d", n, ChildEhashEntries)
+	}
+	// The control: a namespace made from the host's shares its table
+	// (if the host sets nothing for children).
+	if strings.TrimSpace(string(hostChild)) == "0" {
+		plain := make(chan *os.File, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				plain <- nil
+				return
+			}
+			f, _ := os.Open("/proc/thread-self/ns/net")
+			plain <- f
+		}()
+		f := <-plain
+		if f == nil {
+			t.Fatal("unshare a control namespace failed")
+		}
+		defer f.Close()
+		if n := ehashEntries(t, f); n >= 0 {
+			t.Errorf("a namespace made from the host's reads %d: want the host's shared table (negative)", n)
+		}
+	}
+	if after, err := os.ReadFile("/proc/sys/net/ipv4/tcp_child_ehash_entries"); err != nil || string(after) != string(hostChild) {
+		t.Errorf("the host's tcp_child_ehash_entries is %q (%v), was %q", after, err, hostChild)
 	}
 }

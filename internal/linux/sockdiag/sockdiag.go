@@ -46,11 +46,32 @@ const (
 	stateEstablished = 1
 	stateSynRecv     = 3
 	stateCloseWait   = 8
+	stateListen      = 10
+	stateBound       = 13 // TCP_BOUND_INACTIVE: bound, neither listening nor connected (Linux 6.6)
+	// Every state a socket with buffers may be in: all but LISTEN and
+	// BOUND_INACTIVE. A listener holds no buffers of its own (its
+	// connections not accepted yet are sockets of their own, in the table
+	// of established connections), nor does a socket only bound; asking
+	// for either makes the kernel walk a table every namespace shares with
+	// the host's (of listeners, of bound ports), whose size is the host's:
+	// 0.1–0.3 ms a reading here, where a namespace's own table of
+	// established connections takes microseconds.
+	readStates = 0b1_1011_1111_1110 // states 1 to 9 (ESTABLISHED to LAST_ACK), 11 (CLOSING) and 12 (NEW_SYN_RECV)
 )
 
-// TCP reads the usage of the TCP sockets (IPv4 and IPv6) in namespace ns
-// whose owner is a host uid from lo to hi.
-func TCP(ns *os.File, lo, hi uint32) (Usage, error) {
+// Families says which of a namespace's TCP sockets TCP reads.
+type Families uint8
+
+const (
+	IPv4 Families = 1 << iota
+	IPv6
+	Both = IPv4 | IPv6
+)
+
+// TCP reads the usage of the TCP sockets of families in namespace ns
+// whose owner is a host uid from lo to hi. Each family costs a walk of
+// the namespace's table of established connections.
+func TCP(ns *os.File, lo, hi uint32, families Families) (Usage, error) {
 	var fd int
 	err := netns.Do(ns, func() error {
 		var err error
@@ -62,16 +83,22 @@ func TCP(ns *os.File, lo, hi uint32) (Usage, error) {
 	}
 	defer unix.Close(fd)
 	var u Usage
-	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		if err := dump(fd, family, lo, hi, &u); err != nil {
+	for _, f := range []struct {
+		bit    Families
+		family uint8
+	}{{IPv4, unix.AF_INET}, {IPv6, unix.AF_INET6}} {
+		if families&f.bit == 0 {
+			continue
+		}
+		if err := dump(fd, f.family, lo, hi, &u); err != nil {
 			return u, err
 		}
 	}
 	return u, nil
 }
 
-// dump asks for every TCP socket of family and adds those of owners lo to
-// hi to u.
+// dump asks for the TCP sockets of family (but listeners) and adds those
+// of owners lo to hi to u.
 func dump(fd int, family uint8, lo, hi uint32, u *Usage) error {
 	req := make([]byte, unix.NLMSG_HDRLEN+reqLen)
 	ne := binary.NativeEndian
@@ -81,7 +108,7 @@ func dump(fd int, family uint8, lo, hi uint32, u *Usage) error {
 	ne.PutUint32(req[8:], uint32(family)) // sequence number
 	r := req[unix.NLMSG_HDRLEN:]
 	r[0], r[1], r[2] = family, unix.IPPROTO_TCP, 1<<(inetDiagSKMem-1)
-	ne.PutUint32(r[4:], ^uint32(0)) // every state
+	ne.PutUint32(r[4:], readStates)
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sock_diag: send: %w", err)
 	}

@@ -51,22 +51,26 @@ func TestTCPUnheld(t *testing.T) {
 		}
 		n += w
 	}
-	u, err := TCP(ns, 0, 0)
+	u, err := TCP(ns, 0, 0, Both)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("before accept: %+v", u)
 	// The connection not accepted holds what its receive buffer takes;
-	// the rest waits in the client's.
-	if u.Sockets != 3 || u.Unheld < 64<<10 || u.Bytes < sent {
-		t.Fatalf("before accept: %+v, want 3 sockets, 64 KiB unheld at least and %d bytes in all", u, sent)
+	// the rest waits in the client's. The listener is not read.
+	if u.Sockets != 2 || u.Unheld < 64<<10 || u.Bytes < sent {
+		t.Fatalf("before accept: %+v, want 2 sockets (the listener left out), 64 KiB unheld at least and %d bytes in all", u, sent)
+	}
+	// Asked for IPv6 sockets only, it finds none of these.
+	if u6, err := TCP(ns, 0, 0, IPv6); err != nil || u6.Sockets != 0 {
+		t.Fatalf("IPv6 only: %+v, %v; want no sockets", u6, err)
 	}
 	a, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(a)
-	u, err = TCP(ns, 0, 0)
+	u, err = TCP(ns, 0, 0, Both)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +78,23 @@ func TestTCPUnheld(t *testing.T) {
 	if u.Unheld != 0 || u.Bytes < sent {
 		t.Fatalf("after accept: %+v, want none unheld and at least %d bytes", u, sent)
 	}
-	if u, err := TCP(ns, 1, 1<<31); err != nil || u.Sockets != 0 {
+	if u, err := TCP(ns, 1, 1<<31, Both); err != nil || u.Sockets != 0 {
 		t.Fatalf("sockets of other owners: %+v, %v; want none", u, err)
+	}
+}
+
+// TestReadStates: the states asked for are those a socket with buffers
+// may be in, and neither of the two whose dump walks a table every
+// namespace shares with the host's.
+func TestReadStates(t *testing.T) {
+	for st := range 16 {
+		want := st >= 1 && st <= 12 && st != stateListen
+		if got := readStates&(1<<st) != 0; got != want {
+			t.Errorf("state %d asked for: %v, want %v", st, got, want)
+		}
+	}
+	if readStates&(1<<stateBound) != 0 || readStates&(1<<stateListen) != 0 {
+		t.Error("LISTEN or BOUND_INACTIVE asked for")
 	}
 }
 
