@@ -35,10 +35,15 @@ type ParentCeiling struct {
 }
 
 // ReadParentCeiling reads the ceiling above cgroupParent (Options'
-// CgroupParent, default DefaultCgroupParent). It creates nothing.
+// CgroupParent, default DefaultCgroupParent; relative to this process's
+// own cgroup when it has no leading slash). It creates nothing.
 func ReadParentCeiling(cgroupParent string) (ParentCeiling, error) {
 	if cgroupParent == "" {
 		cgroupParent = DefaultCgroupParent
+	}
+	cgroupParent, err := cgroup.ResolveParent(cgroupParent)
+	if err != nil {
+		return ParentCeiling{}, err
 	}
 	c, err := cgroup.AncestorCeiling(cgroupParent)
 	return ParentCeiling{Memory: c.MemoryBytes, MemoryAt: c.MemoryAt, Pids: c.Pids, PidsAt: c.PidsAt}, err

@@ -30,7 +30,9 @@ type Options struct {
 	// the scratch directories. Default /run/airlock.
 	StateDir string
 	// CgroupParent is the cgroup under which each sandbox gets its own,
-	// relative to the cgroup root(s). Default /airlock.
+	// relative to the cgroup root(s); without a leading slash, below this
+	// process's own cgroup (cgroup v2 only; cgroup.ResolveParent).
+	// Default /airlock.
 	CgroupParent string
 	// IDLockDir holds one lock file per host uid range slot ever claimed;
 	// a range is in use while its file is locked (flock). It must be the
@@ -222,6 +224,9 @@ func New(ctx context.Context, opts Options) (_ *Runtime, err error) {
 	opts.defaults()
 	if os.Geteuid() != 0 {
 		return nil, errors.New("airlock needs root to create sandboxes (user namespaces with a private uid range, cgroups, network namespaces)")
+	}
+	if opts.CgroupParent, err = cgroup.ResolveParent(opts.CgroupParent); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	if opts.InitPath == "" {
 		p, self, err := findInit()

@@ -168,7 +168,7 @@ func Build(w io.Writer, o Options) (string, error) {
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{baseDiff, progDiff}},
 		"history": []map[string]any{
-			{"created": created, "created_by": "debian bookworm (minbase, slim) with " + strings.Join(o.Spec.Packages, " ")},
+			{"created": created, "created_by": "the base root file system, with " + strings.Join(append([]string{"nothing"}, o.Spec.Packages...)[min(1, len(o.Spec.Packages)):], " ")},
 			{"created": created, "created_by": "COPY " + strings.Join(o.Spec.Programs, " ") + " " + o.Spec.Dest},
 		},
 	}
@@ -339,7 +339,7 @@ func copyBase(tw *tar.Writer, tr *tar.Reader, epoch time.Time) error {
 // programs is the COPY layer: Spec.Dest and its parents, and the
 // programs in it, root's, mode 0755.
 func programs(tw *tar.Writer, o Options) error {
-	dest := strings.Trim(path.Clean(o.Spec.Dest), "/")
+	dest := strings.Trim(path.Clean("/"+o.Spec.Dest), "/")
 	var dirs []string
 	for d := dest; d != "." && d != ""; d = path.Dir(d) {
 		dirs = append([]string{d}, dirs...)
@@ -354,7 +354,11 @@ func programs(tw *tar.Writer, o Options) error {
 		if err != nil {
 			return err
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dest + "/" + p, Mode: 0o755, Size: int64(len(b)), ModTime: o.Epoch, Format: tar.FormatPAX}); err != nil {
+		name := p
+		if dest != "" {
+			name = dest + "/" + p
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(b)), ModTime: o.Epoch, Format: tar.FormatPAX}); err != nil {
 			return err
 		}
 		if _, err := tw.Write(b); err != nil {

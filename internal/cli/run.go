@@ -101,7 +101,7 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowArgs}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowPrivateArgs, private: true}, "allow-private", "as --allow, for a destination in a private range (10/8, 192.168/16, loopback, ...; never metadata or link-local), as private: true in the config")
 	fs.StringVar(&f.Opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
-	fs.StringVar(&f.Opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
+	fs.StringVar(&f.Opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own) (advanced)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: airlock run [flags] -- COMMAND [ARG...]\n\nRuns COMMAND in a fresh sandbox that is destroyed afterwards.\nExit status: the command's own; 128+N if killed by signal N; 124 if a ceiling\nwas breached; 125 if airlock itself failed.\n\nFlags:")
 		fs.PrintDefaults()

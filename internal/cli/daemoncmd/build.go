@@ -78,7 +78,7 @@ func (b *buildFlags) add(fs *flag.FlagSet, name *string) {
 	fs.Var(cli.AllowFlag(&b.allow, &b.allowRaw, false), "allow", "let RUN steps reach HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT through airlock's egress gateway (repeatable; port 443 if none; default: no network)")
 	fs.Var(cli.AllowFlag(&b.allow, &b.allowRaw, true), "allow-private", "as --allow, for a destination in a private range (a mirror on the local network)")
 	fs.StringVar(&b.stateDir, "state-dir", sandbox.DefaultStateDir, "state directory (advanced)")
-	fs.StringVar(&b.cgroupDir, "cgroup-parent", sandbox.DefaultCgroupParent, "cgroup under which the steps' sandboxes are created (advanced)")
+	fs.StringVar(&b.cgroupDir, "cgroup-parent", sandbox.DefaultCgroupParent, "cgroup under which the steps' sandboxes are created (no leading slash: below airlock's own) (advanced)")
 }
 
 func (b *buildFlags) run(ctx context.Context, st *image.Store, dir, name string, stdio cli.IO) error {

@@ -40,7 +40,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	fs.SetOutput(stdio.Stderr)
 	cfgPath := fs.String("config", "", "config file whose socket and image store are checked (default: $AIRLOCK_CONFIG, /etc/airlock/airlock.yaml)")
 	stateDir := fs.String("state-dir", "/run/airlock", "state directory (advanced)")
-	cgParent := fs.String("cgroup-parent", "/airlock", "cgroup under which sandboxes are created (advanced)")
+	cgParent := fs.String("cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own) (advanced)")
 	noSandbox := fs.Bool("no-sandbox", false, "check the host only; do not create a sandbox")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock doctor [flags]\n\nChecks what airlock needs of this host, one line each with the fix when it\nfails: root, the kernel, user namespaces, cgroups and their controllers,\noverlayfs, Landlock, seccomp, what bounds the sandboxes' socket buffers,\nthe sandboxes' id range, the image store's file system,\nairlock-init, the daemon's socket; then creates a sandbox and runs a\ncommand in it. Exits 1 when a check fails.\n\nFlags:")

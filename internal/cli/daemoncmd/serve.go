@@ -79,6 +79,6 @@ func embedFlags(fs *flag.FlagSet, opts *daemon.Options, when string) *string {
 	fs.StringVar(&opts.AuditPath, "audit", "", "audit log database"+when+" (default: the config's audit.path, else "+config.DefaultAuditPath+")")
 	fs.StringVar(&opts.ImageStore, "image-store", "", "image store tools' images are found in"+when+" (default: the config's images.store, else "+image.DefaultDir+")")
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory"+when+" (advanced)")
-	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created"+when+" (advanced)")
+	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own)"+when+" (advanced)")
 	return cfgPath
 }

@@ -72,6 +72,21 @@ func Start(t testing.TB, users ...User) *ControlPlane {
 // Run is Start outside a test: the control plane's files go in dir, and
 // stop ends its processes.
 func Run(apiserver, dir string, users ...User) (_ *ControlPlane, stop func(), err error) {
+	return RunWith(apiserver, dir, Options{}, users...)
+}
+
+// Options change where the API server listens, for a cluster with nodes.
+type Options struct {
+	// Advertise is the address the API server listens on (all of the
+	// host's, with this one in its certificate) and that the kubernetes
+	// Service's endpoints name, which a kubelet's pods reach it at; Port
+	// is its port. Without Advertise it listens on 127.0.0.1, on a free
+	// port, and keeps no endpoints (no pod reaches it).
+	Advertise, Port string
+}
+
+// RunWith is Run with options.
+func RunWith(apiserver, dir string, o Options, users ...User) (_ *ControlPlane, stop func(), err error) {
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube-apiserver is built but etcd is not installed (Debian's etcd-server): %w", err)
@@ -112,6 +127,10 @@ func Run(apiserver, dir string, users ...User) (_ *ControlPlane, stop func(), er
 		}
 	}
 	clientPort, peerPort, apiPort := ports[0], ports[1], ports[2]
+	host, bind, reconciler := "127.0.0.1", "127.0.0.1", "none"
+	if o.Advertise != "" {
+		host, bind, reconciler, apiPort = o.Advertise, "0.0.0.0", "lease", o.Port
+	}
 	s, err := start(dir, "etcd", etcd,
 		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:"+clientPort, "--advertise-client-urls=http://127.0.0.1:"+clientPort,
@@ -123,7 +142,7 @@ func Run(apiserver, dir string, users ...User) (_ *ControlPlane, stop func(), er
 	stops = append(stops, s)
 	s, err = start(dir, "kube-apiserver", apiserver,
 		"--etcd-servers=http://127.0.0.1:"+clientPort,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+apiPort,
+		"--bind-address="+bind, "--advertise-address="+host, "--secure-port="+apiPort,
 		"--cert-dir="+filepath.Join(dir, "certs"),
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
@@ -131,12 +150,12 @@ func Run(apiserver, dir string, users ...User) (_ *ControlPlane, stop func(), er
 		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--endpoint-reconciler-type=none", "--allow-privileged=true")
+		"--endpoint-reconciler-type="+reconciler, "--allow-privileged=true")
 	if err != nil {
 		return nil, nil, err
 	}
 	stops = append(stops, s)
-	cp.URL = "https://127.0.0.1:" + apiPort
+	cp.URL = "https://" + net.JoinHostPort(host, apiPort)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if ca, err := os.ReadFile(filepath.Join(dir, "certs", "apiserver.crt")); err == nil {
@@ -175,6 +194,11 @@ func (cp *ControlPlane) Client(t testing.TB, user string) *kube.Client {
 func (cp *ControlPlane) client(user, ns string) (*kube.Client, error) {
 	return kube.New(kube.Config{Server: cp.URL, Token: cp.Tokens[user], CA: cp.CA, Namespace: ns})
 }
+
+// Dir is the directory of the control plane's files: its service
+// account signing key (sa.key) and the API server's certificate
+// (certs/apiserver.crt) among them.
+func (cp *ControlPlane) Dir() string { return cp.dir }
 
 // TokenFile writes user's token to a file and returns its path.
 func (cp *ControlPlane) TokenFile(t testing.TB, user string) string {
