@@ -3,9 +3,13 @@ package kubernetes
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,16 +21,17 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/e2b"
 )
 
 // TestOnKubelet runs the kustomization as shipped (the image set to the
 // one built from this checkout, as kustomize edit set image would) on a
 // one-node cluster with a real kubelet and container runtime, and checks
 // what the manifests promise: the node pod becomes ready and keeps its
-// Lease; the front's replicas become ready; runs and sessions go through
-// the front's Service; the sandboxes' cgroups sit below the node pod's,
-// so the kubelet accounts for them; the front's PodDisruptionBudget
-// holds; evicting the node pod drains it (a run in flight finishes)
+// Lease; the front's replicas become ready; runs, sessions and an E2B
+// sandbox go through the front's Service; the sandboxes' cgroups sit
+// below the node pod's, so the kubelet accounts for them; the front's
+// PodDisruptionBudget holds; evicting the node pod drains it (a run in flight finishes)
 // within its grace, and the DaemonSet's replacement registers and
 // serves, with nothing of its predecessor's left, also after a kill
 // without grace.
@@ -112,6 +117,10 @@ func TestOnKubelet(t *testing.T) {
 		t.Errorf("a session through the Service: %v %+v", err, r)
 	}
 
+	t.Run("E2B sandbox", func(t *testing.T) {
+		c.e2bThroughFront(t, "http://"+net.JoinHostPort(svc.Spec.ClusterIP, "7401"), token)
+	})
+
 	// Every sandbox's init, seen from the host, is in a cgroup below the
 	// node pod's: the kubelet's accounting covers them.
 	podSlice := "kubepods-burstable-pod" + strings.ReplaceAll(node.Metadata.UID, "-", "_") + ".slice"
@@ -172,14 +181,7 @@ func TestOnKubelet(t *testing.T) {
 			t.Errorf("the run in flight at the eviction: %v", err)
 		}
 		old := node
-		c.wait("the DaemonSet's replacement to be Ready", 5*time.Minute, func() error {
-			ps, err := c.readyPods("node")
-			if err != nil || len(ps) != 1 || ps[0].Metadata.UID == old.Metadata.UID {
-				return fmt.Errorf("%d ready node pods: %v", len(ps), err)
-			}
-			node = ps[0]
-			return nil
-		})
+		node = c.replacement(old)
 		t.Logf("drained and replaced in %.0fs", time.Since(start).Seconds())
 		c.checkGone(t, old)
 		c.checkLease(t, node)
@@ -202,14 +204,7 @@ func TestOnKubelet(t *testing.T) {
 		if _, err := c.api(http.MethodDelete, "/api/v1/namespaces/airlock/pods/"+old.Metadata.Name, map[string]any{"gracePeriodSeconds": 0}, nil); err != nil {
 			t.Fatal(err)
 		}
-		c.wait("the DaemonSet's replacement to be Ready", 5*time.Minute, func() error {
-			ps, err := c.readyPods("node")
-			if err != nil || len(ps) != 1 || ps[0].Metadata.UID == old.Metadata.UID {
-				return fmt.Errorf("%d ready node pods: %v", len(ps), err)
-			}
-			node = ps[0]
-			return nil
-		})
+		node = c.replacement(old)
 		c.checkGone(t, old)
 		c.checkLease(t, node)
 		c.wait("a run through the front after the kill", 2*time.Minute, func() error {
@@ -222,6 +217,22 @@ func TestOnKubelet(t *testing.T) {
 type apiResult struct {
 	stdout  string
 	outcome string
+}
+
+// replacement waits for the DaemonSet's pod that replaces old to be
+// Ready, and returns it.
+func (c *nodeCluster) replacement(old pod) pod {
+	c.t.Helper()
+	var p pod
+	c.wait("the DaemonSet's replacement to be Ready", 5*time.Minute, func() error {
+		ps, err := c.readyPods("node")
+		if err != nil || len(ps) != 1 || ps[0].Metadata.UID == old.Metadata.UID {
+			return fmt.Errorf("%d ready node pods: %v", len(ps), err)
+		}
+		p = ps[0]
+		return nil
+	})
+	return p
 }
 
 // waitBudget waits until the disruption controller has looked at the
@@ -246,6 +257,44 @@ func (c *nodeCluster) waitBudget(name string) {
 		}
 		return nil
 	})
+}
+
+// e2bThroughFront makes an E2B sandbox through the front's E2B API at
+// base, as E2B's SDKs call it: created with an API key, a command run in
+// it through envd's process service (routed by the E2b-Sandbox-Id
+// header, with the sandbox's access token), listed, and killed.
+func (c *nodeCluster) e2bThroughFront(t *testing.T, base, key string) {
+	do := func(method, path string, hdr map[string]string, body []byte) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, base+path, bytes.NewReader(body))
+		must(t, err)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, b
+	}
+	apiKey := map[string]string{"X-API-KEY": key, "Content-Type": "application/json"}
+	status, b := do(http.MethodPost, "/v2/sandboxes", apiKey, []byte(`{"templateID":"sh"}`))
+	var sb e2b.Sandbox
+	if status != http.StatusCreated || json.Unmarshal(b, &sb) != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	cmd := e2b.AppendEnvelope(nil, 0, []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo through the front"]}}`))
+	_, b = do(http.MethodPost, "/process.Process/Start", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken,
+		"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}, cmd)
+	if want := base64.StdEncoding.EncodeToString([]byte("through the front\n")); !bytes.Contains(b, []byte(want)) {
+		t.Errorf("a command in the E2B sandbox: %q, want its output %s", b, want)
+	}
+	if status, b := do(http.MethodGet, "/v2/sandboxes", apiKey, nil); status != http.StatusOK || !bytes.Contains(b, []byte(sb.SandboxID)) {
+		t.Errorf("list: %d %s, want %s in it", status, b, sb.SandboxID)
+	}
+	if status, b := do(http.MethodDelete, "/sandboxes/"+sb.SandboxID, apiKey, nil); status != http.StatusNoContent {
+		t.Errorf("kill: %d %s", status, b)
+	}
 }
 
 // evict asks for a pod's eviction, as a drain does: the

@@ -577,19 +577,23 @@ func airlockProcs(t *testing.T) []string {
 
 func childGroups(t *testing.T, dir string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		t.Fatal(err)
-	}
 	var groups []string
-	for _, e := range ents {
+	for _, e := range readDir(t, dir) {
 		if e.IsDir() {
 			groups = append(groups, e.Name())
 		}
 	}
 	return groups
+}
+
+// readDir lists dir; nothing when it does not exist.
+func readDir(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return ents
 }
 
 // netnsHolders lists what holds the network namespace ns ("net:[INODE]"):
@@ -646,14 +650,8 @@ func diff(now, before []string) []string {
 // heldLocks lists the files of dir that some process holds a flock on.
 func heldLocks(t *testing.T, dir string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		t.Fatal(err)
-	}
 	var held []string
-	for _, e := range ents {
+	for _, e := range readDir(t, dir) {
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
