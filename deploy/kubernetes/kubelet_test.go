@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,9 +33,10 @@ import (
 // sandbox go through the front's Service; the sandboxes' cgroups sit
 // below the node pod's, so the kubelet accounts for them; the front's
 // PodDisruptionBudget holds; evicting the node pod drains it (a run in flight finishes)
-// within its grace, and the DaemonSet's replacement registers and
-// serves, with nothing of its predecessor's left, also after a kill
-// without grace.
+// within its grace while the front sends new runs to another node, and
+// the DaemonSet's replacement registers and serves, with nothing of its
+// predecessor's left; and a daemon killed outright is started again,
+// with nothing of it left and its open session closed in the audit log.
 //
 // It needs a host booted with systemd, cgroup v2 only, and the programs
 // and images in $AIRLOCK_TEST_VM_FILES: scripts/test-cluster runs it in
@@ -157,17 +159,24 @@ func TestOnKubelet(t *testing.T) {
 
 	t.Run("drain", func(t *testing.T) {
 		// A run in flight when the eviction comes finishes: the node
-		// drains within --grace (45 s) and the pod's 60 s.
+		// drains within --grace (45 s) and the pod's 60 s. Meanwhile a
+		// second node, outside the cluster's pods (an airlock serve on the
+		// host, with the node service account's token), takes the new
+		// runs: the front routes around the draining one.
+		other := c.hostNode(t, token)
+		// The run in flight goes to the node pod itself (its own API, at
+		// the address its lease names), so that it is the one drained.
+		direct := client.NewTCP(net.JoinHostPort(node.Status.PodIP, "7400"), token)
 		done := make(chan error, 1)
 		go func() {
-			r, err := front.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "sleep 5; echo finished"}})
+			r, err := direct.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "sleep 10; echo finished"}})
 			if err == nil && string(r.Stdout) != "finished\n" {
 				err = fmt.Errorf("%+v", r)
 			}
 			done <- err
 		}()
 		c.wait("the run to start", time.Minute, func() error {
-			a, err := front.PS(ctx)
+			a, err := direct.PS(ctx)
 			if err == nil && len(a.Runs) == 0 {
 				err = errors.New("no run in flight yet")
 			}
@@ -177,12 +186,40 @@ func TestOnKubelet(t *testing.T) {
 		if code, err := c.evict(node.Metadata.Name); err != nil {
 			t.Fatalf("evicting the node pod (no budget covers it): %d %v", code, err)
 		}
+		// The node's lease says it is draining as soon as the kubelet has
+		// signalled it; a moment later (the fronts' watch) every new run
+		// goes to the other node, and succeeds.
+		c.wait("the node pod's lease to say draining", time.Minute, func() error {
+			var l struct {
+				Metadata struct{ Annotations map[string]string }
+			}
+			if err := c.get("/apis/coordination.k8s.io/v1/namespaces/airlock/leases/airlock-node-"+node.Spec.NodeName, &l); err != nil {
+				return err
+			}
+			if !strings.Contains(l.Metadata.Annotations["airlock.dev/stats"], `"draining":true`) {
+				return fmt.Errorf("stats %s", l.Metadata.Annotations["airlock.dev/stats"])
+			}
+			return nil
+		})
+		t.Logf("the lease said draining %.1fs after the eviction", time.Since(start).Seconds())
+		time.Sleep(time.Second)
+		var routed int
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); routed++ {
+			if n := c.runOn(t, svc.Spec.ClusterIP, token); n != other {
+				t.Errorf("a run %.1fs after the eviction went to node %q, not %s", time.Since(start).Seconds(), n, other)
+				break
+			}
+		}
+		t.Logf("%d runs went to %s while the node pod drained", routed, other)
 		if err := <-done; err != nil {
 			t.Errorf("the run in flight at the eviction: %v", err)
 		}
 		old := node
 		node = c.replacement(old)
 		t.Logf("drained and replaced in %.0fs", time.Since(start).Seconds())
+		// The second node goes (draining, its lease deleted): the rest of
+		// the test has the node pod alone again.
+		c.sh("systemctl stop airlock-" + other)
 		c.checkGone(t, old)
 		c.checkLease(t, node)
 		if _, err := front.Exec(ctx, sess.ID, api.ExecRequest{Argv: []string{"true"}}); err == nil {
@@ -197,16 +234,54 @@ func TestOnKubelet(t *testing.T) {
 		})
 	})
 
-	t.Run("killed without grace", func(t *testing.T) {
+	t.Run("daemon killed", func(t *testing.T) {
+		// The node's daemon dies at once (SIGKILL, as the OOM killer or a
+		// crash would end it) with a session open: its sandboxes go with
+		// its container, the kubelet starts the container again, and the
+		// new daemon closes in the audit log (a hostPath) the session its
+		// predecessor could not record the end of.
 		_, err := front.CreateSession(ctx, api.SessionRequest{Tool: "sh"})
 		must(t, err)
-		old := node
-		if _, err := c.api(http.MethodDelete, "/api/v1/namespaces/airlock/pods/"+old.Metadata.Name, map[string]any{"gracePeriodSeconds": 0}, nil); err != nil {
-			t.Fatal(err)
+		podSlice := "kubepods-burstable-pod" + strings.ReplaceAll(node.Metadata.UID, "-", "_") + ".slice"
+		daemon, scope := "", ""
+		for pid, exe := range procs(t) {
+			cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+			if filepath.Base(exe) == "airlockd" && strings.Contains(string(cg), "/"+podSlice+"/") {
+				daemon, scope = pid, filepath.Dir(strings.TrimSpace(strings.TrimPrefix(string(cg), "0::")))
+			}
 		}
-		node = c.replacement(old)
-		c.checkGone(t, old)
+		if daemon == "" {
+			t.Fatalf("no airlockd in the node pod's cgroups (%s)", podSlice)
+		}
+		c.sh("kill -KILL " + daemon)
+		c.wait("the node pod's container to be started again and Ready", 3*time.Minute, func() error {
+			var p struct {
+				Status struct {
+					Conditions        []condition
+					ContainerStatuses []struct{ RestartCount int }
+				}
+			}
+			if err := c.get("/api/v1/namespaces/airlock/pods/"+node.Metadata.Name, &p); err != nil {
+				return err
+			}
+			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount < 1 {
+				return fmt.Errorf("not restarted yet: %+v", p.Status.ContainerStatuses)
+			}
+			return ready(p.Status.Conditions)
+		})
+		if _, err := os.Stat("/sys/fs/cgroup" + scope); err == nil {
+			t.Errorf("the killed container's cgroup %s is still there", scope)
+		}
+		for pid, cg := range sandboxInits(t) {
+			if strings.HasPrefix(cg, scope+"/") {
+				t.Errorf("sandbox init %s of the killed daemon is left, in %s", pid, cg)
+			}
+		}
 		c.checkLease(t, node)
+		log, err := os.ReadFile(filepath.Join("/var/log/pods", "airlock_"+node.Metadata.Name+"_"+node.Metadata.UID, "airlock", "1.log"))
+		if err != nil || !bytes.Contains(log, []byte("closed its open runs and sessions in the audit log")) {
+			t.Errorf("the new daemon did not close its predecessor's open session in the audit log: %v\n%s", err, log)
+		}
 		c.wait("a run through the front after the kill", 2*time.Minute, func() error {
 			_, err := front.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"true"}})
 			return err
@@ -233,6 +308,69 @@ func (c *nodeCluster) replacement(old pod) pod {
 		return nil
 	})
 	return p
+}
+
+// hostNode starts a second airlock node on the host, outside the pods:
+// airlock serve with the node's service account, advertised at the
+// node's address, until the test ends. It returns its name once the
+// front places runs on it.
+func (c *nodeCluster) hostNode(t *testing.T, token string) string {
+	t.Helper()
+	const name = "host-node"
+	dir := filepath.Join(c.dir, name)
+	must(t, os.MkdirAll(dir, 0o700))
+	c.write(filepath.Join(dir, "agents"), token)
+	c.write(filepath.Join(dir, "sa.token"), c.cp.Tokens[nodeSA.Name])
+	c.write(filepath.Join(dir, "airlock.yaml"), fmt.Sprintf(`server:
+  tcp: %[1]s:7410
+  tokens: [{name: agents, secret: agents, tools: ['*']}]
+secrets:
+  agents: {file: %[2]s/agents}
+tools:
+  sh: {pool: {warm: 1}, limits: {memory: 512MiB, time: 5m}}
+cluster:
+  node: %[3]s
+  advertise: http://%[1]s:7410
+  kubernetes: {server: %[4]q, token_file: %[2]s/sa.token, ca_file: %[5]q, namespace: airlock}
+`, nodeIP, dir, name, c.cp.URL, filepath.Join(c.dir, "certs/apiserver.crt")))
+	c.unit("airlock-"+name, filepath.Join(os.Getenv("AIRLOCK_TEST_SYSTEMD_SRC"), "bin/airlock"), "-p", "Delegate=yes", "serve",
+		"--config", filepath.Join(dir, "airlock.yaml"), "--state-dir", "/run/airlock-"+name, "--cgroup-parent", "/airlock-"+name,
+		"--socket", "/run/airlock-"+name+"/airlock.sock", "--audit", filepath.Join(dir, "audit.db"))
+	c.wait("the front to place a run on "+name, 2*time.Minute, func() error {
+		for range 10 {
+			if n := c.runOn(t, "", token); n == name {
+				return nil
+			}
+		}
+		return fmt.Errorf("10 runs went elsewhere")
+	})
+	return name
+}
+
+// runOn runs true through the front's Service (its ClusterIP, or looked
+// up when "") and returns the node that ran it (X-Airlock-Node), "" when
+// the run failed.
+func (c *nodeCluster) runOn(t *testing.T, ip, token string) string {
+	t.Helper()
+	if ip == "" {
+		var svc struct{ Spec struct{ ClusterIP string } }
+		must(t, c.get("/api/v1/namespaces/airlock/services/airlock", &svc))
+		ip = svc.Spec.ClusterIP
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+ip+"/v1/runs", strings.NewReader(`{"tool":"sh","argv":["true"]}`))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"outcome":"exited"`)) {
+		return ""
+	}
+	return resp.Header.Get("X-Airlock-Node")
 }
 
 // waitBudget waits until the disruption controller has looked at the
@@ -340,6 +478,20 @@ func (c *nodeCluster) checkGone(t *testing.T, old pod) {
 			t.Errorf("sandbox init %s of the old node pod is left, in %s", pid, cg)
 		}
 	}
+}
+
+// procs maps every process's pid to its executable.
+func procs(t *testing.T) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	must(t, err)
+	m := map[string]string{}
+	for _, e := range ents {
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil {
+			m[e.Name()] = exe
+		}
+	}
+	return m
 }
 
 // sandboxInits maps each sandbox init on the host to its cgroup.

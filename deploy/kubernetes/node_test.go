@@ -68,7 +68,7 @@ func startCluster(t *testing.T, files string) *nodeCluster {
 	c.sh("test -s /etc/resolv.conf || echo 'nameserver " + nodeIP + "' >/etc/resolv.conf")
 	c.sh("install -m 0755 " + files + "/bin/* /usr/local/bin/")
 
-	cp, stop, err := kubetest.RunWith("/usr/local/bin/kube-apiserver", c.dir, kubetest.Options{Advertise: nodeIP, Port: apiPort})
+	cp, stop, err := kubetest.RunWith("/usr/local/bin/kube-apiserver", c.dir, kubetest.Options{Advertise: nodeIP, Port: apiPort}, nodeSA)
 	if err != nil {
 		t.Fatal(err)
 	}
