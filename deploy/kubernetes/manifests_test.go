@@ -149,9 +149,19 @@ func TestNoBudgetOverDaemonSet(t *testing.T) {
 			} `yaml:"template"`
 		} `yaml:"spec"`
 	}
+	var k struct {
+		Resources []string `yaml:"resources"`
+	}
+	kb, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(kb, &k); err != nil {
+		t.Fatal(err)
+	}
 	var daemonPods []map[string]string
 	var budgets []map[string]string
-	for _, f := range []string{"daemonset.yaml", "front.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml"} {
+	for _, f := range k.Resources {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
