@@ -48,6 +48,9 @@ type Spec struct {
 	// the namespace) overlaps init's start; an error fails the Create,
 	// and what OnStart made is the caller's to undo.
 	OnStart func(*Sandbox) error
+	// Isolation is the backend: "" or IsolationNamespaces, or
+	// IsolationGVisor.
+	Isolation string
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -99,6 +102,9 @@ type Sandbox struct {
 	// the readings bound them (v2): its share of the host's TCP memory;
 	// 0 for none.
 	allSockets int64
+
+	// gv is the gVisor backend's state; nil for the namespace backend.
+	gv *gvisorState
 
 	// rootRW says the root is writable (an image's, with an upper
 	// layer on the disk tmpfs): OpenDir opens "/" too.
@@ -257,6 +263,18 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := spec.User.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := ValidIsolation(spec.Isolation); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	gvisorBackend := spec.Isolation == IsolationGVisor
+	if gvisorBackend {
+		if err := checkGVisorSpec(&spec); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if _, err := rt.runsc(); err != nil {
+			return nil, fmt.Errorf("isolation %s: %w", IsolationGVisor, err)
+		}
+	}
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
 	}
@@ -342,6 +360,12 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	defer logW.Close()
 	s.initLog = logR
 
+	if gvisorBackend {
+		if err := s.startGVisor(initEnd, logW, spec, spec.Mounts); err != nil {
+			return nil, err
+		}
+		return rt.started(ctx, s, spec, initEnd, logW)
+	}
 	// The sandbox is built, and init confined, by a program its clone
 	// runs before it execs init (see sbinit.Program).
 	b, err := rt.base()
@@ -380,6 +404,12 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := s.start(initEnd, logW, prog, progFiles); err != nil {
 		return nil, err
 	}
+	return rt.started(ctx, s, spec, initEnd, logW)
+}
+
+// started is the end of Start, for both backends, once init (or runsc)
+// runs.
+func (rt *Runtime) started(ctx context.Context, s *Sandbox, spec Spec, initEnd, logW *os.File) (*Sandbox, error) {
 	// Init holds its own ends now. Without the host's copies, an init that
 	// dies before it is ready is an end of file at once, not a wait for
 	// the ready timeout.
@@ -439,7 +469,7 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	}
 	// Open the scratch tmpfs through init's root before any command runs,
 	// so the host's disk readings never follow a path the sandbox controls.
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root/tmp", s.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	fd, err := unix.Open(s.hostDir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
@@ -780,7 +810,14 @@ func (s *Sandbox) openIn(dir string) (*os.File, error) {
 		// which O_NOFOLLOW would open as one).
 		in = "/."
 	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, in), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	path := s.hostDir(in)
+	if s.gv != nil {
+		path = s.hostDir(dir)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("sandbox %s: open %s: %w: not with isolation %s", s.id, dir, ErrInvalid, IsolationGVisor)
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, dir, err)
 	}

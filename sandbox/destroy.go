@@ -82,6 +82,13 @@ func (s *Sandbox) kill() {
 			})
 		}
 	}
+	if s.gv != nil && s.group != nil {
+		// runsc's sentry and gofer are not in a pid namespace of
+		// runsc's: the whole cgroup is killed, not the one process.
+		if err := s.group.Signal(); err != nil {
+			s.rt.opts.Logger.Warn("kill a gvisor sandbox", "sandbox", s.id, "err", err)
+		}
+	}
 	if frozen {
 		// A paused sandbox is thawed once killed: its processes then
 		// die of the SIGKILL pending, running nothing else (a v1
@@ -167,6 +174,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		errs = append(errs, s.netns.Close())
 		s.netns = nil
 	}
+	errs = append(errs, s.removeBundle())
 	if s.imageLock != nil {
 		_ = s.imageLock.Close()
 		s.imageLock = nil

@@ -275,6 +275,12 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 			unix.Close(fd)
 		}
 	}()
+	if req.TTY != nil && s.gv != nil {
+		// Init opens a terminal in the sandbox and passes its master
+		// side out; gVisor passes no descriptor of the guest's to the
+		// host.
+		return nil, fmt.Errorf("%w: terminals: not available with isolation %s", ErrInvalid, IsolationGVisor)
+	}
 	if req.TTY != nil {
 		x.ptyc = make(chan *os.File, 1)
 	} else {

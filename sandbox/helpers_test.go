@@ -64,7 +64,7 @@ func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	requireRoot(t)
 	rtOnce.Do(func() {
-		rtVal, rtErr = New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
+		rtVal, rtErr = New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: os.Getenv(testutil.RunscEnv)})
 	})
 	if rtErr != nil {
 		t.Fatal(rtErr)
@@ -209,6 +209,9 @@ func (tr *trace) assertGone(t *testing.T) {
 	}
 	if pids := netnsHolders(tr.netnsIno); len(pids) > 0 {
 		t.Errorf("network namespace of sandbox %s still held by %v", tr.id, pids)
+	}
+	if _, err := os.Stat(filepath.Join(testStateDir, "gvisor", tr.id)); !os.IsNotExist(err) {
+		t.Errorf("gvisor bundle of sandbox %s left (err %v)", tr.id, err)
 	}
 	if m := hostMountsUnder(testStateDir); len(m) > 0 {
 		t.Errorf("mounts left under the state dir: %v", m)

@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
+
+	"github.com/airlockhq/airlock/internal/rootowned"
 )
 
 // InitName is the file name of airlock's init program (cmd/airlock-init),
@@ -61,39 +62,5 @@ func checkInit(path string) error {
 	if path == selfPath {
 		return nil
 	}
-	bad := func(why string) error {
-		return fmt.Errorf("%s is not fit to be every sandbox's init: %s", path, why)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return fmt.Errorf("init program: %w", err)
-	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return fmt.Errorf("init program: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return bad("not an executable file")
-	}
-	for p := abs; ; p = filepath.Dir(p) {
-		st, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("init program: %w", err)
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !ok {
-			return bad("cannot read the owner of " + p)
-		}
-		if os.Geteuid() == 0 && sys.Uid != 0 {
-			return bad(p + " is not owned by root")
-		}
-		// A sticky directory (/tmp) lets others add entries but not
-		// rename over root's.
-		if st.Mode().Perm()&0o022 != 0 && !(st.IsDir() && st.Mode()&os.ModeSticky != 0) {
-			return bad(p + " is writable by group or others")
-		}
-		if p == "/" {
-			return nil
-		}
-	}
+	return rootowned.Check(path, "every sandbox's init")
 }

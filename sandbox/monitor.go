@@ -106,7 +106,9 @@ func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok boo
 		x.setBreach(l)
 		return true
 	}
-	if fds {
+	// Under gVisor the commands' descriptors are the guest kernel's, not
+	// the host's: no process on the host holds them.
+	if fds && s.gv == nil {
 		if n := x.fdHolder(); n > 0 {
 			x.setBreach(&result.Limit{Name: result.LimitFDs, Ceiling: l.FDs, Observed: n, Unit: result.UnitCount})
 			return true

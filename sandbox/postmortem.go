@@ -80,6 +80,13 @@ func (s *Sandbox) postMortem(l *result.Limit) *result.PostMortem {
 		}
 		// What was running, too, within what is left of the budget.
 	}
+	if s.gv != nil {
+		// The host sees runsc, its sentry and gofer; the commands'
+		// processes are the guest kernel's.
+		notes = append(notes, "under gVisor the commands' processes are not the host's, and are not listed")
+		pm.Note = strings.Join(notes, "; ")
+		return pm
+	}
 	pids, err := s.group.Procs()
 	if err != nil {
 		notes = append(notes, "the sandbox's processes could not be listed")

@@ -62,6 +62,11 @@ type Options struct {
 	// then starts all of that binary; New logs a warning). It must be
 	// root's, in directories only root can change.
 	InitPath string
+	// Runsc is gVisor's runsc, for sandboxes with isolation gvisor.
+	// Default: runsc beside the running executable, then in gvisor.Dirs
+	// (found at the first such sandbox). It must be root's, in
+	// directories only root can change.
+	Runsc string
 	// Logger receives the runtime's own diagnostics. Default: discard.
 	Logger *slog.Logger
 	// CloneInProcess clones each init from this process even where a
@@ -212,6 +217,11 @@ type Runtime struct {
 	// kmsg follows the kernel's log, for the post-mortems of memory
 	// breaches.
 	kmsg *kmsgLog
+	// runscOnce finds runsc (runscPath, or why not: runscErr) for the
+	// first gVisor sandbox.
+	runscOnce sync.Once
+	runscPath string
+	runscErr  error
 }
 
 // ErrInvalid marks bad input from a caller. It belongs to

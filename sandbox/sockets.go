@@ -165,7 +165,7 @@ func (s *Sandbox) socketUsage() (n, bound int64, over bool) {
 		return 0, 0, false
 	}
 	families := sockdiag.Both
-	if v4, v6, ok := tcpInUse(s.pid); ok {
+	if v4, v6, ok := tcpInUse(s.netPid()); ok {
 		// No TCP socket of a family in the namespace holds a buffer:
 		// nothing of it to read. A reading walks the namespace's TCP
 		// table once a family (see netns.ChildEhashEntries), a

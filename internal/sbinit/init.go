@@ -25,8 +25,11 @@ const CommandTimerSlack = 50_000
 // ctrlFD is where the host places init's end of the control socket.
 const ctrlFD = 3
 
-// IsInit reports whether this process was started as a sandbox init.
-func IsInit() bool { return len(os.Args) == 1 && os.Args[0] == Arg0 }
+// IsInit reports whether this process was started as a sandbox init, of
+// either backend.
+func IsInit() bool {
+	return len(os.Args) == 1 && (os.Args[0] == Arg0 || os.Args[0] == GVisorPath)
+}
 
 // Main runs init and returns its exit code. It never returns while the
 // sandbox is in use: it exits when the host closes the control channel.
@@ -53,12 +56,21 @@ func MainOnStartupThread() int { return run(true) }
 // is built and init confined before its exec (see Program): what is left
 // is what exec undid or the program could not do for every thread.
 func run(startup bool) int {
+	gvisor := os.Args[0] == GVisorPath
 	// Init was born with a large timer slack, for the Go runtime's own
 	// threads (see spawner.InitTimerSlack). This thread starts every
 	// command, and a command inherits its slack: it goes back to the
-	// kernel's default.
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil {
+	// kernel's default. gVisor has no timer slack (EINVAL).
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil && !gvisor {
 		return 2
+	}
+	if gvisor {
+		// Under gVisor nothing ran before init's exec: it confines
+		// itself to where the namespace backend's program leaves it.
+		if err := confineInGVisor(os.Getenv(GVisorIDsEnv)); err != nil {
+			fail(err)
+			return 2
+		}
 	}
 	// No os/signal here: commands cannot signal init at all (see below),
 	// and subscribing to signals costs a handshake with the runtime's

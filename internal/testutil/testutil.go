@@ -221,3 +221,21 @@ func ClosedWithin(t testing.TB, conns []net.Conn, d time.Duration) {
 		t.Fatalf("%d of %d connections still open after %v", open, len(conns), d)
 	}
 }
+
+// RunscEnv names the runsc the tests of the gvisor backend use;
+// scripts/test builds it, pinned, and sets it.
+const RunscEnv = "AIRLOCK_TEST_RUNSC"
+
+// Runsc returns the runsc RunscEnv names. Without it the test is skipped,
+// or fails in CI, where the gvisor backend's tests must run.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv(RunscEnv)
+	if p == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set: scripts/test builds runsc and sets it", RunscEnv)
+		}
+		t.Skipf("%s is not set: scripts/runsc builds runsc", RunscEnv)
+	}
+	return p
+}

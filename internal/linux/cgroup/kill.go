@@ -273,3 +273,29 @@ func (g *Group) rmdirAll() bool {
 	}
 	return ok
 }
+
+// Signal sends SIGKILL to every process in the group at once and does not
+// wait: on v2 with cgroup.kill, the kernel's whole-subtree kill; else one
+// SIGKILL to each process listed (a process forked meanwhile is Kill's to
+// catch, which a teardown runs when the group is not empty). It is for
+// sandboxes whose processes have no common ancestor whose death ends them
+// all (gVisor's runsc, sentry and gofer).
+func (g *Group) Signal() error {
+	if g.p.version == V2 && g.p.hasKill {
+		if err := writeFile(filepath.Join(g.dirs[0], "cgroup.kill"), "1"); err != nil && !isNotExist(err) {
+			return fmt.Errorf("cgroup: kill group %s: %w", g.id, err)
+		}
+		return nil
+	}
+	pids, err := g.procs()
+	if err != nil {
+		if gone(err) {
+			return nil
+		}
+		return err
+	}
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	return nil
+}

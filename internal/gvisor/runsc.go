@@ -1,0 +1,103 @@
+// Package gvisor drives runsc, gVisor's OCI runtime, for airlock's gvisor
+// isolation backend: where runsc is, which runsc it is, the flags every
+// airlock sandbox runs it with, and the bundle (spec.go) that describes
+// one sandbox to it. Starting, confining and bounding the sandbox is
+// package sandbox's; this package runs nothing.
+package gvisor
+
+import (
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/rootowned"
+)
+
+// Name is runsc's file name.
+const Name = "runsc"
+
+// Dirs are searched for runsc after the directory of the running
+// executable, in order.
+var Dirs = []string{"/usr/local/libexec/airlock", "/usr/local/bin", "/usr/bin"}
+
+// Find returns the runsc to use: path when set, else runsc beside the
+// running executable, then in Dirs. The file must be one only root can
+// change: it runs as root, and builds every gVisor sandbox.
+func Find(path string) (string, error) {
+	if path != "" {
+		if err := rootowned.Check(path, "airlock's runsc"); err != nil {
+			return "", err
+		}
+		return path, nil
+	}
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		tried = append(tried, filepath.Dir(exe))
+	}
+	tried = append(tried, Dirs...)
+	for _, dir := range tried {
+		p := filepath.Join(dir, Name)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := rootowned.Check(p, "airlock's runsc"); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found in %s: build it (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@%s) and install it there, or name it with --runsc",
+		Name, strings.Join(tried, ", "), PinnedVersion)
+}
+
+// PinnedVersion is the gvisor.dev/gvisor module version airlock is tested
+// with (scripts/runsc builds it).
+const PinnedVersion = "v0.0.0-20260905035102-160fafc42237"
+
+// Version reads the module version runsc was built from (its Go build
+// information): "v0.0.0-2026..." for a build from the module proxy, or
+// "(devel)", or "" when it cannot be read.
+func Version(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if bi.Main.Path == "gvisor.dev/gvisor" {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "gvisor.dev/gvisor" {
+			return d.Version
+		}
+	}
+	return bi.Main.Version
+}
+
+// Flags are runsc's global flags for an airlock sandbox whose runsc state
+// lives in root (its own directory: one per sandbox).
+//
+//   - systrap: the platform that needs no KVM.
+//   - host network: the guest's sockets are host sockets in the sandbox's
+//     own network namespace, which holds only lo and airlock's gateway
+//     listeners, so egress is airlock's exactly as for the namespace
+//     backend (see docs/isolation.md for why not gVisor's netstack).
+//   - no cgroups of runsc's: the sandbox, runsc, its sentry and gofer
+//     run in the cgroup airlock made for the sandbox, so all of gVisor's
+//     own memory and threads count against the sandbox's ceilings.
+//   - no overlay: the root is read-only; the writable directories are
+//     binds of the sandbox's size-limited tmpfs on the host.
+//   - no host Unix sockets or FIFOs reachable from the guest.
+func Flags(root string) []string {
+	return []string{
+		"--root=" + root,
+		"--platform=systrap",
+		"--network=host",
+		"--ignore-cgroups",
+		"--overlay2=none",
+		"--host-settings=ignore",
+		"--host-uds=none",
+		"--host-fifo=none",
+		"--file-access-mounts=shared",
+	}
+}

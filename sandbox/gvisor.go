@@ -1,0 +1,366 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/gvisor"
+	"github.com/airlockhq/airlock/internal/linux/cgroup"
+	"github.com/airlockhq/airlock/internal/linux/forkexec"
+	"github.com/airlockhq/airlock/internal/sbinit"
+)
+
+// Isolation backends (Spec.Isolation).
+const (
+	// IsolationNamespaces is the default backend: namespaces, a private
+	// uid range, seccomp and Landlock on the host's kernel.
+	IsolationNamespaces = "namespaces"
+	// IsolationGVisor runs the sandbox under gVisor (runsc, systrap
+	// platform, no KVM): the commands' system calls are served by an
+	// application kernel in user space, itself confined on the host.
+	IsolationGVisor = "gvisor"
+)
+
+// Ceilings below these leave a gVisor sandbox too little to start: its
+// own processes (runsc, the sentry, the gofer) count in the sandbox's
+// memory and pids.
+const (
+	GVisorMinMemory = 64 << 20
+	GVisorMinPids   = 64
+)
+
+// ValidIsolation checks a backend's name ("" is the default).
+func ValidIsolation(name string) error {
+	switch name {
+	case "", IsolationNamespaces, IsolationGVisor:
+		return nil
+	}
+	return fmt.Errorf("isolation %q: want %s or %s", name, IsolationNamespaces, IsolationGVisor)
+}
+
+// gvisorState is what a gVisor sandbox has that the other backend's has
+// not.
+type gvisorState struct {
+	// bundle is the sandbox's directory on the host: the OCI bundle,
+	// its read-only root, runsc's state, and the mount point of the
+	// scratch tmpfs, which is mounted in runsc's own mount namespace
+	// only (gone with its last process).
+	bundle string
+	// netPidOnce finds netPid, a process of the sandbox that lives in
+	// its network namespace (the sentry), whose /proc/PID/net is the
+	// sandbox's.
+	netPidOnce sync.Once
+	netPid     int
+}
+
+func (g *gvisorState) scratch() string { return filepath.Join(g.bundle, "scratch") }
+
+// runsc finds the runsc to use, once.
+func (rt *Runtime) runsc() (string, error) {
+	rt.runscOnce.Do(func() {
+		rt.runscPath, rt.runscErr = gvisor.Find(rt.opts.Runsc)
+	})
+	return rt.runscPath, rt.runscErr
+}
+
+// checkGVisorSpec refuses what the gVisor backend does not do (yet), by
+// name.
+func checkGVisorSpec(spec *Spec) error {
+	no := func(what string) error {
+		return fmt.Errorf("%s: not available with isolation %s", what, IsolationGVisor)
+	}
+	switch {
+	case spec.Image != nil:
+		return no("images")
+	case spec.Seed != nil:
+		return no("seeds (snapshots)")
+	case len(spec.Volumes) > 0:
+		return no("volumes")
+	case spec.Limits.Memory < GVisorMinMemory:
+		return fmt.Errorf("memory ceiling %d bytes: isolation %s needs %d MiB at least (gVisor's own processes count in it)", spec.Limits.Memory, IsolationGVisor, GVisorMinMemory>>20)
+	case spec.Limits.Pids < GVisorMinPids:
+		return fmt.Errorf("pids ceiling %d: isolation %s needs %d at least (gVisor's own threads count in it)", spec.Limits.Pids, IsolationGVisor, GVisorMinPids)
+	}
+	return nil
+}
+
+// startGVisor starts the sandbox's runsc: it writes the bundle, then
+// clones runsc into the sandbox's cgroup and a mount namespace of its
+// own, whose first act (a program of raw system calls, as the other
+// backend's) mounts the sandbox's size-limited scratch tmpfs where the
+// bundle binds /workspace and /tmp from. runsc runs init as the
+// container's process, init's control socket passed in as its fd 3.
+func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) error {
+	rt := s.rt
+	runsc, err := rt.runsc()
+	if err != nil {
+		return err
+	}
+	b, err := rt.base()
+	if err != nil {
+		return err
+	}
+	g := &gvisorState{bundle: filepath.Join(rt.opts.StateDir, "gvisor", s.id)}
+	s.gv = g
+	if err := os.MkdirAll(filepath.Dir(g.bundle), 0o711); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
+	}
+	// Traversable by the sandbox's own ids: runsc's gofer opens the root
+	// and the mount sources as the sandbox's uid 0, an unprivileged host
+	// uid of its range.
+	if err := os.Mkdir(g.bundle, 0o711); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
+	}
+	initPath := rt.opts.InitPath
+	if initPath == selfPath {
+		if initPath, err = os.Executable(); err != nil {
+			return fmt.Errorf("init program: %w", err)
+		}
+	}
+	uid, gid := sandboxUID, sandboxGID
+	if spec.User != nil {
+		uid, gid = int(spec.User.UID), int(spec.User.GID)
+	}
+	initUID := idRangeSize - 1
+	if uid == initUID {
+		initUID--
+	}
+	c := gvisor.Container{
+		Root: filepath.Join(g.bundle, "root"),
+		Args: []string{sbinit.GVisorPath},
+		Env: append(append([]string{}, rt.initEnv...),
+			sbinit.GVisorIDsEnv+"="+sbinit.FormatGVisorIDs(uid, gid, initUID)),
+		Cwd:  "/",
+		Caps: []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"},
+		Rlimits: []gvisor.Rlimit{
+			{Type: "RLIMIT_NOFILE", Soft: uint64(s.limits.FDs), Hard: uint64(s.limits.FDs)},
+			{Type: "RLIMIT_CORE"},
+		},
+		Hostname:    spec.Hostname,
+		IDBase:      s.ids.base,
+		IDSize:      idRangeSize,
+		NetNS:       "/proc/self/fd/4",
+		MemoryBytes: s.limits.Memory,
+	}
+	root := c.Root
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return fmt.Errorf("gvisor root: %w", err)
+	}
+	// The root holds the mount points, the image's symlinks and the
+	// generated /etc; it is served read-only.
+	point := func(p string, file bool) error {
+		hp := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
+			return err
+		}
+		if file {
+			f, err := os.OpenFile(hp, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		}
+		return os.MkdirAll(hp, 0o755)
+	}
+	for _, p := range []string{"proc", "dev", "sys", "tmp", HomeDir} {
+		if err := point(p, false); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+	}
+	if err := point(sbinit.GVisorPath, true); err != nil {
+		return fmt.Errorf("gvisor root: %w", err)
+	}
+	for _, l := range b.image.symlinks {
+		hp := filepath.Join(root, l.Path)
+		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+		if err := os.Symlink(l.Target, hp); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+	}
+	for _, f := range etcFiles(spec.Hostname, spec.User) {
+		hp := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+		if err := os.WriteFile(hp, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+	}
+	binds := append(slices.Clip(b.image.binds), mountsAsBinds(mounts)...)
+	for _, bd := range binds {
+		if err := point(bd.Target, bd.File); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+		c.Mounts = append(c.Mounts, gvisor.Mount{Destination: bd.Target, Source: bd.Source, Type: "bind", ReadOnly: true})
+	}
+	c.Mounts = append(c.Mounts,
+		gvisor.Mount{Destination: "/proc", Type: "proc", Source: "proc"},
+		gvisor.Mount{Destination: sbinit.GVisorPath, Source: initPath, Type: "bind", ReadOnly: true},
+		gvisor.Mount{Destination: HomeDir, Source: filepath.Join(g.scratch(), "workspace"), Type: "bind"},
+		gvisor.Mount{Destination: "/tmp", Source: filepath.Join(g.scratch(), "tmp"), Type: "bind"},
+	)
+	cfg, err := c.Config()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(g.bundle, "config.json"), cfg, 0o600); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
+	}
+	if err := os.Mkdir(g.scratch(), 0o700); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
+	}
+	if s.netns, err = rt.nets.take(); err != nil {
+		return fmt.Errorf("network namespace: %w", err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	argv := append([]string{gvisor.Name}, gvisor.Flags(filepath.Join(g.bundle, "state"))...)
+	argv = append(argv, "run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
+	sp := forkexec.Spec{
+		Path: runsc, Argv: argv,
+		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files: []int{int(null.Fd()), int(log.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd())},
+		// A mount namespace of its own, for the scratch tmpfs; a
+		// session of its own, out of reach of a terminal's signals to
+		// the caller's process group.
+		Flags:  unix.CLONE_NEWNS,
+		Setsid: true, DefaultSignals: true,
+		UID: -1, GID: -1, CgroupFD: -1,
+		Prog: scratchProg(g.scratch(), s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+	}
+	if s.group.Version() == cgroup.V2 {
+		fd, err := s.group.DirFD()
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		sp.CgroupFD = fd
+	} else {
+		tasks, err := s.group.TasksFDs()
+		if err != nil {
+			return err
+		}
+		defer closeFDs(tasks)
+		sp.CgroupTasks = tasks
+	}
+	child, err := forkexec.Start(sp)
+	if err != nil {
+		var fe *forkexec.Error
+		if errors.As(err, &fe) && fe.Step == "setup" {
+			return fmt.Errorf("gvisor sandbox setup: %w", err)
+		}
+		return fmt.Errorf("start runsc: %w", err)
+	}
+	pidfd, err := pidFile(child.PidFD)
+	if err != nil {
+		child.Kill()
+		return err
+	}
+	s.pid, s.pidfd = child.Pid, pidfd
+	return nil
+}
+
+func mountsAsBinds(ms []Mount) []sbinit.Bind {
+	out := make([]sbinit.Bind, 0, len(ms))
+	for _, m := range ms {
+		fi, err := os.Stat(m.Source)
+		out = append(out, sbinit.Bind{Source: m.Source, Target: m.Target, File: err == nil && !fi.IsDir()})
+	}
+	return out
+}
+
+// scratchProg is what runsc's clone runs before its exec: keep its mounts
+// to itself, mount the scratch tmpfs (the sandbox's disk ceiling, bytes
+// and inodes) at dir, and make /workspace (the commands' user's) and /tmp
+// (sticky, everyone's) on it.
+func scratchProg(dir string, l Limits, uid, gid int) *forkexec.Prog {
+	p := &forkexec.Prog{}
+	str := func(s string) forkexec.Arg {
+		p.Blobs = append(p.Blobs, append([]byte(s), 0))
+		return forkexec.Arg{Kind: forkexec.ArgBlob, Index: uint32(len(p.Blobs) - 1)}
+	}
+	imm := func(v int64) forkexec.Arg { return forkexec.Arg{Kind: forkexec.ArgImm, Imm: uint64(v)} }
+	sys := func(what string, trap uintptr, args ...forkexec.Arg) {
+		op := forkexec.Op{Trap: trap, Save: forkexec.NoSave, What: what}
+		copy(op.Args[:], args)
+		p.Ops = append(p.Ops, op)
+	}
+	ws, tmp := filepath.Join(dir, "workspace"), filepath.Join(dir, "tmp")
+	sys("make the mounts private", unix.SYS_MOUNT, str("none"), str("/"), imm(0), imm(unix.MS_REC|unix.MS_PRIVATE), imm(0))
+	opts := "mode=0755,size=" + strconv.FormatInt(l.Disk, 10) + ",nr_inodes=" + strconv.FormatInt(l.inodes(), 10)
+	sys("mount the scratch tmpfs", unix.SYS_MOUNT, str("airlock"), str(dir), str("tmpfs"), imm(unix.MS_NOSUID|unix.MS_NODEV), str(opts))
+	sys("make /workspace", unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(ws), imm(0o755))
+	sys("chown /workspace", unix.SYS_FCHOWNAT, imm(unix.AT_FDCWD), str(ws), imm(int64(uid)), imm(int64(gid)), imm(0))
+	sys("make /tmp", unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
+	sys("chmod /tmp", unix.SYS_FCHMODAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
+	return p
+}
+
+// hostDir is the host's path of dir of the sandbox (/workspace, /tmp, the
+// scratch tmpfs's root ""), through init's (or runsc's) /proc/PID/root.
+func (s *Sandbox) hostDir(dir string) string {
+	if s.gv == nil {
+		if dir == "" {
+			dir = "/tmp"
+		}
+		return fmt.Sprintf("/proc/%d/root%s", s.pid, dir)
+	}
+	switch dir {
+	case HomeDir:
+		dir = "/workspace"
+	case "/tmp", "":
+	default:
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/root%s%s", s.pid, s.gv.scratch(), dir)
+}
+
+// netPid is a process in the sandbox's network namespace, for its
+// /proc/PID/net: init, or under gVisor the sentry (found once).
+func (s *Sandbox) netPid() int {
+	if s.gv == nil {
+		return s.pid
+	}
+	s.gv.netPidOnce.Do(func() {
+		var want unix.Stat_t
+		if s.netns == nil || unix.Fstat(int(s.netns.Fd()), &want) != nil {
+			return
+		}
+		pids, err := s.group.Procs()
+		if err != nil {
+			return
+		}
+		for _, p := range pids {
+			var st unix.Stat_t
+			if unix.Stat("/proc/"+strconv.Itoa(p)+"/ns/net", &st) == nil && st.Ino == want.Ino && st.Dev == want.Dev {
+				s.gv.netPid = p
+				return
+			}
+		}
+	})
+	return s.gv.netPid
+}
+
+// removeBundle removes a gVisor sandbox's directory, once its processes
+// are gone (the scratch tmpfs went with runsc's mount namespace).
+func (s *Sandbox) removeBundle() error {
+	if s.gv == nil {
+		return nil
+	}
+	if err := os.RemoveAll(s.gv.bundle); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
+	}
+	return nil
+}

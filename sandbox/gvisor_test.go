@@ -1,0 +1,29 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/result"
+)
+
+func gvisorSpec(t *testing.T) func(*Spec) {
+	t.Helper()
+	testutil.Runsc(t)
+	return func(s *Spec) { s.Isolation = IsolationGVisor }
+}
+
+// TestGVisorRuns runs a command under gVisor: the guest kernel is
+// gVisor's, the command runs as the sandbox's user with the workspace
+// writable, and nothing is left.
+func TestGVisorRuns(t *testing.T) {
+	r := run(t, runOpts{spec: gvisorSpec(t)}, "/bin/sh", "-c", "uname -r; id -u; echo hi > /workspace/f && cat /workspace/f; pwd")
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("outcome %s %d: %s %s %s", r.Outcome, r.ExitCode, r.Error, r.Stdout, r.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(r.Stdout)), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "gvisor") || lines[1] != "1000" || lines[2] != "hi" || lines[3] != HomeDir {
+		t.Fatalf("got %q", lines)
+	}
+}
