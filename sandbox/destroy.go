@@ -74,19 +74,14 @@ func (s *Sandbox) kill() {
 	s.killed = true
 	frozen := s.frozen
 	s.mu.Unlock()
-	if s.pidfd != nil {
+	if s.gv != nil {
+		s.killGVisor()
+	} else if s.pidfd != nil {
 		// The pidfd names this init even if its pid were reused.
 		if rc, err := s.pidfd.SyscallConn(); err == nil {
 			_ = rc.Control(func(fd uintptr) {
 				_ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0)
 			})
-		}
-	}
-	if s.gv != nil && s.group != nil {
-		// runsc's sentry and gofer are not in a pid namespace of
-		// runsc's: the whole cgroup is killed, not the one process.
-		if err := s.group.Signal(); err != nil {
-			s.rt.opts.Logger.Warn("kill a gvisor sandbox", "sandbox", s.id, "err", err)
 		}
 	}
 	if frozen {
@@ -137,6 +132,9 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 		// A failed Create may not have asked yet; the answer comes
 		// once the killed init has let go of this process's memory.
 		_ = s.initExecd()
+		if s.gv != nil {
+			s.awaitRunsc(ctx)
+		}
 		select {
 		case <-s.exited:
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -351,6 +353,51 @@ func (s *Sandbox) netPid() int {
 		}
 	})
 	return s.gv.netPid
+}
+
+// killGVisor kills the gVisor sandbox: every process in its cgroup but
+// runsc itself, the sentry and the gofer and what they started (each the
+// first process of a pid namespace of its own, whose death ends the rest).
+// runsc, their parent, then reaps them and exits: killed with them, it
+// would leave them to the host's init to reap (or to nobody, where airlock
+// is a container's first process). awaitRunsc is the backstop.
+func (s *Sandbox) killGVisor() {
+	if s.group == nil {
+		return
+	}
+	pids, err := s.group.Procs()
+	if err != nil {
+		_ = s.group.Signal()
+		return
+	}
+	for _, p := range pids {
+		if p != s.pid {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	}
+}
+
+// runscExitWait bounds how long a teardown waits for runsc to reap its
+// killed sandbox and exit before it kills runsc too.
+const runscExitWait = 5 * time.Second
+
+// awaitRunsc waits for runsc to exit once its sandbox is killed, and
+// kills it, and everything left in the cgroup, if it has not within
+// runscExitWait.
+func (s *Sandbox) awaitRunsc(ctx context.Context) {
+	t := time.NewTimer(runscExitWait)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+		return
+	case <-ctx.Done():
+	case <-t.C:
+		s.rt.opts.Logger.Warn("runsc did not exit with its killed sandbox; killing it", "sandbox", s.id)
+	}
+	if rc, err := s.pidfd.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) })
+	}
+	_ = s.group.Signal()
 }
 
 // removeBundle removes a gVisor sandbox's directory, once its processes

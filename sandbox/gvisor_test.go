@@ -1,12 +1,32 @@
 package sandbox
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
+
+// backend is one isolation backend the runtime's tests run against.
+type backend struct {
+	name   string
+	gvisor bool
+	spec   func(*Spec)
+}
+
+// backends are the namespace backend, and gVisor when runsc is at hand
+// (always in CI: testutil.Runsc).
+func backends(t *testing.T) []backend {
+	t.Helper()
+	bs := []backend{{name: IsolationNamespaces}}
+	if os.Getenv(testutil.RunscEnv) != "" || os.Getenv("CI") != "" {
+		testutil.Runsc(t)
+		bs = append(bs, backend{name: IsolationGVisor, gvisor: true, spec: func(s *Spec) { s.Isolation = IsolationGVisor }})
+	}
+	return bs
+}
 
 func gvisorSpec(t *testing.T) func(*Spec) {
 	t.Helper()
