@@ -244,6 +244,18 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := ValidIsolation(spec.Isolation); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	gvisorBackend := spec.Isolation == IsolationGVisor
+	if gvisorBackend {
+		if err := checkGVisorSpec(&spec); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if _, err := rt.runsc(); err != nil {
+			return nil, fmt.Errorf("isolation %s: %w", IsolationGVisor, err)
+		}
+	}
 	mounts, err := mountBinds(spec.Mounts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -262,18 +274,6 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	}
 	if err := spec.User.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err := ValidIsolation(spec.Isolation); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	gvisorBackend := spec.Isolation == IsolationGVisor
-	if gvisorBackend {
-		if err := checkGVisorSpec(&spec); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-		if _, err := rt.runsc(); err != nil {
-			return nil, fmt.Errorf("isolation %s: %w", IsolationGVisor, err)
-		}
 	}
 	if spec.Hostname == "" {
 		spec.Hostname = "sandbox"
@@ -471,6 +471,9 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	// so the host's disk readings never follow a path the sandbox controls.
 	fd, err := unix.Open(s.hostDir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
+		if s.gv != nil {
+			return fmt.Errorf("open sandbox scratch: %w%s", err, s.initDiagnostics())
+		}
 		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
 	s.scratch = fd

@@ -85,6 +85,11 @@ func checkGVisorSpec(spec *Spec) error {
 		return no("seeds (snapshots)")
 	case len(spec.Volumes) > 0:
 		return no("volumes")
+	case spec.User != nil && spec.User.UID == 0:
+		// gVisor takes its own uid 0 for the global root that may send
+		// SIGIO to any process (its sigio_perm), init included; the
+		// other backend's root is no host root.
+		return no("commands as root")
 	case spec.Limits.Memory < GVisorMinMemory:
 		return fmt.Errorf("memory ceiling %d bytes: isolation %s needs %d MiB at least (gVisor's own processes count in it)", spec.Limits.Memory, IsolationGVisor, GVisorMinMemory>>20)
 	case spec.Limits.Pids < GVisorMinPids:

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -28,6 +29,14 @@ func backends(t *testing.T) []backend {
 	return bs
 }
 
+// isolationOf is be's Spec.Isolation.
+func isolationOf(be backend) string {
+	if be.gvisor {
+		return IsolationGVisor
+	}
+	return ""
+}
+
 func gvisorSpec(t *testing.T) func(*Spec) {
 	t.Helper()
 	testutil.Runsc(t)
@@ -46,4 +55,66 @@ func TestGVisorRuns(t *testing.T) {
 	if len(lines) != 4 || !strings.Contains(lines[0], "gvisor") || lines[1] != "1000" || lines[2] != "hi" || lines[3] != HomeDir {
 		t.Fatalf("got %q", lines)
 	}
+}
+
+// TestGVisorRefuses: what the gVisor backend does not do is refused by
+// name, before anything is made.
+func TestGVisorRefuses(t *testing.T) {
+	rt := testRuntime(t)
+	testutil.Runsc(t)
+	tests := []struct {
+		name string
+		mod  func(*Spec)
+		want string
+	}{
+		{"root", func(s *Spec) { s.User = &User{} }, "commands as root: not available with isolation gvisor"},
+		{"volumes", func(s *Spec) { s.Volumes = []Volume{{Dir: t.TempDir(), Target: "/data", Size: 1 << 20}} }, "volumes: not available"},
+		{"image", func(s *Spec) { s.Image = &Image{Root: "/"} }, "images: not available"},
+		{"small memory", func(s *Spec) { s.Limits.Memory = 32 << 20 }, "needs 64 MiB at least"},
+		{"few pids", func(s *Spec) { s.Limits.Pids = 32 }, "needs 64 at least"},
+		{"unknown backend", func(s *Spec) { s.Isolation = "firecracker" }, `isolation "firecracker"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := Spec{Limits: DefaultLimits(), Isolation: IsolationGVisor}
+			tt.mod(&spec)
+			before := sandboxGroups(t, rt)
+			sb, err := rt.Create(t.Context(), spec)
+			if err == nil {
+				sb.Destroy(t.Context())
+				t.Fatal("created")
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want ErrInvalid naming %q", err, tt.want)
+			}
+			if after := sandboxGroups(t, rt); len(after) != len(before) {
+				t.Fatalf("cgroups %v, before %v", after, before)
+			}
+		})
+	}
+	t.Run("terminal", func(t *testing.T) {
+		sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), Isolation: IsolationGVisor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(t.Context())
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}, TTY: &WinSize{Rows: 24, Cols: 80}})
+		if r.Outcome != result.Error || !strings.Contains(r.Error, "terminals: not available with isolation gvisor") {
+			t.Fatalf("got %s %q", r.Outcome, r.Error)
+		}
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited {
+			t.Fatalf("the sandbox after a refused terminal: %s %q", r.Outcome, r.Error)
+		}
+	})
+	t.Run("no runsc", func(t *testing.T) {
+		rt2, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: "/nonexistent/runsc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt2.Close()
+		_, err = rt2.Create(t.Context(), Spec{Limits: DefaultLimits(), Isolation: IsolationGVisor})
+		if err == nil || !strings.Contains(err.Error(), "isolation gvisor") || !strings.Contains(err.Error(), "/nonexistent/runsc") {
+			t.Fatalf("got %v", err)
+		}
+	})
 }

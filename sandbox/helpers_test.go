@@ -146,7 +146,13 @@ func run(t *testing.T, o runOpts, argv ...string) *result.Result {
 // attack runs the test program with args and decodes its report.
 func attack(t *testing.T, args ...string) (report, *result.Result) {
 	t.Helper()
-	r := run(t, runOpts{stdin: testProg(t)}, withProg(args...)...)
+	return attackOn(t, backend{name: IsolationNamespaces}, args...)
+}
+
+// attackOn is attack on backend be.
+func attackOn(t *testing.T, be backend, args ...string) (report, *result.Result) {
+	t.Helper()
+	r := run(t, runOpts{stdin: testProg(t), spec: be.spec}, withProg(args...)...)
 	var rep report
 	line := strings.TrimSpace(string(r.Stdout))
 	if r.Outcome == result.Exited && r.ExitCode == 0 {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,8 +61,13 @@ func confineInGVisor(ids string) error {
 	if err != nil {
 		return err
 	}
+	// The bounding set goes first, on every thread (a thread's
+	// credentials are its own): with it empty, an exec as root gains no
+	// capability (its permitted set is the bounding and inheritable sets,
+	// both empty), which is what the other backend's SECBIT_NOROOT does;
+	// gVisor has no securebits but SECBIT_KEEP_CAPS.
 	for c := 0; c < 64; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err == unix.EINVAL {
 			break // past the kernel's last capability
 		} else if err != nil {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
@@ -79,8 +85,22 @@ func confineInGVisor(ids string) error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var none [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &none[0]); err != nil {
+	if err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0); err != nil {
 		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// allThreads makes a system call on every thread of init, or, in a binary
+// linked with cgo (a test binary under the race detector as its own
+// init), on this one: the thread every command is forked from.
+func allThreads(trap, a1, a2, a3 uintptr) error {
+	_, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3)
+	if errno == syscall.ENOTSUP {
+		_, _, errno = syscall.RawSyscall(trap, a1, a2, a3)
+	}
+	if errno != 0 {
+		return errno
 	}
 	return nil
 }
