@@ -17,25 +17,26 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/internal/sbspec"
 )
 
 // Isolation backends (Spec.Isolation).
 const (
 	// IsolationNamespaces is the default backend: namespaces, a private
 	// uid range, seccomp and Landlock on the host's kernel.
-	IsolationNamespaces = "namespaces"
+	IsolationNamespaces = sbspec.IsolationNamespaces
 	// IsolationGVisor runs the sandbox under gVisor (runsc, systrap
 	// platform, no KVM): the commands' system calls are served by an
 	// application kernel in user space, itself confined on the host.
-	IsolationGVisor = "gvisor"
+	IsolationGVisor = sbspec.IsolationGVisor
 )
 
 // Ceilings below these leave a gVisor sandbox too little to start: its
 // own processes (runsc, the sentry, the gofer) count in the sandbox's
 // memory and pids.
 const (
-	GVisorMinMemory = 64 << 20
-	GVisorMinPids   = 64
+	GVisorMinMemory = sbspec.GVisorMinMemory
+	GVisorMinPids   = sbspec.GVisorMinPids
 )
 
 // ValidIsolation checks a backend's name ("" is the default).

@@ -132,6 +132,11 @@ type Tool struct {
 	// caller of the tool (the config says so; a caller's own volumes
 	// are never shared).
 	Volumes []ToolVolume
+	// Isolation is the tool's sandbox backend: "" (the namespace
+	// runtime) or sbspec.IsolationGVisor. Callers cannot choose another:
+	// the tool's is the one every run, session, pool and E2B sandbox of it
+	// gets.
+	Isolation string
 	// Line is the line of the tool's key, for later error messages.
 	Line int
 }

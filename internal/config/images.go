@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -139,6 +140,42 @@ func (p *parser) rootfs(n *yaml.Node, at string) (bool, error) {
 		return true, nil
 	}
 	return false, p.errAt(n, at, "%s: want \"read-only\" or \"writable\"", quote(s))
+}
+
+// isolation parses a tool's isolation: "namespaces" (the default, kept
+// as "") or "gvisor".
+func (p *parser) isolation(n *yaml.Node, at string) (string, error) {
+	s, err := p.str(n, at)
+	if err != nil {
+		return "", err
+	}
+	switch s {
+	case sbspec.IsolationNamespaces:
+		return "", nil
+	case sbspec.IsolationGVisor:
+		return s, nil
+	}
+	return "", p.errAt(n, at, "%s: want %q or %q", quote(s), sbspec.IsolationNamespaces, sbspec.IsolationGVisor)
+}
+
+// checkGVisorTool says what of a gvisor tool its backend cannot give, or
+// "": the sandbox runtime refuses the same (sandbox.checkGVisorSpec), and
+// the config says so at load, not at the first run.
+func checkGVisorTool(t *Tool) string {
+	lim := t.Limits.Apply(sbspec.DefaultLimits())
+	switch {
+	case t.Image != ImageHost:
+		return "isolation gvisor runs on the host image only (image: host); imported images are not available with it yet"
+	case len(t.Volumes) > 0:
+		return "volumes are not available with isolation gvisor"
+	case t.User != nil && t.User.UID == 0:
+		return "commands as root (user 0) are not available with isolation gvisor: gVisor's root may signal any process of the sandbox, airlock's init included"
+	case lim.Memory < sbspec.GVisorMinMemory:
+		return fmt.Sprintf("limits.memory %d bytes: isolation gvisor needs %d MiB at least (gVisor's own processes count in it)", lim.Memory, sbspec.GVisorMinMemory>>20)
+	case lim.Pids < sbspec.GVisorMinPids:
+		return fmt.Sprintf("limits.pids %d: isolation gvisor needs %d at least (gVisor's own threads count in it)", lim.Pids, sbspec.GVisorMinPids)
+	}
+	return ""
 }
 
 // registries parses images.registries: registry host to credential.

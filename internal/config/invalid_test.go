@@ -80,7 +80,7 @@ func TestParseInvalid(t *testing.T) {
 		{"name too long", "tools:\n  " + strings.Repeat("a", 65) + ": {}\n", 2, 3, "tools." + strings.Repeat("a", 65), "invalid tool name"},
 
 		// Tool settings.
-		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, e2b_templates, egress, env, image, inputs, limits, mounts, network, pool, rootfs, services, stdin, user, volumes, workdir)`},
+		{"unknown tool key", tool("    memory: 1GiB"), 3, 5, "tools.t.memory", `unknown field "memory" (allowed: command, description, e2b_templates, egress, env, image, inputs, isolation, limits, mounts, network, pool, rootfs, services, stdin, user, volumes, workdir)`},
 		{"e2b template invalid", tool("    e2b_templates: [ok, -x]"), 3, 25, "tools.t.e2b_templates[1]", `invalid template name "-x"`},
 		{"e2b template twice", tool("    e2b_templates: [a, a]"), 3, 24, "tools.t.e2b_templates[1]", `template name "a" is listed twice`},
 		{"e2b template is a tool", lines("tools:", "  t: {e2b_templates: [u]}", "  u: {}"), 2, 0, "tools.t.e2b_templates", `"u" is the name of tool "u" (line 3)`},
@@ -104,6 +104,11 @@ func TestParseInvalid(t *testing.T) {
 		{"user bad gid", tool("    user: \"1:x\""), 3, 11, "tools.t.user", `want UID or UID:GID`},
 		{"rootfs unknown", tool("    image: py\n    rootfs: rw"), 4, 13, "tools.t.rootfs", `"rw": want "read-only" or "writable"`},
 		{"rootfs writable on host", tool("    rootfs: writable"), 3, 13, "tools.t.rootfs", `a writable root needs an imported image`},
+		{"isolation unknown", tool("    isolation: vm"), 3, 16, "tools.t.isolation", `"vm": want "namespaces" or "gvisor"`},
+		{"isolation gvisor with an image", tool("    image: py\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `isolation gvisor runs on the host image only`},
+		{"isolation gvisor as root", tool("    user: 0:0\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `commands as root (user 0) are not available with isolation gvisor`},
+		{"isolation gvisor, little memory", tool("    limits: {memory: 32MiB}\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `isolation gvisor needs 64 MiB at least`},
+		{"isolation gvisor, few pids", tool("    limits: {pids: 16}\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `isolation gvisor needs 64 at least`},
 		{"images store relative", "images:\n  store: images\n", 2, 10, "images.store", `"images" is not an absolute path`},
 		{"images max_size zero", "images:\n  max_size: \"0\"\n", 2, 13, "images.max_size", `must be more than zero`},
 		{"images max_entries zero", "images:\n  max_entries: 0\n", 2, 16, "images.max_entries", ``},

@@ -18,7 +18,7 @@ import (
 // Allowed keys of each mapping, sorted: they are listed in errors.
 var (
 	topKeys     = []string{"audit", "builds", "cluster", "images", "mcp", "mcp_servers", "secrets", "server", "services", "tools", "tracing"}
-	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "volumes", "workdir"}
+	toolKeys    = []string{"command", "description", "e2b_templates", "egress", "env", "image", "inputs", "isolation", "limits", "mounts", "network", "pool", "rootfs", "services", "stdin", "user", "volumes", "workdir"}
 	mountKeys   = []string{"source", "target"}
 	poolKeys    = []string{"idle", "kernels", "max", "min", "warm"}
 	limitKeys   = []string{"cpu", "cpu_time", "disk", "fds", "memory", "output", "pids", "time"}
@@ -74,7 +74,7 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 		return nil, err
 	}
 	var cmdNodes []*yaml.Node
-	var stdinNode, rootfsNode *yaml.Node
+	var stdinNode, rootfsNode, isolationNode *yaml.Node
 	for _, f := range fs {
 		sub := join(at, f.name)
 		switch f.name {
@@ -115,6 +115,9 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 		case "rootfs":
 			t.WritableRoot, err = p.rootfs(f.val, sub)
 			rootfsNode = f.val
+		case "isolation":
+			t.Isolation, err = p.isolation(f.val, sub)
+			isolationNode = f.val
 		case "env":
 			t.Env, err = p.env(f.val, sub)
 		case "services":
@@ -139,6 +142,11 @@ func (p *parser) tool(tf field, section string) (*Tool, error) {
 	}
 	if t.WritableRoot && t.Image == ImageHost {
 		return nil, p.errAt(rootfsNode, join(at, "rootfs"), "a writable root needs an imported image (image: NAME); the host image is always read-only")
+	}
+	if t.Isolation == sbspec.IsolationGVisor {
+		if err := checkGVisorTool(t); err != "" {
+			return nil, p.errAt(isolationNode, join(at, "isolation"), "%s", err)
+		}
 	}
 	for _, v := range t.Volumes {
 		for _, m := range t.Mounts {

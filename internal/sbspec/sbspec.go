@@ -98,6 +98,20 @@ func (l Limits) Validate() error {
 }
 
 // User is the identity commands run as, inside the sandbox's id range.
+// Isolation backends: the kernel-namespace runtime (the default) and
+// gVisor (runsc's systrap platform).
+const (
+	IsolationNamespaces = "namespaces"
+	IsolationGVisor     = "gvisor"
+)
+
+// gVisor's floors: its own processes (runsc, the sentry, the gofer) count
+// in a sandbox's memory and pids, so less leaves it too little to start.
+const (
+	GVisorMinMemory = 64 << 20
+	GVisorMinPids   = 64
+)
+
 type User struct {
 	UID, GID uint32
 }

@@ -59,7 +59,7 @@ func For(c *config.Config, t *config.Tool, o Overrides) (Plan, error) {
 		o.Limits(&lim)
 	}
 	p := Plan{
-		Spec:    sandbox.Spec{Limits: lim, Label: t.Name, Mounts: Mounts(t.Mounts), User: User(t.User)},
+		Spec:    sandbox.Spec{Limits: lim, Label: t.Name, Mounts: Mounts(t.Mounts), User: User(t.User), Isolation: t.Isolation},
 		Env:     append(slices.Clone(t.Env), o.Env...),
 		Workdir: t.Workdir,
 	}
