@@ -115,7 +115,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	if err != nil {
 		return err
 	}
-	g := &gvisorState{bundle: filepath.Join(rt.opts.StateDir, "gvisor", s.id)}
+	g := &gvisorState{bundle: filepath.Join(rt.bundleDir(), s.id)}
 	s.gv = g
 	if err := os.MkdirAll(filepath.Dir(g.bundle), 0o711); err != nil {
 		return fmt.Errorf("gvisor bundle: %w", err)
@@ -404,6 +404,45 @@ func (s *Sandbox) awaitRunsc(ctx context.Context) {
 		_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) })
 	}
 	_ = s.group.Signal()
+}
+
+// bundleDir holds the bundles of this runtime's gVisor sandboxes: one
+// directory per cgroup parent, as the locks that say which are alive
+// (Runtime.lockDir), so that a sweep removes only bundles whose locks it
+// reads.
+func (rt *Runtime) bundleDir() string {
+	return filepath.Join(rt.opts.StateDir, "gvisor", filepath.Base(rt.lockDir))
+}
+
+// sweepBundles removes the bundles of gVisor sandboxes whose holder is
+// gone: their lock is free. It returns how many.
+func (rt *Runtime) sweepBundles() (int, error) {
+	ents, err := os.ReadDir(rt.bundleDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, e := range ents {
+		if !isSandboxID(e.Name()) {
+			continue
+		}
+		l, err := tryLock(filepath.Join(rt.lockDir, e.Name()))
+		if err != nil || l == nil {
+			errs = append(errs, err)
+			continue // alive, or unknown
+		}
+		if err := os.RemoveAll(filepath.Join(rt.bundleDir(), e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("gvisor bundle: %w", err))
+		} else {
+			n++
+		}
+		errs = append(errs, l.release())
+	}
+	return n, errors.Join(errs...)
 }
 
 // removeBundle removes a gVisor sandbox's directory, once its processes

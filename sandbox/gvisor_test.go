@@ -29,6 +29,14 @@ func backends(t *testing.T) []backend {
 	return bs
 }
 
+// bundleOf is sb's gVisor bundle, or "".
+func bundleOf(sb *Sandbox) string {
+	if sb.gv == nil {
+		return ""
+	}
+	return sb.gv.bundle
+}
+
 // isolationOf is be's Spec.Isolation.
 func isolationOf(be backend) string {
 	if be.gvisor {

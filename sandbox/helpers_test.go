@@ -178,6 +178,8 @@ type trace struct {
 	uidBase  uint32
 	netnsIno uint64
 	lock     string
+	// bundle is a gVisor sandbox's directory, "" for the other backend.
+	bundle string
 }
 
 func traceOf(t *testing.T, sb *Sandbox) *trace {
@@ -192,6 +194,7 @@ func traceOf(t *testing.T, sb *Sandbox) *trace {
 		uidBase:  sb.HostIDBase(),
 		netnsIno: st.Ino,
 		lock:     filepath.Join(testLockDir(), sb.ID()),
+		bundle:   bundleOf(sb),
 	}
 }
 
@@ -216,8 +219,10 @@ func (tr *trace) assertGone(t *testing.T) {
 	if pids := netnsHolders(tr.netnsIno); len(pids) > 0 {
 		t.Errorf("network namespace of sandbox %s still held by %v", tr.id, pids)
 	}
-	if _, err := os.Stat(filepath.Join(testStateDir, "gvisor", tr.id)); !os.IsNotExist(err) {
-		t.Errorf("gvisor bundle of sandbox %s left (err %v)", tr.id, err)
+	if tr.bundle != "" {
+		if _, err := os.Stat(tr.bundle); !os.IsNotExist(err) {
+			t.Errorf("gvisor bundle of sandbox %s left (err %v)", tr.id, err)
+		}
 	}
 	if m := hostMountsUnder(testStateDir); len(m) > 0 {
 		t.Errorf("mounts left under the state dir: %v", m)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/testutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/testutil"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/spawner"
 	"github.com/airlockhq/airlock/result"
-	"golang.org/x/sys/unix"
 )
 
 // TestSurvivors starts processes that try to outlive the command; run()
@@ -49,6 +51,17 @@ func TestSurvivors(t *testing.T) {
 // or a one-shot runtime (airlock run), which sweeps while its own
 // sandbox's command runs.
 func TestSweepAfterCrash(t *testing.T) {
+	t.Run("gvisor", func(t *testing.T) {
+		be := backends(t)
+		if len(be) < 2 {
+			t.Skip("no runsc")
+		}
+		tr := crashedHolderOn(t, be[1])
+		if n, err := testRuntime(t).Sweep(t.Context()); err != nil || n < 1 {
+			t.Errorf("swept %d sandboxes (%v), want >= 1", n, err)
+		}
+		tr.assertGone(t)
+	})
 	t.Run("sweep", func(t *testing.T) {
 		tr := crashedHolder(t)
 		rt := testRuntime(t)
@@ -89,11 +102,14 @@ func TestSweepAfterCrash(t *testing.T) {
 
 // crashedHolder runs TestHoldSandbox in a process of its own, kills it
 // while it holds a live sandbox, and returns what that sandbox left.
-func crashedHolder(t *testing.T) *trace {
+func crashedHolder(t *testing.T) *trace { return crashedHolderOn(t, backend{}) }
+
+// crashedHolderOn is crashedHolder for a sandbox of backend be.
+func crashedHolderOn(t *testing.T, be backend) *trace {
 	t.Helper()
 	testRuntime(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldSandbox$")
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_HOLD=1")
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_HOLD=1", "AIRLOCK_TEST_HOLD_ISOLATION="+isolationOf(be))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,11 +119,11 @@ func crashedHolder(t *testing.T) *trace {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(out)
-	var id string
+	var id, bundle string
 	var pid int
 	var base uint32
 	for sc.Scan() {
-		if _, err := fmt.Sscanf(sc.Text(), "holding %s %d %d", &id, &pid, &base); err == nil {
+		if _, err := fmt.Sscanf(sc.Text(), "holding %s %d %d %s", &id, &pid, &base, &bundle); err == nil {
 			break
 		}
 	}
@@ -127,7 +143,14 @@ func crashedHolder(t *testing.T) *trace {
 	if len(cgroupDirs(id)) == 0 {
 		t.Fatalf("crashed holder left no cgroup to sweep; test is not testing anything")
 	}
-	return &trace{id: id, initPid: pid, uidBase: base, lock: filepath.Join(testLockDir(), id)}
+	tr := &trace{id: id, initPid: pid, uidBase: base, lock: filepath.Join(testLockDir(), id)}
+	if bundle != "-" {
+		if _, err := os.Stat(bundle); err != nil {
+			t.Fatalf("crashed holder left no gvisor bundle to sweep: %v", err)
+		}
+		tr.bundle = bundle
+	}
+	return tr
 }
 
 // TestHoldSandbox is the crashing holder of TestSweepAfterCrash.
@@ -135,15 +158,19 @@ func TestHoldSandbox(t *testing.T) {
 	if os.Getenv("AIRLOCK_TEST_HOLD") != "1" {
 		t.Skip("helper for TestSweepAfterCrash")
 	}
-	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t)})
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: os.Getenv(testutil.RunscEnv)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits()})
+	sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), Isolation: os.Getenv("AIRLOCK_TEST_HOLD_ISOLATION")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("holding %s %d %d\n", sb.ID(), sb.InitPid(), sb.HostIDBase())
+	bundle := "-"
+	if sb.gv != nil {
+		bundle = sb.gv.bundle
+	}
+	fmt.Printf("holding %s %d %d %s\n", sb.ID(), sb.InitPid(), sb.HostIDBase(), bundle)
 	go sb.Exec(t.Context(), ExecRequest{Argv: []string{"sleep", "100"}})
 	time.Sleep(time.Minute)
 }

@@ -506,6 +506,11 @@ func (rt *Runtime) Sweep(ctx context.Context) (int, error) {
 		rt.observe(Lifecycle{Event: Swept, ID: id, Err: err})
 		errs = append(errs, l.release())
 	}
+	// The bundles of gVisor sandboxes whose cgroups were swept above, or
+	// whose holder died before it made one.
+	if _, err := rt.sweepBundles(); err != nil {
+		errs = append(errs, err)
+	}
 	// Lock files of dead holders with no cgroup left (the holder died
 	// between creating the two). A uid range's lock file stays (see
 	// idRange.release): its holder's death freed the range.

@@ -47,6 +47,9 @@ type RunFlags struct {
 	// a cluster front's address (--host, $AIRLOCK_HOST), with the token
 	// in TokenFile or $AIRLOCK_TOKEN.
 	Socket, Host, TokenFile string
+	// Isolation is the backend of a run without a tool (--isolation):
+	// "", "namespaces" or "gvisor". A tool's is its config's.
+	Isolation string
 	// Image is the root file system ("" or "host": the host's) and
 	// ImageStore the store it is found in.
 	Image, ImageStore string
@@ -100,6 +103,8 @@ func ParseRun(args []string, stderr io.Writer) (*RunFlags, []string, error) {
 	fs.StringVar(&f.ImageStore, "image-store", DefaultImageStore, "image store directory (default: the config's images.store, else this)")
 	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowArgs}, "allow", "allow egress to HOST[:PORT], *.DOMAIN[:PORT] or IP/CIDR:PORT (repeatable; port 443 if none)")
 	fs.Var(allowFlag{v: &f.Allow, raw: &f.AllowPrivateArgs, private: true}, "allow-private", "as --allow, for a destination in a private range (10/8, 192.168/16, loopback, ...; never metadata or link-local), as private: true in the config")
+	fs.StringVar(&f.Isolation, "isolation", "", "sandbox backend of a run without --tool: namespaces (the default) or gvisor (gVisor's application kernel; needs runsc)")
+	fs.StringVar(&f.Opts.Runsc, "runsc", "", "gVisor's runsc, for --isolation gvisor (default: beside airlock, then /usr/local/libexec/airlock, /usr/local/bin, /usr/bin)")
 	fs.StringVar(&f.Opts.StateDir, "state-dir", "/run/airlock", "state directory (advanced)")
 	fs.StringVar(&f.Opts.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own) (advanced)")
 	fs.Usage = func() {
@@ -129,6 +134,10 @@ func (f *RunFlags) Check(argv []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "airlock run: --tty shows the command's terminal; it cannot go with --json or --events")
 	case f.Set["token-file"] && f.Host == "":
 		fmt.Fprintln(stderr, "airlock run: --token-file is for --host: a run here or through the local socket needs no token")
+	case f.Set["isolation"] && (f.Tool != "" || f.Host != ""):
+		fmt.Fprintln(stderr, "airlock run: --isolation is for a run without --tool: a tool's isolation is its config's, and no run may choose another")
+	case sandbox.ValidIsolation(f.Isolation) != nil:
+		fmt.Fprintf(stderr, "airlock run: --%v\n", sandbox.ValidIsolation(f.Isolation))
 	case !filepath.IsAbs(f.Workdir):
 		fmt.Fprintf(stderr, "airlock run: invalid value %q for flag -workdir: must be an absolute path\n", f.Workdir)
 	default:
@@ -190,6 +199,9 @@ func RunOnce(ctx context.Context, f *RunFlags, spec sandbox.Spec, argv []string,
 	}
 	defer rt.Close()
 	spec.Limits = f.Limits
+	if spec.Isolation == "" {
+		spec.Isolation = f.Isolation
+	}
 	// The network side attaches to the sandbox's network namespace while
 	// its init starts.
 	var b *runner.Binding
