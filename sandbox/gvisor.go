@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/sbspec"
+	"github.com/airlockhq/airlock/result"
 )
 
 // Isolation backends (Spec.Isolation).
@@ -404,6 +405,37 @@ func (s *Sandbox) awaitRunsc(ctx context.Context) {
 		_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) })
 	}
 	_ = s.group.Signal()
+}
+
+// GVisor says whether this runtime can give sandboxes isolation gvisor,
+// and why not: it finds runsc, then makes a gVisor sandbox and runs
+// /bin/true in it. The answer is kept once it is yes; a no is asked again
+// next time (runsc installed meanwhile, say). It returns runsc's path and
+// version.
+func (rt *Runtime) GVisor(ctx context.Context) (path, version string, err error) {
+	rt.gvisorMu.Lock()
+	defer rt.gvisorMu.Unlock()
+	if path, err = rt.runsc(); err != nil {
+		return "", "", err
+	}
+	version = gvisor.Version(path)
+	if rt.gvisorOK {
+		return path, version, nil
+	}
+	sb, err := rt.Create(ctx, Spec{Limits: DefaultLimits(), Isolation: IsolationGVisor, Label: "gvisor-check"})
+	if err != nil {
+		return path, version, fmt.Errorf("a gvisor sandbox could not be made with %s: %w", path, err)
+	}
+	r := sb.Exec(ctx, ExecRequest{Argv: []string{"/bin/true"}, Capture: true})
+	derr := sb.Destroy(context.WithoutCancel(ctx))
+	switch {
+	case r.Outcome != result.Exited || r.ExitCode != 0:
+		return path, version, fmt.Errorf("/bin/true in a gvisor sandbox: outcome %s, exit %d %s %s", r.Outcome, r.ExitCode, r.Error, r.Stderr)
+	case derr != nil:
+		return path, version, derr
+	}
+	rt.gvisorOK = true
+	return path, version, nil
 }
 
 // bundleDir holds the bundles of this runtime's gVisor sandboxes: one

@@ -18,11 +18,14 @@ type backend struct {
 }
 
 // backends are the namespace backend, and gVisor when runsc is at hand
-// (always in CI: testutil.Runsc).
+// (always in CI: testutil.Runsc) and the run is not -short.
 func backends(t *testing.T) []backend {
 	t.Helper()
 	bs := []backend{{name: IsolationNamespaces}}
-	if os.Getenv(testutil.RunscEnv) != "" || os.Getenv("CI") != "" {
+	// The race detector's pass (-short) leaves gVisor to the plain one:
+	// the backend's code is the same, and each of its sandboxes costs a
+	// tenth of a second.
+	if !testing.Short() && (os.Getenv(testutil.RunscEnv) != "" || os.Getenv("CI") != "") {
 		testutil.Runsc(t)
 		bs = append(bs, backend{name: IsolationGVisor, gvisor: true, spec: func(s *Spec) { s.Isolation = IsolationGVisor }})
 	}

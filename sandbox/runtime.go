@@ -222,6 +222,10 @@ type Runtime struct {
 	runscOnce sync.Once
 	runscPath string
 	runscErr  error
+	// gvisorMu is held by GVisor; gvisorOK says a gVisor sandbox was
+	// made and ran a command.
+	gvisorMu sync.Mutex
+	gvisorOK bool
 }
 
 // ErrInvalid marks bad input from a caller. It belongs to

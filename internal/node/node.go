@@ -321,6 +321,9 @@ func New(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.rt, err = sandbox.New(ctx, opts.Sandbox); err != nil {
 		return nil, err
 	}
+	if err := n.checkIsolation(ctx, opts.Config.Profiles()); err != nil {
+		return nil, err
+	}
 	if err = n.toolVolumes(ctx, ts, opts.Config.Profiles()); err != nil {
 		// The runtime and the rest are closed by New's undo (above).
 		n.closeVolumes()

@@ -118,6 +118,9 @@ func (n *Node) Reload(ctx context.Context, raw *config.Config, client string) (a
 		}
 	}
 	slices.Sort(rep.Removed)
+	if err := n.checkIsolation(ctx, fresh); err != nil {
+		return rep, errdefs.Errorf(errdefs.ErrInvalid, "the config was not reloaded: %v", err)
+	}
 	if err := n.toolVolumes(ctx, next, fresh); err != nil {
 		return rep, errdefs.Errorf(errdefs.ErrInvalid, "the config was not reloaded: %v", err)
 	}

@@ -15,9 +15,11 @@ import (
 
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
+	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/landlock"
 	"github.com/airlockhq/airlock/internal/runner/attach"
+	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -42,6 +44,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	stateDir := fs.String("state-dir", "/run/airlock", "state directory (advanced)")
 	cgParent := fs.String("cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own) (advanced)")
 	noSandbox := fs.Bool("no-sandbox", false, "check the host only; do not create a sandbox")
+	runsc := fs.String("runsc", "", "gVisor's runsc to check (default: beside airlock, then "+strings.Join(gvisor.Dirs, ", ")+")")
 	fs.Usage = func() {
 		fmt.Fprintln(stdio.Stderr, "Usage: airlock doctor [flags]\n\nChecks what airlock needs of this host, one line each with the fix when it\nfails: root, the kernel, user namespaces, cgroups and their controllers,\noverlayfs, Landlock, seccomp, what bounds the sandboxes' socket buffers,\nthe sandboxes' id range, the image store's file system,\nairlock-init, the daemon's socket; then creates a sandbox and runs a\ncommand in it. Exits 1 when a check fails.\n\nFlags:")
 		fs.PrintDefaults()
@@ -71,6 +74,7 @@ func doctorCmd(ctx context.Context, args []string, stdio cli.IO) error {
 	if !*noSandbox {
 		checks = append(checks, checkSandbox(ctx, *stateDir, *cgParent))
 	}
+	checks = append(checks, checkGVisor(ctx, cfg, *runsc, *stateDir, *cgParent, !*noSandbox))
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "
@@ -328,6 +332,45 @@ func checkSandbox(ctx context.Context, stateDir, cgParent string) check {
 		return check{name: "sandbox", found: fmt.Sprintf("run /bin/true: outcome %s, exit %d %s", r.Outcome, r.ExitCode, r.Error)}
 	}
 	return check{name: "sandbox", ok: true, found: fmt.Sprintf("created, ran /bin/true, destroyed (%s, cgroup v%d)", time.Since(start).Round(time.Millisecond), rt.CgroupVersion())}
+}
+
+// checkGVisor checks the gvisor isolation backend: runsc found, and
+// (with sandbox) a gVisor sandbox made that runs /bin/true. Without runsc
+// it fails only when the config has a tool that asks for gvisor.
+func checkGVisor(ctx context.Context, cfg *config.Config, runsc, stateDir, cgParent string, sandboxToo bool) check {
+	var needs []string
+	if cfg != nil {
+		for _, t := range cfg.Profiles() {
+			if t.Isolation == sbspec.IsolationGVisor {
+				needs = append(needs, t.Name)
+			}
+		}
+	}
+	fix := "build runsc (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + gvisor.PinnedVersion + ") and install it root-owned in " + gvisor.Dirs[0] + ", or pass --runsc"
+	path, err := gvisor.Find(runsc)
+	if err != nil {
+		if len(needs) == 0 {
+			return check{name: "gvisor", skipOK: true, found: "not available (" + err.Error() + "); only tools with isolation: gvisor need it"}
+		}
+		return check{name: "gvisor", found: err.Error() + "; tools " + strings.Join(needs, ", ") + " ask for it", fix: fix}
+	}
+	found := path
+	if v := gvisor.Version(path); v != "" {
+		found += " " + v
+	}
+	if !sandboxToo {
+		return check{name: "gvisor", ok: true, found: found}
+	}
+	start := time.Now()
+	rt, err := sandbox.New(ctx, sandbox.Options{StateDir: stateDir, CgroupParent: cgParent, CloneInProcess: true, OneShot: true, Runsc: path})
+	if err != nil {
+		return check{name: "gvisor", found: err.Error()}
+	}
+	defer rt.Close()
+	if _, _, err := rt.GVisor(ctx); err != nil {
+		return check{name: "gvisor", found: found + ": " + err.Error(), fix: "see docs/isolation.md for what gVisor needs of the host"}
+	}
+	return check{name: "gvisor", ok: true, found: fmt.Sprintf("%s: created a gVisor sandbox, ran /bin/true, destroyed (%s)", found, time.Since(start).Round(time.Millisecond))}
 }
 
 func contains(list []string, s string) bool {

@@ -11,11 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/image/zstd"
 	"github.com/airlockhq/airlock/internal/lazygw"
@@ -80,5 +82,6 @@ func embedFlags(fs *flag.FlagSet, opts *daemon.Options, when string) *string {
 	fs.StringVar(&opts.ImageStore, "image-store", "", "image store tools' images are found in"+when+" (default: the config's images.store, else "+image.DefaultDir+")")
 	fs.StringVar(&opts.Sandbox.StateDir, "state-dir", "/run/airlock", "state directory"+when+" (advanced)")
 	fs.StringVar(&opts.Sandbox.CgroupParent, "cgroup-parent", "/airlock", "cgroup under which sandboxes are created (no leading slash: below airlock's own)"+when+" (advanced)")
+	fs.StringVar(&opts.Sandbox.Runsc, "runsc", "", "gVisor's runsc, for tools with isolation: gvisor"+when+" (default: beside airlockd, then "+strings.Join(gvisor.Dirs, ", ")+")")
 	return cfgPath
 }
