@@ -250,7 +250,7 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	gvisorBackend := spec.Isolation == IsolationGVisor
 	if gvisorBackend {
 		if err := checkGVisorSpec(&spec); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+			return nil, err
 		}
 		if _, err := rt.runsc(); err != nil {
 			return nil, fmt.Errorf("isolation %s: %w", IsolationGVisor, err)
@@ -813,14 +813,7 @@ func (s *Sandbox) openIn(dir string) (*os.File, error) {
 		// which O_NOFOLLOW would open as one).
 		in = "/."
 	}
-	path := s.hostDir(in)
-	if s.gv != nil {
-		path = s.hostDir(dir)
-	}
-	if path == "" {
-		return nil, fmt.Errorf("sandbox %s: open %s: %w: not with isolation %s", s.id, dir, ErrInvalid, IsolationGVisor)
-	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	fd, err := unix.Open(s.hostDir(in), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: open %s: %w", s.id, dir, err)
 	}

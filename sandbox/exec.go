@@ -279,7 +279,7 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 		// Init opens a terminal in the sandbox and passes its master
 		// side out; gVisor passes no descriptor of the guest's to the
 		// host.
-		return nil, fmt.Errorf("%w: terminals: not available with isolation %s", ErrInvalid, IsolationGVisor)
+		return nil, &UnsupportedError{Msg: "terminals: not available with isolation " + IsolationGVisor}
 	}
 	if req.TTY != nil {
 		x.ptyc = make(chan *os.File, 1)

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
@@ -49,6 +51,20 @@ func ValidIsolation(name string) error {
 	return fmt.Errorf("isolation %q: want %s or %s", name, IsolationNamespaces, IsolationGVisor)
 }
 
+// UnsupportedError is what a backend refuses by name: a feature it does
+// not give (What), or a ceiling too low for it. Its text is written for
+// the caller (no host detail), and it is in the class errdefs.ErrInvalid.
+type UnsupportedError struct {
+	// Msg says what is refused and why.
+	Msg string
+}
+
+func (e *UnsupportedError) Error() string { return e.Msg }
+
+// Is puts it in the class of bad input: the caller asked for what the
+// tool's backend cannot give.
+func (e *UnsupportedError) Is(target error) bool { return target == errdefs.ErrInvalid }
+
 // gvisorState is what a gVisor sandbox has that the other backend's has
 // not.
 type gvisorState struct {
@@ -78,7 +94,7 @@ func (rt *Runtime) runsc() (string, error) {
 // name.
 func checkGVisorSpec(spec *Spec) error {
 	no := func(what string) error {
-		return fmt.Errorf("%s: not available with isolation %s", what, IsolationGVisor)
+		return &UnsupportedError{Msg: fmt.Sprintf("%s: not available with isolation %s", what, IsolationGVisor)}
 	}
 	switch {
 	case spec.Image != nil:
@@ -93,9 +109,9 @@ func checkGVisorSpec(spec *Spec) error {
 		// other backend's root is no host root.
 		return no("commands as root")
 	case spec.Limits.Memory < GVisorMinMemory:
-		return fmt.Errorf("memory ceiling %d bytes: isolation %s needs %d MiB at least (gVisor's own processes count in it)", spec.Limits.Memory, IsolationGVisor, GVisorMinMemory>>20)
+		return &UnsupportedError{Msg: fmt.Sprintf("memory ceiling %d bytes: isolation %s needs %d MiB at least (gVisor's own processes count in it)", spec.Limits.Memory, IsolationGVisor, GVisorMinMemory>>20)}
 	case spec.Limits.Pids < GVisorMinPids:
-		return fmt.Errorf("pids ceiling %d: isolation %s needs %d at least (gVisor's own threads count in it)", spec.Limits.Pids, IsolationGVisor, GVisorMinPids)
+		return &UnsupportedError{Msg: fmt.Sprintf("pids ceiling %d: isolation %s needs %d at least (gVisor's own threads count in it)", spec.Limits.Pids, IsolationGVisor, GVisorMinPids)}
 	}
 	return nil
 }
@@ -163,7 +179,10 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		return fmt.Errorf("gvisor root: %w", err)
 	}
 	// The root holds the mount points, the image's symlinks and the
-	// generated /etc; it is served read-only.
+	// generated /etc; it is served read-only. Its binds are made by
+	// runsc's clone in its own mount namespace (scratchProg), so that the
+	// host sees the sandbox's file system as the guest does, below
+	// root, for the files API (OpenRoot, OpenDir).
 	point := func(p string, file bool) error {
 		hp := filepath.Join(root, p)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
@@ -182,9 +201,6 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		if err := point(p, false); err != nil {
 			return fmt.Errorf("gvisor root: %w", err)
 		}
-	}
-	if err := point(sbinit.GVisorPath, true); err != nil {
-		return fmt.Errorf("gvisor root: %w", err)
 	}
 	for _, l := range b.image.symlinks {
 		hp := filepath.Join(root, l.Path)
@@ -205,15 +221,16 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		}
 	}
 	binds := append(slices.Clip(b.image.binds), mountsAsBinds(mounts)...)
+	binds = append(binds, sbinit.Bind{Source: initPath, Target: sbinit.GVisorPath, File: true})
 	for _, bd := range binds {
 		if err := point(bd.Target, bd.File); err != nil {
 			return fmt.Errorf("gvisor root: %w", err)
 		}
-		c.Mounts = append(c.Mounts, gvisor.Mount{Destination: bd.Target, Source: bd.Source, Type: "bind", ReadOnly: true})
 	}
+	// The writable directories are mounts of their own in the guest too,
+	// whose files gVisor revalidates (the host's files API writes them).
 	c.Mounts = append(c.Mounts,
 		gvisor.Mount{Destination: "/proc", Type: "proc", Source: "proc"},
-		gvisor.Mount{Destination: sbinit.GVisorPath, Source: initPath, Type: "bind", ReadOnly: true},
 		gvisor.Mount{Destination: HomeDir, Source: filepath.Join(g.scratch(), "workspace"), Type: "bind"},
 		gvisor.Mount{Destination: "/tmp", Source: filepath.Join(g.scratch(), "tmp"), Type: "bind"},
 	)
@@ -247,7 +264,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		Flags:  unix.CLONE_NEWNS,
 		Setsid: true, DefaultSignals: true,
 		UID: -1, GID: -1, CgroupFD: -1,
-		Prog: scratchProg(g.scratch(), s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+		Prog: scratchProg(g.scratch(), root, binds, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
 	}
 	if s.group.Version() == cgroup.V2 {
 		fd, err := s.group.DirFD()
@@ -291,10 +308,12 @@ func mountsAsBinds(ms []Mount) []sbinit.Bind {
 }
 
 // scratchProg is what runsc's clone runs before its exec: keep its mounts
-// to itself, mount the scratch tmpfs (the sandbox's disk ceiling, bytes
-// and inodes) at dir, and make /workspace (the commands' user's) and /tmp
-// (sticky, everyone's) on it.
-func scratchProg(dir string, l Limits, uid, gid int) *forkexec.Prog {
+// to itself; mount the scratch tmpfs (the sandbox's disk ceiling, bytes
+// and inodes) at dir, with /workspace (the commands' user's) and /tmp
+// (sticky, everyone's) on it; and bind into root, read-only, nosuid and
+// nodev, what the sandbox sees of the host (binds), and the scratch
+// directories writable.
+func scratchProg(dir, root string, binds []sbinit.Bind, l Limits, uid, gid int) *forkexec.Prog {
 	p := &forkexec.Prog{}
 	str := func(s string) forkexec.Arg {
 		p.Blobs = append(p.Blobs, append([]byte(s), 0))
@@ -306,6 +325,20 @@ func scratchProg(dir string, l Limits, uid, gid int) *forkexec.Prog {
 		copy(op.Args[:], args)
 		p.Ops = append(p.Ops, op)
 	}
+	// struct mount_attr: attr_set, attr_clr, propagation, userns_fd.
+	var attr []byte
+	for _, v := range []uint64{unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, 0, 0, 0} {
+		attr = binary.NativeEndian.AppendUint64(attr, v)
+	}
+	p.Blobs = append(p.Blobs, attr)
+	readOnly := forkexec.Arg{Kind: forkexec.ArgBlob, Index: uint32(len(p.Blobs) - 1)}
+	bind := func(src, dst string, ro bool) {
+		sys("bind "+dst, unix.SYS_MOUNT, str(src), str(dst), imm(0), imm(unix.MS_BIND|unix.MS_REC), imm(0))
+		if ro {
+			sys("make "+dst+" read-only", unix.SYS_MOUNT_SETATTR, imm(unix.AT_FDCWD), str(dst),
+				imm(unix.AT_SYMLINK_NOFOLLOW|unix.AT_RECURSIVE), readOnly, imm(int64(len(attr))))
+		}
+	}
 	ws, tmp := filepath.Join(dir, "workspace"), filepath.Join(dir, "tmp")
 	sys("make the mounts private", unix.SYS_MOUNT, str("none"), str("/"), imm(0), imm(unix.MS_REC|unix.MS_PRIVATE), imm(0))
 	opts := "mode=0755,size=" + strconv.FormatInt(l.Disk, 10) + ",nr_inodes=" + strconv.FormatInt(l.inodes(), 10)
@@ -314,11 +347,19 @@ func scratchProg(dir string, l Limits, uid, gid int) *forkexec.Prog {
 	sys("chown /workspace", unix.SYS_FCHOWNAT, imm(unix.AT_FDCWD), str(ws), imm(int64(uid)), imm(int64(gid)), imm(0))
 	sys("make /tmp", unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
 	sys("chmod /tmp", unix.SYS_FCHMODAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
+	for _, b := range binds {
+		bind(b.Source, filepath.Join(root, b.Target), true)
+	}
+	bind(ws, filepath.Join(root, HomeDir), false)
+	bind(tmp, filepath.Join(root, "tmp"), false)
 	return p
 }
 
-// hostDir is the host's path of dir of the sandbox (/workspace, /tmp, the
-// scratch tmpfs's root ""), through init's (or runsc's) /proc/PID/root.
+// hostDir is the host's path of dir of the sandbox ("/.", /workspace, /tmp;
+// "" for the scratch tmpfs), through init's /proc/PID/root, or under
+// gVisor runsc's: the bundle's root holds in runsc's mount namespace what
+// the guest sees (scratchProg), but for /proc, /dev and /sys, which are
+// the guest kernel's.
 func (s *Sandbox) hostDir(dir string) string {
 	if s.gv == nil {
 		if dir == "" {
@@ -326,14 +367,10 @@ func (s *Sandbox) hostDir(dir string) string {
 		}
 		return fmt.Sprintf("/proc/%d/root%s", s.pid, dir)
 	}
-	switch dir {
-	case HomeDir:
-		dir = "/workspace"
-	case "/tmp", "":
-	default:
-		return ""
+	if dir == "" {
+		return fmt.Sprintf("/proc/%d/root%s", s.pid, s.gv.scratch())
 	}
-	return fmt.Sprintf("/proc/%d/root%s%s", s.pid, s.gv.scratch(), dir)
+	return fmt.Sprintf("/proc/%d/root%s/root%s", s.pid, s.gv.bundle, dir)
 }
 
 // netPid is a process in the sandbox's network namespace, for its

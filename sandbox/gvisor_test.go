@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
@@ -95,8 +96,9 @@ func TestGVisorRefuses(t *testing.T) {
 				sb.Destroy(t.Context())
 				t.Fatal("created")
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("got %v, want ErrInvalid naming %q", err, tt.want)
+			var ue *UnsupportedError
+			if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || (tt.name != "unknown backend") != errors.As(err, &ue) {
+				t.Fatalf("got %v, want an invalid-input error naming %q", err, tt.want)
 			}
 			if after := sandboxGroups(t, rt); len(after) != len(before) {
 				t.Fatalf("cgroups %v, before %v", after, before)

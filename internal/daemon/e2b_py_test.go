@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 )
 
@@ -25,9 +26,29 @@ import (
 // airlock answers otherwise than E2B's cloud, the case asserts E2B's
 // answer and is marked xfail with the difference.
 func TestE2BPythonSDK(t *testing.T) {
+	testE2BPythonSDK(t, "")
+}
+
+// TestE2BPythonSDKGVisor is TestE2BPythonSDK with every tool of the
+// config on the gvisor backend (AIRLOCK_TEST_E2B_ISOLATION tells the
+// cases, which then expect what gVisor refuses by name to be refused).
+func TestE2BPythonSDKGVisor(t *testing.T) {
+	clientsNotRaced(t)
+	e2bPython(t)
+	runsc := testutil.Runsc(t)
+	testE2BPythonSDK(t, runsc)
+}
+
+// testE2BPythonSDK runs the SDK's cases; with runsc set, on gVisor.
+func testE2BPythonSDK(t *testing.T, runsc string) {
 	clientsNotRaced(t)
 	py := e2bPython(t)
 	isolatednet.Require(t)
+	iso, adjust := "", func(*Options) {}
+	if runsc != "" {
+		iso = "    isolation: gvisor\n"
+		adjust = func(o *Options) { o.Sandbox.Runsc = runsc }
+	}
 	// Two names of one upstream on loopback, both the tool net's
 	// destinations, for the creates that narrow its egress.
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -35,16 +56,16 @@ func TestE2BPythonSDK(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	port := up.Listener.Addr().(*net.TCPAddr).Port
-	base := serveE2B(t, fmt.Sprintf(`  net:
-    egress:
+	base := serveE2BWith(t, fmt.Sprintf(`  net:
+%s    egress:
       - {host: a.test, ports: [%d], addresses: [127.0.0.1], private: true}
       - {host: b.test, ports: [%d], addresses: [127.0.0.1], private: true}
-`, port, port))
+`, iso, port, port), adjust)
 	// No cache and no bytecode: pytest writes nothing into the module.
 	cmd := exec.CommandContext(t.Context(), py, "-m", "pytest", "-q", "-rxXs", "-p", "no:cacheprovider", "testdata/pysdk")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",
 		"E2B_API_URL="+base, "E2B_SANDBOX_URL="+base, "E2B_API_KEY="+e2bKey, "E2B_OTHER_KEY=other-0123456789abcdef", "E2B_VOLUME_API_URL="+base,
-		"AIRLOCK_TEST_NET_PORT="+strconv.Itoa(port))
+		"AIRLOCK_TEST_NET_PORT="+strconv.Itoa(port), "AIRLOCK_TEST_E2B_ISOLATION="+strings.TrimSpace(strings.TrimPrefix(iso, "    isolation:")))
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -77,10 +77,24 @@ secrets:
   key: {env: TEST_E2B_KEY}
   other: {env: TEST_OTHER_KEY}
 tools:
-  sh: {}
-  small: {limits: {memory: 64MiB}}
+  sh: {`+e2bIsolation(adjust)+`}
+  small: {limits: {memory: 64MiB}`+strings.TrimSuffix(", "+e2bIsolation(adjust), ", ")+`}
 `+extra, adjust)
 	return d, "http://" + addr
+}
+
+// e2bIsolation is the isolation setting of serveE2BDaemon's own tools:
+// gvisor when adjust names a runsc.
+func e2bIsolation(adjust func(*Options)) string {
+	if adjust == nil {
+		return ""
+	}
+	var o Options
+	adjust(&o)
+	if o.Sandbox.Runsc == "" {
+		return ""
+	}
+	return "isolation: gvisor"
 }
 
 // e2bCreate creates a sandbox of tool sh through the E2B API at base.

@@ -153,6 +153,8 @@ func (n *Node) Run(ctx context.Context, j RunRequest) (out *result.Result, done 
 			e = err
 		} else if errors.Is(err, sandbox.ErrCapacity) {
 			e = AtCapacity(err)
+		} else if ue := (*sandbox.UnsupportedError)(nil); errors.As(err, &ue) {
+			e = ue
 		} else {
 			n.counts.Failures.Add(1)
 			n.opts.Logger.Warn("claim failed", "tool", j.Tool.Name, "err", err)

@@ -425,6 +425,10 @@ func (n *Node) claimBound(ctx context.Context, t *config.Tool, scope *runScope, 
 		if errors.Is(err, sandbox.ErrCapacity) {
 			return nil, nil, AtCapacity(err)
 		}
+		var ue *sandbox.UnsupportedError
+		if errors.As(err, &ue) {
+			return nil, nil, ue // what the tool's backend refuses, by name
+		}
 		n.counts.Failures.Add(1)
 		n.opts.Logger.Warn("claim failed", "tool", t.Name, "err", err)
 		return nil, nil, ErrNoSandbox

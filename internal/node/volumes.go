@@ -347,6 +347,10 @@ func (n *Node) createBound(ctx context.Context, t *config.Tool, scope *runScope,
 			n.metrics.refusals.Inc("capacity")
 			return nil, nil, AtCapacity(err)
 		}
+		var ue *sandbox.UnsupportedError
+		if errors.As(err, &ue) {
+			return nil, nil, ue // what the tool's backend refuses, by name
+		}
 		n.counts.Failures.Add(1)
 		n.opts.Logger.Warn("create failed", "tool", t.Name, "err", err)
 		return nil, nil, ErrNoSandbox
