@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 const mcpConfig = `
@@ -35,15 +36,54 @@ tools:
     command: [sh, -c, "echo got ${{#1}} bytes", sh, "{password}"]
     inputs:
       password: {secret: true, required: true}
+  kernel:
+    command: [uname, -r]
   plain: {}
 `
 
 // startMCP runs a daemon with the MCP test tools and connects the Go
-// SDK's client to its /mcp endpoint over the unix socket.
-func startMCP(t *testing.T, opts *mcp.ClientOptions) (*mcp.ClientSession, *client.Client) {
+// SDK's client to its /mcp endpoint over the unix socket. With runsc set,
+// every tool has isolation gvisor.
+func startMCP(t *testing.T, opts *mcp.ClientOptions, runsc string) (*mcp.ClientSession, *client.Client) {
 	t.Helper()
-	_, sock := serveConfig(t, mcpConfig, nil)
+	cfg, adjust := mcpConfig, func(*Options) {}
+	if runsc != "" {
+		cfg = withIsolation(cfg, "gvisor")
+		adjust = func(o *Options) { o.Sandbox.Runsc = runsc }
+	}
+	_, sock := serveConfig(t, cfg, adjust)
 	return mcpConnect(t, sock, opts), client.New(sock)
+}
+
+// withIsolation gives every tool of a config's tools section (tools at
+// two spaces, their settings at four) the isolation iso.
+func withIsolation(cfg, iso string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.SplitAfter(cfg, "\n") {
+		switch {
+		case strings.HasPrefix(line, "tools:"):
+			in = true
+		case in && len(line) > 2 && line[0] != ' ':
+			in = false
+		case in && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   "):
+			name, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
+			rest = strings.TrimSpace(rest)
+			if rest == "" {
+				b.WriteString(line + "    isolation: " + iso + "\n")
+				continue
+			}
+			// A flow mapping: {} or {k: v}.
+			inner := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(rest, "{"), "}"))
+			if inner != "" {
+				inner += ", "
+			}
+			b.WriteString("  " + name + ": {" + inner + "isolation: " + iso + "}\n")
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 func resultText(r *mcp.CallToolResult) string {
@@ -56,14 +96,19 @@ func resultText(r *mcp.CallToolResult) string {
 	return b.String()
 }
 
-func TestMCPOverHTTP(t *testing.T) {
+func TestMCPOverHTTP(t *testing.T) { testMCPOverHTTP(t, "") }
+
+// TestMCPOverHTTPGVisor is TestMCPOverHTTP with every tool on gVisor.
+func TestMCPOverHTTPGVisor(t *testing.T) { testMCPOverHTTP(t, testutil.Runsc(t)) }
+
+func testMCPOverHTTP(t *testing.T, runsc string) {
 	var mu sync.Mutex
 	var ticks []string
 	cs, c := startMCP(t, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 		mu.Lock()
 		ticks = append(ticks, req.Params.Message)
 		mu.Unlock()
-	}})
+	}}, runsc)
 	ctx := t.Context()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -79,7 +124,7 @@ func TestMCPOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	if strings.Join(names, " ") != "echo login nap slow" {
+	if strings.Join(names, " ") != "echo kernel login nap slow" {
 		t.Fatalf("tools %v; want the tools with a command", names)
 	}
 
@@ -90,6 +135,10 @@ func TestMCPOverHTTP(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		return r
+	}
+	// The backend is the tool's.
+	if k := resultText(call("kernel", nil)); strings.Contains(k, "gvisor") != (runsc != "") {
+		t.Fatalf("kernel %q, with runsc %q", k, runsc)
 	}
 	// Shell metacharacters are one argument, printed as given.
 	r := call("echo", map[string]any{"word": "a b; id `id` $(id) | tee /x"})
