@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlockhq/airlock/api"
+	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/result"
+)
+
+// TestGVisorFourRules runs the four rules through the daemon on a gvisor
+// tool, and checks each effect from the host: the broker attaches a
+// credential that is nowhere in the sandbox; each run gets a fresh
+// sandbox of the warm pool; egress reaches the named destination only,
+// through airlock's resolver and proxy, with every decision logged; a
+// breach is named. The tool's sandboxes run on gVisor's kernel.
+func TestGVisorFourRules(t *testing.T) {
+	runsc := testutil.Runsc(t)
+	const secret = "gvisor-test-s3cret-value"
+	var authorized atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Authorization"), secret) {
+			authorized.Add(1)
+		}
+		fmt.Fprintf(w, "upstream %s\n", r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	t.Setenv("GVISOR_TEST_SECRET", secret)
+	_, sock := serveConfig(t, fmt.Sprintf(`
+tools:
+  untrusted:
+    isolation: gvisor
+    pool: {warm: 1}
+    limits: {memory: 64MiB, time: 20s}
+    egress:
+      - {host: plain.test, ports: [%d], addresses: [127.0.0.1], private: true}
+    services: [api]
+services:
+  api:
+    upstream: %s
+    private: true
+    credential: {secret: k}
+    operations: [GET /hello]
+secrets:
+  k: {env: GVISOR_TEST_SECRET}
+`, port, up.URL), func(o *Options) { o.Sandbox.Runsc = runsc })
+	c := client.New(sock)
+	ctx := t.Context()
+	run := func(script string) *result.Result {
+		t.Helper()
+		r, err := c.Run(ctx, api.RunRequest{Tool: "untrusted", Argv: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// The guest kernel is gVisor's.
+	if r := run("uname -r"); !strings.Contains(string(r.Stdout), "gvisor") {
+		t.Fatalf("uname -r: %+v %q %q", r, r.Stdout, r.Stderr)
+	}
+
+	// 1. The broker: the call goes out with the credential, which the
+	// sandbox never sees (environment, files, the broker's answer).
+	r := run(`curl -sS "$AIRLOCK_BROKER_URL/api/hello"; curl -sS -o /dev/null -w '%{http_code}\n' "$AIRLOCK_BROKER_URL/api/nope"; ` +
+		`cat /proc/self/environ | tr '\0' '\n' | grep -c s3cret; grep -rs s3cret /etc /workspace /tmp /proc/1/environ; echo end`)
+	out := string(r.Stdout)
+	if !strings.HasPrefix(out, "upstream /hello\n403\n0\nend\n") || authorized.Load() != 1 {
+		t.Fatalf("brokered calls: %q (stderr %q), %d authorized upstream", out, r.Stderr, authorized.Load())
+	}
+	if strings.Contains(string(r.Stderr), secret) {
+		t.Fatalf("the secret reached the sandbox's output: %q", r.Stderr)
+	}
+
+	// 2. Reset by replacement: each run has a sandbox of its own, fresh.
+	a := run("echo mark > /workspace/mark; echo $$")
+	b := run("cat /workspace/mark 2>&1 || echo fresh")
+	if a.SandboxID == b.SandboxID || !strings.Contains(string(b.Stdout), "fresh") {
+		t.Fatalf("two runs: %s %s, the second saw %q", a.SandboxID, b.SandboxID, b.Stdout)
+	}
+
+	// 3. Egress: the named destination through airlock; another name is
+	// refused by its resolver; a direct connection to the host's
+	// loopback, or to the metadata address, goes nowhere.
+	r = run(fmt.Sprintf(`curl -sS --max-time 5 http://plain.test:%d/x; `+
+		`curl -fsS --max-time 5 http://evil.test:%d/ >/dev/null 2>&1 || echo refused-name; `+
+		`curl -sS --noproxy '*' --max-time 3 http://127.0.0.1:%d/ >/dev/null 2>&1 || echo refused-loopback; `+
+		`curl -sS --noproxy '*' --max-time 3 http://169.254.169.254/ >/dev/null 2>&1 || echo refused-metadata`, port, port, port))
+	if got := string(r.Stdout); got != "upstream /x\nrefused-name\nrefused-loopback\nrefused-metadata\n" {
+		t.Fatalf("egress: %q (stderr %q)", got, r.Stderr)
+	}
+	var allowed, denied bool
+	for _, ev := range r.Egress {
+		allowed = allowed || ev.Allow && strings.HasPrefix(ev.Destination, "plain.test")
+		denied = denied || !ev.Allow && strings.HasPrefix(ev.Destination, "evil.test")
+	}
+	if !allowed || !denied {
+		t.Errorf("egress decisions %+v: want plain.test allowed and evil.test denied", r.Egress)
+	}
+
+	// 4. Bound the whole attempt: a breach of the memory ceiling, which
+	// gVisor's own memory counts in, is named.
+	r = run(`x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived ${#x}`)
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory {
+		t.Fatalf("memory breach: %s %+v %q %q", r.Outcome, r.Limit, r.Stdout, r.Stderr)
+	}
+}
