@@ -172,6 +172,11 @@ func sustainedBench(tput time.Duration) error {
 // on a private unix socket, and returns a Go client of it, the socket,
 // and the function that stops it and removes its files.
 func startDaemon(yaml string) (c *client.Client, sock string, stop func(), err error) {
+	return startDaemonWith(yaml, nil)
+}
+
+// startDaemonWith is startDaemon with the runtime's options adjusted.
+func startDaemonWith(yaml string, adjust func(*sandbox.Options)) (c *client.Client, sock string, stop func(), err error) {
 	cfg, err := config.Parse("bench.yaml", []byte(yaml))
 	if err != nil {
 		return nil, "", nil, err
@@ -185,10 +190,14 @@ func startDaemon(yaml string) (c *client.Client, sock string, stop func(), err e
 		return nil, "", nil, err
 	}
 	sock = filepath.Join(dir, "airlock.sock")
+	so := sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath}
+	if adjust != nil {
+		adjust(&so)
+	}
 	d, err := daemon.New(context.Background(), daemon.Options{
 		Config:    cfg,
 		Socket:    sock,
-		Sandbox:   sandbox.Options{StateDir: "/run/airlock-bench", CgroupParent: "/airlock-bench", InitPath: initPath},
+		Sandbox:   so,
 		AuditPath: filepath.Join(dir, "audit.db"),
 		// Snapshots, of the sections that take them, go with the rest.
 		SnapshotStore: filepath.Join(dir, "snapshots"),

@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/result"
 	"github.com/airlockhq/airlock/sandbox"
 )
@@ -55,7 +56,7 @@ func main() {
 	inproc := flag.Int("inproc", 500, "in-process create/run/destroy iterations")
 	tput := flag.Duration("throughput", 10*time.Second, "how long to measure throughput")
 	idle := flag.Int("idle", 100, "sandboxes held idle to measure the footprint")
-	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon (sustained: its sustained runs alone), pause, snapshot, e2b, interp, sdk or cluster")
+	only := flag.String("only", "", "run one section only: process, inproc, throughput, floors, pool, idle, image, build, egress, broker, daemon (sustained: its sustained runs alone), pause, snapshot, e2b, interp, sdk, gvisor or cluster")
 	pooled := flag.Int("pool", 300, "warm-pool claims (and cold creates) to time")
 	poolIdle := flag.Duration("pool-idle", 10*time.Second, "the adaptive pool's idle time in the pool section's changing load (the daemon's default is 1m)")
 	egressN := flag.Int("egress-n", 2000, "requests per path in the egress latency comparison")
@@ -68,6 +69,8 @@ func main() {
 	pauseN := flag.Int("pause-n", 100, "pause and resume rounds per memory size in the pause section")
 	snapN := flag.Int("snapshot-n", 50, "rounds per case in the snapshot section")
 	buildN := flag.Int("build-n", 7, "cold and cached rounds per builder in the build section")
+	gvisorN := flag.Int("gvisor-n", 50, "create → run → destroyed rounds per side in the gvisor section")
+	runsc := flag.String("runsc", "", "gVisor's runsc for the gvisor section (default: as airlock finds it)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	memprofile := flag.String("memprofile", "", "write the allocations' profile here at the end")
 	flag.Parse()
@@ -80,6 +83,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	gv = gvisorArgs{*gvisorN, *runsc}
 	err := run(*only, *n, *inproc, *tput, *idle, *pooled, *poolIdle, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
 	if *memprofile != "" {
 		if f, ferr := os.Create(*memprofile); ferr != nil {
@@ -118,6 +122,14 @@ type egressArgs struct {
 	conns int
 }
 
+// gvisorArgs size the gvisor section and name its runsc.
+type gvisorArgs struct {
+	n     int
+	runsc string
+}
+
+var gv gvisorArgs
+
 // sdkArgs size the sdk section: runs one at a time per path, and the
 // warm pool's target.
 type sdkArgs struct{ n, warm int }
@@ -130,7 +142,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, poolI
 	host, _ := os.Hostname()
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Printf("# airlock benchmark\n\nMachine: %s, kernel %s, %d CPUs; %s\n\n", host, strings.TrimSpace(string(kernel)), numCPU(), time.Now().UTC().Format("2006-01-02"))
-	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" && only != "snapshot" && only != "build" {
+	if only != "egress" && only != "broker" && only != "image" && only != "e2b" && only != "interp" && only != "sdk" && only != "cluster" && only != "pause" && only != "snapshot" && only != "build" && only != "gvisor" {
 		if err := peers(n, tput); err != nil {
 			return err
 		}
@@ -194,12 +206,19 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, poolI
 			return err
 		}
 	}
+	if want("gvisor") {
+		if _, err := gvisor.Find(gv.runsc); err != nil && only == "" {
+			fmt.Printf("\n## gVisor backend\n\nNot measured: %v\n", err)
+		} else if err := gvisorBench(gv.n, tput, min(idle, 20), gv.runsc); err != nil {
+			return err
+		}
+	}
 	if want("cluster") {
 		if err := clusterBench(min(n, 300), tput); err != nil {
 			return err
 		}
 	}
-	if only == "egress" || only == "broker" || only == "daemon" || only == "e2b" || only == "interp" || only == "sdk" || only == "cluster" || only == "pause" || only == "snapshot" {
+	if only == "egress" || only == "broker" || only == "daemon" || only == "gvisor" || only == "e2b" || only == "interp" || only == "sdk" || only == "cluster" || only == "pause" || only == "snapshot" {
 		return nil
 	}
 	ctx := context.Background()

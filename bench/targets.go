@@ -44,6 +44,14 @@ var measured struct {
 	version                          time.Duration
 	idleMiB                          float64
 	idleRan                          bool
+	// The gvisor section: create → run → destroyed p50 on gVisor, with
+	// runsc directly and on the namespace backend; sandboxes/s; a warm
+	// run through the API on each backend.
+	gvCreate, gvRunscCreate, gvNSCreate time.Duration
+	gvTput, gvRunscTput                 float64
+	gvWarm, gvNSWarm                    time.Duration
+	// gvSpawnFloor is the guest kernel's own start of /bin/true.
+	gvSpawnFloor time.Duration
 }
 
 var peersOnce sync.Once

@@ -47,8 +47,8 @@ func parseGVisorIDs(s string) (uid, gid, initUID int, err error) {
 
 // confineInGVisor does for a gVisor init what the namespace backend's
 // program does before init's exec (see builder.confine), where gVisor
-// needs it: runsc starts init as uid 0 of the sandbox with CAP_SETUID,
-// CAP_SETGID and CAP_SETPCAP only. It empties the bounding set and the
+// needs it: runsc starts init as uid 0 of the sandbox with CAP_SETUID and
+// CAP_SETGID only, and an empty bounding set. It empties the
 // supplementary groups, and takes the commands' gid and uid as its
 // effective ones with a real and saved uid of its own, so that no command
 // can signal it; with no uid 0 left the kernel (gVisor's, as Linux) drops
@@ -65,12 +65,22 @@ func confineInGVisor(ids string) error {
 	// credentials are its own): with it empty, an exec as root gains no
 	// capability (its permitted set is the bounding and inheritable sets,
 	// both empty), which is what the other backend's SECBIT_NOROOT does;
-	// gVisor has no securebits but SECBIT_KEEP_CAPS.
-	for c := 0; c < 64; c++ {
-		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err == unix.EINVAL {
-			break // past the kernel's last capability
-		} else if err != nil {
+	// gVisor has no securebits but SECBIT_KEEP_CAPS. runsc gives init
+	// only the three capabilities it needs here; dropping them from the
+	// bounding set leaves them effective until the capset below. Then
+	// every capability the kernel knows is checked to be out of it.
+	for _, c := range []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SETPCAP} {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err != nil {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	for c := 0; c < 64; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			break // past the kernel's last capability
+		}
+		if err != nil || in != 0 {
+			return fmt.Errorf("capability %d is still in init's bounding set (%v): runsc did not start init as the bundle says", c, err)
 		}
 	}
 	// The syscall package's calls apply to every thread of init.

@@ -97,7 +97,13 @@ func run(startup bool) int {
 	// on sched_yield until every one has run its part; a thread waiting
 	// for another processor costs hundreds of yields. On one processor
 	// with this thread, each runs the moment this one yields.
-	restore, pinned := onThisCPU()
+	var restore unix.CPUSet
+	pinned := false
+	if !gvisor {
+		// Under gVisor a thread's processor is the guest kernel's
+		// fiction, and its all-thread calls cost the same either way.
+		restore, pinned = onThisCPU()
+	}
 	if err := syscall.Setresuid(-1, -1, ruid); err != nil {
 		fail(fmt.Errorf("setresuid: %w", err))
 		return 2
