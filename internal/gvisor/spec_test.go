@@ -1,0 +1,99 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func valid() Container {
+	return Container{
+		Root: "/run/b/root", Args: []string{"/.airlock-init"}, Cwd: "/",
+		Caps: []string{"CAP_SETUID"}, IDBase: 1 << 30, IDSize: 65536, NetNS: "/proc/self/fd/4",
+		Mounts: []Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/workspace", Source: "/run/b/scratch/workspace", Type: "bind"},
+			{Destination: "/usr", Source: "/usr", Type: "bind", ReadOnly: true},
+		},
+		MemoryBytes: 64 << 20,
+	}
+}
+
+// TestConfig: the bundle maps the ids onto the range, joins the network
+// namespace, keeps the root read-only, gives no capability in any set but
+// the effective and permitted ones named, and binds as asked.
+func TestConfig(t *testing.T) {
+	c := valid()
+	b, err := c.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s ociSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Root.Readonly || s.Root.Path != c.Root || !s.Process.NoNewPrivileges {
+		t.Errorf("root %+v, no new privileges %v", s.Root, s.Process.NoNewPrivileges)
+	}
+	caps := s.Process.Capabilities
+	if strings.Join(caps.Effective, ",") != "CAP_SETUID" || strings.Join(caps.Permitted, ",") != "CAP_SETUID" ||
+		strings.Join(caps.Bounding, ",") != "CAP_SETUID" || len(caps.Inheritable)+len(caps.Ambient) != 0 {
+		t.Errorf("capabilities %+v", caps)
+	}
+	if m := s.Linux.UIDMappings; len(m) != 1 || m[0] != (ociIDMap{0, 1 << 30, 65536}) || s.Linux.GIDMappings[0] != m[0] {
+		t.Errorf("id maps %+v %+v", m, s.Linux.GIDMappings)
+	}
+	var netns, userns bool
+	for _, ns := range s.Linux.Namespaces {
+		netns = netns || ns.Type == "network" && ns.Path == c.NetNS
+		userns = userns || ns.Type == "user" && ns.Path == ""
+	}
+	if !netns || !userns {
+		t.Errorf("namespaces %+v", s.Linux.Namespaces)
+	}
+	want := map[string]string{"/proc": "", "/workspace": "rbind,rw", "/usr": "rbind,ro"}
+	for _, m := range s.Mounts {
+		if got := strings.Join(m.Options, ","); got != want[m.Destination] {
+			t.Errorf("mount %s options %q, want %q", m.Destination, got, want[m.Destination])
+		}
+	}
+	if s.Linux.Resources == nil || s.Linux.Resources.Memory.Limit != 64<<20 {
+		t.Errorf("resources %+v", s.Linux.Resources)
+	}
+}
+
+func TestConfigRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		mod  func(*Container)
+		want string
+	}{
+		{"relative root", func(c *Container) { c.Root = "root" }, "root"},
+		{"no process", func(c *Container) { c.Args = nil }, "absolute path"},
+		{"relative process", func(c *Container) { c.Args = []string{"init"} }, "absolute path"},
+		{"relative cwd", func(c *Container) { c.Cwd = "x" }, "working directory"},
+		{"no id range", func(c *Container) { c.IDBase = 0 }, "id range"},
+		{"no network namespace", func(c *Container) { c.NetNS = "" }, "network namespace"},
+		{"relative mount point", func(c *Container) { c.Mounts[0].Destination = "proc" }, "mount point"},
+		{"relative bind source", func(c *Container) { c.Mounts[1].Source = "scratch" }, "bind source"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			c.Mounts = append([]Mount(nil), c.Mounts...)
+			tt.mod(&c)
+			if _, err := c.Config(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error about %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestFindRefuses(t *testing.T) {
+	if _, err := Find("/nonexistent/runsc"); err == nil || !strings.Contains(err.Error(), "/nonexistent/runsc") {
+		t.Fatalf("got %v", err)
+	}
+	dir := t.TempDir() // 0700, the test's: not root's in directories only root changes, when not root
+	if _, err := Find(dir); err == nil {
+		t.Fatal("a directory was taken for runsc")
+	}
+}
