@@ -44,10 +44,9 @@ func testE2BPythonSDK(t *testing.T, runsc string) {
 	clientsNotRaced(t)
 	py := e2bPython(t)
 	isolatednet.Require(t)
-	iso, adjust := "", func(*Options) {}
+	iso := ""
 	if runsc != "" {
 		iso = "    isolation: gvisor\n"
-		adjust = func(o *Options) { o.Sandbox.Runsc = runsc }
 	}
 	// Two names of one upstream on loopback, both the tool net's
 	// destinations, for the creates that narrow its egress.
@@ -56,11 +55,11 @@ func testE2BPythonSDK(t *testing.T, runsc string) {
 	}))
 	t.Cleanup(up.Close)
 	port := up.Listener.Addr().(*net.TCPAddr).Port
-	base := serveE2BWith(t, fmt.Sprintf(`  net:
+	_, base := serveE2BDaemonOn(t, fmt.Sprintf(`  net:
 %s    egress:
       - {host: a.test, ports: [%d], addresses: [127.0.0.1], private: true}
       - {host: b.test, ports: [%d], addresses: [127.0.0.1], private: true}
-`, iso, port, port), adjust)
+`, iso, port, port), nil, runsc)
 	// No cache and no bytecode: pytest writes nothing into the module.
 	cmd := exec.CommandContext(t.Context(), py, "-m", "pytest", "-q", "-rxXs", "-p", "no:cacheprovider", "testdata/pysdk")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",

@@ -64,6 +64,24 @@ func serveE2BWith(t *testing.T, extra string, adjust func(*Options)) string {
 // that check a sandbox from the host.
 func serveE2BDaemon(t *testing.T, extra string, adjust func(*Options)) (*Daemon, string) {
 	t.Helper()
+	return serveE2BDaemonOn(t, extra, adjust, "")
+}
+
+// serveE2BDaemonOn is serveE2BDaemon with its own tools (sh, small) on
+// gVisor when runsc is set.
+func serveE2BDaemonOn(t *testing.T, extra string, adjust func(*Options), runsc string) (*Daemon, string) {
+	t.Helper()
+	iso := ""
+	if runsc != "" {
+		iso = "isolation: gvisor"
+		inner := adjust
+		adjust = func(o *Options) {
+			o.Sandbox.Runsc = runsc
+			if inner != nil {
+				inner(o)
+			}
+		}
+	}
 	t.Setenv("TEST_E2B_KEY", e2bKey)
 	t.Setenv("TEST_OTHER_KEY", "other-0123456789abcdef")
 	addr := freePort(t)
@@ -77,24 +95,10 @@ secrets:
   key: {env: TEST_E2B_KEY}
   other: {env: TEST_OTHER_KEY}
 tools:
-  sh: {`+e2bIsolation(adjust)+`}
-  small: {limits: {memory: 64MiB}`+strings.TrimSuffix(", "+e2bIsolation(adjust), ", ")+`}
+  sh: {`+iso+`}
+  small: {limits: {memory: 64MiB}`+strings.TrimSuffix(", "+iso, ", ")+`}
 `+extra, adjust)
 	return d, "http://" + addr
-}
-
-// e2bIsolation is the isolation setting of serveE2BDaemon's own tools:
-// gvisor when adjust names a runsc.
-func e2bIsolation(adjust func(*Options)) string {
-	if adjust == nil {
-		return ""
-	}
-	var o Options
-	adjust(&o)
-	if o.Sandbox.Runsc == "" {
-		return ""
-	}
-	return "isolation: gvisor"
 }
 
 // e2bCreate creates a sandbox of tool sh through the E2B API at base.
