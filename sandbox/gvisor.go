@@ -82,12 +82,20 @@ type gvisorState struct {
 
 func (g *gvisorState) scratch() string { return filepath.Join(g.bundle, "scratch") }
 
-// runsc finds the runsc to use, once.
+// runsc finds the runsc to use: once found, that one; until then it
+// looks again each time (runsc installed while the daemon runs).
 func (rt *Runtime) runsc() (string, error) {
-	rt.runscOnce.Do(func() {
-		rt.runscPath, rt.runscErr = gvisor.Find(rt.opts.Runsc)
-	})
-	return rt.runscPath, rt.runscErr
+	rt.runscMu.Lock()
+	defer rt.runscMu.Unlock()
+	if rt.runscPath != "" {
+		return rt.runscPath, nil
+	}
+	p, err := gvisor.Find(rt.opts.Runsc)
+	if err != nil {
+		return "", err
+	}
+	rt.runscPath = p
+	return p, nil
 }
 
 // checkGVisorSpec refuses what the gVisor backend does not do (yet), by

@@ -131,3 +131,26 @@ func TestGVisorRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestGVisorDiskPostMortem: a disk breach's post-mortem names the files
+// under the paths the guest sees them at (the scratch tmpfs holds
+// /workspace and /tmp as directories of its root), and says why it lists
+// no process.
+func TestGVisorDiskPostMortem(t *testing.T) {
+	r := run(t, runOpts{limits: limits(func(l *Limits) { l.Disk = 16 << 20 }), spec: gvisorSpec(t)}, "/bin/sh", "-c",
+		`mkdir -p /tmp/cache && head -c 2000000 /dev/zero > /workspace/decoy.bin && head -c 100000000 /dev/zero > /tmp/cache/big.bin; sleep 15`)
+	if r.Outcome != result.LimitExceeded || r.Limit.Name != result.LimitDisk || r.PostMortem == nil {
+		t.Fatalf("got %s %+v %+v", r.Outcome, r.Limit, r.PostMortem)
+	}
+	pm := r.PostMortem
+	var paths []string
+	for _, f := range pm.Files {
+		paths = append(paths, f.Path)
+	}
+	if len(paths) < 2 || paths[0] != "/tmp/cache/big.bin" || paths[1] != "/workspace/decoy.bin" {
+		t.Errorf("files %q", paths)
+	}
+	if len(pm.Processes) != 0 || !strings.Contains(pm.Note, "under gVisor the commands' processes are not the host's") {
+		t.Errorf("processes %+v, note %q", pm.Processes, pm.Note)
+	}
+}

@@ -116,9 +116,16 @@ func (s *Sandbox) diskRoots() (roots []diskRoot, done func()) {
 		// each under the path the sandbox sees it at ("" is /).
 		roots = append(roots, diskRoot{fd: s.upper, path: ""})
 	}
-	roots = append(roots, diskRoot{fd: s.scratch, path: "/tmp"})
+	dirs := []string{HomeDir, "/dev/shm"}
+	if s.gv == nil {
+		roots = append(roots, diskRoot{fd: s.scratch, path: "/tmp"})
+	} else {
+		// gVisor's scratch tmpfs holds /workspace and /tmp as
+		// directories of its root; /dev/shm is the guest's memory.
+		dirs = []string{HomeDir, "/tmp"}
+	}
 	var opened []int
-	for _, dir := range []string{HomeDir, "/dev/shm"} {
+	for _, dir := range dirs {
 		// Through init's root: the sandbox cannot move these mounts
 		// (its commands hold no capability in any namespace), and the
 		// final element is opened without following a link.

@@ -217,11 +217,10 @@ type Runtime struct {
 	// kmsg follows the kernel's log, for the post-mortems of memory
 	// breaches.
 	kmsg *kmsgLog
-	// runscOnce finds runsc (runscPath, or why not: runscErr) for the
-	// first gVisor sandbox.
-	runscOnce sync.Once
+	// runscMu guards runscPath, the runsc found for gVisor sandboxes
+	// ("" until one is).
+	runscMu   sync.Mutex
 	runscPath string
-	runscErr  error
 	// gvisorMu is held by GVisor; gvisorOK says a gVisor sandbox was
 	// made and ran a command.
 	gvisorMu sync.Mutex

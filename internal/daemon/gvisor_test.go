@@ -97,12 +97,7 @@ secrets:
 	if got := string(r.Stdout); got != "upstream /x\nrefused-name\nrefused-loopback\nrefused-metadata\n" {
 		t.Fatalf("egress: %q (stderr %q)", got, r.Stderr)
 	}
-	var allowed, denied bool
-	for _, ev := range r.Egress {
-		allowed = allowed || ev.Allow && strings.HasPrefix(ev.Destination, "plain.test")
-		denied = denied || !ev.Allow && strings.HasPrefix(ev.Destination, "evil.test")
-	}
-	if !allowed || !denied {
+	if allowed, denied := egressSeen(r, "plain.test", "evil.test"); !allowed || !denied {
 		t.Errorf("egress decisions %+v: want plain.test allowed and evil.test denied", r.Egress)
 	}
 
@@ -112,4 +107,14 @@ secrets:
 	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitMemory {
 		t.Fatalf("memory breach: %s %+v %q %q", r.Outcome, r.Limit, r.Stdout, r.Stderr)
 	}
+}
+
+// egressSeen says whether r's egress decisions hold an allow of a
+// destination starting with allow and a refusal of one starting with deny.
+func egressSeen(r *result.Result, allow, deny string) (allowed, denied bool) {
+	for _, ev := range r.Egress {
+		allowed = allowed || ev.Allow && strings.HasPrefix(ev.Destination, allow)
+		denied = denied || !ev.Allow && strings.HasPrefix(ev.Destination, deny)
+	}
+	return allowed, denied
 }

@@ -87,12 +87,7 @@ secrets:
 	if hits.Load() != 1 {
 		t.Errorf("upstream hits %d, want 1", hits.Load())
 	}
-	var allowed, denied bool
-	for _, ev := range r.Egress {
-		allowed = allowed || ev.Allow && strings.HasPrefix(ev.Destination, "plain.test")
-		denied = denied || !ev.Allow && strings.HasPrefix(ev.Destination, "evil.test")
-	}
-	if !allowed || !denied {
+	if allowed, denied := egressSeen(r, "plain.test", "evil.test"); !allowed || !denied {
 		t.Errorf("the result's egress decisions %+v: want plain.test allowed and evil.test denied", r.Egress)
 	}
 	// The audit log has both under the run that claimed the sandbox.
