@@ -121,7 +121,10 @@ func TestInteractiveRun(t *testing.T) {
 	if got := tm.wait(`size=(\d+ \d+)`)[1]; got != tm.size() || got == "30 100" {
 		t.Fatalf("after the resize the sandbox's terminal is %q, the pane %q", got, tm.size())
 	}
-	// Ctrl-D at an empty prompt ends the shell, and airlock with it.
+	// Ctrl-D at an empty prompt ends the shell, and airlock with it:
+	// typed once the prompt is back (typed earlier, readline's setup of
+	// the terminal can discard it).
+	tm.wait(`size=\d+ \d+\n[^\n]*\$ `)
 	tm.keys("C-d")
 	tm.wait("exit=0 restored=yes")
 }
@@ -165,7 +168,9 @@ func TestInteractiveSessionExec(t *testing.T) {
 	tm := newTmux(t, fmt.Sprintf("%s session exec --socket %s -t %s -- bash --norc", airlockBin(t), sock, id))
 	tm.wait(`(?m)\$ $`)
 	tm.keys("stty size; echo in-$((2+3)) > /workspace/left; cat /workspace/left", "Enter")
-	tm.wait("in-5")
+	// The prompt back after the output: Ctrl-D typed before it can be
+	// discarded by readline's setup of the terminal.
+	tm.wait(`in-5\n[^\n]*\$ `)
 	if s := tm.screen(); !strings.Contains(s, "30 100") {
 		t.Fatalf("want the pane's size; the terminal shows:\n%s", s)
 	}
