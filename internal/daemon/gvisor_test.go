@@ -5,14 +5,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/airlockhq/airlock/api"
 	"github.com/airlockhq/airlock/client"
+	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/internal/testutil/isolatednet"
 	"github.com/airlockhq/airlock/result"
+	"github.com/airlockhq/airlock/sandbox"
 )
 
 // TestGVisorFourRules runs the four rules through the daemon on a gvisor
@@ -117,4 +121,21 @@ func egressSeen(r *result.Result, allow, deny string) (allowed, denied bool) {
 		denied = denied || !ev.Allow && strings.HasPrefix(ev.Destination, deny)
 	}
 	return allowed, denied
+}
+
+// TestGVisorToolNeedsRunsc: a daemon whose config has a gvisor tool, on a
+// host where runsc cannot be had, does not start, and says which tool and
+// why.
+func TestGVisorToolNeedsRunsc(t *testing.T) {
+	isolatednet.Require(t)
+	cfg, err := config.Parse("airlock.yaml", []byte("tools:\n  plain: {}\n  untrusted: {isolation: gvisor}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
+		SnapshotStore: filepath.Join(t.TempDir(), "snapshots"), VolumeStore: filepath.Join(t.TempDir(), "volumes"),
+		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: "/nonexistent/runsc"}})
+	if err == nil || !strings.Contains(err.Error(), "tool untrusted asks for isolation gvisor") || !strings.Contains(err.Error(), "/nonexistent/runsc") {
+		t.Fatalf("got %v", err)
+	}
 }
