@@ -69,6 +69,44 @@ func TestGVisorRuns(t *testing.T) {
 	}
 }
 
+// TestGVisorInitConfined reads, from a command, the credentials of init
+// and its own as the guest kernel holds them: init's real and saved uid
+// its own with the commands' as its effective one, the commands' gid, no
+// supplementary group, no capability in any set (the ambient one runsc
+// started it with dropped), no_new_privs; the command the commands' ids
+// and the same nothing.
+func TestGVisorInitConfined(t *testing.T) {
+	r := run(t, runOpts{spec: gvisorSpec(t)}, "/bin/sh", "-c", "grep -E '^(Uid|Gid|Groups|Cap[A-Za-z]+|NoNewPrivs):' /proc/1/status /proc/self/status")
+	if r.Outcome != result.Exited || r.ExitCode != 0 {
+		t.Fatalf("outcome %s %d: %s %s %s", r.Outcome, r.ExitCode, r.Error, r.Stdout, r.Stderr)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(r.Stdout)), "\n") {
+		k, v, _ := strings.Cut(l, ":\t")
+		got[k] = strings.Join(strings.Fields(v), " ")
+	}
+	none := "0000000000000000"
+	want := map[string]string{
+		"/proc/1/status:Uid": "65535 1000 65535 1000", "/proc/1/status:Gid": "1000 1000 1000 1000",
+		"/proc/self/status:Uid": "1000 1000 1000 1000", "/proc/self/status:Gid": "1000 1000 1000 1000",
+	}
+	for _, f := range []string{"/proc/1/status", "/proc/self/status"} {
+		want[f+":Groups"] = ""
+		want[f+":NoNewPrivs"] = "1"
+		for _, c := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			want[f+":"+c] = none
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the guest said:\n%s", r.Stdout)
+	}
+}
+
 // TestGVisorRefuses: what the gVisor backend does not do is refused by
 // name, before anything is made.
 func TestGVisorRefuses(t *testing.T) {

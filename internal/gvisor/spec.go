@@ -17,8 +17,13 @@ type Container struct {
 	Args []string
 	Env  []string
 	Cwd  string
-	// Caps are the only capabilities the process starts with (bounding,
-	// effective and permitted), as "CAP_SETUID".
+	// UID and GID are the process's ids (real, effective and saved); it
+	// has no supplementary groups.
+	UID, GID uint32
+	// Caps are the only capabilities the process has after its exec, as
+	// "CAP_SETUID": ambient ones (and so inheritable, permitted and
+	// effective), which an exec as a uid other than 0 keeps. Its bounding
+	// set is empty: no exec gains one it has not.
 	Caps     []string
 	Rlimits  []Rlimit
 	Hostname string
@@ -141,7 +146,8 @@ func (c *Container) Config() ([]byte, error) {
 		Version: "1.0.2",
 		Process: ociProcess{
 			Args: c.Args, Env: c.Env, Cwd: c.Cwd,
-			Capabilities:    ociCaps{Bounding: caps, Effective: caps, Permitted: caps, Inheritable: []string{}, Ambient: []string{}},
+			User:            ociUser{UID: c.UID, GID: c.GID},
+			Capabilities:    ociCaps{Bounding: []string{}, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps},
 			NoNewPrivileges: true,
 		},
 		Root:     ociRoot{Path: c.Root, Readonly: true},

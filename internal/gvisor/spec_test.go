@@ -9,7 +9,7 @@ import (
 func valid() Container {
 	return Container{
 		Root: "/run/b/root", Args: []string{"/.airlock-init"}, Cwd: "/",
-		Caps: []string{"CAP_SETUID"}, IDBase: 1 << 30, IDSize: 65536, NetNS: "/proc/self/fd/4",
+		Caps: []string{"CAP_SETUID"}, UID: 65535, GID: 1000, IDBase: 1 << 30, IDSize: 65536, NetNS: "/proc/self/fd/4",
 		Mounts: []Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/workspace", Source: "/run/b/scratch/workspace", Type: "bind"},
@@ -21,7 +21,8 @@ func valid() Container {
 
 // TestConfig: the bundle maps the ids onto the range, joins the network
 // namespace, keeps the root read-only, gives no capability in any set but
-// the effective and permitted ones named, and binds as asked.
+// the ones named as ambient (the bounding set empty), runs the process
+// with the ids named, and binds as asked.
 func TestConfig(t *testing.T) {
 	c := valid()
 	b, err := c.Config()
@@ -36,9 +37,16 @@ func TestConfig(t *testing.T) {
 		t.Errorf("root %+v, no new privileges %v", s.Root, s.Process.NoNewPrivileges)
 	}
 	caps := s.Process.Capabilities
-	if strings.Join(caps.Effective, ",") != "CAP_SETUID" || strings.Join(caps.Permitted, ",") != "CAP_SETUID" ||
-		strings.Join(caps.Bounding, ",") != "CAP_SETUID" || len(caps.Inheritable)+len(caps.Ambient) != 0 {
+	for _, set := range [][]string{caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient} {
+		if strings.Join(set, ",") != "CAP_SETUID" {
+			t.Errorf("capabilities %+v", caps)
+		}
+	}
+	if len(caps.Bounding) != 0 {
 		t.Errorf("capabilities %+v", caps)
+	}
+	if s.Process.User != (ociUser{UID: 65535, GID: 1000}) {
+		t.Errorf("user %+v", s.Process.User)
 	}
 	if m := s.Linux.UIDMappings; len(m) != 1 || m[0] != (ociIDMap{0, 1 << 30, 65536}) || s.Linux.GIDMappings[0] != m[0] {
 		t.Errorf("id maps %+v %+v", m, s.Linux.GIDMappings)

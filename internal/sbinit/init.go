@@ -93,42 +93,11 @@ func run(startup bool) int {
 		fail(fmt.Errorf("init runs with uid %d as its real and effective one: it was not confined before its exec", ruid))
 		return 2
 	}
-	// The all-thread calls signal each of init's other threads and spin
-	// on sched_yield until every one has run its part; a thread waiting
-	// for another processor costs hundreds of yields. On one processor
-	// with this thread, each runs the moment this one yields.
-	var restore unix.CPUSet
-	pinned := false
+	// Under gVisor, confineInGVisor left the ids so and checked
+	// no_new_privs, which runsc sets: no more all-thread calls.
 	if !gvisor {
-		// Under gVisor a thread's processor is the guest kernel's
-		// fiction, and its all-thread calls cost the same either way.
-		restore, pinned = onThisCPU()
-	}
-	if err := syscall.Setresuid(-1, -1, ruid); err != nil {
-		fail(fmt.Errorf("setresuid: %w", err))
-		return 2
-	}
-	// no_new_privs, on every thread, before any command exists: the
-	// program could not set it before the exec (see confine in
-	// build.go). Every command is started from this thread and inherits
-	// it; the other threads have it too, so none could ever exec around
-	// it. A binary linked with cgo (a test binary under the race
-	// detector, serving as its own init) cannot make all-thread calls:
-	// there it is set on this thread, the one every command is forked
-	// from.
-	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
-	if errno == syscall.ENOTSUP {
-		_, _, errno = syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
-	}
-	if errno != 0 {
-		fail(fmt.Errorf("no_new_privs: %w", errno))
-		return 2
-	}
-	// Commands are forked from this thread and inherit its processors:
-	// all it had again. The other threads stay on the one.
-	if pinned {
-		if err := unix.SchedSetaffinity(0, &restore); err != nil {
-			fail(fmt.Errorf("restoring init's processors: %w", err))
+		if err := confineAfterExec(ruid); err != nil {
+			fail(err)
 			return 2
 		}
 	}
@@ -150,6 +119,43 @@ func run(startup bool) int {
 	}
 	s := &server{cmds: make(map[int]command), uid: euid, startup: startup, master: -1}
 	return s.serve(make([]byte, initproto.MaxMessage))
+}
+
+// confineAfterExec sets again, on every thread, what init's exec undid
+// (the saved uid, see run) or the program could not do for every thread
+// (no_new_privs), for the namespace backend.
+func confineAfterExec(ruid int) error {
+	// The all-thread calls signal each of init's other threads and spin
+	// on sched_yield until every one has run its part; a thread waiting
+	// for another processor costs hundreds of yields. On one processor
+	// with this thread, each runs the moment this one yields.
+	restore, pinned := onThisCPU()
+	if err := syscall.Setresuid(-1, -1, ruid); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	// no_new_privs, on every thread, before any command exists: the
+	// program could not set it before the exec (see confine in
+	// build.go). Every command is started from this thread and inherits
+	// it; the other threads have it too, so none could ever exec around
+	// it. A binary linked with cgo (a test binary under the race
+	// detector, serving as its own init) cannot make all-thread calls:
+	// there it is set on this thread, the one every command is forked
+	// from.
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	if errno == syscall.ENOTSUP {
+		_, _, errno = syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	}
+	if errno != 0 {
+		return fmt.Errorf("no_new_privs: %w", errno)
+	}
+	// Commands are forked from this thread and inherit its processors:
+	// all it had again. The other threads stay on the one.
+	if pinned {
+		if err := unix.SchedSetaffinity(0, &restore); err != nil {
+			return fmt.Errorf("restoring init's processors: %w", err)
+		}
+	}
+	return nil
 }
 
 // onThisCPU puts each of init's threads on the processor this one runs
