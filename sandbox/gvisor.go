@@ -170,7 +170,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		Args: []string{sbinit.GVisorPath},
 		Env: append(append([]string{}, rt.initEnv...),
 			sbinit.GVisorIDsEnv+"="+sbinit.FormatGVisorIDs(uid, gid, initUID)),
-		Cwd:  "/",
+		Cwd: "/",
 		// Init starts as its own uid with the commands' group, no
 		// supplementary one, an empty bounding set and CAP_SETUID alone,
 		// which it drops once it has taken the commands' uid as its
