@@ -39,6 +39,9 @@ const (
 	// parent is the unit's --cgroup-parent on a cgroup-v2-only host.
 	parent = svcGroup + "/sandboxes"
 	socket = "/run/airlock/airlock.sock"
+	// runscPath is where the gvisor subtest installs runsc, as
+	// docs/isolation.md says.
+	runscPath = "/usr/local/libexec/airlock/runsc"
 )
 
 // installSteps returns the shell commands at the top of the unit: the
@@ -261,6 +264,74 @@ func TestUnitUnderSystemd(t *testing.T) {
 		}
 	})
 
+	t.Run("gvisor", func(t *testing.T) {
+		// runsc installed as docs/isolation.md says, where only root can
+		// change it; then a reload adds a tool on gVisor, which the
+		// daemon checks by making a gVisor sandbox before it takes the
+		// config.
+		runsc := filepath.Join(src, "bin", "runsc")
+		if !exists(runsc) {
+			t.Skipf("no runsc in %s/bin (scripts/test-vm copies the one AIRLOCK_TEST_RUNSC names)", src)
+		}
+		mustShell(t, "install -D -m 0755 "+runsc+" "+runscPath)
+		cfg := readTrim(t, "/etc/airlock/airlock.yaml")
+		added := strings.Replace(cfg, "tools:\n", "tools:\n  gv:\n    description: A tool on gVisor\n    isolation: gvisor\n    limits: {memory: 128MiB, pids: 128, time: 60s}\n\n", 1)
+		if err := os.WriteFile("/etc/airlock/airlock.yaml", []byte(added+"\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		mustShell(t, "systemctl reload airlock")
+		deadline := time.Now().Add(120 * time.Second)
+		for !hasTool(ctx, c, "gv") {
+			if time.Now().After(deadline) {
+				t.Fatalf("120s after systemctl reload the daemon serves no tool \"gv\":\n%s", journal(t))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		out, err := shell(ctx, "/", "airlock run --tool gv -- sh -c 'uname -r; id -un'")
+		if err != nil || !strings.Contains(out, "gvisor") || !strings.HasSuffix(out, "\nsandbox\n") {
+			t.Fatalf("a run of the gvisor tool: %v %q, want gVisor's kernel and the sandbox user", err, out)
+		}
+		// A session's sandbox: runsc, its sentry and its gofer all in the
+		// sandbox's cgroup below the unit's parent, with the tool's
+		// memory ceiling, so the sentry counts in it.
+		gs, err := c.CreateSession(ctx, api.SessionRequest{Tool: "gv"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		group := "/sys/fs/cgroup" + parent + "/" + gs.SandboxID
+		if !v2 {
+			group = "/sys/fs/cgroup/pids/airlock/" + gs.SandboxID
+		}
+		names := map[string]bool{}
+		for _, pid := range strings.Fields(readTrim(t, group+"/cgroup.procs")) {
+			if b, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil {
+				names[filepath.Base(strings.SplitN(string(b), "\x00", 2)[0])] = true
+			}
+		}
+		if !names["runsc"] || !names["runsc-sandbox"] || !names["runsc-gofer"] {
+			t.Errorf("the gvisor session's cgroup %s holds %v, want runsc, runsc-sandbox and runsc-gofer", group, names)
+		}
+		if v2 {
+			if got := readTrim(t, group+"/memory.max"); got != strconv.Itoa(128<<20) {
+				t.Errorf("the gvisor session's memory.max is %s, want the gv tool's 128MiB", got)
+			}
+		}
+		res, err := c.Exec(ctx, gs.ID, api.ExecRequest{Argv: []string{"sh", "-c", "echo kept > /workspace/f; cat /workspace/f"}})
+		if err != nil || string(res.Stdout) != "kept\n" {
+			t.Errorf("an exec in the gvisor session: %v %+v", err, res)
+		}
+		if err := c.DeleteSession(ctx, gs.ID); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); exists(group); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the gvisor session's cgroup %s is still there 30s after its end", group)
+			}
+		}
+		// The gv tool's pool keeps gVisor sandboxes warm: the stop below
+		// ends them with the rest.
+	})
+
 	t.Run("restart", func(t *testing.T) {
 		began := time.Now()
 		mustShell(t, "systemctl restart airlock")
@@ -377,6 +448,15 @@ func TestUnitUnderSystemd(t *testing.T) {
 		}
 		if exists(socket) {
 			t.Errorf("the socket %s is still there", socket)
+		}
+		// gVisor's processes, and the sandboxes' bundles.
+		for pid, exe := range procs(t) {
+			if exe == runscPath {
+				t.Errorf("runsc process %s left after the stop", pid)
+			}
+		}
+		if bundles, _ := filepath.Glob("/run/airlock/gvisor/*/*"); len(bundles) > 0 {
+			t.Errorf("gVisor bundles left after the stop: %v", bundles)
 		}
 	})
 
