@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
+	"github.com/airlockhq/airlock/internal/linux/netns"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/sbspec"
 	"github.com/airlockhq/airlock/result"
@@ -96,6 +97,28 @@ func (rt *Runtime) runsc() (string, error) {
 	}
 	rt.runscPath = p
 	return p, nil
+}
+
+// goferNetNS is the network namespace of every gVisor sandbox's gofer:
+// an empty one of this runtime's, made once. runsc would make one for
+// each gofer otherwise (its shared "null" namespace is pinned by a mount
+// in runsc's mount namespace, which is each sandbox's own here), and a
+// network namespace costs a millisecond to make and more CPU to tear
+// down, on the kernel's worker threads. The gofer serves files and opens
+// no socket; runsc's own default is one such namespace for every
+// sandbox of a host.
+func (rt *Runtime) goferNetNS() (*os.File, error) {
+	rt.runscMu.Lock()
+	defer rt.runscMu.Unlock()
+	if rt.goferNS != nil {
+		return rt.goferNS, nil
+	}
+	ns, err := netns.New()
+	if err != nil {
+		return nil, fmt.Errorf("the gofers' network namespace: %w", err)
+	}
+	rt.goferNS = ns
+	return ns, nil
 }
 
 // checkGVisorSpec refuses what the gVisor backend does not do (yet), by
@@ -261,17 +284,22 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	if s.netns, err = rt.nets.take(); err != nil {
 		return fmt.Errorf("network namespace: %w", err)
 	}
+	goferNS, err := rt.goferNetNS()
+	if err != nil {
+		return err
+	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
 	argv := append([]string{gvisor.Name}, gvisor.Flags(filepath.Join(g.bundle, "state"))...)
-	argv = append(argv, "run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
+	argv = append(argv, "--gofer-network-namespace=/proc/self/fd/5",
+		"run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
 	sp := forkexec.Spec{
 		Path: runsc, Argv: argv,
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		Files: runscFiles(int(null.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd())),
+		Files: runscFiles(int(null.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd()), int(goferNS.Fd())),
 		// A mount namespace of its own, for the scratch tmpfs; a
 		// session of its own, out of reach of a terminal's signals to
 		// the caller's process group.
@@ -314,18 +342,19 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 
 // runscFiles are runsc's descriptors: /dev/null as its standard input,
 // the log as its output, init's control socket as fd 3 (--pass-fd), the
-// sandbox's network namespace as 4; and /dev/null again as fd
+// sandbox's network namespace as 4, the gofers' (goferNetNS) as 5; and
+// /dev/null again as fd
 // runscTableFD, so that runsc's table of descriptors, and its children's,
 // have room for it from the start. runsc's sandbox process moves its
 // standard streams to fds 253 to 255 (boot.startingStdioFD), and a
 // multithreaded process that grows its table past 64 waits there for an
 // RCU grace period: 14 ms of every start on this machine.
-func runscFiles(null, log, ctrl, netns int) []int {
+func runscFiles(null, log, ctrl, netns, goferNS int) []int {
 	files := make([]int, runscTableFD+1)
 	for i := range files {
 		files[i] = -1
 	}
-	copy(files, []int{null, log, log, ctrl, netns})
+	copy(files, []int{null, log, log, ctrl, netns, goferNS})
 	files[runscTableFD] = null
 	return files
 }

@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/errdefs"
 	"github.com/airlockhq/airlock/internal/testutil"
@@ -104,6 +107,60 @@ func TestGVisorInitConfined(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("the guest said:\n%s", r.Stdout)
+	}
+}
+
+// TestGVisorNamespaces: the sentry is in the sandbox's network namespace
+// and the gofer in the runtime's one empty namespace for gofers, shared
+// by two sandboxes, and neither in the host's.
+func TestGVisorNamespaces(t *testing.T) {
+	rt := testRuntime(t)
+	spec := Spec{Limits: DefaultLimits()}
+	gvisorSpec(t)(&spec)
+	netOf := func(pid int) string {
+		t.Helper()
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	host := netOf(os.Getpid())
+	var gofers []string
+	for range 2 {
+		sb, err := rt.Create(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(t.Context())
+		pids, err := sb.group.Procs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(sb.netns.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		own := fmt.Sprintf("net:[%d]", st.Ino)
+		seen := map[string]string{}
+		for _, p := range pids {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			if err != nil {
+				continue
+			}
+			seen[strings.SplitN(string(b), "\x00", 2)[0]] = netOf(p)
+		}
+		if seen["runsc-sandbox"] != own {
+			t.Errorf("the sentry's network namespace is %q, want the sandbox's %s (%v)", seen["runsc-sandbox"], own, seen)
+		}
+		g := seen["runsc-gofer"]
+		if g == "" || g == host || g == own {
+			t.Errorf("the gofer's network namespace is %q (host %s, sandbox %s)", g, host, own)
+		}
+		gofers = append(gofers, g)
+	}
+	if gofers[0] != gofers[1] {
+		t.Errorf("two sandboxes' gofers are in namespaces %v, want the runtime's one", gofers)
 	}
 }
 

@@ -221,6 +221,10 @@ type Runtime struct {
 	// ("" until one is).
 	runscMu   sync.Mutex
 	runscPath string
+	// goferNS is the empty network namespace every gVisor sandbox's gofer
+	// runs in (see goferNetNS), made with the first; guarded by
+	// runscMu.
+	goferNS *os.File
 	// gvisorMu is held by GVisor; gvisorOK says a gVisor sandbox was
 	// made and ran a command.
 	gvisorMu sync.Mutex
@@ -555,6 +559,11 @@ func (rt *Runtime) Close() error {
 	if rt.initFile != nil {
 		rt.initFile.Close()
 	}
+	rt.runscMu.Lock()
+	if rt.goferNS != nil {
+		rt.goferNS.Close()
+	}
+	rt.runscMu.Unlock()
 	rt.kmsg.close()
 	return rt.cg.Close()
 }
