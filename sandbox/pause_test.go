@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -16,11 +15,21 @@ import (
 // CPU (the kernel's accounting, read from the host), refuses new commands
 // and counts as paused in the ledger; resumed, the same processes go on,
 // and the time spent paused does not count against the ceiling. A sandbox
-// destroyed while paused leaves nothing behind.
+// destroyed while paused leaves nothing behind. On both backends: under
+// gVisor the freezer holds runsc, its sentry and its gofer.
 func TestPauseResume(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) { testPauseResume(t, be) })
+	}
+}
+
+func testPauseResume(t *testing.T, be backend) {
 	rt := testRuntime(t)
 	spec := Spec{Limits: DefaultLimits()}
 	spec.Limits.Time = 3 * time.Second
+	if be.spec != nil {
+		be.spec(&spec)
+	}
 	sb, err := rt.Create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +57,7 @@ func TestPauseResume(t *testing.T) {
 	// Both commands run before the pause: one that has not started when
 	// the sandbox is paused is refused, and would prove nothing here (a
 	// slow emulated guest starts them late).
-	started := fmt.Sprintf("/proc/%d/root/tmp/started", sb.InitPid())
+	started := sb.hostDir("/tmp") + "/started"
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(started); err == nil {
 			break
