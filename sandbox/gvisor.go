@@ -299,7 +299,10 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	sp := forkexec.Spec{
 		Path: runsc, Argv: argv,
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		Files: runscFiles(int(null.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd()), int(goferNS.Fd())),
+		// /dev/null as its standard input, the log as its output, init's
+		// control socket as fd 3 (--pass-fd), the sandbox's network
+		// namespace as 4, the gofers' (goferNetNS) as 5.
+		Files: []int{int(null.Fd()), int(log.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd()), int(goferNS.Fd())},
 		// A mount namespace of its own, for the scratch tmpfs; a
 		// session of its own, out of reach of a terminal's signals to
 		// the caller's process group.
@@ -340,27 +343,12 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	return nil
 }
 
-// runscFiles are runsc's descriptors: /dev/null as its standard input,
-// the log as its output, init's control socket as fd 3 (--pass-fd), the
-// sandbox's network namespace as 4, the gofers' (goferNetNS) as 5; and
-// /dev/null again as fd
-// runscTableFD, so that runsc's table of descriptors, and its children's,
-// have room for it from the start. runsc's sandbox process moves its
+// runscTableFD is a descriptor runsc is born with, /dev/null (see
+// scratchProg), so that its table of descriptors, and its children's,
+// have room up to it from the start. runsc's sandbox process moves its
 // standard streams to fds 253 to 255 (boot.startingStdioFD), and a
 // multithreaded process that grows its table past 64 waits there for an
-// RCU grace period: 14 ms of every start on this machine.
-func runscFiles(null, log, ctrl, netns, goferNS int) []int {
-	files := make([]int, runscTableFD+1)
-	for i := range files {
-		files[i] = -1
-	}
-	copy(files, []int{null, log, log, ctrl, netns, goferNS})
-	files[runscTableFD] = null
-	return files
-}
-
-// runscTableFD is past the fds runsc's sandbox process uses (see
-// runscFiles).
+// RCU grace period: 9-14 ms of every start on this machine.
 const runscTableFD = 256
 
 func mountsAsBinds(ms []Mount) []sbinit.Bind {
@@ -377,7 +365,7 @@ func mountsAsBinds(ms []Mount) []sbinit.Bind {
 // and inodes) at dir, with /workspace (the commands' user's) and /tmp
 // (sticky, everyone's) on it; and bind into root, read-only, nosuid and
 // nodev, what the sandbox sees of the host (binds), and the scratch
-// directories writable.
+// directories writable; then give runsc its descriptor runscTableFD.
 func scratchProg(dir, root string, binds []sbinit.Bind, l Limits, uid, gid int) *forkexec.Prog {
 	p := &forkexec.Prog{}
 	str := func(s string) forkexec.Arg {
@@ -417,6 +405,9 @@ func scratchProg(dir, root string, binds []sbinit.Bind, l Limits, uid, gid int) 
 	}
 	bind(ws, filepath.Join(root, HomeDir), false)
 	bind(tmp, filepath.Join(root, "tmp"), false)
+	// Last, after the descriptors past runsc's own were marked to close
+	// at exec: its standard input again as runscTableFD, which stays.
+	sys("room in runsc's descriptor table", unix.SYS_DUP3, imm(0), imm(runscTableFD), imm(0))
 	return p
 }
 

@@ -59,9 +59,8 @@ func parseGVisorIDs(s string) (uid, gid, initUID int, err error) {
 // kernel is the boundary here (see docs/isolation.md).
 //
 // Each all-thread call signals every other thread of init and waits for
-// it, which costs a millisecond or two under gVisor: two calls rather
-// than the nine of setting each of these here are 12 ms of every
-// sandbox's start.
+// it, through gVisor's kernel: two calls rather than the nine of setting
+// each of these here took 3-4 ms off a sandbox's start (docs/benchmarks.md).
 func confineInGVisor(ids string) error {
 	uid, gid, initUID, err := parseGVisorIDs(ids)
 	if err != nil {

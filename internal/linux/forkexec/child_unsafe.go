@@ -305,6 +305,16 @@ func forkChild(s *forkSpec) {
 			childFail(s, stepChdir, e)
 		}
 	}
+	// The status pipe's end goes above the targets first: installing or
+	// closing a target over it would end the pipe early, which reads as
+	// the exec, and leave a later failure unreported.
+	if s.errW < len(s.files) {
+		nfd, _, e := syscall.RawSyscall(unix.SYS_FCNTL, uintptr(s.errW), unix.F_DUPFD_CLOEXEC, uintptr(len(s.files)))
+		if e != 0 {
+			childFail(s, stepDup, e)
+		}
+		s.errW = int(nfd)
+	}
 	// Copy every source above the targets first, so that installing one
 	// target never overwrites a source still needed (the copies are
 	// close-on-exec; the installed targets are not): the program's files

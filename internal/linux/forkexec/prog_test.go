@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/linux/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/linux/seccomp"
 )
 
 // progAsm builds programs for the tests.
@@ -191,5 +192,26 @@ func TestProgShared(t *testing.T) {
 	}
 	if _, err := Start(Spec{Path: "/bin/true", Argv: []string{"true"}, Files: []int{-1}, UID: -1, GID: -1, CgroupFD: -1, Prog: &a.p, ProgFiles: []int{1}}); err == nil {
 		t.Error("a start with files the program does not take was accepted")
+	}
+}
+
+// TestManyFiles: with a Files list longer than the numbers of the
+// caller's own descriptors, mostly -1 (closed in the child), a step that
+// fails after the descriptors are in place is still reported as that
+// step. The child's end of its status pipe is moved out of their way
+// first: closed among them, it read as a successful exec, and a caller
+// that shares its memory with the child took back the child's stack while
+// the child still ran on it.
+func TestManyFiles(t *testing.T) {
+	files := make([]int, 300)
+	for i := range files {
+		files[i] = -1
+	}
+	a := &progAsm{}
+	a.op(sys("mkdir in a missing directory", unix.SYS_MKDIRAT, atCwd(), a.str(filepath.Join(t.TempDir(), "nope", "x")), imm(0o700)))
+	_, ws, err := run(t, Spec{Path: "/bin/true", Argv: []string{"true"}, UID: -1, GID: -1, CgroupFD: -1, Files: files, Prog: &a.p})
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Errno != unix.ENOENT {
+		t.Fatalf("Start: %v (status %v), want the program's ENOENT", err, ws)
 	}
 }
