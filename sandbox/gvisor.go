@@ -298,7 +298,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		"run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
 	sp := forkexec.Spec{
 		Path: runsc, Argv: argv,
-		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		// /dev/null as its standard input, the log as its output, init's
 		// control socket as fd 3 (--pass-fd), the sandbox's network
 		// namespace as 4, the gofers' (goferNetNS) as 5.
