@@ -128,8 +128,11 @@ func checkGVisorSpec(spec *Spec) error {
 		return &UnsupportedError{Msg: fmt.Sprintf("%s: not available with isolation %s", what, IsolationGVisor)}
 	}
 	switch {
-	case spec.Image != nil:
-		return no("images")
+	case spec.Image != nil && spec.Image.Writable:
+		// A writable root would need the guest's writes outside the
+		// host's view (gVisor's own overlay) or a host overlay the gofer
+		// writes as the sandbox's root: neither is done yet.
+		return no("writable image roots")
 	case spec.Seed != nil:
 		return no("seeds (snapshots)")
 	case len(spec.Volumes) > 0:
@@ -215,13 +218,28 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return fmt.Errorf("gvisor root: %w", err)
 	}
-	// The root holds the mount points, the image's symlinks and the
+	// The root holds the mount points, the host image's symlinks and the
 	// generated /etc; it is served read-only. Its binds are made by
 	// runsc's clone in its own mount namespace (scratchProg), so that the
 	// host sees the sandbox's file system as the guest does, below
-	// root, for the files API (OpenRoot, OpenDir).
+	// root, for the files API (OpenRoot, OpenDir). With an image, the
+	// same go into a layer of their own (gen) that the clone lays over
+	// the image, as the other backend's program does (see sbinit's
+	// imageRoot): nothing airlock mounts or writes lands on a path the
+	// image controls.
+	layer := root
+	var im *imageLayers
+	if spec.Image != nil {
+		im = &imageLayers{gen: filepath.Join(g.bundle, "gen"), img: filepath.Join(g.bundle, "image")}
+		for _, d := range []string{im.gen, im.img} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return fmt.Errorf("gvisor root: %w", err)
+			}
+		}
+		layer = im.gen
+	}
 	point := func(p string, file bool) error {
-		hp := filepath.Join(root, p)
+		hp := filepath.Join(layer, p)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
 			return err
 		}
@@ -239,8 +257,15 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 			return fmt.Errorf("gvisor root: %w", err)
 		}
 	}
-	for _, l := range b.image.symlinks {
-		hp := filepath.Join(root, l.Path)
+	hostBinds, symlinks, etc := b.image.binds, b.image.symlinks, etcFiles(spec.Hostname, spec.User)
+	if im != nil {
+		// The image brings its own system directories; of /etc, airlock
+		// writes only what names the network (see Runtime.setup).
+		hostBinds, symlinks = nil, nil
+		etc = slices.DeleteFunc(etc, func(f sbinit.File) bool { return !imageEtc[f.Path] })
+	}
+	for _, l := range symlinks {
+		hp := filepath.Join(layer, l.Path)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
 			return fmt.Errorf("gvisor root: %w", err)
 		}
@@ -248,8 +273,8 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 			return fmt.Errorf("gvisor root: %w", err)
 		}
 	}
-	for _, f := range etcFiles(spec.Hostname, spec.User) {
-		hp := filepath.Join(root, f.Path)
+	for _, f := range etc {
+		hp := filepath.Join(layer, f.Path)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
 			return fmt.Errorf("gvisor root: %w", err)
 		}
@@ -257,7 +282,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 			return fmt.Errorf("gvisor root: %w", err)
 		}
 	}
-	binds := append(slices.Clip(b.image.binds), mountsAsBinds(mounts)...)
+	binds := append(slices.Clip(hostBinds), mountsAsBinds(mounts)...)
 	binds = append(binds, sbinit.Bind{Source: initPath, Target: sbinit.GVisorPath, File: true})
 	for _, bd := range binds {
 		if err := point(bd.Target, bd.File); err != nil {
@@ -288,6 +313,17 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	if err != nil {
 		return err
 	}
+	var progFiles []int
+	if im != nil {
+		// The image, as an idmapped mount (its ids onto the sandbox's
+		// range), for the clone to attach below the generated layer.
+		m, err := s.mountImage(spec.Image)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		progFiles = []int{int(m.Fd())}
+	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -309,7 +345,8 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		Flags:  unix.CLONE_NEWNS,
 		Setsid: true, DefaultSignals: true,
 		UID: -1, GID: -1, CgroupFD: -1,
-		Prog: scratchProg(g.scratch(), root, binds, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+		Prog:      scratchProg(g.scratch(), root, im, binds, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+		ProgFiles: progFiles,
 	}
 	if s.group.Version() == cgroup.V2 {
 		fd, err := s.group.DirFD()
@@ -351,6 +388,12 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 // RCU grace period: 9-14 ms of every start on this machine.
 const runscTableFD = 256
 
+// imageLayers are the directories of a gVisor sandbox's bundle that its
+// root is made of when it has an image: gen, the generated layer (the
+// mount points and airlock's /etc files), over img, where the image is
+// attached.
+type imageLayers struct{ gen, img string }
+
 func mountsAsBinds(ms []Mount) []sbinit.Bind {
 	out := make([]sbinit.Bind, 0, len(ms))
 	for _, m := range ms {
@@ -366,7 +409,10 @@ func mountsAsBinds(ms []Mount) []sbinit.Bind {
 // (sticky, everyone's) on it; and bind into root, read-only, nosuid and
 // nodev, what the sandbox sees of the host (binds), and the scratch
 // directories writable; then give runsc its descriptor runscTableFD.
-func scratchProg(dir, root string, binds []sbinit.Bind, l Limits, uid, gid int) *forkexec.Prog {
+// With an image (im), root is first an overlay, read-only, of the
+// generated layer over the image (the program's file 0, an idmapped
+// mount).
+func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, l Limits, uid, gid int) *forkexec.Prog {
 	p := &forkexec.Prog{}
 	str := func(s string) forkexec.Arg {
 		p.Blobs = append(p.Blobs, append([]byte(s), 0))
@@ -400,6 +446,11 @@ func scratchProg(dir, root string, binds []sbinit.Bind, l Limits, uid, gid int) 
 	sys("chown /workspace", unix.SYS_FCHOWNAT, imm(unix.AT_FDCWD), str(ws), imm(int64(uid)), imm(int64(gid)), imm(0))
 	sys("make /tmp", unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
 	sys("chmod /tmp", unix.SYS_FCHMODAT, imm(unix.AT_FDCWD), str(tmp), imm(0o1777))
+	if im != nil {
+		p.NFiles = 1
+		sys("attach the image", unix.SYS_MOVE_MOUNT, forkexec.Arg{Kind: forkexec.ArgSlot, Index: 0}, str(""), imm(unix.AT_FDCWD), str(im.img), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
+		sys("mount the root's overlay", unix.SYS_MOUNT, str("overlay"), str(root), str("overlay"), imm(unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV), str("lowerdir="+im.gen+":"+im.img))
+	}
 	for _, b := range binds {
 		bind(b.Source, filepath.Join(root, b.Target), true)
 	}

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -164,6 +166,77 @@ func TestGVisorNamespaces(t *testing.T) {
 	}
 }
 
+// TestGVisorImageRoot runs TestImageRoot's cases that apply on gVisor
+// (not as root, not writable) against the same hand-made image: the
+// image's files with its owners (an idmapped mount onto the sandbox's
+// range), airlock's /etc files over the image's, its /proc and
+// /workspace (symlinks out of the way) hidden by airlock's, the root
+// read-only and the workspace writable; and the host reaches the root as
+// the guest sees it (OpenRoot).
+func TestGVisorImageRoot(t *testing.T) {
+	rt := testRuntime(t)
+	gv := gvisorSpec(t)
+	root := handImage(t, rt)
+	img := func(s *Spec) { gv(s); s.Image = &Image{Root: root} }
+	for _, tt := range []struct {
+		name string
+		args []string
+		spec func(*Spec)
+		ok   bool
+		want string
+	}{
+		{"image file", []string{"cat", "/etc/os-release"}, img, true, "ID=handmade\n"},
+		{"resolv.conf is airlock's", []string{"cat", "/etc/resolv.conf"}, img, true, "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
+		{"passwd is the image's", []string{"cat", "/etc/passwd"}, img, true, "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/user:/bin/sh\n"},
+		{"hosts is airlock's", []string{"cat", "/etc/hosts"}, img, true, "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		{"root owns the image root", []string{"stat", "/bin/t"}, img, true, "0:0:100755"},
+		{"user file shows as the user's", []string{"stat", "/home/user/secret"}, img, true, "1000:1000:100600"},
+		{"user reads own file", []string{"cat", "/home/user/secret"}, img, true, "mine"},
+		{"proc is a fresh proc", []string{"cat", "/proc/self/comm"}, img, true, "t\n"},
+		{"workspace is the tmpfs", []string{"write", "/workspace/x", "y"}, img, true, ""},
+		{"image read-only", []string{"write", "/bin/x", "y"}, img, false, ""},
+		{"etc read-only", []string{"write", "/etc/os-release", "y"}, img, false, ""},
+		{"user", []string{"id"}, func(s *Spec) { img(s); s.User = &User{UID: 4242, GID: 4343} }, true, "4242:4343 /workspace"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, _ := imageRun(t, tt.spec, append([]string{"/bin/t"}, tt.args...)...)
+			if rep.OK != tt.ok || tt.ok && rep.Value != tt.want {
+				t.Errorf("got ok=%v %q (%s), want ok=%v %q", rep.OK, rep.Value, rep.Error, tt.ok, tt.want)
+			}
+		})
+	}
+	if _, err := os.Lstat(filepath.Join(root, "bin/x")); !os.IsNotExist(err) {
+		t.Errorf("a sandbox's write reached the stored image: %v", err)
+	}
+	// The host's view of the root is the guest's: the image's file and
+	// airlock's /etc/hosts.
+	spec := Spec{Limits: DefaultLimits()}
+	img(&spec)
+	sb, err := rt.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	dir, err := sb.OpenRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	for name, want := range map[string]string{"etc/os-release": "ID=handmade\n", "etc/hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"} {
+		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Errorf("%s through OpenRoot: %v", name, err)
+			continue
+		}
+		f := os.NewFile(uintptr(fd), name)
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil || string(b) != want {
+			t.Errorf("%s through OpenRoot: %q %v, want %q", name, b, err, want)
+		}
+	}
+}
+
 // TestGVisorRefuses: what the gVisor backend does not do is refused by
 // name, before anything is made.
 func TestGVisorRefuses(t *testing.T) {
@@ -176,7 +249,7 @@ func TestGVisorRefuses(t *testing.T) {
 	}{
 		{"root", func(s *Spec) { s.User = &User{} }, "commands as root: not available with isolation gvisor"},
 		{"volumes", func(s *Spec) { s.Volumes = []Volume{{Dir: t.TempDir(), Target: "/data", Size: 1 << 20}} }, "volumes: not available"},
-		{"image", func(s *Spec) { s.Image = &Image{Root: "/"} }, "images: not available"},
+		{"writable image root", func(s *Spec) { s.Image = &Image{Root: "/", Writable: true} }, "writable image roots: not available"},
 		{"small memory", func(s *Spec) { s.Limits.Memory = 32 << 20 }, "needs 64 MiB at least"},
 		{"few pids", func(s *Spec) { s.Limits.Pids = 32 }, "needs 64 at least"},
 		{"unknown backend", func(s *Spec) { s.Isolation = "firecracker" }, `isolation "firecracker"`},

@@ -133,10 +133,33 @@ func TestImageRoot(t *testing.T) {
 // TestEscapeAttemptsFromImage runs every escape attempt from an image
 // root, as the default user and as the image's root user (who owns the
 // image's files: the read-only mount, not file ownership, keeps the image
-// intact), and everything holds as with the host image.
+// intact), and everything holds as with the host image. Under gVisor
+// too, as the default user (gVisor refuses commands as root), with its
+// outcomes (gvisorEscapes).
 func TestEscapeAttemptsFromImage(t *testing.T) {
 	rt := testRuntime(t)
 	root := handImage(t, rt)
+	for _, be := range backends(t) {
+		if !be.gvisor {
+			continue
+		}
+		for _, tt := range escapeAttempts {
+			name := strings.Join(tt.args, "-")
+			if errnos, ok := gvisorEscapes[name]; ok {
+				tt.errno = errnos
+			}
+			t.Run("gvisor "+name, func(t *testing.T) {
+				r := run(t, runOpts{spec: func(s *Spec) { be.spec(s); s.Image = &Image{Root: root} }}, append([]string{"/bin/t"}, tt.args...)...)
+				var rep report
+				if r.Outcome == result.Exited && r.ExitCode == 0 {
+					if err := json.Unmarshal([]byte(strings.TrimSpace(string(r.Stdout))), &rep); err != nil {
+						t.Fatalf("bad report %q: %v", r.Stdout, err)
+					}
+				}
+				tt.check(t, rep, r)
+			})
+		}
+	}
 	for _, u := range []*User{nil, {}} {
 		for _, tt := range escapeAttempts {
 			if u != nil && tt.args[0] == "setuid-root" {

@@ -102,6 +102,44 @@ func TestImageTool(t *testing.T) {
 	}
 }
 
+// TestImageToolGVisor serves a gvisor tool whose image was imported from
+// an OCI layout: the image is its root (read-only), with its defaults,
+// on gVisor's kernel; a gvisor tool with a writable root does not load.
+func TestImageToolGVisor(t *testing.T) {
+	runsc := testutil.Runsc(t)
+	st := testImageStore(t)
+	if _, err := st.Import(context.Background(), imagetest.Layout(t, imagetest.Tool(t, runtime.GOARCH), "tool:1"), image.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, sock := serveConfig(t, "images:\n  store: "+st.Dir()+"\n"+`tools:
+  img:
+    image: tool:1
+    isolation: gvisor
+`, func(o *Options) { o.Sandbox.Runsc = runsc })
+	c := client.New(sock)
+	for _, tt := range []struct {
+		argv []string
+		want string
+	}{
+		{nil, `"value":"1234:2345 /srv"`},
+		{[]string{"/bin/t", "cat", "/srv/data"}, `"value":"layer two"`},
+		{[]string{"/bin/t", "cat", "/proc/sys/kernel/osrelease"}, `gvisor`},
+		{[]string{"/bin/t", "write", "/srv/x", "y"}, `"ok":false`},
+		{[]string{"/bin/t", "write", "/workspace/x", "y"}, `"ok":true`},
+	} {
+		r, err := c.Run(t.Context(), api.RunRequest{Tool: "img", Argv: tt.argv})
+		if err != nil {
+			t.Fatalf("%v: %v", tt.argv, err)
+		}
+		if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(string(r.Stdout), tt.want) {
+			t.Errorf("%v: %s %d %q %q, want %s", tt.argv, r.Outcome, r.ExitCode, r.Stdout, r.Stderr, tt.want)
+		}
+	}
+	if _, err := config.Parse("a.yaml", []byte("tools:\n  w:\n    image: tool:1\n    rootfs: writable\n    isolation: gvisor\n")); err == nil || !strings.Contains(err.Error(), "rootfs: writable is not available with isolation gvisor") {
+		t.Errorf("a gvisor tool with a writable root: %v", err)
+	}
+}
+
 // TestImageToolMissing: a tool naming an image that is not stored stops
 // the daemon from starting, with the tool and the image named.
 func TestImageToolMissing(t *testing.T) {
