@@ -128,11 +128,6 @@ func checkGVisorSpec(spec *Spec) error {
 		return &UnsupportedError{Msg: fmt.Sprintf("%s: not available with isolation %s", what, IsolationGVisor)}
 	}
 	switch {
-	case spec.Image != nil && spec.Image.Writable:
-		// A writable root would need the guest's writes outside the
-		// host's view (gVisor's own overlay) or a host overlay the gofer
-		// writes as the sandbox's root: neither is done yet.
-		return no("writable image roots")
 	case spec.Seed != nil:
 		return no("seeds (snapshots)")
 	case len(spec.Volumes) > 0:
@@ -230,7 +225,8 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	layer := root
 	var im *imageLayers
 	if spec.Image != nil {
-		im = &imageLayers{gen: filepath.Join(g.bundle, "gen"), img: filepath.Join(g.bundle, "image")}
+		im = &imageLayers{gen: filepath.Join(g.bundle, "gen"), img: filepath.Join(g.bundle, "image"), writable: spec.Image.Writable, rootID: int(s.ids.base)}
+		c.RootWritable = spec.Image.Writable
 		for _, d := range []string{im.gen, im.img} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return fmt.Errorf("gvisor root: %w", err)
@@ -392,7 +388,16 @@ const runscTableFD = 256
 // root is made of when it has an image: gen, the generated layer (the
 // mount points and airlock's /etc files), over img, where the image is
 // attached.
-type imageLayers struct{ gen, img string }
+//
+// A writable root adds an upper layer on the scratch tmpfs (under the
+// disk ceiling), owned by the sandbox's root (rootID on the host), which
+// the gofer writes as: the host's files API then sees what the guest
+// wrote, as it does through the other backend's overlay.
+type imageLayers struct {
+	gen, img string
+	writable bool
+	rootID   int
+}
 
 func mountsAsBinds(ms []Mount) []sbinit.Bind {
 	out := make([]sbinit.Bind, 0, len(ms))
@@ -449,7 +454,17 @@ func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, l Limit
 	if im != nil {
 		p.NFiles = 1
 		sys("attach the image", unix.SYS_MOVE_MOUNT, forkexec.Arg{Kind: forkexec.ArgSlot, Index: 0}, str(""), imm(unix.AT_FDCWD), str(im.img), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
-		sys("mount the root's overlay", unix.SYS_MOUNT, str("overlay"), str(root), str("overlay"), imm(unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV), str("lowerdir="+im.gen+":"+im.img))
+		opts, flags := "lowerdir="+im.gen+":"+im.img, int64(unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+		if im.writable {
+			upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+			for _, d := range []string{upper, work} {
+				sys("make "+d, unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(d), imm(0o755))
+				sys("chown "+d, unix.SYS_FCHOWNAT, imm(unix.AT_FDCWD), str(d), imm(int64(im.rootID)), imm(int64(im.rootID)), imm(0))
+			}
+			opts += ",upperdir=" + upper + ",workdir=" + work
+			flags &^= unix.MS_RDONLY
+		}
+		sys("mount the root's overlay", unix.SYS_MOUNT, str("overlay"), str(root), str("overlay"), imm(flags), str(opts))
 	}
 	for _, b := range binds {
 		bind(b.Source, filepath.Join(root, b.Target), true)

@@ -167,12 +167,13 @@ func TestGVisorNamespaces(t *testing.T) {
 }
 
 // TestGVisorImageRoot runs TestImageRoot's cases that apply on gVisor
-// (not as root, not writable) against the same hand-made image: the
+// (not as root) against the same hand-made image: the
 // image's files with its owners (an idmapped mount onto the sandbox's
 // range), airlock's /etc files over the image's, its /proc and
 // /workspace (symlinks out of the way) hidden by airlock's, the root
-// read-only and the workspace writable; and the host reaches the root as
-// the guest sees it (OpenRoot).
+// read-only and the workspace writable; a writable root where the user
+// may write; and the host reaches the root as the guest sees it
+// (OpenRoot), what the guest wrote to it included.
 func TestGVisorImageRoot(t *testing.T) {
 	rt := testRuntime(t)
 	gv := gvisorSpec(t)
@@ -197,6 +198,8 @@ func TestGVisorImageRoot(t *testing.T) {
 		{"image read-only", []string{"write", "/bin/x", "y"}, img, false, ""},
 		{"etc read-only", []string{"write", "/etc/os-release", "y"}, img, false, ""},
 		{"user", []string{"id"}, func(s *Spec) { img(s); s.User = &User{UID: 4242, GID: 4343} }, true, "4242:4343 /workspace"},
+		{"writable root, as a user", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, false, ""},
+		{"writable root, the user's own directory", []string{"write", "/home/user/new", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, true, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, _ := imageRun(t, tt.spec, append([]string{"/bin/t"}, tt.args...)...)
@@ -205,24 +208,30 @@ func TestGVisorImageRoot(t *testing.T) {
 			}
 		})
 	}
-	if _, err := os.Lstat(filepath.Join(root, "bin/x")); !os.IsNotExist(err) {
-		t.Errorf("a sandbox's write reached the stored image: %v", err)
+	for _, p := range []string{"bin/x", "home/user/new"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
+			t.Errorf("a sandbox's write reached the stored image: %s: %v", p, err)
+		}
 	}
-	// The host's view of the root is the guest's: the image's file and
-	// airlock's /etc/hosts.
+	// The host's view of the root is the guest's: the image's file,
+	// airlock's /etc/hosts, and what a command wrote to a writable root.
 	spec := Spec{Limits: DefaultLimits()}
 	img(&spec)
+	spec.Image.Writable = true
 	sb, err := rt.Create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(t.Context())
+	if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/t", "write", "/home/user/new", "guest\n"}, Capture: true, KeepAlive: true}); r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(string(r.Stdout), `"ok":true`) {
+		t.Fatalf("write /home/user/new: %s %d %s %s", r.Outcome, r.ExitCode, r.Stdout, r.Error)
+	}
 	dir, err := sb.OpenRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dir.Close()
-	for name, want := range map[string]string{"etc/os-release": "ID=handmade\n", "etc/hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"} {
+	for name, want := range map[string]string{"etc/os-release": "ID=handmade\n", "etc/hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", "home/user/new": "guest\n"} {
 		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			t.Errorf("%s through OpenRoot: %v", name, err)
@@ -234,6 +243,28 @@ func TestGVisorImageRoot(t *testing.T) {
 		if err != nil || string(b) != want {
 			t.Errorf("%s through OpenRoot: %q %v, want %q", name, b, err, want)
 		}
+	}
+}
+
+// TestGVisorWritableImageRootIsBounded: what a command writes to a
+// writable image root under gVisor lands on the scratch tmpfs and counts
+// against the disk ceiling, named with its post-mortem.
+func TestGVisorWritableImageRootIsBounded(t *testing.T) {
+	rt := testRuntime(t)
+	gv := gvisorSpec(t)
+	root := handImage(t, rt)
+	lim := DefaultLimits()
+	lim.Disk, lim.Time = 4<<20, 30e9
+	r := run(t, runOpts{limits: &lim, spec: func(s *Spec) { gv(s); s.Image = &Image{Root: root, Writable: true} }},
+		"/bin/t", "fill", "/home/user/big", "100000000")
+	if r.Outcome != result.LimitExceeded || r.Limit == nil || r.Limit.Name != result.LimitDisk {
+		t.Fatalf("got %s %+v (%s), want the disk ceiling", r.Outcome, r.Limit, r.Stdout)
+	}
+	if _, err := os.Stat(filepath.Join(root, "home/user/big")); !os.IsNotExist(err) {
+		t.Errorf("the write reached the stored image: %v", err)
+	}
+	if pm := r.PostMortem; pm == nil || len(pm.Files) == 0 || pm.Files[0].Path != "/home/user/big" || pm.Files[0].Bytes < 1<<20 {
+		t.Errorf("post-mortem %+v, want /home/user/big first", pm)
 	}
 }
 
@@ -249,7 +280,6 @@ func TestGVisorRefuses(t *testing.T) {
 	}{
 		{"root", func(s *Spec) { s.User = &User{} }, "commands as root: not available with isolation gvisor"},
 		{"volumes", func(s *Spec) { s.Volumes = []Volume{{Dir: t.TempDir(), Target: "/data", Size: 1 << 20}} }, "volumes: not available"},
-		{"writable image root", func(s *Spec) { s.Image = &Image{Root: "/", Writable: true} }, "writable image roots: not available"},
 		{"small memory", func(s *Spec) { s.Limits.Memory = 32 << 20 }, "needs 64 MiB at least"},
 		{"few pids", func(s *Spec) { s.Limits.Pids = 32 }, "needs 64 at least"},
 		{"unknown backend", func(s *Spec) { s.Isolation = "firecracker" }, `isolation "firecracker"`},

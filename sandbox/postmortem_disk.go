@@ -265,6 +265,16 @@ func openDirBeneath(dirfd int, name string) (int, error) {
 // lies on the sandbox's scratch tmpfs. The descriptor is init's, a
 // trusted process's, not a path the sandbox controls.
 func (s *Sandbox) openUpper() (int, error) {
+	if s.gv != nil {
+		// Under gVisor the upper layer is a directory of the scratch
+		// tmpfs (see imageLayers), which no path of the sandbox's
+		// reaches.
+		fd, err := unix.Openat(s.scratch, "upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return -1, fmt.Errorf("open the root's upper layer: %w", err)
+		}
+		return fd, nil
+	}
 	var scratch unix.Stat_t
 	if err := unix.Fstat(s.scratch, &scratch); err != nil {
 		return -1, fmt.Errorf("open the root's upper layer: %w", err)

@@ -164,8 +164,6 @@ func (p *parser) isolation(n *yaml.Node, at string) (string, error) {
 func checkGVisorTool(t *Tool) string {
 	lim := t.Limits.Apply(sbspec.DefaultLimits())
 	switch {
-	case t.Image != ImageHost && t.WritableRoot:
-		return "rootfs: writable is not available with isolation gvisor (an image's root is read-only on it)"
 	case len(t.Volumes) > 0:
 		return "volumes are not available with isolation gvisor"
 	case t.User != nil && t.User.UID == 0:

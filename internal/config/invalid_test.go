@@ -105,7 +105,6 @@ func TestParseInvalid(t *testing.T) {
 		{"rootfs unknown", tool("    image: py\n    rootfs: rw"), 4, 13, "tools.t.rootfs", `"rw": want "read-only" or "writable"`},
 		{"rootfs writable on host", tool("    rootfs: writable"), 3, 13, "tools.t.rootfs", `a writable root needs an imported image`},
 		{"isolation unknown", tool("    isolation: vm"), 3, 16, "tools.t.isolation", `"vm": want "namespaces" or "gvisor"`},
-		{"isolation gvisor with a writable image root", tool("    image: py\n    rootfs: writable\n    isolation: gvisor"), 5, 16, "tools.t.isolation", `rootfs: writable is not available with isolation gvisor`},
 		{"isolation gvisor as root", tool("    user: 0:0\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `commands as root (user 0) are not available with isolation gvisor`},
 		{"isolation gvisor, little memory", tool("    limits: {memory: 32MiB}\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `isolation gvisor needs 64 MiB at least`},
 		{"isolation gvisor, few pids", tool("    limits: {pids: 16}\n    isolation: gvisor"), 4, 16, "tools.t.isolation", `isolation gvisor needs 64 at least`},

@@ -11,8 +11,9 @@ import (
 // an OCI bundle, as much of it as airlock uses. Config renders it.
 type Container struct {
 	// Root is the host directory that is the container's root, served
-	// read-only.
-	Root string
+	// read-only unless RootWritable.
+	Root         string
+	RootWritable bool
 	// Args, Env and Cwd are the container's process: airlock's init.
 	Args []string
 	Env  []string
@@ -150,7 +151,7 @@ func (c *Container) Config() ([]byte, error) {
 			Capabilities:    ociCaps{Bounding: []string{}, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps},
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: c.Root, Readonly: true},
+		Root:     ociRoot{Path: c.Root, Readonly: !c.RootWritable},
 		Hostname: c.Hostname,
 		Mounts:   []ociMount{},
 		Linux: ociLinux{
