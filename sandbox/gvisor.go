@@ -130,8 +130,6 @@ func checkGVisorSpec(spec *Spec) error {
 	switch {
 	case spec.Seed != nil:
 		return no("seeds (snapshots)")
-	case len(spec.Volumes) > 0:
-		return no("volumes")
 	case spec.User != nil && spec.User.UID == 0:
 		// gVisor takes its own uid 0 for the global root that may send
 		// SIGIO to any process (its sigio_perm), init included; the
@@ -285,6 +283,14 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 			return fmt.Errorf("gvisor root: %w", err)
 		}
 	}
+	for _, v := range spec.Volumes {
+		if err := point(v.Target, false); err != nil {
+			return fmt.Errorf("gvisor root: %w", err)
+		}
+		// A mount of its own in the guest too, writable, whose files
+		// gVisor revalidates (the host's files API writes them).
+		c.Mounts = append(c.Mounts, gvisor.Mount{Destination: v.Target, Source: filepath.Join(root, v.Target), Type: "bind"})
+	}
 	// The writable directories are mounts of their own in the guest too,
 	// whose files gVisor revalidates (the host's files API writes them).
 	c.Mounts = append(c.Mounts,
@@ -320,6 +326,18 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		defer m.Close()
 		progFiles = []int{int(m.Fd())}
 	}
+	// The volumes, as idmapped writable mounts, for the clone to attach
+	// at their targets in the root.
+	var volumes []string
+	for _, v := range spec.Volumes {
+		m, err := s.mountVolume(v)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		progFiles = append(progFiles, int(m.Fd()))
+		volumes = append(volumes, filepath.Join(root, v.Target))
+	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -341,7 +359,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		Flags:  unix.CLONE_NEWNS,
 		Setsid: true, DefaultSignals: true,
 		UID: -1, GID: -1, CgroupFD: -1,
-		Prog:      scratchProg(g.scratch(), root, im, binds, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+		Prog:      scratchProg(g.scratch(), root, im, binds, volumes, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
 		ProgFiles: progFiles,
 	}
 	if s.group.Version() == cgroup.V2 {
@@ -416,8 +434,10 @@ func mountsAsBinds(ms []Mount) []sbinit.Bind {
 // directories writable; then give runsc its descriptor runscTableFD.
 // With an image (im), root is first an overlay, read-only, of the
 // generated layer over the image (the program's file 0, an idmapped
-// mount).
-func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, l Limits, uid, gid int) *forkexec.Prog {
+// mount). The volumes (the program's next files, idmapped writable
+// mounts) are attached at their targets (volumes: their paths below
+// root).
+func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, volumes []string, l Limits, uid, gid int) *forkexec.Prog {
 	p := &forkexec.Prog{}
 	str := func(s string) forkexec.Arg {
 		p.Blobs = append(p.Blobs, append([]byte(s), 0))
@@ -471,6 +491,13 @@ func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, l Limit
 	}
 	bind(ws, filepath.Join(root, HomeDir), false)
 	bind(tmp, filepath.Join(root, "tmp"), false)
+	// The volumes: the program's files after the image's, each attached
+	// at its target.
+	first := p.NFiles
+	for i, v := range volumes {
+		sys("attach the volume at "+v, unix.SYS_MOVE_MOUNT, forkexec.Arg{Kind: forkexec.ArgSlot, Index: uint32(first + i)}, str(""), imm(unix.AT_FDCWD), str(v), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
+	}
+	p.NFiles += len(volumes)
 	// Last, after the descriptors past runsc's own were marked to close
 	// at exec: its standard input again as runscTableFD, which stays.
 	sys("room in runsc's descriptor table", unix.SYS_DUP3, imm(0), imm(runscTableFD), imm(0))

@@ -279,7 +279,6 @@ func TestGVisorRefuses(t *testing.T) {
 		want string
 	}{
 		{"root", func(s *Spec) { s.User = &User{} }, "commands as root: not available with isolation gvisor"},
-		{"volumes", func(s *Spec) { s.Volumes = []Volume{{Dir: t.TempDir(), Target: "/data", Size: 1 << 20}} }, "volumes: not available"},
 		{"small memory", func(s *Spec) { s.Limits.Memory = 32 << 20 }, "needs 64 MiB at least"},
 		{"few pids", func(s *Spec) { s.Limits.Pids = 32 }, "needs 64 at least"},
 		{"unknown backend", func(s *Spec) { s.Isolation = "firecracker" }, `isolation "firecracker"`},

@@ -90,7 +90,7 @@ type volumeFD struct {
 // the sandbox controls).
 func (s *Sandbox) openVolumes(vs []Volume) error {
 	for _, v := range vs {
-		fd, err := unix.Open(fmt.Sprintf("/proc/%d/root%s", s.pid, v.Target), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		fd, err := unix.Open(s.hostDir(v.Target), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			return fmt.Errorf("open volume %s: %w", v.Target, err)
 		}

@@ -18,6 +18,12 @@ import (
 // writes the volume full is a named breach of the disk, with the
 // volume's size as the ceiling.
 func TestVolumeAcrossSandboxes(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) { testVolumeAcrossSandboxes(t, be) })
+	}
+}
+
+func testVolumeAcrossSandboxes(t *testing.T, be backend) {
 	rt := testRuntime(t)
 	vm, err := volume.Open(filepath.Join(t.TempDir(), "volumes"))
 	if err != nil {
@@ -34,6 +40,9 @@ func TestVolumeAcrossSandboxes(t *testing.T) {
 	}
 	spec := Spec{Limits: DefaultLimits(), Volumes: []Volume{{Dir: dir, Target: "/data", Size: meta.Size}}}
 	spec.Limits.Time = 30 * time.Second
+	if be.spec != nil {
+		be.spec(&spec)
+	}
 	open := func() (*Sandbox, *trace) {
 		t.Helper()
 		sb, err := rt.Create(t.Context(), spec)

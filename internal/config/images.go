@@ -164,8 +164,6 @@ func (p *parser) isolation(n *yaml.Node, at string) (string, error) {
 func checkGVisorTool(t *Tool) string {
 	lim := t.Limits.Apply(sbspec.DefaultLimits())
 	switch {
-	case len(t.Volumes) > 0:
-		return "volumes are not available with isolation gvisor"
 	case t.User != nil && t.User.UID == 0:
 		return "commands as root (user 0) are not available with isolation gvisor: gVisor's root may signal any process of the sandbox, airlock's init included"
 	case lim.Memory < sbspec.GVisorMinMemory:
