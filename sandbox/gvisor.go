@@ -128,8 +128,6 @@ func checkGVisorSpec(spec *Spec) error {
 		return &UnsupportedError{Msg: fmt.Sprintf("%s: not available with isolation %s", what, IsolationGVisor)}
 	}
 	switch {
-	case spec.Seed != nil:
-		return no("seeds (snapshots)")
 	case spec.User != nil && spec.User.UID == 0:
 		// gVisor takes its own uid 0 for the global root that may send
 		// SIGIO to any process (its sigio_perm), init included; the
@@ -295,8 +293,8 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	// whose files gVisor revalidates (the host's files API writes them).
 	c.Mounts = append(c.Mounts,
 		gvisor.Mount{Destination: "/proc", Type: "proc", Source: "proc"},
-		gvisor.Mount{Destination: HomeDir, Source: filepath.Join(g.scratch(), "workspace"), Type: "bind"},
-		gvisor.Mount{Destination: "/tmp", Source: filepath.Join(g.scratch(), "tmp"), Type: "bind"},
+		gvisor.Mount{Destination: HomeDir, Source: scratchSource(g.scratch(), "workspace", spec.Seed != nil), Type: "bind"},
+		gvisor.Mount{Destination: "/tmp", Source: scratchSource(g.scratch(), "tmp", spec.Seed != nil), Type: "bind"},
 	)
 	cfg, err := c.Config()
 	if err != nil {
@@ -338,6 +336,16 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		progFiles = append(progFiles, int(m.Fd()))
 		volumes = append(volumes, filepath.Join(root, v.Target))
 	}
+	if spec.Seed != nil {
+		// The seed, as an idmapped read-only mount: the lower layers of
+		// /workspace and /tmp (see scratchProg).
+		m, err := s.mountSeed(spec.Seed)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		progFiles = append(progFiles, int(m.Fd()))
+	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -359,7 +367,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		Flags:  unix.CLONE_NEWNS,
 		Setsid: true, DefaultSignals: true,
 		UID: -1, GID: -1, CgroupFD: -1,
-		Prog:      scratchProg(g.scratch(), root, im, binds, volumes, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
+		Prog:      scratchProg(g.scratch(), root, im, binds, volumes, spec.Seed != nil, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
 		ProgFiles: progFiles,
 	}
 	if s.group.Version() == cgroup.V2 {
@@ -402,6 +410,16 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 // RCU grace period: 9-14 ms of every start on this machine.
 const runscTableFD = 256
 
+// scratchSource is the directory of the scratch tmpfs (dir) the guest's
+// /workspace or /tmp (d) is: the tmpfs's own, or with a seed the overlay
+// of it over the seed's.
+func scratchSource(dir, d string, seeded bool) string {
+	if seeded {
+		return filepath.Join(dir, ".merged-"+d)
+	}
+	return filepath.Join(dir, d)
+}
+
 // imageLayers are the directories of a gVisor sandbox's bundle that its
 // root is made of when it has an image: gen, the generated layer (the
 // mount points and airlock's /etc files), over img, where the image is
@@ -437,7 +455,7 @@ func mountsAsBinds(ms []Mount) []sbinit.Bind {
 // mount). The volumes (the program's next files, idmapped writable
 // mounts) are attached at their targets (volumes: their paths below
 // root).
-func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, volumes []string, l Limits, uid, gid int) *forkexec.Prog {
+func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, volumes []string, seeded bool, l Limits, uid, gid int) *forkexec.Prog {
 	p := &forkexec.Prog{}
 	str := func(s string) forkexec.Arg {
 		p.Blobs = append(p.Blobs, append([]byte(s), 0))
@@ -489,11 +507,29 @@ func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, volumes
 	for _, b := range binds {
 		bind(b.Source, filepath.Join(root, b.Target), true)
 	}
-	bind(ws, filepath.Join(root, HomeDir), false)
-	bind(tmp, filepath.Join(root, "tmp"), false)
+	// With a seed (the program's last file, after the image's and the
+	// volumes'), /workspace and /tmp are overlays of the tmpfs's
+	// directories over the seed's, as the other backend's (see sbinit's
+	// seed): nothing is copied, and what the sandbox changes lands on
+	// the tmpfs.
+	first := p.NFiles
+	if seeded {
+		seed := filepath.Join(dir, ".seed")
+		sys("make "+seed, unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(seed), imm(0o700))
+		sys("attach the seed", unix.SYS_MOVE_MOUNT, forkexec.Arg{Kind: forkexec.ArgSlot, Index: uint32(first + len(volumes))}, str(""), imm(unix.AT_FDCWD), str(seed), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
+		for _, d := range []string{"workspace", "tmp"} {
+			work, merged := filepath.Join(dir, ".work-"+d), scratchSource(dir, d, true)
+			sys("make "+work, unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(work), imm(0o700))
+			sys("make "+merged, unix.SYS_MKDIRAT, imm(unix.AT_FDCWD), str(merged), imm(0o755))
+			sys("mount "+merged+" over the seed's", unix.SYS_MOUNT, str("overlay"), str(merged), str("overlay"), imm(unix.MS_NOSUID|unix.MS_NODEV),
+				str("lowerdir="+filepath.Join(seed, d)+",upperdir="+filepath.Join(dir, d)+",workdir="+work))
+		}
+		p.NFiles++
+	}
+	bind(scratchSource(dir, "workspace", seeded), filepath.Join(root, HomeDir), false)
+	bind(scratchSource(dir, "tmp", seeded), filepath.Join(root, "tmp"), false)
 	// The volumes: the program's files after the image's, each attached
 	// at its target.
-	first := p.NFiles
 	for i, v := range volumes {
 		sys("attach the volume at "+v, unix.SYS_MOVE_MOUNT, forkexec.Arg{Kind: forkexec.ArgSlot, Index: uint32(first + i)}, str(""), imm(unix.AT_FDCWD), str(v), imm(unix.MOVE_MOUNT_F_EMPTY_PATH))
 	}
