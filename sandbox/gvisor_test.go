@@ -179,40 +179,7 @@ func TestGVisorImageRoot(t *testing.T) {
 	gv := gvisorSpec(t)
 	root := handImage(t, rt)
 	img := func(s *Spec) { gv(s); s.Image = &Image{Root: root} }
-	for _, tt := range []struct {
-		name string
-		args []string
-		spec func(*Spec)
-		ok   bool
-		want string
-	}{
-		{"image file", []string{"cat", "/etc/os-release"}, img, true, "ID=handmade\n"},
-		{"resolv.conf is airlock's", []string{"cat", "/etc/resolv.conf"}, img, true, "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
-		{"passwd is the image's", []string{"cat", "/etc/passwd"}, img, true, "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/user:/bin/sh\n"},
-		{"hosts is airlock's", []string{"cat", "/etc/hosts"}, img, true, "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-		{"root owns the image root", []string{"stat", "/bin/t"}, img, true, "0:0:100755"},
-		{"user file shows as the user's", []string{"stat", "/home/user/secret"}, img, true, "1000:1000:100600"},
-		{"user reads own file", []string{"cat", "/home/user/secret"}, img, true, "mine"},
-		{"proc is a fresh proc", []string{"cat", "/proc/self/comm"}, img, true, "t\n"},
-		{"workspace is the tmpfs", []string{"write", "/workspace/x", "y"}, img, true, ""},
-		{"image read-only", []string{"write", "/bin/x", "y"}, img, false, ""},
-		{"etc read-only", []string{"write", "/etc/os-release", "y"}, img, false, ""},
-		{"user", []string{"id"}, func(s *Spec) { img(s); s.User = &User{UID: 4242, GID: 4343} }, true, "4242:4343 /workspace"},
-		{"writable root, as a user", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, false, ""},
-		{"writable root, the user's own directory", []string{"write", "/home/user/new", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, true, ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			rep, _ := imageRun(t, tt.spec, append([]string{"/bin/t"}, tt.args...)...)
-			if rep.OK != tt.ok || tt.ok && rep.Value != tt.want {
-				t.Errorf("got ok=%v %q (%s), want ok=%v %q", rep.OK, rep.Value, rep.Error, tt.ok, tt.want)
-			}
-		})
-	}
-	for _, p := range []string{"bin/x", "home/user/new"} {
-		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
-			t.Errorf("a sandbox's write reached the stored image: %s: %v", p, err)
-		}
-	}
+	runImageCases(t, root, imageCases(img))
 	// The host's view of the root is the guest's: the image's file,
 	// airlock's /etc/hosts, and what a command wrote to a writable root.
 	spec := Spec{Limits: DefaultLimits()}

@@ -90,17 +90,23 @@ func imageRun(t *testing.T, spec func(*Spec), argv ...string) (report, *result.R
 	return rep, r
 }
 
-func TestImageRoot(t *testing.T) {
-	rt := testRuntime(t)
-	root := handImage(t, rt)
-	img := func(s *Spec) { s.Image = &Image{Root: root} }
-	for _, tt := range []struct {
-		name string
-		args []string
-		spec func(*Spec)
-		ok   bool
-		want string
-	}{
+// imageCase is one command of the test program run from an image root.
+type imageCase struct {
+	name string
+	args []string
+	spec func(*Spec)
+	ok   bool
+	want string
+}
+
+// imageCases are the image root's cases that hold on both backends, for
+// a sandbox whose spec img sets, as the default user or another (never
+// root): the image's files and owners, airlock's /etc over the image's,
+// its own /proc and /workspace, a read-only root, and a writable one
+// where a user may write only what is theirs.
+func imageCases(img func(*Spec)) []imageCase {
+	writable := func(s *Spec) { img(s); s.Image.Writable = true }
+	return []imageCase{
 		{"image file", []string{"cat", "/etc/os-release"}, img, true, "ID=handmade\n"},
 		{"resolv.conf is airlock's", []string{"cat", "/etc/resolv.conf"}, img, true, "nameserver " + ResolverIP + "\noptions timeout:2 attempts:1\n"},
 		{"passwd is the image's", []string{"cat", "/etc/passwd"}, img, true, "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/user:/bin/sh\n"},
@@ -113,10 +119,16 @@ func TestImageRoot(t *testing.T) {
 		{"image read-only", []string{"write", "/bin/x", "y"}, img, false, ""},
 		{"etc read-only", []string{"write", "/etc/os-release", "y"}, img, false, ""},
 		{"user", []string{"id"}, func(s *Spec) { img(s); s.User = &User{UID: 4242, GID: 4343} }, true, "4242:4343 /workspace"},
-		{"writable root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true; s.User = &User{} }, true, ""},
-		{"writable root, as a user", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true }, false, ""},
-		{"read-only root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.User = &User{} }, false, ""},
-	} {
+		{"writable root, as a user", []string{"write", "/bin/x", "y"}, writable, false, ""},
+		{"writable root, the user's own directory", []string{"write", "/home/user/new", "y"}, writable, true, ""},
+	}
+}
+
+// runImageCases runs cases, then checks that no write reached the
+// stored image at root.
+func runImageCases(t *testing.T, root string, cases []imageCase) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, _ := imageRun(t, tt.spec, append([]string{"/bin/t"}, tt.args...)...)
 			if rep.OK != tt.ok || tt.ok && rep.Value != tt.want {
@@ -124,10 +136,21 @@ func TestImageRoot(t *testing.T) {
 			}
 		})
 	}
-	// Nothing a sandbox did reached the image.
-	if _, err := os.Lstat(filepath.Join(root, "bin/x")); !os.IsNotExist(err) {
-		t.Errorf("a sandbox's write reached the stored image: %v", err)
+	for _, p := range []string{"bin/x", "home/user/new"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
+			t.Errorf("a sandbox's write reached the stored image: %s: %v", p, err)
+		}
 	}
+}
+
+func TestImageRoot(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	img := func(s *Spec) { s.Image = &Image{Root: root} }
+	runImageCases(t, root, append(imageCases(img),
+		imageCase{"writable root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.Image.Writable = true; s.User = &User{} }, true, ""},
+		imageCase{"read-only root, as the image's root", []string{"write", "/bin/x", "y"}, func(s *Spec) { img(s); s.User = &User{} }, false, ""},
+	))
 }
 
 // TestEscapeAttemptsFromImage runs every escape attempt from an image
