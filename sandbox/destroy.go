@@ -31,6 +31,11 @@ func (s *Sandbox) readLoop() {
 		if err != nil {
 			return
 		}
+		if m.Kind == initproto.KindDescriptors && s.gv != nil {
+			closeFile(f)
+			s.gv.noteDescriptors(m.Count, s.ceilings().FDs)
+			continue
+		}
 		if m.Kind != initproto.KindStarted && m.Kind != initproto.KindExit {
 			closeFile(f)
 			continue // init has nothing else to say after ready

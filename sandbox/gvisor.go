@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,6 +80,21 @@ type gvisorState struct {
 	// sandbox's.
 	netPidOnce sync.Once
 	netPid     int
+	// fdsHeld is what init said a process of the guest holds when it
+	// met the descriptor ceiling (see noteDescriptors), or 0.
+	fdsHeld atomic.Int64
+}
+
+// noteDescriptors takes init's word that a process of the guest holds n
+// descriptors, as many as the ceiling lets it: the commands' descriptors
+// are the guest kernel's, which only init sees (see sbinit's fdWatch).
+// The monitor of each running command then names the breach, as it does
+// for the other backend's host-side look. A count below the ceiling is
+// no breach, and is ignored; the first count is kept.
+func (g *gvisorState) noteDescriptors(n int, ceiling int64) {
+	if int64(n) >= ceiling && ceiling > 0 {
+		g.fdsHeld.CompareAndSwap(0, int64(n))
+	}
 }
 
 func (g *gvisorState) scratch() string { return filepath.Join(g.bundle, "scratch") }

@@ -318,3 +318,32 @@ func TestGVisorDiskPostMortem(t *testing.T) {
 		t.Errorf("processes %+v, note %q", pm.Processes, pm.Note)
 	}
 }
+
+// TestNoteDescriptors: init's word on a guest process's descriptors is
+// a breach only at the ceiling, and the first count is the one kept.
+func TestNoteDescriptors(t *testing.T) {
+	tests := []struct {
+		name    string
+		counts  []int
+		ceiling int64
+		want    int64
+	}{
+		{"at the ceiling", []int{64}, 64, 64},
+		{"below it", []int{63}, 64, 0},
+		{"none", []int{0}, 64, 0},
+		{"no ceiling", []int{5}, 0, 0},
+		{"the first kept", []int{64, 80}, 64, 64},
+		{"a low count then a breach", []int{3, 64}, 64, 64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g gvisorState
+			for _, n := range tt.counts {
+				g.noteDescriptors(n, tt.ceiling)
+			}
+			if got := g.fdsHeld.Load(); got != tt.want {
+				t.Fatalf("held %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

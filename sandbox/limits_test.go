@@ -73,6 +73,8 @@ func TestCeilings(t *testing.T) {
 		{"inode fill", limits(func(l *Limits) { l.Inodes = 1100 }), false,
 			[]string{"/bin/sh", "-c", `i=0; while true 2>/dev/null >/tmp/f$i; do i=$((i+1)); done; sleep 15`}, result.LimitDisk, result.UnitInodes},
 		{"fd exhaustion", limits(func(l *Limits) { l.FDs = 64 }), true, withProg("fds"), result.LimitFDs, result.UnitCount},
+		{"fd exhaustion in a child", limits(func(l *Limits) { l.FDs = 64 }), true,
+			[]string{"/bin/sh", "-c", `cat > /workspace/t && chmod +x /workspace/t && (/workspace/t fds & sleep 15)`}, result.LimitFDs, result.UnitCount},
 		{"output flood", limits(func(l *Limits) { l.Output = 1 << 20 }), false,
 			[]string{"/bin/sh", "-c", `yes airlock`}, result.LimitOutput, result.UnitBytes},
 		{"sleep", limits(func(l *Limits) { l.Time = 300 * time.Millisecond }), false,
@@ -86,9 +88,6 @@ func TestCeilings(t *testing.T) {
 	for _, be := range backends(t) {
 		for _, tt := range tests {
 			t.Run(be.name+"/"+tt.name, func(t *testing.T) {
-				if be.gvisor && tt.want == result.LimitFDs {
-					t.Skip("under gVisor the descriptors are the guest kernel's: its RLIMIT_NOFILE holds them, unnamed (docs/isolation.md)")
-				}
 				testCeiling(t, be, tt.limits, tt.prog, tt.argv, tt.want, tt.unit)
 			})
 		}

@@ -106,10 +106,17 @@ func (x *execution) checkReading(c cgroup.Counters, cok bool, d diskUse, dok boo
 		x.setBreach(l)
 		return true
 	}
-	// Under gVisor the commands' descriptors are the guest kernel's, not
-	// the host's: no process on the host holds them.
-	if fds && s.gv == nil {
-		if n := x.fdHolder(); n > 0 {
+	if fds {
+		// Under gVisor the commands' descriptors are the guest kernel's,
+		// not the host's: no process on the host holds them, and init
+		// looks in the guest instead.
+		var n int64
+		if s.gv != nil {
+			n = s.gv.fdsHeld.Load()
+		} else {
+			n = x.fdHolder()
+		}
+		if n > 0 {
 			x.setBreach(&result.Limit{Name: result.LimitFDs, Ceiling: l.FDs, Observed: n, Unit: result.UnitCount})
 			return true
 		}

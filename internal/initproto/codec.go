@@ -7,7 +7,7 @@ import (
 )
 
 // kinds are the wire codes of the message kinds, in a fixed order.
-var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit, KindSignal}
+var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit, KindSignal, KindDescriptors}
 
 // Marshal encodes m. Every message starts with the protocol Version, so
 // that an end of another build is told so rather than misread.
@@ -39,6 +39,7 @@ func Marshal(m *Message) ([]byte, error) {
 		w.Uint(uint64(e.Rows))
 		w.Uint(uint64(e.Cols))
 	}
+	w.Int(int64(m.Count))
 	return w.B, nil
 }
 
@@ -70,6 +71,10 @@ func Unmarshal(b []byte) (*Message, error) {
 	if r.Bool() {
 		m.Exec = &Exec{Argv: r.Strings(), Env: r.Strings(), Dir: r.String(), TTY: r.Bool()}
 		m.Exec.Rows, m.Exec.Cols = r.Uint16(), r.Uint16()
+	}
+	m.Count = int(r.Int())
+	if m.Count < 0 {
+		return nil, fmt.Errorf("decode: negative count %d", m.Count)
 	}
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)

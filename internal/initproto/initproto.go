@@ -28,14 +28,14 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 8
+const Version = 9
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
 const MaxMessage = 256 << 10
 
 // maxReply is the largest datagram the host accepts from init: init only
-// ever says ready, started, exit or why it could not start. Keeping the host's
+// ever says ready, started, exit, fds or why it could not start. Keeping the host's
 // buffer small keeps an idle sandbox cheap.
 const maxReply = 16 << 10
 
@@ -67,6 +67,12 @@ const (
 	// KindSignal (host→init): send Signal to the command with ID and
 	// every process of its process group; the sandbox goes on.
 	KindSignal Kind = "signal"
+	// KindDescriptors (init→host, under gVisor only): the sandbox's
+	// process Pid (the guest's number) holds Count descriptors, as many
+	// as the descriptor ceiling lets it. Under gVisor the commands'
+	// descriptors are the guest kernel's, out of the host's sight, so
+	// init looks for the host (see sbinit's fdWatch).
+	KindDescriptors Kind = "fds"
 )
 
 // Message is one datagram.
@@ -82,6 +88,8 @@ type Message struct {
 	Error string
 	// Signal is a KindSignal's signal number.
 	Signal int
+	// Count is a KindDescriptors's number of descriptors.
+	Count int
 }
 
 // Exec asks init to start one command.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
@@ -118,6 +119,9 @@ func run(startup bool) int {
 		return 2
 	}
 	s := &server{cmds: make(map[int]command), uid: euid, startup: startup, master: -1}
+	if gvisor {
+		s.fds = newFDWatch()
+	}
 	return s.serve(make([]byte, initproto.MaxMessage))
 }
 
@@ -307,6 +311,9 @@ type server struct {
 	startup bool
 	// master is the terminal master of the command being started, or -1.
 	master int
+	// fds looks for a breach of the descriptor ceiling while commands
+	// run, under gVisor (nil otherwise: the host looks itself).
+	fds *fdWatch
 }
 
 type command struct {
@@ -344,6 +351,10 @@ func (s *server) serve(buf []byte) int {
 		if s.children {
 			timeout = orphanPoll
 		}
+		watch := s.fds != nil && len(s.cmds) > 0 && !s.fds.sent
+		if watch {
+			timeout = s.fds.wait(time.Now(), timeout)
+		}
 		n, err := unix.EpollWait(ep, evs[:], timeout)
 		if err != nil && err != unix.EINTR {
 			return 2
@@ -357,6 +368,9 @@ func (s *server) serve(buf []byte) int {
 			}
 		}
 		s.reap()
+		if watch {
+			s.fds.look(time.Now())
+		}
 	}
 }
 
@@ -448,6 +462,9 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int, master int) {
 		// Still reaped, on SIGCHLD or at the next poll.
 		unix.Close(c.PidFD)
 		c.PidFD = -1
+	}
+	if s.fds != nil {
+		s.fds.started(time.Now(), len(s.cmds) > 0)
 	}
 	s.cmds[c.Pid] = command{id: id, pidfd: c.PidFD}
 	s.children = true

@@ -3,8 +3,11 @@ package sbinit
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -215,5 +218,37 @@ func TestCPUsRoundTrip(t *testing.T) {
 		if set, ok := parseCPUs(bad); ok {
 			t.Errorf("parseCPUs(%q) = %v, want refused", bad, set)
 		}
+	}
+}
+
+// TestFDWatchSchedule: the first look is fdWatchEvery after a command's
+// start, empty looks double the interval up to fdWatchMax, and another
+// command's start brings the next look forward again.
+func TestFDWatchSchedule(t *testing.T) {
+	w := &fdWatch{ceiling: 1 << 20, last: strconv.Itoa(1<<20 - 1)}
+	t0 := time.Unix(1000, 0)
+	w.started(t0, false)
+	if got := w.wait(t0, -1); got != 50 {
+		t.Fatalf("first wait %d ms, want 50", got)
+	}
+	if got := w.wait(t0, 20); got != 20 {
+		t.Fatalf("wait under a shorter timeout: %d ms, want 20", got)
+	}
+	now := t0
+	var waits []int
+	for range 7 {
+		now = w.next
+		w.look(now) // no process holds 2^20 descriptors
+		waits = append(waits, w.wait(now, -1))
+	}
+	if want := []int{100, 200, 400, 800, 1000, 1000, 1000}; !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	w.started(now, true)
+	if got := w.wait(now, -1); got != 50 {
+		t.Fatalf("wait after another start: %d ms, want 50", got)
+	}
+	if w.sent {
+		t.Fatal("a breach was told")
 	}
 }

@@ -23,6 +23,7 @@ var shapes = map[int]string{
 	6: "5b353e039907e418",
 	7: "faa38e2842fa0dcd",
 	8: "43e7d04ca3cf3923",
+	9: "63059f6d981429ac",
 }
 
 func TestProtocolShape(t *testing.T) {
