@@ -6,11 +6,14 @@
 package gvisor
 
 import (
+	"context"
 	"debug/buildinfo"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/rootowned"
 )
@@ -47,7 +50,7 @@ func Find(path string) (string, error) {
 		}
 		return p, nil
 	}
-	return "", fmt.Errorf("%s not found in %s: build it (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@%s) and install it there, or name it with --runsc",
+	return "", fmt.Errorf("%s not found in %s: build it (scripts/runsc in airlock's source, or CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@%s) and install it there, or name it with --runsc",
 		Name, strings.Join(tried, ", "), PinnedVersion)
 }
 
@@ -55,10 +58,36 @@ func Find(path string) (string, error) {
 // with (scripts/runsc builds it).
 const PinnedVersion = "v0.0.0-20260905035102-160fafc42237"
 
-// Version reads the module version runsc was built from (its Go build
-// information): "v0.0.0-2026..." for a build from the module proxy, or
-// "(devel)", or "" when it cannot be read.
+// Version names the runsc at path: the gvisor.dev/gvisor module version
+// it was built from ("v0.0.0-2026..."), as its Go build information says,
+// or else what `runsc --version` says (scripts/runsc's build, of a copy
+// of the module, and gVisor's own release builds, whose build information
+// names no version), or "" when neither says.
 func Version(path string) string {
+	if v := moduleVersion(path); v != "" && v != "(devel)" {
+		return v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	return versionLine(string(out))
+}
+
+// versionLine reads the version from `runsc --version`'s output, whose
+// first line is "runsc version VERSION".
+func versionLine(out string) string {
+	first, _, _ := strings.Cut(out, "\n")
+	v, ok := strings.CutPrefix(strings.TrimSpace(first), "runsc version ")
+	if !ok || v == "VERSION_MISSING" || strings.ContainsAny(v, " \t") {
+		return ""
+	}
+	return v
+}
+
+func moduleVersion(path string) string {
 	bi, err := buildinfo.ReadFile(path)
 	if err != nil {
 		return ""

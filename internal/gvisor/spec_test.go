@@ -105,3 +105,19 @@ func TestFindRefuses(t *testing.T) {
 		t.Fatal("a directory was taken for runsc")
 	}
 }
+
+func TestVersionLine(t *testing.T) {
+	tests := []struct{ out, want string }{
+		{"runsc version v0.0.0-20260905035102-160fafc42237\nspec: 1.2.1\n", "v0.0.0-20260905035102-160fafc42237"},
+		{"runsc version release-20260901.0\nspec: 1.1.0\n", "release-20260901.0"},
+		{"runsc version VERSION_MISSING\nspec: 1.2.1\n", ""},
+		{"runsc version \n", ""},
+		{"something else\n", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := versionLine(tt.out); got != tt.want {
+			t.Errorf("versionLine(%q) = %q, want %q", tt.out, got, tt.want)
+		}
+	}
+}

@@ -346,7 +346,7 @@ func checkGVisor(ctx context.Context, cfg *config.Config, runsc, stateDir, cgPar
 			}
 		}
 	}
-	fix := "build runsc (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + gvisor.PinnedVersion + ") and install it root-owned in " + gvisor.Dirs[0] + ", or pass --runsc"
+	fix := "build runsc (scripts/runsc in airlock's source, or CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + gvisor.PinnedVersion + ") and install it root-owned in " + gvisor.Dirs[0] + ", or pass --runsc"
 	path, err := gvisor.Find(runsc)
 	if err != nil {
 		if len(needs) == 0 {
