@@ -62,8 +62,10 @@ func run(startup bool) int {
 	// threads (see spawner.InitTimerSlack). This thread starts every
 	// command, and a command inherits its slack: it goes back to the
 	// kernel's default. gVisor has no timer slack (EINVAL).
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil && !gvisor {
-		return 2
+	if !gvisor {
+		if err := unix.Prctl(unix.PR_SET_TIMERSLACK, CommandTimerSlack, 0, 0, 0); err != nil {
+			return 2
+		}
 	}
 	if gvisor {
 		// Under gVisor nothing ran before init's exec: it confines
