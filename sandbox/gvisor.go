@@ -673,6 +673,9 @@ func (rt *Runtime) GVisor(ctx context.Context) (path, version string, err error)
 		return path, version, derr
 	}
 	rt.gvisorOK = true
+	if pc, err := gvisor.Precompiled(path); err == nil && !pc {
+		rt.opts.Logger.Warn("runsc has no precompiled seccomp programs for airlock's options: it builds its filters at every gVisor sandbox's start (35-40 ms); scripts/runsc builds one with them (docs/isolation.md)", "runsc", path)
+	}
 	return path, version, nil
 }
 

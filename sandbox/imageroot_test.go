@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockhq/airlock/result"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/linux/inroot"
+	"github.com/airlockhq/airlock/result"
 )
 
 // handImage lays out a tiny image root by hand, owned by the image range
@@ -307,5 +310,93 @@ func TestImageLock(t *testing.T) {
 		t.Error("a sandbox started from an image being removed")
 	} else if !strings.Contains(err.Error(), "being removed") {
 		t.Errorf("error %v, want it to say the image is being removed", err)
+	}
+}
+
+// TestWritableRootAttacks attacks a writable image root's upper layer
+// from inside, on each backend, and checks the effects from the host:
+// no overlay attribute lands on the upper layer (one would make the
+// host's overlay redirect a path or hide the image's files), no device
+// node is made, the upper layer's mount runs no set-uid file and opens
+// no device, the host's files API follows no link planted there, and a
+// copy-up leaves the stored image as it was.
+func TestWritableRootAttacks(t *testing.T) {
+	rt := testRuntime(t)
+	root := handImage(t, rt)
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			spec := Spec{Limits: DefaultLimits(), Isolation: isolationOf(be), Image: &Image{Root: root, Writable: true}}
+			sb, err := rt.Create(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			do := func(args ...string) report {
+				t.Helper()
+				r := sb.Exec(t.Context(), ExecRequest{Argv: append([]string{"/bin/t"}, args...), Capture: true, KeepAlive: true})
+				var rep report
+				if r.Outcome != result.Exited || json.Unmarshal(bytes.TrimSpace(r.Stdout), &rep) != nil {
+					t.Fatalf("%v: %s %d %q %q %s", args, r.Outcome, r.ExitCode, r.Stdout, r.Stderr, r.Error)
+				}
+				return rep
+			}
+			for _, a := range [][]string{
+				{"setxattr", "/home/user/secret", "trusted.overlay.redirect", "/etc"},
+				{"setxattr", "/home/user/secret", "trusted.overlay.metacopy", ""},
+				{"setxattr", "/home/user", "trusted.overlay.opaque", "y"},
+				{"mknod-at", "/home/user/sda"},
+			} {
+				if rep := do(a...); rep.OK {
+					t.Errorf("%v: allowed", a)
+				}
+			}
+			for _, a := range [][]string{
+				{"write", "/home/user/secret", "changed"},
+				{"symlink", "/etc/shadow", "/home/user/evil"},
+				{"symlink", "../../../../../../../../etc/shadow", "/home/user/evil2"},
+				{"write", "/home/user/suid", "x"},
+				{"chmod", "/home/user/suid", "4755"},
+			} {
+				if rep := do(a...); !rep.OK {
+					t.Fatalf("%v: %s", a, rep.Error)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(root, "home/user/secret")); err != nil || string(b) != "mine" {
+				t.Errorf("the stored image's file after a copy-up: %q %v", b, err)
+			}
+			// The upper layer, as the host holds it.
+			var st unix.Statfs_t
+			if err := unix.Fstatfs(sb.upper, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+				t.Errorf("the upper layer's mount flags %#x: want nosuid and nodev", st.Flags)
+			}
+			upper := fmt.Sprintf("/proc/self/fd/%d/", sb.upper)
+			for _, p := range []string{"home/user/secret", "home/user"} {
+				for _, x := range []string{"trusted.overlay.redirect", "trusted.overlay.metacopy", "trusted.overlay.opaque"} {
+					if _, err := unix.Lgetxattr(upper+p, x, make([]byte, 256)); err != unix.ENODATA && err != unix.ENOTSUP {
+						t.Errorf("%s of %s in the upper layer: %v, want none", x, p, err)
+					}
+				}
+			}
+			if b, err := os.ReadFile(upper + "home/user/secret"); err != nil || string(b) != "changed" {
+				t.Errorf("the copied-up file in the upper layer: %q %v", b, err)
+			}
+			if _, err := os.Lstat(upper + "home/user/sda"); !os.IsNotExist(err) {
+				t.Errorf("a device node in the upper layer: %v", err)
+			}
+			dir, err := sb.OpenRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dir.Close()
+			for _, p := range []string{"home/user/evil", "home/user/evil2"} {
+				if f, err := inroot.Open(dir, p); err == nil {
+					f.Close()
+					t.Errorf("the host's files API followed %s", p)
+				}
+			}
+		})
 	}
 }

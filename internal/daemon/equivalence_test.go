@@ -60,6 +60,16 @@ func (n normalizer) value(v any) any {
 				out[k] = n.value(x)
 			}
 		}
+		if evs, ok := out["egress"].([]any); ok {
+			// The order of decisions made at once (a resolver's A and
+			// AAAA queries, which curl sends together) is not what is
+			// compared: the decisions are.
+			slices.SortFunc(evs, func(a, b any) int {
+				ja, _ := json.Marshal(a)
+				jb, _ := json.Marshal(b)
+				return strings.Compare(string(ja), string(jb))
+			})
+		}
 		return out
 	case []any:
 		out := make([]any, len(v))

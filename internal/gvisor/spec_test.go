@@ -1,7 +1,9 @@
 package gvisor
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -119,5 +121,58 @@ func TestVersionLine(t *testing.T) {
 		if got := versionLine(tt.out); got != tt.want {
 			t.Errorf("versionLine(%q) = %q, want %q", tt.out, got, tt.want)
 		}
+	}
+}
+
+// TestContainsBytes finds the marker wherever it lies, a chunk's edge
+// included, and nowhere it does not.
+func TestContainsBytes(t *testing.T) {
+	pat := precompiledMarker
+	chunk := 1 << 20
+	for _, tt := range []struct {
+		name string
+		at   int // where pat starts, or -1 for nowhere
+		size int
+	}{
+		{"at the start", 0, 3 << 20},
+		{"in the first chunk", 1000, 3 << 20},
+		{"across the first chunk's end", chunk - 10, 3 << 20},
+		{"right after the first chunk", chunk, 3 << 20},
+		{"across the second chunk's end", 2*chunk - len(pat) + 5, 3 << 20},
+		{"at the very end", 3<<20 - len(pat), 3 << 20},
+		{"absent", -1, 3 << 20},
+		{"absent, small", -1, 10},
+		{"empty", -1, 0},
+		{"cut short", -2, 3 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := bytes.Repeat([]byte{'x'}, tt.size)
+			switch {
+			case tt.at >= 0:
+				copy(b[tt.at:], pat)
+			case tt.at == -2:
+				copy(b[tt.size-len(pat)+1:], pat[:len(pat)-1]) // all but its last byte, at the end
+			}
+			got, err := containsBytes(bytes.NewReader(b), pat)
+			if err != nil || got != (tt.at >= 0) {
+				t.Fatalf("containsBytes = %v, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestPrecompiled reads the runsc AIRLOCK_TEST_RUNSC names (scripts/runsc's
+// build, which has the programs) when there is one.
+func TestPrecompiled(t *testing.T) {
+	path := os.Getenv("AIRLOCK_TEST_RUNSC")
+	if path == "" {
+		t.Skip("AIRLOCK_TEST_RUNSC is not set")
+	}
+	ok, err := Precompiled(path)
+	if err != nil || !ok {
+		t.Fatalf("Precompiled(%s) = %v, %v: scripts/runsc's build has the programs", path, ok, err)
+	}
+	if ok, err := Precompiled("/bin/true"); err != nil || ok {
+		t.Fatalf("Precompiled(/bin/true) = %v, %v", ok, err)
 	}
 }

@@ -196,6 +196,25 @@ var attacks = map[string]func(args []string) report{
 	"write": func(args []string) report {
 		return result(os.WriteFile(args[0], []byte(args[1]), 0o644))
 	},
+	// symlink TARGET PATH makes PATH a symbolic link to TARGET.
+	"symlink": func(args []string) report { return result(os.Symlink(args[0], args[1])) },
+	// setxattr PATH NAME VALUE sets an extended attribute of PATH (not
+	// following a last symlink).
+	"setxattr": func(args []string) report {
+		return result(unix.Lsetxattr(args[0], args[1], []byte(args[2]), 0))
+	},
+	// chmod PATH MODE (octal, special bits included).
+	"chmod": func(args []string) report {
+		m, err := strconv.ParseUint(args[1], 8, 32)
+		if err != nil {
+			return result(err)
+		}
+		return result(unix.Chmod(args[0], uint32(m)))
+	},
+	// mknod-at PATH makes a block device node at PATH.
+	"mknod-at": func(args []string) report {
+		return result(unix.Mknod(args[0], unix.S_IFBLK|0o666, int(unix.Mkdev(8, 0))))
+	},
 	// id: value is "uid:gid" and the working directory.
 	"id": func([]string) report {
 		wd, _ := os.Getwd()

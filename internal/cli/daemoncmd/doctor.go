@@ -358,6 +358,9 @@ func checkGVisor(ctx context.Context, cfg *config.Config, runsc, stateDir, cgPar
 	if v := gvisor.Version(path); v != "" {
 		found += " " + v
 	}
+	if pc, err := gvisor.Precompiled(path); err == nil && !pc {
+		found += " (without precompiled seccomp programs: it builds its filters at every sandbox's start, 35-40 ms; scripts/runsc builds one with them)"
+	}
 	if !sandboxToo {
 		return check{name: "gvisor", ok: true, found: found}
 	}
