@@ -218,7 +218,11 @@ type execution struct {
 	stdoutR, stderrR *os.File
 	pty              *os.File
 	ptyc             chan *os.File
-	out              *outputCounter
+	// relayed is a command with a terminal under gVisor: init keeps the
+	// terminal and relays it through the three pipes (see
+	// initproto.Exec.TTY); its output is the stdout pipe alone.
+	relayed bool
+	out     *outputCounter
 
 	// base is the group's CPU time when the command started: set before
 	// the monitor starts, only read after.
@@ -275,13 +279,11 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 			unix.Close(fd)
 		}
 	}()
-	if req.TTY != nil && s.gv != nil {
-		// Init opens a terminal in the sandbox and passes its master
-		// side out; gVisor passes no descriptor of the guest's to the
-		// host.
-		return nil, &UnsupportedError{Msg: "terminals: not available with isolation " + IsolationGVisor}
-	}
-	if req.TTY != nil {
+	// Init opens a terminal in the sandbox and passes its master side
+	// out; gVisor passes no descriptor of the guest's to the host, so
+	// there init keeps it and relays it through the pipes.
+	x.relayed = req.TTY != nil && s.gv != nil
+	if req.TTY != nil && !x.relayed {
 		x.ptyc = make(chan *os.File, 1)
 	} else {
 		var hostEnds []*os.File
@@ -449,8 +451,12 @@ func (x *execution) run(ctx context.Context, r *result.Result) *result.Result {
 		}()
 	}
 	switch {
-	case x.req.TTY != nil:
+	case x.req.TTY != nil && !x.relayed:
 		pump(nil, result.EventStdout, x.req.Stdout)
+	case x.relayed:
+		pump(x.stdoutR, result.EventStdout, x.req.Stdout)
+		pump(x.stderrR, result.EventStderr, x.req.Stderr) // closed by init at once
+		go x.feedRelay()
 	default:
 		pump(x.stdoutR, result.EventStdout, x.req.Stdout)
 		pump(x.stderrR, result.EventStderr, x.req.Stderr)
@@ -503,8 +509,13 @@ wait:
 				break wait
 			}
 		case ws := <-x.req.Resize:
-			if x.pty != nil {
+			switch {
+			case x.pty != nil:
 				_ = x.setSize(ws)
+			case x.relayed:
+				// Init sets it on the terminal it relays; a sandbox
+				// gone is told by the command's end.
+				_ = s.conn.Send(&initproto.Message{Kind: initproto.KindResize, ID: x.id, Rows: ws.Rows, Cols: ws.Cols}, nil)
 			}
 		case <-x.breached:
 			break wait
@@ -584,7 +595,7 @@ wait:
 		r.Limit, r.PostMortem = x.breach, x.postMortem
 	case runErr != nil:
 		return errResult(r, runErr)
-	case exit.Errno != 0 && x.req.TTY != nil && x.pty == nil:
+	case exit.Errno != 0 && x.req.TTY != nil && x.pty == nil && (!x.relayed || strings.HasPrefix(exit.Error, initproto.PTYFailed)):
 		// Init could not open the terminal (all PtyMax in use, say).
 		return errResult(r, fmt.Errorf("sandbox: %s", exit.Error))
 	case exit.Errno != 0:
@@ -659,6 +670,18 @@ func (x *execution) feedPTY(f *os.File) {
 		}
 	}
 	_, _ = f.Write([]byte{ctrlD})
+}
+
+// feedRelay types Stdin into a terminal init relays, and its end as a
+// Ctrl-D, as feedPTY does. The pipe stays open until the command's end:
+// closing it would end what init types, not the terminal.
+func (x *execution) feedRelay() {
+	if x.req.Stdin != nil {
+		if _, err := io.Copy(x.stdinW, x.req.Stdin); err != nil {
+			return // the command has ended
+		}
+	}
+	_, _ = x.stdinW.Write([]byte{ctrlD})
 }
 
 // ctrlD is a terminal's default end-of-file character (VEOF).

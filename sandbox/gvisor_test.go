@@ -269,20 +269,6 @@ func TestGVisorRefuses(t *testing.T) {
 			}
 		})
 	}
-	t.Run("terminal", func(t *testing.T) {
-		sb, err := rt.Create(t.Context(), Spec{Limits: DefaultLimits(), Isolation: IsolationGVisor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sb.Destroy(t.Context())
-		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}, TTY: &WinSize{Rows: 24, Cols: 80}})
-		if r.Outcome != result.Error || !strings.Contains(r.Error, "terminals: not available with isolation gvisor") {
-			t.Fatalf("got %s %q", r.Outcome, r.Error)
-		}
-		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited {
-			t.Fatalf("the sandbox after a refused terminal: %s %q", r.Outcome, r.Error)
-		}
-	})
 	t.Run("no runsc", func(t *testing.T) {
 		rt2, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: "/nonexistent/runsc"})
 		if err != nil {

@@ -92,28 +92,17 @@ func (ty *typist) output() string {
 }
 
 // TestTTY runs commands on a terminal of the sandbox's own and plays the
-// user: the terminal is the command's controlling one and the sandbox's
+// user: the terminal is the command's controlling one (under gVisor, whose
+// /proc shows no process's terminal, /dev/tty opens) and the sandbox's
 // (its devpts instance), job control works, Ctrl-C interrupts, Ctrl-D
 // ends input, a window change reaches the command, and the output ceiling
 // holds.
 func TestTTY(t *testing.T) {
-	tests := []struct {
-		name    string
-		argv    []string
-		steps   []step
-		end     bool // input ends after the steps (a Ctrl-D)
-		output  int64
-		outcome result.Outcome
-		code    int
-		signal  int
-		limit   string
-		want    []string
-		notWant []string
-	}{
+	tests := []ttyCase{
 		{name: "a terminal of the sandbox's",
 			argv: []string{"sh", "-c", `tty; stty size; [ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo all-three;
 				[ "$(stat -L -c %d /proc/self/fd/0)" = "$(stat -c %d /dev/pts)" ] && echo sandbox-devpts;
-				set -- $(cat /proc/$$/stat); [ "$7" != 0 ] && [ "$6" = $$ ] && echo controlling`},
+				set -- $(cat /proc/$$/stat); { [ "$7" != 0 ] || (exec 3</dev/tty) 2>/dev/null; } && [ "$6" = $$ ] && echo controlling`},
 			end: true, outcome: result.Exited,
 			want: []string{"/dev/pts/0\r\n", "24 80\r\n", "all-three", "sandbox-devpts", "controlling"}},
 		{name: "job control",
@@ -132,54 +121,77 @@ func TestTTY(t *testing.T) {
 			argv:    []string{"sh", "-c", `trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 0.05; done`},
 			steps:   []step{{cue: "ready", resize: &WinSize{Rows: 50, Cols: 132}}},
 			outcome: result.Exited, want: []string{"50 132\r\n"}},
+		{name: "a background process holds the terminal", argv: []string{"sh", "-c", "sleep 30 & echo bye; exit 3"},
+			end: true, outcome: result.Exited, code: 3, want: []string{"bye\r\n"}},
 		{name: "not found", argv: []string{"no-such-command"}, end: true, outcome: result.Exited, code: 127,
 			want: []string{"no-such-command: command not found"}},
 		{name: "output ceiling", argv: []string{"sh", "-c", "while :; do echo 0123456789abcdef; done"},
 			output: 4096, outcome: result.LimitExceeded, limit: result.LimitOutput},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := DefaultLimits()
-			l.Time = 20 * time.Second
-			if tt.output > 0 {
-				l.Output = tt.output
-			}
-			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sb.Destroy(t.Context())
-			ty, stdin := newTypist(tt.end, tt.steps...)
-			defer ty.in.Close()
-			began := time.Now()
-			r := sb.Exec(t.Context(), ExecRequest{Argv: tt.argv, TTY: &WinSize{Rows: 24, Cols: 80}, Resize: ty.resize,
-				Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true})
-			out := ty.output()
-			limit := ""
-			if r.Limit != nil {
-				limit = r.Limit.Name
-			}
-			if r.Outcome != tt.outcome || r.ExitCode != tt.code || r.Signal != tt.signal || limit != tt.limit {
-				t.Fatalf("got %s code %d signal %d limit %q (error %q) after %v, want %s code %d signal %d limit %q; terminal showed %q",
-					r.Outcome, r.ExitCode, r.Signal, limit, r.Error, time.Since(began), tt.outcome, tt.code, tt.signal, tt.limit, out)
-			}
-			if string(r.Stdout) != out || len(r.Stderr) != 0 {
-				t.Errorf("result holds stdout %q and stderr %q; want one stream, as shown: %q", r.Stdout, r.Stderr, out)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("terminal showed %q, want %q in it", out, w)
-				}
-			}
-			for _, w := range tt.notWant {
-				if strings.Contains(out, w) {
-					t.Errorf("terminal showed %q, want no %q in it", out, w)
-				}
-			}
-			if tt.output > 0 && int64(len(out)) > tt.output {
-				t.Errorf("terminal showed %d bytes past an output ceiling of %d", len(out), tt.output)
-			}
-		})
+	for _, be := range backends(t) {
+		for _, tt := range tests {
+			t.Run(be.name+"/"+tt.name, func(t *testing.T) { testTTY(t, be, tt) })
+		}
+	}
+}
+
+// ttyCase is a command of TestTTY and what the user sees of it.
+type ttyCase struct {
+	name    string
+	argv    []string
+	steps   []step
+	end     bool // input ends after the steps (a Ctrl-D)
+	output  int64
+	outcome result.Outcome
+	code    int
+	signal  int
+	limit   string
+	want    []string
+	notWant []string
+}
+
+// testTTY runs one case of TestTTY on backend be: under gVisor init
+// relays the terminal, which the host sees as pipes.
+func testTTY(t *testing.T, be backend, tt ttyCase) {
+	l := DefaultLimits()
+	l.Time = 20 * time.Second
+	if tt.output > 0 {
+		l.Output = tt.output
+	}
+	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	ty, stdin := newTypist(tt.end, tt.steps...)
+	defer ty.in.Close()
+	began := time.Now()
+	r := sb.Exec(t.Context(), ExecRequest{Argv: tt.argv, TTY: &WinSize{Rows: 24, Cols: 80}, Resize: ty.resize,
+		Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true})
+	out := ty.output()
+	limit := ""
+	if r.Limit != nil {
+		limit = r.Limit.Name
+	}
+	if r.Outcome != tt.outcome || r.ExitCode != tt.code || r.Signal != tt.signal || limit != tt.limit {
+		t.Fatalf("got %s code %d signal %d limit %q (error %q) after %v, want %s code %d signal %d limit %q; terminal showed %q",
+			r.Outcome, r.ExitCode, r.Signal, limit, r.Error, time.Since(began), tt.outcome, tt.code, tt.signal, tt.limit, out)
+	}
+	if string(r.Stdout) != out || len(r.Stderr) != 0 {
+		t.Errorf("result holds stdout %q and stderr %q; want one stream, as shown: %q", r.Stdout, r.Stderr, out)
+	}
+	for _, w := range tt.want {
+		if !strings.Contains(out, w) {
+			t.Errorf("terminal showed %q, want %q in it", out, w)
+		}
+	}
+	for _, w := range tt.notWant {
+		if strings.Contains(out, w) {
+			t.Errorf("terminal showed %q, want no %q in it", out, w)
+		}
+	}
+	if tt.output > 0 && int64(len(out)) > tt.output {
+		t.Errorf("terminal showed %d bytes past an output ceiling of %d", len(out), tt.output)
 	}
 }
 
@@ -227,5 +239,34 @@ func TestSignal(t *testing.T) {
 	}
 	if o := <-other; o.Outcome != result.Exited || string(o.Stdout) != "other-done\n" {
 		t.Fatalf("the other command: %s %q %q", o.Outcome, o.Stdout, o.Error)
+	}
+}
+
+// TestTTYUnreadInput: a command on a terminal that reads none of what is
+// typed (a megabyte, far past what a terminal holds) still ends when it
+// ends, and the sandbox's next terminal works: under gVisor init's relay
+// gives up typing into a terminal whose command has gone.
+func TestTTYUnreadInput(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			l := DefaultLimits()
+			l.Time = 20 * time.Second
+			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			began := time.Now()
+			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "stty -icanon -echo; sleep 0.5; echo done; exit 4"},
+				TTY: &WinSize{Rows: 24, Cols: 80}, Stdin: bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)), Capture: true, KeepAlive: true})
+			if r.Outcome != result.Exited || r.ExitCode != 4 || !strings.Contains(string(r.Stdout), "done") || time.Since(began) > 10*time.Second {
+				t.Fatalf("got %s code %d %q (error %q) after %v", r.Outcome, r.ExitCode, r.Stdout, r.Error, time.Since(began))
+			}
+			r = sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "read line; echo got:$line"}, TTY: &WinSize{Rows: 24, Cols: 80},
+				Stdin: strings.NewReader("again\n"), Capture: true, KeepAlive: true})
+			if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(string(r.Stdout), "got:again") {
+				t.Fatalf("the next terminal: %s code %d %q (error %q)", r.Outcome, r.ExitCode, r.Stdout, r.Error)
+			}
+		})
 	}
 }

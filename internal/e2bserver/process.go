@@ -388,12 +388,6 @@ func (d *Server) e2bStart(w http.ResponseWriter, r *http.Request) {
 		st.end(err)
 		return
 	}
-	if tty != nil && sb.s.Tool().Isolation == sandbox.IsolationGVisor {
-		// Refused before the start event, by name: a pty of gVisor's
-		// cannot reach the host (see sandbox's Exec).
-		st.end(&sandbox.UnsupportedError{Msg: "terminals (pty): not available with isolation " + sandbox.IsolationGVisor})
-		return
-	}
 	if !sb.s.Enter() {
 		st.end(errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has ended", sb.s.ID()))
 		return

@@ -7,7 +7,7 @@ import (
 )
 
 // kinds are the wire codes of the message kinds, in a fixed order.
-var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit, KindSignal, KindDescriptors}
+var kinds = [...]Kind{KindReady, KindFail, KindExec, KindStarted, KindExit, KindSignal, KindDescriptors, KindResize}
 
 // Marshal encodes m. Every message starts with the protocol Version, so
 // that an end of another build is told so rather than misread.
@@ -40,6 +40,8 @@ func Marshal(m *Message) ([]byte, error) {
 		w.Uint(uint64(e.Cols))
 	}
 	w.Int(int64(m.Count))
+	w.Uint(uint64(m.Rows))
+	w.Uint(uint64(m.Cols))
 	return w.B, nil
 }
 
@@ -76,6 +78,7 @@ func Unmarshal(b []byte) (*Message, error) {
 	if m.Count < 0 {
 		return nil, fmt.Errorf("decode: negative count %d", m.Count)
 	}
+	m.Rows, m.Cols = r.Uint16(), r.Uint16()
 	if err := r.Done(); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}

@@ -28,7 +28,7 @@ import (
 // speaks another: airlock and airlock-init come from one build. Bump it
 // with every change to a message or to what a field means
 // (TestProtocolShape fails until it is bumped).
-const Version = 9
+const Version = 10
 
 // MaxMessage is the largest datagram init accepts (an exec request's
 // command line and environment must fit).
@@ -73,7 +73,15 @@ const (
 	// descriptors are the guest kernel's, out of the host's sight, so
 	// init looks for the host (see sbinit's fdWatch).
 	KindDescriptors Kind = "fds"
+	// KindResize (host→init, under gVisor only): the terminal of the
+	// command with ID, which init relays (see Exec.TTY), is now Rows by
+	// Cols.
+	KindResize Kind = "resize"
 )
+
+// PTYFailed leads the Error of a KindExit for a command whose terminal
+// init could not open, as against one that could not be started.
+const PTYFailed = "open a pseudo-terminal: "
 
 // Message is one datagram.
 type Message struct {
@@ -90,6 +98,8 @@ type Message struct {
 	Signal int
 	// Count is a KindDescriptors's number of descriptors.
 	Count int
+	// Rows and Cols are a KindResize's window size.
+	Rows, Cols uint16
 }
 
 // Exec asks init to start one command.
@@ -99,7 +109,12 @@ type Exec struct {
 	Dir  string
 	// TTY asks for a pseudo-terminal of the sandbox's own devpts as the
 	// command's stdin, stdout, stderr and controlling terminal, of Rows
-	// by Cols (0 for unknown).
+	// by Cols (0 for unknown). Init sends its master side out with the
+	// started message; under gVisor, which sends no descriptor of the
+	// guest's out, the request carries the three pipes a command without
+	// a terminal gets instead, and init relays between them and the
+	// master: what is written to the first is typed, and what the
+	// terminal shows goes to the second (the third is not used).
 	TTY        bool
 	Rows, Cols uint16
 }

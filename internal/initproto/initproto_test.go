@@ -161,7 +161,7 @@ func b(v bool) func(*wire.Writer) { return func(w *wire.Writer) { w.Bool(v) } }
 
 func TestDecodeRejects(t *testing.T) {
 	ok := func(kind uint64) []func(*wire.Writer) {
-		return []func(*wire.Writer){u(Version), u(kind), u(1), i(5), i(0), i(0), str(""), i(0), b(false), i(0)}
+		return []func(*wire.Writer){u(Version), u(kind), u(1), i(5), i(0), i(0), str(""), i(0), b(false), i(0), u(0), u(0)}
 	}
 	if _, err := Decode(raw(ok(3)...), 0); err != nil {
 		t.Fatalf("a well-formed started message: %v", err)
@@ -184,7 +184,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"huge count", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), i(0), b(true), u(1<<40)), 0, nil},
 		{"signal out of range", raw(u(Version), u(5), u(1), i(0), i(0), i(0), str(""), i(65), b(false)), 0, nil},
 		{"negative signal", raw(u(Version), u(5), u(1), i(0), i(0), i(0), str(""), i(-9), b(false)), 0, nil},
-		{"negative count", raw(u(Version), u(6), u(0), i(3), i(0), i(0), str(""), i(0), b(false), i(-1)), 0, nil},
+		{"negative count", raw(u(Version), u(6), u(0), i(3), i(0), i(0), str(""), i(0), b(false), i(-1), u(0), u(0)), 0, nil},
+		{"resize wider than 16 bits", raw(u(Version), u(7), u(1), i(0), i(0), i(0), str(""), i(0), b(false), i(0), u(24), u(1<<16)), 0, nil},
 		{"window wider than 16 bits", raw(u(Version), u(2), u(1), i(0), i(0), i(0), str(""), i(0), b(true), u(1), str("sh"), u(0), str("/"), b(true), u(24), u(1<<16)), 0, nil},
 	}
 	for _, tt := range tests {
@@ -264,6 +265,7 @@ func FuzzDecode(f *testing.F) {
 		{Kind: KindStarted, ID: 1, Pid: 5},
 		{Kind: KindFail, Error: "x"},
 		{Kind: KindDescriptors, Pid: 7, Count: 1024},
+		{Kind: KindResize, ID: 3, Rows: 50, Cols: 132},
 		{Kind: KindExec, ID: 2, Exec: &Exec{Argv: []string{"sh", "-c", "true"}, Env: []string{"A=b"}, Dir: "/workspace"}},
 		{Kind: KindExec, ID: 4, Exec: &Exec{Argv: []string{"bash"}, Dir: "/workspace", TTY: true, Rows: 24, Cols: 80}},
 	} {

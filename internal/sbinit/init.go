@@ -120,7 +120,7 @@ func run(startup bool) int {
 	if err := initproto.Send(ctrlFD, &initproto.Message{Kind: initproto.KindReady}, nil); err != nil {
 		return 2
 	}
-	s := &server{cmds: make(map[int]command), uid: euid, startup: startup, master: -1}
+	s := &server{cmds: make(map[int]command), uid: euid, startup: startup, master: -1, gvisor: gvisor, relays: map[uint64]*relay{}}
 	if gvisor {
 		s.fds = newFDWatch()
 	}
@@ -316,6 +316,12 @@ type server struct {
 	// fds looks for a breach of the descriptor ceiling while commands
 	// run, under gVisor (nil otherwise: the host looks itself).
 	fds *fdWatch
+	// gvisor is set under gVisor, where init relays terminals (see
+	// relay); relays are those of commands not yet reaped, by id, and
+	// relaying the one of the command being started.
+	gvisor   bool
+	relays   map[uint64]*relay
+	relaying *relay
 }
 
 type command struct {
@@ -387,14 +393,23 @@ func (s *server) requests(buf []byte) bool {
 		if err != nil {
 			return false
 		}
-		if m.Kind == initproto.KindSignal {
+		switch m.Kind {
+		case initproto.KindSignal:
 			closeFDs(fds)
 			s.signal(m.ID, m.Signal)
 			continue
+		case initproto.KindResize:
+			closeFDs(fds)
+			if r := s.relays[m.ID]; r != nil {
+				r.resize(m.Rows, m.Cols)
+			}
+			continue
 		}
 		// Three descriptors, the command's stdin, stdout and stderr; none
-		// for a command with a terminal, which init opens.
-		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 && !(m.Exec.TTY && len(fds) == 0) {
+		// for a command with a terminal, which init opens, but under
+		// gVisor, where init relays the terminal through the three.
+		relayed := s.gvisor && m.Exec != nil && m.Exec.TTY
+		if m.Kind != initproto.KindExec || m.Exec == nil || len(fds) != 3 && !(m.Exec.TTY && !relayed && len(fds) == 0) || m.Exec.TTY && !relayed && len(fds) != 0 {
 			closeFDs(fds)
 			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: int(unix.EINVAL), Error: "malformed exec request"})
 			continue
@@ -406,7 +421,29 @@ func (s *server) requests(buf []byte) bool {
 		}
 		master, slave, err := openPTY(m.Exec.Rows, m.Exec.Cols)
 		if err != nil {
-			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: errnoOf(err), Error: "open a pseudo-terminal: " + err.Error()})
+			closeFDs(fds)
+			_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: errnoOf(err), Error: initproto.PTYFailed + err.Error()})
+			continue
+		}
+		if relayed {
+			// The third pipe is not used: a terminal is one stream.
+			unix.Close(fds[2])
+			r, err := newRelay(master, fds[0], fds[1])
+			if err != nil {
+				unix.Close(slave)
+				_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: m.ID, Errno: errnoOf(err), Error: initproto.PTYFailed + err.Error()})
+				continue
+			}
+			s.relaying = r
+			s.start(m.ID, m.Exec, []int{slave, slave, slave}, -1)
+			s.relaying = nil
+			unix.Close(slave)
+			if _, started := s.running(m.ID); started {
+				s.relays[m.ID] = r
+			}
+			// Also for a command that could not start: what init said
+			// of it on the terminal reaches the host, before its exit.
+			go r.run()
 			continue
 		}
 		s.start(m.ID, m.Exec, []int{slave, slave, slave}, master)
@@ -444,7 +481,7 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int, master int) {
 	sp := forkexec.Spec{
 		Path: path, Argv: e.Argv, Env: e.Env, Dir: e.Dir,
 		Files:  []int{fds[0], fds[1], fds[2]},
-		Setsid: true, Setctty: master >= 0,
+		Setsid: true, Setctty: master >= 0 || s.relaying != nil,
 		// All three uids the command's: it then shares none of init's
 		// real and saved ones (see confine).
 		UID: s.uid, GID: -1, CgroupFD: -1,
@@ -476,6 +513,11 @@ func (s *server) start(id uint64, e *initproto.Exec, fds []int, master int) {
 // report sends a command's started message, or its exit message when it
 // could not start, with the terminal's master side if it has one.
 func (s *server) report(m *initproto.Message) {
+	if s.relaying != nil && m.Kind == initproto.KindExit {
+		// After what the terminal shows (see relay.exited).
+		s.relaying.exited(m)
+		return
+	}
 	var fds []int
 	if s.master >= 0 {
 		fds = []int{s.master}
@@ -558,8 +600,25 @@ func (s *server) reap() {
 		if c.pidfd >= 0 {
 			unix.Close(c.pidfd) // leaves the epoll set with it
 		}
-		_ = s.send(&initproto.Message{Kind: initproto.KindExit, ID: c.id, Pid: pid, Status: int(ws)})
+		m := &initproto.Message{Kind: initproto.KindExit, ID: c.id, Pid: pid, Status: int(ws)}
+		if r := s.relays[c.id]; r != nil {
+			// After what the terminal shows (see relay.exited).
+			delete(s.relays, c.id)
+			r.exited(m)
+			continue
+		}
+		_ = s.send(m)
 	}
+}
+
+// running returns the pid of the command with id, if it runs.
+func (s *server) running(id uint64) (int, bool) {
+	for pid, c := range s.cmds {
+		if c.id == id {
+			return pid, true
+		}
+	}
+	return 0, false
 }
 
 // signal sends sig to the command with id and its process group (it is

@@ -16,14 +16,15 @@ import (
 // new initproto.Version would let an airlock drive an airlock-init of
 // another build that only looks compatible.
 var shapes = map[int]string{
-	2: "37f58add09193fd1",
-	3: "d85bcb9af73d9d67",
-	4: "bbe38e2fb8f2642d",
-	5: "ed756baba79ec405",
-	6: "5b353e039907e418",
-	7: "faa38e2842fa0dcd",
-	8: "43e7d04ca3cf3923",
-	9: "63059f6d981429ac",
+	2:  "37f58add09193fd1",
+	3:  "d85bcb9af73d9d67",
+	4:  "bbe38e2fb8f2642d",
+	5:  "ed756baba79ec405",
+	6:  "5b353e039907e418",
+	7:  "faa38e2842fa0dcd",
+	8:  "43e7d04ca3cf3923",
+	9:  "63059f6d981429ac",
+	10: "3f106f24c4942118",
 }
 
 func TestProtocolShape(t *testing.T) {

@@ -117,7 +117,7 @@ try {
   await sbx.commands.run('ln -s /etc /workspace/evil');
   try { await sbx.files.list('/workspace/evil'); out('evil', 'listed'); } catch (e) { out('evil', errOf(e)); }
   try { await sbx.files.getInfo('/workspace/evil/passwd'); out('evilstat', 'read'); } catch (e) { out('evilstat', errOf(e)); }
-  // A terminal: refused by name on a gvisor tool.
+  // A terminal (relayed by init on a gvisor tool).
   try {
     const enc = (x) => new TextEncoder().encode(x);
     let screen = '';

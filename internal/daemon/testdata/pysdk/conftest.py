@@ -17,10 +17,8 @@ from e2b import AsyncSandbox, Sandbox
 TEMPLATE = "sh"
 
 # GVISOR says the config's tools run on the gvisor backend
-# (TestE2BPythonSDKGVisor): what it refuses by name (terminals, images,
-# volumes) is expected refused, with that name.
+# (TestE2BPythonSDKGVisor): what differs there is expected as it is.
 GVISOR = os.environ.get("AIRLOCK_TEST_E2B_ISOLATION") == "gvisor"
-REFUSED = "not available with isolation gvisor"
 
 
 class Awaited:

@@ -6,7 +6,7 @@ import re
 import time
 
 import pytest
-from conftest import GVISOR, REFUSED
+
 from e2b import CommandExitException, InvalidArgumentException, PtySize
 
 
@@ -58,11 +58,6 @@ class Screen:
 
 
 def test_pty(client, sbx):
-    if GVISOR:
-        with pytest.raises(InvalidArgumentException, match="terminals \\(pty\\): " + REFUSED):
-            Screen(client).create(sbx, timeout=0)
-        assert sbx.commands.run("echo still").stdout == "still\n"
-        return
     s = Screen(client)
     term = s.create(sbx, timeout=0)
     assert term.pid > 0
@@ -80,7 +75,6 @@ def test_pty(client, sbx):
     assert e.value.stdout == ""
 
 
-@pytest.mark.skipif(GVISOR, reason="no terminals with isolation gvisor (test_pty checks the refusal)")
 def test_pty_kill_and_connect(client, sbx):
     s = Screen(client)
     term = s.create(sbx, timeout=0)

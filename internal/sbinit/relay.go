@@ -1,0 +1,202 @@
+package sbinit
+
+import (
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/initproto"
+)
+
+// relay is a command's terminal under gVisor, which sends no descriptor
+// of the guest's to the host: init keeps the terminal's master side and
+// copies between it and the host's pipes, what is typed from in and what
+// the terminal shows to out. It runs on goroutines of its own (two per
+// terminal), the one place init has any: their reads block, and init's
+// loop must not.
+//
+// The command's exit goes to the host once what the terminal showed
+// before it has gone out (see exited): the host ends a sandbox made for
+// one command at its exit, init with it.
+type relay struct {
+	in, out *os.File
+	// master is the terminal's master side, run's; typing is its
+	// duplicate, typed's. Each closes its own: a descriptor closed by
+	// one goroutine while the other uses it could be another of init's
+	// by then. Both are non-blocking (one open file), and each waits
+	// in poll, so a copy never holds for good on a terminal whose
+	// command has ended.
+	master, typing int
+
+	// mu guards the rest: master's closing against a resize on init's
+	// loop, and the exit message between init's loop and the copy.
+	mu sync.Mutex
+	// closed is set once master is closed; done once the copy is over.
+	closed, done bool
+	// exit is the command's exit message, held until the terminal's
+	// output before it is out; sent once it has been.
+	exit *initproto.Message
+	sent bool
+}
+
+// relayPoll is how often the copy looks whether an exit it holds can go.
+const relayPoll = 20 // milliseconds
+
+// newRelay makes the relay of the terminal whose master side is master
+// (which it then owns, as in and out) for the pipes in and out.
+func newRelay(master, in, out int) (*relay, error) {
+	r := &relay{master: master, typing: -1, in: os.NewFile(uintptr(in), "typed"), out: os.NewFile(uintptr(out), "shown")}
+	fd, err := unix.FcntlInt(uintptr(master), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		r.typing = fd
+		err = unix.SetNonblock(master, true)
+	}
+	if err != nil {
+		r.in.Close()
+		r.out.Close()
+		unix.Close(master)
+		if r.typing >= 0 {
+			unix.Close(r.typing)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// run copies until the terminal has nothing more to show (every process
+// holding its other side has ended, and a read of the master side fails)
+// or the host has stopped reading. What is typed is copied as long as the
+// host types and the terminal takes it; the host's end of in closes with
+// the command's exec.
+func (r *relay) run() {
+	go r.typed()
+	buf := make([]byte, 16<<10)
+	fds := []unix.PollFd{{Fd: int32(r.master), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, relayPoll)
+		if err != nil && err != unix.EINTR {
+			break
+		}
+		if n > 0 {
+			k, err := unix.Read(r.master, buf)
+			if k > 0 {
+				if _, werr := r.out.Write(buf[:k]); werr != nil {
+					break // the host stopped reading
+				}
+			}
+			if k <= 0 && err != unix.EINTR && err != unix.EAGAIN {
+				break // EIO: the terminal's other side is closed
+			}
+		}
+		r.sendExitIfShown()
+	}
+	r.out.Close()
+	r.mu.Lock()
+	r.done, r.closed = true, true
+	unix.Close(r.master)
+	m := r.exitToSend()
+	r.mu.Unlock()
+	send(m)
+}
+
+// typed copies what the host types into the terminal, until the host
+// stops typing (its end of in closes with the command's exec) or the
+// terminal is gone.
+func (r *relay) typed() {
+	defer r.in.Close()
+	defer unix.Close(r.typing)
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.in.Read(buf)
+		if n > 0 && !r.write(buf[:n]) {
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// write writes b to the terminal, waiting while the terminal takes no
+// more (its command reads nothing) until the copy of its output is over.
+func (r *relay) write(b []byte) bool {
+	fds := []unix.PollFd{{Fd: int32(r.typing), Events: unix.POLLOUT}}
+	for len(b) > 0 {
+		r.mu.Lock()
+		done := r.done
+		r.mu.Unlock()
+		if done {
+			return false
+		}
+		if _, err := unix.Poll(fds, relayPoll); err != nil && err != unix.EINTR {
+			return false
+		}
+		n, err := unix.Write(r.typing, b)
+		if n > 0 {
+			b = b[n:]
+		}
+		if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+			return false
+		}
+	}
+	return true
+}
+
+// exited takes the command's exit message, from init's loop: sent at
+// once if the copy is over, else by the copy once it has shown what the
+// terminal held.
+func (r *relay) exited(m *initproto.Message) {
+	r.mu.Lock()
+	r.exit = m
+	if !r.done {
+		r.mu.Unlock()
+		return
+	}
+	m = r.exitToSend()
+	r.mu.Unlock()
+	send(m)
+}
+
+// sendExitIfShown sends the exit message once the terminal holds no
+// output the copy has not taken.
+func (r *relay) sendExitIfShown() {
+	r.mu.Lock()
+	if r.exit == nil || r.sent {
+		r.mu.Unlock()
+		return
+	}
+	if n, err := unix.IoctlGetInt(r.master, unix.TIOCINQ); err == nil && n > 0 {
+		r.mu.Unlock()
+		return
+	}
+	m := r.exitToSend()
+	r.mu.Unlock()
+	send(m)
+}
+
+// exitToSend returns the exit message if it is held and not yet sent,
+// and marks it sent; under mu.
+func (r *relay) exitToSend() *initproto.Message {
+	if r.exit == nil || r.sent {
+		return nil
+	}
+	r.sent = true
+	return r.exit
+}
+
+func send(m *initproto.Message) {
+	if m != nil {
+		_ = initproto.Send(ctrlFD, m, nil)
+	}
+}
+
+// resize sets the terminal's window size; the guest kernel signals
+// SIGWINCH to its foreground process group.
+func (r *relay) resize(rows, cols uint16) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		_ = unix.IoctlSetWinsize(r.master, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}
+}
