@@ -267,6 +267,21 @@ func TestTTYUnreadInput(t *testing.T) {
 			if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(string(r.Stdout), "got:again") {
 				t.Fatalf("the next terminal: %s code %d %q (error %q)", r.Outcome, r.ExitCode, r.Stdout, r.Error)
 			}
+			// With both commands gone the sandbox idles: nothing of their
+			// terminals (init's relays, under gVisor) keeps running.
+			time.Sleep(200 * time.Millisecond)
+			before, err := sb.group.CPUUsage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			after, err := sb.group.CPUUsage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used := time.Duration(after - before); used > 100*time.Millisecond {
+				t.Errorf("the idle sandbox used %v of CPU in a second after its terminals' commands ended", used)
+			}
 		})
 	}
 }

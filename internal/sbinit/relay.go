@@ -28,6 +28,9 @@ type relay struct {
 	// in poll, so a copy never holds for good on a terminal whose
 	// command has ended.
 	master, typing int
+	// wake is an eventfd that exited writes to, so that the copy, which
+	// waits in poll for the terminal's output, looks at the exit at once.
+	wake int
 
 	// mu guards the rest: master's closing against a resize on init's
 	// loop, and the exit message between init's loop and the copy.
@@ -40,24 +43,29 @@ type relay struct {
 	sent bool
 }
 
-// relayPoll is how often the copy looks whether an exit it holds can go.
+// relayPoll is how often a write into a full terminal looks whether the
+// terminal's output is over (and with it, the terminal).
 const relayPoll = 20 // milliseconds
 
 // newRelay makes the relay of the terminal whose master side is master
 // (which it then owns, as in and out) for the pipes in and out.
 func newRelay(master, in, out int) (*relay, error) {
-	r := &relay{master: master, typing: -1, in: os.NewFile(uintptr(in), "typed"), out: os.NewFile(uintptr(out), "shown")}
+	r := &relay{master: master, typing: -1, wake: -1, in: os.NewFile(uintptr(in), "typed"), out: os.NewFile(uintptr(out), "shown")}
 	fd, err := unix.FcntlInt(uintptr(master), unix.F_DUPFD_CLOEXEC, 0)
 	if err == nil {
 		r.typing = fd
+		r.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	}
+	if err == nil {
 		err = unix.SetNonblock(master, true)
 	}
 	if err != nil {
 		r.in.Close()
 		r.out.Close()
-		unix.Close(master)
-		if r.typing >= 0 {
-			unix.Close(r.typing)
+		for _, fd := range []int{master, r.typing, r.wake} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 		}
 		return nil, err
 	}
@@ -72,21 +80,29 @@ func newRelay(master, in, out int) (*relay, error) {
 func (r *relay) run() {
 	go r.typed()
 	buf := make([]byte, 16<<10)
-	fds := []unix.PollFd{{Fd: int32(r.master), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(r.master), Events: unix.POLLIN}, {Fd: int32(r.wake), Events: unix.POLLIN}}
 	for {
-		n, err := unix.Poll(fds, relayPoll)
+		n, err := unix.Poll(fds, -1)
 		if err != nil && err != unix.EINTR {
 			break
 		}
-		if n > 0 {
+		if fds[1].Revents != 0 {
+			var b [8]byte
+			_, _ = unix.Read(r.wake, b[:])
+		}
+		if n > 0 && fds[0].Revents != 0 {
 			k, err := unix.Read(r.master, buf)
 			if k > 0 {
 				if _, werr := r.out.Write(buf[:k]); werr != nil {
 					break // the host stopped reading
 				}
 			}
-			if k <= 0 && err != unix.EINTR && err != unix.EAGAIN {
-				break // EIO: the terminal's other side is closed
+			// The terminal's other side is closed once no process holds
+			// it: Linux then fails the read (EIO) once the output is
+			// taken, gVisor says it would block, with POLLHUP set.
+			hup := fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+			if k <= 0 && (hup || err != unix.EINTR && err != unix.EAGAIN) {
+				break
 			}
 		}
 		r.sendExitIfShown()
@@ -95,6 +111,7 @@ func (r *relay) run() {
 	r.mu.Lock()
 	r.done, r.closed = true, true
 	unix.Close(r.master)
+	unix.Close(r.wake)
 	m := r.exitToSend()
 	r.mu.Unlock()
 	send(m)
@@ -150,6 +167,8 @@ func (r *relay) exited(m *initproto.Message) {
 	r.mu.Lock()
 	r.exit = m
 	if !r.done {
+		// The copy closes wake only once done, under mu.
+		_, _ = unix.Write(r.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 		r.mu.Unlock()
 		return
 	}
