@@ -285,3 +285,42 @@ func TestTTYUnreadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestTTYHangUp: once a command on a terminal has ended, the terminal is
+// hung up on both backends, as on Linux: its foreground process group is
+// sent SIGHUP when the command (the terminal's controlling process)
+// exits, and the terminal is gone from /dev/pts once its exec has ended,
+// though a process that ignores SIGHUP still holds it. The namespace
+// backend's kernel does the first and the host's closing of the master
+// side the second; under gVisor, which signals nothing at the
+// controlling process's exit, init does both, the second by ending its
+// relay.
+func TestTTYHangUp(t *testing.T) {
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			l := DefaultLimits()
+			l.Time = 20 * time.Second
+			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(t.Context())
+			ty, stdin := newTypist(true)
+			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", `(trap '' HUP; exec sleep 7) & (trap 'echo hup > /tmp/hup' HUP; sleep 5) & sleep 0.5; echo bye`},
+				TTY: &WinSize{Rows: 24, Cols: 80}, Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true, KeepAlive: true})
+			if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(ty.output(), "bye") {
+				t.Fatalf("the command: %s code %d %q; terminal showed %q", r.Outcome, r.ExitCode, r.Error, ty.output())
+			}
+			var got string
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				r = sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "cat /tmp/hup; ls /dev/pts; ps -eo args | grep -c '^sleep 7'"}, Capture: true, KeepAlive: true})
+				if got = string(r.Stdout); got == "hup\nptmx\n1\n" {
+					break
+				}
+			}
+			if want := "hup\nptmx\n1\n"; got != want {
+				t.Errorf("after the command's end: %q, want %q (the foreground group's SIGHUP; /dev/pts without the terminal; its holder still running)", got, want)
+			}
+		})
+	}
+}

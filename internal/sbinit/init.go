@@ -602,6 +602,13 @@ func (s *server) reap() {
 		}
 		m := &initproto.Message{Kind: initproto.KindExit, ID: c.id, Pid: pid, Status: int(ws)}
 		if r := s.relays[c.id]; r != nil {
+			// The command was its terminal's controlling process. Linux
+			// signals SIGHUP to the terminal's foreground group when
+			// such a process exits; gVisor does not, so init does, to
+			// the command's own group (init, with no terminal of its
+			// own, cannot ask for the foreground one; it is this one
+			// unless the command ended with a job of its in front).
+			_ = unix.Kill(-pid, unix.SIGHUP)
 			// After what the terminal shows (see relay.exited).
 			delete(s.relays, c.id)
 			r.exited(m)

@@ -41,6 +41,10 @@ type relay struct {
 	// output before it is out; sent once it has been.
 	exit *initproto.Message
 	sent bool
+	// hostGone is set once the host's end of in has closed, which it
+	// does when the command's exec has ended: the terminal is then hung
+	// up, as the host does with a terminal it holds.
+	hostGone bool
 }
 
 // relayPoll is how often a write into a full terminal looks whether the
@@ -106,6 +110,15 @@ func (r *relay) run() {
 			}
 		}
 		r.sendExitIfShown()
+		r.mu.Lock()
+		over := r.hostGone && r.sent
+		r.mu.Unlock()
+		if over {
+			// Closing the master side hangs the terminal up: gVisor
+			// signals SIGHUP to its foreground group, and what still
+			// holds it reads end-of-file and fails to write.
+			break
+		}
 	}
 	r.out.Close()
 	r.mu.Lock()
@@ -118,8 +131,8 @@ func (r *relay) run() {
 }
 
 // typed copies what the host types into the terminal, until the host
-// stops typing (its end of in closes with the command's exec) or the
-// terminal is gone.
+// stops typing (its end of in closes with the command's exec, and the
+// copy is then told) or the terminal is gone.
 func (r *relay) typed() {
 	defer r.in.Close()
 	defer unix.Close(r.typing)
@@ -130,6 +143,12 @@ func (r *relay) typed() {
 			return
 		}
 		if err != nil {
+			r.mu.Lock()
+			r.hostGone = true
+			if !r.done {
+				r.poke()
+			}
+			r.mu.Unlock()
 			return
 		}
 	}
@@ -167,14 +186,19 @@ func (r *relay) exited(m *initproto.Message) {
 	r.mu.Lock()
 	r.exit = m
 	if !r.done {
-		// The copy closes wake only once done, under mu.
-		_, _ = unix.Write(r.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		r.poke()
 		r.mu.Unlock()
 		return
 	}
 	m = r.exitToSend()
 	r.mu.Unlock()
 	send(m)
+}
+
+// poke wakes the copy; under mu, before done (the copy closes wake only
+// once done, under mu).
+func (r *relay) poke() {
+	_, _ = unix.Write(r.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 }
 
 // sendExitIfShown sends the exit message once the terminal holds no
