@@ -50,8 +50,10 @@ var measured struct {
 	gvCreate, gvRunscCreate, gvNSCreate time.Duration
 	gvTput, gvRunscTput                 float64
 	gvWarm, gvNSWarm                    time.Duration
-	// gvSpawnFloor is the guest kernel's own start of /bin/true.
-	gvSpawnFloor time.Duration
+	// gvSpawnFloor is the guest kernel's own start of /bin/true, one
+	// after another; gvIdleSpawnFloor after as long idle as the warm
+	// runs' pooled sandboxes.
+	gvSpawnFloor, gvIdleSpawnFloor time.Duration
 }
 
 var peersOnce sync.Once
