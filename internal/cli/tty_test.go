@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/testutil"
 )
 
 // tmuxTerm is a real terminal: a tmux pane, driven with send-keys and read
@@ -92,16 +94,30 @@ func (tm *tmuxTerm) size() string {
 }
 
 // TestInteractiveRun plays a user at a real terminal running `airlock run
-// -it -- bash`: a terminal of the sandbox's own with job control, its
-// size and window changes, Ctrl-C interrupting the foreground job only,
-// Ctrl-D ending the shell, and the user's terminal left as it was.
+// -it -- bash`, on each backend: a terminal of the sandbox's own with job
+// control, its size and window changes, Ctrl-C interrupting the
+// foreground job only, Ctrl-D ending the shell, and the user's terminal
+// left as it was. Under gVisor init relays the terminal (its /proc shows
+// no process's controlling terminal, so initctty=0 says nothing there).
 func TestInteractiveRun(t *testing.T) {
 	requireRoot(t)
-	tm := newTmux(t, fmt.Sprintf("%s run --state-dir /run/airlock-test-cli --cgroup-parent %s -it -- bash --norc", airlockBin(t), testCgroup))
+	t.Run("namespaces", func(t *testing.T) { testInteractiveRun(t, "") })
+	t.Run("gvisor", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("the race detector's pass (-short) leaves gVisor to the plain one")
+		}
+		testInteractiveRun(t, "--isolation gvisor --runsc "+testutil.Runsc(t))
+	})
+}
+
+func testInteractiveRun(t *testing.T, isolation string) {
+	tm := newTmux(t, fmt.Sprintf("%s run --state-dir /run/airlock-test-cli --cgroup-parent %s %s -it -- bash --norc", airlockBin(t), testCgroup, isolation))
 	tm.wait(`(?m)\$ $`)
 	// Init holds no terminal: not the sandbox's, not the user's.
-	tm.keys("stty size; tty; echo jobs=$(set -o | grep -c 'monitor.*on') initctty=$(cut -d' ' -f7 /proc/1/stat)", "Enter")
-	tm.wait("jobs=1 initctty=0")
+	tm.keys("stty size; tty; echo jobs=$(set -o | grep -c 'monitor.*on') initctty=$(cut -d' ' -f7 /proc/1/stat) kernel=$(uname -r)", "Enter")
+	if k := tm.wait(`jobs=1 initctty=0 kernel=(\S+)`)[1]; strings.HasSuffix(k, "gvisor") != (isolation != "") {
+		t.Fatalf("the shell ran on kernel %s", k)
+	}
 	if s := tm.screen(); !strings.Contains(s, tm.size()) || !strings.Contains(s, "/dev/pts/0") || strings.Contains(s, "no job control") {
 		t.Fatalf("want the pane's size %q, the sandbox's /dev/pts/0 and job control; the terminal shows:\n%s", tm.size(), s)
 	}
