@@ -1,6 +1,9 @@
 package sbinit
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseGVisorIDs(t *testing.T) {
 	for _, tt := range []struct {
@@ -44,4 +47,44 @@ func TestStatusCapBnd(t *testing.T) {
 			t.Errorf("%s: statusCapBnd = %#x, %v", tt.name, got, err)
 		}
 	}
+}
+
+// FuzzParseGVisorIDs: no input makes the parser panic, and what it
+// accepts keeps its promises (ids of the sandbox's 16-bit range, init
+// neither root nor the commands' uid) and reads back as it was written.
+func FuzzParseGVisorIDs(f *testing.F) {
+	for _, s := range []string{"1000:1000:65535", "0:0:65535", "1000:1000", "1:2:3:4", "+1:1:2", "1000:1000:0", "65536:1:2", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, g, i, err := parseGVisorIDs(s)
+		if err != nil {
+			return
+		}
+		for _, id := range []int{u, g, i} {
+			if id < 0 || id >= 1<<16 {
+				t.Fatalf("parseGVisorIDs(%q) = %d %d %d: past the range", s, u, g, i)
+			}
+		}
+		if i == 0 || i == u {
+			t.Fatalf("parseGVisorIDs(%q) = %d %d %d: init as root or as the commands", s, u, g, i)
+		}
+		if u2, g2, i2, err := parseGVisorIDs(FormatGVisorIDs(u, g, i)); err != nil || u2 != u || g2 != g || i2 != i {
+			t.Fatalf("%q read back as %d %d %d %v", FormatGVisorIDs(u, g, i), u2, g2, i2, err)
+		}
+	})
+}
+
+// FuzzStatusCapBnd: no /proc/self/status text makes the parser panic,
+// and a set it reads is the CapBnd line's.
+func FuzzStatusCapBnd(f *testing.F) {
+	f.Add("CapPrm:\t0000000000000080\nCapBnd:\t0000000000000000\n")
+	f.Add("CapBnd:\t000001ffffffffff")
+	f.Add("CapBnd:zz")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := statusCapBnd(s)
+		if err == nil && got != 0 && !strings.Contains(s, "CapBnd:") {
+			t.Fatalf("statusCapBnd(%q) = %#x with no CapBnd line", s, got)
+		}
+	})
 }
