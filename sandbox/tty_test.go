@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"strings"
 	"sync"
@@ -153,16 +154,7 @@ type ttyCase struct {
 // testTTY runs one case of TestTTY on backend be: under gVisor init
 // relays the terminal, which the host sees as pipes.
 func testTTY(t *testing.T, be backend, tt ttyCase) {
-	l := DefaultLimits()
-	l.Time = 20 * time.Second
-	if tt.output > 0 {
-		l.Output = tt.output
-	}
-	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy(t.Context())
+	sb := ttySandbox(t, be, tt.output)
 	ty, stdin := newTypist(tt.end, tt.steps...)
 	defer ty.in.Close()
 	began := time.Now()
@@ -193,6 +185,24 @@ func testTTY(t *testing.T, be backend, tt ttyCase) {
 	if tt.output > 0 && int64(len(out)) > tt.output {
 		t.Errorf("terminal showed %d bytes past an output ceiling of %d", len(out), tt.output)
 	}
+}
+
+// ttySandbox makes a sandbox on backend be for a terminal's commands,
+// with a time ceiling of 20 s and, if output is set, that output ceiling;
+// it is destroyed when the test ends.
+func ttySandbox(t *testing.T, be backend, output int64) *Sandbox {
+	t.Helper()
+	l := DefaultLimits()
+	l.Time = 20 * time.Second
+	if output > 0 {
+		l.Output = output
+	}
+	sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	return sb
 }
 
 // TestTTYWhenPtysRunOut: a command holding every pseudo-terminal its
@@ -249,13 +259,7 @@ func TestSignal(t *testing.T) {
 func TestTTYUnreadInput(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			l := DefaultLimits()
-			l.Time = 20 * time.Second
-			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sb.Destroy(t.Context())
+			sb := ttySandbox(t, be, 0)
 			began := time.Now()
 			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", "stty -icanon -echo; sleep 0.5; echo done; exit 4"},
 				TTY: &WinSize{Rows: 24, Cols: 80}, Stdin: bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)), Capture: true, KeepAlive: true})
@@ -298,13 +302,7 @@ func TestTTYUnreadInput(t *testing.T) {
 func TestTTYHangUp(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
-			l := DefaultLimits()
-			l.Time = 20 * time.Second
-			sb, err := testRuntime(t).Create(t.Context(), Spec{Limits: l, Isolation: isolationOf(be)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sb.Destroy(t.Context())
+			sb := ttySandbox(t, be, 0)
 			ty, stdin := newTypist(true)
 			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", `(trap '' HUP; exec sleep 7) & (trap 'echo hup > /tmp/hup' HUP; sleep 5) & sleep 0.5; echo bye`},
 				TTY: &WinSize{Rows: 24, Cols: 80}, Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true, KeepAlive: true})
