@@ -304,6 +304,7 @@ func TestTTYHangUp(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			sb := ttySandbox(t, be, 0)
 			ty, stdin := newTypist(true)
+			defer ty.in.Close()
 			r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", `(trap '' HUP; exec sleep 7) & (trap 'echo hup > /tmp/hup' HUP; sleep 5) & sleep 0.5; echo bye`},
 				TTY: &WinSize{Rows: 24, Cols: 80}, Stdin: stdin, Stdout: ty, Stderr: ty, Capture: true, KeepAlive: true})
 			if r.Outcome != result.Exited || r.ExitCode != 0 || !strings.Contains(ty.output(), "bye") {

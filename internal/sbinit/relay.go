@@ -114,9 +114,11 @@ func (r *relay) run() {
 		over := r.hostGone && r.sent
 		r.mu.Unlock()
 		if over {
-			// Closing the master side hangs the terminal up: gVisor
-			// signals SIGHUP to its foreground group, and what still
-			// holds it reads end-of-file and fails to write.
+			// The master side's close takes the terminal out of
+			// /dev/pts and ends the relay. gVisor signals nothing
+			// then (init did, at the command's exit: see reap), and
+			// a process still holding the terminal may go on
+			// writing into it, read by nobody.
 			break
 		}
 	}
