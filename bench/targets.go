@@ -47,9 +47,11 @@ var measured struct {
 	// The gvisor section: create → run → destroyed p50 on gVisor, with
 	// runsc directly and on the namespace backend; sandboxes/s; a warm
 	// run through the API on each backend.
-	gvCreate, gvRunscCreate, gvNSCreate time.Duration
-	gvTput, gvRunscTput                 float64
-	gvWarm, gvNSWarm                    time.Duration
+	// gvOwn... are runsc's with a cgroup and a network namespace of its
+	// own per sandbox (runscPeer.runOwn).
+	gvCreate, gvRunscCreate, gvNSCreate, gvOwnCreate time.Duration
+	gvTput, gvRunscTput, gvOwnTput                   float64
+	gvWarm, gvNSWarm                                 time.Duration
 	// gvSpawnFloor is the guest kernel's own start of /bin/true, one
 	// after another; gvIdleSpawnFloor after as long idle as the warm
 	// runs' pooled sandboxes.
