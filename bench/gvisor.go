@@ -423,7 +423,16 @@ func (p *runscPeer) runOwn() error {
 	if err != nil {
 		return err
 	}
-	defer g.Delete(context.Background())
+	defer func() {
+		// runsc has reaped its sentry and gofer before it exits; what
+		// is left if not is killed, within bounds.
+		if !g.TryDelete() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = g.Kill(ctx)
+			_ = g.Delete(ctx)
+		}
+	}()
 	ns, err := netns.New()
 	if err != nil {
 		return err
