@@ -267,6 +267,13 @@ func (p *Pool) replenish() {
 			began := time.Now()
 			p.building.Store(true)
 			sb, err := p.rt.Create(p.ctx, p.cfg.Spec)
+			if err == nil {
+				// A pool's sandboxes wait idle for their first
+				// command: Prewarm readies a gVisor one for it.
+				if err = sb.Prewarm(p.ctx); err != nil {
+					p.destroy(sb)
+				}
+			}
 			if err == nil && p.cfg.Prepare != nil {
 				if err = p.cfg.Prepare(p.ctx, sb); err != nil {
 					p.destroy(sb)

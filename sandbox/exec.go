@@ -68,6 +68,10 @@ type ExecRequest struct {
 	// sandbox's own ceilings (memory, processes, disk, descriptors) hold
 	// as for any command.
 	Resident bool
+
+	// prewarm marks Prewarm's command: the sandbox's socket watch is not
+	// started for it.
+	prewarm bool
 }
 
 // WinSize is a terminal's size in characters; 0 is unknown.
@@ -579,7 +583,9 @@ wait:
 	default:
 		x.drain(&wg)
 		// What the command left running is read between commands.
-		s.watchOnce.Do(func() { go s.watchSockets() })
+		if !x.req.prewarm {
+			s.watchOnce.Do(func() { go s.watchSockets() })
+		}
 	}
 	x.closeHostEnds()
 

@@ -600,6 +600,29 @@ func (s *Sandbox) netPid() int {
 	return s.gv.netPid
 }
 
+// Prewarm readies a sandbox that will wait idle before its first command
+// (a warm pool's) for that command. Under gVisor it starts `true` once
+// and sees it end: the guest kernel keeps the address space it made for
+// it to reuse, and the C library's files in its caches, so the first
+// command a claim brings starts about 3 ms (a sixth) sooner after an
+// idle wait. On the namespace backend it does nothing. The command is
+// airlock's, not a tenant's: it writes nothing, and what it used is
+// gone when it has ended. A sandbox without `true` (an image without it)
+// is left as it is.
+func (s *Sandbox) Prewarm(ctx context.Context) error {
+	if s.gv == nil {
+		return nil
+	}
+	r := s.Exec(ctx, ExecRequest{Argv: []string{"true"}, KeepAlive: true, prewarm: true})
+	if r.Outcome == result.Error {
+		return fmt.Errorf("sandbox: prewarm: %s", r.Error)
+	}
+	if r.Outcome == result.LimitExceeded {
+		return fmt.Errorf("sandbox: prewarm: limit exceeded: %s", r.Limit.Name)
+	}
+	return nil
+}
+
 // killGVisor kills the gVisor sandbox: every process in its cgroup but
 // runsc itself, the sentry and the gofer and what they started (each the
 // first process of a pid namespace of its own, whose death ends the rest).
