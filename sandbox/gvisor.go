@@ -601,19 +601,21 @@ func (s *Sandbox) netPid() int {
 }
 
 // Prewarm readies a sandbox that will wait idle before its first command
-// (a warm pool's) for that command. Under gVisor it starts `true` once
-// and sees it end: the guest kernel keeps the address space it made for
-// it to reuse, and the C library's files in its caches, so the first
-// command a claim brings starts about 3 ms (a sixth) sooner after an
-// idle wait. On the namespace backend it does nothing. The command is
-// airlock's, not a tenant's: it writes nothing, and what it used is
-// gone when it has ended. A sandbox without `true` (an image without it)
-// is left as it is.
+// (a warm pool's) for that command. Under gVisor it starts the host's
+// /bin/true once and sees it end: the guest kernel keeps the address
+// space it made for it to reuse, and the C library's files in its
+// caches, so the first command a claim brings starts about 3 ms (a
+// sixth) sooner after an idle wait. The program is airlock's, from the
+// host's read-only system directories, not a tenant's: it writes
+// nothing, and what it used is gone when it has ended. A sandbox of an
+// image is left as it is (its /bin/true is the image's, which nothing
+// but a tenant's command should run), and so is one on the namespace
+// backend.
 func (s *Sandbox) Prewarm(ctx context.Context) error {
-	if s.gv == nil {
+	if s.gv == nil || s.imageLock != nil {
 		return nil
 	}
-	r := s.Exec(ctx, ExecRequest{Argv: []string{"true"}, KeepAlive: true, prewarm: true})
+	r := s.Exec(ctx, ExecRequest{Argv: []string{"/bin/true"}, KeepAlive: true, prewarm: true})
 	if r.Outcome == result.Error {
 		return fmt.Errorf("sandbox: prewarm: %s", r.Error)
 	}

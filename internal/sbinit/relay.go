@@ -147,9 +147,7 @@ func (r *relay) typed() {
 		if err != nil {
 			r.mu.Lock()
 			r.hostGone = true
-			if !r.done {
-				r.poke()
-			}
+			r.poke()
 			r.mu.Unlock()
 			return
 		}
@@ -187,8 +185,7 @@ func (r *relay) write(b []byte) bool {
 func (r *relay) exited(m *initproto.Message) {
 	r.mu.Lock()
 	r.exit = m
-	if !r.done {
-		r.poke()
+	if r.poke() {
 		r.mu.Unlock()
 		return
 	}
@@ -197,10 +194,14 @@ func (r *relay) exited(m *initproto.Message) {
 	send(m)
 }
 
-// poke wakes the copy; under mu, before done (the copy closes wake only
-// once done, under mu).
-func (r *relay) poke() {
+// poke wakes the copy, if it is not done, and says whether it was not;
+// under mu (the copy closes wake only once done, under mu).
+func (r *relay) poke() bool {
+	if r.done {
+		return false
+	}
 	_, _ = unix.Write(r.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	return true
 }
 
 // sendExitIfShown sends the exit message once the terminal holds no
