@@ -42,12 +42,10 @@ func (d *Daemon) reload(ctx context.Context, client string, imagesOnly bool) (ap
 	if err != nil {
 		return api.ReloadReport{Config: path}, errdefs.Errorf(errdefs.ErrInvalid, "the config was not reloaded: %v", err)
 	}
-	rep, err := d.Node.Reload(ctx, cfg, client)
-	if err != nil {
-		return rep, err
-	}
-	d.SetTokens(toks)
-	return rep, nil
+	// The tokens change with the tools, not after the reload's audit
+	// record: a token added with its tool is valid as soon as the tool is
+	// listed.
+	return d.Node.ReloadWith(ctx, cfg, client, func() { d.SetTokens(toks) })
 }
 
 // consoleLogin is a one-time link that logs a browser on this host into

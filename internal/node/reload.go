@@ -73,6 +73,14 @@ func samePlan(a, b attach.Plan) bool {
 // the report's Restart, not applied. client is who asked, for the audit
 // log.
 func (n *Node) Reload(ctx context.Context, raw *config.Config, client string) (api.ReloadReport, error) {
+	return n.ReloadWith(ctx, raw, client, nil)
+}
+
+// ReloadWith is Reload that also runs apply (when set) the moment the new
+// tools take effect, before the audit record and the old pools' closing:
+// what the caller applies with them (the daemon's tokens) is never seen
+// out of step with them for longer than the two stores.
+func (n *Node) ReloadWith(ctx context.Context, raw *config.Config, client string, apply func()) (api.ReloadReport, error) {
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	rep := api.ReloadReport{Config: raw.Path}
@@ -128,6 +136,9 @@ func (n *Node) Reload(ctx context.Context, raw *config.Config, client string) (a
 		next.pools[t.Name] = n.newPool(t, next.plans[t.Name])
 	}
 	n.ts.Store(next)
+	if apply != nil {
+		apply()
+	}
 	n.metrics.addTools(o.Config.Order)
 	for _, name := range append(slices.Clone(rep.Changed), rep.Removed...) {
 		p := old.pools[name]
