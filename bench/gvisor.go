@@ -53,7 +53,7 @@ func gvisorBench(n int, d time.Duration, idle int, runscFlag string) error {
 	lim := sandbox.DefaultLimits()
 	one := func(iso string) func() error {
 		return func() error {
-			sb, err := rt.Start(ctx, sandbox.Spec{Limits: lim, Isolation: iso})
+			sb, err := rt.Start(ctx, sandbox.Spec{Limits: lim, Isolation: iso, OneCommand: true})
 			if err != nil {
 				return err
 			}

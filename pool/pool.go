@@ -166,10 +166,12 @@ func (p *Pool) Claim(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err e
 	return p.claim(ctx, false)
 }
 
-// ClaimStarted is Claim for a caller that runs a command at once: a miss
-// is started (sandbox.Runtime.Start), not created, so the command goes to
-// init while it sets the sandbox up and a setup that fails is the
-// command's error. A warm sandbox is ready, as from Claim.
+// ClaimStarted is Claim for a caller that runs one command at once and
+// then destroys the sandbox: a miss is started (sandbox.Runtime.Start),
+// not created, and made for one command (sandbox.Spec.OneCommand), so
+// the command goes to init while it sets the sandbox up (under gVisor it
+// is the container's process), and a setup that fails is the command's
+// error. A warm sandbox is ready, as from Claim.
 func (p *Pool) ClaimStarted(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err error) {
 	return p.claim(ctx, true)
 }
@@ -204,7 +206,9 @@ func (p *Pool) claim(ctx context.Context, started bool) (sb *sandbox.Sandbox, wa
 	p.misses.Add(1)
 	p.kick()
 	if started {
-		sb, err = p.rt.Start(ctx, p.cfg.Spec)
+		spec := p.cfg.Spec
+		spec.OneCommand = true
+		sb, err = p.rt.Start(ctx, spec)
 	} else {
 		sb, err = p.rt.Create(ctx, p.cfg.Spec)
 	}

@@ -51,6 +51,14 @@ type Spec struct {
 	// Isolation is the backend: "" or IsolationNamespaces, or
 	// IsolationGVisor.
 	Isolation string
+	// OneCommand says the sandbox will run one command, not kept alive,
+	// and then be destroyed (airlock run). Under gVisor its runsc then
+	// starts when that command comes, with the command as the container's
+	// first process and no init (gvisor_direct.go): a start of a process
+	// fewer in the guest. A sandbox asked for before its command
+	// (AwaitStart), or given a command that needs init (a terminal, say),
+	// starts with init as any other. The other backend ignores it.
+	OneCommand bool
 	// Diagnostic switches; never set by the CLI.
 	NoSeccomp, NoLandlock bool
 }
@@ -351,7 +359,14 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	initEnd := os.NewFile(uintptr(pair[1]), "ctrl-init")
-	defer initEnd.Close()
+	// handed says a one-command gVisor sandbox's launch holds initEnd
+	// and logW, for a start with init (see Spec.OneCommand).
+	handed := false
+	defer func() {
+		if !handed {
+			initEnd.Close()
+		}
+	}()
 	if s.conn, err = initproto.NewConn(pair[0]); err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -359,9 +374,24 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 	if err != nil {
 		return nil, err
 	}
-	defer logW.Close()
+	defer func() {
+		if !handed {
+			logW.Close()
+		}
+	}()
 	s.initLog = logR
 
+	if gvisorBackend && spec.OneCommand {
+		// Built, but for its runsc: that starts with the command, or
+		// with init (gvisor_direct.go), which then holds these ends.
+		l, err := s.prepareGVisor(spec, spec.Mounts)
+		if err != nil {
+			return nil, err
+		}
+		l.ctrl, l.log, handed = initEnd, logW, true
+		s.gv.launch, s.gv.launched = l, make(chan struct{})
+		return rt.started(ctx, s, spec, nil, nil)
+	}
 	if gvisorBackend {
 		if err := s.startGVisor(initEnd, logW, spec, spec.Mounts); err != nil {
 			return nil, err
@@ -414,10 +444,13 @@ func (rt *Runtime) Start(ctx context.Context, spec Spec) (_ *Sandbox, err error)
 func (rt *Runtime) started(ctx context.Context, s *Sandbox, spec Spec, initEnd, logW *os.File) (*Sandbox, error) {
 	// Init holds its own ends now. Without the host's copies, an init that
 	// dies before it is ready is an end of file at once, not a wait for
-	// the ready timeout.
-	initEnd.Close()
-	logW.Close()
-	go s.watchExit()
+	// the ready timeout. A one-command gVisor sandbox's runsc has not
+	// started (nil): its launch holds them, and reaps runsc.
+	if initEnd != nil {
+		initEnd.Close()
+		logW.Close()
+		go s.watchExit()
+	}
 	rt.sweepSoon(ctx)
 	// While the sandbox is built and init starts: the counter files, so
 	// that a command's first reading of them is no opens.
@@ -443,6 +476,9 @@ func (s *Sandbox) AwaitStart(ctx context.Context) error { return s.awaitStart(ct
 // awaitStart waits, once, for init to be ready, and then makes the
 // sandbox usable. Its error ends the sandbox (killed; Destroy removes it).
 func (s *Sandbox) awaitStart(ctx context.Context) error {
+	if err := s.awaitLaunch(ctx); err != nil {
+		return err
+	}
 	s.ready.Do(func() {
 		s.readyErr = s.finishStart(ctx)
 		if s.readyErr != nil {
@@ -459,7 +495,13 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	// asking first would hold a thread in a blocking read while the
 	// sandbox is built. An op that failed is the reason init never said
 	// ready, and the error.
-	err := s.awaitReady(ctx)
+	direct := s.gv != nil && s.gv.direct
+	var err error
+	if !direct {
+		// A one-command gVisor sandbox's command has no init to say
+		// ready: its runsc's clone has made its mounts.
+		err = s.awaitReady(ctx)
+	}
 	if err != nil {
 		s.kill() // a program still running, say: its end is then at hand
 	}
@@ -490,7 +532,11 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	// Sample, which airlock ps calls at any time, reads scratch and
 	// the volumes only once they are set.
 	s.opened.Store(true)
-	go s.readLoop()
+	if direct {
+		go s.waitDirect()
+	} else {
+		go s.readLoop()
+	}
 	return nil
 }
 

@@ -17,15 +17,7 @@ const destroyTimeout = 30 * time.Second
 // readLoop routes init's messages to the exec waiting for them. When the
 // channel ends, init is gone and every waiter is released.
 func (s *Sandbox) readLoop() {
-	defer func() {
-		s.mu.Lock()
-		close(s.dead)
-		for id, ch := range s.waiters {
-			close(ch)
-			delete(s.waiters, id)
-		}
-		s.mu.Unlock()
-	}()
+	defer s.releaseWaiters()
 	for {
 		m, f, err := s.conn.Recv()
 		if err != nil {
@@ -55,6 +47,28 @@ func (s *Sandbox) readLoop() {
 			closeFile(f)
 		}
 	}
+}
+
+// releaseWaiters marks the sandbox dead (init gone) and releases every
+// exec waiting for a message.
+func (s *Sandbox) releaseWaiters() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.dead)
+	for id, ch := range s.waiters {
+		close(ch)
+		delete(s.waiters, id)
+	}
+}
+
+// deathCause is what an exec whose sandbox ended under it is told: what
+// ended a one-command gVisor sandbox's command when runsc said nothing of
+// it, or ErrDead.
+func (s *Sandbox) deathCause() error {
+	if s.gv != nil && s.gv.exitErr != nil {
+		return s.gv.exitErr
+	}
+	return ErrDead
 }
 
 // initReply is one message from init for an exec, with the terminal's
@@ -132,6 +146,7 @@ func (s *Sandbox) teardown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
 	defer cancel()
 	var errs []error
+	s.abandonLaunch()
 	if s.pidfd != nil {
 		s.kill()
 		// A failed Create may not have asked yet; the answer comes

@@ -110,7 +110,7 @@ func (s *Sandbox) Exec(ctx context.Context, req ExecRequest) *result.Result {
 	if req.SampleEvery <= 0 {
 		req.SampleEvery = defaultSampleEvery
 	}
-	x, err := s.newExec(req)
+	x, err := s.newExec(req, s.launchFor(&req))
 	if err != nil {
 		return errResult(r, err)
 	}
@@ -248,7 +248,18 @@ type execution struct {
 
 type cpuBase struct{ nanos int64 }
 
-func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
+// newExec sends req to init, or with launch (a one-command gVisor
+// sandbox's, see launchFor), starts the sandbox with req's command as its
+// container's process.
+func (s *Sandbox) newExec(req ExecRequest, launch *gvisorLaunch) (_ *execution, err error) {
+	if launch != nil {
+		// Whatever becomes of the request, the launch is over.
+		defer func() {
+			if launch != nil {
+				s.dropLaunch(launch)
+			}
+		}()
+	}
 	s.mu.Lock()
 	killed, frozen := s.killed, s.frozen
 	if !killed && !frozen {
@@ -324,6 +335,16 @@ func (s *Sandbox) newExec(req ExecRequest) (_ *execution, err error) {
 	m := &initproto.Message{Kind: initproto.KindExec, ID: x.id, Exec: &initproto.Exec{Argv: req.Argv, Env: env, Dir: req.Dir}}
 	if t := req.TTY; t != nil {
 		m.Exec.TTY, m.Exec.Rows, m.Exec.Cols = true, t.Rows, t.Cols
+	}
+	if launch != nil {
+		l := launch
+		launch = nil // startDirect ends it
+		if err := s.startDirect(l, x.id, &directCmd{argv: req.Argv, env: env, dir: req.Dir, stdio: [3]int{sbEnds[0], sbEnds[1], sbEnds[2]}}); err != nil {
+			x.closeHostEnds()
+			x.unregister()
+			return nil, err
+		}
+		return x, nil
 	}
 	if err := s.conn.Send(m, sbEnds); err != nil {
 		x.closeHostEnds()
@@ -491,7 +512,7 @@ wait:
 			if !ok {
 				// Init is gone: killed for a breach, or died.
 				if x.getBreach() == nil {
-					runErr = ErrDead
+					runErr = s.deathCause()
 				}
 				break wait
 			}

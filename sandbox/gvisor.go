@@ -83,6 +83,25 @@ type gvisorState struct {
 	// fdsHeld is what init said a process of the guest holds when it
 	// met the descriptor ceiling (see noteDescriptors), or 0.
 	fdsHeld atomic.Int64
+
+	// A sandbox made for one command (Spec.OneCommand) starts when its
+	// command comes (gvisor_direct.go): launch is its start until taken
+	// (under launchMu), launched is closed once the start taken has been
+	// tried (launchErr its error), and it is nil for other sandboxes.
+	launchMu  sync.Mutex
+	launch    *gvisorLaunch
+	launched  chan struct{}
+	launchErr error
+	// direct says the command runs as the container's process, with no
+	// init; directID is its exec's id, directArgv0 its program, stderr
+	// the host's copy of its standard error until its end is known, and
+	// exitErr what ended it when runsc said nothing of its command. All
+	// are set before launched is closed, or (exitErr) s.dead.
+	direct      bool
+	directID    uint64
+	directArgv0 string
+	stderr      int
+	exitErr     error
 }
 
 // noteDescriptors takes init's word that a process of the guest holds n
@@ -157,37 +176,89 @@ func checkGVisorSpec(spec *Spec) error {
 	return nil
 }
 
-// startGVisor starts the sandbox's runsc: it writes the bundle, then
-// clones runsc into the sandbox's cgroup and a mount namespace of its
-// own, whose first act (a program of raw system calls, as the other
-// backend's) mounts the sandbox's size-limited scratch tmpfs where the
-// bundle binds /workspace and /tmp from. runsc runs init as the
-// container's process, init's control socket passed in as its fd 3.
+// startGVisor starts the sandbox's runsc with init as the container's
+// process, init's control socket passed in as its fd 3 (see
+// prepareGVisor and gvisorLaunch.start).
 func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) error {
+	l, err := s.prepareGVisor(spec, mounts)
+	if err != nil {
+		return err
+	}
+	defer l.release()
+	return l.start(s, ctrl, log, nil)
+}
+
+// gvisorLaunch is a gVisor sandbox built but for its runsc: the bundle's
+// root and files, its network namespace taken, and what runsc's clone
+// needs (the descriptors of the image, the volumes and the seed, the
+// cgroup's). start clones runsc; release closes what it held.
+type gvisorLaunch struct {
+	c         gvisor.Container
+	runsc     string
+	goferNS   *os.File
+	prog      *forkexec.Prog
+	progFiles []int
+	// closers are the descriptors held for the clone.
+	closers []func()
+	// cgroupFD (v2) or cgroupTasks (v1) put runsc in the sandbox's
+	// cgroup as it is born.
+	cgroupFD    int
+	cgroupTasks []int
+	// uid is the commands' uid in the sandbox (init's is another).
+	uid int
+	// ctrl and log are init's control socket and output, for a start
+	// with init (see Spec.OneCommand); nil when the caller holds them.
+	ctrl, log *os.File
+}
+
+func (l *gvisorLaunch) release() {
+	for _, c := range l.closers {
+		c()
+	}
+	l.closers = nil
+	closeFile(l.ctrl)
+	closeFile(l.log)
+	l.ctrl, l.log = nil, nil
+}
+
+// prepareGVisor builds what a gVisor sandbox is before its runsc
+// starts: the bundle's root, with the mount points, the host image's
+// symlinks and the generated /etc; the container's description but for
+// its process; the sandbox's network namespace; and runsc's clone's
+// program, whose first act (raw system calls, as the other backend's)
+// mounts the sandbox's size-limited scratch tmpfs where the bundle binds
+// /workspace and /tmp from.
+func (s *Sandbox) prepareGVisor(spec Spec, mounts []Mount) (_ *gvisorLaunch, err error) {
 	rt := s.rt
 	runsc, err := rt.runsc()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, err := rt.base()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	g := &gvisorState{bundle: filepath.Join(rt.bundleDir(), s.id)}
+	g := &gvisorState{bundle: filepath.Join(rt.bundleDir(), s.id), stderr: -1}
 	s.gv = g
+	l := &gvisorLaunch{runsc: runsc, cgroupFD: -1}
+	defer func() {
+		if err != nil {
+			l.release()
+		}
+	}()
 	if err := os.MkdirAll(filepath.Dir(g.bundle), 0o711); err != nil {
-		return fmt.Errorf("gvisor bundle: %w", err)
+		return nil, fmt.Errorf("gvisor bundle: %w", err)
 	}
 	// Traversable by the sandbox's own ids: runsc's gofer opens the root
 	// and the mount sources as the sandbox's uid 0, an unprivileged host
 	// uid of its range.
 	if err := os.Mkdir(g.bundle, 0o711); err != nil {
-		return fmt.Errorf("gvisor bundle: %w", err)
+		return nil, fmt.Errorf("gvisor bundle: %w", err)
 	}
 	initPath := rt.opts.InitPath
 	if initPath == selfPath {
 		if initPath, err = os.Executable(); err != nil {
-			return fmt.Errorf("init program: %w", err)
+			return nil, fmt.Errorf("init program: %w", err)
 		}
 	}
 	uid, gid := sandboxUID, sandboxGID
@@ -223,7 +294,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	}
 	root := c.Root
 	if err := os.Mkdir(root, 0o755); err != nil {
-		return fmt.Errorf("gvisor root: %w", err)
+		return nil, fmt.Errorf("gvisor root: %w", err)
 	}
 	// The root holds the mount points, the host image's symlinks and the
 	// generated /etc; it is served read-only. Its binds are made by
@@ -241,7 +312,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		c.RootWritable = spec.Image.Writable
 		for _, d := range []string{im.gen, im.img} {
 			if err := os.Mkdir(d, 0o755); err != nil {
-				return fmt.Errorf("gvisor root: %w", err)
+				return nil, fmt.Errorf("gvisor root: %w", err)
 			}
 		}
 		layer = im.gen
@@ -262,7 +333,7 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	}
 	for _, p := range []string{"proc", "dev", "sys", "tmp", HomeDir} {
 		if err := point(p, false); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 	}
 	hostBinds, symlinks, etc := b.image.binds, b.image.symlinks, etcFiles(spec.Hostname, spec.User)
@@ -275,31 +346,31 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	for _, l := range symlinks {
 		hp := filepath.Join(layer, l.Path)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 		if err := os.Symlink(l.Target, hp); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 	}
 	for _, f := range etc {
 		hp := filepath.Join(layer, f.Path)
 		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 		if err := os.WriteFile(hp, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 	}
 	binds := append(slices.Clip(hostBinds), mountsAsBinds(mounts)...)
 	binds = append(binds, sbinit.Bind{Source: initPath, Target: sbinit.GVisorPath, File: true})
 	for _, bd := range binds {
 		if err := point(bd.Target, bd.File); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 	}
 	for _, v := range spec.Volumes {
 		if err := point(v.Target, false); err != nil {
-			return fmt.Errorf("gvisor root: %w", err)
+			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 		// A mount of its own in the guest too, writable, whose files
 		// gVisor revalidates (the host's files API writes them).
@@ -312,33 +383,27 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		gvisor.Mount{Destination: HomeDir, Source: scratchSource(g.scratch(), "workspace", spec.Seed != nil), Type: "bind"},
 		gvisor.Mount{Destination: "/tmp", Source: scratchSource(g.scratch(), "tmp", spec.Seed != nil), Type: "bind"},
 	)
-	cfg, err := c.Config()
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(g.bundle, "config.json"), cfg, 0o600); err != nil {
-		return fmt.Errorf("gvisor bundle: %w", err)
-	}
 	if err := os.Mkdir(g.scratch(), 0o700); err != nil {
-		return fmt.Errorf("gvisor bundle: %w", err)
+		return nil, fmt.Errorf("gvisor bundle: %w", err)
 	}
 	if s.netns, err = rt.nets.take(); err != nil {
-		return fmt.Errorf("network namespace: %w", err)
+		return nil, fmt.Errorf("network namespace: %w", err)
 	}
-	goferNS, err := rt.goferNetNS()
-	if err != nil {
-		return err
+	if l.goferNS, err = rt.goferNetNS(); err != nil {
+		return nil, err
 	}
-	var progFiles []int
+	hold := func(m *os.File) {
+		l.closers = append(l.closers, func() { m.Close() })
+		l.progFiles = append(l.progFiles, int(m.Fd()))
+	}
 	if im != nil {
 		// The image, as an idmapped mount (its ids onto the sandbox's
 		// range), for the clone to attach below the generated layer.
 		m, err := s.mountImage(spec.Image)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer m.Close()
-		progFiles = []int{int(m.Fd())}
+		hold(m)
 	}
 	// The volumes, as idmapped writable mounts, for the clone to attach
 	// at their targets in the root.
@@ -346,10 +411,9 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	for _, v := range spec.Volumes {
 		m, err := s.mountVolume(v)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer m.Close()
-		progFiles = append(progFiles, int(m.Fd()))
+		hold(m)
 		volumes = append(volumes, filepath.Join(root, v.Target))
 	}
 	if spec.Seed != nil {
@@ -357,10 +421,60 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 		// /workspace and /tmp (see scratchProg).
 		m, err := s.mountSeed(spec.Seed)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer m.Close()
-		progFiles = append(progFiles, int(m.Fd()))
+		hold(m)
+	}
+	l.prog = scratchProg(g.scratch(), root, im, binds, volumes, spec.Seed != nil, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid)
+	if s.group.Version() == cgroup.V2 {
+		fd, err := s.group.DirFD()
+		if err != nil {
+			return nil, err
+		}
+		l.closers = append(l.closers, func() { unix.Close(fd) })
+		l.cgroupFD = fd
+	} else {
+		tasks, err := s.group.TasksFDs()
+		if err != nil {
+			return nil, err
+		}
+		l.closers = append(l.closers, func() { closeFDs(tasks) })
+		l.cgroupTasks = tasks
+	}
+	l.c, l.uid = c, uid
+	return l, nil
+}
+
+// directCmd is the command a one-command gVisor sandbox runs as its
+// container's process, in place of init (see Spec.OneCommand): its
+// argv, environment and working directory, and the sandbox's ends of its
+// standard streams.
+type directCmd struct {
+	argv, env []string
+	dir       string
+	stdio     [3]int
+}
+
+// start writes the bundle's config.json and clones runsc into the
+// sandbox's cgroup and a mount namespace of its own (the clone runs
+// scratchProg before its exec). The container's process is init, its
+// control socket ctrl passed in as fd 3 and its output going to log; or
+// with cmd, the command itself, its streams passed in as fds 0 to 2, and
+// runsc's own output and log going to log (see directExit).
+func (l *gvisorLaunch) start(s *Sandbox, ctrl, log *os.File, cmd *directCmd) error {
+	g := s.gv
+	c := l.c
+	if cmd != nil {
+		c.Args, c.Env, c.Cwd = cmd.argv, cmd.env, cmd.dir
+		c.UID, c.Caps = uint32(l.uid), nil
+		c.PathLookup = true
+	}
+	cfg, err := c.Config()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(g.bundle, "config.json"), cfg, 0o600); err != nil {
+		return fmt.Errorf("gvisor bundle: %w", err)
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
@@ -368,38 +482,36 @@ func (s *Sandbox) startGVisor(ctrl, log *os.File, spec Spec, mounts []Mount) err
 	}
 	defer null.Close()
 	argv := append([]string{gvisor.Name}, gvisor.Flags(filepath.Join(g.bundle, "state"))...)
-	argv = append(argv, "--gofer-network-namespace=/proc/self/fd/5",
-		"run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
+	// /dev/null as runsc's standard input, the log as its output, the
+	// sandbox's network namespace as fd 4, the gofers' (goferNetNS) as 5;
+	// init's control socket as fd 3 (--pass-fd), or a command's standard
+	// streams as 3, 6 and 7, its 0 to 2.
+	files := []int{int(null.Fd()), int(log.Fd()), int(log.Fd()), -1, int(s.netns.Fd()), int(l.goferNS.Fd())}
+	if cmd == nil {
+		files[3] = int(ctrl.Fd())
+		argv = append(argv, "--gofer-network-namespace=/proc/self/fd/5",
+			"run", "--bundle", g.bundle, "--pass-fd", "3:3", s.id)
+	} else {
+		files[3] = cmd.stdio[0]
+		files = append(files, cmd.stdio[1], cmd.stdio[2])
+		// runsc's own log, the run command's alone, says how the
+		// command ended (see directExit).
+		argv = append(argv, "--debug-log="+g.runscLog(), "--debug-command=run",
+			"--gofer-network-namespace=/proc/self/fd/5",
+			"run", "--bundle", g.bundle, "--pass-fd", "3:0", "--pass-fd", "6:1", "--pass-fd", "7:2", s.id)
+	}
 	sp := forkexec.Spec{
-		Path: runsc, Argv: argv,
-		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		// /dev/null as its standard input, the log as its output, init's
-		// control socket as fd 3 (--pass-fd), the sandbox's network
-		// namespace as 4, the gofers' (goferNetNS) as 5.
-		Files: []int{int(null.Fd()), int(log.Fd()), int(log.Fd()), int(ctrl.Fd()), int(s.netns.Fd()), int(goferNS.Fd())},
+		Path: l.runsc, Argv: argv,
+		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files: files,
 		// A mount namespace of its own, for the scratch tmpfs; a
 		// session of its own, out of reach of a terminal's signals to
 		// the caller's process group.
 		Flags:  unix.CLONE_NEWNS,
 		Setsid: true, DefaultSignals: true,
-		UID: -1, GID: -1, CgroupFD: -1,
-		Prog:      scratchProg(g.scratch(), root, im, binds, volumes, spec.Seed != nil, s.limits, int(s.ids.base)+uid, int(s.ids.base)+gid),
-		ProgFiles: progFiles,
-	}
-	if s.group.Version() == cgroup.V2 {
-		fd, err := s.group.DirFD()
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		sp.CgroupFD = fd
-	} else {
-		tasks, err := s.group.TasksFDs()
-		if err != nil {
-			return err
-		}
-		defer closeFDs(tasks)
-		sp.CgroupTasks = tasks
+		UID: -1, GID: -1, CgroupFD: l.cgroupFD, CgroupTasks: l.cgroupTasks,
+		Prog:      l.prog,
+		ProgFiles: l.progFiles,
 	}
 	child, err := forkexec.Start(sp)
 	if err != nil {

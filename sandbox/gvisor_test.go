@@ -20,6 +20,8 @@ import (
 type backend struct {
 	name   string
 	gvisor bool
+	// direct is gVisor with the command as the container's process.
+	direct bool
 	spec   func(*Spec)
 }
 
@@ -36,6 +38,20 @@ func backends(t *testing.T) []backend {
 		bs = append(bs, backend{name: IsolationGVisor, gvisor: true, spec: func(s *Spec) { s.Isolation = IsolationGVisor }})
 	}
 	return bs
+}
+
+// oneCommandBackend is gVisor for a sandbox made for one command, whose
+// command runs as the container's process (Spec.OneCommand), when runsc
+// is at hand and the run is not -short; else nothing.
+func oneCommandBackend(t *testing.T) []backend {
+	t.Helper()
+	if testing.Short() || (os.Getenv(testutil.RunscEnv) == "" && os.Getenv("CI") == "") {
+		return nil
+	}
+	testutil.Runsc(t)
+	return []backend{{name: "gvisor-one-command", gvisor: true, direct: true, spec: func(s *Spec) {
+		s.Isolation, s.OneCommand = IsolationGVisor, true
+	}}}
 }
 
 // bundleOf is sb's gVisor bundle, or "".

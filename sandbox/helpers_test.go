@@ -123,7 +123,13 @@ func run(t *testing.T, o runOpts, argv ...string) *result.Result {
 	if o.spec != nil {
 		o.spec(&spec)
 	}
-	sb, err := rt.Create(t.Context(), spec)
+	// A one-command sandbox is started, not created: Create waits for
+	// init, which such a sandbox then starts with (Spec.OneCommand).
+	create := rt.Create
+	if spec.OneCommand {
+		create = rt.Start
+	}
+	sb, err := create(t.Context(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

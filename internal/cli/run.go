@@ -199,6 +199,9 @@ func RunOnce(ctx context.Context, f *RunFlags, spec sandbox.Spec, argv []string,
 	}
 	defer rt.Close()
 	spec.Limits = f.Limits
+	// One command, then destroyed: under gVisor it runs as the
+	// container's process (Spec.OneCommand); a terminal needs init.
+	spec.OneCommand = !f.TTY
 	if spec.Isolation == "" {
 		spec.Isolation = f.Isolation
 	}

@@ -14,10 +14,14 @@ type Container struct {
 	// read-only unless RootWritable.
 	Root         string
 	RootWritable bool
-	// Args, Env and Cwd are the container's process: airlock's init.
-	Args []string
-	Env  []string
-	Cwd  string
+	// Args, Env and Cwd are the container's process: airlock's init, or
+	// a one-command sandbox's command. Args[0] is an absolute path unless
+	// PathLookup, when the guest kernel looks it up as execvp would (in
+	// Env's PATH; below Cwd when it holds a slash).
+	Args       []string
+	PathLookup bool
+	Env        []string
+	Cwd        string
 	// UID and GID are the process's ids (real, effective and saved); it
 	// has no supplementary groups.
 	UID, GID uint32
@@ -133,7 +137,9 @@ func (c *Container) Config() ([]byte, error) {
 	switch {
 	case !filepath.IsAbs(c.Root):
 		return nil, fmt.Errorf("gvisor: root %q is not absolute", c.Root)
-	case len(c.Args) == 0 || !strings.HasPrefix(c.Args[0], "/"):
+	case len(c.Args) == 0 || c.Args[0] == "":
+		return nil, fmt.Errorf("gvisor: the process has no program")
+	case !c.PathLookup && !strings.HasPrefix(c.Args[0], "/"):
 		return nil, fmt.Errorf("gvisor: the process %q is not an absolute path", c.Args)
 	case !filepath.IsAbs(c.Cwd):
 		return nil, fmt.Errorf("gvisor: working directory %q is not absolute", c.Cwd)

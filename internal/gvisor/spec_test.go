@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,7 +80,8 @@ func TestConfigRefuses(t *testing.T) {
 		want string
 	}{
 		{"relative root", func(c *Container) { c.Root = "root" }, "root"},
-		{"no process", func(c *Container) { c.Args = nil }, "absolute path"},
+		{"no process", func(c *Container) { c.Args = nil }, "no program"},
+		{"no process, looked up", func(c *Container) { c.Args, c.PathLookup = []string{""}, true }, "no program"},
 		{"relative process", func(c *Container) { c.Args = []string{"init"} }, "absolute path"},
 		{"relative cwd", func(c *Container) { c.Cwd = "x" }, "working directory"},
 		{"no id range", func(c *Container) { c.IDBase = 0 }, "id range"},
@@ -174,5 +176,23 @@ func TestPrecompiled(t *testing.T) {
 	}
 	if ok, err := Precompiled("/bin/true"); err != nil || ok {
 		t.Fatalf("Precompiled(/bin/true) = %v, %v", ok, err)
+	}
+}
+
+// TestConfigPathLookup: a one-command sandbox's command may be a name
+// the guest kernel looks up in PATH, and is written as given.
+func TestConfigPathLookup(t *testing.T) {
+	c := valid()
+	c.Args, c.PathLookup = []string{"sh", "-c", "true"}, true
+	b, err := c.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s ociSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Process.Args, c.Args) {
+		t.Fatalf("args %q, want %q", s.Process.Args, c.Args)
 	}
 }

@@ -1,0 +1,202 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/result"
+)
+
+// TestOneCommand: a gVisor sandbox made for one command runs it as the
+// guest's first process, with no init, as the sandbox's user; one asked
+// for before its command, or given one that needs init, starts with
+// init; one destroyed before any command leaves nothing, and says it is
+// done; a second command is refused.
+func TestOneCommand(t *testing.T) {
+	bes := oneCommandBackend(t)
+	if bes == nil {
+		t.Skip("gVisor's tests run where runsc is at hand, and not with -short")
+	}
+	be := bes[0]
+	firstProcess := []string{"sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; echo; id -u; ls /proc | grep -c '^[0-9]'`}
+
+	t.Run("direct", func(t *testing.T) {
+		r := run(t, runOpts{spec: be.spec}, firstProcess...)
+		lines := strings.Split(strings.TrimSpace(string(r.Stdout)), "\n")
+		if r.Outcome != result.Exited || r.ExitCode != 0 || len(lines) != 3 {
+			t.Fatalf("got %s %d %q %q %q", r.Outcome, r.ExitCode, r.Error, r.Stdout, r.Stderr)
+		}
+		// sh, tr, ls and grep: the command's own, and no init.
+		if !strings.HasPrefix(lines[0], "sh -c ") || lines[1] != "1000" {
+			t.Fatalf("the guest's first process is %q, running as %s: want the command, as 1000", lines[0], lines[1])
+		}
+	})
+
+	rt := testRuntime(t)
+	spec := Spec{Limits: DefaultLimits()}
+	be.spec(&spec)
+
+	t.Run("asked for before its command", func(t *testing.T) {
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		defer tr.assertGone(t)
+		defer sb.Destroy(t.Context())
+		if err := sb.AwaitStart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true})
+		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
+			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
+		}
+	})
+
+	t.Run("a command that needs init", func(t *testing.T) {
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		defer tr.assertGone(t)
+		defer sb.Destroy(t.Context())
+		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true, KeepAlive: true})
+		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
+			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
+		}
+		// Kept alive: a second command runs.
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("second command: %s %d %q", r.Outcome, r.ExitCode, r.Error)
+		}
+	})
+
+	t.Run("a working directory it may not have", func(t *testing.T) {
+		// runsc would make it; init refuses it, as the other backend.
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		defer tr.assertGone(t)
+		defer sb.Destroy(t.Context())
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"pwd"}, Dir: "/workspace/missing", Capture: true})
+		if r.Outcome != result.Exited || r.ExitCode != 126 || !strings.Contains(string(r.Stderr), "working directory /workspace/missing") {
+			t.Fatalf("got %s %d %q %q, want 126 and init's word", r.Outcome, r.ExitCode, r.Stderr, r.Error)
+		}
+	})
+
+	t.Run("destroyed before its command", func(t *testing.T) {
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		tr.assertGone(t)
+		select {
+		case <-sb.Done():
+		case <-time.After(time.Second):
+			t.Fatal("Done not closed")
+		}
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Error {
+			t.Fatalf("a command after Destroy: %s", r.Outcome)
+		}
+	})
+
+	t.Run("one command only", func(t *testing.T) {
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		defer tr.assertGone(t)
+		defer sb.Destroy(t.Context())
+		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("first: %s %d %q", r.Outcome, r.ExitCode, r.Error)
+		}
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}})
+		if r.Outcome != result.Error || !strings.Contains(r.Error, ErrDead.Error()) {
+			t.Fatalf("second: got %s %q, want %q", r.Outcome, r.Error, ErrDead)
+		}
+	})
+}
+
+// TestOneCommandDescriptors: the descriptor ceiling binds a one-command
+// sandbox's command (the guest kernel's RLIMIT_NOFILE), though only init
+// could name its breach.
+func TestOneCommandDescriptors(t *testing.T) {
+	bes := oneCommandBackend(t)
+	if bes == nil {
+		t.Skip("gVisor's tests run where runsc is at hand, and not with -short")
+	}
+	r := run(t, runOpts{spec: bes[0].spec, limits: limits(func(l *Limits) { l.FDs = 64 })}, "sh", "-c", "ulimit -n; ulimit -Hn")
+	if r.Outcome != result.Exited || string(r.Stdout) != "64\n64\n" {
+		t.Fatalf("got %s %q %q, want 64 twice", r.Outcome, r.Stdout, r.Error)
+	}
+}
+
+func TestDirectExit(t *testing.T) {
+	tests := []struct {
+		name    string
+		log     string
+		status  uint32
+		failure string
+		ok      bool
+	}{
+		{"exit 3", "I1207 19:30:00.1   1 cli.go:100] Args: [runsc run x]\nI1207 19:30:00.2   1 cli.go:317] Exiting with status: 768\n", 768, "", true},
+		{"SIGTERM", "I1207 19:30:00.2   1 cli.go:317] Exiting with status: 15\n", 15, "", true},
+		{"no newline at the end", "I1207 19:30:00.2   1 cli.go:317] Exiting with status: 0", 0, "", true},
+		{"failed", "W1207 19:30:00.2   1 util.go:107] FATAL ERROR: running container: starting container: boom\nW1207 19:30:00.3   1 cli.go:327] Failure to execute command, err: 1\n", 0, "running container: starting container: boom", false},
+		{"last fatal error wins", "W1 x] FATAL ERROR: first\nW1 x] FATAL ERROR: second\n", 0, "second", false},
+		{"nothing", "", 0, "", false},
+		{"garbage status", "I1 x] Exiting with status: lots\n", 0, "", false},
+		{"status too large", "I1 x] Exiting with status: 4294967296\n", 0, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, failure, ok := directExit([]byte(tt.log))
+			if status != tt.status || failure != tt.failure || ok != tt.ok {
+				t.Fatalf("got %d %q %v, want %d %q %v", status, failure, ok, tt.status, tt.failure, tt.ok)
+			}
+		})
+	}
+}
+
+func TestStartErrno(t *testing.T) {
+	tests := []struct {
+		failure string
+		want    unix.Errno
+	}{
+		{`running container: starting container: starting root container: error finding executable "nope" in PATH [/usr/bin /bin]: no such file or directory`, unix.ENOENT},
+		{`error finding executable "x" in PATH [/bin]: permission denied`, unix.EACCES},
+		{"running container: creating container: cannot read client sync file: EOF", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := startErrno(tt.failure); got != tt.want {
+			t.Errorf("startErrno(%q) = %v, want %v", tt.failure, got, tt.want)
+		}
+	}
+}
+
+func FuzzDirectExit(f *testing.F) {
+	f.Add([]byte("I1 x] Exiting with status: 256\n"))
+	f.Add([]byte("W1 x] FATAL ERROR: running container: error finding executable \"a\": no such file or directory\n"))
+	f.Fuzz(func(t *testing.T, log []byte) {
+		status, failure, ok := directExit(log)
+		if ok && failure != "" {
+			t.Fatalf("both a status (%d) and a failure (%q)", status, failure)
+		}
+		if !ok && status != 0 {
+			t.Fatalf("status %d without ok", status)
+		}
+		_ = startErrno(failure)
+	})
+}
