@@ -45,11 +45,18 @@ tools:
     pool: {warm: 1}
     limits: {memory: 64MiB, time: 20s}
     egress:
-      - {host: plain.test, ports: [%d], addresses: [127.0.0.1], private: true}
+      - {host: plain.test, ports: [%[1]d], addresses: [127.0.0.1], private: true}
+    services: [api]
+  oneshot:
+    isolation: gvisor
+    pool: {warm: 0}
+    limits: {memory: 64MiB, time: 20s}
+    egress:
+      - {host: plain.test, ports: [%[1]d], addresses: [127.0.0.1], private: true}
     services: [api]
 services:
   api:
-    upstream: %s
+    upstream: %[2]s
     private: true
     credential: {secret: k}
     operations: [GET /hello]
@@ -57,19 +64,32 @@ secrets:
   k: {env: GVISOR_TEST_SECRET}
 `, port, up.URL), func(o *Options) { o.Sandbox.Runsc = runsc })
 	c := client.New(sock)
+	// A tool whose runs come warm from its pool, with init (a miss is
+	// as the other tool's); and one with no pool, whose runs' sandboxes
+	// are made for their command, which runs as the guest's first
+	// process (sandbox.Spec.OneCommand).
+	for _, tt := range []struct{ tool, first string }{{"untrusted", ""}, {"oneshot", "sh -c "}} {
+		t.Run(tt.tool, func(t *testing.T) { testGVisorFourRules(t, c, tt.tool, tt.first, port, &authorized) })
+	}
+}
+
+func testGVisorFourRules(t *testing.T, c *client.Client, tool, first string, port int, authorized *atomic.Int32) {
+	const secret = "gvisor-test-s3cret-value"
 	ctx := t.Context()
+	authorized.Store(0)
 	run := func(script string) *result.Result {
 		t.Helper()
-		r, err := c.Run(ctx, api.RunRequest{Tool: "untrusted", Argv: []string{"sh", "-c", script}})
+		r, err := c.Run(ctx, api.RunRequest{Tool: tool, Argv: []string{"sh", "-c", script}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
 
-	// The guest kernel is gVisor's.
-	if r := run("uname -r"); !strings.Contains(string(r.Stdout), "gvisor") {
-		t.Fatalf("uname -r: %+v %q %q", r, r.Stdout, r.Stderr)
+	// The guest kernel is gVisor's, and its first process the command
+	// when first says so.
+	if r := run(`uname -r; tr '\0' ' ' < /proc/1/cmdline`); !strings.Contains(string(r.Stdout), "gvisor") || !strings.Contains(string(r.Stdout), "\n"+first) {
+		t.Fatalf("uname -r and the first process: %+v %q %q, want gvisor and %q", r, r.Stdout, r.Stderr, first)
 	}
 
 	// 1. The broker: the call goes out with the credential, which the
