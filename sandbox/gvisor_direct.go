@@ -168,7 +168,9 @@ func (s *Sandbox) awaitLaunch(ctx context.Context) error {
 }
 
 // abandonLaunch releases what a one-command gVisor sandbox that never
-// started held, at its teardown. Nothing will close s.exited then.
+// started held, at its teardown; or waits for a start under way (an
+// AwaitStart's, which no exec counts), so that the teardown then finds
+// runsc.
 func (s *Sandbox) abandonLaunch() {
 	g := s.gv
 	if g == nil || g.launched == nil {
@@ -176,7 +178,9 @@ func (s *Sandbox) abandonLaunch() {
 	}
 	if l := g.takeLaunch(); l != nil {
 		s.dropLaunch(l)
+		return
 	}
+	<-g.launched
 }
 
 // dropLaunch ends a launch that was taken but will not start: the
