@@ -460,7 +460,7 @@ type directCmd struct {
 // scratchProg before its exec). The container's process is init, its
 // control socket ctrl passed in as fd 3 and its output going to log; or
 // with cmd, the command itself, its streams passed in as fds 0 to 2, and
-// runsc's own output and log going to log (see directExit).
+// runsc's own output and log going to log (see gvisor.ExitFromLog).
 func (l *gvisorLaunch) start(s *Sandbox, ctrl, log *os.File, cmd *directCmd) error {
 	g := s.gv
 	c := l.c
@@ -495,7 +495,7 @@ func (l *gvisorLaunch) start(s *Sandbox, ctrl, log *os.File, cmd *directCmd) err
 		files[3] = cmd.stdio[0]
 		files = append(files, cmd.stdio[1], cmd.stdio[2])
 		// runsc's own log, the run command's alone, says how the
-		// command ended (see directExit).
+		// command ended (see gvisor.ExitFromLog).
 		argv = append(argv, "--debug-log="+g.runscLog(), "--debug-command=run",
 			"--gofer-network-namespace=/proc/self/fd/5",
 			"run", "--bundle", g.bundle, "--pass-fd", "3:0", "--pass-fd", "6:1", "--pass-fd", "7:2", s.id)

@@ -1,17 +1,16 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/initproto"
 )
 
@@ -20,7 +19,7 @@ import (
 // first process, with no init: a gVisor guest is slow to start a process
 // (about 11 ms for a fork, exec and wait of /bin/true on a 2-core VM),
 // and init's own start is one more. The host then learns how the command
-// ended from runsc's log (directExit), and what init would have done
+// ended from runsc's log (gvisor.ExitFromLog), and what init would have done
 // around it is the guest kernel's or the host's:
 //
 //   - the ids, capabilities, no_new_privs and resource limits are the
@@ -42,7 +41,7 @@ import (
 const directLog = 64 << 10
 
 // runscLog is the file a one-command sandbox's runsc writes its output
-// and its run command's log to (see directExit).
+// and its run command's log to (see gvisor.ExitFromLog).
 func (g *gvisorState) runscLog() string { return filepath.Join(g.bundle, "runsc.log") }
 
 // directRequest says whether req can be a one-command sandbox's
@@ -201,14 +200,14 @@ func (s *Sandbox) waitDirect() {
 	<-s.exited
 	b, _ := readTail(g.runscLog(), directLog)
 	m := &initproto.Message{Kind: initproto.KindExit, ID: g.directID}
-	status, failure, ok := directExit(b)
+	status, failure, ok := gvisor.ExitFromLog(b)
 	switch {
 	case ok:
 		m.Status = int(status)
-	case startErrno(failure) != 0:
+	case gvisor.StartErrno(failure) != 0:
 		// The command could not start: the shell's message, as init
 		// writes it.
-		m.Errno = int(startErrno(failure))
+		m.Errno = int(gvisor.StartErrno(failure))
 		m.Error = failure
 		_, _ = unix.Write(g.stderr, []byte(execFailedMessage(g.directArgv0, unix.Errno(m.Errno), failure)))
 	default:
@@ -256,47 +255,4 @@ func readTail(path string, n int64) ([]byte, error) {
 		return nil, err
 	}
 	return io.ReadAll(io.NewSectionReader(f, max(fi.Size()-n, 0), n))
-}
-
-// The lines of runsc's log that directExit reads: the run command's last
-// word, with the container's wait status as a number, and the fatal
-// error of a run that failed (runsc's cmd/util Errorf).
-const (
-	runscExitLine  = "] Exiting with status: "
-	runscFatalLine = "] FATAL ERROR: "
-)
-
-// directExit reads how a one-command sandbox's command ended from its
-// runsc's log (log): the raw wait status runsc logged (runsc's own exit
-// code folds a signal into 128+n, as a shell does, which is why it is
-// not used), ok; or else the failure runsc logged, "" when none.
-func directExit(log []byte) (status uint32, failure string, ok bool) {
-	lines := bytes.Split(log, []byte{'\n'})
-	for i := len(lines) - 1; i >= 0; i-- {
-		line := string(lines[i])
-		if _, v, found := strings.Cut(line, runscExitLine); found {
-			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-				return uint32(n), "", true
-			}
-		}
-		if _, v, found := strings.Cut(line, runscFatalLine); found && failure == "" {
-			failure = strings.TrimSpace(v)
-		}
-	}
-	return 0, failure, false
-}
-
-// startErrno says which error of a command's start runsc's failure is:
-// the guest kernel could not find or execute the command's program
-// (execvp's errors), or 0 for any other failure (runsc's own).
-func startErrno(failure string) unix.Errno {
-	if !strings.Contains(failure, "error finding executable") && !strings.Contains(failure, "failed to load") {
-		return 0
-	}
-	for _, e := range []unix.Errno{unix.ENOENT, unix.EACCES, unix.ENOEXEC, unix.ENOTDIR, unix.ELOOP, unix.ENAMETOOLONG, unix.EISDIR} {
-		if strings.HasSuffix(failure, e.Error()) {
-			return e
-		}
-	}
-	return unix.EACCES
 }

@@ -1,7 +1,8 @@
 // Package gvisor drives runsc, gVisor's OCI runtime, for airlock's gvisor
 // isolation backend: where runsc is, which runsc it is, the flags every
-// airlock sandbox runs it with, and the bundle (spec.go) that describes
-// one sandbox to it. Starting, confining and bounding the sandbox is
+// airlock sandbox runs it with, the bundle (spec.go) that describes one
+// sandbox to it, and what runsc's log says of its container's end
+// (log.go). Starting, confining and bounding the sandbox is
 // package sandbox's; this package runs nothing.
 package gvisor
 
