@@ -35,7 +35,10 @@ import (
 //
 // Anything that needs the sandbox before its command (AwaitStart, a
 // request that is not a plain one-off: a terminal, a kept-alive or
-// resident command, signals) starts it with init instead, as any other.
+// resident command, signals, a working directory the sandbox may lack),
+// or a CPU-time ceiling, which is the command's own, starts it with init
+// instead, as any other. A command's usage counts gVisor's start: its
+// CPU time, and its wall time from runsc's start.
 
 // directLog is the most of runsc's log read for a command's end.
 const directLog = 64 << 10
@@ -80,7 +83,9 @@ func (s *Sandbox) launchFor(req *ExecRequest) *gvisorLaunch {
 	if l == nil {
 		return nil
 	}
-	if directRequest(req) {
+	// A CPU-time ceiling is the command's own: without init, the CPU
+	// runsc spends making the sandbox would count in it.
+	if directRequest(req) && s.ceilings().CPUTime == 0 {
 		return l
 	}
 	s.launchInit(l)

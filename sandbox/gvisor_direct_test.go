@@ -73,6 +73,23 @@ func TestOneCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("a CPU-time ceiling", func(t *testing.T) {
+		// The command's own: runsc's start would count in it.
+		spec := spec
+		spec.Limits.CPUTime = 10 * time.Second
+		sb, err := rt.Start(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := traceOf(t, sb)
+		defer tr.assertGone(t)
+		defer sb.Destroy(t.Context())
+		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true})
+		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
+			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
+		}
+	})
+
 	t.Run("a working directory it may not have", func(t *testing.T) {
 		// runsc would make it; init refuses it, as the other backend.
 		sb, err := rt.Start(t.Context(), spec)
