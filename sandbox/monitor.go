@@ -32,6 +32,11 @@ func (x *execution) monitor(ctx context.Context) {
 	defer check.Stop()
 	nextSample := x.start.Add(x.req.SampleEvery)
 	nextSockets := x.start.Add(socketsEvery)
+	if x.s.gv != nil && x.s.gv.direct {
+		// A one-command gVisor sandbox's command can hold no socket
+		// before runsc has made the sandbox (see directFirstCheck).
+		nextSockets = nextSockets.Add(directFirstCheck)
+	}
 	now := time.Now()
 	for {
 		select {
