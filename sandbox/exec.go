@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,6 +345,17 @@ func (s *Sandbox) newExec(req ExecRequest, launch *gvisorLaunch) (_ *execution, 
 		m.Exec.TTY, m.Exec.Rows, m.Exec.Cols = true, t.Rows, t.Cols
 	}
 	if launch != nil {
+		// The bound init's messages have, for the same commands on
+		// either path.
+		n := 0
+		for _, a := range append(slices.Clip(req.Argv), env...) {
+			n += len(a) + 1
+		}
+		if n > initproto.MaxMessage {
+			x.closeHostEnds()
+			x.unregister()
+			return nil, fmt.Errorf("%w: command line and environment exceed %d KiB", ErrInvalid, initproto.MaxMessage>>10)
+		}
 		l := launch
 		launch = nil // startDirect ends it
 		if err := s.startDirect(l, x.id, &directCmd{argv: req.Argv, env: env, dir: req.Dir, stdio: [3]int{sbEnds[0], sbEnds[1], sbEnds[2]}}); err != nil {

@@ -579,9 +579,13 @@ func TestHostProcessesInvisible(t *testing.T) {
 }
 
 func TestHugeCommandLineRefused(t *testing.T) {
-	r := run(t, runOpts{}, "echo", strings.Repeat("x", 300<<10))
-	if r.Outcome != result.Error || !strings.Contains(r.Error, "exceed") {
-		t.Fatalf("got %s %q, want a clear error", r.Outcome, r.Error)
+	for _, be := range append([]backend{{name: IsolationNamespaces}}, oneCommandBackend(t)...) {
+		t.Run(be.name, func(t *testing.T) {
+			r := run(t, runOpts{spec: be.spec}, "echo", strings.Repeat("x", 300<<10))
+			if r.Outcome != result.Error || !strings.Contains(r.Error, "exceed") {
+				t.Fatalf("got %s %q, want a clear error", r.Outcome, r.Error)
+			}
+		})
 	}
 }
 
