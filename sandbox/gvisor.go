@@ -71,10 +71,13 @@ func (e *UnsupportedError) Is(target error) bool { return target == errdefs.ErrI
 // not.
 type gvisorState struct {
 	// bundle is the sandbox's directory on the host: the OCI bundle,
-	// its read-only root, runsc's state, and the mount point of the
-	// scratch tmpfs, which is mounted in runsc's own mount namespace
-	// only (gone with its last process).
+	// runsc's state, and the mount point of the scratch tmpfs, which is
+	// mounted in runsc's own mount namespace only (gone with its last
+	// process).
 	bundle string
+	// root is the container's read-only root: the bundle's own with an
+	// image, else one the runtime's sandboxes share (gvisor_root.go).
+	root string
 	// netPidOnce finds netPid, a process of the sandbox that lives in
 	// its network namespace (the sentry), whose /proc/PID/net is the
 	// sandbox's.
@@ -270,7 +273,6 @@ func (s *Sandbox) prepareGVisor(spec Spec, mounts []Mount) (_ *gvisorLaunch, err
 		initUID--
 	}
 	c := gvisor.Container{
-		Root: filepath.Join(g.bundle, "root"),
 		Args: []string{sbinit.GVisorPath},
 		Env: append(append([]string{}, rt.initEnv...),
 			sbinit.GVisorIDsEnv+"="+sbinit.FormatGVisorIDs(uid, gid, initUID)),
@@ -292,10 +294,6 @@ func (s *Sandbox) prepareGVisor(spec Spec, mounts []Mount) (_ *gvisorLaunch, err
 		NetNS:       "/proc/self/fd/4",
 		MemoryBytes: s.limits.Memory,
 	}
-	root := c.Root
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return nil, fmt.Errorf("gvisor root: %w", err)
-	}
 	// The root holds the mount points, the host image's symlinks and the
 	// generated /etc; it is served read-only. Its binds are made by
 	// runsc's clone in its own mount namespace (scratchProg), so that the
@@ -305,36 +303,10 @@ func (s *Sandbox) prepareGVisor(spec Spec, mounts []Mount) (_ *gvisorLaunch, err
 	// the image, as the other backend's program does (see sbinit's
 	// imageRoot): nothing airlock mounts or writes lands on a path the
 	// image controls.
-	layer := root
 	var im *imageLayers
 	if spec.Image != nil {
 		im = &imageLayers{gen: filepath.Join(g.bundle, "gen"), img: filepath.Join(g.bundle, "image"), writable: spec.Image.Writable, rootID: int(s.ids.base)}
 		c.RootWritable = spec.Image.Writable
-		for _, d := range []string{im.gen, im.img} {
-			if err := os.Mkdir(d, 0o755); err != nil {
-				return nil, fmt.Errorf("gvisor root: %w", err)
-			}
-		}
-		layer = im.gen
-	}
-	point := func(p string, file bool) error {
-		hp := filepath.Join(layer, p)
-		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
-			return err
-		}
-		if file {
-			f, err := os.OpenFile(hp, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			return f.Close()
-		}
-		return os.MkdirAll(hp, 0o755)
-	}
-	for _, p := range []string{"proc", "dev", "sys", "tmp", HomeDir} {
-		if err := point(p, false); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
 	}
 	hostBinds, symlinks, etc := b.image.binds, b.image.symlinks, etcFiles(spec.Hostname, spec.User)
 	if im != nil {
@@ -343,35 +315,28 @@ func (s *Sandbox) prepareGVisor(spec Spec, mounts []Mount) (_ *gvisorLaunch, err
 		hostBinds, symlinks = nil, nil
 		etc = slices.DeleteFunc(etc, func(f sbinit.File) bool { return !imageEtc[f.Path] })
 	}
-	for _, l := range symlinks {
-		hp := filepath.Join(layer, l.Path)
-		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
-		if err := os.Symlink(l.Target, hp); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
-	}
-	for _, f := range etc {
-		hp := filepath.Join(layer, f.Path)
-		if err := os.MkdirAll(filepath.Dir(hp), 0o755); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
-		if err := os.WriteFile(hp, []byte(f.Data), os.FileMode(f.Mode)); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
-	}
 	binds := append(slices.Clip(hostBinds), mountsAsBinds(mounts)...)
 	binds = append(binds, sbinit.Bind{Source: initPath, Target: sbinit.GVisorPath, File: true})
-	for _, bd := range binds {
-		if err := point(bd.Target, bd.File); err != nil {
+	rc := rootContent{symlinks: symlinks, etc: etc, binds: binds, volumes: volumeTargets(spec.Volumes)}
+	root := filepath.Join(g.bundle, "root")
+	if im == nil {
+		// The same for every sandbox of the same content: made once
+		// (gvisor_root.go), as the mounts on it are each runsc's own.
+		if root, err = rt.sharedRoot(rc); err != nil {
+			return nil, fmt.Errorf("gvisor root: %w", err)
+		}
+	} else {
+		for _, d := range []string{root, im.gen, im.img} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return nil, fmt.Errorf("gvisor root: %w", err)
+			}
+		}
+		if err := rc.fill(im.gen); err != nil {
 			return nil, fmt.Errorf("gvisor root: %w", err)
 		}
 	}
+	c.Root, g.root = root, root
 	for _, v := range spec.Volumes {
-		if err := point(v.Target, false); err != nil {
-			return nil, fmt.Errorf("gvisor root: %w", err)
-		}
 		// A mount of its own in the guest too, writable, whose files
 		// gVisor revalidates (the host's files API writes them).
 		c.Mounts = append(c.Mounts, gvisor.Mount{Destination: v.Target, Source: filepath.Join(root, v.Target), Type: "bind"})
@@ -670,9 +635,9 @@ func scratchProg(dir, root string, im *imageLayers, binds []sbinit.Bind, volumes
 
 // hostDir is the host's path of dir of the sandbox ("/.", /workspace, /tmp;
 // "" for the scratch tmpfs), through init's /proc/PID/root, or under
-// gVisor runsc's: the bundle's root holds in runsc's mount namespace what
-// the guest sees (scratchProg), but for /proc, /dev and /sys, which are
-// the guest kernel's.
+// gVisor runsc's: the container's root holds in runsc's mount namespace
+// what the guest sees (scratchProg), but for /proc, /dev and /sys, which
+// are the guest kernel's.
 func (s *Sandbox) hostDir(dir string) string {
 	if s.gv == nil {
 		if dir == "" {
@@ -683,7 +648,7 @@ func (s *Sandbox) hostDir(dir string) string {
 	if dir == "" {
 		return fmt.Sprintf("/proc/%d/root%s", s.pid, s.gv.scratch())
 	}
-	return fmt.Sprintf("/proc/%d/root%s/root%s", s.pid, s.gv.bundle, dir)
+	return fmt.Sprintf("/proc/%d/root%s%s", s.pid, s.gv.root, dir)
 }
 
 // netPid is a process in the sandbox's network namespace, for its
@@ -827,14 +792,15 @@ func (rt *Runtime) bundleDir() string {
 // sweepBundles removes the bundles of gVisor sandboxes whose holder is
 // gone: their lock is free. It returns how many.
 func (rt *Runtime) sweepBundles() (int, error) {
+	rerr := rt.sweepRoots()
 	ents, err := os.ReadDir(rt.bundleDir())
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, rerr
 	}
 	if err != nil {
-		return 0, err
+		return 0, errors.Join(rerr, err)
 	}
-	var errs []error
+	errs := []error{rerr}
 	n := 0
 	for _, e := range ents {
 		if !isSandboxID(e.Name()) {

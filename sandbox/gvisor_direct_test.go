@@ -1,11 +1,16 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/sbinit"
+	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/result"
 )
 
@@ -154,5 +159,89 @@ func TestOneCommandDescriptors(t *testing.T) {
 	r := run(t, runOpts{spec: bes[0].spec, limits: limits(func(l *Limits) { l.FDs = 64 })}, "sh", "-c", "ulimit -n; ulimit -Hn")
 	if r.Outcome != result.Exited || string(r.Stdout) != "64\n64\n" {
 		t.Fatalf("got %s %q %q, want 64 twice", r.Outcome, r.Stdout, r.Error)
+	}
+}
+
+// TestGVisorSharedRoot: gVisor sandboxes of the same content share one
+// root directory on the host, and still see only their own mounts on it:
+// what one writes in its /workspace the other does not see, and the
+// shared directory itself holds no mount on the host. Another hostname
+// is another root. A runtime's roots go with it, and a sweep removes a
+// dead runtime's.
+func TestGVisorSharedRoot(t *testing.T) {
+	spec := gvisorSpec(t)
+	rt, err := New(t.Context(), Options{StateDir: testStateDir, CgroupParent: testCgroup + "-roots", InitPath: testutil.InitPath(t), Runsc: os.Getenv(testutil.RunscEnv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			rt.Close()
+		}
+	}()
+	mk := func(hostname string) *Sandbox {
+		s := Spec{Limits: DefaultLimits(), Hostname: hostname}
+		spec(&s)
+		sb, err := rt.Create(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		return sb
+	}
+	a, b, c := mk("same"), mk("same"), mk("other")
+	if a.gv.root != b.gv.root || a.gv.root == c.gv.root || !strings.HasPrefix(a.gv.root, rt.rootsDir()) {
+		t.Fatalf("roots %s, %s, %s: want the first two shared, below %s, and the third another", a.gv.root, b.gv.root, c.gv.root, rt.rootsDir())
+	}
+	sh := func(sb *Sandbox, script string) string {
+		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"sh", "-c", script}, Capture: true, KeepAlive: true})
+		if r.Outcome != result.Exited || r.ExitCode != 0 {
+			t.Fatalf("%s: %s %d %q", script, r.Outcome, r.ExitCode, r.Stderr)
+		}
+		return string(r.Stdout)
+	}
+	sh(a, "echo a > /workspace/mine")
+	if got := sh(b, "ls -A /workspace; hostname"); got != "same\n" {
+		t.Fatalf("the second sandbox's /workspace and hostname: %q, want nothing and same", got)
+	}
+	if got := sh(c, "hostname"); got != "other\n" {
+		t.Fatalf("the third's hostname: %q", got)
+	}
+	if m := hostMountsUnder(rt.rootsDir()); len(m) > 0 {
+		t.Fatalf("mounts on the host below the shared roots: %v", m)
+	}
+
+	// A runtime that died left its roots, and its lock free.
+	dead := filepath.Join(rt.rootsDir(), "0123456789ab")
+	if err := os.MkdirAll(filepath.Join(dead, "k"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dead+".lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.sweepRoots(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dead, dead + ".lock"} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left by the sweep (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(a.gv.root); err != nil {
+		t.Fatalf("the live runtime's root swept: %v", err)
+	}
+	for _, sb := range []*Sandbox{a, b, c} {
+		if err := sb.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := a.gv.root
+	closed = true
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(root)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the runtime's roots left after Close (%v)", err)
 	}
 }

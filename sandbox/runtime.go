@@ -229,6 +229,8 @@ type Runtime struct {
 	// made and ran a command.
 	gvisorMu sync.Mutex
 	gvisorOK bool
+	// roots are the roots this runtime's gVisor sandboxes share.
+	roots gvisorRoots
 }
 
 // ErrInvalid marks bad input from a caller. It belongs to
@@ -565,7 +567,7 @@ func (rt *Runtime) Close() error {
 	}
 	rt.runscMu.Unlock()
 	rt.kmsg.close()
-	return rt.cg.Close()
+	return errors.Join(rt.closeRoots(), rt.cg.Close())
 }
 
 // monitorSlack is the timer slack of the Go runtime's monitor thread in a
