@@ -93,6 +93,14 @@ func (s *Sandbox) kill() {
 	s.killed = true
 	frozen := s.frozen
 	s.mu.Unlock()
+	select {
+	case <-s.exited:
+		// Init (runsc) has exited and been reaped: its pid namespace is
+		// empty (runsc reaps its sandbox before it exits); what a killed
+		// runsc left is the teardown's (the cgroup's kill).
+		return
+	default:
+	}
 	if s.gv != nil {
 		s.killGVisor()
 	} else if s.pidfd != nil {
