@@ -42,69 +42,67 @@ func TestOneCommand(t *testing.T) {
 	rt := testRuntime(t)
 	spec := Spec{Limits: DefaultLimits()}
 	be.spec(&spec)
-
-	t.Run("asked for before its command", func(t *testing.T) {
+	// start starts a sandbox of spec, destroyed and checked for
+	// leftovers at the test's end.
+	start := func(t *testing.T, spec Spec) *Sandbox {
+		t.Helper()
 		sb, err := rt.Start(t.Context(), spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tr := traceOf(t, sb)
-		defer tr.assertGone(t)
-		defer sb.Destroy(t.Context())
-		if err := sb.AwaitStart(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true})
-		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
-			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
-		}
-	})
+		t.Cleanup(func() {
+			if err := sb.Destroy(context.Background()); err != nil {
+				t.Error(err)
+			}
+			tr.assertGone(t)
+		})
+		return sb
+	}
 
-	t.Run("a command that needs init", func(t *testing.T) {
-		sb, err := rt.Start(t.Context(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := traceOf(t, sb)
-		defer tr.assertGone(t)
-		defer sb.Destroy(t.Context())
-		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true, KeepAlive: true})
-		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
-			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
-		}
-		// Kept alive: a second command runs.
-		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
-			t.Fatalf("second command: %s %d %q", r.Outcome, r.ExitCode, r.Error)
-		}
-	})
-
-	t.Run("a CPU-time ceiling", func(t *testing.T) {
+	// What starts the sandbox with init instead.
+	for _, tt := range []struct {
+		name  string
+		limit func(*Limits)
+		// before runs before the command; req changes it.
+		before func(*Sandbox) error
+		req    func(*ExecRequest)
+	}{
+		{name: "asked for before its command", before: func(sb *Sandbox) error { return sb.AwaitStart(t.Context()) }},
+		{name: "a command kept alive", req: func(x *ExecRequest) { x.KeepAlive = true }},
 		// The command's own: runsc's start would count in it.
-		spec := spec
-		spec.Limits.CPUTime = 10 * time.Second
-		sb, err := rt.Start(t.Context(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := traceOf(t, sb)
-		defer tr.assertGone(t)
-		defer sb.Destroy(t.Context())
-		r := sb.Exec(t.Context(), ExecRequest{Argv: firstProcess, Capture: true})
-		if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
-			t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
-		}
-	})
+		{name: "a CPU-time ceiling", limit: func(l *Limits) { l.CPUTime = 10 * time.Second }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := spec
+			if tt.limit != nil {
+				tt.limit(&spec.Limits)
+			}
+			sb := start(t, spec)
+			if tt.before != nil {
+				if err := tt.before(sb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x := ExecRequest{Argv: firstProcess, Capture: true}
+			if tt.req != nil {
+				tt.req(&x)
+			}
+			r := sb.Exec(t.Context(), x)
+			if r.Outcome != result.Exited || !strings.HasPrefix(string(r.Stdout), sbinit.GVisorPath) {
+				t.Fatalf("got %s %q %q: want init as the first process", r.Outcome, r.Stdout, r.Error)
+			}
+			if x.KeepAlive {
+				if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
+					t.Fatalf("second command: %s %d %q", r.Outcome, r.ExitCode, r.Error)
+				}
+			}
+		})
+	}
 
 	t.Run("a working directory it may not have", func(t *testing.T) {
 		// runsc would make it; init refuses it, as the other backend.
-		sb, err := rt.Start(t.Context(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := traceOf(t, sb)
-		defer tr.assertGone(t)
-		defer sb.Destroy(t.Context())
-		r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"pwd"}, Dir: "/workspace/missing", Capture: true})
+		r := start(t, spec).Exec(t.Context(), ExecRequest{Argv: []string{"pwd"}, Dir: "/workspace/missing", Capture: true})
 		if r.Outcome != result.Exited || r.ExitCode != 126 || !strings.Contains(string(r.Stderr), "working directory /workspace/missing") {
 			t.Fatalf("got %s %d %q %q, want 126 and init's word", r.Outcome, r.ExitCode, r.Stderr, r.Error)
 		}
@@ -131,13 +129,7 @@ func TestOneCommand(t *testing.T) {
 	})
 
 	t.Run("one command only", func(t *testing.T) {
-		sb, err := rt.Start(t.Context(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := traceOf(t, sb)
-		defer tr.assertGone(t)
-		defer sb.Destroy(t.Context())
+		sb := start(t, spec)
 		if r := sb.Exec(t.Context(), ExecRequest{Argv: []string{"true"}}); r.Outcome != result.Exited || r.ExitCode != 0 {
 			t.Fatalf("first: %s %d %q", r.Outcome, r.ExitCode, r.Error)
 		}
