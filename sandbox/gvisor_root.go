@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/sbinit"
 )
 
@@ -141,13 +143,21 @@ func (rt *Runtime) sharedRoot(rc rootContent) (string, error) {
 		return p, nil
 	}
 	if r.dir == "" {
-		// Traversable by the sandboxes' own ids: runsc's gofer opens
-		// the root as the sandbox's uid 0.
-		if err := os.MkdirAll(rt.rootsDir(), 0o711); err != nil {
-			return "", err
-		}
 		id := newID()
-		lock, err := claimNew(filepath.Join(rt.rootsDir(), id+".lock"))
+		var lock *lockFile
+		var err error
+		// Another runtime's Close may remove the directory of every
+		// runtime's roots, empty, in between: once more then.
+		for range 2 {
+			// Traversable by the sandboxes' own ids: runsc's gofer
+			// opens the root as the sandbox's uid 0.
+			if err = os.MkdirAll(rt.rootsDir(), 0o711); err != nil {
+				return "", err
+			}
+			if lock, err = claimNew(filepath.Join(rt.rootsDir(), id+".lock")); !errors.Is(err, os.ErrNotExist) {
+				break
+			}
+		}
 		if err != nil || lock == nil {
 			return "", errors.Join(errors.New("claim a directory of shared roots"), err)
 		}
@@ -179,6 +189,11 @@ func (rt *Runtime) closeRoots() error {
 	}
 	err := errors.Join(os.RemoveAll(r.dir), r.lock.release())
 	r.dir, r.lock, r.made = "", nil, nil
+	// The directory of every runtime's roots too, when this one's were
+	// the last: a stopped daemon leaves nothing in its state directory.
+	if rerr := os.Remove(rt.rootsDir()); rerr != nil && !errors.Is(rerr, unix.ENOTEMPTY) && !errors.Is(rerr, unix.EEXIST) && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
 	return err
 }
 
