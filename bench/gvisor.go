@@ -30,7 +30,7 @@ import (
 // alternating windows; a warm run through the API on a tool of each
 // backend, interleaved; and the host memory an idle sandbox holds, for
 // each and for a detached runsc container.
-func gvisorBench(n int, d time.Duration, idle int, runscFlag string) error {
+func gvisorBench(n int, d time.Duration, idle int, runscFlag, side string) error {
 	runsc, err := gvisor.Find(runscFlag)
 	if err != nil {
 		return fmt.Errorf("gvisor section: %w", err)
@@ -75,6 +75,9 @@ func gvisorBench(n int, d time.Duration, idle int, runscFlag string) error {
 		{&series{name: "runsc driven directly (`runsc run` of the same bundle shape)"}, peer.run},
 		{&series{name: "airlock, isolation namespaces (the default)"}, one("")},
 		{&series{name: "runsc driven directly, each in a cgroup and a network namespace of its own (what the four rules add)"}, peer.runOwn},
+	}
+	if side != "" {
+		return gvisorSide(side, d, map[string]func() error{"airlock": cases[0].fn, "runsc": cases[1].fn, "own": cases[3].fn})
 	}
 	for _, c := range cases {
 		if err := c.fn(); err != nil { // warm up, and fail early
@@ -138,6 +141,25 @@ func gvisorBench(n int, d time.Duration, idle int, runscFlag string) error {
 	}
 	fmt.Printf("\nThe price of the stronger boundary: create → run → destroyed %.1f×, a warm run through the API %.1f× the namespace backend's.\n",
 		float64(m.gvCreate)/float64(m.gvNSCreate), float64(m.gvWarm)/float64(m.gvNSWarm))
+	return nil
+}
+
+// gvisorSide loads one side of the comparison alone for d, 4 workers,
+// and prints its rate and the machine's CPU per sandbox: a profiler run
+// beside it (perf record -a) sees that side's work alone.
+func gvisorSide(side string, d time.Duration, sides map[string]func() error) error {
+	fn, ok := sides[side]
+	if !ok {
+		return fmt.Errorf("-gvisor-side %q: want airlock, runsc or own", side)
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	w, err := windowsOf(d, 1, func(d time.Duration) (int64, time.Duration, error) { return fourAtOnce(d, fn) })
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %.1f sandboxes/s; per sandbox, machine CPU %s, %.0f context switches, %.0f interprocessor interrupts\n", side, w[0].rate, ms(w[0].cpu), w[0].ctxt, w[0].ipis)
 	return nil
 }
 

@@ -71,6 +71,7 @@ func main() {
 	buildN := flag.Int("build-n", 7, "cold and cached rounds per builder in the build section")
 	gvisorN := flag.Int("gvisor-n", 50, "create → run → destroyed rounds per side in the gvisor section")
 	runsc := flag.String("runsc", "", "gVisor's runsc for the gvisor section (default: as airlock finds it)")
+	gvisorSide := flag.String("gvisor-side", "", "the gvisor section loads one side alone, 4 workers for -throughput, and prints its rate and CPU (for a profiler beside it): airlock, runsc or own")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	memprofile := flag.String("memprofile", "", "write the allocations' profile here at the end")
 	flag.Parse()
@@ -83,7 +84,7 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	gv = gvisorArgs{*gvisorN, *runsc}
+	gv = gvisorArgs{*gvisorN, *runsc, *gvisorSide}
 	err := run(*only, *n, *inproc, *tput, *idle, *pooled, *poolIdle, egressArgs{*egressN, *egressSize, *egressConns}, imageArgs{*imageN, *importMB}, sdkArgs{*sdkN, *sdkWarm}, *pauseN, *snapN, *buildN)
 	if *memprofile != "" {
 		if f, ferr := os.Create(*memprofile); ferr != nil {
@@ -126,6 +127,7 @@ type egressArgs struct {
 type gvisorArgs struct {
 	n     int
 	runsc string
+	side  string
 }
 
 var gv gvisorArgs
@@ -209,7 +211,7 @@ func run(only string, n, inproc int, tput time.Duration, idle, pooled int, poolI
 	if want("gvisor") {
 		if _, err := gvisor.Find(gv.runsc); err != nil && only == "" {
 			fmt.Printf("\n## gVisor backend\n\nNot measured: %v\n", err)
-		} else if err := gvisorBench(gv.n, tput, min(idle, 20), gv.runsc); err != nil {
+		} else if err := gvisorBench(gv.n, tput, min(idle, 20), gv.runsc, gv.side); err != nil {
 			return err
 		}
 	}

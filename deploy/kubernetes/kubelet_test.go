@@ -166,10 +166,13 @@ func TestOnKubelet(t *testing.T) {
 		other := c.hostNode(t, token)
 		// The run in flight goes to the node pod itself (its own API, at
 		// the address its lease names), so that it is the one drained.
+		// It lasts 30 s, well within the grace: a loaded kubelet once
+		// took 9 s to signal the pod, and a 10 s run left the lease
+		// saying draining for 2 s only, between two of the test's looks.
 		direct := client.NewTCP(net.JoinHostPort(node.Status.PodIP, "7400"), token)
 		done := make(chan error, 1)
 		go func() {
-			r, err := direct.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "sleep 10; echo finished"}})
+			r, err := direct.Run(ctx, api.RunRequest{Tool: "sh", Argv: []string{"sh", "-c", "sleep 30; echo finished"}})
 			if err == nil && string(r.Stdout) != "finished\n" {
 				err = fmt.Errorf("%+v", r)
 			}
