@@ -500,17 +500,40 @@ func TestAdaptiveFollowsDemand(t *testing.T) {
 	if !found {
 		t.Fatalf("no ready sandbox's cgroup is named by its id among %v", live)
 	}
-	// A burst: 4 at once, 5 times over.
+	// A burst: 4 at once, 5 times over. The target is read throughout:
+	// on a slow host (the emulated guest) a burst's claims take long
+	// enough that what they raised has decayed when the burst ends.
 	peak := steady.Warm
+	var peakSeen atomic.Int64
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			if w := int64(p.Stats().Warm); w > peakSeen.Load() {
+				peakSeen.Store(w)
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
 	for range 5 {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(use)
 		}
 		wg.Wait()
-		peak = max(peak, p.Stats().Warm)
 	}
-	if peak <= steady.Warm {
+	close(stopWatch)
+	<-watched
+	peak = max(peak, int(peakSeen.Load()))
+	switch {
+	case steady.Warm >= 6:
+		t.Logf("the steady target was the pool's max already (%+v): a burst cannot raise it", steady)
+	case peak <= steady.Warm:
 		t.Errorf("the burst left the target at %d (steady %d); want it raised", peak, steady.Warm)
 	}
 	// Silence: within idle plus a few ticks everything ready is released.

@@ -91,15 +91,17 @@ func RunWith(apiserver, dir string, o Options, users ...User) (_ *ControlPlane, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube-apiserver is built but etcd is not installed (Debian's etcd-server): %w", err)
 	}
+	// stopAll, not the named result: a failed return sets that to nil
+	// before the deferred undo runs.
 	var stops []func()
-	stop = func() {
+	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			stop()
+			stopAll()
 		}
 	}()
 	cp := &ControlPlane{dir: dir, Tokens: map[string]string{}}
@@ -156,7 +158,10 @@ func RunWith(apiserver, dir string, o Options, users ...User) (_ *ControlPlane, 
 	}
 	stops = append(stops, s)
 	cp.URL = "https://" + net.JoinHostPort(host, apiPort)
-	deadline := time.Now().Add(90 * time.Second)
+	// 90 s was not enough once, in the cluster guest (emulated) beside
+	// the host's tests.
+	const ready = 3 * time.Minute
+	deadline := time.Now().Add(ready)
 	for {
 		if ca, err := os.ReadFile(filepath.Join(dir, "certs", "apiserver.crt")); err == nil {
 			cp.CA = ca
@@ -166,7 +171,7 @@ func RunWith(apiserver, dir string, o Options, users ...User) (_ *ControlPlane, 
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
-			return nil, nil, fmt.Errorf("kube-apiserver not ready in 90 s; its log ends:\n%s", tail(log, 3000))
+			return nil, nil, fmt.Errorf("kube-apiserver not ready in %s; its log ends:\n%s", ready, tail(log, 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -178,7 +183,7 @@ func RunWith(apiserver, dir string, o Options, users ...User) (_ *ControlPlane, 
 	if err := admin.Apply(context.Background(), "/api/v1/namespaces/"+Namespace, []byte(ns), "kubetest", false); err != nil {
 		return nil, nil, fmt.Errorf("create the namespace: %w", err)
 	}
-	return cp, stop, nil
+	return cp, stopAll, nil
 }
 
 // Client is a client of the API server as user, in Namespace.
