@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "socket", "socket_group", "tcp", "tokens"}
+	serverKeys   = []string{"capacity", "e2b", "e2b_domain", "e2b_tls", "runsc", "socket", "socket_group", "tcp", "tokens"}
 	tokenKeys    = []string{"auditor", "builds", "concurrency", "name", "paused", "secret", "snapshots", "tools", "volumes"}
 	capacityKeys = []string{"memory", "output", "paused", "paused_for", "pids", "sandboxes", "snapshot_bytes", "snapshots", "volume_bytes", "volumes"}
 )
@@ -41,6 +41,10 @@ type Server struct {
 	Tokens []Token
 	// Capacity bounds what the node's live sandboxes reserve together.
 	Capacity Capacity
+	// Runsc, if set, is gVisor's runsc for tools with isolation gvisor
+	// (an absolute path; serve's --runsc wins over it). Unset, it is
+	// looked for beside airlockd and in the usual places.
+	Runsc string
 }
 
 // MaxPausedFor is the longest capacity.paused_for: a paused session
@@ -162,6 +166,8 @@ func (p *parser) server(n *yaml.Node, c *Config) error {
 			}
 		case "e2b_tls":
 			c.Server.E2BTLS, err = p.tlsFiles(f.val, sub)
+		case "runsc":
+			c.Server.Runsc, err = p.absPath(f.val, sub)
 		case "tokens":
 			c.Server.Tokens, err = p.tokens(f.val, sub)
 		case "capacity":

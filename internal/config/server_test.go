@@ -41,6 +41,9 @@ tools:
 	if c, err := Parse("a.yaml", []byte("server: {e2b: 0.0.0.0:7401, e2b_tls: {cert: /etc/airlock/e2b.pem, key: /etc/airlock/e2b.key}, tokens: [{name: a, secret: s, tools: ['*']}]}\nsecrets: {s: {env: S}}")); err != nil || *c.Server.E2BTLS != (TLSFiles{Cert: "/etc/airlock/e2b.pem", Key: "/etc/airlock/e2b.key"}) {
 		t.Fatalf("e2b_tls: %+v %v", c, err)
 	}
+	if c, err := Parse("a.yaml", []byte("server: {runsc: /opt/gvisor/runsc}")); err != nil || c.Server.Runsc != "/opt/gvisor/runsc" {
+		t.Fatalf("runsc: %+v %v", c, err)
+	}
 	if c, err := Parse("a.yaml", []byte("server: {capacity: {memory: 75%}}")); err != nil || c.Server.Capacity != (Capacity{MemoryShare: 75}) {
 		t.Fatalf("capacity as a share: %+v %v", c, err)
 	}
@@ -68,6 +71,9 @@ tools:
 		{"server: {tokens: [{name: a, secret: s}]}\nsecrets: {s: {env: X}}", "needs tools"},
 		{"server: {tokens: [{name: a, secret: s, tools: ['*']}, {name: a, secret: s, tools: ['*']}]}\nsecrets: {s: {env: X}}", "used twice"},
 		{"server: {socket: rel.sock}", "absolute"},
+		{"server: {runsc: runsc}", "server.runsc"},
+		{"server: {runsc: /opt/../runsc}", "not a clean path"},
+		{"server: {runsc: [a]}", "server.runsc"},
 		{"server: {port: 1}", `unknown field "port"`},
 		{"server: {capacity: {memory: 0%}}", "share of the host's memory from 1% to 100%"},
 		{"server: {capacity: {memory: 101%}}", "from 1% to 100%"},

@@ -165,6 +165,9 @@ func New(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.Socket == "" {
 		opts.Socket = opts.Config.Server.Socket
 	}
+	if opts.Sandbox.Runsc == "" {
+		opts.Sandbox.Runsc = opts.Config.Server.Runsc
+	}
 	if opts.Socket == "" {
 		opts.Socket = DefaultSocket
 	}

@@ -151,14 +151,24 @@ func egressSeen(r *result.Result, allow, deny string) (allowed, denied bool) {
 // why.
 func TestGVisorToolNeedsRunsc(t *testing.T) {
 	isolatednet.Require(t)
-	cfg, err := config.Parse("airlock.yaml", []byte("tools:\n  plain: {}\n  untrusted: {isolation: gvisor}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
-		SnapshotStore: filepath.Join(t.TempDir(), "snapshots"), VolumeStore: filepath.Join(t.TempDir(), "volumes"),
-		Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: "/nonexistent/runsc"}})
-	if err == nil || !strings.Contains(err.Error(), "tool untrusted asks for isolation gvisor") || !strings.Contains(err.Error(), "/nonexistent/runsc") {
-		t.Fatalf("got %v", err)
+	for _, tt := range []struct {
+		name, server, flag, want string
+	}{
+		{"--runsc", "", "/nonexistent/runsc", "/nonexistent/runsc"},
+		{"server.runsc", "server: {runsc: /nonexistent/config-runsc}\n", "", "/nonexistent/config-runsc"},
+		{"--runsc over server.runsc", "server: {runsc: /nonexistent/config-runsc}\n", "/nonexistent/flag-runsc", "/nonexistent/flag-runsc"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.Parse("airlock.yaml", []byte(tt.server+"tools:\n  plain: {}\n  untrusted: {isolation: gvisor}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = New(t.Context(), Options{Config: cfg, Socket: filepath.Join(t.TempDir(), "airlock.sock"), AuditPath: testAudit(t),
+				SnapshotStore: filepath.Join(t.TempDir(), "snapshots"), VolumeStore: filepath.Join(t.TempDir(), "volumes"),
+				Sandbox: sandbox.Options{StateDir: testStateDir, CgroupParent: testCgroup, InitPath: testutil.InitPath(t), Runsc: tt.flag}})
+			if err == nil || !strings.Contains(err.Error(), "tool untrusted asks for isolation gvisor") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error naming %s", err, tt.want)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/cli"
 	"github.com/airlockhq/airlock/internal/config"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/gvisor"
 	"github.com/airlockhq/airlock/internal/image"
 	"github.com/airlockhq/airlock/internal/node"
 	"github.com/airlockhq/airlock/internal/runner/attach"
@@ -144,6 +145,14 @@ func (c *checker) check() {
 	}
 	fmt.Fprintf(c.w, "image store:  %s\n", so.Dir)
 	fmt.Fprintf(c.w, "state:        %s (serve --state-dir)\n", c.stateDir)
+	if r := cfg.Server.Runsc; r != "" {
+		// Named, it must be there and root-owned: what serve checks when
+		// a tool asks for gVisor, checked now.
+		fmt.Fprintf(c.w, "runsc:        %s (unless serve --runsc)\n", r)
+		if _, err := gvisor.Find(r); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("server.runsc: %w", err))
+		}
+	}
 	if err := sandbox.CheckStateDir(c.stateDir); err != nil {
 		c.errs = append(c.errs, err)
 	}

@@ -346,7 +346,11 @@ func checkGVisor(ctx context.Context, cfg *config.Config, runsc, stateDir, cgPar
 			}
 		}
 	}
-	fix := "build runsc (scripts/runsc in airlock's source, or CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + gvisor.PinnedVersion + ") and install it root-owned in " + gvisor.Dirs[0] + ", or pass --runsc"
+	fix := "build runsc (scripts/runsc in airlock's source, or CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + gvisor.PinnedVersion + ") and install it root-owned in " + gvisor.Dirs[0] + ", or pass --runsc (server.runsc in the config)"
+	if runsc == "" && cfg != nil {
+		// What serve would use: its --runsc, else the config's.
+		runsc = cfg.Server.Runsc
+	}
 	path, err := gvisor.Find(runsc)
 	if err != nil {
 		if len(needs) == 0 {

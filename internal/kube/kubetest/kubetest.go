@@ -241,9 +241,25 @@ func start(dir, name, bin string, args ...string) (func(), error) {
 	}, nil
 }
 
+// write puts b at p whole, through a rename: the token and CA files are
+// written again for every process a test starts, and a process started
+// before read them while the next one's truncated them (an empty token:
+// a node refused as system:anonymous).
 func write(t testing.TB, p string, b []byte) {
 	t.Helper()
-	if err := os.WriteFile(p, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil { // CreateTemp's mode is 0600
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		t.Fatal(err)
 	}
 }
