@@ -12,12 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockhq/airlock/internal/initproto"
 	"github.com/airlockhq/airlock/internal/linux/cgroup"
 	"github.com/airlockhq/airlock/internal/linux/forkexec"
 	"github.com/airlockhq/airlock/internal/sbinit"
 	"github.com/airlockhq/airlock/internal/spawner"
-	"golang.org/x/sys/unix"
 )
 
 // Spec describes a sandbox to create.
@@ -513,14 +514,21 @@ func (s *Sandbox) finishStart(ctx context.Context) error {
 	}
 	// Open the scratch tmpfs through init's root before any command runs,
 	// so the host's disk readings never follow a path the sandbox controls.
-	fd, err := unix.Open(s.hostDir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		if s.gv != nil {
+	// A one-command gVisor sandbox's was opened as its runsc started
+	// (startDirect); if that failed and runsc has exited since, its
+	// command is over and there is no disk left to read.
+	if s.scratch < 0 {
+		fd, err := unix.Open(s.hostDir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		switch {
+		case err == nil:
+			s.scratch = fd
+		case direct && s.exitsWithin(time.Second):
+		case s.gv != nil:
 			return fmt.Errorf("open sandbox scratch: %w%s", err, s.initDiagnostics())
+		default:
+			return fmt.Errorf("open sandbox scratch: %w", err)
 		}
-		return fmt.Errorf("open sandbox scratch: %w", err)
 	}
-	s.scratch = fd
 	if s.rootRW {
 		if s.upper, err = s.openUpper(); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -134,6 +135,14 @@ func (s *Sandbox) startDirect(l *gvisorLaunch, id uint64, cmd *directCmd) error 
 		close(s.exited) // no runsc to reap
 		return err
 	}
+	// The scratch tmpfs is mounted in runsc's mount namespace, and seen
+	// through runsc's root: opened now, while runsc has just started,
+	// for the command may be over, and runsc gone, before its exec
+	// reaches finishStart (CI, under the race detector: "open sandbox
+	// scratch: no such file or directory").
+	if fd, err := unix.Open(s.hostDir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
+		s.scratch = fd
+	}
 	s.launchedThen()
 	return nil
 }
@@ -260,4 +269,18 @@ func readTail(path string, n int64) ([]byte, error) {
 		return nil, err
 	}
 	return io.ReadAll(io.NewSectionReader(f, max(fi.Size()-n, 0), n))
+}
+
+// exitsWithin says whether the sandbox's first process (runsc, on the
+// one-command path) has exited, or does within d: one that has exited
+// may not be reaped yet.
+func (s *Sandbox) exitsWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+		return true
+	case <-t.C:
+		return false
+	}
 }
